@@ -1,0 +1,147 @@
+//! Typed errors of the managed-ledger substrate.
+
+use crate::position::Position;
+
+/// A failure of the storage backend itself (redb I/O, a corrupt record).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum StoreError {
+    /// The embedded database reported an error (I/O, corruption, lock).
+    #[error("embedded store error: {0}")]
+    Backend(String),
+    /// A stored record could not be decoded.
+    #[error("corrupt record in store: {0}")]
+    Corrupt(String),
+}
+
+impl From<redb::Error> for StoreError {
+    fn from(e: redb::Error) -> Self {
+        StoreError::Backend(e.to_string())
+    }
+}
+
+macro_rules! redb_into_store_error {
+    ($($t:ty),*) => {$(
+        impl From<$t> for StoreError {
+            fn from(e: $t) -> Self {
+                StoreError::Backend(e.to_string())
+            }
+        }
+    )*};
+}
+redb_into_store_error!(
+    redb::DatabaseError,
+    redb::TransactionError,
+    redb::TableError,
+    redb::StorageError,
+    redb::CommitError
+);
+
+/// The read-failure shapes Pulsar's managed ledger distinguishes, used for
+/// injecting failures ([`crate::ledger::ReadFaults`]) and for classifying the
+/// [`LedgerError`] a read returned.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ReadFailureKind {
+    /// `ManagedLedgerException.LedgerNotExistException`: the ledger's data is
+    /// gone (a `NonRecoverableLedgerException`).
+    LedgerNotExist,
+    /// `NonRecoverableLedgerException`: the data can never be read.
+    NonRecoverableData,
+    /// `ManagedLedgerFencedException`: another owner took over the ledger.
+    Fenced,
+    /// `CursorAlreadyClosedException`: the cursor was closed.
+    CursorAlreadyClosed,
+    /// A plain `ManagedLedgerException` such as BookKeeper's
+    /// `BookieHandleNotAvailableException` (-8): transient, retrying is right.
+    StorageUnavailable,
+    /// `TooManyRequestsException`: read throttling, transient.
+    TooManyRequests,
+}
+
+/// Errors returned by [`crate::ledger::ManagedLedger`] and
+/// [`crate::ledger::ManagedCursor`].
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum LedgerError {
+    /// The ledger holding the requested position has no data (deleted or
+    /// lost). Non-recoverable; skipped only with `auto_skip_non_recoverable_data`.
+    #[error("ledger {ledger_id} does not exist (non-recoverable)")]
+    LedgerNotExist {
+        /// The missing ledger.
+        ledger_id: i64,
+    },
+    /// Data at `position` can never be read. Non-recoverable.
+    #[error("non-recoverable data at {position}")]
+    NonRecoverableData {
+        /// The unreadable position.
+        position: Position,
+    },
+    /// The managed ledger was fenced (taken over by another owner).
+    #[error("managed ledger {ledger} is fenced")]
+    Fenced {
+        /// Managed-ledger name.
+        ledger: String,
+    },
+    /// The cursor was closed before or during the operation.
+    #[error("cursor {cursor} of managed ledger {ledger} is already closed")]
+    CursorAlreadyClosed {
+        /// Managed-ledger name.
+        ledger: String,
+        /// Cursor name.
+        cursor: String,
+    },
+    /// Storage is temporarily unavailable (e.g. bookies down); retry later.
+    #[error("storage temporarily unavailable: {reason}")]
+    StorageUnavailable {
+        /// What was unavailable.
+        reason: String,
+    },
+    /// Reads are being throttled; retry later.
+    #[error("too many requests: reads are throttled")]
+    TooManyRequests,
+    /// A mark-delete tried to move the mark-delete position backward.
+    #[error("mark-delete may not move backward: current {current}, requested {requested}")]
+    MarkDeleteBackward {
+        /// Current mark-delete position.
+        current: Position,
+        /// Requested (smaller) position.
+        requested: Position,
+    },
+    /// The position lies after the last confirmed entry.
+    #[error("position {position} is beyond the last confirmed entry {last_confirmed}")]
+    BeyondLastConfirmed {
+        /// The rejected position.
+        position: Position,
+        /// The ledger's last confirmed entry.
+        last_confirmed: Position,
+    },
+    /// A caller-supplied argument is out of range.
+    #[error("invalid argument: {0}")]
+    InvalidArgument(String),
+    /// The storage backend failed; nothing was changed.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+impl LedgerError {
+    /// The Pulsar failure shape of this error, if it is one of the read
+    /// failure kinds.
+    pub fn read_failure_kind(&self) -> Option<ReadFailureKind> {
+        Some(match self {
+            LedgerError::LedgerNotExist { .. } => ReadFailureKind::LedgerNotExist,
+            LedgerError::NonRecoverableData { .. } => ReadFailureKind::NonRecoverableData,
+            LedgerError::Fenced { .. } => ReadFailureKind::Fenced,
+            LedgerError::CursorAlreadyClosed { .. } => ReadFailureKind::CursorAlreadyClosed,
+            LedgerError::StorageUnavailable { .. } => ReadFailureKind::StorageUnavailable,
+            LedgerError::TooManyRequests => ReadFailureKind::TooManyRequests,
+            _ => return None,
+        })
+    }
+
+    /// True for `NonRecoverableLedgerException` shapes (ledger not exist,
+    /// non-recoverable data): retrying the same read can never succeed.
+    pub fn is_non_recoverable(&self) -> bool {
+        matches!(
+            self,
+            LedgerError::LedgerNotExist { .. } | LedgerError::NonRecoverableData { .. }
+        )
+    }
+}

@@ -1,0 +1,779 @@
+//! The managed-ledger substrate: an append-only log split into ledgers that
+//! roll over after a configurable number of entries, with cursors that keep a
+//! read position, a mark-delete position and properties (Pulsar's
+//! `ManagedLedgerImpl` / `ManagedCursorImpl`, reduced to what the four seed
+//! components and the simulator need).
+//!
+//! - [`ManagedLedger::append`] / [`ManagedLedger::append_batch`] return the new
+//!   [`Position`]s; a batch is stored atomically.
+//! - [`ManagedCursor::read_entries`] reads forward from the read position;
+//!   [`ManagedCursor::rewind`] moves it back to the entry after mark-delete;
+//!   [`ManagedCursor::mark_delete`] never moves backward (only
+//!   [`ManagedCursor::reset`] may).
+//! - Read failures can be injected per call ([`ReadFaults`]) with the shapes
+//!   Pulsar distinguishes ([`ReadFailureKind`]); a ledger whose data was lost
+//!   ([`ManagedLedger::mark_ledger_lost`]) fails reads with
+//!   [`LedgerError::LedgerNotExist`] unless
+//!   [`LedgerConfig::auto_skip_non_recoverable_data`] is on.
+//! - Storage is a [`LedgerStore`]: [`RedbStore`] (durable, default) or
+//!   [`MemoryStore`] (tests).
+//!
+//! Concurrency: a `ManagedLedger` and its cursors may be shared between
+//! threads (`Arc`); appends are serialised by the ledger's lock, each cursor
+//! has its own lock, and no lock is held while calling user code.
+
+mod error;
+mod store;
+
+pub use error::{LedgerError, ReadFailureKind, StoreError};
+pub use store::{
+    LedgerStore, MemoryStore, RedbStore, StoredCursor, StoredLedger, StoredLedgerInfo, SyncMode,
+};
+
+use std::collections::{BTreeMap, VecDeque};
+
+use crate::position::Position;
+use crate::sync::{Arc, AtomicBool, Mutex, Ordering};
+
+/// Configuration of a [`ManagedLedger`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LedgerConfig {
+    /// Entries per ledger before rolling over to a new ledger
+    /// (`managedLedgerMaxEntriesPerLedger`, default 50,000). Must be ≥ 1.
+    pub max_entries_per_ledger: u32,
+    /// `autoSkipNonRecoverableData` (default false): reads skip over ledgers
+    /// whose data is lost instead of failing with
+    /// [`LedgerError::LedgerNotExist`].
+    pub auto_skip_non_recoverable_data: bool,
+}
+
+impl Default for LedgerConfig {
+    fn default() -> Self {
+        Self {
+            max_entries_per_ledger: 50_000,
+            auto_skip_non_recoverable_data: false,
+        }
+    }
+}
+
+/// One entry read from a ledger.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Entry {
+    /// Where the entry is stored.
+    pub position: Position,
+    /// The entry payload.
+    pub data: Vec<u8>,
+}
+
+/// A read request as seen by a [`ReadFaults`] policy.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReadRequest<'a> {
+    /// Managed-ledger name.
+    pub ledger: &'a str,
+    /// Cursor name.
+    pub cursor: &'a str,
+    /// Read position at the start of the read.
+    pub from: Position,
+    /// Maximum number of entries requested.
+    pub max_entries: usize,
+}
+
+type FaultPolicy = dyn Fn(&ReadRequest<'_>) -> Option<ReadFailureKind> + Send + Sync;
+
+/// Per-call read-failure injection for one managed ledger (every cursor of
+/// it): a queue of one-shot failures consumed by the next reads, plus an
+/// optional policy consulted on every read (e.g. a storage outage window on
+/// virtual time). Thread-safe; any thread may arm faults at any time.
+#[derive(Default)]
+pub struct ReadFaults {
+    queued: Mutex<VecDeque<ReadFailureKind>>,
+    policy: Mutex<Option<Arc<FaultPolicy>>>,
+}
+
+impl std::fmt::Debug for ReadFaults {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ReadFaults")
+            .field("queued", &self.queued.lock().len())
+            .field("policy", &self.policy.lock().is_some())
+            .finish()
+    }
+}
+
+impl ReadFaults {
+    /// The next `count` reads (of any cursor of this ledger) fail with `kind`.
+    pub fn fail_next_reads(&self, kind: ReadFailureKind, count: usize) {
+        let mut q = self.queued.lock();
+        for _ in 0..count {
+            q.push_back(kind);
+        }
+    }
+
+    /// Installs a policy consulted on every read after the queued faults; it
+    /// returns the failure to inject, if any. Replaces any previous policy.
+    pub fn set_policy(
+        &self,
+        policy: impl Fn(&ReadRequest<'_>) -> Option<ReadFailureKind> + Send + Sync + 'static,
+    ) {
+        *self.policy.lock() = Some(Arc::new(policy));
+    }
+
+    /// Removes the policy and every queued fault.
+    pub fn clear(&self) {
+        self.queued.lock().clear();
+        *self.policy.lock() = None;
+    }
+
+    fn next(&self, req: &ReadRequest<'_>) -> Option<ReadFailureKind> {
+        if let Some(k) = self.queued.lock().pop_front() {
+            return Some(k);
+        }
+        let policy = self.policy.lock().clone();
+        policy.and_then(|p| p(req))
+    }
+}
+
+#[derive(Debug)]
+struct LedgerState {
+    /// Ledger id → info, ascending. The last one is the current (open) ledger.
+    ledgers: BTreeMap<i64, StoredLedgerInfo>,
+}
+
+impl LedgerState {
+    fn current(&self) -> (i64, StoredLedgerInfo) {
+        let (id, info) = self
+            .ledgers
+            .iter()
+            .next_back()
+            .expect("invariant: a managed ledger always has a current ledger");
+        (*id, *info)
+    }
+
+    fn last_confirmed(&self) -> Position {
+        for (id, info) in self.ledgers.iter().rev() {
+            if info.entries > 0 {
+                return Position::new(*id, info.entries - 1);
+            }
+        }
+        let first = *self
+            .ledgers
+            .keys()
+            .next()
+            .expect("invariant: a managed ledger always has a current ledger");
+        Position::new(first, -1)
+    }
+
+    /// The first position strictly after `p` that holds an entry, or the
+    /// position just past the last confirmed entry when there is none.
+    fn next_valid_after(&self, p: Position) -> Position {
+        if let Some(info) = self.ledgers.get(&p.ledger_id) {
+            if p.entry_id + 1 < info.entries {
+                return Position::new(p.ledger_id, p.entry_id.max(-1) + 1);
+            }
+        }
+        for (id, info) in self.ledgers.range(p.ledger_id.saturating_add(1)..) {
+            if info.entries > 0 {
+                return Position::new(*id, 0);
+            }
+        }
+        self.past_end()
+    }
+
+    /// The smallest position `>= p` that holds an entry, or past-the-end.
+    fn first_valid_at_or_after(&self, p: Position) -> Position {
+        if let Some(info) = self.ledgers.get(&p.ledger_id) {
+            if p.entry_id >= 0 && p.entry_id < info.entries {
+                return p;
+            }
+        }
+        self.next_valid_after(p)
+    }
+
+    fn past_end(&self) -> Position {
+        let lce = self.last_confirmed();
+        Position::new(lce.ledger_id, lce.entry_id + 1)
+    }
+}
+
+/// A managed ledger: an append-only sequence of ledgers persisted in a
+/// [`LedgerStore`]. Cheap to share (`Arc<ManagedLedger>`); appends from any
+/// thread are serialised by an internal lock.
+pub struct ManagedLedger {
+    name: String,
+    config: LedgerConfig,
+    store: Arc<dyn LedgerStore>,
+    state: Mutex<LedgerState>,
+    fenced: AtomicBool,
+    faults: ReadFaults,
+}
+
+impl std::fmt::Debug for ManagedLedger {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ManagedLedger")
+            .field("name", &self.name)
+            .field("config", &self.config)
+            .finish_non_exhaustive()
+    }
+}
+
+impl ManagedLedger {
+    /// Opens (or creates) managed ledger `name` in `store`, recovering its
+    /// ledger list. A new managed ledger starts with ledger id 1.
+    ///
+    /// # Errors
+    /// [`LedgerError::InvalidArgument`] for `max_entries_per_ledger == 0` or an
+    /// empty name; [`LedgerError::Store`] if the store fails.
+    pub fn open(
+        name: impl Into<String>,
+        config: LedgerConfig,
+        store: Arc<dyn LedgerStore>,
+    ) -> Result<Arc<Self>, LedgerError> {
+        let name = name.into();
+        if name.is_empty() {
+            return Err(LedgerError::InvalidArgument(
+                "managed ledger name must not be empty".into(),
+            ));
+        }
+        if config.max_entries_per_ledger == 0 {
+            return Err(LedgerError::InvalidArgument(
+                "max_entries_per_ledger must be at least 1".into(),
+            ));
+        }
+        let mut stored = store.load_ledger(&name)?;
+        if stored.ledgers.is_empty() {
+            store.create_ledger(&name, 1)?;
+            stored.ledgers.insert(1, StoredLedgerInfo::default());
+        }
+        Ok(Arc::new(Self {
+            name,
+            config,
+            store,
+            state: Mutex::new(LedgerState {
+                ledgers: stored.ledgers,
+            }),
+            fenced: AtomicBool::new(false),
+            faults: ReadFaults::default(),
+        }))
+    }
+
+    /// The managed ledger's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Its configuration.
+    pub fn config(&self) -> &LedgerConfig {
+        &self.config
+    }
+
+    /// The read-failure injection point shared by all its cursors.
+    pub fn faults(&self) -> &ReadFaults {
+        &self.faults
+    }
+
+    /// Appends one entry and returns its position.
+    ///
+    /// # Errors
+    /// [`LedgerError::Fenced`] after [`ManagedLedger::fence`];
+    /// [`LedgerError::Store`] if the store fails (nothing is appended).
+    pub fn append(&self, data: &[u8]) -> Result<Position, LedgerError> {
+        let mut v = self.append_batch(&[data])?;
+        Ok(v.pop()
+            .expect("append_batch returns one position per payload"))
+    }
+
+    /// Appends `payloads` in order and returns their positions. The batch may
+    /// span a ledger rollover; each ledger's part is stored atomically and in
+    /// order, so after a crash a prefix of the batch (split at ledger
+    /// boundaries) is visible, never a torn entry. Within one ledger the batch
+    /// is all-or-nothing.
+    ///
+    /// # Errors
+    /// As [`ManagedLedger::append`].
+    pub fn append_batch(&self, payloads: &[&[u8]]) -> Result<Vec<Position>, LedgerError> {
+        if self.fenced.load(Ordering::Acquire) {
+            return Err(LedgerError::Fenced {
+                ledger: self.name.clone(),
+            });
+        }
+        let mut state = self.state.lock();
+        let max = i64::from(self.config.max_entries_per_ledger);
+        let mut out = Vec::with_capacity(payloads.len());
+        let mut rest = payloads;
+        while !rest.is_empty() {
+            let (mut id, mut info) = state.current();
+            if info.entries >= max {
+                let next = id + 1;
+                self.store.create_ledger(&self.name, next)?;
+                state.ledgers.insert(next, StoredLedgerInfo::default());
+                id = next;
+                info = StoredLedgerInfo::default();
+            }
+            let room = (max - info.entries) as usize;
+            let take = room.min(rest.len());
+            let (chunk, tail) = rest.split_at(take);
+            self.store.append(&self.name, id, info.entries, chunk)?;
+            for i in 0..take {
+                out.push(Position::new(id, info.entries + i as i64));
+            }
+            state
+                .ledgers
+                .get_mut(&id)
+                .expect("current ledger exists")
+                .entries += take as i64;
+            rest = tail;
+        }
+        Ok(out)
+    }
+
+    /// The last confirmed (appended) entry; `(first ledger, -1)` when empty.
+    pub fn last_confirmed_entry(&self) -> Position {
+        self.state.lock().last_confirmed()
+    }
+
+    /// The first position after `p` that holds an entry, or the position just
+    /// past the last confirmed entry.
+    pub fn next_valid_position(&self, p: Position) -> Position {
+        self.state.lock().next_valid_after(p)
+    }
+
+    /// Ledger ids with their entry counts, ascending.
+    pub fn ledgers(&self) -> Vec<(i64, i64)> {
+        self.state
+            .lock()
+            .ledgers
+            .iter()
+            .map(|(id, i)| (*id, i.entries))
+            .collect()
+    }
+
+    /// Number of entries strictly after `from` up to the last confirmed entry.
+    pub fn entries_after(&self, from: Position) -> i64 {
+        let state = self.state.lock();
+        let mut n = 0;
+        for (id, info) in state.ledgers.range(from.ledger_id..) {
+            if *id == from.ledger_id {
+                n += (info.entries - (from.entry_id + 1)).max(0);
+            } else {
+                n += info.entries;
+            }
+        }
+        n
+    }
+
+    /// Drops the data of ledger `ledger_id` (simulating a deleted or lost
+    /// BookKeeper ledger). The ledger stays in the list; reads of it fail with
+    /// [`LedgerError::LedgerNotExist`] (or are skipped with auto-skip on).
+    ///
+    /// # Errors
+    /// [`LedgerError::InvalidArgument`] for an unknown ledger id;
+    /// [`LedgerError::Store`] if the store fails.
+    pub fn mark_ledger_lost(&self, ledger_id: i64) -> Result<(), LedgerError> {
+        let mut state = self.state.lock();
+        let Some(info) = state.ledgers.get(&ledger_id).copied() else {
+            return Err(LedgerError::InvalidArgument(format!(
+                "managed ledger {} has no ledger {ledger_id}",
+                self.name
+            )));
+        };
+        self.store.mark_ledger_lost(&self.name, ledger_id)?;
+        state
+            .ledgers
+            .insert(ledger_id, StoredLedgerInfo { lost: true, ..info });
+        Ok(())
+    }
+
+    /// Fences the ledger: every later append and read fails with
+    /// [`LedgerError::Fenced`] (another owner took over).
+    pub fn fence(&self) {
+        self.fenced.store(true, Ordering::Release);
+    }
+
+    /// Whether [`ManagedLedger::fence`] was called.
+    pub fn is_fenced(&self) -> bool {
+        self.fenced.load(Ordering::Acquire)
+    }
+
+    /// Opens (or recovers) cursor `name`. A new cursor starts with its
+    /// mark-delete at `(first ledger, -1)` (nothing acknowledged); a recovered
+    /// one at its persisted mark-delete. The read position is the first entry
+    /// after the mark-delete.
+    ///
+    /// # Errors
+    /// [`LedgerError::InvalidArgument`] for an empty name;
+    /// [`LedgerError::Store`] if the store fails.
+    pub fn open_cursor(
+        self: &Arc<Self>,
+        name: impl Into<String>,
+    ) -> Result<ManagedCursor, LedgerError> {
+        let name = name.into();
+        if name.is_empty() {
+            return Err(LedgerError::InvalidArgument(
+                "cursor name must not be empty".into(),
+            ));
+        }
+        let (mark_delete, individually_deleted) = match self.store.load_cursor(&self.name, &name)? {
+            Some(c) => (c.mark_delete, c.individually_deleted),
+            None => {
+                let first = {
+                    let state = self.state.lock();
+                    *state
+                        .ledgers
+                        .keys()
+                        .next()
+                        .expect("a current ledger exists")
+                };
+                let md = Position::new(first, -1);
+                self.store.save_mark_delete(&self.name, &name, md, &[])?;
+                (md, Vec::new())
+            }
+        };
+        let read_position = self.state.lock().next_valid_after(mark_delete);
+        Ok(ManagedCursor {
+            ledger: Arc::clone(self),
+            name,
+            state: Mutex::new(CursorState {
+                read_position,
+                mark_delete,
+                individually_deleted,
+                closed: false,
+            }),
+        })
+    }
+}
+
+#[derive(Debug)]
+struct CursorState {
+    read_position: Position,
+    mark_delete: Position,
+    individually_deleted: Vec<(Position, Position)>,
+    closed: bool,
+}
+
+/// A cursor over a [`ManagedLedger`]: a read position that moves forward as
+/// entries are read, a persisted mark-delete position (every entry `<=` it is
+/// acknowledged) and persisted properties. All methods may be called from any
+/// thread; each takes the cursor's lock for its duration.
+pub struct ManagedCursor {
+    ledger: Arc<ManagedLedger>,
+    name: String,
+    state: Mutex<CursorState>,
+}
+
+impl std::fmt::Debug for ManagedCursor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let s = self.state.lock();
+        f.debug_struct("ManagedCursor")
+            .field("ledger", &self.ledger.name)
+            .field("name", &self.name)
+            .field("read_position", &s.read_position)
+            .field("mark_delete", &s.mark_delete)
+            .finish()
+    }
+}
+
+impl ManagedCursor {
+    /// The cursor's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The managed ledger it reads.
+    pub fn ledger(&self) -> &Arc<ManagedLedger> {
+        &self.ledger
+    }
+
+    /// The next position a read starts from.
+    pub fn read_position(&self) -> Position {
+        self.state.lock().read_position
+    }
+
+    /// The mark-delete position.
+    pub fn mark_delete_position(&self) -> Position {
+        self.state.lock().mark_delete
+    }
+
+    /// The individually deleted ranges persisted with the last mark-delete.
+    pub fn individually_deleted_ranges(&self) -> Vec<(Position, Position)> {
+        self.state.lock().individually_deleted.clone()
+    }
+
+    /// Whether an entry exists at or after the read position.
+    pub fn has_more_entries(&self) -> bool {
+        let read = self.state.lock().read_position;
+        read <= self.ledger.last_confirmed_entry()
+    }
+
+    /// Number of entries from the read position to the last confirmed entry.
+    pub fn number_of_entries_to_read(&self) -> i64 {
+        let read = self.state.lock().read_position;
+        self.ledger
+            .entries_after(Position::new(read.ledger_id, read.entry_id - 1))
+    }
+
+    /// Reads up to `max_entries` entries from the read position and advances
+    /// the read position past them. Returns an empty vector when there is
+    /// nothing to read.
+    ///
+    /// Order of checks, as in Pulsar: closed cursor → fenced ledger →
+    /// injected fault → data. A ledger whose data is lost fails with
+    /// [`LedgerError::LedgerNotExist`] (read position unchanged) unless
+    /// auto-skip is on, in which case the read moves on to the next ledger; if
+    /// entries were already collected before reaching the lost ledger they are
+    /// returned and the failure surfaces on the next read.
+    ///
+    /// # Errors
+    /// [`LedgerError::CursorAlreadyClosed`], [`LedgerError::Fenced`], any
+    /// injected [`ReadFailureKind`], [`LedgerError::LedgerNotExist`],
+    /// [`LedgerError::InvalidArgument`] for `max_entries == 0`,
+    /// [`LedgerError::Store`]. On error the read position is unchanged.
+    pub fn read_entries(&self, max_entries: usize) -> Result<Vec<Entry>, LedgerError> {
+        if max_entries == 0 {
+            return Err(LedgerError::InvalidArgument(
+                "read_entries needs max_entries >= 1".into(),
+            ));
+        }
+        let mut cursor = self.state.lock();
+        if cursor.closed {
+            return Err(self.closed_error());
+        }
+        if self.ledger.is_fenced() {
+            return Err(LedgerError::Fenced {
+                ledger: self.ledger.name.clone(),
+            });
+        }
+        let req = ReadRequest {
+            ledger: &self.ledger.name,
+            cursor: &self.name,
+            from: cursor.read_position,
+            max_entries,
+        };
+        if let Some(kind) = self.ledger.faults.next(&req) {
+            return Err(self.injected(kind, cursor.read_position));
+        }
+        let mut out: Vec<Entry> = Vec::new();
+        let (start, ledgers): (Position, Vec<(i64, StoredLedgerInfo)>) = {
+            let state = self.ledger.state.lock();
+            let start = state.first_valid_at_or_after(cursor.read_position);
+            let ledgers = state
+                .ledgers
+                .range(start.ledger_id..)
+                .map(|(k, v)| (*k, *v))
+                .collect();
+            (start, ledgers)
+        };
+        // Last position of the last lost ledger skipped with auto-skip on.
+        let mut skipped_to: Option<Position> = None;
+        for (id, info) in ledgers {
+            if out.len() >= max_entries {
+                break;
+            }
+            let first = if id == start.ledger_id {
+                start.entry_id.max(0)
+            } else {
+                0
+            };
+            if first >= info.entries {
+                continue;
+            }
+            if info.lost {
+                if self.ledger.config.auto_skip_non_recoverable_data {
+                    skipped_to = Some(Position::new(id, info.entries - 1));
+                    continue;
+                }
+                if out.is_empty() {
+                    return Err(LedgerError::LedgerNotExist { ledger_id: id });
+                }
+                break;
+            }
+            let want = (max_entries - out.len()) as i64;
+            let last = (first + want - 1).min(info.entries - 1);
+            let rows = self.ledger.store.read(&self.ledger.name, id, first, last)?;
+            if rows.len() as i64 != last - first + 1 {
+                if out.is_empty() {
+                    return Err(LedgerError::NonRecoverableData {
+                        position: Position::new(id, first),
+                    });
+                }
+                break;
+            }
+            out.extend(rows.into_iter().map(|(e, data)| Entry {
+                position: Position::new(id, e),
+                data,
+            }));
+        }
+        if let Some(last) = out.last() {
+            cursor.read_position = self.ledger.next_valid_position(last.position);
+        } else if let Some(skipped) = skipped_to {
+            cursor.read_position = self.ledger.next_valid_position(skipped);
+        }
+        Ok(out)
+    }
+
+    fn injected(&self, kind: ReadFailureKind, at: Position) -> LedgerError {
+        match kind {
+            ReadFailureKind::LedgerNotExist => LedgerError::LedgerNotExist {
+                ledger_id: at.ledger_id,
+            },
+            ReadFailureKind::NonRecoverableData => LedgerError::NonRecoverableData { position: at },
+            ReadFailureKind::Fenced => LedgerError::Fenced {
+                ledger: self.ledger.name.clone(),
+            },
+            ReadFailureKind::CursorAlreadyClosed => self.closed_error(),
+            ReadFailureKind::StorageUnavailable => LedgerError::StorageUnavailable {
+                reason: "injected: bookie handle not available".into(),
+            },
+            ReadFailureKind::TooManyRequests => LedgerError::TooManyRequests,
+        }
+    }
+
+    fn closed_error(&self) -> LedgerError {
+        LedgerError::CursorAlreadyClosed {
+            ledger: self.ledger.name.clone(),
+            cursor: self.name.clone(),
+        }
+    }
+
+    /// Moves the read position back to the first entry after the mark-delete
+    /// position (Pulsar's `rewind()`).
+    pub fn rewind(&self) {
+        let mut cursor = self.state.lock();
+        cursor.read_position = self.ledger.next_valid_position(cursor.mark_delete);
+    }
+
+    /// Persists a new mark-delete position (and no individually deleted
+    /// ranges). Moves the read position forward if it fell behind.
+    ///
+    /// # Errors
+    /// [`LedgerError::MarkDeleteBackward`] if `position` is below the current
+    /// mark-delete; [`LedgerError::BeyondLastConfirmed`] past the last entry;
+    /// [`LedgerError::CursorAlreadyClosed`]; [`LedgerError::Store`]. On error
+    /// nothing changes.
+    pub fn mark_delete(&self, position: Position) -> Result<(), LedgerError> {
+        self.mark_delete_with_ranges(position, Vec::new())
+    }
+
+    /// As [`ManagedCursor::mark_delete`], also persisting the individually
+    /// deleted ranges above it (open-closed `(lower, upper]`, ascending) in the
+    /// same atomic write.
+    ///
+    /// # Errors
+    /// As [`ManagedCursor::mark_delete`].
+    pub fn mark_delete_with_ranges(
+        &self,
+        position: Position,
+        individually_deleted: Vec<(Position, Position)>,
+    ) -> Result<(), LedgerError> {
+        let mut cursor = self.state.lock();
+        if cursor.closed {
+            return Err(self.closed_error());
+        }
+        if position < cursor.mark_delete {
+            return Err(LedgerError::MarkDeleteBackward {
+                current: cursor.mark_delete,
+                requested: position,
+            });
+        }
+        let lce = self.ledger.last_confirmed_entry();
+        if position > lce && position.entry_id >= 0 {
+            return Err(LedgerError::BeyondLastConfirmed {
+                position,
+                last_confirmed: lce,
+            });
+        }
+        self.ledger.store.save_mark_delete(
+            &self.ledger.name,
+            &self.name,
+            position,
+            &individually_deleted,
+        )?;
+        cursor.mark_delete = position;
+        cursor.individually_deleted = individually_deleted;
+        if cursor.read_position <= position {
+            cursor.read_position = self.ledger.next_valid_position(position);
+        }
+        Ok(())
+    }
+
+    /// Resets the cursor so that the next read starts at `new_read_position`
+    /// (Pulsar's `resetCursor`): the mark-delete becomes the position just
+    /// before it and may move backward or forward; individually deleted
+    /// ranges are cleared.
+    ///
+    /// # Errors
+    /// [`LedgerError::CursorAlreadyClosed`]; [`LedgerError::Store`] (nothing
+    /// changes).
+    pub fn reset(&self, new_read_position: Position) -> Result<(), LedgerError> {
+        let mut cursor = self.state.lock();
+        if cursor.closed {
+            return Err(self.closed_error());
+        }
+        let read = {
+            let state = self.ledger.state.lock();
+            state.first_valid_at_or_after(new_read_position)
+        };
+        let md = read.previous_in_ledger();
+        self.ledger
+            .store
+            .save_mark_delete(&self.ledger.name, &self.name, md, &[])?;
+        cursor.mark_delete = md;
+        cursor.individually_deleted.clear();
+        cursor.read_position = read;
+        Ok(())
+    }
+
+    /// The cursor's persisted properties (string → i64), read from the store.
+    ///
+    /// # Errors
+    /// [`LedgerError::Store`].
+    pub fn properties(&self) -> Result<BTreeMap<String, i64>, LedgerError> {
+        Ok(self
+            .ledger
+            .store
+            .load_cursor(&self.ledger.name, &self.name)?
+            .map(|c| c.properties)
+            .unwrap_or_default())
+    }
+
+    /// Sets one property durably.
+    ///
+    /// # Errors
+    /// [`LedgerError::CursorAlreadyClosed`]; [`LedgerError::Store`].
+    pub fn set_property(&self, key: &str, value: i64) -> Result<(), LedgerError> {
+        let _cursor = self.live()?;
+        self.ledger
+            .store
+            .set_cursor_property(&self.ledger.name, &self.name, key, Some(value))?;
+        Ok(())
+    }
+
+    /// Removes one property durably (no error if absent).
+    ///
+    /// # Errors
+    /// [`LedgerError::CursorAlreadyClosed`]; [`LedgerError::Store`].
+    pub fn remove_property(&self, key: &str) -> Result<(), LedgerError> {
+        let _cursor = self.live()?;
+        self.ledger
+            .store
+            .set_cursor_property(&self.ledger.name, &self.name, key, None)?;
+        Ok(())
+    }
+
+    fn live(&self) -> Result<crate::sync::MutexGuard<'_, CursorState>, LedgerError> {
+        let cursor = self.state.lock();
+        if cursor.closed {
+            return Err(self.closed_error());
+        }
+        Ok(cursor)
+    }
+
+    /// Closes the cursor: every later read, mark-delete or property change
+    /// fails with [`LedgerError::CursorAlreadyClosed`]. Idempotent.
+    pub fn close(&self) {
+        self.state.lock().closed = true;
+    }
+
+    /// Whether [`ManagedCursor::close`] was called.
+    pub fn is_closed(&self) -> bool {
+        self.state.lock().closed
+    }
+}

@@ -1,0 +1,609 @@
+//! Storage backends of the managed-ledger substrate: the [`LedgerStore`]
+//! trait, the in-memory [`MemoryStore`] (tests) and the durable
+//! [`RedbStore`] (default for the CLI).
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use redb::{
+    Database, Durability, ReadableDatabase, ReadableTable, TableDefinition, WriteTransaction,
+};
+
+use super::error::StoreError;
+use crate::position::Position;
+use crate::sync::{Arc, Mutex};
+
+/// What the store knows about one ledger of a managed ledger.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct StoredLedgerInfo {
+    /// Number of entries appended to the ledger (entry ids `0..entries`).
+    pub entries: i64,
+    /// The ledger's data was lost/deleted: reads of it fail with
+    /// `LedgerNotExist`, but it stays in the ledger list.
+    pub lost: bool,
+}
+
+/// Persisted state of one managed ledger.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct StoredLedger {
+    /// Ledger id → info, ascending.
+    pub ledgers: BTreeMap<i64, StoredLedgerInfo>,
+}
+
+/// Persisted state of one cursor.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoredCursor {
+    /// Mark-delete position: every position `<=` it is acknowledged.
+    pub mark_delete: Position,
+    /// Cursor properties (string → i64), e.g. delayed-delivery bucket keys.
+    pub properties: BTreeMap<String, i64>,
+    /// Individually deleted ranges above mark-delete, open-closed
+    /// `(lower, upper]`, ascending, as persisted by the cursor.
+    pub individually_deleted: Vec<(Position, Position)>,
+}
+
+/// The storage a managed ledger and its cursors persist to.
+///
+/// Every method is atomic: it either applies completely or not at all (a
+/// crash or error in the middle leaves the previous state visible), so a torn
+/// write is never observed. Implementations are `Send + Sync`; callers
+/// serialise writes per managed ledger (the [`super::ManagedLedger`] lock).
+pub trait LedgerStore: Send + Sync + std::fmt::Debug {
+    /// Loads the ledger list of managed ledger `name` (empty if unknown).
+    fn load_ledger(&self, name: &str) -> Result<StoredLedger, StoreError>;
+    /// Creates ledger `ledger_id` (0 entries) in managed ledger `name`.
+    fn create_ledger(&self, name: &str, ledger_id: i64) -> Result<(), StoreError>;
+    /// Appends `payloads` to ledger `ledger_id` as entries
+    /// `first_entry_id..first_entry_id + payloads.len()`, atomically.
+    fn append(
+        &self,
+        name: &str,
+        ledger_id: i64,
+        first_entry_id: i64,
+        payloads: &[&[u8]],
+    ) -> Result<(), StoreError>;
+    /// Reads entries `first..=last` of ledger `ledger_id` (missing ones are
+    /// absent from the result).
+    fn read(
+        &self,
+        name: &str,
+        ledger_id: i64,
+        first: i64,
+        last: i64,
+    ) -> Result<Vec<(i64, Vec<u8>)>, StoreError>;
+    /// Drops the data of ledger `ledger_id` and marks it lost (simulates a
+    /// deleted BookKeeper ledger). Idempotent.
+    fn mark_ledger_lost(&self, name: &str, ledger_id: i64) -> Result<(), StoreError>;
+    /// Loads cursor `cursor` of managed ledger `name`.
+    fn load_cursor(&self, name: &str, cursor: &str) -> Result<Option<StoredCursor>, StoreError>;
+    /// Persists the mark-delete position and individually deleted ranges of
+    /// cursor `cursor` (creating the cursor record), atomically. Cursor
+    /// properties are left untouched.
+    fn save_mark_delete(
+        &self,
+        name: &str,
+        cursor: &str,
+        mark_delete: Position,
+        individually_deleted: &[(Position, Position)],
+    ) -> Result<(), StoreError>;
+    /// Sets (`Some`) or removes (`None`) one cursor property, atomically.
+    fn set_cursor_property(
+        &self,
+        name: &str,
+        cursor: &str,
+        key: &str,
+        value: Option<i64>,
+    ) -> Result<(), StoreError>;
+    /// Lists the cursors persisted for managed ledger `name`.
+    fn list_cursors(&self, name: &str) -> Result<Vec<String>, StoreError>;
+}
+
+// ---------------------------------------------------------------- in-memory
+
+#[derive(Debug, Default)]
+struct MemoryInner {
+    ledgers: BTreeMap<String, StoredLedger>,
+    entries: BTreeMap<(String, i64, i64), Vec<u8>>,
+    cursors: BTreeMap<(String, String), StoredCursor>,
+}
+
+/// In-memory [`LedgerStore`] for tests: nothing survives the process.
+#[derive(Debug, Default)]
+pub struct MemoryStore {
+    inner: Mutex<MemoryInner>,
+}
+
+impl MemoryStore {
+    /// Creates an empty store.
+    pub fn new() -> Self {
+        Self::default()
+    }
+}
+
+impl LedgerStore for MemoryStore {
+    fn load_ledger(&self, name: &str) -> Result<StoredLedger, StoreError> {
+        Ok(self
+            .inner
+            .lock()
+            .ledgers
+            .get(name)
+            .cloned()
+            .unwrap_or_default())
+    }
+
+    fn create_ledger(&self, name: &str, ledger_id: i64) -> Result<(), StoreError> {
+        let mut inner = self.inner.lock();
+        inner
+            .ledgers
+            .entry(name.to_string())
+            .or_default()
+            .ledgers
+            .entry(ledger_id)
+            .or_default();
+        Ok(())
+    }
+
+    fn append(
+        &self,
+        name: &str,
+        ledger_id: i64,
+        first_entry_id: i64,
+        payloads: &[&[u8]],
+    ) -> Result<(), StoreError> {
+        let mut inner = self.inner.lock();
+        for (i, p) in payloads.iter().enumerate() {
+            inner.entries.insert(
+                (name.to_string(), ledger_id, first_entry_id + i as i64),
+                p.to_vec(),
+            );
+        }
+        let info = inner
+            .ledgers
+            .entry(name.to_string())
+            .or_default()
+            .ledgers
+            .entry(ledger_id)
+            .or_default();
+        info.entries = first_entry_id + payloads.len() as i64;
+        Ok(())
+    }
+
+    fn read(
+        &self,
+        name: &str,
+        ledger_id: i64,
+        first: i64,
+        last: i64,
+    ) -> Result<Vec<(i64, Vec<u8>)>, StoreError> {
+        if first > last {
+            return Ok(Vec::new());
+        }
+        let inner = self.inner.lock();
+        let lo = (name.to_string(), ledger_id, first);
+        let hi = (name.to_string(), ledger_id, last);
+        Ok(inner
+            .entries
+            .range(lo..=hi)
+            .map(|((_, _, e), v)| (*e, v.clone()))
+            .collect())
+    }
+
+    fn mark_ledger_lost(&self, name: &str, ledger_id: i64) -> Result<(), StoreError> {
+        let mut inner = self.inner.lock();
+        let lo = (name.to_string(), ledger_id, i64::MIN);
+        let hi = (name.to_string(), ledger_id, i64::MAX);
+        let keys: Vec<_> = inner
+            .entries
+            .range(lo..=hi)
+            .map(|(k, _)| k.clone())
+            .collect();
+        for k in keys {
+            inner.entries.remove(&k);
+        }
+        if let Some(info) = inner
+            .ledgers
+            .get_mut(name)
+            .and_then(|l| l.ledgers.get_mut(&ledger_id))
+        {
+            info.lost = true;
+        }
+        Ok(())
+    }
+
+    fn load_cursor(&self, name: &str, cursor: &str) -> Result<Option<StoredCursor>, StoreError> {
+        Ok(self
+            .inner
+            .lock()
+            .cursors
+            .get(&(name.to_string(), cursor.to_string()))
+            .cloned())
+    }
+
+    fn save_mark_delete(
+        &self,
+        name: &str,
+        cursor: &str,
+        mark_delete: Position,
+        individually_deleted: &[(Position, Position)],
+    ) -> Result<(), StoreError> {
+        let mut inner = self.inner.lock();
+        let c = inner
+            .cursors
+            .entry((name.to_string(), cursor.to_string()))
+            .or_insert_with(|| StoredCursor {
+                mark_delete,
+                properties: BTreeMap::new(),
+                individually_deleted: Vec::new(),
+            });
+        c.mark_delete = mark_delete;
+        c.individually_deleted = individually_deleted.to_vec();
+        Ok(())
+    }
+
+    fn set_cursor_property(
+        &self,
+        name: &str,
+        cursor: &str,
+        key: &str,
+        value: Option<i64>,
+    ) -> Result<(), StoreError> {
+        let mut inner = self.inner.lock();
+        let c = inner
+            .cursors
+            .entry((name.to_string(), cursor.to_string()))
+            .or_insert_with(|| StoredCursor {
+                mark_delete: Position::EARLIEST,
+                properties: BTreeMap::new(),
+                individually_deleted: Vec::new(),
+            });
+        match value {
+            Some(v) => {
+                c.properties.insert(key.to_string(), v);
+            }
+            None => {
+                c.properties.remove(key);
+            }
+        }
+        Ok(())
+    }
+
+    fn list_cursors(&self, name: &str) -> Result<Vec<String>, StoreError> {
+        Ok(self
+            .inner
+            .lock()
+            .cursors
+            .keys()
+            .filter(|(n, _)| n == name)
+            .map(|(_, c)| c.clone())
+            .collect())
+    }
+}
+
+// ---------------------------------------------------------------- redb
+
+/// `(managed ledger, ledger id, entry id) → payload`.
+const ENTRIES: TableDefinition<(&str, i64, i64), &[u8]> = TableDefinition::new("ml_entries");
+/// `(managed ledger, ledger id) → (entry count, lost)`.
+const LEDGERS: TableDefinition<(&str, i64), (i64, bool)> = TableDefinition::new("ml_ledgers");
+/// `(managed ledger, cursor) → mark-delete (ledger id, entry id)`.
+const CURSOR_MARK_DELETE: TableDefinition<(&str, &str), (i64, i64)> =
+    TableDefinition::new("ml_cursor_mark_delete");
+/// `(managed ledger, cursor, key) → value`: cursor properties.
+const CURSOR_PROPERTIES: TableDefinition<(&str, &str, &str), i64> =
+    TableDefinition::new("ml_cursor_properties");
+/// `(managed ledger, cursor) → individually deleted ranges` as little-endian
+/// i64 quadruples `(lower.ledger, lower.entry, upper.ledger, upper.entry)`.
+const CURSOR_RANGES: TableDefinition<(&str, &str), &[u8]> =
+    TableDefinition::new("ml_cursor_individually_deleted");
+
+/// How hard [`RedbStore`] commits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum SyncMode {
+    /// Every commit is fsynced before it returns (survives power loss).
+    #[default]
+    Immediate,
+    /// Commits are atomic and survive a process crash only once a later
+    /// `Immediate` commit (or [`RedbStore::sync`]) ran; used by benchmarks.
+    Deferred,
+}
+
+/// Durable [`LedgerStore`] on an embedded [redb](https://docs.rs/redb)
+/// database file: every method is one ACID write transaction, so closing and
+/// reopening the file (or killing the process) shows each operation either
+/// completely or not at all.
+///
+/// The database is shared: other modules (delayed-delivery bucket snapshots)
+/// keep their own tables in the same file and can commit them together with
+/// cursor properties through [`RedbStore::database`] and
+/// [`RedbStore::set_cursor_property_in`].
+#[derive(Debug, Clone)]
+pub struct RedbStore {
+    db: Arc<Database>,
+    mode: SyncMode,
+}
+
+impl RedbStore {
+    /// Opens (creating if needed) the store at `path` with
+    /// [`SyncMode::Immediate`].
+    ///
+    /// # Errors
+    /// [`StoreError::Backend`] if the file cannot be created/opened (e.g. an
+    /// unwritable directory, or the file is locked by another process).
+    pub fn open(path: impl AsRef<Path>) -> Result<Self, StoreError> {
+        Self::open_with(path, SyncMode::Immediate)
+    }
+
+    /// Opens the store at `path` with the given commit mode.
+    ///
+    /// # Errors
+    /// As [`RedbStore::open`].
+    pub fn open_with(path: impl AsRef<Path>, mode: SyncMode) -> Result<Self, StoreError> {
+        let db = Database::create(path.as_ref())?;
+        let store = Self {
+            db: Arc::new(db),
+            mode,
+        };
+        // Create every table once so read transactions never see a missing table.
+        let txn = store.begin()?;
+        txn.open_table(ENTRIES)?;
+        txn.open_table(LEDGERS)?;
+        txn.open_table(CURSOR_MARK_DELETE)?;
+        txn.open_table(CURSOR_PROPERTIES)?;
+        txn.open_table(CURSOR_RANGES)?;
+        txn.commit()?;
+        Ok(store)
+    }
+
+    /// The underlying database, for modules that keep their own tables in
+    /// the same file.
+    pub fn database(&self) -> &Arc<Database> {
+        &self.db
+    }
+
+    /// Begins a write transaction with this store's [`SyncMode`].
+    ///
+    /// # Errors
+    /// [`StoreError::Backend`] if the database refuses the transaction.
+    pub fn begin(&self) -> Result<WriteTransaction, StoreError> {
+        let mut txn = self.db.begin_write()?;
+        let durability = match self.mode {
+            SyncMode::Immediate => Durability::Immediate,
+            SyncMode::Deferred => Durability::None,
+        };
+        txn.set_durability(durability)
+            .map_err(|e| StoreError::Backend(e.to_string()))?;
+        Ok(txn)
+    }
+
+    /// Forces everything committed so far to disk (an empty `Immediate`
+    /// commit).
+    ///
+    /// # Errors
+    /// [`StoreError::Backend`] on I/O failure.
+    pub fn sync(&self) -> Result<(), StoreError> {
+        let txn = self.db.begin_write()?;
+        txn.commit()?;
+        Ok(())
+    }
+
+    /// Sets (`Some`) or removes (`None`) cursor property `key` of cursor
+    /// `cursor` on managed ledger `ledger` inside an existing transaction, so
+    /// callers can make it part of a larger atomic commit (e.g. a bucket
+    /// snapshot and its cursor-property commit point).
+    ///
+    /// # Errors
+    /// [`StoreError::Backend`] on a database error.
+    pub fn set_cursor_property_in(
+        txn: &WriteTransaction,
+        ledger: &str,
+        cursor: &str,
+        key: &str,
+        value: Option<i64>,
+    ) -> Result<(), StoreError> {
+        let mut t = txn.open_table(CURSOR_PROPERTIES)?;
+        match value {
+            Some(v) => {
+                t.insert((ledger, cursor, key), v)?;
+            }
+            None => {
+                t.remove((ledger, cursor, key))?;
+            }
+        }
+        Ok(())
+    }
+}
+
+fn encode_ranges(ranges: &[(Position, Position)]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(ranges.len() * 32);
+    for (lo, hi) in ranges {
+        for v in [lo.ledger_id, lo.entry_id, hi.ledger_id, hi.entry_id] {
+            out.extend_from_slice(&v.to_le_bytes());
+        }
+    }
+    out
+}
+
+fn decode_ranges(bytes: &[u8]) -> Result<Vec<(Position, Position)>, StoreError> {
+    if bytes.len() % 32 != 0 {
+        return Err(StoreError::Corrupt(format!(
+            "individually deleted ranges record has {} bytes, not a multiple of 32",
+            bytes.len()
+        )));
+    }
+    Ok(bytes
+        .chunks_exact(32)
+        .map(|c| {
+            let v = |i: usize| {
+                let mut b = [0u8; 8];
+                b.copy_from_slice(&c[i * 8..i * 8 + 8]);
+                i64::from_le_bytes(b)
+            };
+            (Position::new(v(0), v(1)), Position::new(v(2), v(3)))
+        })
+        .collect())
+}
+
+impl LedgerStore for RedbStore {
+    fn load_ledger(&self, name: &str) -> Result<StoredLedger, StoreError> {
+        let txn = self.db.begin_read()?;
+        let t = txn.open_table(LEDGERS)?;
+        let mut out = StoredLedger::default();
+        for row in t.range((name, i64::MIN)..=(name, i64::MAX))? {
+            let (k, v) = row?;
+            let (_, id) = k.value();
+            let (entries, lost) = v.value();
+            out.ledgers.insert(id, StoredLedgerInfo { entries, lost });
+        }
+        Ok(out)
+    }
+
+    fn create_ledger(&self, name: &str, ledger_id: i64) -> Result<(), StoreError> {
+        let txn = self.begin()?;
+        {
+            let mut t = txn.open_table(LEDGERS)?;
+            let exists = t.get((name, ledger_id))?.is_some();
+            if !exists {
+                t.insert((name, ledger_id), (0i64, false))?;
+            }
+        }
+        txn.commit()?;
+        Ok(())
+    }
+
+    fn append(
+        &self,
+        name: &str,
+        ledger_id: i64,
+        first_entry_id: i64,
+        payloads: &[&[u8]],
+    ) -> Result<(), StoreError> {
+        let txn = self.begin()?;
+        {
+            let mut e = txn.open_table(ENTRIES)?;
+            for (i, p) in payloads.iter().enumerate() {
+                e.insert((name, ledger_id, first_entry_id + i as i64), *p)?;
+            }
+            let mut l = txn.open_table(LEDGERS)?;
+            l.insert(
+                (name, ledger_id),
+                (first_entry_id + payloads.len() as i64, false),
+            )?;
+        }
+        txn.commit()?;
+        Ok(())
+    }
+
+    fn read(
+        &self,
+        name: &str,
+        ledger_id: i64,
+        first: i64,
+        last: i64,
+    ) -> Result<Vec<(i64, Vec<u8>)>, StoreError> {
+        if first > last {
+            return Ok(Vec::new());
+        }
+        let txn = self.db.begin_read()?;
+        let t = txn.open_table(ENTRIES)?;
+        let mut out = Vec::with_capacity((last - first + 1).min(1024) as usize);
+        for row in t.range((name, ledger_id, first)..=(name, ledger_id, last))? {
+            let (k, v) = row?;
+            out.push((k.value().2, v.value().to_vec()));
+        }
+        Ok(out)
+    }
+
+    fn mark_ledger_lost(&self, name: &str, ledger_id: i64) -> Result<(), StoreError> {
+        let txn = self.begin()?;
+        {
+            let mut e = txn.open_table(ENTRIES)?;
+            e.retain_in(
+                (name, ledger_id, i64::MIN)..=(name, ledger_id, i64::MAX),
+                |_, _| false,
+            )?;
+            let mut l = txn.open_table(LEDGERS)?;
+            let entries = l.get((name, ledger_id))?.map(|v| v.value().0).unwrap_or(0);
+            l.insert((name, ledger_id), (entries, true))?;
+        }
+        txn.commit()?;
+        Ok(())
+    }
+
+    fn load_cursor(&self, name: &str, cursor: &str) -> Result<Option<StoredCursor>, StoreError> {
+        let txn = self.db.begin_read()?;
+        let md = txn.open_table(CURSOR_MARK_DELETE)?;
+        let Some(md) = md.get((name, cursor))?.map(|v| v.value()) else {
+            return Ok(None);
+        };
+        let props_t = txn.open_table(CURSOR_PROPERTIES)?;
+        let mut properties = BTreeMap::new();
+        for row in props_t.range((name, cursor, "")..)? {
+            let (k, v) = row?;
+            let (n, c, key) = k.value();
+            if n != name || c != cursor {
+                break;
+            }
+            properties.insert(key.to_string(), v.value());
+        }
+        let ranges_t = txn.open_table(CURSOR_RANGES)?;
+        let individually_deleted = match ranges_t.get((name, cursor))? {
+            Some(v) => decode_ranges(v.value())?,
+            None => Vec::new(),
+        };
+        Ok(Some(StoredCursor {
+            mark_delete: Position::new(md.0, md.1),
+            properties,
+            individually_deleted,
+        }))
+    }
+
+    fn save_mark_delete(
+        &self,
+        name: &str,
+        cursor: &str,
+        mark_delete: Position,
+        individually_deleted: &[(Position, Position)],
+    ) -> Result<(), StoreError> {
+        let txn = self.begin()?;
+        {
+            let mut md = txn.open_table(CURSOR_MARK_DELETE)?;
+            md.insert(
+                (name, cursor),
+                (mark_delete.ledger_id, mark_delete.entry_id),
+            )?;
+            let mut ranges = txn.open_table(CURSOR_RANGES)?;
+            let encoded = encode_ranges(individually_deleted);
+            ranges.insert((name, cursor), encoded.as_slice())?;
+        }
+        txn.commit()?;
+        Ok(())
+    }
+
+    fn set_cursor_property(
+        &self,
+        name: &str,
+        cursor: &str,
+        key: &str,
+        value: Option<i64>,
+    ) -> Result<(), StoreError> {
+        let txn = self.begin()?;
+        Self::set_cursor_property_in(&txn, name, cursor, key, value)?;
+        txn.commit()?;
+        Ok(())
+    }
+
+    fn list_cursors(&self, name: &str) -> Result<Vec<String>, StoreError> {
+        let txn = self.db.begin_read()?;
+        let md = txn.open_table(CURSOR_MARK_DELETE)?;
+        let mut out = Vec::new();
+        for row in md.range((name, "")..)? {
+            let (k, _) = row?;
+            let (n, c) = k.value();
+            if n != name {
+                break;
+            }
+            out.push(c.to_string());
+        }
+        Ok(out)
+    }
+}

@@ -1,0 +1,405 @@
+//! The synchronisation facade: the **only** module that chooses between `std`,
+//! [loom] and [shuttle] primitives.
+//!
+//! Every atomic, lock, thread spawn, `Arc` and published cell used by
+//! concurrency-critical code in this crate is imported from here, so the very
+//! same algorithm runs in production (std), under loom's exhaustive
+//! interleaving checker (`RUSTFLAGS="--cfg loom"`) and under shuttle's
+//! randomized/PCT schedulers (`--features shuttle`). There is no second copy
+//! of any algorithm for the models. This follows tokio's `src/loom` facade.
+//!
+//! | build                          | primitives                  |
+//! |--------------------------------|-----------------------------|
+//! | default                        | `std::sync`, `std::thread`, [`arc_swap`] |
+//! | `RUSTFLAGS="--cfg loom"`       | `loom::sync`, `loom::thread` |
+//! | `--features shuttle` (no loom) | `shuttle::sync`, `shuttle::thread` |
+//!
+//! Locks are exposed through thin wrappers ([`Mutex`], [`RwLock`]) whose
+//! `lock`/`read`/`write` return the guard directly: a poisoned lock (a thread
+//! panicked while holding it) is recovered rather than propagated, because
+//! every critical section in this crate restores its invariants before any
+//! operation that could panic.
+//!
+//! [`Published`] is the published-value cell (a single-writer-friendly,
+//! multi-reader "current value" slot) used for lock-free lookups: it wraps
+//! [`arc_swap::ArcSwap`] in the std build and a modelled equivalent with the
+//! same contract under loom/shuttle (arc-swap is not loom-aware).
+//!
+//! [loom]: https://docs.rs/loom
+//! [shuttle]: https://docs.rs/shuttle
+
+#[cfg(loom)]
+mod imp {
+    pub use loom::sync::atomic::{
+        fence, AtomicBool, AtomicI32, AtomicI64, AtomicU32, AtomicU64, AtomicUsize, Ordering,
+    };
+    pub use loom::sync::Arc;
+    pub(crate) use loom::sync::{
+        Condvar as RawCondvar, Mutex as RawMutex, MutexGuard as RawMutexGuard, RwLock as RawRwLock,
+        RwLockReadGuard as RawReadGuard, RwLockWriteGuard as RawWriteGuard,
+    };
+    pub mod thread {
+        //! loom's thread module.
+        pub use loom::thread::{current, spawn, yield_now, JoinHandle};
+    }
+}
+
+#[cfg(all(feature = "shuttle", not(loom)))]
+mod imp {
+    pub use shuttle::sync::atomic::{
+        fence, AtomicBool, AtomicI32, AtomicI64, AtomicU32, AtomicU64, AtomicUsize, Ordering,
+    };
+    pub use shuttle::sync::Arc;
+    pub(crate) use shuttle::sync::{
+        Condvar as RawCondvar, Mutex as RawMutex, MutexGuard as RawMutexGuard, RwLock as RawRwLock,
+        RwLockReadGuard as RawReadGuard, RwLockWriteGuard as RawWriteGuard,
+    };
+    pub mod thread {
+        //! shuttle's thread module.
+        pub use shuttle::thread::{current, spawn, yield_now, JoinHandle};
+    }
+}
+
+#[cfg(not(any(loom, feature = "shuttle")))]
+mod imp {
+    pub use std::sync::atomic::{
+        fence, AtomicBool, AtomicI32, AtomicI64, AtomicU32, AtomicU64, AtomicUsize, Ordering,
+    };
+    pub use std::sync::Arc;
+    pub(crate) use std::sync::{
+        Condvar as RawCondvar, Mutex as RawMutex, MutexGuard as RawMutexGuard, RwLock as RawRwLock,
+        RwLockReadGuard as RawReadGuard, RwLockWriteGuard as RawWriteGuard,
+    };
+    pub mod thread {
+        //! std's thread module.
+        pub use std::thread::{current, spawn, yield_now, JoinHandle};
+    }
+}
+
+pub use imp::thread;
+pub use imp::{
+    fence, Arc, AtomicBool, AtomicI32, AtomicI64, AtomicU32, AtomicU64, AtomicUsize, Ordering,
+};
+
+use std::fmt;
+use std::time::Duration;
+
+/// Mutual-exclusion lock from the active backend (std / loom / shuttle).
+///
+/// `lock` returns the guard directly; poisoning is recovered (see the module
+/// docs). Any thread may call it; it blocks (std) or yields to the model's
+/// scheduler (loom/shuttle).
+pub struct Mutex<T> {
+    inner: imp::RawMutex<T>,
+}
+
+/// Guard returned by [`Mutex::lock`].
+pub type MutexGuard<'a, T> = imp::RawMutexGuard<'a, T>;
+
+impl<T> Mutex<T> {
+    /// Creates an unlocked mutex holding `value`.
+    pub fn new(value: T) -> Self {
+        Self {
+            inner: imp::RawMutex::new(value),
+        }
+    }
+
+    /// Acquires the lock, blocking the calling thread until it is available.
+    pub fn lock(&self) -> MutexGuard<'_, T> {
+        match self.inner.lock() {
+            Ok(g) => g,
+            Err(poisoned) => poisoned.into_inner(),
+        }
+    }
+
+    /// Consumes the mutex and returns the value.
+    pub fn into_inner(self) -> T {
+        match self.inner.into_inner() {
+            Ok(v) => v,
+            Err(poisoned) => poisoned.into_inner(),
+        }
+    }
+}
+
+impl<T: Default> Default for Mutex<T> {
+    fn default() -> Self {
+        Self::new(T::default())
+    }
+}
+
+impl<T: fmt::Debug> fmt::Debug for Mutex<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Mutex").finish_non_exhaustive()
+    }
+}
+
+/// Reader-writer lock from the active backend (std / loom / shuttle).
+///
+/// `read`/`write` return guards directly; poisoning is recovered.
+pub struct RwLock<T> {
+    inner: imp::RawRwLock<T>,
+}
+
+/// Shared guard returned by [`RwLock::read`].
+pub type RwLockReadGuard<'a, T> = imp::RawReadGuard<'a, T>;
+/// Exclusive guard returned by [`RwLock::write`].
+pub type RwLockWriteGuard<'a, T> = imp::RawWriteGuard<'a, T>;
+
+impl<T> RwLock<T> {
+    /// Creates an unlocked reader-writer lock holding `value`.
+    pub fn new(value: T) -> Self {
+        Self {
+            inner: imp::RawRwLock::new(value),
+        }
+    }
+
+    /// Acquires shared access, blocking while a writer holds the lock.
+    pub fn read(&self) -> RwLockReadGuard<'_, T> {
+        match self.inner.read() {
+            Ok(g) => g,
+            Err(poisoned) => poisoned.into_inner(),
+        }
+    }
+
+    /// Acquires exclusive access, blocking while any reader or writer holds it.
+    pub fn write(&self) -> RwLockWriteGuard<'_, T> {
+        match self.inner.write() {
+            Ok(g) => g,
+            Err(poisoned) => poisoned.into_inner(),
+        }
+    }
+}
+
+impl<T: Default> Default for RwLock<T> {
+    fn default() -> Self {
+        Self::new(T::default())
+    }
+}
+
+impl<T> fmt::Debug for RwLock<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RwLock").finish_non_exhaustive()
+    }
+}
+
+/// Condition variable from the active backend, paired with [`Mutex`].
+pub struct Condvar {
+    inner: imp::RawCondvar,
+}
+
+impl Condvar {
+    /// Creates a condition variable with no waiters.
+    pub fn new() -> Self {
+        Self {
+            inner: imp::RawCondvar::new(),
+        }
+    }
+
+    /// Blocks until notified (spurious wake-ups are possible: re-check the
+    /// predicate in a loop).
+    pub fn wait<'a, T>(&self, guard: MutexGuard<'a, T>) -> MutexGuard<'a, T> {
+        match self.inner.wait(guard) {
+            Ok(g) => g,
+            Err(poisoned) => poisoned.into_inner(),
+        }
+    }
+
+    /// Blocks until notified or until `timeout` (wall-clock; std build only
+    /// honours it exactly) elapses. Returns the guard and whether it timed out.
+    pub fn wait_timeout<'a, T>(
+        &self,
+        guard: MutexGuard<'a, T>,
+        timeout: Duration,
+    ) -> (MutexGuard<'a, T>, bool) {
+        match self.inner.wait_timeout(guard, timeout) {
+            Ok((g, r)) => (g, r.timed_out()),
+            Err(poisoned) => {
+                let (g, r) = poisoned.into_inner();
+                (g, r.timed_out())
+            }
+        }
+    }
+
+    /// Wakes one waiter.
+    pub fn notify_one(&self) {
+        self.inner.notify_one();
+    }
+
+    /// Wakes every waiter.
+    pub fn notify_all(&self) {
+        self.inner.notify_all();
+    }
+}
+
+impl Default for Condvar {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl fmt::Debug for Condvar {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Condvar").finish_non_exhaustive()
+    }
+}
+
+/// A published-value cell: one current `Arc<T>` that readers load without
+/// taking a lock and writers replace atomically.
+///
+/// Contract (checked by `loom-tests/published.rs` and
+/// `shuttle-tests/published.rs`):
+/// - a load returns a value that some `store`/`rcu` actually published (never
+///   a torn or invented value);
+/// - loads are linearizable with stores: once a thread has observed value
+///   `v2`, none of its later loads returns a value published before `v2`;
+/// - everything the writer did before `store` happens-before anything a reader
+///   does after a load that returns the stored value (release/acquire).
+///
+/// Std build: a thin wrapper over [`arc_swap::ArcSwap`] (wait-free loads via
+/// its debt slots). Loom/shuttle builds: a modelled equivalent, an
+/// `RwLock<Arc<T>>` of the model's scheduler, with the same contract.
+///
+/// Concurrency: any number of threads may `load`/`with` concurrently with any
+/// number of `store`/`rcu` callers. `rcu` retries its closure while racing
+/// other writers, so the closure must be pure.
+pub struct Published<T> {
+    #[cfg(not(any(loom, feature = "shuttle")))]
+    inner: arc_swap::ArcSwap<T>,
+    #[cfg(any(loom, feature = "shuttle"))]
+    inner: imp::RawRwLock<Arc<T>>,
+}
+
+impl<T> Published<T> {
+    /// Creates a cell whose current value is `value`.
+    pub fn new(value: T) -> Self {
+        Self::from_arc(Arc::new(value))
+    }
+
+    /// Creates a cell whose current value is the given `Arc`.
+    pub fn from_arc(value: Arc<T>) -> Self {
+        #[cfg(not(any(loom, feature = "shuttle")))]
+        {
+            Self {
+                inner: arc_swap::ArcSwap::new(value),
+            }
+        }
+        #[cfg(any(loom, feature = "shuttle"))]
+        {
+            Self {
+                inner: imp::RawRwLock::new(value),
+            }
+        }
+    }
+
+    /// Returns the current value as an owned `Arc` (one reference-count
+    /// increment; prefer [`Published::with`] on hot paths).
+    pub fn load(&self) -> Arc<T> {
+        #[cfg(not(any(loom, feature = "shuttle")))]
+        {
+            self.inner.load_full()
+        }
+        #[cfg(any(loom, feature = "shuttle"))]
+        {
+            let guard = match self.inner.read() {
+                Ok(g) => g,
+                Err(p) => p.into_inner(),
+            };
+            Arc::clone(&guard)
+        }
+    }
+
+    /// Runs `f` on the current value without taking a lock or touching the
+    /// reference count (std build). The borrow must not escape `f`.
+    #[inline]
+    pub fn with<R>(&self, f: impl FnOnce(&T) -> R) -> R {
+        #[cfg(not(any(loom, feature = "shuttle")))]
+        {
+            let guard = self.inner.load();
+            f(&guard)
+        }
+        #[cfg(any(loom, feature = "shuttle"))]
+        {
+            let current = self.load();
+            f(&current)
+        }
+    }
+
+    /// Publishes `value`, replacing the current one.
+    pub fn store(&self, value: T) {
+        self.store_arc(Arc::new(value));
+    }
+
+    /// Publishes an existing `Arc`, replacing the current one.
+    pub fn store_arc(&self, value: Arc<T>) {
+        #[cfg(not(any(loom, feature = "shuttle")))]
+        {
+            self.inner.store(value);
+        }
+        #[cfg(any(loom, feature = "shuttle"))]
+        {
+            let mut guard = match self.inner.write() {
+                Ok(g) => g,
+                Err(p) => p.into_inner(),
+            };
+            *guard = value;
+        }
+    }
+
+    /// Read-copy-update: publishes `f(current)`, retrying if another writer
+    /// published in between. Returns the value that was replaced.
+    pub fn rcu(&self, mut f: impl FnMut(&T) -> T) -> Arc<T> {
+        #[cfg(not(any(loom, feature = "shuttle")))]
+        {
+            self.inner.rcu(|cur| Arc::new(f(cur)))
+        }
+        #[cfg(any(loom, feature = "shuttle"))]
+        {
+            let mut guard = match self.inner.write() {
+                Ok(g) => g,
+                Err(p) => p.into_inner(),
+            };
+            let next = Arc::new(f(&guard));
+            std::mem::replace(&mut *guard, next)
+        }
+    }
+}
+
+impl<T: Default> Default for Published<T> {
+    fn default() -> Self {
+        Self::new(T::default())
+    }
+}
+
+impl<T: fmt::Debug> fmt::Debug for Published<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.with(|v| f.debug_tuple("Published").field(v).finish())
+    }
+}
+
+#[cfg(all(test, not(any(loom, feature = "shuttle"))))]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn published_load_store_rcu() {
+        let cell = Published::new(1u32);
+        assert_eq!(*cell.load(), 1);
+        cell.store(2);
+        assert_eq!(cell.with(|v| *v), 2);
+        let old = cell.rcu(|v| v + 10);
+        assert_eq!(*old, 2);
+        assert_eq!(*cell.load(), 12);
+    }
+
+    #[test]
+    fn mutex_recovers_from_poison() {
+        let m = Arc::new(Mutex::new(5));
+        let m2 = Arc::clone(&m);
+        let _ = std::thread::spawn(move || {
+            let _g = m2.lock();
+            panic!("poison on purpose");
+        })
+        .join();
+        assert_eq!(*m.lock(), 5);
+    }
+}
