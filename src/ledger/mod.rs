@@ -33,7 +33,11 @@ pub use store::{
 use std::collections::{BTreeMap, VecDeque};
 
 use crate::position::Position;
-use crate::sync::{Arc, AtomicBool, Mutex, Ordering};
+use crate::sync::{AtomicBool, Mutex, Ordering};
+// Ownership handles (the store trait object, `Arc<ManagedLedger>` receivers)
+// use std's Arc in every build: they carry no modelled synchronisation, and
+// loom's Arc supports neither unsized coercion nor `self: &Arc<Self>`.
+use std::sync::Arc;
 
 /// Configuration of a [`ManagedLedger`].
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -11,7 +11,8 @@ use redb::{
 
 use super::error::StoreError;
 use crate::position::Position;
-use crate::sync::{Arc, Mutex};
+use crate::sync::Mutex;
+use std::sync::Arc;
 
 /// What the store knows about one ledger of a managed ledger.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
