@@ -27,7 +27,8 @@ mod store;
 
 pub use error::{LedgerError, ReadFailureKind, StoreError};
 pub use store::{
-    LedgerStore, MemoryStore, RedbStore, StoredCursor, StoredLedger, StoredLedgerInfo, SyncMode,
+    AppendSegment, LedgerStore, MemoryStore, RedbStore, StoredCursor, StoredLedger,
+    StoredLedgerInfo, SyncMode,
 };
 
 use std::collections::{BTreeMap, VecDeque};
@@ -286,45 +287,53 @@ impl ManagedLedger {
     }
 
     /// Appends `payloads` in order and returns their positions. The batch may
-    /// span a ledger rollover; each ledger's part is stored atomically and in
-    /// order, so after a crash a prefix of the batch (split at ledger
-    /// boundaries) is visible, never a torn entry. Within one ledger the batch
-    /// is all-or-nothing.
+    /// span ledger rollovers; it is stored in ONE atomic write, so after a
+    /// crash either the whole batch is visible or none of it (never a torn
+    /// batch or entry). An empty batch is a no-op.
     ///
     /// # Errors
-    /// As [`ManagedLedger::append`].
+    /// As [`ManagedLedger::append`]. On error nothing is appended.
     pub fn append_batch(&self, payloads: &[&[u8]]) -> Result<Vec<Position>, LedgerError> {
         if self.fenced.load(Ordering::Acquire) {
             return Err(LedgerError::Fenced {
                 ledger: self.name.clone(),
             });
         }
+        if payloads.is_empty() {
+            return Ok(Vec::new());
+        }
         let mut state = self.state.lock();
         let max = i64::from(self.config.max_entries_per_ledger);
-        let mut out = Vec::with_capacity(payloads.len());
+        // Plan the segments against a copy of the ledger list; commit the
+        // in-memory state only after the store accepted the whole batch.
+        let (mut id, mut info) = state.current();
+        let mut planned: Vec<(i64, i64, &[&[u8]])> = Vec::new();
         let mut rest = payloads;
         while !rest.is_empty() {
-            let (mut id, mut info) = state.current();
             if info.entries >= max {
-                let next = id + 1;
-                self.store.create_ledger(&self.name, next)?;
-                state.ledgers.insert(next, StoredLedgerInfo::default());
-                id = next;
+                id += 1;
                 info = StoredLedgerInfo::default();
             }
-            let room = (max - info.entries) as usize;
-            let take = room.min(rest.len());
+            let take = ((max - info.entries) as usize).min(rest.len());
             let (chunk, tail) = rest.split_at(take);
-            self.store.append(&self.name, id, info.entries, chunk)?;
-            for i in 0..take {
-                out.push(Position::new(id, info.entries + i as i64));
-            }
-            state
-                .ledgers
-                .get_mut(&id)
-                .expect("current ledger exists")
-                .entries += take as i64;
+            planned.push((id, info.entries, chunk));
+            info.entries += take as i64;
             rest = tail;
+        }
+        let segments: Vec<AppendSegment<'_>> = planned
+            .iter()
+            .map(|(ledger_id, first_entry_id, payloads)| AppendSegment {
+                ledger_id: *ledger_id,
+                first_entry_id: *first_entry_id,
+                payloads,
+            })
+            .collect();
+        self.store.append(&self.name, &segments)?;
+        let mut out = Vec::with_capacity(payloads.len());
+        for seg in &segments {
+            let n = seg.payloads.len() as i64;
+            out.extend((0..n).map(|i| Position::new(seg.ledger_id, seg.first_entry_id + i)));
+            state.ledgers.entry(seg.ledger_id).or_default().entries = seg.first_entry_id + n;
         }
         Ok(out)
     }

@@ -31,6 +31,18 @@ pub struct StoredLedger {
     pub ledgers: BTreeMap<i64, StoredLedgerInfo>,
 }
 
+/// Part of an atomic append: `payloads` become entries
+/// `first_entry_id..first_entry_id + payloads.len()` of ledger `ledger_id`.
+#[derive(Debug, Clone, Copy)]
+pub struct AppendSegment<'a> {
+    /// Target ledger (created if missing).
+    pub ledger_id: i64,
+    /// Entry id of the first payload.
+    pub first_entry_id: i64,
+    /// Entry payloads, in order.
+    pub payloads: &'a [&'a [u8]],
+}
+
 /// Persisted state of one cursor.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct StoredCursor {
@@ -54,15 +66,9 @@ pub trait LedgerStore: Send + Sync + std::fmt::Debug {
     fn load_ledger(&self, name: &str) -> Result<StoredLedger, StoreError>;
     /// Creates ledger `ledger_id` (0 entries) in managed ledger `name`.
     fn create_ledger(&self, name: &str, ledger_id: i64) -> Result<(), StoreError>;
-    /// Appends `payloads` to ledger `ledger_id` as entries
-    /// `first_entry_id..first_entry_id + payloads.len()`, atomically.
-    fn append(
-        &self,
-        name: &str,
-        ledger_id: i64,
-        first_entry_id: i64,
-        payloads: &[&[u8]],
-    ) -> Result<(), StoreError>;
+    /// Appends every segment (creating ledgers that do not exist yet) in ONE
+    /// atomic write: after a crash either all of them are visible or none.
+    fn append(&self, name: &str, segments: &[AppendSegment<'_>]) -> Result<(), StoreError>;
     /// Reads entries `first..=last` of ledger `ledger_id` (missing ones are
     /// absent from the result).
     fn read(
@@ -144,28 +150,28 @@ impl LedgerStore for MemoryStore {
         Ok(())
     }
 
-    fn append(
-        &self,
-        name: &str,
-        ledger_id: i64,
-        first_entry_id: i64,
-        payloads: &[&[u8]],
-    ) -> Result<(), StoreError> {
+    fn append(&self, name: &str, segments: &[AppendSegment<'_>]) -> Result<(), StoreError> {
         let mut inner = self.inner.lock();
-        for (i, p) in payloads.iter().enumerate() {
-            inner.entries.insert(
-                (name.to_string(), ledger_id, first_entry_id + i as i64),
-                p.to_vec(),
-            );
+        for seg in segments {
+            for (i, p) in seg.payloads.iter().enumerate() {
+                inner.entries.insert(
+                    (
+                        name.to_string(),
+                        seg.ledger_id,
+                        seg.first_entry_id + i as i64,
+                    ),
+                    p.to_vec(),
+                );
+            }
+            let info = inner
+                .ledgers
+                .entry(name.to_string())
+                .or_default()
+                .ledgers
+                .entry(seg.ledger_id)
+                .or_default();
+            info.entries = seg.first_entry_id + seg.payloads.len() as i64;
         }
-        let info = inner
-            .ledgers
-            .entry(name.to_string())
-            .or_default()
-            .ledgers
-            .entry(ledger_id)
-            .or_default();
-        info.entries = first_entry_id + payloads.len() as i64;
         Ok(())
     }
 
@@ -471,24 +477,20 @@ impl LedgerStore for RedbStore {
         Ok(())
     }
 
-    fn append(
-        &self,
-        name: &str,
-        ledger_id: i64,
-        first_entry_id: i64,
-        payloads: &[&[u8]],
-    ) -> Result<(), StoreError> {
+    fn append(&self, name: &str, segments: &[AppendSegment<'_>]) -> Result<(), StoreError> {
         let txn = self.begin()?;
         {
             let mut e = txn.open_table(ENTRIES)?;
-            for (i, p) in payloads.iter().enumerate() {
-                e.insert((name, ledger_id, first_entry_id + i as i64), *p)?;
-            }
             let mut l = txn.open_table(LEDGERS)?;
-            l.insert(
-                (name, ledger_id),
-                (first_entry_id + payloads.len() as i64, false),
-            )?;
+            for seg in segments {
+                for (i, p) in seg.payloads.iter().enumerate() {
+                    e.insert((name, seg.ledger_id, seg.first_entry_id + i as i64), *p)?;
+                }
+                l.insert(
+                    (name, seg.ledger_id),
+                    (seg.first_entry_id + seg.payloads.len() as i64, false),
+                )?;
+            }
         }
         txn.commit()?;
         Ok(())

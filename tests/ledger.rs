@@ -1,0 +1,412 @@
+//! Managed-ledger substrate: append/read/rollover/rewind/mark-delete, every
+//! injected read-failure kind, lost ledgers with and without auto-skip, and
+//! redb durability (close + reopen, and a process killed mid-batch).
+#![cfg(not(any(loom, feature = "shuttle")))]
+
+use std::sync::Arc;
+
+use pulsar_core::ledger::{
+    LedgerConfig, LedgerError, LedgerStore, ManagedLedger, MemoryStore, ReadFailureKind, RedbStore,
+};
+use pulsar_core::Position;
+
+fn cfg(max: u32) -> LedgerConfig {
+    LedgerConfig {
+        max_entries_per_ledger: max,
+        auto_skip_non_recoverable_data: false,
+    }
+}
+
+fn p(l: i64, e: i64) -> Position {
+    Position::new(l, e)
+}
+
+/// Runs `f` against both backends.
+fn both(f: impl Fn(Arc<dyn LedgerStore>)) {
+    f(Arc::new(MemoryStore::new()));
+    let dir = tempfile::tempdir().unwrap();
+    f(Arc::new(
+        RedbStore::open(dir.path().join("store.redb")).unwrap(),
+    ));
+}
+
+#[test]
+fn append_rolls_over_and_reads_in_order() {
+    both(|store| {
+        let ml = ManagedLedger::open("t", cfg(3), store).unwrap();
+        assert_eq!(ml.last_confirmed_entry(), p(1, -1));
+        let payloads: Vec<Vec<u8>> = (0..7u8).map(|i| vec![i]).collect();
+        let refs: Vec<&[u8]> = payloads.iter().map(|v| v.as_slice()).collect();
+        let pos = ml.append_batch(&refs).unwrap();
+        assert_eq!(
+            pos,
+            vec![
+                p(1, 0),
+                p(1, 1),
+                p(1, 2),
+                p(2, 0),
+                p(2, 1),
+                p(2, 2),
+                p(3, 0)
+            ]
+        );
+        assert_eq!(ml.append(b"x").unwrap(), p(3, 1));
+        assert_eq!(ml.last_confirmed_entry(), p(3, 1));
+        assert_eq!(ml.ledgers(), vec![(1, 3), (2, 3), (3, 2)]);
+
+        let c = ml.open_cursor("sub").unwrap();
+        assert_eq!(c.mark_delete_position(), p(1, -1));
+        assert_eq!(c.read_position(), p(1, 0));
+        assert!(c.has_more_entries());
+        assert_eq!(c.number_of_entries_to_read(), 8);
+        let first = c.read_entries(4).unwrap();
+        assert_eq!(
+            first.iter().map(|e| e.position).collect::<Vec<_>>(),
+            vec![p(1, 0), p(1, 1), p(1, 2), p(2, 0)]
+        );
+        assert_eq!(first[3].data, vec![3]);
+        assert_eq!(c.read_position(), p(2, 1));
+        let rest = c.read_entries(100).unwrap();
+        assert_eq!(rest.len(), 4);
+        assert!(!c.has_more_entries());
+        assert!(c.read_entries(10).unwrap().is_empty());
+        assert_eq!(c.read_position(), p(3, 2));
+    });
+}
+
+#[test]
+fn mark_delete_rewind_and_reset() {
+    both(|store| {
+        let ml = ManagedLedger::open("t", cfg(2), store).unwrap();
+        for i in 0..6u8 {
+            ml.append(&[i]).unwrap();
+        }
+        let c = ml.open_cursor("sub").unwrap();
+        c.read_entries(5).unwrap();
+        assert_eq!(c.read_position(), p(3, 1));
+
+        c.mark_delete(p(2, 0)).unwrap();
+        assert_eq!(c.mark_delete_position(), p(2, 0));
+        assert_eq!(c.read_position(), p(3, 1), "read position ahead stays");
+        c.rewind();
+        assert_eq!(c.read_position(), p(2, 1), "rewind = next(mark-delete)");
+
+        // Mark-delete at the end of a ledger: next valid is in the next ledger.
+        c.mark_delete(p(2, 1)).unwrap();
+        c.rewind();
+        assert_eq!(c.read_position(), p(3, 0));
+
+        // Backward mark-delete is refused and changes nothing.
+        let err = c.mark_delete(p(1, 1)).unwrap_err();
+        assert!(
+            matches!(err, LedgerError::MarkDeleteBackward { .. }),
+            "{err}"
+        );
+        assert_eq!(c.mark_delete_position(), p(2, 1));
+
+        // Beyond the last confirmed entry is refused.
+        let err = c.mark_delete(p(3, 2)).unwrap_err();
+        assert!(
+            matches!(err, LedgerError::BeyondLastConfirmed { .. }),
+            "{err}"
+        );
+
+        // Mark-delete past the read position pushes the read position forward.
+        c.rewind();
+        c.mark_delete(p(3, 0)).unwrap();
+        assert_eq!(c.read_position(), p(3, 1));
+
+        // Reset may move mark-delete backward.
+        c.reset(p(1, 1)).unwrap();
+        assert_eq!(c.mark_delete_position(), p(1, 0));
+        assert_eq!(c.read_position(), p(1, 1));
+        let e = c.read_entries(1).unwrap();
+        assert_eq!(e[0].position, p(1, 1));
+    });
+}
+
+#[test]
+fn every_injected_failure_kind_is_its_typed_error_and_leaves_read_position() {
+    both(|store| {
+        let ml = ManagedLedger::open("t", cfg(10), store).unwrap();
+        ml.append(b"a").unwrap();
+        let c = ml.open_cursor("sub").unwrap();
+        let cases = [
+            ReadFailureKind::LedgerNotExist,
+            ReadFailureKind::NonRecoverableData,
+            ReadFailureKind::Fenced,
+            ReadFailureKind::CursorAlreadyClosed,
+            ReadFailureKind::StorageUnavailable,
+            ReadFailureKind::TooManyRequests,
+        ];
+        for kind in cases {
+            ml.faults().fail_next_reads(kind, 1);
+            let err = c.read_entries(10).unwrap_err();
+            assert_eq!(err.read_failure_kind(), Some(kind), "{err}");
+            assert_eq!(
+                err.is_non_recoverable(),
+                matches!(
+                    kind,
+                    ReadFailureKind::LedgerNotExist | ReadFailureKind::NonRecoverableData
+                )
+            );
+            assert_eq!(c.read_position(), p(1, 0));
+        }
+        // One-shot faults are consumed: the next read succeeds.
+        assert_eq!(c.read_entries(10).unwrap().len(), 1);
+
+        // A policy applies to every read until cleared.
+        ml.faults()
+            .set_policy(|req| (req.cursor == "sub").then_some(ReadFailureKind::TooManyRequests));
+        c.rewind();
+        assert_eq!(c.read_entries(1).unwrap_err(), LedgerError::TooManyRequests);
+        assert_eq!(c.read_entries(1).unwrap_err(), LedgerError::TooManyRequests);
+        ml.faults().clear();
+        assert_eq!(c.read_entries(1).unwrap().len(), 1);
+        assert!(
+            c.read_entries(0).is_err(),
+            "0 entries is an invalid argument"
+        );
+    });
+}
+
+#[test]
+fn closed_cursor_and_fenced_ledger() {
+    both(|store| {
+        let ml = ManagedLedger::open("t", cfg(10), store).unwrap();
+        ml.append(b"a").unwrap();
+        let c = ml.open_cursor("sub").unwrap();
+        c.close();
+        assert!(matches!(
+            c.read_entries(1),
+            Err(LedgerError::CursorAlreadyClosed { .. })
+        ));
+        assert!(matches!(
+            c.mark_delete(p(1, 0)),
+            Err(LedgerError::CursorAlreadyClosed { .. })
+        ));
+        let c2 = ml.open_cursor("other").unwrap();
+        ml.fence();
+        assert!(matches!(
+            c2.read_entries(1),
+            Err(LedgerError::Fenced { .. })
+        ));
+        assert!(matches!(ml.append(b"b"), Err(LedgerError::Fenced { .. })));
+    });
+}
+
+#[test]
+fn lost_ledger_fails_reads_unless_auto_skip() {
+    both(|store| {
+        let ml = ManagedLedger::open("t", cfg(2), Arc::clone(&store)).unwrap();
+        for i in 0..6u8 {
+            ml.append(&[i]).unwrap();
+        }
+        ml.mark_ledger_lost(2).unwrap();
+        let c = ml.open_cursor("sub").unwrap();
+        // Entries before the lost ledger are returned; the failure shows on
+        // the next read, and repeats (the read position never moves).
+        assert_eq!(c.read_entries(10).unwrap().len(), 2);
+        for _ in 0..3 {
+            assert_eq!(
+                c.read_entries(10).unwrap_err(),
+                LedgerError::LedgerNotExist { ledger_id: 2 }
+            );
+            assert_eq!(c.read_position(), p(2, 0));
+        }
+        assert!(ml.mark_ledger_lost(99).is_err());
+
+        // Same ledger list, auto-skip on: the lost ledger is skipped.
+        let skip = ManagedLedger::open(
+            "t",
+            LedgerConfig {
+                max_entries_per_ledger: 2,
+                auto_skip_non_recoverable_data: true,
+            },
+            store,
+        )
+        .unwrap();
+        let c = skip.open_cursor("sub2").unwrap();
+        let got: Vec<_> = c
+            .read_entries(10)
+            .unwrap()
+            .into_iter()
+            .map(|e| e.position)
+            .collect();
+        assert_eq!(got, vec![p(1, 0), p(1, 1), p(3, 0), p(3, 1)]);
+    });
+}
+
+#[test]
+fn properties_are_persisted_and_independent_of_mark_delete() {
+    both(|store| {
+        let ml = ManagedLedger::open("t", cfg(10), store).unwrap();
+        ml.append(b"a").unwrap();
+        let c = ml.open_cursor("sub").unwrap();
+        c.set_property("#pulsar.internal.delayed.bucket_1_2", 42)
+            .unwrap();
+        c.set_property("k", -7).unwrap();
+        c.mark_delete(p(1, 0)).unwrap();
+        let props = c.properties().unwrap();
+        assert_eq!(props.get("k"), Some(&-7));
+        assert_eq!(props.get("#pulsar.internal.delayed.bucket_1_2"), Some(&42));
+        c.remove_property("k").unwrap();
+        assert_eq!(c.properties().unwrap().len(), 1);
+    });
+}
+
+#[test]
+fn invalid_configuration_is_a_typed_error() {
+    let store: Arc<dyn LedgerStore> = Arc::new(MemoryStore::new());
+    assert!(matches!(
+        ManagedLedger::open("t", cfg(0), Arc::clone(&store)),
+        Err(LedgerError::InvalidArgument(_))
+    ));
+    assert!(matches!(
+        ManagedLedger::open("", cfg(1), Arc::clone(&store)),
+        Err(LedgerError::InvalidArgument(_))
+    ));
+    let ml = ManagedLedger::open("t", cfg(1), store).unwrap();
+    assert!(matches!(
+        ml.open_cursor(""),
+        Err(LedgerError::InvalidArgument(_))
+    ));
+}
+
+#[test]
+fn redb_state_survives_close_and_reopen() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("store.redb");
+    {
+        let store: Arc<dyn LedgerStore> = Arc::new(RedbStore::open(&path).unwrap());
+        let ml = ManagedLedger::open("topic", cfg(3), Arc::clone(&store)).unwrap();
+        for i in 0..8u8 {
+            ml.append(&[i; 16]).unwrap();
+        }
+        ml.mark_ledger_lost(1).unwrap();
+        let c = ml.open_cursor("sub").unwrap();
+        c.mark_delete_with_ranges(p(2, 0), vec![(p(2, 1), p(2, 2)), (p(3, 0), p(3, 1))])
+            .unwrap();
+        c.set_property("bucket", 9).unwrap();
+    }
+    let store: Arc<dyn LedgerStore> = Arc::new(RedbStore::open(&path).unwrap());
+    let ml = ManagedLedger::open("topic", cfg(3), store).unwrap();
+    assert_eq!(ml.ledgers(), vec![(1, 3), (2, 3), (3, 2)]);
+    assert_eq!(ml.last_confirmed_entry(), p(3, 1));
+    let c = ml.open_cursor("sub").unwrap();
+    assert_eq!(c.mark_delete_position(), p(2, 0));
+    assert_eq!(
+        c.individually_deleted_ranges(),
+        vec![(p(2, 1), p(2, 2)), (p(3, 0), p(3, 1))]
+    );
+    assert_eq!(c.properties().unwrap().get("bucket"), Some(&9));
+    let e = c.read_entries(10).unwrap();
+    assert_eq!(e.len(), 4);
+    assert_eq!(e[0].position, p(2, 1));
+    assert_eq!(e[0].data, vec![4u8; 16]);
+    // The lost ledger is still known to be lost.
+    c.reset(p(1, 0)).unwrap();
+    assert_eq!(
+        c.read_entries(1).unwrap_err(),
+        LedgerError::LedgerNotExist { ledger_id: 1 }
+    );
+    // Appends continue after the recovered last entry.
+    assert_eq!(ml.append(b"z").unwrap(), p(3, 2));
+}
+
+#[test]
+fn redb_open_in_unwritable_location_is_a_typed_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("not-a-dir");
+    std::fs::write(&file, b"x").unwrap();
+    let err = RedbStore::open(file.join("store.redb")).unwrap_err();
+    assert!(err.to_string().contains("embedded store error"), "{err}");
+}
+
+const KILL_CHILD_ENV: &str = "PULSAR_CORE_LEDGER_KILL_CHILD";
+const BATCH: usize = 37;
+
+/// Child half of `redb_batches_are_whole_after_kill`: appends batches of
+/// `BATCH` entries forever (each payload names its batch) until killed.
+#[test]
+fn redb_kill_child() {
+    let Ok(path) = std::env::var(KILL_CHILD_ENV) else {
+        return; // only meaningful when spawned by the parent test
+    };
+    let store: Arc<dyn LedgerStore> = Arc::new(RedbStore::open(&path).unwrap());
+    let ml = ManagedLedger::open("topic", cfg(1000), store).unwrap();
+    for batch in 0u64.. {
+        let payloads: Vec<Vec<u8>> = (0..BATCH as u64)
+            .map(|i| [batch.to_le_bytes(), i.to_le_bytes()].concat())
+            .collect();
+        let refs: Vec<&[u8]> = payloads.iter().map(|v| v.as_slice()).collect();
+        ml.append_batch(&refs).unwrap();
+        if batch == 0 {
+            std::fs::write(format!("{path}.started"), b"1").unwrap();
+        }
+    }
+}
+
+/// A process killed (SIGKILL) in the middle of appending batches leaves, after
+/// reopening, only whole batches: never a torn batch or entry.
+#[test]
+fn redb_batches_are_whole_after_kill() {
+    use rand::{Rng, SeedableRng};
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(7);
+    let exe = std::env::current_exe().unwrap();
+    for round in 0..3 {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("store.redb");
+        let path_s = path.to_str().unwrap().to_string();
+        let mut child = std::process::Command::new(&exe)
+            .args([
+                "--exact",
+                "redb_kill_child",
+                "--nocapture",
+                "--test-threads=1",
+            ])
+            .env(KILL_CHILD_ENV, &path_s)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        let started = format!("{path_s}.started");
+        let t0 = std::time::Instant::now();
+        while !std::path::Path::new(&started).exists() {
+            assert!(t0.elapsed().as_secs() < 60, "child never started");
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        std::thread::sleep(std::time::Duration::from_millis(rng.random_range(20..200)));
+        child.kill().unwrap();
+        child.wait().unwrap();
+
+        let store: Arc<dyn LedgerStore> = Arc::new(RedbStore::open(&path).unwrap());
+        let ml = ManagedLedger::open("topic", cfg(1000), store).unwrap();
+        let c = ml.open_cursor("check").unwrap();
+        let mut entries = Vec::new();
+        loop {
+            let got = c.read_entries(500).unwrap();
+            if got.is_empty() {
+                break;
+            }
+            entries.extend(got);
+        }
+        assert!(!entries.is_empty(), "round {round}: nothing persisted");
+        assert_eq!(
+            entries.len() % BATCH,
+            0,
+            "round {round}: {} entries is not a whole number of batches",
+            entries.len()
+        );
+        for (n, e) in entries.iter().enumerate() {
+            let batch = u64::from_le_bytes(e.data[..8].try_into().unwrap());
+            let idx = u64::from_le_bytes(e.data[8..16].try_into().unwrap());
+            assert_eq!(
+                (batch, idx),
+                ((n / BATCH) as u64, (n % BATCH) as u64),
+                "round {round}: entry {n} at {} out of order",
+                e.position
+            );
+        }
+    }
+}
