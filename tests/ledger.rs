@@ -410,3 +410,74 @@ fn redb_batches_are_whole_after_kill() {
         }
     }
 }
+
+#[test]
+fn read_with_skip_reads_first_non_skipped_run_and_jumps_skipped_windows() {
+    both(|store| {
+        let ml = ManagedLedger::open("t", cfg(10), store).unwrap();
+        for i in 0..15u8 {
+            ml.append(&[i]).unwrap();
+        }
+        let c = ml.open_cursor("sub").unwrap();
+        // Skip 1:0..=1:2 and 1:5: the first run is 1:3..=1:4.
+        let skip = |l: i64, e: i64| l == 1 && (e <= 2 || e == 5);
+        let got: Vec<_> = c
+            .read_entries_with_skip(8, skip)
+            .unwrap()
+            .into_iter()
+            .map(|e| e.position)
+            .collect();
+        assert_eq!(got, vec![p(1, 3), p(1, 4)]);
+        assert_eq!(c.read_position(), p(1, 5));
+        // Next call: 1:5 skipped, run 1:6..=1:9 (window clipped at ledger end).
+        let got: Vec<_> = c
+            .read_entries_with_skip(8, skip)
+            .unwrap()
+            .into_iter()
+            .map(|e| e.position)
+            .collect();
+        assert_eq!(got, vec![p(1, 6), p(1, 7), p(1, 8), p(1, 9)]);
+        // A fully skipped ledger-2 window moves on to the end.
+        let got = c.read_entries_with_skip(8, |l, _| l == 2).unwrap();
+        assert!(got.is_empty());
+        assert_eq!(c.read_position(), p(2, 5));
+        assert!(!c.has_more_entries());
+        // Nothing skipped = plain read.
+        c.rewind();
+        assert_eq!(c.read_entries_with_skip(3, |_, _| false).unwrap().len(), 3);
+        assert!(c.read_entries_with_skip(0, |_, _| false).is_err());
+    });
+}
+
+#[test]
+fn read_positions_for_redelivery() {
+    both(|store| {
+        let ml = ManagedLedger::open("t", cfg(2), store).unwrap();
+        for i in 0..4u8 {
+            ml.append(&[i]).unwrap();
+        }
+        let got = ml.read_positions(&[p(2, 1), p(1, 0)]).unwrap();
+        assert_eq!(got[0].data, vec![3]);
+        assert_eq!(got[1].data, vec![0]);
+        assert!(matches!(
+            ml.read_positions(&[p(2, 2)]),
+            Err(LedgerError::BeyondLastConfirmed { .. })
+        ));
+        assert!(matches!(
+            ml.read_positions(&[p(1, 7)]),
+            Err(LedgerError::NonRecoverableData { .. })
+        ));
+        ml.mark_ledger_lost(1).unwrap();
+        assert_eq!(
+            ml.read_positions(&[p(1, 1)]).unwrap_err(),
+            LedgerError::LedgerNotExist { ledger_id: 1 }
+        );
+        ml.faults()
+            .fail_next_reads(ReadFailureKind::StorageUnavailable, 1);
+        assert!(matches!(
+            ml.read_positions(&[p(2, 0)]),
+            Err(LedgerError::StorageUnavailable { .. })
+        ));
+        assert_eq!(ml.read_positions(&[]).unwrap(), vec![]);
+    });
+}

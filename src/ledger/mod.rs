@@ -373,6 +373,85 @@ impl ManagedLedger {
         n
     }
 
+    /// The typed error an injected fault of `kind` produces for a read at `at`
+    /// by cursor `cursor` (`""` for reads outside a cursor).
+    fn fault_error(&self, kind: ReadFailureKind, at: Position, cursor: &str) -> LedgerError {
+        match kind {
+            ReadFailureKind::LedgerNotExist => LedgerError::LedgerNotExist {
+                ledger_id: at.ledger_id,
+            },
+            ReadFailureKind::NonRecoverableData => LedgerError::NonRecoverableData { position: at },
+            ReadFailureKind::Fenced => LedgerError::Fenced {
+                ledger: self.name.clone(),
+            },
+            ReadFailureKind::CursorAlreadyClosed => LedgerError::CursorAlreadyClosed {
+                ledger: self.name.clone(),
+                cursor: cursor.to_string(),
+            },
+            ReadFailureKind::StorageUnavailable => LedgerError::StorageUnavailable {
+                reason: "injected: bookie handle not available".into(),
+            },
+            ReadFailureKind::TooManyRequests => LedgerError::TooManyRequests,
+        }
+    }
+
+    /// Reads the entries at `positions` (in the given order), e.g. to
+    /// redeliver messages a consumer did not acknowledge. Does not move any
+    /// cursor. Injected faults apply (with cursor name `""`).
+    ///
+    /// # Errors
+    /// [`LedgerError::Fenced`], an injected fault,
+    /// [`LedgerError::LedgerNotExist`] for a lost ledger,
+    /// [`LedgerError::BeyondLastConfirmed`] / [`LedgerError::NonRecoverableData`]
+    /// for a position that holds no entry, [`LedgerError::Store`].
+    pub fn read_positions(&self, positions: &[Position]) -> Result<Vec<Entry>, LedgerError> {
+        if self.is_fenced() {
+            return Err(LedgerError::Fenced {
+                ledger: self.name.clone(),
+            });
+        }
+        if let Some(first) = positions.first() {
+            let req = ReadRequest {
+                ledger: &self.name,
+                cursor: "",
+                from: *first,
+                max_entries: positions.len(),
+            };
+            if let Some(kind) = self.faults.next(&req) {
+                return Err(self.fault_error(kind, *first, ""));
+            }
+        }
+        let mut out = Vec::with_capacity(positions.len());
+        for p in positions {
+            let info = self.state.lock().ledgers.get(&p.ledger_id).copied();
+            let lce = self.last_confirmed_entry();
+            match info {
+                Some(i) if p.entry_id >= 0 && p.entry_id < i.entries => {
+                    if i.lost {
+                        return Err(LedgerError::LedgerNotExist {
+                            ledger_id: p.ledger_id,
+                        });
+                    }
+                }
+                _ if *p > lce => {
+                    return Err(LedgerError::BeyondLastConfirmed {
+                        position: *p,
+                        last_confirmed: lce,
+                    })
+                }
+                _ => return Err(LedgerError::NonRecoverableData { position: *p }),
+            }
+            let mut rows = self
+                .store
+                .read(&self.name, p.ledger_id, p.entry_id, p.entry_id)?;
+            let Some((_, data)) = rows.pop() else {
+                return Err(LedgerError::NonRecoverableData { position: *p });
+            };
+            out.push(Entry { position: *p, data });
+        }
+        Ok(out)
+    }
+
     /// Drops the data of ledger `ledger_id` (simulating a deleted or lost
     /// BookKeeper ledger). The ledger stays in the list; reads of it fail with
     /// [`LedgerError::LedgerNotExist`] (or are skipped with auto-skip on).
@@ -546,23 +625,7 @@ impl ManagedCursor {
             ));
         }
         let mut cursor = self.state.lock();
-        if cursor.closed {
-            return Err(self.closed_error());
-        }
-        if self.ledger.is_fenced() {
-            return Err(LedgerError::Fenced {
-                ledger: self.ledger.name.clone(),
-            });
-        }
-        let req = ReadRequest {
-            ledger: &self.ledger.name,
-            cursor: &self.name,
-            from: cursor.read_position,
-            max_entries,
-        };
-        if let Some(kind) = self.ledger.faults.next(&req) {
-            return Err(self.injected(kind, cursor.read_position));
-        }
+        self.check_readable(&cursor, max_entries)?;
         let mut out: Vec<Entry> = Vec::new();
         let (start, ledgers): (Position, Vec<(i64, StoredLedgerInfo)>) = {
             let state = self.ledger.state.lock();
@@ -622,20 +685,117 @@ impl ManagedCursor {
         Ok(out)
     }
 
-    fn injected(&self, kind: ReadFailureKind, at: Position) -> LedgerError {
-        match kind {
-            ReadFailureKind::LedgerNotExist => LedgerError::LedgerNotExist {
-                ledger_id: at.ledger_id,
-            },
-            ReadFailureKind::NonRecoverableData => LedgerError::NonRecoverableData { position: at },
-            ReadFailureKind::Fenced => LedgerError::Fenced {
+    /// The checks every read makes first, in Pulsar's order: closed cursor,
+    /// fenced ledger, injected fault.
+    fn check_readable(&self, cursor: &CursorState, max_entries: usize) -> Result<(), LedgerError> {
+        if cursor.closed {
+            return Err(self.closed_error());
+        }
+        if self.ledger.is_fenced() {
+            return Err(LedgerError::Fenced {
                 ledger: self.ledger.name.clone(),
-            },
-            ReadFailureKind::CursorAlreadyClosed => self.closed_error(),
-            ReadFailureKind::StorageUnavailable => LedgerError::StorageUnavailable {
-                reason: "injected: bookie handle not available".into(),
-            },
-            ReadFailureKind::TooManyRequests => LedgerError::TooManyRequests,
+            });
+        }
+        let req = ReadRequest {
+            ledger: &self.ledger.name,
+            cursor: &self.name,
+            from: cursor.read_position,
+            max_entries,
+        };
+        match self.ledger.faults.next(&req) {
+            Some(kind) => Err(self
+                .ledger
+                .fault_error(kind, cursor.read_position, &self.name)),
+            None => Ok(()),
+        }
+    }
+
+    /// Reads like [`ManagedCursor::read_entries`] but skips positions for
+    /// which `skip(ledger_id, entry_id)` is true without reading them
+    /// (Pulsar's `readEntriesWithSkip`, used with the lock-free deletion
+    /// hint). Within the window `[read, read + max_entries - 1]` of the
+    /// current ledger it reads only the first contiguous run of non-skipped
+    /// entries; a window that is entirely skipped moves the read position past
+    /// it and the scan continues with the next window. Returns an empty vector
+    /// when everything up to the last confirmed entry is skipped or read.
+    ///
+    /// `skip` is called with this cursor's lock held: it must not call back
+    /// into this cursor. A `true` from `skip` means the entry is never read by
+    /// this call, so a stale "deleted" answer loses the entry for this pass
+    /// (see `cursor::is_deleted_for_read_scheduling` for the contract).
+    ///
+    /// # Errors
+    /// As [`ManagedCursor::read_entries`].
+    pub fn read_entries_with_skip(
+        &self,
+        max_entries: usize,
+        skip: impl Fn(i64, i64) -> bool,
+    ) -> Result<Vec<Entry>, LedgerError> {
+        if max_entries == 0 {
+            return Err(LedgerError::InvalidArgument(
+                "read_entries_with_skip needs max_entries >= 1".into(),
+            ));
+        }
+        let mut cursor = self.state.lock();
+        self.check_readable(&cursor, max_entries)?;
+        let mut pos = cursor.read_position;
+        loop {
+            let (start, info) = {
+                let state = self.ledger.state.lock();
+                let start = state.first_valid_at_or_after(pos);
+                (start, state.ledgers.get(&start.ledger_id).copied())
+            };
+            let Some(info) = info.filter(|i| start.entry_id >= 0 && start.entry_id < i.entries)
+            else {
+                // Past the last confirmed entry.
+                cursor.read_position = start;
+                return Ok(Vec::new());
+            };
+            let window_end = (start.entry_id + max_entries as i64 - 1).min(info.entries - 1);
+            let run_start = (start.entry_id..=window_end).find(|e| !skip(start.ledger_id, *e));
+            let Some(run_start) = run_start else {
+                pos = self
+                    .ledger
+                    .next_valid_position(Position::new(start.ledger_id, window_end));
+                cursor.read_position = pos;
+                continue;
+            };
+            let run_end = (run_start..=window_end)
+                .take_while(|e| !skip(start.ledger_id, *e))
+                .last()
+                .unwrap_or(run_start);
+            if info.lost {
+                if self.ledger.config.auto_skip_non_recoverable_data {
+                    pos = self
+                        .ledger
+                        .next_valid_position(Position::new(start.ledger_id, info.entries - 1));
+                    cursor.read_position = pos;
+                    continue;
+                }
+                cursor.read_position = Position::new(start.ledger_id, run_start);
+                return Err(LedgerError::LedgerNotExist {
+                    ledger_id: start.ledger_id,
+                });
+            }
+            let rows =
+                self.ledger
+                    .store
+                    .read(&self.ledger.name, start.ledger_id, run_start, run_end)?;
+            if rows.len() as i64 != run_end - run_start + 1 {
+                return Err(LedgerError::NonRecoverableData {
+                    position: Position::new(start.ledger_id, run_start),
+                });
+            }
+            cursor.read_position = self
+                .ledger
+                .next_valid_position(Position::new(start.ledger_id, run_end));
+            return Ok(rows
+                .into_iter()
+                .map(|(e, data)| Entry {
+                    position: Position::new(start.ledger_id, e),
+                    data,
+                })
+                .collect());
         }
     }
 
