@@ -6,13 +6,9 @@ use clap::Parser;
 /// delivery, pending-ack replay, PIP-491 permit accounting and the lock-free
 /// read-scheduling check.
 #[derive(Parser, Debug)]
-#[command(name = "pulsar-core", version, about, long_about = None)]
+#[command(name = "pulsar-core", version, about, long_about = None, arg_required_else_help = true)]
 struct Cli {}
 
 fn main() {
     let _cli = Cli::parse();
-    println!(
-        "pulsar-core {}: no subcommands yet; see --help",
-        env!("CARGO_PKG_VERSION")
-    );
 }
