@@ -94,6 +94,9 @@ pub enum PermitProtocolError {
         /// P of the command.
         permits: u32,
     },
+    /// The `CommandMessage` frame itself is truncated or malformed.
+    #[error("malformed CommandMessage: {0}")]
+    Malformed(WireError),
     /// A return would overflow the incarnation's accumulator.
     #[error("permit accumulator overflow: {current} + {added} exceeds 2147483647")]
     AccumulatorOverflow {
@@ -1188,6 +1191,24 @@ impl ClientConsumer {
         self.settle(early, 0, early, CommandOutcomeKind::Corrupted(err))
     }
 
+    /// Decodes a `CommandMessage` frame and handles it with
+    /// [`handle_message`](Self::handle_message). A truncated or malformed
+    /// frame cannot be settled (P is unknown): the connection is closed and
+    /// no credit returned ([`PermitProtocolError::Malformed`]).
+    ///
+    /// # Errors
+    /// As [`handle_message`](Self::handle_message).
+    pub fn handle_command_bytes(
+        &mut self,
+        command: &[u8],
+        payload: &[u8],
+    ) -> Result<CommandOutcome, ClientPermitError> {
+        match wire::decode_command_message(command) {
+            Ok(cmd) => self.handle_message(&cmd, payload),
+            Err(e) => Ok(self.protocol_error(PermitProtocolError::Malformed(e))),
+        }
+    }
+
     /// Handles one delivered command with its entry payload (see
     /// [`encode_entry_payload`]): resolve P, validate, expand, settle.
     ///
@@ -1783,6 +1804,33 @@ mod tests {
         b.restore().unwrap();
         assert_eq!(b.claimed(), 1);
         assert_eq!(b.drain(), 1);
+    }
+
+    #[test]
+    fn truncated_command_frame_closes_with_zero_credit() {
+        let (conn, mut c) = consumer();
+        let bytes = cmd(Some(3), vec![]).encode_to_vec();
+        let ok = c.handle_command_bytes(&bytes, &batch(3, &[])).unwrap();
+        assert_eq!((ok.delivered, ok.returned), (3, 0));
+        // cut inside the last field (message_permits' value): a decode error
+        // (a cut on a field boundary is a valid shorter message; the frame's
+        // length prefix, not protobuf, detects that)
+        let out = c
+            .handle_command_bytes(&bytes[..bytes.len() - 1], &batch(3, &[]))
+            .unwrap();
+        assert!(matches!(
+            out.kind,
+            CommandOutcomeKind::ProtocolError(PermitProtocolError::Malformed(
+                WireError::Decode { .. }
+            ))
+        ));
+        assert_eq!(out.returned, 0);
+        assert!(conn.is_closed());
+        // the 3 delivered messages now belong to a closed incarnation
+        while let Some(m) = c.receive() {
+            assert_eq!(m.release_permit(), Ok(ReturnOutcome::Stale));
+        }
+        assert_eq!(c.state().accumulated(), 0);
     }
 
     #[test]
