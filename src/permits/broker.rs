@@ -535,7 +535,9 @@ impl SharedDispatcher {
 
     /// Sends `entries` to `key` through [`Consumer::send_messages`] and
     /// debits the dispatcher total by the same result's total. Unsent
-    /// entries go to replay.
+    /// entries go to replay. Selecting a consumer with positive permits is
+    /// the caller's policy (Pulsar skips consumers in debt); this method
+    /// does not refuse a consumer whose balance is ≤ 0.
     ///
     /// # Errors
     /// [`BrokerPermitError::UnknownConsumer`].
