@@ -1096,8 +1096,12 @@ impl ClientConsumer {
         self.queue.pop_front()
     }
 
-    /// Records an acknowledgment (later redeliveries of it are skipped as
-    /// duplicates).
+    /// Records an acknowledgment: redeliveries of it to this incarnation are
+    /// skipped as duplicates (Pulsar's ack-grouping `isDuplicate`). The record
+    /// is dropped by [`resubscribe`](Self::resubscribe): an ack sent on the
+    /// old connection may have been lost with it (or with a broker restart),
+    /// and the broker's redelivery must then reach the application again
+    /// (at-least-once), or the message would never be acknowledged.
     pub fn acknowledge(&mut self, id: &MessageIdData) {
         self.acknowledged
             .insert((id.ledger_id, id.entry_id, id.batch_index()));
@@ -1129,6 +1133,7 @@ impl ClientConsumer {
         // same connection: `subscribe` above already closed the old state
         let cleared = self.queue.len() as u32;
         self.queue.clear();
+        self.acknowledged.clear();
         let incarnation = state.incarnation;
         self.state = state;
         self.connection = connection;
@@ -1513,6 +1518,35 @@ mod tests {
                 expected: None
             })
         );
+    }
+
+    /// An ack recorded before a reconnect may have been lost with the old
+    /// connection: the redelivery to the new incarnation must reach the
+    /// application (found by the simulator: a restart dropped in-flight acks
+    /// and the redelivered batch was skipped forever, so it was never acked).
+    #[test]
+    fn redelivery_after_resubscribe_is_not_skipped_as_duplicate() {
+        let (_conn, mut c) = consumer();
+        let out = c
+            .handle_message(&cmd(Some(2), vec![]), &batch(2, &[]))
+            .unwrap();
+        assert_eq!(out.delivered, 2);
+        while let Some(m) = c.receive() {
+            c.acknowledge(&m.message_id);
+        }
+        // Same incarnation: a redelivery is a duplicate, its P comes back.
+        let dup = c
+            .handle_message(&cmd(Some(2), vec![]), &batch(2, &[]))
+            .unwrap();
+        assert_eq!((dup.delivered, dup.returned), (0, 2));
+        // New connection, new incarnation: delivered again.
+        let conn2 = Arc::new(ClientConnection::new(2));
+        let r = c.resubscribe(Arc::clone(&conn2)).unwrap();
+        c.subscribe_succeeded(r.incarnation).unwrap();
+        let again = c
+            .handle_message(&cmd(Some(2), vec![]), &batch(2, &[]))
+            .unwrap();
+        assert_eq!(again.delivered, 2, "{again:?}");
     }
 
     #[test]
