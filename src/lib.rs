@@ -10,12 +10,14 @@
 //! | [`sync`] | — | the only place that chooses std / loom / shuttle primitives |
 //! | [`position`] | — | `Position` (ledger_id, entry_id) |
 //! | [`ledger`] | — | managed-ledger substrate: ledgers, entries, cursors, durable store |
+//! | [`permits`] | 003 | PIP-491 exact permit accounting: `message_permits` on the wire, broker finalisation, client budget, per-incarnation accumulator |
 //!
 //! Every public fallible operation returns a typed error; bad input never
 //! panics and leaves state unchanged.
 #![warn(missing_docs)]
 
 pub mod ledger;
+pub mod permits;
 pub mod position;
 pub mod sync;
 
