@@ -10,12 +10,14 @@
 //! | [`sync`] | — | the only place that chooses std / loom / shuttle primitives |
 //! | [`position`] | — | `Position` (ledger_id, entry_id) |
 //! | [`ledger`] | — | managed-ledger substrate: ledgers, entries, cursors, durable store |
+//! | [`pending_ack`] | 001 | pending-ack log replay: read pipeline, failure classification, rewind, retry with backoff, buffered writer |
 //!
 //! Every public fallible operation returns a typed error; bad input never
 //! panics and leaves state unchanged.
 #![warn(missing_docs)]
 
 pub mod ledger;
+pub mod pending_ack;
 pub mod position;
 pub mod sync;
 
