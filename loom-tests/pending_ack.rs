@@ -194,6 +194,48 @@ fn read_after_completion_then_failure_ends_the_attempt() {
     );
 }
 
+static ITER3: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+/// Every read succeeds on the callback thread: the "nothing readable and
+/// queue drained" end must see the last read's entries (read_complete
+/// enqueues BEFORE it decrements, and fill_queue checks the queue AFTER the
+/// counter), so the replay applies every entry.
+#[test]
+fn drained_check_never_loses_the_last_read() {
+    builder().check(|| {
+        ITER3.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let cursor = log_with(2);
+        let handoff = HandOff::new(2);
+        let attempt = ReplayAttempt::new(
+            "pa",
+            Arc::clone(&cursor),
+            handoff.clone(),
+            ReplayConfig {
+                queue_capacity: 4,
+                read_batch: 1,
+            },
+        )
+        .expect("config");
+        let callbacks = {
+            let handoff = Arc::clone(&handoff);
+            thread::spawn(move || {
+                // Real reads through the cursor (they move its read position).
+                handoff.take().run();
+                handoff.take().run();
+            })
+        };
+        let mut state = PendingAckState::default();
+        let r = attempt.run(&mut state);
+        callbacks.join().expect("callback thread");
+        let report = r.expect("replay completes");
+        assert_eq!(report.entries_applied, 2, "every entry applied: {report:?}");
+    });
+    println!(
+        "LOOM drained_check_never_loses_the_last_read: {} interleavings",
+        ITER3.load(std::sync::atomic::Ordering::Relaxed)
+    );
+}
+
 // ------------------------------------------------------------------------
 // Negative control: a TEST-ONLY model of the reversed orders. It is not the
 // crate's code; it exists to show loom catches the bug the ordering fixes.
