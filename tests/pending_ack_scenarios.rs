@@ -1,6 +1,10 @@
 //! Scenario tests of the pending-ack replay on virtual time (seed 001): the
 //! numbers quoted in the README come from these tests (run with
 //! `--nocapture` to see them printed).
+//!
+//! Plain std test: compiled out in loom/shuttle builds (their primitives
+//! only work inside a model).
+#![cfg(not(any(loom, feature = "shuttle")))]
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicUsize, Ordering};
