@@ -18,8 +18,8 @@
 #![warn(missing_docs)]
 
 pub mod ledger;
-pub mod permits;
 pub mod pending_ack;
+pub mod permits;
 pub mod position;
 pub mod sync;
 
