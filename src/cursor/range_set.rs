@@ -269,6 +269,15 @@ impl PositionRangeSet {
         (b, true)
     }
 
+    /// Drops a whole ledger from the map. Its bits are cleared first: the
+    /// published directory is not republished on removal, and an old
+    /// snapshot still sharing this bitmap must not report its entries.
+    fn drop_ledger(&mut self, ledger_id: i64) {
+        if let Some(b) = self.ledgers.remove(&ledger_id) {
+            b.bits.write().clear();
+        }
+    }
+
     fn drop_if_empty(&mut self, ledger_id: i64) {
         let empty = self
             .ledgers
@@ -381,7 +390,7 @@ impl PositionRangeSet {
             .map(|(l, _)| *l)
             .collect();
         for l in between {
-            self.ledgers.remove(&l);
+            self.drop_ledger(l);
         }
         if let Some(b) = self.ledgers.get(&upper.ledger_id) {
             b.bits.write().remove_range(0..=up);
@@ -403,7 +412,7 @@ impl PositionRangeSet {
         let bound = bound_entry(Position::new(ledger_id, entry_id))?;
         let below: Vec<i64> = self.ledgers.range(..ledger_id).map(|(l, _)| *l).collect();
         for l in below {
-            self.ledgers.remove(&l);
+            self.drop_ledger(l);
         }
         if let (Some(e), Some(b)) = (bound, self.ledgers.get(&ledger_id)) {
             b.bits.write().remove_range(0..=e);
