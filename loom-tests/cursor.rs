@@ -12,7 +12,9 @@
 
 use loom::model::Builder;
 use pulsar_core::cursor::{CursorDeletionState, LedgerLayout};
-use pulsar_core::sync::{fence, thread, Arc, AtomicBool, AtomicI64, AtomicU64, AtomicUsize, Ordering};
+use pulsar_core::sync::{
+    fence, thread, Arc, AtomicBool, AtomicI64, AtomicU64, AtomicUsize, Ordering,
+};
 use pulsar_core::Position;
 
 fn p(l: i64, e: i64) -> Position {
@@ -70,7 +72,10 @@ fn hint_never_stale_positive_with_backward_reset() {
             let before = reset_state.load(Ordering::SeqCst);
             let look = state.read_scheduling_lookup(q.ledger_id, q.entry_id);
             if before == DONE {
-                assert!(!look.deleted, "stale positive for {q} after a completed reset: {look:?}");
+                assert!(
+                    !look.deleted,
+                    "stale positive for {q} after a completed reset: {look:?}"
+                );
             }
             if !look.fell_back && look.mark_delete_seen == Some(p(1, 2)) {
                 // Saw the post-reset mark-delete without falling back: the answer
@@ -78,7 +83,10 @@ fn hint_never_stale_positive_with_backward_reset() {
                 assert!(!look.deleted, "mixed pre/post-reset view for {q}: {look:?}");
             }
             if look.deleted && !look.fell_back {
-                assert_eq!(look.epoch, 0, "positive computed in a post-reset epoch for {q}");
+                assert_eq!(
+                    look.epoch, 0,
+                    "positive computed in a post-reset epoch for {q}"
+                );
             }
         }
         let never = state.read_scheduling_lookup(2, 3);
@@ -126,7 +134,10 @@ fn hint_positive_implies_deleted_without_reset() {
         for q in [p(1, 1), p(2, 2), p(2, 3)] {
             let look = state.read_scheduling_lookup(q.ledger_id, q.entry_id);
             if look.deleted {
-                assert!(state.is_message_deleted(q), "positive for {q} not backed: {look:?}");
+                assert!(
+                    state.is_message_deleted(q),
+                    "positive for {q} not backed: {look:?}"
+                );
             }
             assert!(!look.fell_back, "fell back without any reset: {look:?}");
         }
@@ -198,7 +209,10 @@ fn reset_model(recheck: bool) {
         };
         let (deleted, md_seen, fell_back) = m.lookup7(recheck);
         if !fell_back && md_seen == 2 {
-            assert!(!deleted, "mixed view: post-reset mark-delete with pre-reset bitmap");
+            assert!(
+                !deleted,
+                "mixed view: post-reset mark-delete with pre-reset bitmap"
+            );
         }
         w.join().unwrap();
     });
@@ -236,7 +250,10 @@ fn negative_control_mark_delete_as_two_atomics() {
             })
         };
         let md = (ledger.load(Ordering::SeqCst), entry.load(Ordering::SeqCst));
-        assert!(!((6, 50) <= md), "torn mark-delete {md:?} says (6,50) is deleted");
+        assert!(
+            !((6, 50) <= md),
+            "torn mark-delete {md:?} says (6,50) is deleted"
+        );
         w.join().unwrap();
     });
 }

@@ -73,10 +73,16 @@ fn scenario() {
                 let authoritative = state.is_message_deleted(q);
                 let s1 = started.load(Ordering::SeqCst);
                 if s0 == d0 && s0 == s1 && look.deleted {
-                    assert!(authoritative, "stale positive for {q} with no reset overlapping: {look:?}");
+                    assert!(
+                        authoritative,
+                        "stale positive for {q} with no reset overlapping: {look:?}"
+                    );
                 }
                 if q.ledger_id == 2 && q.entry_id >= 6 {
-                    assert!(!look.deleted, "invented positive for never-acked {q}: {look:?}");
+                    assert!(
+                        !look.deleted,
+                        "invented positive for never-acked {q}: {look:?}"
+                    );
                 }
             }
         }));
@@ -99,7 +105,10 @@ fn scenario() {
 
 #[test]
 fn hint_random_schedules() {
-    let runner = Runner::new(RandomScheduler::new_from_seed(RANDOM_SEED, ITERATIONS), Config::new());
+    let runner = Runner::new(
+        RandomScheduler::new_from_seed(RANDOM_SEED, ITERATIONS),
+        Config::new(),
+    );
     let n = runner.run(scenario);
     assert_eq!(n, ITERATIONS);
     eprintln!("shuttle_cursor: {n} random schedules (seed {RANDOM_SEED:#x})");
@@ -107,7 +116,10 @@ fn hint_random_schedules() {
 
 #[test]
 fn hint_pct_depth3_schedules() {
-    let runner = Runner::new(PctScheduler::new_from_seed(PCT_SEED, 3, ITERATIONS), Config::new());
+    let runner = Runner::new(
+        PctScheduler::new_from_seed(PCT_SEED, 3, ITERATIONS),
+        Config::new(),
+    );
     let n = runner.run(scenario);
     assert_eq!(n, ITERATIONS);
     eprintln!("shuttle_cursor: {n} PCT depth-3 schedules (seed {PCT_SEED:#x})");
@@ -121,8 +133,11 @@ fn torn_mark_delete_model() {
     let entry = Arc::new(AtomicI64::new(100));
     let authoritative = Arc::new(Mutex::new((5i64, 100i64)));
     let w = {
-        let (ledger, entry, authoritative) =
-            (Arc::clone(&ledger), Arc::clone(&entry), Arc::clone(&authoritative));
+        let (ledger, entry, authoritative) = (
+            Arc::clone(&ledger),
+            Arc::clone(&entry),
+            Arc::clone(&authoritative),
+        );
         thread::spawn(move || {
             let mut g = authoritative.lock();
             ledger.store(6, Ordering::SeqCst);
@@ -142,7 +157,10 @@ fn torn_mark_delete_model() {
 #[test]
 fn negative_control_mark_delete_as_two_atomics_is_caught() {
     let result = catch_unwind(AssertUnwindSafe(|| {
-        let runner = Runner::new(PctScheduler::new_from_seed(PCT_SEED, 3, ITERATIONS), Config::new());
+        let runner = Runner::new(
+            PctScheduler::new_from_seed(PCT_SEED, 3, ITERATIONS),
+            Config::new(),
+        );
         runner.run(torn_mark_delete_model);
     }));
     let err = result.expect_err("shuttle must find the torn mark-delete read");
@@ -151,5 +169,8 @@ fn negative_control_mark_delete_as_two_atomics_is_caught() {
         .cloned()
         .or_else(|| err.downcast_ref::<&str>().map(|s| s.to_string()))
         .unwrap_or_default();
-    assert!(msg.contains("torn mark-delete"), "unexpected failure: {msg}");
+    assert!(
+        msg.contains("torn mark-delete"),
+        "unexpected failure: {msg}"
+    );
 }

@@ -8,7 +8,7 @@ use std::fmt;
 use roaring::RoaringBitmap;
 
 use crate::position::Position;
-use crate::sync::{Arc, Published, RwLock};
+use crate::sync::{Arc, AtomicU64, AtomicUsize, Ordering, Published, RwLock};
 
 /// Why a [`PositionRangeSet`] operation rejected its input. The set is left
 /// unchanged whenever one of these is returned.
@@ -78,17 +78,44 @@ fn bound_entry(p: Position) -> Result<Option<u32>, RangeSetError> {
 /// through a [`DeletionDirectory`] and take only its short read lock.
 pub(crate) struct LedgerBitmap {
     bits: RwLock<RoaringBitmap>,
+    /// `min << 32 | max` of `bits` ([`EMPTY_BOUNDS`] when empty), stored
+    /// under the write lock after every mutation. A filter only: a query
+    /// outside `min..=max` answers "not contained" without the read lock.
+    /// A stale value can only give a stale "not contained" (to a lock-free
+    /// reader) or an unnecessary lock; every positive comes from `bits`.
+    bounds: AtomicU64,
 }
+
+/// Bounds value of an empty bitmap: `min = u32::MAX > max = 0` admits no entry.
+const EMPTY_BOUNDS: u64 = (u32::MAX as u64) << 32;
 
 impl LedgerBitmap {
     fn new() -> Self {
         Self {
             bits: RwLock::new(RoaringBitmap::new()),
+            bounds: AtomicU64::new(EMPTY_BOUNDS),
         }
+    }
+
+    /// Applies `f` under the write lock and republishes the bounds before
+    /// releasing it.
+    fn mutate<R>(&self, f: impl FnOnce(&mut RoaringBitmap) -> R) -> R {
+        let mut bits = self.bits.write();
+        let r = f(&mut bits);
+        let bounds = match (bits.min(), bits.max()) {
+            (Some(min), Some(max)) => (u64::from(min) << 32) | u64::from(max),
+            _ => EMPTY_BOUNDS,
+        };
+        self.bounds.store(bounds, Ordering::Release);
+        r
     }
 
     #[inline]
     fn contains(&self, entry: u32) -> bool {
+        let b = self.bounds.load(Ordering::Acquire);
+        if entry < (b >> 32) as u32 || entry > b as u32 {
+            return false;
+        }
         self.bits.read().contains(entry)
     }
 }
@@ -124,8 +151,9 @@ impl DirectorySnapshot {
 /// in `PositionRangeSet`).
 ///
 /// The directory is republished (a new immutable snapshot in a
-/// [`Published`] cell) only when the set creates a bitmap for a ledger, and
-/// replaced by an empty one by [`PositionRangeSet::invalidate_directory`] /
+/// [`Published`] cell) only when a ledger gains or loses its bitmap (Pulsar
+/// republishes only on gain; republishing on the rare removal keeps the
+/// empty-directory filter effective), and replaced by an empty one by [`PositionRangeSet::invalidate_directory`] /
 /// [`PositionRangeSet::clear`] / [`PositionRangeSet::rebuild`]. Acks into an
 /// existing ledger mutate the shared bitmap in place, so a lookup always
 /// sees bits at least as new as the directory it loaded, but possibly a
@@ -138,14 +166,32 @@ impl DirectorySnapshot {
 /// which adds the reset-epoch guard.
 #[derive(Clone)]
 pub struct DeletionDirectory {
-    cell: Arc<Published<DirectorySnapshot>>,
+    shared: Arc<DirectoryCell>,
+}
+
+struct DirectoryCell {
+    cell: Published<DirectorySnapshot>,
+    /// Ledger count of the last published snapshot, stored after it: a
+    /// filter only (0 → answer "not contained" without loading the cell).
+    /// A stale value can only cause a stale "not contained" or a needless
+    /// cell load, never a positive.
+    published_ledgers: AtomicUsize,
 }
 
 impl DeletionDirectory {
     fn new() -> Self {
         Self {
-            cell: Arc::new(Published::new(DirectorySnapshot::default())),
+            shared: Arc::new(DirectoryCell {
+                cell: Published::new(DirectorySnapshot::default()),
+                published_ledgers: AtomicUsize::new(0),
+            }),
         }
+    }
+
+    fn store(&self, snapshot: DirectorySnapshot) {
+        let n = snapshot.ledgers.len();
+        self.shared.cell.store(snapshot);
+        self.shared.published_ledgers.store(n, Ordering::Release);
     }
 
     /// Whether the published directory has a bitmap for `ledger_id` with
@@ -157,13 +203,17 @@ impl DeletionDirectory {
         let Ok(entry) = u32::try_from(entry_id) else {
             return false;
         };
-        self.cell
+        if self.shared.published_ledgers.load(Ordering::Acquire) == 0 {
+            return false;
+        }
+        self.shared
+            .cell
             .with(|d| d.get(ledger_id).is_some_and(|b| b.contains(entry)))
     }
 
     /// Number of ledgers in the currently published directory (diagnostics).
     pub fn ledger_count(&self) -> usize {
-        self.cell.with(|d| d.ledgers.len())
+        self.shared.cell.with(|d| d.ledgers.len())
     }
 }
 
@@ -250,14 +300,14 @@ impl PositionRangeSet {
                 .map(|(l, b)| (*l, Arc::clone(b)))
                 .collect(),
         };
-        self.directory.cell.store(snapshot);
+        self.directory.store(snapshot);
     }
 
     /// Publishes an empty directory (lock-free readers then find no bitmap)
     /// without touching the authoritative map. Reset calls this before it
     /// moves mark-delete.
     pub fn invalidate_directory(&self) {
-        self.directory.cell.store(DirectorySnapshot::default());
+        self.directory.store(DirectorySnapshot::default());
     }
 
     fn bitmap_or_create(&mut self, ledger_id: i64) -> (Arc<LedgerBitmap>, bool) {
@@ -269,12 +319,13 @@ impl PositionRangeSet {
         (b, true)
     }
 
-    /// Drops a whole ledger from the map. Its bits are cleared first: the
-    /// published directory is not republished on removal, and an old
-    /// snapshot still sharing this bitmap must not report its entries.
+    /// Drops a whole ledger from the map and republishes the directory. Its
+    /// bits are cleared first: a reader still holding an older directory
+    /// snapshot that shares this bitmap must not report its entries.
     fn drop_ledger(&mut self, ledger_id: i64) {
         if let Some(b) = self.ledgers.remove(&ledger_id) {
-            b.bits.write().clear();
+            b.mutate(|bits| bits.clear());
+            self.publish_directory();
         }
     }
 
@@ -284,10 +335,12 @@ impl PositionRangeSet {
             .get(&ledger_id)
             .is_some_and(|b| b.bits.read().is_empty());
         if empty {
-            // The published directory is not republished on removal (as in
-            // Pulsar): an old snapshot may keep the emptied bitmap, which can
-            // only make a lock-free reader answer "not deleted".
+            // Unlike Pulsar, removal republishes too (removal is rare: a
+            // ledger fully below mark-delete), keeping the directory tight
+            // for the empty-directory filter. A reader still holding the old
+            // snapshot sees the emptied bitmap: at worst "not deleted".
             self.ledgers.remove(&ledger_id);
+            self.publish_directory();
         }
     }
 
@@ -321,22 +374,23 @@ impl PositionRangeSet {
         let first = lo.map_or(0, |x| x + 1); // lo < up here when same ledger
         if lower.ledger_id == upper.ledger_id {
             let (b, created) = self.bitmap_or_create(upper.ledger_id);
-            b.bits.write().insert_range(first..=up);
+            b.mutate(|bits| bits.insert_range(first..=up));
             if created {
                 self.publish_directory();
             }
             return Ok(());
         }
         if let Some(a) = self.ledgers.get(&lower.ledger_id) {
-            let mut bits = a.bits.write();
-            if let Some(max) = bits.max() {
-                if lo.map_or(true, |x| max > x) {
-                    bits.insert_range(first..=max);
+            a.mutate(|bits| {
+                if let Some(max) = bits.max() {
+                    if lo.map_or(true, |x| max > x) {
+                        bits.insert_range(first..=max);
+                    }
                 }
-            }
+            });
         }
         let (b, created) = self.bitmap_or_create(upper.ledger_id);
-        b.bits.write().insert_range(0..=up);
+        b.mutate(|bits| bits.insert_range(0..=up));
         if created {
             self.publish_directory();
         }
@@ -373,16 +427,17 @@ impl PositionRangeSet {
         }
         if lower.ledger_id == upper.ledger_id {
             if let Some(b) = self.ledgers.get(&lower.ledger_id) {
-                b.bits.write().remove_range(lo..=up);
+                b.mutate(|bits| bits.remove_range(lo..=up));
             }
             self.drop_if_empty(lower.ledger_id);
             return Ok(());
         }
         if let Some(a) = self.ledgers.get(&lower.ledger_id) {
-            let mut bits = a.bits.write();
-            if let Some(max) = bits.max() {
-                bits.remove_range(lo..max);
-            }
+            a.mutate(|bits| {
+                if let Some(max) = bits.max() {
+                    bits.remove_range(lo..max);
+                }
+            });
         }
         let between: Vec<i64> = self
             .ledgers
@@ -393,7 +448,7 @@ impl PositionRangeSet {
             self.drop_ledger(l);
         }
         if let Some(b) = self.ledgers.get(&upper.ledger_id) {
-            b.bits.write().remove_range(0..=up);
+            b.mutate(|bits| bits.remove_range(0..=up));
         }
         self.drop_if_empty(lower.ledger_id);
         self.drop_if_empty(upper.ledger_id);
@@ -415,7 +470,7 @@ impl PositionRangeSet {
             self.drop_ledger(l);
         }
         if let (Some(e), Some(b)) = (bound, self.ledgers.get(&ledger_id)) {
-            b.bits.write().remove_range(0..=e);
+            b.mutate(|bits| bits.remove_range(0..=e));
             self.drop_if_empty(ledger_id);
         }
         Ok(())
