@@ -387,19 +387,17 @@ impl CursorDeletionState {
         }
         let before = g.mark_delete;
         let mut newly_deleted = 0;
-        let mut already_deleted = 0;
-        for &p in positions {
-            if p <= g.mark_delete || g.ranges.contains(p.ledger_id, p.entry_id) {
-                already_deleted += 1;
-                continue;
-            }
-            // Cannot fail: every entry id was validated as a u32 above, so
-            // `(p-1, p]` is a valid non-empty open-closed range.
-            g.ranges
-                .add(p)
-                .expect("validated entry id forms a valid range");
-            newly_deleted += 1;
+        let mut candidates: Vec<u32> = Vec::with_capacity(positions.len());
+        // One bitmap write section per run of same-ledger positions.
+        for run in positions.chunk_by(|a, b| a.ledger_id == b.ledger_id) {
+            candidates.clear();
+            candidates.extend(run.iter().filter(|p| **p > before).map(|p| {
+                // Cannot fail: every entry id was validated as a u32 above.
+                u32::try_from(p.entry_id).expect("validated entry id")
+            }));
+            newly_deleted += g.ranges.add_entries(run[0].ledger_id, &candidates);
         }
+        let already_deleted = positions.len() - newly_deleted;
         while let Some((lower, upper)) = g.ranges.first_range() {
             let md = g.mark_delete;
             if upper <= md {

@@ -8,7 +8,7 @@ use std::fmt;
 use roaring::RoaringBitmap;
 
 use crate::position::Position;
-use crate::sync::{Arc, AtomicU64, AtomicUsize, Ordering, Published, RwLock};
+use crate::sync::{Arc, AtomicI64, AtomicU64, AtomicUsize, Ordering, Published, RwLock};
 
 /// Why a [`PositionRangeSet`] operation rejected its input. The set is left
 /// unchanged whenever one of these is returned.
@@ -169,7 +169,33 @@ pub struct DeletionDirectory {
     shared: Arc<DirectoryCell>,
 }
 
+/// Summary slots kept next to the directory (see [`SummarySlot`]). One under
+/// loom, to keep the model's state space small while still exercising both
+/// the summarised and the non-summarised ledger paths.
+#[cfg(not(loom))]
+const SUMMARY_SLOTS: usize = 4;
+#[cfg(loom)]
+const SUMMARY_SLOTS: usize = 1;
+/// `SummarySlot::ledger` value of an unused slot.
+const NO_LEDGER: i64 = i64::MIN;
+
+/// A filter in front of the published cell for one of the first
+/// [`SUMMARY_SLOTS`] ledgers of the directory: its id and a copy of its
+/// bitmap's `min << 32 | max` bounds, refreshed after every mutation. A
+/// lookup for that ledger outside the bounds answers "not contained"
+/// without loading the published cell (the common read-scheduling case: a
+/// read asks for entries beyond everything acknowledged in its ledger).
+/// The two atomics are read separately and may be stale or mismatched:
+/// that can only produce a "not contained" (a stale negative, allowed by
+/// the hint's contract) or a needless cell load; every positive comes from
+/// the bitmap itself.
+struct SummarySlot {
+    ledger: AtomicI64,
+    bounds: AtomicU64,
+}
+
 struct DirectoryCell {
+    summary: [SummarySlot; SUMMARY_SLOTS],
     cell: Published<DirectorySnapshot>,
     /// Ledger count of the last published snapshot, stored after it: a
     /// filter only (0 → answer "not contained" without loading the cell).
@@ -182,6 +208,10 @@ impl DeletionDirectory {
     fn new() -> Self {
         Self {
             shared: Arc::new(DirectoryCell {
+                summary: std::array::from_fn(|_| SummarySlot {
+                    ledger: AtomicI64::new(NO_LEDGER),
+                    bounds: AtomicU64::new(EMPTY_BOUNDS),
+                }),
                 cell: Published::new(DirectorySnapshot::default()),
                 published_ledgers: AtomicUsize::new(0),
             }),
@@ -190,8 +220,32 @@ impl DeletionDirectory {
 
     fn store(&self, snapshot: DirectorySnapshot) {
         let n = snapshot.ledgers.len();
+        for (i, slot) in self.shared.summary.iter().enumerate() {
+            match snapshot.ledgers.get(i) {
+                Some((l, b)) => {
+                    slot.bounds
+                        .store(b.bounds.load(Ordering::Acquire), Ordering::Release);
+                    slot.ledger.store(*l, Ordering::Release);
+                }
+                None => slot.ledger.store(NO_LEDGER, Ordering::Release),
+            }
+        }
         self.shared.cell.store(snapshot);
         self.shared.published_ledgers.store(n, Ordering::Release);
+    }
+
+    /// Copies `bitmap`'s bounds into the summary slot of `ledger_id`, if it
+    /// has one (writer side, after a mutation).
+    fn refresh(&self, ledger_id: i64, bitmap: &LedgerBitmap) {
+        if let Some(slot) = self
+            .shared
+            .summary
+            .iter()
+            .find(|s| s.ledger.load(Ordering::Relaxed) == ledger_id)
+        {
+            slot.bounds
+                .store(bitmap.bounds.load(Ordering::Acquire), Ordering::Release);
+        }
     }
 
     /// Whether the published directory has a bitmap for `ledger_id` with
@@ -203,7 +257,23 @@ impl DeletionDirectory {
         let Ok(entry) = u32::try_from(entry_id) else {
             return false;
         };
-        if self.shared.published_ledgers.load(Ordering::Acquire) == 0 {
+        let published = self.shared.published_ledgers.load(Ordering::Acquire);
+        if published == 0 {
+            return false;
+        }
+        let mut summarised = false;
+        for slot in &self.shared.summary {
+            if slot.ledger.load(Ordering::Acquire) == ledger_id {
+                let b = slot.bounds.load(Ordering::Acquire);
+                if entry < (b >> 32) as u32 || entry > b as u32 {
+                    return false;
+                }
+                summarised = true;
+                break;
+            }
+        }
+        if !summarised && published <= SUMMARY_SLOTS {
+            // Every published ledger has a slot and none is this one.
             return false;
         }
         self.shared
@@ -375,6 +445,7 @@ impl PositionRangeSet {
         if lower.ledger_id == upper.ledger_id {
             let (b, created) = self.bitmap_or_create(upper.ledger_id);
             b.mutate(|bits| bits.insert_range(first..=up));
+            self.directory.refresh(upper.ledger_id, &b);
             if created {
                 self.publish_directory();
             }
@@ -388,9 +459,11 @@ impl PositionRangeSet {
                     }
                 }
             });
+            self.directory.refresh(lower.ledger_id, a);
         }
         let (b, created) = self.bitmap_or_create(upper.ledger_id);
         b.mutate(|bits| bits.insert_range(0..=up));
+        self.directory.refresh(upper.ledger_id, &b);
         if created {
             self.publish_directory();
         }
@@ -404,6 +477,23 @@ impl PositionRangeSet {
     pub fn add(&mut self, p: Position) -> Result<(), RangeSetError> {
         member_entry(p)?;
         self.add_open_closed(p.previous_in_ledger(), p)
+    }
+
+    /// Adds single entries of one ledger under ONE bitmap write lock (the
+    /// grouped-ack path: a reader of that bitmap waits at most once per
+    /// group, not once per entry). Returns how many were not already in
+    /// the set. Entries need not be sorted.
+    pub fn add_entries(&mut self, ledger_id: i64, entries: &[u32]) -> usize {
+        if entries.is_empty() {
+            return 0;
+        }
+        let (b, created) = self.bitmap_or_create(ledger_id);
+        let added = b.mutate(|bits| entries.iter().filter(|e| bits.insert(**e)).count());
+        self.directory.refresh(ledger_id, &b);
+        if created {
+            self.publish_directory();
+        }
+        added
     }
 
     /// Removes the closed range `[lower, upper]`.
@@ -428,6 +518,7 @@ impl PositionRangeSet {
         if lower.ledger_id == upper.ledger_id {
             if let Some(b) = self.ledgers.get(&lower.ledger_id) {
                 b.mutate(|bits| bits.remove_range(lo..=up));
+                self.directory.refresh(lower.ledger_id, b);
             }
             self.drop_if_empty(lower.ledger_id);
             return Ok(());
@@ -438,6 +529,7 @@ impl PositionRangeSet {
                     bits.remove_range(lo..max);
                 }
             });
+            self.directory.refresh(lower.ledger_id, a);
         }
         let between: Vec<i64> = self
             .ledgers
@@ -449,6 +541,7 @@ impl PositionRangeSet {
         }
         if let Some(b) = self.ledgers.get(&upper.ledger_id) {
             b.mutate(|bits| bits.remove_range(0..=up));
+            self.directory.refresh(upper.ledger_id, b);
         }
         self.drop_if_empty(lower.ledger_id);
         self.drop_if_empty(upper.ledger_id);
@@ -471,6 +564,7 @@ impl PositionRangeSet {
         }
         if let (Some(e), Some(b)) = (bound, self.ledgers.get(&ledger_id)) {
             b.mutate(|bits| bits.remove_range(0..=e));
+            self.directory.refresh(ledger_id, b);
             self.drop_if_empty(ledger_id);
         }
         Ok(())
