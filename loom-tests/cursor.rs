@@ -48,11 +48,13 @@ const DONE: usize = 2;
 /// Reset thread: reset to read position (1,3), i.e. mark-delete (1,2), clearing
 /// the ranges: (1,4) and (1,7) become NOT deleted and nobody acks them again.
 /// Reader (main thread): hint for (1,4), (1,7), and (2,3) (never acked).
-#[test]
-fn hint_never_stale_positive_with_backward_reset() {
-    builder().check(|| {
+/// `base` offsets the ledger ids: 0 exercises the packed mark-delete, 2^40
+/// the `Published<Position>` fallback (ledger ids that do not pack).
+fn reset_scenario(base: i64) {
+    builder().check(move || {
         count();
-        let ledger = LedgerLayout::new([(1, 10), (2, 10)]);
+        let p = move |l: i64, e: i64| Position::new(base + l, e);
+        let ledger = LedgerLayout::new([(base + 1, 10), (base + 2, 10)]);
         let state = Arc::new(CursorDeletionState::recover(p(1, 4), &[(p(1, 6), p(1, 7))]).unwrap());
         let reset_state = Arc::new(AtomicUsize::new(NOT_STARTED));
 
@@ -94,7 +96,7 @@ fn hint_never_stale_positive_with_backward_reset() {
                 );
             }
         }
-        let never = state.read_scheduling_lookup(2, 3);
+        let never = state.read_scheduling_lookup(base + 2, 3);
         assert!(!never.deleted, "invented positive for (2,3): {never:?}");
 
         acker.join().unwrap();
@@ -111,9 +113,19 @@ fn hint_never_stale_positive_with_backward_reset() {
         assert_eq!(state.mark_delete_position(), p(1, 2));
     });
     eprintln!(
-        "loom_cursor: reset scenario explored {} executions",
+        "loom_cursor: reset scenario (ledger base {base}) explored {} executions so far",
         EXECUTIONS.load(std::sync::atomic::Ordering::Relaxed)
     );
+}
+
+#[test]
+fn hint_never_stale_positive_with_backward_reset() {
+    reset_scenario(0);
+}
+
+#[test]
+fn hint_never_stale_positive_with_backward_reset_unpacked_mark_delete() {
+    reset_scenario(1 << 40);
 }
 
 /// Forward-only changes (two ack threads, one writing a new ledger): a
