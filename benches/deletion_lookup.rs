@@ -11,7 +11,10 @@
 //!
 //! Run: `cargo bench --bench deletion_lookup -- --warm-up-time 1 --measurement-time 2`.
 //! Besides criterion's report, a table with ns/op (median over criterion's
-//! samples) and the locked/hint ratio is printed at the end.
+//! samples) and the locked/hint ratio is printed at the end, followed by a
+//! bench-local model of the copy-on-write alternative (lookup cost, and the
+//! cost of a grouped ack of 100 that copies the bitmap vs the crate's
+//! in-place grouped ack).
 
 #[cfg(not(any(loom, feature = "shuttle")))]
 mod bench {
@@ -138,6 +141,84 @@ mod bench {
         }
     }
 
+    /// The copy-on-write alternative, as a bench-local MODEL (not crate
+    /// code): a published directory of immutable bitmaps, so a lookup is one
+    /// `arc_swap` load plus `contains` (no bitmap lock), and a grouped ack
+    /// clones the touched bitmap, inserts and republishes. Measured next to
+    /// the crate's in-place grouped ack to quantify the ack-path cost.
+    pub fn copy_on_write_model(c: &mut Criterion) {
+        use arc_swap::ArcSwap;
+        use roaring::RoaringBitmap;
+        type Directory = Vec<(i64, Arc<RoaringBitmap>)>;
+        for n in [128usize, 10_000] {
+            let mut bits = RoaringBitmap::new();
+            for i in 0..n as u32 {
+                bits.insert(2 * i + 1);
+            }
+            let dir: ArcSwap<Directory> = ArcSwap::from_pointee(vec![(1, Arc::new(bits))]);
+            let mut g = c.benchmark_group("cow_model");
+            g.bench_with_input(BenchmarkId::new("lookup", n), &n, |b, &n| {
+                let mut counter: u64 = 0;
+                b.iter_custom(|iters| {
+                    let start = Instant::now();
+                    for _ in 0..iters {
+                        let e = (counter & 32767) as u32;
+                        counter = counter.wrapping_add(1);
+                        let d = dir.load();
+                        black_box(
+                            d.iter()
+                                .find(|(l, _)| *l == black_box(1))
+                                .is_some_and(|(_, b)| b.contains(e)),
+                        );
+                    }
+                    let el = start.elapsed();
+                    record("cow_model", "lookup", n, el, iters);
+                    el
+                });
+            });
+            g.bench_with_input(BenchmarkId::new("grouped_ack_100_copy", n), &n, |b, &n| {
+                let mut next: u32 = 40_000;
+                b.iter_custom(|iters| {
+                    let start = Instant::now();
+                    for _ in 0..iters {
+                        let cur = dir.load_full();
+                        let mut bits = (*cur[0].1).clone();
+                        for i in 0..100 {
+                            bits.insert(next + 2 * i);
+                        }
+                        next = if next > 1 << 30 { 40_000 } else { next + 200 };
+                        dir.store(Arc::new(vec![(1, Arc::new(bits))]));
+                    }
+                    let el = start.elapsed();
+                    record("cow_model", "grouped_ack_100_copy", n, el, iters);
+                    el
+                });
+            });
+            let state = state_with(n);
+            let ledger = layout();
+            g.bench_with_input(
+                BenchmarkId::new("grouped_ack_100_in_place", n),
+                &n,
+                |b, &n| {
+                    let mut next: i64 = 40_000;
+                    b.iter_custom(|iters| {
+                        let start = Instant::now();
+                        for _ in 0..iters {
+                            let batch: Vec<Position> =
+                                (0..100).map(|i| Position::new(1, next + 2 * i)).collect();
+                            next = if next > 1 << 30 { 40_000 } else { next + 200 };
+                            black_box(state.delete(&batch, &ledger).expect("valid positions"));
+                        }
+                        let el = start.elapsed();
+                        record("cow_model", "grouped_ack_100_in_place", n, el, iters);
+                        el
+                    });
+                },
+            );
+            g.finish();
+        }
+    }
+
     fn median(v: &mut [f64]) -> f64 {
         v.sort_by(|a, b| a.total_cmp(b));
         v[v.len() / 2]
@@ -166,6 +247,26 @@ mod bench {
                 println!("| {g} | {n} | {h:.2} | {l:.2} | {:.1}× |", l / h);
             }
         }
+        println!("\ncopy-on-write model (bench-local), ns per op");
+        println!("| N ranges | CoW lookup | CoW grouped ack of 100 | in-place grouped ack of 100 | ack cost ratio |");
+        println!("|---:|---:|---:|---:|---:|");
+        for n in [128usize, 10_000] {
+            let mut get = |v: &str| {
+                samples
+                    .get_mut(&("cow_model".to_string(), v.to_string(), n))
+                    .map(|s| median(s))
+            };
+            if let (Some(lk), Some(cow), Some(inp)) = (
+                get("lookup"),
+                get("grouped_ack_100_copy"),
+                get("grouped_ack_100_in_place"),
+            ) {
+                println!(
+                    "| {n} | {lk:.2} | {cow:.0} | {inp:.0} | {:.1}× |",
+                    cow / inp
+                );
+            }
+        }
     }
 }
 
@@ -174,6 +275,7 @@ fn main() {
     let mut c = criterion::Criterion::default().configure_from_args();
     bench::uncontended(&mut c);
     bench::contended(&mut c);
+    bench::copy_on_write_model(&mut c);
     c.final_summary();
     bench::print_table();
 }
