@@ -174,9 +174,9 @@ fn merge_keeps_only_undispatched_and_adds_no_second_live_copy() {
         vec![id],
         "sources replaced atomically"
     );
-    // (2,0)@15 and (1,1)@20 were live; merged segment 1 = (2,0) must not be
-    // queued twice. Queue: (1,1), (2,0), (3,0)? (3,0) is in the mutable heap.
-    assert_eq!(t.shared_queue_len(), 2);
+    // (2,0)@15 and (1,1)@20 were live; their entries are replaced by the
+    // merged segment 1 = (2,0): one live entry, none twice.
+    assert_eq!(t.shared_queue_len(), 1);
     f.clock.set(40);
     let got = drain(&t);
     assert_eq!(got, vec![p(1, 1), p(1, 2), p(2, 0), p(2, 1), p(2, 2)]);
@@ -476,5 +476,42 @@ fn redb_storage_roundtrip_is_atomic_with_cursor_property() {
     let t = BucketDelayedDeliveryTracker::new(cfg(), storage, clock.clone()).unwrap();
     assert_eq!(t.number_of_delayed_messages(), 6);
     clock.set(50);
+    assert_eq!(drain(&t).len(), 6);
+}
+
+#[test]
+fn merge_persists_gap_positions_so_the_merged_range_is_complete() {
+    let f = Fixture::new();
+    let t = f.tracker(cfg()).unwrap();
+    t.add_message(1, 0, 10).unwrap();
+    t.add_message(1, 1, 20).unwrap();
+    t.add_message(2, 0, 15).unwrap(); // seals [1,1]
+    t.add_message(2, 1, 25).unwrap();
+    f.faulty.arm(FaultPlan {
+        create: 4,
+        ..FaultPlan::default()
+    });
+    t.add_message(3, 0, 17).unwrap(); // seal of [2,2] fails: kept in the queue
+    assert_eq!(t.stats().seal_failures, 1);
+    t.add_message(3, 1, 27).unwrap();
+    t.add_message(4, 0, 100).unwrap(); // seals [3,3]
+    assert_eq!(t.buckets().len(), 2);
+    assert!(t.trim_and_merge().unwrap());
+    assert_eq!(
+        t.buckets()[0].0,
+        BucketContext {
+            start_ledger_id: 1,
+            end_ledger_id: 3
+        }
+    );
+    t.verify_invariants().unwrap();
+    drop(t);
+    let t = f.tracker(cfg()).unwrap();
+    assert_eq!(
+        t.number_of_delayed_messages(),
+        6,
+        "ledger 2 is in the merged snapshot"
+    );
+    f.clock.set(50);
     assert_eq!(drain(&t).len(), 6);
 }
