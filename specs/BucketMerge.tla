@@ -6,13 +6,16 @@
 (* segment at a time, merged, trimmed, and recovered after a crash.        *)
 (*                                                                         *)
 (* Abstractions: one entry per ledger, so a position is its ledger number  *)
-(* 1..NP and a bucket range is an interval of positions. Segments are cut  *)
-(* by Step and MaxIdx. Merge may pick any two adjacent buckets (a superset *)
-(* of Pulsar's selection, which also wants an unloaded segment in each).  *)
-(* Storage is synchronous and                                              *)
-(* every create/delete is atomic (redb); a merge replaces its sources in   *)
-(* the same commit. Read failures are stutters and are omitted. The clock  *)
-(* is strict (cutoff = clock).                                             *)
+(* 1..NP and a bucket range is an interval of positions; delivery times   *)
+(* are fixed per position (TS; each cfg picks a timing). Segments are cut *)
+(* by max indexes k, any k in 1..MaxIdx per cut (the time step is left    *)
+(* unbounded). Merge may pick any two adjacent buckets (a superset of     *)
+(* Pulsar's selection, which also wants an unloaded segment in each).     *)
+(* Storage is synchronous and every create/delete is atomic (redb); a     *)
+(* merge replaces its sources in the same commit. Faults: a seal's create *)
+(* or a retired bucket's delete may fail; read failures are stutters and  *)
+(* are omitted. The clock is strict (cutoff = clock). At most MaxCrashes  *)
+(* crashes.                                                               *)
 (*                                                                         *)
 (* Durability contract checked by NoLoss: after a crash the dispatcher     *)
 (* re-reads from mark-delete; it re-dispatches expired positions and       *)
@@ -32,15 +35,15 @@
 EXTENDS Naturals, FiniteSets, Sequences
 
 CONSTANTS NP,      \* positions (ledgers) 1..NP, added in order
-          MaxT,    \* delivery times and the clock range over 0..MaxT
-          Step,    \* max time step per snapshot segment
-          MaxIdx,  \* max indexes per snapshot segment
+          MaxT,    \* the clock ranges over 0..MaxT
+          TS,      \* TS[p]: delivery time of position p (a tuple over 1..MaxT)
+          MaxIdx,  \* largest max-indexes-per-segment a cut may use
+          MaxCrashes, \* crash budget
           MaxSid,  \* snapshot slots (ids are reused once deleted)
           Bug      \* the bug switch (see above)
 
 VARIABLES clock,     \* now (ms), monotone across crashes
           nextP,     \* next position the producer adds
-          ts,        \* position -> delivery time (0 = not added)
           index,     \* runtime index: tracked positions
           counter,   \* runtime index counter
           mheap,     \* mutable bucket heap
@@ -52,10 +55,11 @@ VARIABLES clock,     \* now (ms), monotone across crashes
           dcount,    \* deliveries per position in this lifetime
           everDel,   \* positions ever delivered (any lifetime)
           md,        \* mark-delete: positions < md are acknowledged
-          stale      \* positions persisted by a snapshot write AFTER dispatch
+          stale,     \* positions persisted by a snapshot write AFTER dispatch
+          crashes    \* crashes so far
 
-vars == <<clock, nextP, ts, index, counter, mheap, queue, segs, lo, hi, cur,
-          dcount, everDel, md, stale>>
+vars == <<clock, nextP, index, counter, mheap, queue, segs, lo, hi, cur,
+          dcount, everDel, md, stale, crashes>>
 
 Pos == 1..NP
 Sid == 1..MaxSid
@@ -65,8 +69,8 @@ Sid == 1..MaxSid
 
 \* Heap order: (timestamp, position).
 Less(a, b) ==
-    \/ ts[a] < ts[b]
-    \/ /\ ts[a] = ts[b]
+    \/ TS[a] < TS[b]
+    \/ /\ TS[a] = TS[b]
        /\ a < b
 
 \* The positions of S as a sequence in heap order.
@@ -75,17 +79,11 @@ Sorted(S) == [i \in 1..Cardinality(S) |-> CHOOSE p \in S : Rank(p, S) = i]
 
 MinOf(a, b) == IF a < b THEN a ELSE b
 
-\* Segment cutting (Pulsar): a segment starts at the first remaining index,
-\* takes the following ones while ts <= first + Step - 1, at most MaxIdx.
-LeadCount(s) ==
-    LET upper == ts[s[1]] + Step - 1
-        fit == Cardinality({i \in 1..Len(s) : ts[s[i]] <= upper})
-    IN MinOf(fit, MaxIdx)
-
-RECURSIVE Cut(_)
-Cut(s) ==
-    IF Len(s) = 0 THEN <<>>
-    ELSE <<SubSeq(s, 1, LeadCount(s))>> \o Cut(SubSeq(s, LeadCount(s) + 1, Len(s)))
+\* Segment cutting by max indexes k (the time step is unbounded): chunks of
+\* k indexes in heap order. Seal and Merge may pick any k in 1..MaxIdx.
+Chunks(s, k) ==
+    LET n == (Len(s) + k - 1) \div k IN
+    [i \in 1..n |-> SubSeq(s, (i - 1) * k + 1, MinOf(i * k, Len(s)))]
 
 Elems(s) == {s[i] : i \in 1..Len(s)}
 LastOf(s) == s[Len(s)]
@@ -116,7 +114,6 @@ Added == 1..(nextP - 1)
 Init ==
     /\ clock = 0
     /\ nextP = 1
-    /\ ts = [p \in Pos |-> 0]
     /\ index = {}
     /\ counter = 0
     /\ mheap = {}
@@ -129,39 +126,44 @@ Init ==
     /\ everDel = {}
     /\ md = 1
     /\ stale = {}
+    /\ crashes = 0
 
 \* Time passes.
 Tick ==
     /\ clock < MaxT
     /\ clock' = clock + 1
-    /\ UNCHANGED <<nextP, ts, index, counter, mheap, queue, segs, lo, hi, cur,
-                   dcount, everDel, md, stale>>
+    /\ UNCHANGED <<nextP, index, counter, mheap, queue, segs, lo, hi, cur,
+                   dcount, everDel, md, stale, crashes>>
 
-\* add_message of a new, not-yet-due message: it lies above every range, so
-\* it goes to the mutable heap and is tracked.
-Add(t) ==
+\* add_message of the next message. Not yet due: it lies above every range,
+\* so it goes to the mutable heap and is tracked. Already due: add_message
+\* returns false and the dispatcher delivers it at once.
+Add ==
     /\ nextP <= NP
-    /\ t > clock
-    /\ ts' = [ts EXCEPT ![nextP] = t]
-    /\ index' = index \cup {nextP}
-    /\ counter' = counter + 1
-    /\ mheap' = mheap \cup {nextP}
     /\ nextP' = nextP + 1
-    /\ UNCHANGED <<clock, queue, segs, lo, hi, cur, dcount, everDel, md, stale>>
+    /\ IF TS[nextP] > clock
+       THEN /\ index' = index \cup {nextP}
+            /\ counter' = counter + 1
+            /\ mheap' = mheap \cup {nextP}
+            /\ UNCHANGED <<dcount, everDel>>
+       ELSE /\ dcount' = [dcount EXCEPT ![nextP] = @ + 1]
+            /\ everDel' = everDel \cup {nextP}
+            /\ UNCHANGED <<index, counter, mheap>>
+    /\ UNCHANGED <<clock, queue, segs, lo, hi, cur, md, stale, crashes>>
 
 \* getScheduledMessages step 1: due mutable entries move to the shared queue.
 MoveDue ==
-    LET due == {p \in mheap : ts[p] <= clock} IN
+    LET due == {p \in mheap : TS[p] <= clock} IN
     /\ due # {}
     /\ mheap' = mheap \ due
     /\ queue' = Enqueue(queue, due)
-    /\ UNCHANGED <<clock, nextP, ts, index, counter, segs, lo, hi, cur,
-                   dcount, everDel, md, stale>>
+    /\ UNCHANGED <<clock, nextP, index, counter, segs, lo, hi, cur,
+                   dcount, everDel, md, stale, crashes>>
 
 \* Seal: the mutable heap becomes a bucket; its snapshot and key commit
 \* atomically, segment 1 is queued (its last index is the boundary).
-Seal ==
-    LET new == Cut(Sorted(mheap))
+Seal(k) ==
+    LET new == Chunks(Sorted(mheap), k)
         s == NewSid
     IN
     /\ mheap # {}
@@ -172,15 +174,15 @@ Seal ==
     /\ cur' = [cur EXCEPT ![s] = 1]
     /\ queue' = Enqueue(queue, Elems(new[1]))
     /\ mheap' = {}
-    /\ UNCHANGED <<clock, nextP, ts, index, counter, dcount, everDel, md, stale>>
+    /\ UNCHANGED <<clock, nextP, index, counter, dcount, everDel, md, stale, crashes>>
 
 \* Seal whose snapshot create failed: every segment stays in the queue.
 SealFail ==
     /\ mheap # {}
     /\ queue' = Enqueue(queue, mheap)
     /\ mheap' = {}
-    /\ UNCHANGED <<clock, nextP, ts, index, counter, segs, lo, hi, cur,
-                   dcount, everDel, md, stale>>
+    /\ UNCHANGED <<clock, nextP, index, counter, segs, lo, hi, cur,
+                   dcount, everDel, md, stale, crashes>>
 
 \* getScheduledMessages step 2 (a): the head is below mark-delete (orphan):
 \* pop and untrack without delivering.
@@ -191,15 +193,15 @@ PopOrphan ==
     /\ queue' = [queue EXCEPT ![QHead] = @ - 1]
     /\ index' = index \ {QHead}
     /\ counter' = Untracked(QHead)
-    /\ UNCHANGED <<clock, nextP, ts, mheap, segs, lo, hi, cur, dcount,
-                   everDel, md, stale>>
+    /\ UNCHANGED <<clock, nextP, mheap, segs, lo, hi, cur, dcount,
+                   everDel, md, stale, crashes>>
 
 \* getScheduledMessages step 2 (d): pop a due head; deliver only if untrack
 \* says it was tracked (the bug delivers and decrements unconditionally).
 Pop ==
     /\ Queued # {}
     /\ QHead >= md
-    /\ ts[QHead] <= clock
+    /\ TS[QHead] <= clock
     /\ ~IsBoundary(QHead)
     /\ LET h == QHead
            deliver == (h \in index) \/ (Bug = "pop_ignores_untrack")
@@ -209,7 +211,7 @@ Pop ==
        /\ counter' = IF Bug = "pop_ignores_untrack" THEN counter - 1 ELSE Untracked(h)
        /\ dcount' = IF deliver THEN [dcount EXCEPT ![h] = @ + 1] ELSE dcount
        /\ everDel' = IF deliver THEN everDel \cup {h} ELSE everDel
-    /\ UNCHANGED <<clock, nextP, ts, mheap, segs, lo, hi, cur, md, stale>>
+    /\ UNCHANGED <<clock, nextP, mheap, segs, lo, hi, cur, md, stale, crashes>>
 
 \* Step 2 (c): the head is bucket s's boundary: load its next segment, or
 \* retire the bucket after its last one (deleteOk: the snapshot delete
@@ -218,14 +220,14 @@ LoadNextSegment(s, deleteOk) ==
     /\ cur[s] > 0
     /\ Queued # {}
     /\ Boundary(s) = QHead
-    /\ \/ ts[QHead] <= clock
+    /\ \/ TS[QHead] <= clock
        \/ QHead < md
     /\ LET last == cur[s] = Len(segs[s]) IN
        /\ cur' = [cur EXCEPT ![s] = IF last THEN 0 ELSE @ + 1]
        /\ segs' = IF last /\ deleteOk THEN [segs EXCEPT ![s] = <<>>] ELSE segs
        /\ queue' = IF last THEN queue ELSE Enqueue(queue, Elems(segs[s][cur[s] + 1]))
-    /\ UNCHANGED <<clock, nextP, ts, index, counter, mheap, lo, hi, dcount,
-                   everDel, md, stale>>
+    /\ UNCHANGED <<clock, nextP, index, counter, mheap, lo, hi, dcount,
+                   everDel, md, stale, crashes>>
 
 \* Two adjacent in-memory buckets (no bucket between their ranges).
 Adjacent(s1, s2) ==
@@ -241,14 +243,14 @@ MergeRead(s) ==
 \* keep only indexes still tracked, commit the new snapshot replacing the
 \* sources atomically (into s1's slot), then queue its first segment after
 \* dropping the queue entries of the positions it now owns.
-Merge(s1, s2) ==
+Merge(s1, s2, k) ==
     /\ cur[s1] > 0
     /\ cur[s2] > 0
     /\ Adjacent(s1, s2)
     /\ LET gap == {p \in Queued : lo[s1] <= p /\ p <= hi[s2]} \ (AllOf(s1) \cup AllOf(s2))
            read == MergeRead(s1) \cup MergeRead(s2) \cup gap
            kept == IF Bug = "merge_persists_dispatched" THEN read ELSE read \cap index
-           new == Cut(Sorted(kept))
+           new == Chunks(Sorted(kept), k)
            base == IF Bug = "merge_second_live_copy"
                    THEN queue
                    ELSE [p \in Pos |-> IF p \in kept THEN 0 ELSE queue[p]]
@@ -260,7 +262,7 @@ Merge(s1, s2) ==
        /\ hi' = IF kept = {} THEN hi ELSE [hi EXCEPT ![s1] = hi[s2]]
        /\ queue' = IF kept = {} THEN queue ELSE Enqueue(base, Elems(new[1]))
        /\ stale' = stale \cup (kept \ index)
-    /\ UNCHANGED <<clock, nextP, ts, index, counter, mheap, lo, dcount, everDel, md>>
+    /\ UNCHANGED <<clock, nextP, index, counter, mheap, lo, dcount, everDel, md, crashes>>
 
 \* Trim: a bucket wholly below mark-delete is deleted and every bit of its
 \* frozen bitmap is untracked (only tracked bits decrement the counter).
@@ -271,8 +273,8 @@ Trim(s) ==
     /\ cur' = [cur EXCEPT ![s] = 0]
     /\ index' = index \ AllOf(s)
     /\ counter' = counter - Cardinality(index \cap AllOf(s))
-    /\ UNCHANGED <<clock, nextP, ts, mheap, queue, lo, hi, dcount, everDel,
-                   md, stale>>
+    /\ UNCHANGED <<clock, nextP, mheap, queue, lo, hi, dcount, everDel,
+                   md, stale, crashes>>
 
 \* Ack: the consumer acknowledged position md (it was delivered), so
 \* mark-delete advances past it.
@@ -280,15 +282,15 @@ Ack ==
     /\ md < nextP
     /\ md \in everDel
     /\ md' = md + 1
-    /\ UNCHANGED <<clock, nextP, ts, index, counter, mheap, queue, segs, lo,
-                   hi, cur, dcount, everDel, stale>>
+    /\ UNCHANGED <<clock, nextP, index, counter, mheap, queue, segs, lo,
+                   hi, cur, dcount, everDel, stale, crashes>>
 
 \* Crash + Recover. Recovery restores every committed snapshot from its first
 \* segment with max > clock (fully expired ones are deleted) into the
 \* runtime index; then the dispatcher re-reads from mark-delete: expired
 \* positions are dispatched at once (add_message returns false and untracks;
 \* the bug leaves the bit), uncovered ones are re-added.
-MaxTs(seg) == ts[LastOf(seg)]
+MaxTs(seg) == TS[LastOf(seg)]
 LiveSnap(s) == InStore(s) /\ \E j \in 1..Len(segs[s]) : MaxTs(segs[s][j]) > clock
 FirstJ(s) == SetMin({j \in 1..Len(segs[s]) : MaxTs(segs[s][j]) > clock})
 
@@ -299,7 +301,7 @@ CrashRecover ==
     \E restored \in {UNION {SegsFrom(s, fj[s]) : s \in live}} :
     \E loaded \in {UNION {Elems(segs[s][fj[s]]) : s \in live}} :
     \E reread \in {{p \in Added : p >= md}} :
-    \E expired \in {{p \in reread : ts[p] <= clock}} :
+    \E expired \in {{p \in reread : TS[p] <= clock}} :
     \E readd \in {{p \in reread \ expired :
                       /\ p \notin restored
                       /\ ~\E s \in live : lo[s] <= p /\ p <= hi[s]}} :
@@ -307,6 +309,8 @@ CrashRecover ==
                      THEN restored \cup readd
                      ELSE (restored \ expired) \cup readd} :
     \E maxHi \in {IF live = {} THEN 0 ELSE SetMax({hi[s] : s \in live})} :
+    /\ crashes < MaxCrashes
+    /\ crashes' = crashes + 1
     /\ segs' = [s \in Sid |-> IF s \in live THEN segs[s] ELSE <<>>]
     /\ cur' = fj
     /\ index' = newIndex
@@ -315,22 +319,26 @@ CrashRecover ==
     /\ mheap' = {p \in readd : p > maxHi}
     /\ dcount' = [p \in Pos |-> IF p \in expired THEN 1 ELSE 0]
     /\ everDel' = everDel \cup expired
-    /\ UNCHANGED <<clock, nextP, ts, lo, hi, md, stale>>
+    /\ UNCHANGED <<clock, nextP, lo, hi, md, stale>>
+
+\* Nothing happens (keeps finished behaviours from counting as deadlocks).
+Idle == UNCHANGED vars
 
 Next ==
     \/ Tick
-    \/ \E t \in 1..MaxT : Add(t)
+    \/ Add
     \/ MoveDue
-    \/ Seal
+    \/ \E k \in 1..MaxIdx : Seal(k)
     \/ SealFail
     \/ PopOrphan
     \/ Pop
     \/ \E s \in Sid : LoadNextSegment(s, TRUE)
     \/ \E s \in Sid : LoadNextSegment(s, FALSE)
-    \/ \E s1, s2 \in Sid : Merge(s1, s2)
+    \/ \E s1, s2 \in Sid : \E k \in 1..MaxIdx : Merge(s1, s2, k)
     \/ \E s \in Sid : Trim(s)
     \/ Ack
     \/ CrashRecover
+    \/ Idle
 
 Spec == Init /\ [][Next]_vars
 

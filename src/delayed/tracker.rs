@@ -641,13 +641,20 @@ impl BucketDelayedDeliveryTracker {
     }
 
     /// Records the subscription's mark-delete position (Pulsar reads it from
-    /// the cursor): its ledger is `firstLive` for trim and for dropping
-    /// orphaned queue entries. Only moves forward.
+    /// the cursor; call it after construction and whenever it advances): its
+    /// ledger is `firstLive` for trim and for dropping orphaned queue entries,
+    /// and every tracked position `<= position` is untracked (acknowledged
+    /// messages are never delivered again and do not count; Pulsar keeps them
+    /// counted until trim). Only moves forward.
     pub fn update_mark_delete(&self, position: Position) {
         let mut inner = self.inner.lock();
         if inner.mark_delete.map_or(true, |p| position > p) {
             inner.mark_delete = Some(position);
+            inner
+                .index
+                .untrack_up_to(position.ledger_id, position.entry_id);
         }
+        self.debug_check(&inner);
     }
 
     // ------------------------------------------------------------ trim / merge
