@@ -35,17 +35,29 @@ const ROARING_2: [u8; 18] = [
 #[test]
 fn delayed_index_bytes() {
     // field 1 varint (0x08) 10, field 2 (0x10) 1, field 3 (0x18) 2.
-    assert_eq!(idx(10, 1, 2).encode_to_vec(), [0x08, 0x0a, 0x10, 0x01, 0x18, 0x02]);
+    assert_eq!(
+        idx(10, 1, 2).encode_to_vec(),
+        [0x08, 0x0a, 0x10, 0x01, 0x18, 0x02]
+    );
     // 300 = varint ac 02.
-    assert_eq!(idx(300, 5, 7).encode_to_vec(), [0x08, 0xac, 0x02, 0x10, 0x05, 0x18, 0x07]);
+    assert_eq!(
+        idx(300, 5, 7).encode_to_vec(),
+        [0x08, 0xac, 0x02, 0x10, 0x05, 0x18, 0x07]
+    );
     // proto2 required fields are written even when zero.
-    assert_eq!(idx(0, 0, 0).encode_to_vec(), [0x08, 0x00, 0x10, 0x00, 0x18, 0x00]);
+    assert_eq!(
+        idx(0, 0, 0).encode_to_vec(),
+        [0x08, 0x00, 0x10, 0x00, 0x18, 0x00]
+    );
     // field 4 enum (0x20) CANCEL = 1.
     let cancel = DelayedIndex {
         delayed_operation_type: Some(DelayedOperationType::Cancel as i32),
         ..idx(1, 1, 1)
     };
-    assert_eq!(cancel.encode_to_vec(), [0x08, 0x01, 0x10, 0x01, 0x18, 0x01, 0x20, 0x01]);
+    assert_eq!(
+        cancel.encode_to_vec(),
+        [0x08, 0x01, 0x10, 0x01, 0x18, 0x01, 0x20, 0x01]
+    );
 }
 
 #[test]
@@ -87,7 +99,10 @@ fn segment_metadata_and_metadata_bytes() {
     let mut expected_all = vec![0x0a, 28];
     expected_all.extend_from_slice(&expected);
     assert_eq!(all.encode_to_vec(), expected_all);
-    assert_eq!(SnapshotMetadata::decode(expected_all.as_slice()).unwrap(), all);
+    assert_eq!(
+        SnapshotMetadata::decode(expected_all.as_slice()).unwrap(),
+        all
+    );
 }
 
 #[test]
@@ -102,7 +117,10 @@ fn cut_segment_produces_the_golden_encoding() {
         5000,
     );
     assert_eq!(segs.len(), 1);
-    assert_eq!(segs[0].to_proto().encode_to_vec(), [0x0a, 0x06, 0x08, 0x0a, 0x10, 0x01, 0x18, 0x02]);
+    assert_eq!(
+        segs[0].to_proto().encode_to_vec(),
+        [0x0a, 0x06, 0x08, 0x0a, 0x10, 0x01, 0x18, 0x02]
+    );
     let meta = segs[0].to_metadata();
     assert_eq!(meta.delayed_index_bit_map[&1], ROARING_2);
     assert_eq!(meta.min_schedule_timestamp, 10);

@@ -116,7 +116,10 @@ impl Harness {
     }
 
     fn deliver(&mut self, p: Position) {
-        assert!(self.delivered.insert(p), "{p} delivered twice in one lifetime");
+        assert!(
+            self.delivered.insert(p),
+            "{p} delivered twice in one lifetime"
+        );
         self.ever_delivered.insert(p);
         self.pending.remove(&p);
     }
@@ -136,7 +139,9 @@ impl Harness {
     }
 
     fn check(&self) {
-        self.tracker.verify_invariants().expect("tracker invariants");
+        self.tracker
+            .verify_invariants()
+            .expect("tracker invariants");
         assert_eq!(
             self.tracker.number_of_delayed_messages(),
             self.pending.len() as u64,
@@ -254,8 +259,18 @@ impl Harness {
         for p in &got {
             self.deliver(*p);
         }
-        if std::env::var("MODEL_STATS").is_ok() { eprintln!("STATS {:?} injected={}", self.tracker.stats(), self.storage.injected()); }
-        assert!(self.pending.is_empty(), "never delivered: {:?}", self.pending);
+        if std::env::var("MODEL_STATS").is_ok() {
+            eprintln!(
+                "STATS {:?} injected={}",
+                self.tracker.stats(),
+                self.storage.injected()
+            );
+        }
+        assert!(
+            self.pending.is_empty(),
+            "never delivered: {:?}",
+            self.pending
+        );
         assert_eq!(self.tracker.number_of_delayed_messages(), 0);
         self.tracker.verify_invariants().expect("invariants");
     }
