@@ -18,8 +18,8 @@ use std::sync::{Arc, Mutex};
 
 use prost::Message;
 use pulsar_core::delayed::{
-    BucketDelayedDeliveryTracker, BucketSnapshotStorage, BucketTrackerConfig,
-    DelayedError, ManualClock, SnapshotMetadata, SnapshotSegment,
+    BucketDelayedDeliveryTracker, BucketSnapshotStorage, BucketTrackerConfig, DelayedError,
+    ManualClock, SnapshotMetadata, SnapshotSegment,
 };
 
 struct Counting;
@@ -60,22 +60,35 @@ impl FileStorage {
         self.dir.join(format!("{id}.{entry}"))
     }
     fn read(&self, id: i64, entry: u64) -> Result<Vec<u8>, DelayedError> {
-        std::fs::read(self.path(id, entry)).map_err(|_| DelayedError::SnapshotNotFound { snapshot_id: id })
+        std::fs::read(self.path(id, entry))
+            .map_err(|_| DelayedError::SnapshotNotFound { snapshot_id: id })
     }
 }
 
 fn corrupt(id: i64, e: impl std::fmt::Display) -> DelayedError {
-    DelayedError::CorruptSnapshot { snapshot_id: id, reason: e.to_string() }
+    DelayedError::CorruptSnapshot {
+        snapshot_id: id,
+        reason: e.to_string(),
+    }
 }
 
 impl BucketSnapshotStorage for FileStorage {
-    fn create(&self, m: &SnapshotMetadata, s: &[SnapshotSegment], key: &str, replaces: &[(i64, String)]) -> Result<i64, DelayedError> {
+    fn create(
+        &self,
+        m: &SnapshotMetadata,
+        s: &[SnapshotSegment],
+        key: &str,
+        replaces: &[(i64, String)],
+    ) -> Result<i64, DelayedError> {
         let id = {
             let mut n = self.next.lock().unwrap();
             *n += 1;
             *n
         };
-        let io = |e: std::io::Error| DelayedError::Storage { op: "create", reason: e.to_string() };
+        let io = |e: std::io::Error| DelayedError::Storage {
+            op: "create",
+            reason: e.to_string(),
+        };
         std::fs::write(self.path(id, 0), m.encode_to_vec()).map_err(io)?;
         for (i, seg) in s.iter().enumerate() {
             std::fs::write(self.path(id, i as u64 + 1), seg.encode_to_vec()).map_err(io)?;
@@ -89,9 +102,16 @@ impl BucketSnapshotStorage for FileStorage {
     fn get_metadata(&self, id: i64) -> Result<SnapshotMetadata, DelayedError> {
         SnapshotMetadata::decode(self.read(id, 0)?.as_slice()).map_err(|e| corrupt(id, e))
     }
-    fn get_segments(&self, id: i64, first: u64, last: u64) -> Result<Vec<SnapshotSegment>, DelayedError> {
+    fn get_segments(
+        &self,
+        id: i64,
+        first: u64,
+        last: u64,
+    ) -> Result<Vec<SnapshotSegment>, DelayedError> {
         (first..=last)
-            .map(|e| SnapshotSegment::decode(self.read(id, e)?.as_slice()).map_err(|x| corrupt(id, x)))
+            .map(|e| {
+                SnapshotSegment::decode(self.read(id, e)?.as_slice()).map_err(|x| corrupt(id, x))
+            })
             .collect()
     }
     fn length(&self, id: i64) -> Result<u64, DelayedError> {
@@ -106,7 +126,13 @@ impl BucketSnapshotStorage for FileStorage {
         Ok(())
     }
     fn bucket_keys(&self) -> Result<Vec<(String, i64)>, DelayedError> {
-        Ok(self.keys.lock().unwrap().iter().map(|(k, v)| (k.clone(), *v)).collect())
+        Ok(self
+            .keys
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|(k, v)| (k.clone(), *v))
+            .collect())
     }
 }
 
@@ -130,14 +156,21 @@ fn report(n: u64) {
     });
     let clock = Arc::new(ManualClock::new(0));
     let before = live();
-    let t = BucketDelayedDeliveryTracker::new(BucketTrackerConfig::default(), storage.clone(), clock)
-        .expect("tracker");
+    let t =
+        BucketDelayedDeliveryTracker::new(BucketTrackerConfig::default(), storage.clone(), clock)
+            .expect("tracker");
     for i in 0..n {
         let (l, e, at) = message(i);
         t.add_message(l, e, at).expect("add");
     }
     assert_eq!(t.number_of_delayed_messages(), n);
-    let keys_bytes: usize = storage.keys.lock().unwrap().keys().map(|k| k.capacity()).sum();
+    let keys_bytes: usize = storage
+        .keys
+        .lock()
+        .unwrap()
+        .keys()
+        .map(|k| k.capacity())
+        .sum();
     let tracker_bytes = live() - before - keys_bytes as isize;
     let buckets = t.buckets().len();
     let queued = t.shared_queue_len();

@@ -79,7 +79,9 @@ fn heap_drain(mut h: BinaryHeap<Reverse<(i64, i64, i64)>>) -> usize {
 
 fn benches(c: &mut Criterion) {
     let mut g = c.benchmark_group("add_message_1M");
-    g.sample_size(10).measurement_time(Duration::from_secs(3)).warm_up_time(Duration::from_millis(500));
+    g.sample_size(10)
+        .measurement_time(Duration::from_secs(3))
+        .warm_up_time(Duration::from_millis(500));
     g.throughput(Throughput::Elements(N));
     g.bench_function("bucket_tracker", |b| {
         b.iter_batched(tracker, |(t, _c)| fill(&t), BatchSize::PerIteration)
@@ -88,7 +90,9 @@ fn benches(c: &mut Criterion) {
     g.finish();
 
     let mut g = c.benchmark_group("get_scheduled_messages_1M");
-    g.sample_size(10).measurement_time(Duration::from_secs(3)).warm_up_time(Duration::from_millis(500));
+    g.sample_size(10)
+        .measurement_time(Duration::from_secs(3))
+        .warm_up_time(Duration::from_millis(500));
     g.throughput(Throughput::Elements(N));
     g.bench_function("bucket_tracker", |b| {
         b.iter_batched(

@@ -197,7 +197,7 @@ impl Harness {
                     }
                 }
                 if let Some(md) = md {
-                    if self.mark_delete.is_none_or(|old| md > old) {
+                    if self.mark_delete.map_or(true, |old| md > old) {
                         self.mark_delete = Some(md);
                         self.tracker.update_mark_delete(md);
                     }
@@ -225,7 +225,7 @@ impl Harness {
                 let reread: Vec<(Position, u64)> = self
                     .all
                     .iter()
-                    .filter(|(p, _)| self.mark_delete.is_none_or(|md| **p > md))
+                    .filter(|(p, _)| self.mark_delete.map_or(true, |md| **p > md))
                     .map(|(p, at)| (*p, *at))
                     .collect();
                 for (p, at) in reread {
@@ -277,7 +277,7 @@ impl Harness {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig { cases: 1000, ..ProptestConfig::default() })]
 
     #[test]
     fn tracker_matches_model(ops in proptest::collection::vec(op(), 1..120), max_buckets in prop_oneof![Just(-1i64), Just(2i64), Just(3i64)]) {
