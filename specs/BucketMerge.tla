@@ -247,11 +247,12 @@ Merge(s1, s2, k) ==
     /\ cur[s1] > 0
     /\ cur[s2] > 0
     /\ Adjacent(s1, s2)
-    /\ LET gap == {p \in Queued : lo[s1] <= p /\ p <= hi[s2]} \ (AllOf(s1) \cup AllOf(s2))
-           read == MergeRead(s1) \cup MergeRead(s2) \cup gap
-           kept == IF Bug = "merge_persists_dispatched" THEN read ELSE read \cap index
-           new == Chunks(Sorted(kept), k)
-           base == IF Bug = "merge_second_live_copy"
+    /\ \E gap \in {{p \in Queued : lo[s1] <= p /\ p <= hi[s2]} \ (AllOf(s1) \cup AllOf(s2))} :
+       \E kept \in {IF Bug = "merge_persists_dispatched"
+                    THEN MergeRead(s1) \cup MergeRead(s2) \cup gap
+                    ELSE (MergeRead(s1) \cup MergeRead(s2) \cup gap) \cap index} :
+       \E new \in {Chunks(Sorted(kept), k)} :
+       LET base == IF Bug = "merge_second_live_copy"
                    THEN queue
                    ELSE [p \in Pos |-> IF p \in kept THEN 0 ELSE queue[p]]
        IN
