@@ -519,3 +519,26 @@ fn merge_persists_gap_positions_so_the_merged_range_is_complete() {
     f.clock.set(50);
     assert_eq!(drain(&t).len(), 6);
 }
+
+#[test]
+fn unreadable_segment_at_runtime_falls_back_to_its_metadata_bitmaps() {
+    let f = Fixture::new();
+    let t = two_buckets(&f);
+    let (_, id_a, _, _) = t.buckets()[0];
+    assert!(f.mem.set_raw_entry(id_a, 2, Some(vec![0xff, 0xff])));
+    // Segment 2 of A ((1,1)@20) cannot be decoded: its positions come from
+    // the metadata bitmap at the segment's max timestamp (20), not earlier.
+    f.clock.set(19);
+    let early = drain(&t);
+    assert!(!early.contains(&p(1, 1)));
+    f.clock.set(40);
+    let mut all = early;
+    all.extend(drain(&t));
+    all.sort();
+    assert_eq!(
+        all,
+        vec![p(1, 0), p(1, 1), p(1, 2), p(2, 0), p(2, 1), p(2, 2)]
+    );
+    assert_eq!(t.number_of_delayed_messages(), 1);
+    t.verify_invariants().unwrap();
+}
