@@ -605,7 +605,10 @@ impl BucketDelayedDeliveryTracker {
         if target <= now {
             return None;
         }
-        let tick_floor = (inner.last_tick_run_ms + self.config.tick_time_ms).saturating_sub(now);
+        let tick_floor = inner
+            .last_tick_run_ms
+            .saturating_add(self.config.tick_time_ms)
+            .saturating_sub(now);
         Some((target - now).max(tick_floor))
     }
 
