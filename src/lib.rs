@@ -13,12 +13,14 @@
 //! | [`permits`] | 003 | PIP-491 exact permit accounting: `message_permits` on the wire, broker finalisation, client budget, per-incarnation accumulator |
 //! | [`pending_ack`] | 001 | pending-ack log replay: read pipeline, failure classification, rewind, retry with backoff, buffered writer |
 //! | [`cursor`] | 004 | individually deleted ranges (roaring per ledger) and the lock-free read-scheduling hint |
+//! | [`delayed`] | 000 | bucket delayed delivery tracker with durable snapshots |
 //!
 //! Every public fallible operation returns a typed error; bad input never
 //! panics and leaves state unchanged.
 #![warn(missing_docs)]
 
 pub mod cursor;
+pub mod delayed;
 pub mod ledger;
 pub mod pending_ack;
 pub mod permits;
