@@ -17,6 +17,7 @@
 
 pub mod ledger;
 pub mod position;
+pub mod sim;
 pub mod sync;
 
 pub use position::{Position, PositionParseError};
