@@ -78,7 +78,7 @@ impl<E> Scheduler<E> {
     }
 
     /// Pops the next event and advances the clock to its time.
-    pub fn next(&mut self) -> Option<(VirtualMs, E)> {
+    pub fn pop(&mut self) -> Option<(VirtualMs, E)> {
         let Reverse(s) = self.queue.pop()?;
         self.now = s.at;
         Some((s.at, s.event))
@@ -105,12 +105,12 @@ mod tests {
         s.after(10, "b");
         s.after(5, "a");
         s.after(10, "c");
-        assert_eq!(s.next(), Some((5, "a")));
+        assert_eq!(s.pop(), Some((5, "a")));
         s.at(0, "past-clamped");
-        assert_eq!(s.next(), Some((5, "past-clamped")));
-        assert_eq!(s.next(), Some((10, "b")));
-        assert_eq!(s.next(), Some((10, "c")));
-        assert_eq!(s.next(), None);
+        assert_eq!(s.pop(), Some((5, "past-clamped")));
+        assert_eq!(s.pop(), Some((10, "b")));
+        assert_eq!(s.pop(), Some((10, "c")));
+        assert_eq!(s.pop(), None);
         assert_eq!(s.now(), 10);
     }
 }
