@@ -10,11 +10,13 @@
 //! | [`sync`] | — | the only place that chooses std / loom / shuttle primitives |
 //! | [`position`] | — | `Position` (ledger_id, entry_id) |
 //! | [`ledger`] | — | managed-ledger substrate: ledgers, entries, cursors, durable store |
+//! | [`cursor`] | 004 | individually deleted ranges (roaring per ledger) and the lock-free read-scheduling hint |
 //!
 //! Every public fallible operation returns a typed error; bad input never
 //! panics and leaves state unchanged.
 #![warn(missing_docs)]
 
+pub mod cursor;
 pub mod ledger;
 pub mod position;
 pub mod sim;

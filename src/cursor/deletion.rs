@@ -1,0 +1,548 @@
+//! [`CursorDeletionState`]: mark-delete + individually deleted ranges under one
+//! cursor lock, with the lock-free read-scheduling hint.
+
+use std::collections::BTreeMap;
+
+use crate::ledger::ManagedLedger;
+use crate::position::Position;
+use crate::sync::{fence, AtomicU64, Ordering, Published, RwLock};
+
+use super::range_set::{DeletionDirectory, PositionRangeSet, RangeSetError};
+
+/// What the deletion state needs to know about the ledger it tracks: the
+/// last confirmed entry (acks beyond it are rejected) and which positions
+/// hold entries (mark-delete may jump over positions that hold none).
+///
+/// Implemented by [`ManagedLedger`] (live topology; the cursor calls it
+/// while holding its own write lock, so the lock order is cursor → ledger)
+/// and by [`LedgerLayout`] (a fixed layout value).
+pub trait LedgerTopology {
+    /// The last confirmed (appended) entry.
+    fn last_confirmed_entry(&self) -> Position;
+    /// The first position strictly after `p` that holds an entry, or the
+    /// position just past the last confirmed entry.
+    fn next_valid_position(&self, p: Position) -> Position;
+}
+
+impl LedgerTopology for ManagedLedger {
+    fn last_confirmed_entry(&self) -> Position {
+        ManagedLedger::last_confirmed_entry(self)
+    }
+    fn next_valid_position(&self, p: Position) -> Position {
+        ManagedLedger::next_valid_position(self, p)
+    }
+}
+
+/// A fixed ledger layout: ledger id → number of entries (entries `0..n`).
+/// A plain value (no synchronisation) for embedding the deletion state
+/// without a [`ManagedLedger`], and for the models in `loom-tests/` and
+/// `shuttle-tests/`.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct LedgerLayout {
+    ledgers: BTreeMap<i64, u32>,
+}
+
+impl LedgerLayout {
+    /// A layout from `(ledger_id, entries)` pairs.
+    pub fn new(ledgers: impl IntoIterator<Item = (i64, u32)>) -> Self {
+        Self {
+            ledgers: ledgers.into_iter().collect(),
+        }
+    }
+
+    /// Sets the entry count of `ledger_id` (adding the ledger if absent).
+    pub fn set_entries(&mut self, ledger_id: i64, entries: u32) {
+        self.ledgers.insert(ledger_id, entries);
+    }
+}
+
+impl LedgerTopology for LedgerLayout {
+    fn last_confirmed_entry(&self) -> Position {
+        self.ledgers
+            .iter()
+            .rev()
+            .find(|(_, n)| **n > 0)
+            .map(|(l, n)| Position::new(*l, i64::from(*n) - 1))
+            .unwrap_or_else(|| {
+                let first = self.ledgers.keys().next().copied().unwrap_or(-1);
+                Position::new(first, -1)
+            })
+    }
+
+    fn next_valid_position(&self, p: Position) -> Position {
+        if let Some(n) = self.ledgers.get(&p.ledger_id) {
+            if p.entry_id.saturating_add(1) < i64::from(*n) {
+                return Position::new(p.ledger_id, p.entry_id.max(-1) + 1);
+            }
+        }
+        for (l, n) in self.ledgers.range(p.ledger_id.saturating_add(1)..) {
+            if *n > 0 {
+                return Position::new(*l, 0);
+            }
+        }
+        self.last_confirmed_entry().next_in_ledger()
+    }
+}
+
+/// Why a deletion-state operation was rejected. The state is unchanged
+/// whenever one of these is returned.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum DeletionError {
+    /// A position to delete is after the ledger's last confirmed entry.
+    #[error("position {position} is beyond the last confirmed entry {last_confirmed}")]
+    BeyondLastConfirmed {
+        /// The rejected position.
+        position: Position,
+        /// The last confirmed entry at the time of the call.
+        last_confirmed: Position,
+    },
+    /// An explicit mark-delete would move mark-delete backward (only reset
+    /// may do that).
+    #[error("mark-delete cannot move backward from {current} to {requested}")]
+    MarkDeleteBackward {
+        /// The current mark-delete position.
+        current: Position,
+        /// The rejected position.
+        requested: Position,
+    },
+    /// A position's entry id cannot be tracked (outside u32, or negative).
+    #[error(transparent)]
+    RangeSet(#[from] RangeSetError),
+}
+
+/// The result of a grouped delete ([`CursorDeletionState::delete`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DeleteOutcome {
+    /// Positions that became deleted by this call (entries).
+    pub newly_deleted: usize,
+    /// Positions skipped because they were already deleted (at or below
+    /// mark-delete, or in an individually deleted range).
+    pub already_deleted: usize,
+    /// Mark-delete after the call.
+    pub mark_delete: Position,
+    /// Whether the call moved mark-delete forward.
+    pub mark_delete_advanced: bool,
+}
+
+/// How one [`CursorDeletionState::read_scheduling_lookup`] was answered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SchedulingLookup {
+    /// The answer (see the contract on
+    /// [`CursorDeletionState::is_deleted_for_read_scheduling`]).
+    pub deleted: bool,
+    /// `true` if the lock-free attempt overlapped a reset (odd or changed
+    /// epoch) and the answer came from the locked, authoritative check.
+    pub fell_back: bool,
+    /// The mark-delete snapshot the lock-free attempt read, if it got that
+    /// far (`None` when the epoch was odd on entry).
+    pub mark_delete_seen: Option<Position>,
+    /// The reset epoch read on entry.
+    pub epoch: u64,
+}
+
+struct Inner {
+    mark_delete: Position,
+    ranges: PositionRangeSet,
+}
+
+/// A cursor's deletion state: the mark-delete position and the individually
+/// deleted ranges above it ([`PositionRangeSet`]), guarded together by one
+/// cursor [`RwLock`] (Pulsar's `ManagedCursorImpl` lock around
+/// `markDeletePosition` + `individualDeletedMessages`), plus what lock-free
+/// readers need: the mark-delete published as **one** snapshot
+/// ([`Published<Position>`]), the range set's published
+/// [`DeletionDirectory`], and the reset epoch (seed 004).
+///
+/// - [`delete`](Self::delete): grouped ack in one write section.
+/// - [`mark_delete`](Self::mark_delete): explicit forward advance.
+/// - [`reset`](Self::reset): moves mark-delete anywhere (also backward) and
+///   clears the ranges, bracketed by the reset epoch.
+/// - [`is_message_deleted`](Self::is_message_deleted) /
+///   [`filter_read_entries`](Self::filter_read_entries): authoritative,
+///   under the read lock.
+/// - [`is_deleted_for_read_scheduling`](Self::is_deleted_for_read_scheduling):
+///   the lock-free hint.
+///
+/// Concurrency: share it (`Arc`) between ack, reset and read-scheduling
+/// threads; every method may be called from any thread at any time.
+pub struct CursorDeletionState {
+    inner: RwLock<Inner>,
+    /// Mark-delete as one published snapshot (never two atomics: a torn
+    /// (ledger, entry) pair would be a stale positive).
+    published_mark_delete: Published<Position>,
+    /// Even = stable, odd = reset in progress. Written only under the write
+    /// lock, only by reset.
+    reset_epoch: AtomicU64,
+    directory: DeletionDirectory,
+}
+
+impl std::fmt::Debug for CursorDeletionState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let g = self.inner.read();
+        f.debug_struct("CursorDeletionState")
+            .field("mark_delete", &g.mark_delete)
+            .field("individually_deleted", &g.ranges)
+            .field("reset_epoch", &self.reset_epoch.load(Ordering::Relaxed))
+            .finish()
+    }
+}
+
+fn validate_entry(p: Position) -> Result<(), DeletionError> {
+    if u32::try_from(p.entry_id).is_err() {
+        return Err(RangeSetError::EntryIdOutOfRange {
+            ledger_id: p.ledger_id,
+            entry_id: p.entry_id,
+        }
+        .into());
+    }
+    Ok(())
+}
+
+fn validate_bound(p: Position) -> Result<(), DeletionError> {
+    if p.entry_id != -1 && u32::try_from(p.entry_id).is_err() {
+        return Err(RangeSetError::BoundOutOfRange {
+            ledger_id: p.ledger_id,
+            entry_id: p.entry_id,
+        }
+        .into());
+    }
+    Ok(())
+}
+
+impl CursorDeletionState {
+    /// A state with mark-delete at `mark_delete` (e.g. `(first ledger, -1)`
+    /// for a new cursor) and no individually deleted ranges.
+    ///
+    /// # Errors
+    /// [`RangeSetError::BoundOutOfRange`] if `mark_delete.entry_id` is not
+    /// `-1` or a u32.
+    pub fn new(mark_delete: Position) -> Result<Self, DeletionError> {
+        Self::recover(mark_delete, &[])
+    }
+
+    /// A recovered state: mark-delete plus persisted open-closed ranges (the
+    /// shape of [`PositionRangeSet::to_ranges`]); parts at or below
+    /// mark-delete are trimmed.
+    ///
+    /// # Errors
+    /// [`RangeSetError`] for an invalid mark-delete or range.
+    pub fn recover(
+        mark_delete: Position,
+        ranges: &[(Position, Position)],
+    ) -> Result<Self, DeletionError> {
+        validate_bound(mark_delete)?;
+        let mut set = PositionRangeSet::from_ranges(ranges)?;
+        set.remove_at_most(mark_delete.ledger_id, mark_delete.entry_id)?;
+        let directory = set.directory();
+        Ok(Self {
+            inner: RwLock::new(Inner {
+                mark_delete,
+                ranges: set,
+            }),
+            published_mark_delete: Published::new(mark_delete),
+            reset_epoch: AtomicU64::new(0),
+            directory,
+        })
+    }
+
+    /// The current mark-delete position (read lock).
+    pub fn mark_delete_position(&self) -> Position {
+        self.inner.read().mark_delete
+    }
+
+    /// The individually deleted ranges `(lower, upper]`, ascending (read lock).
+    pub fn individually_deleted_ranges(&self) -> Vec<(Position, Position)> {
+        self.inner.read().ranges.ranges()
+    }
+
+    /// Number of individually deleted entries above mark-delete (read lock).
+    pub fn individually_deleted_count(&self) -> u64 {
+        self.inner.read().ranges.cardinality()
+    }
+
+    /// The reset epoch: even when no reset is in progress; `2 × resets` once
+    /// they completed.
+    pub fn reset_epoch(&self) -> u64 {
+        self.reset_epoch.load(Ordering::Acquire)
+    }
+
+    /// Grouped delete/ack (Pulsar's `asyncDelete(Iterable<Position>)`): one
+    /// write-lock section for the whole group. Already-deleted positions are
+    /// skipped; each other position `p` adds `(p-1, p]`. Then mark-delete
+    /// advances if the first range starts at or below it, or if no entry
+    /// exists between mark-delete and the range; it extends through
+    /// contiguous ranges and the set is trimmed.
+    ///
+    /// The whole group is validated before anything changes.
+    ///
+    /// # Errors
+    /// [`DeletionError::BeyondLastConfirmed`] for a position after the
+    /// ledger's last confirmed entry, [`DeletionError::RangeSet`] for an
+    /// entry id outside `0..=u32::MAX`; nothing is applied.
+    pub fn delete(
+        &self,
+        positions: &[Position],
+        ledger: &dyn LedgerTopology,
+    ) -> Result<DeleteOutcome, DeletionError> {
+        for &p in positions {
+            validate_entry(p)?;
+        }
+        let mut g = self.inner.write();
+        let last_confirmed = ledger.last_confirmed_entry();
+        if let Some(&p) = positions.iter().find(|p| **p > last_confirmed) {
+            return Err(DeletionError::BeyondLastConfirmed {
+                position: p,
+                last_confirmed,
+            });
+        }
+        let before = g.mark_delete;
+        let mut newly_deleted = 0;
+        let mut already_deleted = 0;
+        for &p in positions {
+            if p <= g.mark_delete || g.ranges.contains(p.ledger_id, p.entry_id) {
+                already_deleted += 1;
+                continue;
+            }
+            // Cannot fail: every entry id was validated as a u32 above, so
+            // `(p-1, p]` is a valid non-empty open-closed range.
+            g.ranges
+                .add(p)
+                .expect("validated entry id forms a valid range");
+            newly_deleted += 1;
+        }
+        loop {
+            let Some((lower, upper)) = g.ranges.first_range() else {
+                break;
+            };
+            let md = g.mark_delete;
+            if upper <= md {
+                self.trim(&mut g);
+                continue;
+            }
+            if lower <= md || ledger.next_valid_position(md) > lower {
+                self.advance_locked(&mut g, upper, ledger);
+            }
+            break;
+        }
+        let mark_delete = g.mark_delete;
+        Ok(DeleteOutcome {
+            newly_deleted,
+            already_deleted,
+            mark_delete,
+            mark_delete_advanced: mark_delete > before,
+        })
+    }
+
+    fn trim(&self, g: &mut Inner) {
+        let md = g.mark_delete;
+        // Cannot fail: mark-delete entry ids are always -1 or a u32 (every
+        // assignment is validated or comes from the set itself).
+        g.ranges
+            .remove_at_most(md.ledger_id, md.entry_id)
+            .expect("mark-delete is a valid bound");
+    }
+
+    /// Moves mark-delete to `candidate` (≥ current), extended through
+    /// contiguous deleted ranges; publishes it before trimming the set.
+    fn advance_locked(&self, g: &mut Inner, candidate: Position, ledger: &dyn LedgerTopology) {
+        let mut md = candidate;
+        loop {
+            let next = ledger.next_valid_position(md);
+            match g.ranges.run_end_from(next) {
+                Some(end) if end > md => md = end,
+                _ => break,
+            }
+        }
+        if md > g.mark_delete {
+            tracing::trace!(from = %g.mark_delete, to = %md, "mark-delete advanced");
+            g.mark_delete = md;
+            self.published_mark_delete.store(md);
+        }
+        self.trim(g);
+    }
+
+    /// Explicit mark-delete (Pulsar's `asyncMarkDelete` /
+    /// `setAcknowledgedPosition`): moves mark-delete forward to `position`,
+    /// then through any contiguous deleted ranges after it, and trims the set.
+    /// Returns the new mark-delete.
+    ///
+    /// # Errors
+    /// [`DeletionError::MarkDeleteBackward`] if `position` is below the
+    /// current mark-delete, [`DeletionError::BeyondLastConfirmed`] if it is
+    /// after the last confirmed entry, [`DeletionError::RangeSet`] for an
+    /// entry id that is not `-1` or a u32. Unchanged on error.
+    pub fn mark_delete(
+        &self,
+        position: Position,
+        ledger: &dyn LedgerTopology,
+    ) -> Result<Position, DeletionError> {
+        validate_bound(position)?;
+        let mut g = self.inner.write();
+        let last_confirmed = ledger.last_confirmed_entry();
+        if position > last_confirmed {
+            return Err(DeletionError::BeyondLastConfirmed {
+                position,
+                last_confirmed,
+            });
+        }
+        if position < g.mark_delete {
+            return Err(DeletionError::MarkDeleteBackward {
+                current: g.mark_delete,
+                requested: position,
+            });
+        }
+        self.advance_locked(&mut g, position, ledger);
+        Ok(g.mark_delete)
+    }
+
+    /// Resets the cursor to read from `new_read_position`: mark-delete
+    /// becomes the position just before it (`(L, e-1)`; backward or
+    /// forward) and every individually deleted range is cleared (Pulsar's
+    /// `internalResetCursor` align step). Returns the new mark-delete.
+    ///
+    /// Under the write lock: epoch → odd, release fence, directory
+    /// invalidated, mark-delete published, ranges cleared, epoch → even
+    /// (release). A lock-free lookup overlapping any part of this falls back
+    /// to the locked check, which waits for the reset to finish.
+    ///
+    /// # Errors
+    /// [`DeletionError::RangeSet`] if `new_read_position.entry_id` is not a
+    /// u32; [`DeletionError::BeyondLastConfirmed`] if the new mark-delete
+    /// would be after the last confirmed entry. Unchanged on error.
+    pub fn reset(
+        &self,
+        new_read_position: Position,
+        ledger: &dyn LedgerTopology,
+    ) -> Result<Position, DeletionError> {
+        validate_entry(new_read_position)?;
+        let new_md = new_read_position.previous_in_ledger();
+        let mut g = self.inner.write();
+        let last_confirmed = ledger.last_confirmed_entry();
+        if new_md > last_confirmed {
+            return Err(DeletionError::BeyondLastConfirmed {
+                position: new_md,
+                last_confirmed,
+            });
+        }
+        // Single writer: the epoch is only written here, under the write lock.
+        let epoch = self.reset_epoch.load(Ordering::Relaxed);
+        self.reset_epoch.store(epoch + 1, Ordering::Relaxed);
+        // Orders the odd epoch before every data write below for readers
+        // that observe any of them (pairs with the reader's acquire fence).
+        fence(Ordering::Release);
+        g.ranges.invalidate_directory();
+        let old = g.mark_delete;
+        g.mark_delete = new_md;
+        self.published_mark_delete.store(new_md);
+        g.ranges.clear();
+        self.reset_epoch.store(epoch + 2, Ordering::Release);
+        tracing::debug!(from = %old, to = %new_md, epoch = epoch + 2, "cursor reset");
+        Ok(new_md)
+    }
+
+    /// Authoritative check (Pulsar's `isMessageDeleted`): `position` is at or
+    /// below mark-delete or in an individually deleted range. Takes the
+    /// cursor read lock (waits for a concurrent grouped ack or reset).
+    pub fn is_message_deleted(&self, position: Position) -> bool {
+        let g = self.inner.read();
+        position <= g.mark_delete || g.ranges.contains(position.ledger_id, position.entry_id)
+    }
+
+    /// The lock-free read-scheduling hint (seed 004,
+    /// `isMessageDeletedForReadScheduling`): whether `(ledger_id, entry_id)`
+    /// may be skipped before I/O.
+    ///
+    /// **Contract.** It may answer `false` for a deleted position (a stale
+    /// negative: an ack or mark-delete advance racing the call; the cost is
+    /// one extra read, dropped later by
+    /// [`filter_read_entries`](Self::filter_read_entries)). It never answers
+    /// `true` for a position that is not deleted after a reset that
+    /// completed before the call began; more strongly, a `true` answer was
+    /// computed entirely between two reads of the same even reset epoch, so
+    /// no reset overlapped it, and since only a reset can un-delete a
+    /// position, the position is still deleted when the call returns unless
+    /// a reset started after that.
+    ///
+    /// **How.** Reads the reset epoch (acquire; odd → locked check), the
+    /// mark-delete as one published snapshot, then the published
+    /// ledger → bitmap directory and that bitmap under its own short read
+    /// lock; then an acquire fence and the epoch again. Odd or changed →
+    /// [`is_message_deleted`](Self::is_message_deleted) under the cursor
+    /// read lock. No cursor lock is taken otherwise.
+    ///
+    /// Concurrency: any thread, concurrently with every other method.
+    #[inline]
+    pub fn is_deleted_for_read_scheduling(&self, ledger_id: i64, entry_id: i64) -> bool {
+        self.read_scheduling_lookup(ledger_id, entry_id).deleted
+    }
+
+    /// The same lookup as
+    /// [`is_deleted_for_read_scheduling`](Self::is_deleted_for_read_scheduling),
+    /// also reporting how it was answered (fallback taken, the mark-delete
+    /// snapshot and the epoch it read): for metrics and for the loom/shuttle
+    /// checks of the contract.
+    #[inline]
+    pub fn read_scheduling_lookup(&self, ledger_id: i64, entry_id: i64) -> SchedulingLookup {
+        let position = Position::new(ledger_id, entry_id);
+        let epoch = self.reset_epoch.load(Ordering::Acquire);
+        let mut mark_delete_seen = None;
+        if epoch & 1 == 0 {
+            let md = self.published_mark_delete.with(|m| *m);
+            mark_delete_seen = Some(md);
+            let deleted = position <= md || self.directory.contains(ledger_id, entry_id);
+            // Seqlock read side: every load above happens before the re-read.
+            fence(Ordering::Acquire);
+            if self.reset_epoch.load(Ordering::Relaxed) == epoch {
+                return SchedulingLookup {
+                    deleted,
+                    fell_back: false,
+                    mark_delete_seen,
+                    epoch,
+                };
+            }
+        }
+        SchedulingLookup {
+            deleted: self.is_message_deleted(position),
+            fell_back: true,
+            mark_delete_seen,
+            epoch,
+        }
+    }
+
+    /// Post-I/O filter (Pulsar's `filterReadEntries`), the correctness
+    /// boundary after a read scheduled with the hint: drops every entry
+    /// whose position is deleted (at or below mark-delete or in a range),
+    /// keeping order. Under one cursor read lock. A single-ledger ascending
+    /// batch above mark-delete with no deleted entry in its span is returned
+    /// untouched after one `contains_any` probe. Unlike Pulsar (which
+    /// consults only the ranges), mark-delete is also checked.
+    pub fn filter_read_entries<T>(
+        &self,
+        mut entries: Vec<T>,
+        position_of: impl Fn(&T) -> Position,
+    ) -> Vec<T> {
+        let (Some(first), Some(last)) = (entries.first(), entries.last()) else {
+            return entries;
+        };
+        let (first, last) = (position_of(first), position_of(last));
+        let g = self.inner.read();
+        let single_ledger_ascending = first.ledger_id == last.ledger_id
+            && entries.windows(2).all(|w| {
+                let (a, b) = (position_of(&w[0]), position_of(&w[1]));
+                a.ledger_id == first.ledger_id && a < b
+            });
+        if single_ledger_ascending
+            && first > g.mark_delete
+            && !g
+                .ranges
+                .contains_any(first.ledger_id, first.entry_id, last.entry_id)
+        {
+            return entries;
+        }
+        entries.retain(|e| {
+            let p = position_of(e);
+            !(p <= g.mark_delete || g.ranges.contains(p.ledger_id, p.entry_id))
+        });
+        entries
+    }
+}

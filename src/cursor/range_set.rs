@@ -1,0 +1,555 @@
+//! [`PositionRangeSet`]: the individually deleted ranges of a cursor, one
+//! roaring bitmap per ledger, plus the published ledger → bitmap directory
+//! ([`DeletionDirectory`]) that lock-free readers use.
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use roaring::RoaringBitmap;
+
+use crate::position::Position;
+use crate::sync::{Arc, Published, RwLock};
+
+/// Why a [`PositionRangeSet`] operation rejected its input. The set is left
+/// unchanged whenever one of these is returned.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RangeSetError {
+    /// An entry id that must name a stored entry is outside `0..=u32::MAX`
+    /// (entry ids are stored as 32-bit bitmap indices per ledger, which is
+    /// safe because Pulsar's max-entries-per-ledger setting is an int).
+    #[error(
+        "entry id {entry_id} of ledger {ledger_id} is outside 0..=4294967295 \
+         (entry ids are stored as u32 bitmap indices)"
+    )]
+    EntryIdOutOfRange {
+        /// Ledger id of the rejected position.
+        ledger_id: i64,
+        /// The rejected entry id.
+        entry_id: i64,
+    },
+    /// An open lower bound (or an "at most" bound) whose entry id is neither
+    /// `-1` ("before the first entry of the ledger") nor a u32.
+    #[error(
+        "bound entry id {entry_id} of ledger {ledger_id} must be -1 (before the first entry) \
+         or in 0..=4294967295"
+    )]
+    BoundOutOfRange {
+        /// Ledger id of the rejected bound.
+        ledger_id: i64,
+        /// The rejected entry id.
+        entry_id: i64,
+    },
+    /// A range whose lower bound is not below its upper bound.
+    #[error("empty or inverted range: lower {lower} is not below upper {upper}")]
+    InvalidRange {
+        /// The rejected lower bound.
+        lower: Position,
+        /// The rejected upper bound.
+        upper: Position,
+    },
+}
+
+/// Validates an entry id that must name an entry (a member of the set).
+fn member_entry(p: Position) -> Result<u32, RangeSetError> {
+    u32::try_from(p.entry_id).map_err(|_| RangeSetError::EntryIdOutOfRange {
+        ledger_id: p.ledger_id,
+        entry_id: p.entry_id,
+    })
+}
+
+/// Validates an open/at-most bound: `-1` → `None` (before entry 0), else a u32.
+fn bound_entry(p: Position) -> Result<Option<u32>, RangeSetError> {
+    if p.entry_id == -1 {
+        return Ok(None);
+    }
+    u32::try_from(p.entry_id)
+        .map(Some)
+        .map_err(|_| RangeSetError::BoundOutOfRange {
+            ledger_id: p.ledger_id,
+            entry_id: p.entry_id,
+        })
+}
+
+/// One ledger's deleted entries: bit `n` set ⇔ `(ledger, n)` is deleted.
+///
+/// Thread-safe on its own (the facade's [`RwLock`] around a
+/// [`RoaringBitmap`]), like Pulsar's `ConcurrentRoaringBitmap`: the cursor
+/// mutates it under the cursor write lock while lock-free readers reach it
+/// through a [`DeletionDirectory`] and take only its short read lock.
+pub(crate) struct LedgerBitmap {
+    bits: RwLock<RoaringBitmap>,
+}
+
+impl LedgerBitmap {
+    fn new() -> Self {
+        Self {
+            bits: RwLock::new(RoaringBitmap::new()),
+        }
+    }
+
+    #[inline]
+    fn contains(&self, entry: u32) -> bool {
+        self.bits.read().contains(entry)
+    }
+}
+
+/// The published, immutable ledger → bitmap directory: a sorted copy of the
+/// authoritative map's *keys*, sharing the live bitmaps (not their bits).
+#[derive(Default)]
+pub(crate) struct DirectorySnapshot {
+    ledgers: Vec<(i64, Arc<LedgerBitmap>)>,
+}
+
+impl DirectorySnapshot {
+    #[inline]
+    fn get(&self, ledger_id: i64) -> Option<&LedgerBitmap> {
+        // A cursor's set usually spans few ledgers: a linear scan of a short
+        // sorted vector beats hashing; binary search for long ones.
+        if self.ledgers.len() <= 8 {
+            self.ledgers
+                .iter()
+                .find(|(l, _)| *l == ledger_id)
+                .map(|(_, b)| &**b)
+        } else {
+            self.ledgers
+                .binary_search_by_key(&ledger_id, |(l, _)| *l)
+                .ok()
+                .map(|i| &*self.ledgers[i].1)
+        }
+    }
+}
+
+/// A handle on a [`PositionRangeSet`]'s published ledger → bitmap directory,
+/// readable without the cursor lock (Pulsar's published primitive directory
+/// in `PositionRangeSet`).
+///
+/// The directory is republished (a new immutable snapshot in a
+/// [`Published`] cell) only when the set creates a bitmap for a ledger, and
+/// replaced by an empty one by [`PositionRangeSet::invalidate_directory`] /
+/// [`PositionRangeSet::clear`] / [`PositionRangeSet::rebuild`]. Acks into an
+/// existing ledger mutate the shared bitmap in place, so a lookup always
+/// sees bits at least as new as the directory it loaded, but possibly a
+/// directory missing a newly added ledger (a stale "not deleted").
+///
+/// Concurrency: any thread, any time, concurrently with every mutation of
+/// the set. On its own the answer is only "was deleted at some instant
+/// during the call" for forward-only changes; use it through
+/// [`crate::cursor::CursorDeletionState::is_deleted_for_read_scheduling`],
+/// which adds the reset-epoch guard.
+#[derive(Clone)]
+pub struct DeletionDirectory {
+    cell: Arc<Published<DirectorySnapshot>>,
+}
+
+impl DeletionDirectory {
+    fn new() -> Self {
+        Self {
+            cell: Arc::new(Published::new(DirectorySnapshot::default())),
+        }
+    }
+
+    /// Whether the published directory has a bitmap for `ledger_id` with
+    /// `entry_id` set. Entry ids outside `0..=u32::MAX` are never contained.
+    /// Takes no cursor lock: one published-cell load plus the bitmap's own
+    /// short read lock.
+    #[inline]
+    pub fn contains(&self, ledger_id: i64, entry_id: i64) -> bool {
+        let Ok(entry) = u32::try_from(entry_id) else {
+            return false;
+        };
+        self.cell
+            .with(|d| d.get(ledger_id).is_some_and(|b| b.contains(entry)))
+    }
+
+    /// Number of ledgers in the currently published directory (diagnostics).
+    pub fn ledger_count(&self) -> usize {
+        self.cell.with(|d| d.ledgers.len())
+    }
+}
+
+impl fmt::Debug for DeletionDirectory {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("DeletionDirectory")
+            .field("ledgers", &self.ledger_count())
+            .finish()
+    }
+}
+
+/// The individually deleted positions of a cursor, as Pulsar's
+/// `PositionRangeSet` (`individualDeletedMessages`): an ordered map ledger id →
+/// [`RoaringBitmap`] of entry ids, each bitmap behind the facade's
+/// [`RwLock`].
+///
+/// Semantics are Pulsar's **open-closed** ranges `(lower, upper]`:
+/// acknowledging entry `e` of ledger `L` adds `(L:e-1, L:e]`, so adjacent acks
+/// coalesce into one range. Ranges are never reported across ledgers; a
+/// ledger whose first deleted entry is 0 reports its lower bound as
+/// `(L, -1)`. The legacy cross-ledger behaviours are reproduced on purpose
+/// (see [`PositionRangeSet::add_open_closed`] and
+/// [`PositionRangeSet::remove_closed`]).
+///
+/// Entry ids are stored as u32; a member entry id outside `0..=u32::MAX`, or a
+/// bound other than `-1` or a u32, is a [`RangeSetError`] and leaves the set
+/// unchanged.
+///
+/// Concurrency: the map structure is **not** thread-safe (`&mut self`
+/// mutations); the owning cursor's lock guards it. Only the
+/// [`DeletionDirectory`] obtained from [`PositionRangeSet::directory`] may be
+/// read from other threads without that lock.
+pub struct PositionRangeSet {
+    ledgers: BTreeMap<i64, Arc<LedgerBitmap>>,
+    directory: DeletionDirectory,
+}
+
+impl Default for PositionRangeSet {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl fmt::Debug for PositionRangeSet {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut l = f.debug_list();
+        for (lo, up) in self.ranges() {
+            l.entry(&format_args!("({lo}, {up}]"));
+        }
+        l.finish()
+    }
+}
+
+impl PositionRangeSet {
+    /// Creates an empty set with an empty published directory.
+    pub fn new() -> Self {
+        Self {
+            ledgers: BTreeMap::new(),
+            directory: DeletionDirectory::new(),
+        }
+    }
+
+    /// Builds a set from open-closed ranges (the persisted shape, see
+    /// [`PositionRangeSet::to_ranges`]).
+    ///
+    /// # Errors
+    /// The first invalid range, as [`PositionRangeSet::add_open_closed`].
+    pub fn from_ranges(ranges: &[(Position, Position)]) -> Result<Self, RangeSetError> {
+        let mut set = Self::new();
+        set.rebuild(ranges)?;
+        Ok(set)
+    }
+
+    /// The handle lock-free readers use (shares this set's directory cell).
+    pub fn directory(&self) -> DeletionDirectory {
+        self.directory.clone()
+    }
+
+    fn publish_directory(&self) {
+        let snapshot = DirectorySnapshot {
+            ledgers: self
+                .ledgers
+                .iter()
+                .map(|(l, b)| (*l, Arc::clone(b)))
+                .collect(),
+        };
+        self.directory.cell.store(snapshot);
+    }
+
+    /// Publishes an empty directory (lock-free readers then find no bitmap)
+    /// without touching the authoritative map. Reset calls this before it
+    /// moves mark-delete.
+    pub fn invalidate_directory(&self) {
+        self.directory.cell.store(DirectorySnapshot::default());
+    }
+
+    fn bitmap_or_create(&mut self, ledger_id: i64) -> (Arc<LedgerBitmap>, bool) {
+        if let Some(b) = self.ledgers.get(&ledger_id) {
+            return (Arc::clone(b), false);
+        }
+        let b = Arc::new(LedgerBitmap::new());
+        self.ledgers.insert(ledger_id, Arc::clone(&b));
+        (b, true)
+    }
+
+    fn drop_if_empty(&mut self, ledger_id: i64) {
+        let empty = self
+            .ledgers
+            .get(&ledger_id)
+            .is_some_and(|b| b.bits.read().is_empty());
+        if empty {
+            // The published directory is not republished on removal (as in
+            // Pulsar): an old snapshot may keep the emptied bitmap, which can
+            // only make a lock-free reader answer "not deleted".
+            self.ledgers.remove(&ledger_id);
+        }
+    }
+
+    /// Adds the open-closed range `(lower, upper]`.
+    ///
+    /// - Same ledger: entries `lower.entry_id + 1 ..= upper.entry_id`
+    ///   (`lower.entry_id == -1` starts at entry 0).
+    /// - Across ledgers `(A:x, B:y]`: ledger `A` is extended from `x + 1` up
+    ///   to its highest deleted entry only if `A` already has a bitmap whose
+    ///   highest entry is above `x` (nothing is invented for a ledger with no
+    ///   deletions); ledger `B` gets `0..=y`; ledgers strictly between are
+    ///   untouched. These are Pulsar's (tested) legacy behaviours.
+    ///
+    /// Republishes the directory when a bitmap is created for a ledger.
+    ///
+    /// # Errors
+    /// [`RangeSetError::EntryIdOutOfRange`] for `upper.entry_id` outside
+    /// u32, [`RangeSetError::BoundOutOfRange`] for a `lower.entry_id` that is
+    /// not `-1` or a u32, [`RangeSetError::InvalidRange`] unless
+    /// `lower < upper`. The set is unchanged on error.
+    pub fn add_open_closed(
+        &mut self,
+        lower: Position,
+        upper: Position,
+    ) -> Result<(), RangeSetError> {
+        let up = member_entry(upper)?;
+        let lo = bound_entry(lower)?;
+        if lower >= upper {
+            return Err(RangeSetError::InvalidRange { lower, upper });
+        }
+        let first = lo.map_or(0, |x| x + 1); // lo < up here when same ledger
+        if lower.ledger_id == upper.ledger_id {
+            let (b, created) = self.bitmap_or_create(upper.ledger_id);
+            b.bits.write().insert_range(first..=up);
+            if created {
+                self.publish_directory();
+            }
+            return Ok(());
+        }
+        if let Some(a) = self.ledgers.get(&lower.ledger_id) {
+            let mut bits = a.bits.write();
+            if let Some(max) = bits.max() {
+                if lo.map_or(true, |x| max > x) {
+                    bits.insert_range(first..=max);
+                }
+            }
+        }
+        let (b, created) = self.bitmap_or_create(upper.ledger_id);
+        b.bits.write().insert_range(0..=up);
+        if created {
+            self.publish_directory();
+        }
+        Ok(())
+    }
+
+    /// Adds the single position `p` (the range `(p-1, p]`).
+    ///
+    /// # Errors
+    /// [`RangeSetError::EntryIdOutOfRange`] for an entry id outside u32.
+    pub fn add(&mut self, p: Position) -> Result<(), RangeSetError> {
+        member_entry(p)?;
+        self.add_open_closed(p.previous_in_ledger(), p)
+    }
+
+    /// Removes the closed range `[lower, upper]`.
+    ///
+    /// - Same ledger: entries `lower.entry_id ..= upper.entry_id`.
+    /// - Across ledgers: ledger `lower.ledger_id` is cleared from
+    ///   `lower.entry_id` up to but **excluding** its highest deleted entry
+    ///   (Pulsar's legacy half-open clear, kept on purpose), ledgers strictly
+    ///   between are dropped, ledger `upper.ledger_id` is cleared `0..=upper`.
+    ///
+    /// Bitmaps that become empty are dropped from the map.
+    ///
+    /// # Errors
+    /// [`RangeSetError::EntryIdOutOfRange`] for an entry id outside u32,
+    /// [`RangeSetError::InvalidRange`] if `lower > upper`. Unchanged on error.
+    pub fn remove_closed(&mut self, lower: Position, upper: Position) -> Result<(), RangeSetError> {
+        let lo = member_entry(lower)?;
+        let up = member_entry(upper)?;
+        if lower > upper {
+            return Err(RangeSetError::InvalidRange { lower, upper });
+        }
+        if lower.ledger_id == upper.ledger_id {
+            if let Some(b) = self.ledgers.get(&lower.ledger_id) {
+                b.bits.write().remove_range(lo..=up);
+            }
+            self.drop_if_empty(lower.ledger_id);
+            return Ok(());
+        }
+        if let Some(a) = self.ledgers.get(&lower.ledger_id) {
+            let mut bits = a.bits.write();
+            if let Some(max) = bits.max() {
+                bits.remove_range(lo..max);
+            }
+        }
+        let between: Vec<i64> = self
+            .ledgers
+            .range(lower.ledger_id + 1..upper.ledger_id)
+            .map(|(l, _)| *l)
+            .collect();
+        for l in between {
+            self.ledgers.remove(&l);
+        }
+        if let Some(b) = self.ledgers.get(&upper.ledger_id) {
+            b.bits.write().remove_range(0..=up);
+        }
+        self.drop_if_empty(lower.ledger_id);
+        self.drop_if_empty(upper.ledger_id);
+        Ok(())
+    }
+
+    /// Removes every position `<= (ledger_id, entry_id)`: whole ledgers below
+    /// `ledger_id` and entries `0..=entry_id` of `ledger_id` (none for
+    /// `entry_id == -1`). Bitmaps that become empty are dropped. Used to trim
+    /// the set after mark-delete advances.
+    ///
+    /// # Errors
+    /// [`RangeSetError::BoundOutOfRange`] for an entry id that is not `-1` or
+    /// a u32. Unchanged on error.
+    pub fn remove_at_most(&mut self, ledger_id: i64, entry_id: i64) -> Result<(), RangeSetError> {
+        let bound = bound_entry(Position::new(ledger_id, entry_id))?;
+        let below: Vec<i64> = self.ledgers.range(..ledger_id).map(|(l, _)| *l).collect();
+        for l in below {
+            self.ledgers.remove(&l);
+        }
+        if let (Some(e), Some(b)) = (bound, self.ledgers.get(&ledger_id)) {
+            b.bits.write().remove_range(0..=e);
+            self.drop_if_empty(ledger_id);
+        }
+        Ok(())
+    }
+
+    /// Empties the set. The directory is invalidated first (an empty one is
+    /// published), then the map is cleared; old bitmaps keep their bits for
+    /// any reader still holding an older directory snapshot.
+    pub fn clear(&mut self) {
+        self.invalidate_directory();
+        self.ledgers.clear();
+    }
+
+    /// Replaces the whole content with `ranges` (open-closed; Pulsar's
+    /// `build` after recovery): the directory is invalidated, the map
+    /// replaced, and the new directory published.
+    ///
+    /// # Errors
+    /// The first invalid range (as [`PositionRangeSet::add_open_closed`]);
+    /// the set is unchanged on error.
+    pub fn rebuild(&mut self, ranges: &[(Position, Position)]) -> Result<(), RangeSetError> {
+        let mut fresh = Self::new();
+        for &(lo, up) in ranges {
+            fresh.add_open_closed(lo, up)?;
+        }
+        self.invalidate_directory();
+        self.ledgers = fresh.ledgers;
+        self.publish_directory();
+        Ok(())
+    }
+
+    /// Whether `(ledger_id, entry_id)` is in the set. Entry ids outside u32
+    /// are never contained.
+    pub fn contains(&self, ledger_id: i64, entry_id: i64) -> bool {
+        let Ok(e) = u32::try_from(entry_id) else {
+            return false;
+        };
+        self.ledgers.get(&ledger_id).is_some_and(|b| b.contains(e))
+    }
+
+    /// Whether any entry `first..=last` of `ledger_id` is in the set (Pulsar's
+    /// `containsAny`: next present bit in the window). The window is clamped
+    /// to `0..=u32::MAX`; an empty window gives `false`.
+    pub fn contains_any(&self, ledger_id: i64, first: i64, last: i64) -> bool {
+        let first = first.max(0);
+        let last = last.min(i64::from(u32::MAX));
+        if first > last {
+            return false;
+        }
+        let (Ok(f), Ok(l)) = (u32::try_from(first), u32::try_from(last)) else {
+            return false;
+        };
+        self.ledgers
+            .get(&ledger_id)
+            .is_some_and(|b| b.bits.read().range(f..=l).next().is_some())
+    }
+
+    /// Number of deleted entries in the set (entries, not ranges).
+    pub fn cardinality(&self) -> u64 {
+        self.ledgers.values().map(|b| b.bits.read().len()).sum()
+    }
+
+    /// Whether the set holds no entry.
+    pub fn is_empty(&self) -> bool {
+        self.ledgers.values().all(|b| b.bits.read().is_empty())
+    }
+
+    /// Number of ledgers with a bitmap in the authoritative map.
+    pub fn ledger_count(&self) -> usize {
+        self.ledgers.len()
+    }
+
+    /// The lowest range `(lower, upper]`, or `None` when empty.
+    pub fn first_range(&self) -> Option<(Position, Position)> {
+        self.ledgers.iter().find_map(|(l, b)| {
+            let bits = b.bits.read();
+            let run = bits.iter().next_range()?;
+            Some(run_to_range(*l, run))
+        })
+    }
+
+    /// The highest range `(lower, upper]`, or `None` when empty.
+    pub fn last_range(&self) -> Option<(Position, Position)> {
+        self.ledgers.iter().rev().find_map(|(l, b)| {
+            let bits = b.bits.read();
+            let run = bits.iter().next_range_back()?;
+            Some(run_to_range(*l, run))
+        })
+    }
+
+    /// Number of maximal ranges (runs of consecutive entries per ledger).
+    pub fn range_count(&self) -> usize {
+        self.ranges_limited(usize::MAX).len()
+    }
+
+    /// Every maximal range `(lower, upper]` in ascending order, never
+    /// spanning ledgers.
+    pub fn ranges(&self) -> Vec<(Position, Position)> {
+        self.ranges_limited(usize::MAX)
+    }
+
+    /// The persistence shape: the first `max_ranges` ranges in ascending order
+    /// (Pulsar's `toRanges` / `managedLedgerMaxUnackedRangesToPersist`;
+    /// ranges beyond the cap are only in memory). Rebuild with
+    /// [`PositionRangeSet::from_ranges`] / [`PositionRangeSet::rebuild`].
+    pub fn to_ranges(&self, max_ranges: usize) -> Vec<(Position, Position)> {
+        self.ranges_limited(max_ranges)
+    }
+
+    fn ranges_limited(&self, max: usize) -> Vec<(Position, Position)> {
+        let mut out = Vec::new();
+        for (l, b) in &self.ledgers {
+            let bits = b.bits.read();
+            let mut it = bits.iter();
+            while out.len() < max {
+                let Some(run) = it.next_range() else { break };
+                out.push(run_to_range(*l, run));
+            }
+            if out.len() >= max {
+                break;
+            }
+        }
+        out
+    }
+
+    /// If `p` is in the set, the upper bound (last entry) of the run of
+    /// consecutive deleted entries that contains it; used to extend
+    /// mark-delete through contiguous ranges.
+    pub fn run_end_from(&self, p: Position) -> Option<Position> {
+        let e = u32::try_from(p.entry_id).ok()?;
+        let b = self.ledgers.get(&p.ledger_id)?;
+        let bits = b.bits.read();
+        if !bits.contains(e) {
+            return None;
+        }
+        let run = bits.range(e..).next_range()?;
+        Some(Position::new(p.ledger_id, i64::from(*run.end())))
+    }
+}
+
+fn run_to_range(ledger_id: i64, run: std::ops::RangeInclusive<u32>) -> (Position, Position) {
+    (
+        Position::new(ledger_id, i64::from(*run.start()) - 1),
+        Position::new(ledger_id, i64::from(*run.end())),
+    )
+}

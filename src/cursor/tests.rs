@@ -1,0 +1,339 @@
+//! Unit tests for the cursor module (std build only).
+
+use super::*;
+use crate::Position;
+
+fn p(l: i64, e: i64) -> Position {
+    Position::new(l, e)
+}
+
+#[test]
+fn adjacent_acks_coalesce_into_one_open_closed_range() {
+    let mut s = PositionRangeSet::new();
+    for e in [3, 4, 5, 7] {
+        s.add(p(1, e)).unwrap();
+    }
+    assert_eq!(s.ranges(), vec![(p(1, 2), p(1, 5)), (p(1, 6), p(1, 7))]);
+    assert_eq!(s.cardinality(), 4);
+    assert_eq!(s.range_count(), 2);
+    assert_eq!(s.first_range(), Some((p(1, 2), p(1, 5))));
+    assert_eq!(s.last_range(), Some((p(1, 6), p(1, 7))));
+    assert!(s.contains(1, 4) && !s.contains(1, 6) && !s.contains(2, 4));
+    assert!(s.contains_any(1, 6, 9) && !s.contains_any(1, 8, 100) && !s.contains_any(1, 6, 5));
+}
+
+#[test]
+fn ranges_never_span_ledgers_and_entry_zero_reports_minus_one() {
+    let mut s = PositionRangeSet::new();
+    s.add_open_closed(p(1, 8), p(1, 9)).unwrap();
+    s.add_open_closed(p(2, -1), p(2, 1)).unwrap();
+    assert_eq!(s.ranges(), vec![(p(1, 8), p(1, 9)), (p(2, -1), p(2, 1))]);
+}
+
+#[test]
+fn cross_ledger_add_extends_lower_ledger_only_if_it_has_a_later_bit() {
+    // Lower ledger absent: nothing invented for it; upper gets 0..=y.
+    let mut s = PositionRangeSet::new();
+    s.add_open_closed(p(2, 10), p(4, 2)).unwrap();
+    assert_eq!(s.ranges(), vec![(p(4, -1), p(4, 2))]);
+    // Lower ledger has a bit after x: filled from x+1 up to its highest bit.
+    let mut s = PositionRangeSet::new();
+    s.add(p(2, 15)).unwrap();
+    s.add_open_closed(p(2, 10), p(3, 0)).unwrap();
+    assert_eq!(s.ranges(), vec![(p(2, 10), p(2, 15)), (p(3, -1), p(3, 0))]);
+    // Lower ledger's highest bit is at or before x: untouched.
+    let mut s = PositionRangeSet::new();
+    s.add(p(2, 5)).unwrap();
+    s.add_open_closed(p(2, 10), p(3, 0)).unwrap();
+    assert_eq!(s.ranges(), vec![(p(2, 4), p(2, 5)), (p(3, -1), p(3, 0))]);
+}
+
+#[test]
+fn cross_ledger_remove_keeps_highest_bit_of_lower_ledger() {
+    let mut s = PositionRangeSet::new();
+    for e in 0..10 {
+        s.add(p(1, e)).unwrap();
+        s.add(p(2, e)).unwrap();
+        s.add(p(3, e)).unwrap();
+    }
+    s.remove_closed(p(1, 4), p(3, 2)).unwrap();
+    // Ledger 1: 4..=8 cleared, 9 (its highest) kept; ledger 2 dropped; 3: 0..=2 cleared.
+    assert_eq!(
+        s.ranges(),
+        vec![(p(1, -1), p(1, 3)), (p(1, 8), p(1, 9)), (p(3, 2), p(3, 9))]
+    );
+    s.remove_closed(p(3, 5), p(3, 5)).unwrap();
+    assert!(!s.contains(3, 5));
+}
+
+#[test]
+fn remove_at_most_drops_lower_ledgers_and_empty_bitmaps() {
+    let mut s = PositionRangeSet::new();
+    s.add(p(1, 1)).unwrap();
+    s.add(p(2, 1)).unwrap();
+    s.add(p(2, 5)).unwrap();
+    s.remove_at_most(2, 1).unwrap();
+    assert_eq!(s.ranges(), vec![(p(2, 4), p(2, 5))]);
+    assert_eq!(s.ledger_count(), 1);
+    s.remove_at_most(2, 5).unwrap();
+    assert!(s.is_empty());
+    assert_eq!(s.ledger_count(), 0);
+    s.add(p(3, 0)).unwrap();
+    s.remove_at_most(3, -1).unwrap();
+    assert!(s.contains(3, 0));
+}
+
+#[test]
+fn bad_entry_ids_are_typed_errors_and_leave_the_set_unchanged() {
+    let mut s = PositionRangeSet::new();
+    s.add(p(1, 1)).unwrap();
+    let before = s.ranges();
+    let max = i64::from(u32::MAX);
+    assert!(matches!(
+        s.add(p(1, max + 1)),
+        Err(RangeSetError::EntryIdOutOfRange { entry_id, .. }) if entry_id == max + 1
+    ));
+    assert!(matches!(
+        s.add(p(1, -1)),
+        Err(RangeSetError::EntryIdOutOfRange { .. })
+    ));
+    assert!(matches!(
+        s.add_open_closed(p(1, -2), p(1, 3)),
+        Err(RangeSetError::BoundOutOfRange { .. })
+    ));
+    assert!(matches!(
+        s.add_open_closed(p(1, 5), p(1, 5)),
+        Err(RangeSetError::InvalidRange { .. })
+    ));
+    assert!(matches!(
+        s.remove_closed(p(1, 5), p(1, 4)),
+        Err(RangeSetError::InvalidRange { .. })
+    ));
+    assert!(matches!(
+        s.remove_at_most(1, -7),
+        Err(RangeSetError::BoundOutOfRange { .. })
+    ));
+    assert!(s
+        .rebuild(&[(p(1, 0), p(1, 2)), (p(2, 0), p(2, max + 9))])
+        .is_err());
+    assert_eq!(s.ranges(), before);
+    let msg = s.add(p(1, -5)).unwrap_err().to_string();
+    assert!(msg.contains("outside 0..=4294967295"), "{msg}");
+    // Edge ids are fine.
+    s.add(p(7, max)).unwrap();
+    s.add(p(7, 0)).unwrap();
+    s.add(p(7, i64::from(i32::MAX))).unwrap();
+    assert!(s.contains(7, max) && s.contains(7, 0) && s.contains(7, i64::from(i32::MAX)));
+    assert!(!s.contains(7, max + 1) && !s.contains(7, -1));
+    assert_eq!(s.last_range(), Some((p(7, max - 1), p(7, max))));
+}
+
+#[test]
+fn persistence_shape_round_trips_and_caps() {
+    let mut s = PositionRangeSet::new();
+    for e in [0, 1, 5, 9] {
+        s.add(p(1, e)).unwrap();
+    }
+    s.add(p(4, 2)).unwrap();
+    let all = s.to_ranges(usize::MAX);
+    assert_eq!(all.len(), 4);
+    assert_eq!(s.to_ranges(2), all[..2].to_vec());
+    let back = PositionRangeSet::from_ranges(&all).unwrap();
+    assert_eq!(back.ranges(), all);
+    assert_eq!(back.directory().ledger_count(), 2);
+}
+
+#[test]
+fn directory_republished_on_new_ledger_only_and_invalidated_by_clear() {
+    let mut s = PositionRangeSet::new();
+    let d = s.directory();
+    assert_eq!(d.ledger_count(), 0);
+    s.add(p(1, 3)).unwrap();
+    assert_eq!(d.ledger_count(), 1);
+    assert!(d.contains(1, 3));
+    s.add(p(1, 4)).unwrap(); // existing ledger: the shared bitmap changes in place
+    assert!(d.contains(1, 4));
+    assert_eq!(d.ledger_count(), 1);
+    s.add(p(2, 0)).unwrap();
+    assert_eq!(d.ledger_count(), 2);
+    s.remove_at_most(1, 10).unwrap(); // removal does not republish
+    assert_eq!(d.ledger_count(), 2);
+    assert!(!d.contains(1, 3)); // but the shared bitmap was emptied
+    s.clear();
+    assert_eq!(d.ledger_count(), 0);
+    assert!(!d.contains(2, 0));
+}
+
+fn layout() -> LedgerLayout {
+    LedgerLayout::new([(1, 10), (2, 0), (3, 10)])
+}
+
+#[test]
+fn grouped_delete_skips_already_deleted_and_advances_through_contiguous_ranges() {
+    let l = layout();
+    let st = CursorDeletionState::new(p(1, -1)).unwrap();
+    let o = st.delete(&[p(1, 2), p(1, 3), p(1, 5)], &l).unwrap();
+    assert_eq!(o.newly_deleted, 3);
+    assert!(!o.mark_delete_advanced);
+    let o = st.delete(&[p(1, 3), p(1, 0), p(1, 1)], &l).unwrap();
+    assert_eq!((o.newly_deleted, o.already_deleted), (2, 1));
+    assert_eq!(o.mark_delete, p(1, 3));
+    assert_eq!(st.individually_deleted_ranges(), vec![(p(1, 4), p(1, 5))]);
+    // Ledger 2 is empty: acking the rest of ledger 1 and (3,0) jumps across it.
+    st.delete(&[p(3, 0), p(3, 1)], &l).unwrap();
+    let o = st
+        .delete(&[p(1, 4), p(1, 6), p(1, 7), p(1, 8), p(1, 9)], &l)
+        .unwrap();
+    assert_eq!(o.mark_delete, p(3, 1));
+    assert!(st.individually_deleted_ranges().is_empty());
+    assert_eq!(st.individually_deleted_count(), 0);
+}
+
+#[test]
+fn delete_beyond_last_confirmed_is_rejected_atomically() {
+    let l = layout();
+    let st = CursorDeletionState::new(p(1, -1)).unwrap();
+    let e = st.delete(&[p(1, 2), p(3, 10)], &l).unwrap_err();
+    assert_eq!(
+        e,
+        DeletionError::BeyondLastConfirmed {
+            position: p(3, 10),
+            last_confirmed: p(3, 9)
+        }
+    );
+    assert!(matches!(
+        st.delete(&[p(1, 2), p(1, -1)], &l),
+        Err(DeletionError::RangeSet(
+            RangeSetError::EntryIdOutOfRange { .. }
+        ))
+    ));
+    assert!(!st.is_message_deleted(p(1, 2)));
+    assert!(st.individually_deleted_ranges().is_empty());
+}
+
+#[test]
+fn mark_delete_refuses_backward_and_extends_forward() {
+    let l = layout();
+    let st = CursorDeletionState::new(p(1, -1)).unwrap();
+    st.delete(&[p(1, 3), p(1, 4), p(1, 7)], &l).unwrap();
+    assert_eq!(st.mark_delete(p(1, 2), &l).unwrap(), p(1, 4));
+    assert_eq!(st.individually_deleted_ranges(), vec![(p(1, 6), p(1, 7))]);
+    assert_eq!(
+        st.mark_delete(p(1, 1), &l).unwrap_err(),
+        DeletionError::MarkDeleteBackward {
+            current: p(1, 4),
+            requested: p(1, 1)
+        }
+    );
+    assert!(matches!(
+        st.mark_delete(p(3, 10), &l),
+        Err(DeletionError::BeyondLastConfirmed { .. })
+    ));
+    assert_eq!(st.mark_delete_position(), p(1, 4));
+}
+
+#[test]
+fn reset_moves_mark_delete_backward_clears_ranges_and_bumps_epoch() {
+    let l = layout();
+    let st = CursorDeletionState::new(p(1, -1)).unwrap();
+    st.delete(&[p(1, 0), p(1, 1), p(1, 5), p(3, 2)], &l)
+        .unwrap();
+    assert!(st.is_deleted_for_read_scheduling(1, 5));
+    assert!(st.is_deleted_for_read_scheduling(3, 2));
+    assert_eq!(st.reset_epoch(), 0);
+    assert_eq!(st.reset(p(1, 1), &l).unwrap(), p(1, 0));
+    assert_eq!(st.reset_epoch(), 2);
+    for (q, want) in [
+        (p(1, 0), true),
+        (p(1, 1), false),
+        (p(1, 5), false),
+        (p(3, 2), false),
+    ] {
+        assert_eq!(st.is_message_deleted(q), want, "{q}");
+        let look = st.read_scheduling_lookup(q.ledger_id, q.entry_id);
+        assert_eq!(look.deleted, want, "{q}");
+        assert!(!look.fell_back);
+    }
+    // Forward reset too.
+    assert_eq!(st.reset(p(3, 0), &l).unwrap(), p(3, -1));
+    assert!(st.is_message_deleted(p(1, 9)) && !st.is_message_deleted(p(3, 0)));
+    assert!(matches!(
+        st.reset(p(3, 11), &l),
+        Err(DeletionError::BeyondLastConfirmed { .. })
+    ));
+    assert!(matches!(
+        st.reset(p(3, -1), &l),
+        Err(DeletionError::RangeSet(_))
+    ));
+    assert_eq!(st.reset_epoch(), 4);
+}
+
+#[test]
+fn hint_agrees_with_authoritative_when_quiescent() {
+    let l = LedgerLayout::new([(1, 64), (2, 64)]);
+    let st = CursorDeletionState::new(p(1, -1)).unwrap();
+    let acks: Vec<_> = (0..64).filter(|e| e % 3 != 1).map(|e| p(1, e)).collect();
+    st.delete(&acks, &l).unwrap();
+    st.delete(&[p(2, 7), p(2, 8)], &l).unwrap();
+    for lg in 0..=3 {
+        for e in -1..70 {
+            assert_eq!(
+                st.is_deleted_for_read_scheduling(lg, e),
+                st.is_message_deleted(p(lg, e)),
+                "{lg}:{e}"
+            );
+        }
+    }
+}
+
+#[test]
+fn filter_read_entries_drops_deleted_and_short_circuits() {
+    let l = layout();
+    let st = CursorDeletionState::new(p(1, 1)).unwrap();
+    st.delete(&[p(1, 4), p(3, 2)], &l).unwrap();
+    let batch: Vec<_> = (2..=6).map(|e| p(1, e)).collect();
+    assert_eq!(
+        st.filter_read_entries(batch, |x| *x),
+        vec![p(1, 2), p(1, 3), p(1, 5), p(1, 6)]
+    );
+    let clean: Vec<_> = (5..=9).map(|e| p(1, e)).collect();
+    assert_eq!(st.filter_read_entries(clean.clone(), |x| *x), clean);
+    let mixed = vec![p(3, 2), p(1, 0), p(3, 3), p(1, 4)];
+    assert_eq!(st.filter_read_entries(mixed, |x| *x), vec![p(3, 3)]);
+    assert!(st
+        .filter_read_entries(Vec::<Position>::new(), |x| *x)
+        .is_empty());
+}
+
+#[test]
+fn recover_trims_ranges_at_or_below_mark_delete() {
+    let st =
+        CursorDeletionState::recover(p(1, 5), &[(p(1, 2), p(1, 4)), (p(1, 6), p(1, 8))]).unwrap();
+    assert_eq!(st.individually_deleted_ranges(), vec![(p(1, 6), p(1, 8))]);
+    assert!(matches!(
+        CursorDeletionState::new(p(1, -3)),
+        Err(DeletionError::RangeSet(_))
+    ));
+}
+
+#[test]
+fn works_with_a_managed_ledger() {
+    use crate::ledger::{LedgerConfig, ManagedLedger, MemoryStore};
+    let ml = ManagedLedger::open(
+        "t",
+        LedgerConfig {
+            max_entries_per_ledger: 3,
+            ..LedgerConfig::default()
+        },
+        std::sync::Arc::new(MemoryStore::new()),
+    )
+    .unwrap();
+    let ps: Vec<_> = (0..5).map(|i| ml.append(&[i]).unwrap()).collect();
+    let st = CursorDeletionState::new(Position::new(ps[0].ledger_id, -1)).unwrap();
+    st.delete(&ps[..4], &*ml).unwrap();
+    assert_eq!(st.mark_delete_position(), ps[3]);
+    assert!(matches!(
+        st.delete(&[ps[4].next_in_ledger()], &*ml),
+        Err(DeletionError::BeyondLastConfirmed { .. })
+    ));
+}
