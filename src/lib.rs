@@ -11,6 +11,7 @@
 //! | [`position`] | — | `Position` (ledger_id, entry_id) |
 //! | [`ledger`] | — | managed-ledger substrate: ledgers, entries, cursors, durable store |
 //! | [`cursor`] | 004 | individually deleted ranges (roaring per ledger) and the lock-free read-scheduling hint |
+//! | [`pending_ack`] | 001 | pending-ack log replay: read pipeline, failure classification, rewind, retry with backoff, buffered writer |
 //!
 //! Every public fallible operation returns a typed error; bad input never
 //! panics and leaves state unchanged.
@@ -18,6 +19,7 @@
 
 pub mod cursor;
 pub mod ledger;
+pub mod pending_ack;
 pub mod position;
 pub mod sim;
 pub mod sync;

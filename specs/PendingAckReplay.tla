@@ -1,0 +1,397 @@
+-------------------------- MODULE PendingAckReplay --------------------------
+(***************************************************************************)
+(* Replay of a transaction pending-ack log (pulsar-core src/pending_ack,   *)
+(* seed 001): the replay thread's loop and fill_queue, read completions    *)
+(* and failures delivered by another thread, the end-of-attempt rules      *)
+(* (rewind on failure), and the handle's retry on a timer.                 *)
+(*                                                                         *)
+(* The log holds entries 1..N. The cursor's read position rp is the next  *)
+(* entry a read returns; its mark-delete is fixed at 0 (no trimming), so  *)
+(* rewind sets rp to 1. The handle's applied set survives attempts.        *)
+(*                                                                         *)
+(* fill_queue's two loads (outstanding counter, is_readable flag) and      *)
+(* read_failed's three stores (failure slot, flag, counter) are separate   *)
+(* steps, so their order matters. Bug switches (negative controls):        *)
+(*   ReaderReversed - fill_queue loads is_readable before the counter;     *)
+(*   WriterReversed - read_failed decrements before clearing the flag;     *)
+(*   NoRewind       - a failed attempt does not rewind the cursor;         *)
+(*   SpinOnFailure  - the pre-fix Java: an unclassified failure only       *)
+(*                    decrements the counter (liveness bug: hot loop).     *)
+(*                                                                         *)
+(* Failures are bounded: at most MaxTransient transient ones, at most one  *)
+(* completing shape (fenced / cursor closed); if the ledger is lost every  *)
+(* read fails non-recoverably (completing only with auto-skip on).         *)
+(***************************************************************************)
+EXTENDS Naturals, Sequences, FiniteSets
+
+CONSTANTS N,              \* entries in the pending-ack log
+          B,              \* entries per read
+          Cap,            \* entry-queue capacity
+          MaxTransient,   \* transient read failures the environment may inject
+          ReaderReversed, \* BOOLEAN bug switch
+          WriterReversed, \* BOOLEAN bug switch
+          NoRewind,       \* BOOLEAN bug switch
+          SpinOnFailure   \* BOOLEAN bug switch
+
+VARIABLES
+    lost, autoSkip,        \* environment: ledger data lost? auto-skip on?
+    rp,                    \* cursor read position (next entry read)
+    applied,               \* entries applied to the handle state
+    hstate, timerArmed,    \* handle state, retry timer pending
+    transLeft, compLeft,   \* remaining failure budget
+    att,                   \* current attempt number
+    rpc,                   \* replay thread program counter
+    cur,                   \* current_load_position
+    queue,                 \* entry queue
+    outstanding,           \* outstanding read counter
+    readable,              \* is_readable flag
+    failure,               \* stored attempt failure: "none" | kind
+    completing,            \* a completing failure ended this attempt
+    stopped,               \* stop_replay ran
+    caughtUp,              \* the loop reached the snapshot N
+    failedSeen,            \* a read of this attempt failed (W1 happened)
+    readsAfterFail,        \* reads issued after failedSeen (capped)
+    reads,                 \* reads issued in this attempt (capped)
+    fromRewound,           \* the current attempt started at rp = 1
+    outcome,               \* "none" | "complete" | "failed"
+    readyPartial,          \* Ready after a completing failure
+    reported,              \* set of <<attempt, outcome>> reported
+    reqs,                  \* issued reads not yet picked up (attempt ids)
+    envpc, envAtt          \* read-callback thread pc and its read's attempt
+
+vars == <<lost, autoSkip, rp, applied, hstate, timerArmed, transLeft,
+          compLeft, att, rpc, cur, queue, outstanding, readable, failure,
+          completing, stopped, caughtUp, failedSeen, readsAfterFail, reads,
+          fromRewound, outcome, readyPartial, reported, reqs, envpc, envAtt>>
+
+Min(a, b) == IF a < b THEN a ELSE b
+Cap3(x) == Min(x, 3)
+Range(a, b) == [i \in 1..(b - a + 1) |-> a + i - 1]
+Kinds == {"transient", "nonrec", "completing"}
+
+attemptVars == <<cur, queue, outstanding, readable, failure, completing,
+                 stopped, caughtUp, failedSeen, readsAfterFail, reads,
+                 fromRewound, outcome>>
+
+Init ==
+    /\ lost \in BOOLEAN
+    /\ autoSkip \in BOOLEAN
+    /\ rp = 1
+    /\ applied = {}
+    /\ hstate = "Init"
+    /\ timerArmed = FALSE
+    /\ transLeft = MaxTransient
+    /\ compLeft = 1
+    /\ att = 0
+    /\ rpc = "idle"
+    /\ cur = 0
+    /\ queue = <<>>
+    /\ outstanding = 0
+    /\ readable = TRUE
+    /\ failure = "none"
+    /\ completing = FALSE
+    /\ stopped = FALSE
+    /\ caughtUp = FALSE
+    /\ failedSeen = FALSE
+    /\ readsAfterFail = 0
+    /\ reads = 0
+    /\ fromRewound = TRUE
+    /\ outcome = "none"
+    /\ readyPartial = FALSE
+    /\ reported = {}
+    /\ reqs = <<>>
+    /\ envpc = "idle"
+    /\ envAtt = 0
+
+-----------------------------------------------------------------------------
+(* Replay thread. *)
+
+envVars == <<reqs, envpc, envAtt, lost, autoSkip, transLeft, compLeft>>
+handleVars == <<hstate, timerArmed, att, readyPartial>>
+
+(* Loop head: caught up to the snapshot, or go fill the queue. *)
+RLoop ==
+    /\ rpc = "loop"
+    /\ IF cur >= N
+          THEN /\ rpc' = "end"
+               /\ caughtUp' = TRUE
+          ELSE /\ rpc' = "fq_room"
+               /\ UNCHANGED caughtUp
+    /\ UNCHANGED <<rp, applied, cur, queue, outstanding, readable, failure,
+                   completing, stopped, failedSeen, readsAfterFail, reads,
+                   fromRewound, outcome, reported>>
+    /\ UNCHANGED envVars
+    /\ UNCHANGED handleVars
+
+(* fill_queue: room for a batch? Then R1 (counter) and R2 (flag). *)
+FqRoom ==
+    /\ rpc = "fq_room"
+    /\ rpc' = (IF Len(queue) + B < Cap
+                  THEN (IF ReaderReversed THEN "fq_flag" ELSE "fq_count")
+                  ELSE "fq_ret")
+
+(* R1: load the outstanding-read counter. *)
+FqCount ==
+    /\ rpc = "fq_count"
+    /\ rpc' = (IF outstanding = 0
+                  THEN (IF ReaderReversed THEN "fq_issue" ELSE "fq_flag")
+                  ELSE "fq_ret")
+
+(* R2: load is_readable. *)
+FqFlag ==
+    /\ rpc = "fq_flag"
+    /\ rpc' = (IF readable
+                  THEN (IF ReaderReversed THEN "fq_count" ELSE "fq_issue")
+                  ELSE "fq_ret")
+
+FqPcOnly ==
+    /\ \/ FqRoom
+       \/ FqCount
+       \/ FqFlag
+    /\ UNCHANGED <<rp, applied, attemptVars, reported>>
+    /\ UNCHANGED envVars
+    /\ UNCHANGED handleVars
+
+(* Issue a read if the cursor has more entries; else, with an empty     *)
+(* queue, nothing is readable any more.                                 *)
+FqIssue ==
+    /\ rpc = "fq_issue"
+    /\ IF rp <= N
+          THEN /\ outstanding' = outstanding + 1
+               /\ reqs' = Append(reqs, att)
+               /\ reads' = Cap3(reads + 1)
+               /\ readsAfterFail' = (IF failedSeen
+                                        THEN Cap3(readsAfterFail + 1)
+                                        ELSE readsAfterFail)
+               /\ UNCHANGED readable
+          ELSE /\ readable' = (IF Len(queue) = 0 THEN FALSE ELSE readable)
+               /\ UNCHANGED <<outstanding, reqs, reads, readsAfterFail>>
+    /\ rpc' = "fq_ret"
+    /\ UNCHANGED <<rp, applied, cur, queue, failure, completing, stopped,
+                   caughtUp, failedSeen, fromRewound, outcome, reported>>
+    /\ UNCHANGED <<envpc, envAtt, lost, autoSkip, transLeft, compLeft>>
+    /\ UNCHANGED handleVars
+
+(* fill_queue returns is_readable; false ends the loop. *)
+FqRet ==
+    /\ rpc = "fq_ret"
+    /\ rpc' = (IF readable THEN "poll" ELSE "end")
+    /\ UNCHANGED <<rp, applied, attemptVars, reported>>
+    /\ UNCHANGED envVars
+    /\ UNCHANGED handleVars
+
+(* Apply the head of the queue, or (empty) wait and loop again. *)
+Poll ==
+    /\ rpc = "poll"
+    /\ IF Len(queue) > 0
+          THEN /\ applied' = applied \cup {Head(queue)}
+               /\ cur' = Head(queue)
+               /\ queue' = Tail(queue)
+          ELSE UNCHANGED <<applied, cur, queue>>
+    /\ rpc' = "loop"
+    /\ UNCHANGED <<rp, outstanding, readable, failure, completing, stopped,
+                   caughtUp, failedSeen, readsAfterFail, reads, fromRewound,
+                   outcome, reported>>
+    /\ UNCHANGED envVars
+    /\ UNCHANGED handleVars
+
+(* End of attempt: stop_replay releases the queue; a stored failure     *)
+(* before catching up fails the attempt: wait for no read in flight,    *)
+(* rewind (rp := next(mark-delete) = 1); otherwise the replay completes.*)
+REnd ==
+    /\ rpc = "end"
+    /\ stopped' = TRUE
+    /\ queue' = <<>>
+    /\ IF failure # "none" /\ ~caughtUp
+          THEN /\ outstanding = 0
+               /\ rp' = (IF NoRewind THEN rp ELSE 1)
+               /\ outcome' = "failed"
+               /\ reported' = reported \cup {<<att, "failed">>}
+          ELSE /\ outcome' = "complete"
+               /\ reported' = reported \cup {<<att, "complete">>}
+               /\ UNCHANGED rp
+    /\ rpc' = "done"
+    /\ UNCHANGED <<applied, cur, outstanding, readable, failure, completing,
+                   caughtUp, failedSeen, readsAfterFail, reads, fromRewound>>
+    /\ UNCHANGED envVars
+    /\ UNCHANGED handleVars
+
+ReplayStep == RLoop \/ FqPcOnly \/ FqIssue \/ FqRet \/ Poll \/ REnd
+
+-----------------------------------------------------------------------------
+(* Read-callback thread (managed-ledger executor, or the replay thread  *)
+(* itself for a synchronous failure): picks up an issued read, performs *)
+(* it, then runs read_complete or read_failed step by step.             *)
+
+EnvTake ==
+    /\ envpc = "idle"
+    /\ reqs # <<>>
+    /\ envAtt' = Head(reqs)
+    /\ reqs' = Tail(reqs)
+    /\ envpc' = "read"
+    /\ UNCHANGED <<lost, autoSkip, rp, applied, hstate, timerArmed, transLeft,
+                   compLeft, att, rpc, attemptVars, readyPartial, reported>>
+
+Live == envAtt = att /\ ~stopped
+
+(* Success: the ML moves rp past the entries, then the callback enqueues *)
+(* them (or releases them if that attempt stopped).                      *)
+ReadOk ==
+    /\ envpc = "read"
+    /\ ~lost
+    /\ IF rp <= N
+          THEN LET last == Min(rp + B - 1, N) IN
+               /\ rp' = last + 1
+               /\ queue' = (IF Live THEN queue \o Range(rp, last) ELSE queue)
+          ELSE UNCHANGED <<rp, queue>>
+    /\ envpc' = "dec"
+    /\ UNCHANGED <<lost, autoSkip, applied, hstate, timerArmed, transLeft,
+                   compLeft, att, rpc, cur, outstanding, readable, failure,
+                   completing, stopped, caughtUp, failedSeen, readsAfterFail,
+                   reads, fromRewound, outcome, readyPartial, reported, reqs,
+                   envAtt>>
+
+Completes(k) == (k = "completing") \/ (k = "nonrec" /\ autoSkip)
+
+(* W1: classify and store the failure (unless it completes the replay). *)
+ReadFail(k) ==
+    /\ envpc = "read"
+    /\ IF lost
+          THEN k = "nonrec"
+          ELSE \/ (k = "transient" /\ transLeft > 0)
+               \/ (k = "completing" /\ compLeft > 0)
+    /\ transLeft' = (IF k = "transient" THEN transLeft - 1 ELSE transLeft)
+    /\ compLeft' = (IF k = "completing" THEN compLeft - 1 ELSE compLeft)
+    /\ IF envAtt = att
+          THEN /\ failedSeen' = TRUE
+               /\ failure' = (IF ~Completes(k) /\ failure = "none" /\ ~SpinOnFailure
+                                 THEN k ELSE failure)
+               /\ completing' = (completing \/ Completes(k))
+          ELSE UNCHANGED <<failedSeen, failure, completing>>
+    /\ envpc' = (IF SpinOnFailure /\ ~Completes(k)
+                    THEN "w3"
+                    ELSE IF WriterReversed THEN "w3first" ELSE "w2")
+    /\ UNCHANGED <<lost, autoSkip, rp, applied, hstate, timerArmed, att, rpc,
+                   cur, queue, outstanding, readable, stopped, caughtUp,
+                   readsAfterFail, reads, fromRewound, outcome, readyPartial,
+                   reported, reqs, envAtt>>
+
+(* W2: clear is_readable.  W3: decrement the counter (last).            *)
+(* "dec" is read_complete's decrement, after its enqueue.               *)
+EnvFinish ==
+    /\ envpc \in {"w2", "w3", "w3first", "w2last", "dec"}
+    /\ IF envpc \in {"w2", "w2last"}
+          THEN readable' = (IF envAtt = att THEN FALSE ELSE readable)
+          ELSE UNCHANGED readable
+    /\ IF envpc \in {"w3", "w3first", "dec"}
+          THEN outstanding' = (IF envAtt = att THEN outstanding - 1 ELSE outstanding)
+          ELSE UNCHANGED outstanding
+    /\ envpc' = (CASE envpc = "w2" -> "w3"
+                   [] envpc = "w3first" -> "w2last"
+                   [] OTHER -> "idle")
+    /\ UNCHANGED <<lost, autoSkip, rp, applied, hstate, timerArmed, transLeft,
+                   compLeft, att, rpc, cur, queue, failure, completing,
+                   stopped, caughtUp, failedSeen, readsAfterFail, reads,
+                   fromRewound, outcome, readyPartial, reported, reqs, envAtt>>
+
+EnvStep == EnvTake \/ ReadOk \/ (\E k \in Kinds : ReadFail(k)) \/ EnvFinish
+
+-----------------------------------------------------------------------------
+(* Handle: start an attempt on the replay executor; classify its end;   *)
+(* the retry timer moves None back to Initializing.                      *)
+
+HStart ==
+    /\ hstate = "Init"
+    /\ rpc = "idle"
+    /\ att' = att + 1
+    /\ rpc' = "loop"
+    /\ cur' = 0
+    /\ queue' = <<>>
+    /\ outstanding' = 0
+    /\ readable' = TRUE
+    /\ failure' = "none"
+    /\ completing' = FALSE
+    /\ stopped' = FALSE
+    /\ caughtUp' = FALSE
+    /\ failedSeen' = FALSE
+    /\ readsAfterFail' = 0
+    /\ reads' = 0
+    /\ fromRewound' = (rp = 1)
+    /\ outcome' = "none"
+    /\ UNCHANGED <<lost, autoSkip, rp, applied, hstate, timerArmed, transLeft,
+                   compLeft, readyPartial, reported, reqs, envpc, envAtt>>
+
+HDone ==
+    /\ rpc = "done"
+    /\ rpc' = "idle"
+    /\ IF outcome = "complete"
+          THEN /\ hstate' = "Ready"
+               /\ readyPartial' = completing
+               /\ UNCHANGED timerArmed
+          ELSE IF failure = "transient"
+                  THEN /\ hstate' = "None"
+                       /\ timerArmed' = TRUE
+                       /\ UNCHANGED readyPartial
+                  ELSE /\ hstate' = "Error"
+                       /\ UNCHANGED <<timerArmed, readyPartial>>
+    /\ UNCHANGED <<lost, autoSkip, rp, applied, transLeft, compLeft, att,
+                   attemptVars, reported, reqs, envpc, envAtt>>
+
+HTimer ==
+    /\ hstate = "None"
+    /\ timerArmed
+    /\ hstate' = "Init"
+    /\ timerArmed' = FALSE
+    /\ UNCHANGED <<lost, autoSkip, rp, applied, transLeft, compLeft, att, rpc,
+                   attemptVars, readyPartial, reported, reqs, envpc, envAtt>>
+
+HandleStep == HStart \/ HDone \/ HTimer
+
+(* Terminal: the handle settled and nothing is in flight (stutters, so *)
+(* a finished run is not reported as a deadlock).                      *)
+Settled ==
+    /\ hstate \in {"Ready", "Error"}
+    /\ rpc = "idle"
+    /\ envpc = "idle"
+    /\ reqs = <<>>
+    /\ UNCHANGED vars
+
+Next == ReplayStep \/ EnvStep \/ HandleStep \/ Settled
+
+Spec == Init /\ [][Next]_vars
+            /\ WF_vars(ReplayStep)
+            /\ WF_vars(EnvStep)
+            /\ WF_vars(HandleStep)
+
+(* The same system with no fairness: stuttering forever is allowed, so  *)
+(* the liveness properties must FAIL (proves liveness is checked).      *)
+UnfairSpec == Init /\ [][Next]_vars
+
+-----------------------------------------------------------------------------
+TypeOK ==
+    /\ rp \in 1..(N + 1)
+    /\ applied \subseteq 1..N
+    /\ hstate \in {"None", "Init", "Ready", "Error"}
+    /\ outstanding \in 0..2
+    /\ failure \in {"none"} \cup Kinds
+    /\ rpc \in {"idle", "loop", "fq_room", "fq_count", "fq_flag", "fq_issue",
+                "fq_ret", "poll", "end", "done"}
+
+(* No read is issued after a read of the same attempt failed.            *)
+NoReadAfterFailure == readsAfterFail = 0
+
+(* No attempt is reported both complete and failed.                      *)
+NeverBothCompleteAndFailed ==
+    \A a \in 1..att : ~(<<a, "complete">> \in reported /\ <<a, "failed">> \in reported)
+
+(* Ready without a completing failure shape means every entry applied.   *)
+CompleteImpliesFullyApplied ==
+    (hstate = "Ready" /\ ~readyPartial) => applied = 1..N
+
+(* Every attempt starts from the rewound read position.                  *)
+RewindBeforeRetry == (rpc # "idle") => fromRewound
+
+(* Liveness: every attempt ends; the handle settles in Ready or Error.   *)
+AttemptEnds == (rpc # "idle") ~> (rpc = "idle")
+HandleSettles == <>(hstate \in {"Ready", "Error"})
+=============================================================================

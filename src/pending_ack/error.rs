@@ -1,0 +1,84 @@
+//! Typed errors of the pending-ack store, its replay and its handle.
+
+use crate::ledger::LedgerError;
+use crate::position::Position;
+
+/// Errors of the pending-ack log, replay, buffered writer and handle.
+///
+/// Classification for the retry path ([`PendingAckError::is_retryable`])
+/// follows Pulsar's `isRetryableException`: every managed-ledger failure is
+/// retryable except a fenced ledger and non-recoverable data; decode errors,
+/// interrupts and state errors are not.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PendingAckError {
+    /// A read of the pending-ack log (or a cursor operation) failed. Carries
+    /// the ledger error unwrapped, so classification sees the concrete shape.
+    #[error("pending-ack log read failed: {0}")]
+    Ledger(#[from] LedgerError),
+    /// A pending-ack log entry could not be decoded (corrupt or foreign
+    /// bytes). Fails the replay attempt; never retried.
+    #[error("cannot decode pending-ack log entry at {position}: {reason}")]
+    Decode {
+        /// Position of the entry in the pending-ack log.
+        position: Position,
+        /// What was wrong.
+        reason: String,
+    },
+    /// A record is well-formed protobuf but semantically invalid.
+    #[error("invalid pending-ack record: {0}")]
+    InvalidRecord(String),
+    /// The replay was interrupted (the handle was closed while it ran). An
+    /// interrupted replay is never reported complete.
+    #[error("pending-ack replay of {name} was interrupted")]
+    Interrupted {
+        /// Handle name.
+        name: String,
+    },
+    /// The handle gave up initialising (a non-retryable failure); every
+    /// waiter gets this (Pulsar: `BrokerServiceException("Failed to init
+    /// transaction pending ack.")`).
+    #[error("failed to init transaction pending ack {name}: {cause}")]
+    InitFailed {
+        /// Handle name.
+        name: String,
+        /// The non-retryable failure that ended initialisation.
+        cause: Box<PendingAckError>,
+    },
+    /// The handle is in Error state (Pulsar: `ServiceUnitNotReadyException`).
+    #[error("pending ack handle {name} is not ready (state {state})")]
+    NotReady {
+        /// Handle name.
+        name: String,
+        /// The state it is in.
+        state: &'static str,
+    },
+    /// The handle was closed; pending waiters and requests fail with this.
+    #[error("pending ack handle {name} is closed")]
+    Closed {
+        /// Handle name.
+        name: String,
+    },
+    /// The buffered writer was closed before the record was flushed
+    /// (Pulsar fails unflushed callbacks with a fenced exception).
+    #[error("pending-ack buffered writer is closed; the record was not persisted")]
+    WriterClosed,
+    /// A configuration value is out of range; nothing was created.
+    #[error("invalid pending-ack configuration: {0}")]
+    InvalidConfig(String),
+}
+
+impl PendingAckError {
+    /// Pulsar's `isRetryableException` (after unwrapping): `true` for every
+    /// managed-ledger failure except [`LedgerError::Fenced`] and the
+    /// non-recoverable shapes ([`LedgerError::LedgerNotExist`],
+    /// [`LedgerError::NonRecoverableData`]); `false` for decode/state errors
+    /// and interrupts.
+    pub fn is_retryable(&self) -> bool {
+        match self {
+            PendingAckError::Ledger(e) => {
+                !(matches!(e, LedgerError::Fenced { .. }) || e.is_non_recoverable())
+            }
+            _ => false,
+        }
+    }
+}

@@ -1,0 +1,589 @@
+//! The pending-ack handle (Pulsar's `PendingAckHandleImpl`): owns the
+//! subscription's [`PendingAckState`], runs replay attempts on its pinned
+//! replay executor, classifies their failures, retries transient ones with
+//! backoff on a timer, and completes every waiter.
+//!
+//! States: `None → Initializing → Ready`, `Initializing → None` (transient
+//! failure, retry scheduled), `Initializing → Error` (non-retryable), any →
+//! `Close`. Close wins over a pending retry: it cancels the retry timer, and
+//! `init` never leaves `Close`.
+//!
+//! Logging: a completing read failure logs one WARN (in the replay); a
+//! transient failure logs one WARN per retry (here) and DEBUG in the
+//! replay; giving up logs one ERROR.
+
+use std::sync::Arc;
+
+use tracing::{error, info, warn};
+
+use super::backoff::{Backoff, BackoffConfig};
+use super::error::PendingAckError;
+use super::executor::{ReplayExecutor, ReplayExecutorPool};
+use super::reader::ReadDispatcher;
+use super::record::PendingAckRecord;
+use super::replay::{ReplayAttempt, ReplayConfig, ReplayReport};
+use super::state::{PendingAckState, PendingAckSummary};
+use super::timer::{Timer, TimerId};
+use super::writer::{AppendAck, AppendCallback, BufferedWriter, WriterConfig};
+use crate::ledger::ManagedCursor;
+use crate::sync::{AtomicU64, Condvar, Mutex, Ordering};
+
+/// Handle lifecycle (Pulsar's `PendingAckHandleState`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HandleState {
+    /// Not initialising (initially, and between a failed attempt and its
+    /// retry).
+    None,
+    /// A replay attempt is queued or running.
+    Initializing,
+    /// Replay completed; requests are served.
+    Ready,
+    /// Gave up after a non-retryable failure.
+    Error,
+    /// Closed.
+    Close,
+}
+
+impl HandleState {
+    fn name(self) -> &'static str {
+        match self {
+            HandleState::None => "None",
+            HandleState::Initializing => "Initializing",
+            HandleState::Ready => "Ready",
+            HandleState::Error => "Error",
+            HandleState::Close => "Close",
+        }
+    }
+}
+
+/// Settings of a [`PendingAckHandle`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct HandleConfig {
+    /// Replay read pipeline.
+    pub replay: ReplayConfig,
+    /// Retry backoff.
+    pub backoff: BackoffConfig,
+    /// Buffered writer of each attempt's store.
+    pub writer: WriterConfig,
+    /// Seed of the backoff jitter (reproducible runs).
+    pub jitter_seed: u64,
+}
+
+/// Counters of a handle, for tests, the simulator and metrics.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct HandleStats {
+    /// Replay attempts started.
+    pub attempts: u64,
+    /// Reads issued over all attempts.
+    pub reads_issued: u64,
+    /// Most reads issued by a single attempt.
+    pub max_reads_per_attempt: u64,
+    /// Retry delays scheduled (ms, after jitter), in order.
+    pub retry_delays_ms: Vec<u64>,
+    /// Report of the attempt that completed, if one did.
+    pub completed: Option<ReplayReport>,
+}
+
+struct WaitCell {
+    result: Mutex<Option<Result<(), PendingAckError>>>,
+    done: Condvar,
+}
+
+impl WaitCell {
+    fn new(result: Option<Result<(), PendingAckError>>) -> Arc<Self> {
+        Arc::new(Self {
+            result: Mutex::new(result),
+            done: Condvar::new(),
+        })
+    }
+
+    fn complete(&self, r: Result<(), PendingAckError>) {
+        let mut g = self.result.lock();
+        if g.is_none() {
+            *g = Some(r);
+        }
+        drop(g);
+        self.done.notify_all();
+    }
+}
+
+/// A waiter on the handle becoming usable (the `add_consumer` path's
+/// `pendingAckHandleFuture`). Always completes: `Ok` when Ready, an error
+/// when the handle gives up ([`PendingAckError::InitFailed`]) or closes
+/// ([`PendingAckError::Closed`]).
+#[derive(Clone)]
+pub struct ReadyWaiter {
+    cell: Arc<WaitCell>,
+}
+
+impl std::fmt::Debug for ReadyWaiter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ReadyWaiter")
+            .field("result", &*self.cell.result.lock())
+            .finish()
+    }
+}
+
+impl ReadyWaiter {
+    /// The result, if already completed. Never blocks.
+    pub fn try_result(&self) -> Option<Result<(), PendingAckError>> {
+        self.cell.result.lock().clone()
+    }
+
+    /// Blocks until completed. Any thread except the handle's replay
+    /// executor (that would deadlock, as in Pulsar).
+    pub fn wait(&self) -> Result<(), PendingAckError> {
+        let mut g = self.cell.result.lock();
+        loop {
+            if let Some(r) = g.as_ref() {
+                return r.clone();
+            }
+            g = self.cell.done.wait(g);
+        }
+    }
+
+    /// Blocks up to `timeout` (wall clock; std builds) and returns the
+    /// result if it completed by then.
+    pub fn wait_timeout(
+        &self,
+        timeout: std::time::Duration,
+    ) -> Option<Result<(), PendingAckError>> {
+        let deadline = std::time::Instant::now() + timeout;
+        let mut g = self.cell.result.lock();
+        loop {
+            if let Some(r) = g.as_ref() {
+                return Some(r.clone());
+            }
+            let now = std::time::Instant::now();
+            if now >= deadline {
+                return None;
+            }
+            g = self.cell.done.wait_timeout(g, deadline - now).0;
+        }
+    }
+}
+
+struct Core {
+    state: HandleState,
+    backoff: Backoff,
+    waiters: Vec<Arc<WaitCell>>,
+    error: Option<PendingAckError>,
+    retry_timer: Option<TimerId>,
+    attempt: Option<Arc<ReplayAttempt>>,
+    writer: Option<Arc<BufferedWriter>>,
+    last_failed_writer: Option<Arc<BufferedWriter>>,
+    queued: Vec<(PendingAckRecord, AppendCallback)>,
+    stats: HandleStats,
+}
+
+struct Inner {
+    name: String,
+    cursor: Arc<ManagedCursor>,
+    executor: Arc<ReplayExecutor>,
+    dispatcher: Arc<dyn ReadDispatcher>,
+    timer: Arc<dyn Timer>,
+    config: HandleConfig,
+    core: Mutex<Core>,
+    state: Mutex<PendingAckState>,
+    generation: AtomicU64,
+}
+
+/// A pending-ack handle for one subscription. Cheap to clone (shared).
+///
+/// Threads: every method may be called from any thread. Replay attempts run
+/// on the executor the pool assigns by hash of `name`; retries fire on the
+/// timer's thread and only re-submit the attempt to the executor.
+#[derive(Clone)]
+pub struct PendingAckHandle {
+    inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for PendingAckHandle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PendingAckHandle")
+            .field("name", &self.inner.name)
+            .field("state", &self.state())
+            .field("executor", &self.inner.executor.index())
+            .finish()
+    }
+}
+
+impl PendingAckHandle {
+    /// Creates a handle (state None) for the pending-ack log read through
+    /// `cursor` (Pulsar: ML `<topic>-<sub>__transaction_pending_ack`, cursor
+    /// `__pending_ack_state`, cached and shared by every attempt). The cursor
+    /// stays owned by the caller: the handle never closes it. Call
+    /// [`PendingAckHandle::init`] to start replaying.
+    ///
+    /// # Errors
+    /// [`PendingAckError::InvalidConfig`] for a bad configuration.
+    pub fn new(
+        name: impl Into<String>,
+        cursor: Arc<ManagedCursor>,
+        pool: &ReplayExecutorPool,
+        dispatcher: Arc<dyn ReadDispatcher>,
+        timer: Arc<dyn Timer>,
+        config: HandleConfig,
+    ) -> Result<Self, PendingAckError> {
+        config.replay.validate()?;
+        config.backoff.validate()?;
+        config.writer.validate()?;
+        let name = name.into();
+        let executor = pool.executor_for(&name);
+        Ok(Self {
+            inner: Arc::new(Inner {
+                cursor,
+                executor,
+                dispatcher,
+                timer,
+                config,
+                core: Mutex::new(Core {
+                    state: HandleState::None,
+                    backoff: Backoff::new(config.backoff, config.jitter_seed),
+                    waiters: Vec::new(),
+                    error: None,
+                    retry_timer: None,
+                    attempt: None,
+                    writer: None,
+                    last_failed_writer: None,
+                    queued: Vec::new(),
+                    stats: HandleStats::default(),
+                }),
+                state: Mutex::new(PendingAckState::default()),
+                generation: AtomicU64::new(0),
+                name,
+            }),
+        })
+    }
+
+    /// The handle's name.
+    pub fn name(&self) -> &str {
+        &self.inner.name
+    }
+
+    /// Index of the replay executor it is pinned to.
+    pub fn executor_index(&self) -> usize {
+        self.inner.executor.index()
+    }
+
+    /// Current state.
+    pub fn state(&self) -> HandleState {
+        self.inner.core.lock().state
+    }
+
+    /// Counters so far.
+    pub fn stats(&self) -> HandleStats {
+        self.inner.core.lock().stats.clone()
+    }
+
+    /// The effects of the replayed and appended records.
+    pub fn summary(&self) -> PendingAckSummary {
+        self.inner.state.lock().summary()
+    }
+
+    /// The buffered writer of the most recent failed attempt (to check it
+    /// was closed and its flush timer cancelled).
+    pub fn last_failed_writer(&self) -> Option<Arc<BufferedWriter>> {
+        self.inner.core.lock().last_failed_writer.clone()
+    }
+
+    /// The error the handle gave up with, in state Error.
+    pub fn error(&self) -> Option<PendingAckError> {
+        self.inner.core.lock().error.clone()
+    }
+
+    /// `init()`: from None moves to Initializing and submits a replay
+    /// attempt to the handle's executor; in any other state does nothing
+    /// (in particular a queued retry never reopens a closed handle).
+    pub fn init(&self) {
+        {
+            let mut c = self.inner.core.lock();
+            if c.state != HandleState::None {
+                return;
+            }
+            c.state = HandleState::Initializing;
+            c.retry_timer = None;
+        }
+        let me = self.clone();
+        if !self
+            .inner
+            .executor
+            .submit(Box::new(move || me.run_attempt()))
+        {
+            self.give_up(PendingAckError::InvalidConfig(
+                "the replay executor pool is shut down".into(),
+            ));
+        }
+    }
+
+    /// A waiter that completes when the handle is Ready (Ok) or gives up or
+    /// closes (Err). Completed at once if that already happened.
+    pub fn ready_waiter(&self) -> ReadyWaiter {
+        let mut c = self.inner.core.lock();
+        let now = match c.state {
+            HandleState::Ready => Some(Ok(())),
+            HandleState::Error => Some(Err(c.error.clone().unwrap_or_else(|| {
+                PendingAckError::NotReady {
+                    name: self.inner.name.clone(),
+                    state: "Error",
+                }
+            }))),
+            HandleState::Close => Some(Err(self.closed())),
+            HandleState::None | HandleState::Initializing => None,
+        };
+        let cell = WaitCell::new(now.clone());
+        if now.is_none() {
+            c.waiters.push(Arc::clone(&cell));
+        }
+        ReadyWaiter { cell }
+    }
+
+    fn closed(&self) -> PendingAckError {
+        PendingAckError::Closed {
+            name: self.inner.name.clone(),
+        }
+    }
+
+    /// Logs `record` through the current store's buffered writer and, once
+    /// persisted, applies it to the state; `callback` gets the outcome.
+    /// Before Ready the request is queued; in Error it fails with
+    /// [`PendingAckError::NotReady`], after close with
+    /// [`PendingAckError::Closed`].
+    pub fn append(&self, record: PendingAckRecord, callback: AppendCallback) {
+        let writer = {
+            let mut c = self.inner.core.lock();
+            match c.state {
+                HandleState::Ready => c.writer.clone(),
+                HandleState::None | HandleState::Initializing => {
+                    c.queued.push((record, callback));
+                    return;
+                }
+                HandleState::Error => {
+                    drop(c);
+                    callback(Err(PendingAckError::NotReady {
+                        name: self.inner.name.clone(),
+                        state: "Error",
+                    }));
+                    return;
+                }
+                HandleState::Close => {
+                    drop(c);
+                    callback(Err(self.closed()));
+                    return;
+                }
+            }
+        };
+        let Some(writer) = writer else {
+            callback(Err(PendingAckError::WriterClosed));
+            return;
+        };
+        let me = self.clone();
+        let rec = record.clone();
+        writer.append(
+            record,
+            Box::new(move |r: Result<AppendAck, PendingAckError>| {
+                if let Ok(ack) = &r {
+                    me.apply_persisted(*ack, &rec);
+                }
+                callback(r);
+            }),
+        );
+    }
+
+    fn apply_persisted(&self, ack: AppendAck, record: &PendingAckRecord) {
+        let trim = {
+            let mut st = self.inner.state.lock();
+            st.apply(record);
+            st.index_log_entry(ack.position, std::slice::from_ref(record));
+            if ack.batch_index + 1 == ack.batch_size {
+                st.take_trim()
+            } else {
+                None
+            }
+        };
+        if let Some(p) = trim {
+            if p > self.inner.cursor.mark_delete_position() {
+                if let Err(e) = self.inner.cursor.mark_delete(p) {
+                    tracing::debug!(handle = %self.inner.name, %e, "pending-ack log trim failed");
+                }
+            }
+        }
+    }
+
+    /// Closes the handle: cancels a pending retry, interrupts a running
+    /// attempt, closes the current writer, fails waiters and queued requests
+    /// with [`PendingAckError::Closed`]. Idempotent.
+    pub fn close(&self) {
+        let (waiters, queued, attempt, writer) = {
+            let mut c = self.inner.core.lock();
+            if c.state == HandleState::Close {
+                return;
+            }
+            c.state = HandleState::Close;
+            if let Some(id) = c.retry_timer.take() {
+                self.inner.timer.cancel(id);
+            }
+            (
+                std::mem::take(&mut c.waiters),
+                std::mem::take(&mut c.queued),
+                c.attempt.take(),
+                c.writer.take(),
+            )
+        };
+        if let Some(a) = attempt {
+            a.interrupt();
+        }
+        if let Some(w) = writer {
+            w.close();
+        }
+        for w in waiters {
+            w.complete(Err(self.closed()));
+        }
+        for (_, cb) in queued {
+            cb(Err(self.closed()));
+        }
+        info!(handle = %self.inner.name, "pending ack handle closed");
+    }
+
+    /// One replay attempt; runs on the handle's executor.
+    fn run_attempt(&self) {
+        let inner = &self.inner;
+        let gen = inner.generation.fetch_add(1, Ordering::SeqCst) + 1;
+        let built = ReplayAttempt::new(
+            format!("{}#{gen}", inner.name),
+            Arc::clone(&inner.cursor),
+            Arc::clone(&inner.dispatcher),
+            inner.config.replay,
+        )
+        .and_then(|a| {
+            BufferedWriter::open(
+                Arc::clone(inner.cursor.ledger()),
+                Arc::clone(&inner.timer),
+                inner.config.writer,
+            )
+            .map(|w| (a, w))
+        });
+        let (attempt, writer) = match built {
+            Ok(x) => x,
+            Err(e) => {
+                self.give_up(e);
+                return;
+            }
+        };
+        {
+            let mut c = inner.core.lock();
+            if c.state != HandleState::Initializing {
+                drop(c);
+                writer.close();
+                return;
+            }
+            c.stats.attempts += 1;
+            c.attempt = Some(Arc::clone(&attempt));
+            c.writer = Some(Arc::clone(&writer));
+        }
+        let result = {
+            let mut st = inner.state.lock();
+            attempt.run(&mut *st)
+        };
+        let reads = attempt.reads_issued() as u64;
+        {
+            let mut c = inner.core.lock();
+            c.attempt = None;
+            c.stats.reads_issued += reads;
+            c.stats.max_reads_per_attempt = c.stats.max_reads_per_attempt.max(reads);
+        }
+        match result {
+            Ok(report) => self.replay_complete(report),
+            Err(e) => {
+                // fail_replay: close this attempt's buffered writer (cancels
+                // its flush timer), leave cursor and ledger open, report.
+                writer.close();
+                {
+                    let mut c = inner.core.lock();
+                    if c.writer.as_ref().is_some_and(|w| Arc::ptr_eq(w, &writer)) {
+                        c.writer = None;
+                    }
+                    c.last_failed_writer = Some(writer);
+                }
+                self.exception_handle(e);
+            }
+        }
+    }
+
+    fn replay_complete(&self, report: ReplayReport) {
+        let (waiters, queued) = {
+            let mut c = self.inner.core.lock();
+            if c.state != HandleState::Initializing {
+                error!(handle = %self.inner.name, state = c.state.name(), "pending-ack replay completed but the handle is no longer initializing");
+                return;
+            }
+            c.state = HandleState::Ready;
+            c.stats.completed = Some(report.clone());
+            (
+                std::mem::take(&mut c.waiters),
+                std::mem::take(&mut c.queued),
+            )
+        };
+        info!(handle = %self.inner.name, entries = report.entries_applied, reads = report.reads_issued, "pending-ack replay complete; handle ready");
+        for w in waiters {
+            w.complete(Ok(()));
+        }
+        for (r, cb) in queued {
+            self.append(r, cb);
+        }
+    }
+
+    /// `exceptionHandleFuture`: retryable → back to None (unless Close) and
+    /// schedule `init` after the next backoff delay; otherwise give up.
+    fn exception_handle(&self, e: PendingAckError) {
+        if !e.is_retryable() {
+            self.give_up(e);
+            return;
+        }
+        let mut c = self.inner.core.lock();
+        if c.state == HandleState::Close {
+            return;
+        }
+        c.state = HandleState::None;
+        let delay = c.backoff.next_delay_ms();
+        c.stats.retry_delays_ms.push(delay);
+        let me = self.clone();
+        let id = self
+            .inner
+            .timer
+            .schedule(delay, Box::new(move || me.init()));
+        c.retry_timer = Some(id);
+        drop(c);
+        warn!(handle = %self.inner.name, error = %e, delay_ms = delay, "pending-ack replay attempt failed; retrying init after backoff");
+    }
+
+    fn give_up(&self, e: PendingAckError) {
+        let (waiters, queued, err) = {
+            let mut c = self.inner.core.lock();
+            if c.state == HandleState::Close {
+                return;
+            }
+            let err = PendingAckError::InitFailed {
+                name: self.inner.name.clone(),
+                cause: Box::new(e),
+            };
+            c.state = HandleState::Error;
+            c.error = Some(err.clone());
+            (
+                std::mem::take(&mut c.waiters),
+                std::mem::take(&mut c.queued),
+                err,
+            )
+        };
+        error!(handle = %self.inner.name, error = %err, "pending-ack replay failed with a non-retryable error; giving up");
+        for w in waiters {
+            w.complete(Err(err.clone()));
+        }
+        for (_, cb) in queued {
+            cb(Err(PendingAckError::NotReady {
+                name: self.inner.name.clone(),
+                state: "Error",
+            }));
+        }
+    }
+}

@@ -1,0 +1,475 @@
+//! One replay attempt of the pending-ack log (Pulsar's
+//! `MLPendingAckStore.replayAsync` + `FillEntryQueueCallback`, as fixed by
+//! seed 001).
+//!
+//! The attempt reads ahead of processing: the replay thread's
+//! [`ReplayAttempt::fill_queue`] issues at most one read of
+//! [`ReplayConfig::read_batch`] entries at a time into a bounded entry queue,
+//! reads complete or fail on another thread (or inline), and the replay
+//! thread applies dequeued entries. The orderings that make "no read after a
+//! failure" hold:
+//!
+//! * writer ([`ReplayAttempt::read_failed`]): store the failure, clear
+//!   `is_readable`, **then** decrement `outstanding_reads`;
+//! * writer ([`ReplayAttempt::read_complete`]): enqueue, **then** decrement;
+//! * reader ([`ReplayAttempt::fill_queue`]): load `outstanding_reads`, and
+//!   only if it is 0 load `is_readable`.
+//!
+//! Only the replay thread increments the counter, so observing 0 while a
+//! read was in flight means observing the decrement, and with it the cleared
+//! flag (SeqCst on both). `loom-tests/pending_ack.rs` checks this on this
+//! very code; `specs/PendingAckReplay.tla` checks the protocol.
+//!
+//! End of an attempt ([`ReplayAttempt::run`]): the replay completes when it
+//! caught up to the last-confirmed snapshot, when nothing is readable and the
+//! queue is drained, on one of the three completing failure shapes
+//! ([`classify`]), or when a failure arrives after it caught up. Any other
+//! failure fails the attempt: the cursor is rewound to the entry after its
+//! mark-delete (entries read but not applied were released) and the error is
+//! returned unwrapped for the handle to classify.
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+
+use tracing::{debug, warn};
+
+use super::error::PendingAckError;
+use super::reader::{ReadDispatcher, ReadJob};
+use super::record::{decode_entry, PendingAckRecord};
+use crate::ledger::{Entry, LedgerError, ManagedCursor};
+use crate::position::Position;
+use crate::sync::{AtomicBool, AtomicUsize, Condvar, Mutex, Ordering};
+
+/// Sizes of the replay's read pipeline.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ReplayConfig {
+    /// Entry-queue capacity (entries). Default 2000.
+    pub queue_capacity: usize,
+    /// Entries per read. Default 100. A read is issued only while
+    /// `queued + read_batch < queue_capacity`.
+    pub read_batch: usize,
+}
+
+impl Default for ReplayConfig {
+    fn default() -> Self {
+        Self {
+            queue_capacity: 2000,
+            read_batch: 100,
+        }
+    }
+}
+
+impl ReplayConfig {
+    /// Checks `1 <= read_batch < queue_capacity`.
+    ///
+    /// # Errors
+    /// [`PendingAckError::InvalidConfig`].
+    pub fn validate(&self) -> Result<(), PendingAckError> {
+        if self.read_batch == 0 || self.read_batch >= self.queue_capacity {
+            return Err(PendingAckError::InvalidConfig(format!(
+                "replay needs 1 <= read_batch < queue_capacity, got {} and {}",
+                self.read_batch, self.queue_capacity
+            )));
+        }
+        Ok(())
+    }
+}
+
+/// What a read failure does to the attempt.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FailureDisposition {
+    /// One of the three completing shapes: end the replay as if caught up
+    /// (non-recoverable with auto-skip on; fenced; cursor already closed).
+    CompletesReplay,
+    /// Anything else: fail the attempt (rewind, close the writer, report).
+    FailsAttempt,
+}
+
+/// Classifies a read failure (Java precedence `(A && B) || C || D`).
+pub fn classify(error: &LedgerError, auto_skip_non_recoverable_data: bool) -> FailureDisposition {
+    let completing = (error.is_non_recoverable() && auto_skip_non_recoverable_data)
+        || matches!(error, LedgerError::Fenced { .. })
+        || matches!(error, LedgerError::CursorAlreadyClosed { .. });
+    if completing {
+        FailureDisposition::CompletesReplay
+    } else {
+        FailureDisposition::FailsAttempt
+    }
+}
+
+/// Applies replayed records; implemented by the handle's state. Called only
+/// on the replay thread.
+pub trait ReplaySink {
+    /// Applies every record of the log entry at `position` (idempotently:
+    /// re-reading an applied entry after a rewind must be harmless) and
+    /// returns the position the log may be trimmed to (mark-deleted), if it
+    /// moved.
+    fn apply_entry(&mut self, position: Position, records: &[PendingAckRecord])
+        -> Option<Position>;
+}
+
+/// How a completed attempt ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReplayReport {
+    /// Log entries applied in this attempt.
+    pub entries_applied: u64,
+    /// Records applied in this attempt (a batched entry holds several).
+    pub records_applied: u64,
+    /// Reads issued in this attempt.
+    pub reads_issued: usize,
+    /// The loop reached the last-confirmed snapshot.
+    pub caught_up: bool,
+    /// The completing failure shape that ended it, if any (state may be
+    /// partial: queued entries were discarded).
+    pub completing_failure: Option<LedgerError>,
+}
+
+struct QueueState {
+    stopped: bool,
+    queue: VecDeque<Entry>,
+}
+
+/// One replay attempt (one Pulsar `MLPendingAckStore` instance).
+///
+/// Threads: [`ReplayAttempt::run`] and [`ReplayAttempt::fill_queue`] on the
+/// replay thread only; [`ReplayAttempt::read_complete`] /
+/// [`ReplayAttempt::read_failed`] on any thread, including re-entrantly on
+/// the replay thread inside `fill_queue`; [`ReplayAttempt::interrupt`] and
+/// the accessors from any thread.
+pub struct ReplayAttempt {
+    name: String,
+    cursor: Arc<ManagedCursor>,
+    dispatcher: Arc<dyn ReadDispatcher>,
+    config: ReplayConfig,
+    auto_skip: bool,
+    lac_snapshot: Position,
+    start_position: Position,
+    outstanding_reads: AtomicUsize,
+    is_readable: AtomicBool,
+    interrupted: AtomicBool,
+    reads_issued: AtomicUsize,
+    attempt_failure: Mutex<Option<LedgerError>>,
+    completing_failure: Mutex<Option<LedgerError>>,
+    shared: Mutex<QueueState>,
+    progress: Condvar,
+}
+
+impl std::fmt::Debug for ReplayAttempt {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ReplayAttempt")
+            .field("name", &self.name)
+            .field("lac_snapshot", &self.lac_snapshot)
+            .field("outstanding_reads", &self.outstanding_reads())
+            .field("is_readable", &self.is_readable())
+            .finish_non_exhaustive()
+    }
+}
+
+impl ReplayAttempt {
+    /// Builds an attempt over `cursor`, snapshotting the log's last confirmed
+    /// entry and the cursor's mark-delete (where replay starts).
+    ///
+    /// # Errors
+    /// [`PendingAckError::InvalidConfig`] for a bad [`ReplayConfig`].
+    pub fn new(
+        name: impl Into<String>,
+        cursor: Arc<ManagedCursor>,
+        dispatcher: Arc<dyn ReadDispatcher>,
+        config: ReplayConfig,
+    ) -> Result<Arc<Self>, PendingAckError> {
+        config.validate()?;
+        let auto_skip = cursor.ledger().config().auto_skip_non_recoverable_data;
+        let lac_snapshot = cursor.ledger().last_confirmed_entry();
+        let start_position = cursor.mark_delete_position();
+        Ok(Arc::new(Self {
+            name: name.into(),
+            cursor,
+            dispatcher,
+            config,
+            auto_skip,
+            lac_snapshot,
+            start_position,
+            outstanding_reads: AtomicUsize::new(0),
+            is_readable: AtomicBool::new(true),
+            interrupted: AtomicBool::new(false),
+            reads_issued: AtomicUsize::new(0),
+            attempt_failure: Mutex::new(None),
+            completing_failure: Mutex::new(None),
+            shared: Mutex::new(QueueState {
+                stopped: false,
+                queue: VecDeque::new(),
+            }),
+            progress: Condvar::new(),
+        }))
+    }
+
+    /// The pending-ack log cursor this attempt reads.
+    pub fn cursor(&self) -> &Arc<ManagedCursor> {
+        &self.cursor
+    }
+
+    /// Reads issued so far.
+    pub fn reads_issued(&self) -> usize {
+        self.reads_issued.load(Ordering::SeqCst)
+    }
+
+    /// Reads in flight (0 or 1).
+    pub fn outstanding_reads(&self) -> usize {
+        self.outstanding_reads.load(Ordering::SeqCst)
+    }
+
+    /// The `is_readable` flag.
+    pub fn is_readable(&self) -> bool {
+        self.is_readable.load(Ordering::SeqCst)
+    }
+
+    /// Entries queued and not yet applied.
+    pub fn queued(&self) -> usize {
+        self.shared.lock().queue.len()
+    }
+
+    /// The unclassified failure stored by `read_failed`, if any.
+    pub fn attempt_failure(&self) -> Option<LedgerError> {
+        self.attempt_failure.lock().clone()
+    }
+
+    /// Asks the replay loop to stop (the handle is closing); the attempt then
+    /// fails with [`PendingAckError::Interrupted`]. Any thread.
+    pub fn interrupt(&self) {
+        self.interrupted.store(true, Ordering::SeqCst);
+        self.wake();
+    }
+
+    fn wake(&self) {
+        // Taking the lock orders this wake-up after any waiter's predicate
+        // check, so a waiter that saw the old state is already waiting.
+        drop(self.shared.lock());
+        self.progress.notify_all();
+    }
+
+    /// `fillQueue()`: if there is room for a batch, no read is outstanding
+    /// (read FIRST) and the attempt is readable (read SECOND), issues a read
+    /// when the cursor has more entries, or clears `is_readable` when it has
+    /// none and the queue is empty. Returns `is_readable`. Replay thread only.
+    pub fn fill_queue(self: &Arc<Self>) -> bool {
+        let queued = self.shared.lock().queue.len();
+        if queued + self.config.read_batch < self.config.queue_capacity
+            && self.outstanding_reads.load(Ordering::SeqCst) == 0
+            && self.is_readable.load(Ordering::SeqCst)
+        {
+            if self.cursor.has_more_entries() {
+                self.outstanding_reads.fetch_add(1, Ordering::SeqCst);
+                self.reads_issued.fetch_add(1, Ordering::SeqCst);
+                self.dispatcher.dispatch(ReadJob {
+                    attempt: Arc::clone(self),
+                    max_entries: self.config.read_batch,
+                });
+            } else if queued == 0 {
+                self.is_readable.store(false, Ordering::SeqCst);
+            }
+        }
+        self.is_readable.load(Ordering::SeqCst)
+    }
+
+    /// `readEntriesComplete`: enqueues `entries` (or releases them if the
+    /// replay already stopped), THEN decrements the outstanding counter. Any
+    /// thread. The queue cannot overflow: a read is issued only with room
+    /// for a whole batch and only one read is ever outstanding.
+    pub fn read_complete(&self, entries: Vec<Entry>) {
+        let released = {
+            let mut s = self.shared.lock();
+            if s.stopped {
+                entries
+            } else {
+                s.queue.extend(entries);
+                Vec::new()
+            }
+        };
+        if !released.is_empty() {
+            debug!(handle = %self.name, released = released.len(), "pending-ack replay already stopped; late entries released");
+        }
+        drop(released);
+        self.outstanding_reads.fetch_sub(1, Ordering::SeqCst);
+        self.wake();
+    }
+
+    /// `readEntriesFailed`: classifies `error`; a failure that does not
+    /// complete the replay is stored (W1); then `is_readable` is cleared
+    /// (W2); THEN the outstanding counter is decremented (W3). Any thread,
+    /// including the replay thread inside `fill_queue`.
+    pub fn read_failed(&self, error: LedgerError) {
+        match classify(&error, self.auto_skip) {
+            FailureDisposition::FailsAttempt => {
+                debug!(handle = %self.name, %error, "pending-ack log read failed; ending this replay attempt");
+                let mut slot = self.attempt_failure.lock();
+                if slot.is_none() {
+                    *slot = Some(error);
+                }
+            }
+            FailureDisposition::CompletesReplay => {
+                let mut slot = self.completing_failure.lock();
+                if slot.is_none() {
+                    *slot = Some(error);
+                }
+            }
+        }
+        self.is_readable.store(false, Ordering::SeqCst);
+        self.outstanding_reads.fetch_sub(1, Ordering::SeqCst);
+        self.wake();
+    }
+
+    /// `stopReplay()`: marks the replay stopped (later completions release
+    /// their entries) and releases everything queued. Idempotent; any thread.
+    pub fn stop_replay(&self) -> usize {
+        let drained: Vec<Entry> = {
+            let mut s = self.shared.lock();
+            s.stopped = true;
+            s.queue.drain(..).collect()
+        };
+        drained.len()
+    }
+
+    fn poll(&self) -> Option<Entry> {
+        self.shared.lock().queue.pop_front()
+    }
+
+    /// Waits (≤ 1 ms in std builds, the Java loop's sleep) until an entry is
+    /// queued, no read is outstanding, or the attempt is interrupted.
+    fn wait_for_progress(&self) {
+        let s = self.shared.lock();
+        if s.queue.is_empty()
+            && self.outstanding_reads.load(Ordering::SeqCst) != 0
+            && !self.interrupted.load(Ordering::SeqCst)
+        {
+            let _ = self
+                .progress
+                .wait_timeout(s, std::time::Duration::from_millis(1));
+        }
+    }
+
+    /// Waits for the in-flight read (if any) to finish before a rewind, so a
+    /// late read cannot move the read position forward again. Gives up when
+    /// the cursor is closed (its callback may never come).
+    fn quiesce(&self) {
+        loop {
+            if self.outstanding_reads.load(Ordering::SeqCst) == 0 || self.cursor.is_closed() {
+                return;
+            }
+            let s = self.shared.lock();
+            if self.outstanding_reads.load(Ordering::SeqCst) != 0 {
+                let _ = self
+                    .progress
+                    .wait_timeout(s, std::time::Duration::from_millis(1));
+            }
+        }
+    }
+
+    /// Runs the attempt to its end on the calling (replay) thread, applying
+    /// entries to `sink` and trimming the log as it reports. See the module
+    /// docs for the end-of-attempt rules.
+    ///
+    /// # Errors
+    /// The failure that failed the attempt, unwrapped: a stored read failure
+    /// ([`PendingAckError::Ledger`]), [`PendingAckError::Decode`] /
+    /// [`PendingAckError::InvalidRecord`] for a bad entry,
+    /// `Ledger(CursorAlreadyClosed)` if the cursor is closed at the start or
+    /// while waiting, [`PendingAckError::Interrupted`]. The cursor has been
+    /// rewound when this returns an error.
+    pub fn run(
+        self: &Arc<Self>,
+        sink: &mut dyn ReplaySink,
+    ) -> Result<ReplayReport, PendingAckError> {
+        let result = self.run_loop(sink);
+        let discarded = self.stop_replay();
+        match result {
+            Ok((caught_up, entries_applied, records_applied)) => {
+                let stored = self.attempt_failure.lock().take();
+                match stored {
+                    Some(error) if !caught_up => Err(self.fail(error.into())),
+                    _ => {
+                        let completing_failure = self.completing_failure.lock().clone();
+                        if let Some(error) = &completing_failure {
+                            warn!(
+                                handle = %self.name,
+                                %error,
+                                start = %self.start_position,
+                                read_position = %self.cursor.read_position(),
+                                lac = %self.lac_snapshot,
+                                discarded,
+                                "pending-ack replay ended by a read failure that completes the replay"
+                            );
+                        }
+                        Ok(ReplayReport {
+                            entries_applied,
+                            records_applied,
+                            reads_issued: self.reads_issued(),
+                            caught_up,
+                            completing_failure,
+                        })
+                    }
+                }
+            }
+            Err(e) => Err(self.fail(e)),
+        }
+    }
+
+    fn fail(&self, error: PendingAckError) -> PendingAckError {
+        self.quiesce();
+        self.cursor.rewind();
+        debug!(handle = %self.name, %error, read_position = %self.cursor.read_position(), "pending-ack replay attempt failed; cursor rewound");
+        error
+    }
+
+    fn run_loop(
+        self: &Arc<Self>,
+        sink: &mut dyn ReplaySink,
+    ) -> Result<(bool, u64, u64), PendingAckError> {
+        if self.cursor.is_closed() {
+            return Err(self.closed_error());
+        }
+        let mut current = self.start_position;
+        let mut entries = 0u64;
+        let mut records = 0u64;
+        loop {
+            if self.interrupted.load(Ordering::SeqCst) {
+                return Err(PendingAckError::Interrupted {
+                    name: self.name.clone(),
+                });
+            }
+            if self.lac_snapshot <= current {
+                return Ok((true, entries, records));
+            }
+            if !self.fill_queue() {
+                return Ok((false, entries, records));
+            }
+            match self.poll() {
+                Some(entry) => {
+                    current = entry.position;
+                    let decoded = decode_entry(entry.position, &entry.data)?;
+                    if let Some(trim) = sink.apply_entry(entry.position, &decoded) {
+                        if trim > self.cursor.mark_delete_position() {
+                            if let Err(e) = self.cursor.mark_delete(trim) {
+                                debug!(handle = %self.name, %e, "pending-ack log trim failed");
+                            }
+                        }
+                    }
+                    entries += 1;
+                    records += decoded.len() as u64;
+                }
+                None => {
+                    if self.cursor.is_closed() {
+                        return Err(self.closed_error());
+                    }
+                    self.wait_for_progress();
+                }
+            }
+        }
+    }
+
+    fn closed_error(&self) -> PendingAckError {
+        PendingAckError::Ledger(LedgerError::CursorAlreadyClosed {
+            ledger: self.cursor.ledger().name().to_string(),
+            cursor: self.cursor.name().to_string(),
+        })
+    }
+}
