@@ -12,12 +12,14 @@
 //! | [`ledger`] | — | managed-ledger substrate: ledgers, entries, cursors, durable store |
 //! | [`cursor`] | 004 | individually deleted ranges (roaring per ledger) and the lock-free read-scheduling hint |
 //! | [`pending_ack`] | 001 | pending-ack log replay: read pipeline, failure classification, rewind, retry with backoff, buffered writer |
+//! | [`delayed`] | 000 | bucket delayed delivery tracker with durable snapshots |
 //!
 //! Every public fallible operation returns a typed error; bad input never
 //! panics and leaves state unchanged.
 #![warn(missing_docs)]
 
 pub mod cursor;
+pub mod delayed;
 pub mod ledger;
 pub mod pending_ack;
 pub mod position;

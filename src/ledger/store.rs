@@ -393,6 +393,32 @@ impl RedbStore {
         Ok(())
     }
 
+    /// Reads every cursor property of cursor `cursor` on managed ledger
+    /// `ledger` (empty if there are none), whether or not the cursor has a
+    /// persisted mark-delete position. Used by the delayed-delivery bucket
+    /// snapshot storage to list its `#pulsar.internal.delayed.bucket_*` keys.
+    ///
+    /// # Errors
+    /// [`StoreError::Backend`] on a database error.
+    pub fn cursor_properties(
+        &self,
+        ledger: &str,
+        cursor: &str,
+    ) -> Result<BTreeMap<String, i64>, StoreError> {
+        let txn = self.db.begin_read()?;
+        let t = txn.open_table(CURSOR_PROPERTIES)?;
+        let mut out = BTreeMap::new();
+        for row in t.range((ledger, cursor, "")..)? {
+            let (k, v) = row?;
+            let (n, c, key) = k.value();
+            if n != ledger || c != cursor {
+                break;
+            }
+            out.insert(key.to_string(), v.value());
+        }
+        Ok(out)
+    }
+
     /// Sets (`Some`) or removes (`None`) cursor property `key` of cursor
     /// `cursor` on managed ledger `ledger` inside an existing transaction, so
     /// callers can make it part of a larger atomic commit (e.g. a bucket

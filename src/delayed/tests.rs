@@ -1,0 +1,480 @@
+//! Unit tests of the tracker's post-fix behaviour (seed 000).
+
+use std::sync::Arc;
+
+use super::*;
+use crate::position::Position;
+
+fn cfg() -> BucketTrackerConfig {
+    BucketTrackerConfig {
+        tick_time_ms: 1,
+        deliver_at_time_strict: true,
+        min_index_count_per_bucket: 2,
+        max_time_step_per_bucket_snapshot_segment_ms: 10,
+        max_indexes_per_bucket_snapshot_segment: 1,
+        max_num_buckets: -1,
+        recovery_policy: RecoveryPolicy::Fail,
+    }
+}
+
+struct Fixture {
+    clock: Arc<ManualClock>,
+    mem: Arc<MemorySnapshotStorage>,
+    faulty: Arc<FaultyStorage<Arc<MemorySnapshotStorage>>>,
+}
+
+impl Fixture {
+    fn new() -> Self {
+        let mem = Arc::new(MemorySnapshotStorage::new());
+        Self {
+            clock: Arc::new(ManualClock::new(0)),
+            faulty: Arc::new(FaultyStorage::new(mem.clone())),
+            mem,
+        }
+    }
+
+    fn tracker(
+        &self,
+        config: BucketTrackerConfig,
+    ) -> Result<BucketDelayedDeliveryTracker, DelayedError> {
+        BucketDelayedDeliveryTracker::new(config, self.faulty.clone(), self.clock.clone())
+    }
+}
+
+fn p(l: i64, e: i64) -> Position {
+    Position::new(l, e)
+}
+
+fn drain(t: &BucketDelayedDeliveryTracker) -> Vec<Position> {
+    let mut all = Vec::new();
+    loop {
+        let got = t.get_scheduled_messages(100).unwrap();
+        if got.is_empty() {
+            break;
+        }
+        all.extend(got);
+    }
+    all
+}
+
+/// Two sealed buckets A = [1,1], B = [2,2] with three one-index segments
+/// each, plus (3,0) in the mutable bucket.
+fn two_buckets(f: &Fixture) -> BucketDelayedDeliveryTracker {
+    let t = f.tracker(cfg()).unwrap();
+    for (l, e, ts) in [
+        (1, 0, 10),
+        (1, 1, 20),
+        (1, 2, 30),
+        (2, 0, 15),
+        (2, 1, 25),
+        (2, 2, 35),
+        (3, 0, 100),
+    ] {
+        assert!(t.add_message(l, e, ts).unwrap());
+    }
+    assert_eq!(t.buckets().len(), 2);
+    t.verify_invariants().unwrap();
+    t
+}
+
+#[test]
+fn add_get_and_expired_readd_untracks() {
+    let f = Fixture::new();
+    let t = f.tracker(cfg()).unwrap();
+    assert!(t.add_message(1, 1, 50).unwrap());
+    assert!(t.add_message(1, 1, 50).unwrap(), "duplicate returns true");
+    assert_eq!(t.number_of_delayed_messages(), 1);
+    // Expired re-add: returns false AND untracks (post-fix).
+    f.clock.set(60);
+    assert!(!t.add_message(1, 1, 50).unwrap());
+    assert_eq!(t.number_of_delayed_messages(), 0);
+    assert!(!t.contains_message(1, 1));
+    // The stale queue entry is skipped: no second delivery.
+    assert!(t.get_scheduled_messages(10).unwrap().is_empty());
+    assert!(!t.add_message(1, 2, -5).unwrap());
+    t.verify_invariants().unwrap();
+}
+
+#[test]
+fn bad_positions_are_typed_errors() {
+    let f = Fixture::new();
+    let t = f.tracker(cfg()).unwrap();
+    assert_eq!(
+        t.add_message(1, i64::from(u32::MAX) + 1, 100),
+        Err(DelayedError::EntryIdOutOfRange {
+            ledger_id: 1,
+            entry_id: i64::from(u32::MAX) + 1
+        })
+    );
+    assert!(matches!(
+        t.add_message(1, -1, 100),
+        Err(DelayedError::EntryIdOutOfRange { .. })
+    ));
+    assert!(matches!(
+        t.add_message(-3, 1, 100),
+        Err(DelayedError::InvalidLedgerId { .. })
+    ));
+    assert_eq!(t.number_of_delayed_messages(), 0);
+    assert!(t.add_message(1, i64::from(u32::MAX), 100).unwrap());
+    let bad = BucketTrackerConfig {
+        max_indexes_per_bucket_snapshot_segment: 0,
+        ..cfg()
+    };
+    assert!(matches!(
+        f.tracker(bad),
+        Err(DelayedError::InvalidConfig(_))
+    ));
+}
+
+#[test]
+fn seal_load_segments_and_retire_bucket() {
+    let f = Fixture::new();
+    let t = two_buckets(&f);
+    assert_eq!(f.mem.snapshot_ids().len(), 2);
+    assert_eq!(t.next_delivery_time(), Some(10));
+    assert!(!t.has_message_available());
+    f.clock.set(40);
+    assert!(t.has_message_available());
+    let got = drain(&t);
+    assert_eq!(
+        got,
+        vec![p(1, 0), p(1, 1), p(1, 2), p(2, 0), p(2, 1), p(2, 2)]
+    );
+    assert_eq!(t.number_of_delayed_messages(), 1);
+    assert!(t.buckets().is_empty(), "exhausted buckets are retired");
+    assert!(
+        f.mem.snapshot_ids().is_empty(),
+        "and their snapshots deleted"
+    );
+    t.verify_invariants().unwrap();
+}
+
+#[test]
+fn merge_keeps_only_undispatched_and_adds_no_second_live_copy() {
+    let f = Fixture::new();
+    let t = two_buckets(&f);
+    f.clock.set(12);
+    assert_eq!(t.get_scheduled_messages(10).unwrap(), vec![p(1, 0)]);
+    assert!(t.trim_and_merge().unwrap());
+    let buckets = t.buckets();
+    assert_eq!(buckets.len(), 1);
+    let (ctx, id, cur, last) = buckets[0];
+    assert_eq!((ctx.start_ledger_id, ctx.end_ledger_id, cur), (1, 2, 1));
+    // Only undispatched indexes were persisted: 5 of 6.
+    assert_eq!(last, 5);
+    let segs = f.mem.get_segments(id, 1, last).unwrap();
+    let persisted: Vec<(u64, u64)> = segs
+        .iter()
+        .flat_map(|s| s.indexes.iter().map(|d| (d.ledger_id, d.entry_id)))
+        .collect();
+    assert!(!persisted.contains(&(1, 0)));
+    assert_eq!(persisted.len(), 5);
+    assert_eq!(
+        f.mem.snapshot_ids(),
+        vec![id],
+        "sources replaced atomically"
+    );
+    // (2,0)@15 and (1,1)@20 were live; merged segment 1 = (2,0) must not be
+    // queued twice. Queue: (1,1), (2,0), (3,0)? (3,0) is in the mutable heap.
+    assert_eq!(t.shared_queue_len(), 2);
+    f.clock.set(40);
+    let got = drain(&t);
+    assert_eq!(got, vec![p(1, 1), p(1, 2), p(2, 0), p(2, 1), p(2, 2)]);
+    assert_eq!(t.number_of_delayed_messages(), 1);
+    t.verify_invariants().unwrap();
+}
+
+#[test]
+fn merge_reads_segment_one_so_restart_loses_nothing() {
+    // Bug (1): reading from current+1 loses the loaded segment after restart.
+    let f = Fixture::new();
+    let t = two_buckets(&f);
+    assert!(t.trim_and_merge().unwrap());
+    drop(t);
+    let t = f.tracker(cfg()).unwrap();
+    assert_eq!(t.number_of_delayed_messages(), 6);
+    f.clock.set(40);
+    assert_eq!(drain(&t).len(), 6);
+    assert_eq!(t.number_of_delayed_messages(), 0);
+}
+
+#[test]
+fn recovery_restores_into_runtime_index_and_skips_expired() {
+    let f = Fixture::new();
+    let t = two_buckets(&f);
+    f.clock.set(12);
+    assert_eq!(t.get_scheduled_messages(10).unwrap(), vec![p(1, 0)]);
+    drop(t);
+    let t = f.tracker(cfg()).unwrap();
+    // Bucket A restarts at segment 2 ((1,0)'s segment has max 10 <= 12).
+    assert_eq!(t.number_of_delayed_messages(), 5);
+    assert!(!t.contains_message(1, 0));
+    assert!(t.contains_message(2, 0));
+    // The dispatcher re-reads (3,0) (never persisted) and (2,0) (duplicate).
+    assert!(t.add_message(3, 0, 100).unwrap());
+    assert!(t.add_message(2, 0, 15).unwrap());
+    assert_eq!(t.number_of_delayed_messages(), 6);
+    assert_eq!(t.stats().recovered_buckets, 2);
+    f.clock.set(200);
+    assert_eq!(drain(&t).len(), 6);
+    drop(t);
+    // Everything expired now: recovery deletes what is left.
+    let t = f.tracker(cfg()).unwrap();
+    assert_eq!(t.number_of_delayed_messages(), 0);
+    assert!(f.mem.snapshot_ids().is_empty());
+}
+
+#[test]
+fn trim_untracks_per_bit() {
+    let f = Fixture::new();
+    let t = two_buckets(&f);
+    f.clock.set(12);
+    t.get_scheduled_messages(10).unwrap(); // (1,0) delivered
+    t.update_mark_delete(p(2, 0));
+    t.trim_and_merge().unwrap();
+    // Bucket A ([1,1]) trimmed: only its 2 still-tracked bits are subtracted.
+    assert_eq!(t.number_of_delayed_messages(), 4);
+    assert_eq!(t.buckets().len(), 1);
+    t.verify_invariants().unwrap();
+}
+
+#[test]
+fn orphaned_entries_below_mark_delete_are_dropped() {
+    let f = Fixture::new();
+    let t = two_buckets(&f);
+    t.update_mark_delete(p(2, 0));
+    f.clock.set(40);
+    let got = drain(&t);
+    assert_eq!(got, vec![p(2, 0), p(2, 1), p(2, 2)]);
+    assert_eq!(t.number_of_delayed_messages(), 1);
+}
+
+#[test]
+fn seal_create_failure_keeps_messages_deliverable() {
+    let f = Fixture::new();
+    let t = f.tracker(cfg()).unwrap();
+    f.faulty.arm(FaultPlan {
+        create: 100,
+        ..FaultPlan::default()
+    });
+    for (l, e, ts) in [(1, 0, 10), (1, 1, 20), (2, 0, 15)] {
+        t.add_message(l, e, ts).unwrap();
+    }
+    assert!(t.buckets().is_empty());
+    assert_eq!(t.stats().seal_failures, 1);
+    f.faulty.arm(FaultPlan::default());
+    f.clock.set(30);
+    assert_eq!(drain(&t), vec![p(1, 0), p(1, 1), p(2, 0)]);
+    assert_eq!(t.number_of_delayed_messages(), 0);
+}
+
+#[test]
+fn load_and_merge_and_delete_failures_leave_state_consistent() {
+    let f = Fixture::new();
+    let t = two_buckets(&f);
+    // Merge fails on read: sources unchanged.
+    f.faulty.arm(FaultPlan {
+        read: 1,
+        ..FaultPlan::default()
+    });
+    assert!(!t.trim_and_merge().unwrap());
+    assert_eq!(t.buckets().len(), 2);
+    assert_eq!(t.stats().merge_failures, 1);
+    // Merge fails on create: sources unchanged.
+    f.faulty.arm(FaultPlan {
+        create: 100,
+        ..FaultPlan::default()
+    });
+    assert!(!t.trim_and_merge().unwrap());
+    assert_eq!(t.buckets().len(), 2);
+    // Segment loads fail: the head is kept, nothing is lost.
+    f.faulty.arm(FaultPlan {
+        read: 100,
+        delete: 100,
+        ..FaultPlan::default()
+    });
+    f.clock.set(40);
+    let first = t.get_scheduled_messages(100).unwrap();
+    assert!(first.len() < 6);
+    f.faulty.arm(FaultPlan {
+        delete: 100,
+        ..FaultPlan::default()
+    });
+    let mut all = first;
+    all.extend(drain(&t));
+    all.sort();
+    assert_eq!(
+        all,
+        vec![p(1, 0), p(1, 1), p(1, 2), p(2, 0), p(2, 1), p(2, 2)]
+    );
+    assert_eq!(t.number_of_delayed_messages(), 1);
+    assert!(t.stats().snapshot_delete_failures >= 1);
+    t.verify_invariants().unwrap();
+    drop(t);
+    // Undeleted exhausted snapshots are fully expired at recovery: deleted.
+    f.faulty.arm(FaultPlan::default());
+    let t = f.tracker(cfg()).unwrap();
+    assert_eq!(t.number_of_delayed_messages(), 0);
+    assert!(f.mem.snapshot_ids().is_empty());
+}
+
+#[test]
+fn corrupt_snapshots_are_typed_errors_and_policy_decides() {
+    for case in 0..4 {
+        let f = Fixture::new();
+        let t = two_buckets(&f);
+        drop(t);
+        let id = f.mem.snapshot_ids()[0];
+        match case {
+            0 => assert!(f.mem.set_raw_entry(id, 0, Some(vec![0xff, 0xff, 0xff]))),
+            1 => {
+                // Valid protobuf whose bitmap bytes are garbage.
+                let mut meta = f.mem.get_metadata(id).unwrap();
+                for v in meta.metadata_list[0].delayed_index_bit_map.values_mut() {
+                    *v = vec![1, 2, 3, 4, 5];
+                }
+                use prost::Message;
+                assert!(f.mem.set_raw_entry(id, 0, Some(meta.encode_to_vec())));
+            }
+            2 => assert!(f.mem.set_raw_entry(id, 3, None)), // segment count mismatch
+            _ => assert!(f.mem.set_raw_entry(id, 1, Some(vec![0x0a, 0x05, 0x08]))),
+        }
+        let err = f.tracker(cfg()).unwrap_err();
+        assert!(
+            matches!(err, DelayedError::CorruptSnapshot { snapshot_id, .. } if snapshot_id == id),
+            "case {case}: {err}"
+        );
+        assert_eq!(
+            f.mem.snapshot_ids().len(),
+            2,
+            "Fail policy leaves storage untouched"
+        );
+        let skip = BucketTrackerConfig {
+            recovery_policy: RecoveryPolicy::SkipCorrupt,
+            ..cfg()
+        };
+        let t = f.tracker(skip).unwrap();
+        assert_eq!(
+            t.number_of_delayed_messages(),
+            3,
+            "case {case}: other bucket intact, no double count"
+        );
+        assert_eq!(f.mem.snapshot_ids().len(), 1);
+    }
+}
+
+#[test]
+fn missing_snapshot_and_enclosed_ranges_are_cleaned_at_recovery() {
+    let f = Fixture::new();
+    let t = two_buckets(&f);
+    drop(t);
+    let ids = f.mem.snapshot_ids();
+    assert!(f.mem.drop_snapshot_data(ids[0]));
+    // A stale enclosed key (merge source left behind) and a foreign key.
+    f.mem.set_property(&bucket_key(2, 2), ids[1]);
+    f.mem.set_property("unrelated", 5);
+    let t = f.tracker(cfg()).unwrap();
+    assert_eq!(t.number_of_delayed_messages(), 3);
+    let keys: Vec<String> = f
+        .mem
+        .bucket_keys()
+        .unwrap()
+        .into_iter()
+        .map(|k| k.0)
+        .collect();
+    assert_eq!(keys, vec![bucket_key(2, 2)]);
+}
+
+#[test]
+fn clear_and_close() {
+    let f = Fixture::new();
+    let t = two_buckets(&f);
+    f.faulty.arm(FaultPlan {
+        delete: 100,
+        ..FaultPlan::default()
+    });
+    assert!(t.clear().is_err());
+    assert_eq!(
+        t.number_of_delayed_messages(),
+        7,
+        "failed clear keeps state"
+    );
+    f.faulty.arm(FaultPlan::default());
+    t.clear().unwrap();
+    assert_eq!(t.number_of_delayed_messages(), 0);
+    assert!(f.mem.snapshot_ids().is_empty());
+    t.add_message(9, 0, 100).unwrap();
+    t.close();
+    assert_eq!(t.add_message(9, 1, 100), Err(DelayedError::Closed));
+    assert_eq!(t.get_scheduled_messages(1), Err(DelayedError::Closed));
+    assert_eq!(t.number_of_delayed_messages(), 0);
+}
+
+#[test]
+fn merge_triggered_by_max_num_buckets_and_timer_rule() {
+    let f = Fixture::new();
+    let t = f
+        .tracker(BucketTrackerConfig {
+            max_num_buckets: 2,
+            ..cfg()
+        })
+        .unwrap();
+    for l in 1..=4 {
+        for e in 0..3 {
+            t.add_message(l, e, 10 * (e + 1) + l).unwrap();
+        }
+    }
+    assert!(t.stats().merges >= 1);
+    assert!(t.buckets().len() <= 2);
+    assert_eq!(t.number_of_delayed_messages(), 12);
+    assert_eq!(t.next_timer_delay_ms(), Some(11));
+    f.clock.set(100);
+    assert_eq!(drain(&t).len(), 12);
+    assert_eq!(t.next_timer_delay_ms(), None);
+    t.verify_invariants().unwrap();
+}
+
+#[test]
+fn redb_storage_roundtrip_is_atomic_with_cursor_property() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = crate::ledger::RedbStore::open(dir.path().join("db.redb")).unwrap();
+    let storage = Arc::new(RedbSnapshotStorage::new(store.clone(), "ml", "sub").unwrap());
+    let clock = Arc::new(ManualClock::new(0));
+    let t = BucketDelayedDeliveryTracker::new(cfg(), storage.clone(), clock.clone()).unwrap();
+    for (l, e, ts) in [
+        (1, 0, 10),
+        (1, 1, 20),
+        (1, 2, 30),
+        (2, 0, 15),
+        (2, 1, 25),
+        (2, 2, 35),
+        (3, 0, 100),
+    ] {
+        t.add_message(l, e, ts).unwrap();
+    }
+    assert!(t.trim_and_merge().unwrap());
+    let props = store.cursor_properties("ml", "sub").unwrap();
+    assert_eq!(
+        props.keys().cloned().collect::<Vec<_>>(),
+        vec![bucket_key(1, 2)]
+    );
+    let id = props[&bucket_key(1, 2)];
+    assert_eq!(storage.length(id).unwrap(), 6);
+    assert!(matches!(
+        storage.get_segments(id, 1, 7),
+        Err(DelayedError::CorruptSnapshot { .. })
+    ));
+    assert!(matches!(
+        storage.get_metadata(999),
+        Err(DelayedError::SnapshotNotFound { .. })
+    ));
+    drop(t);
+    drop(storage);
+    drop(store);
+    let store = crate::ledger::RedbStore::open(dir.path().join("db.redb")).unwrap();
+    let storage = Arc::new(RedbSnapshotStorage::new(store, "ml", "sub").unwrap());
+    let t = BucketDelayedDeliveryTracker::new(cfg(), storage, clock.clone()).unwrap();
+    assert_eq!(t.number_of_delayed_messages(), 6);
+    clock.set(50);
+    assert_eq!(drain(&t).len(), 6);
+}
