@@ -13,6 +13,7 @@
 //! | [`cursor`] | 004 | individually deleted ranges (roaring per ledger) and the lock-free read-scheduling hint |
 //! | [`pending_ack`] | 001 | pending-ack log replay: read pipeline, failure classification, rewind, retry with backoff, buffered writer |
 //! | [`delayed`] | 000 | bucket delayed delivery tracker with durable snapshots |
+//! | [`permits`] | 003 | PIP-491 exact permit accounting: `message_permits` on the wire, broker finalisation, client budget, per-incarnation accumulator |
 //!
 //! Every public fallible operation returns a typed error; bad input never
 //! panics and leaves state unchanged.
@@ -22,6 +23,7 @@ pub mod cursor;
 pub mod delayed;
 pub mod ledger;
 pub mod pending_ack;
+pub mod permits;
 pub mod position;
 pub mod sim;
 pub mod sync;

@@ -1,0 +1,361 @@
+//! Wire types of the permit protocol and the `ack_set` bitset helpers.
+//!
+//! Hand-written [`prost::Message`] structs with the field numbers, types and
+//! labels of Pulsar's `PulsarApi.proto` (proto2). Only the fields the permit
+//! protocol needs are declared; unknown fields are skipped on decode, exactly
+//! as an old peer skips `message_permits`.
+//!
+//! | message | fields declared here |
+//! |---|---|
+//! | [`CommandMessage`] | consumer_id (1), message_id (2), redelivery_count (3), ack_set (4), consumer_epoch (5), message_permits (6, PIP-491) |
+//! | [`CommandFlow`] | consumer_id (1), messagePermits (2) |
+//! | [`MessageIdData`] | ledgerId (1), entryId (2), partition (3), batch_index (4), ack_set (5), batch_size (6), first_chunk_message_id (7) |
+//! | [`MessageMetadata`] | producer_name (1), sequence_id (2), publish_time (3), num_messages_in_batch (11) |
+//! | [`SingleMessageMetadata`] | partition_key (2), payload_size (3), compacted_out (4) |
+//!
+//! ## `ack_set` convention
+//!
+//! An `ack_set` is a little-endian bitset of `i64` words: batch index `i` is
+//! bit `i % 64` of word `i / 64`. A set bit means **not acknowledged, i.e.
+//! deliverable**; a clear bit means acknowledged (skip). An absent or empty
+//! `ack_set` means every index is deliverable. Only bits below the batch
+//! size `B` count; bits at or above `B` are ignored (and words past
+//! `ceil(B / 64)` therefore too).
+//!
+//! Decoding never panics: a truncated or malformed buffer is a
+//! [`WireError::Decode`].
+
+use prost::Message;
+
+/// Largest permit value the protocol allows in one command or Flow
+/// (`i32::MAX`, PIP-491's valid range is `1..=2^31-1`).
+pub const MAX_PERMITS: u32 = i32::MAX as u32;
+
+/// Errors decoding or validating wire data.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum WireError {
+    /// The protobuf bytes are truncated or malformed.
+    #[error("malformed protobuf {what}: {reason}")]
+    Decode {
+        /// Which message was being decoded.
+        what: &'static str,
+        /// prost's description of the failure.
+        reason: String,
+    },
+    /// The batch size (`num_messages_in_batch`) is not positive.
+    #[error("invalid num_messages_in_batch {0}: must be at least 1")]
+    InvalidBatchSize(i32),
+    /// A non-empty `ack_set` leaves no deliverable index below the batch size.
+    #[error("ack_set has no deliverable index below batch size {batch_size}")]
+    NoDeliverableIndex {
+        /// The batch size B the bits were counted against.
+        batch_size: u32,
+    },
+}
+
+/// `MessageIdData`: the id of a delivered entry (and, for batch-index
+/// acknowledgment, its remaining-index `ack_set`).
+#[derive(Clone, PartialEq, Eq, Message)]
+pub struct MessageIdData {
+    /// `ledgerId = 1`, required uint64.
+    #[prost(uint64, required, tag = "1")]
+    pub ledger_id: u64,
+    /// `entryId = 2`, required uint64.
+    #[prost(uint64, required, tag = "2")]
+    pub entry_id: u64,
+    /// `partition = 3`, optional int32, default -1.
+    #[prost(int32, optional, tag = "3", default = "-1")]
+    pub partition: Option<i32>,
+    /// `batch_index = 4`, optional int32, default -1.
+    #[prost(int32, optional, tag = "4", default = "-1")]
+    pub batch_index: Option<i32>,
+    /// `ack_set = 5`, repeated int64 (proto2, unpacked).
+    #[prost(int64, repeated, packed = "false", tag = "5")]
+    pub ack_set: Vec<i64>,
+    /// `batch_size = 6`, optional int32.
+    #[prost(int32, optional, tag = "6")]
+    pub batch_size: Option<i32>,
+    /// `first_chunk_message_id = 7`, optional MessageIdData.
+    #[prost(message, optional, boxed, tag = "7")]
+    pub first_chunk_message_id: Option<Box<MessageIdData>>,
+}
+
+/// `CommandMessage`: the broker delivers one entry to a consumer.
+#[derive(Clone, PartialEq, Eq, Message)]
+pub struct CommandMessage {
+    /// `consumer_id = 1`, required uint64.
+    #[prost(uint64, required, tag = "1")]
+    pub consumer_id: u64,
+    /// `message_id = 2`, required MessageIdData.
+    #[prost(message, required, tag = "2")]
+    pub message_id: MessageIdData,
+    /// `redelivery_count = 3`, optional uint32, default 0.
+    #[prost(uint32, optional, tag = "3", default = "0")]
+    pub redelivery_count: Option<u32>,
+    /// `ack_set = 4`, repeated int64 (proto2, unpacked): the deliverable
+    /// indexes of a partially acknowledged batch.
+    #[prost(int64, repeated, packed = "false", tag = "4")]
+    pub ack_set: Vec<i64>,
+    /// `consumer_epoch = 5`, optional uint64.
+    #[prost(uint64, optional, tag = "5")]
+    pub consumer_epoch: Option<u64>,
+    /// `message_permits = 6`, optional uint32 **without default** (PIP-491
+    /// draft 2): the permits P the broker debited for this command. An
+    /// upgraded broker always sends it (also P = 1); `None` means an old
+    /// broker or a proxy that dropped the field.
+    #[prost(uint32, optional, tag = "6")]
+    pub message_permits: Option<u32>,
+}
+
+/// `CommandFlow`: the client grants `message_permits` more permits to a
+/// consumer (additive; the broker rejects 0).
+#[derive(Clone, PartialEq, Eq, Message)]
+pub struct CommandFlow {
+    /// `consumer_id = 1`, required uint64.
+    #[prost(uint64, required, tag = "1")]
+    pub consumer_id: u64,
+    /// `messagePermits = 2`, required uint32.
+    #[prost(uint32, required, tag = "2")]
+    pub message_permits: u32,
+}
+
+/// `MessageMetadata`, reduced to the required fields and
+/// `num_messages_in_batch`.
+#[derive(Clone, PartialEq, Eq, Message)]
+pub struct MessageMetadata {
+    /// `producer_name = 1`, required string.
+    #[prost(string, required, tag = "1")]
+    pub producer_name: String,
+    /// `sequence_id = 2`, required uint64.
+    #[prost(uint64, required, tag = "2")]
+    pub sequence_id: u64,
+    /// `publish_time = 3`, required uint64 (ms since the epoch).
+    #[prost(uint64, required, tag = "3")]
+    pub publish_time: u64,
+    /// `num_messages_in_batch = 11`, optional int32, default 1: the batch
+    /// size B.
+    #[prost(int32, optional, tag = "11", default = "1")]
+    pub num_messages_in_batch: Option<i32>,
+}
+
+/// `SingleMessageMetadata`: the header of one message inside a batch.
+#[derive(Clone, PartialEq, Eq, Message)]
+pub struct SingleMessageMetadata {
+    /// `partition_key = 2`, optional string.
+    #[prost(string, optional, tag = "2")]
+    pub partition_key: Option<String>,
+    /// `payload_size = 3`, required int32 (bytes).
+    #[prost(int32, required, tag = "3")]
+    pub payload_size: i32,
+    /// `compacted_out = 4`, optional bool, default false: the message was
+    /// removed by compaction and must be skipped.
+    #[prost(bool, optional, tag = "4", default = "false")]
+    pub compacted_out: Option<bool>,
+}
+
+impl MessageMetadata {
+    /// The batch size B (`num_messages_in_batch`, 1 when absent).
+    ///
+    /// # Errors
+    /// [`WireError::InvalidBatchSize`] when the field is 0 or negative.
+    pub fn batch_size(&self) -> Result<u32, WireError> {
+        let b = self.num_messages_in_batch();
+        if b <= 0 {
+            return Err(WireError::InvalidBatchSize(b));
+        }
+        // b > 0, so the conversion is lossless.
+        Ok(b as u32)
+    }
+}
+
+fn decode_err(what: &'static str, e: prost::DecodeError) -> WireError {
+    WireError::Decode {
+        what,
+        reason: e.to_string(),
+    }
+}
+
+/// Decodes a [`CommandMessage`]; truncated/malformed input is a typed error.
+pub fn decode_command_message(bytes: &[u8]) -> Result<CommandMessage, WireError> {
+    CommandMessage::decode(bytes).map_err(|e| decode_err("CommandMessage", e))
+}
+
+/// Decodes a [`CommandFlow`].
+pub fn decode_command_flow(bytes: &[u8]) -> Result<CommandFlow, WireError> {
+    CommandFlow::decode(bytes).map_err(|e| decode_err("CommandFlow", e))
+}
+
+/// Decodes a [`MessageMetadata`].
+pub fn decode_message_metadata(bytes: &[u8]) -> Result<MessageMetadata, WireError> {
+    MessageMetadata::decode(bytes).map_err(|e| decode_err("MessageMetadata", e))
+}
+
+/// Decodes a [`SingleMessageMetadata`].
+pub fn decode_single_message_metadata(bytes: &[u8]) -> Result<SingleMessageMetadata, WireError> {
+    SingleMessageMetadata::decode(bytes).map_err(|e| decode_err("SingleMessageMetadata", e))
+}
+
+/// Decodes a [`MessageIdData`].
+pub fn decode_message_id(bytes: &[u8]) -> Result<MessageIdData, WireError> {
+    MessageIdData::decode(bytes).map_err(|e| decode_err("MessageIdData", e))
+}
+
+// ---------------------------------------------------------------------------
+// ack_set helpers
+// ---------------------------------------------------------------------------
+
+/// Whether batch index `index` is deliverable under `ack_set` (bit
+/// `index % 64` of word `index / 64` set). An empty `ack_set` makes every
+/// index deliverable; an index past the last word is not deliverable
+/// (missing words are zero, as in `BitSet.valueOf`).
+pub fn is_deliverable(ack_set: &[i64], index: u32) -> bool {
+    if ack_set.is_empty() {
+        return true;
+    }
+    match ack_set.get((index / 64) as usize) {
+        Some(word) => (*word as u64 >> (index % 64)) & 1 == 1,
+        None => false,
+    }
+}
+
+/// Number of set bits in `ack_set` at indexes below `batch_size` (the
+/// deliverable count of a partial batch). Ignores the empty-means-all rule:
+/// callers decide what an empty `ack_set` means (see [`expected_permits`]).
+pub fn popcount_below(ack_set: &[i64], batch_size: u32) -> u32 {
+    let mut count = 0u32;
+    let full_words = (batch_size / 64) as usize;
+    for (w, word) in ack_set.iter().enumerate() {
+        let word = *word as u64;
+        if w < full_words {
+            count += word.count_ones();
+        } else if w == full_words {
+            let rem = batch_size % 64;
+            if rem > 0 {
+                count += (word & ((1u64 << rem) - 1)).count_ones();
+            }
+            break;
+        } else {
+            break;
+        }
+    }
+    count
+}
+
+/// Number of set bits in every word of `ack_set` (the *early* resolution,
+/// before B is known). Saturates at `u64::MAX` (unreachable: a slice of
+/// `i64` words cannot hold that many bits).
+pub fn popcount_all(ack_set: &[i64]) -> u64 {
+    ack_set.iter().map(|w| u64::from(w.count_ones())).sum()
+}
+
+/// The permits a command for a batch of `batch_size` messages with this
+/// `ack_set` costs: B when `ack_set` is empty, else the deliverable bits
+/// below B.
+///
+/// # Errors
+/// [`WireError::NoDeliverableIndex`] when a non-empty `ack_set` has no
+/// deliverable index below B (such an entry must never be sent).
+pub fn expected_permits(ack_set: &[i64], batch_size: u32) -> Result<u32, WireError> {
+    if ack_set.is_empty() {
+        return Ok(batch_size);
+    }
+    match popcount_below(ack_set, batch_size) {
+        0 => Err(WireError::NoDeliverableIndex { batch_size }),
+        n => Ok(n),
+    }
+}
+
+/// Builds the `ack_set` words whose deliverable bits are exactly `indexes`
+/// (indexes may repeat or come in any order). The result has
+/// `max(index) / 64 + 1` words, or none for no indexes.
+pub fn ack_set_from_indexes(indexes: impl IntoIterator<Item = u32>) -> Vec<i64> {
+    let mut words: Vec<u64> = Vec::new();
+    for i in indexes {
+        let w = (i / 64) as usize;
+        if words.len() <= w {
+            words.resize(w + 1, 0);
+        }
+        words[w] |= 1u64 << (i % 64);
+    }
+    words.into_iter().map(|w| w as i64).collect()
+}
+
+/// The deliverable indexes below `batch_size` under `ack_set` (all of
+/// `0..batch_size` when `ack_set` is empty), ascending.
+pub fn deliverable_indexes(ack_set: &[i64], batch_size: u32) -> impl Iterator<Item = u32> + '_ {
+    (0..batch_size).filter(move |i| is_deliverable(ack_set, *i))
+}
+
+#[cfg(all(test, not(any(loom, feature = "shuttle"))))]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ack_set_bits_follow_word_and_bit_layout() {
+        let set = ack_set_from_indexes([0, 63, 64, 130]);
+        assert_eq!(set.len(), 3);
+        assert_eq!(set[0] as u64, 1 | (1 << 63));
+        assert_eq!(set[1], 1);
+        assert_eq!(set[2], 1 << 2);
+        assert!(is_deliverable(&set, 63));
+        assert!(!is_deliverable(&set, 62));
+        assert!(!is_deliverable(&set, 1000));
+        assert_eq!(popcount_below(&set, 64), 2);
+        assert_eq!(popcount_below(&set, 65), 3);
+        assert_eq!(popcount_below(&set, 130), 3);
+        assert_eq!(popcount_below(&set, 131), 4);
+        assert_eq!(popcount_all(&set), 4);
+    }
+
+    #[test]
+    fn expected_permits_rules() {
+        assert_eq!(expected_permits(&[], 10), Ok(10));
+        assert_eq!(expected_permits(&[0b111], 10), Ok(3));
+        // bits at or above B never count
+        assert_eq!(expected_permits(&[0b1 | (1 << 20)], 10), Ok(1));
+        assert_eq!(
+            expected_permits(&[0], 4),
+            Err(WireError::NoDeliverableIndex { batch_size: 4 })
+        );
+        assert_eq!(
+            expected_permits(&[0b10], 1),
+            Err(WireError::NoDeliverableIndex { batch_size: 1 })
+        );
+    }
+
+    #[test]
+    fn truncated_command_is_a_typed_error() {
+        let cmd = CommandMessage {
+            consumer_id: 7,
+            message_id: MessageIdData {
+                ledger_id: 1,
+                entry_id: 2,
+                ..Default::default()
+            },
+            ack_set: vec![0b1011],
+            message_permits: Some(3),
+            ..Default::default()
+        };
+        let bytes = cmd.encode_to_vec();
+        assert_eq!(decode_command_message(&bytes), Ok(cmd));
+        for cut in 1..bytes.len() {
+            // every strict prefix either fails or decodes to something else;
+            // it never panics
+            let _ = decode_command_message(&bytes[..cut]);
+        }
+        assert!(matches!(
+            decode_command_message(&bytes[..bytes.len() - 1]),
+            Err(WireError::Decode { .. })
+        ));
+    }
+
+    #[test]
+    fn metadata_batch_size_default_and_invalid() {
+        let mut md = MessageMetadata::default();
+        assert_eq!(md.batch_size(), Ok(1));
+        md.num_messages_in_batch = Some(0);
+        assert_eq!(md.batch_size(), Err(WireError::InvalidBatchSize(0)));
+        md.num_messages_in_batch = Some(-3);
+        assert_eq!(md.batch_size(), Err(WireError::InvalidBatchSize(-3)));
+    }
+}
