@@ -729,7 +729,7 @@ impl ManagedCursor {
     pub fn read_entries_with_skip(
         &self,
         max_entries: usize,
-        skip: impl Fn(i64, i64) -> bool,
+        mut skip: impl FnMut(i64, i64) -> bool,
     ) -> Result<Vec<Entry>, LedgerError> {
         if max_entries == 0 {
             return Err(LedgerError::InvalidArgument(
