@@ -114,19 +114,28 @@ fn flow_never_crosses_incarnations_and_credit_is_conserved() {
             .take_outbox()
             .into_iter()
             .filter_map(|f| match f {
-                ClientFrame::Subscribe { incarnation, .. } => Some(W::Subscribe(incarnation.serial)),
+                ClientFrame::Subscribe { incarnation, .. } => {
+                    Some(W::Subscribe(incarnation.serial))
+                }
                 ClientFrame::Flow {
                     incarnation,
                     command,
                 } => Some(W::Flow(incarnation.serial, command.message_permits)),
-                ClientFrame::CloseConsumer { incarnation, .. } => Some(W::Close(incarnation.serial)),
+                ClientFrame::CloseConsumer { incarnation, .. } => {
+                    Some(W::Close(incarnation.serial))
+                }
                 _ => None,
             })
             .collect();
         check_wire_order(&wire, inc_a.serial, inc_b.serial);
-        let close_at = wire.iter().position(|w| *w == W::Close(inc_a.serial)).unwrap();
+        let close_at = wire
+            .iter()
+            .position(|w| *w == W::Close(inc_a.serial))
+            .unwrap();
         assert!(
-            wire[close_at..].iter().all(|w| !matches!(w, W::Flow(i, _) if *i == inc_a.serial)),
+            wire[close_at..]
+                .iter()
+                .all(|w| !matches!(w, W::Flow(i, _) if *i == inc_a.serial)),
             "Flow of A after its CloseConsumer: {wire:?}"
         );
 
@@ -144,7 +153,12 @@ fn flow_never_crosses_incarnations_and_credit_is_conserved() {
             "A's credit not conserved: {wire:?} {report:?}"
         );
         assert_eq!(
-            report.written.iter().filter(|(i, _)| *i == inc_a).map(|(_, n)| u64::from(*n)).sum::<u64>()
+            report
+                .written
+                .iter()
+                .filter(|(i, _)| *i == inc_a)
+                .map(|(_, n)| u64::from(*n))
+                .sum::<u64>()
                 + u64::from(RQ),
             written_a
         );

@@ -635,7 +635,8 @@ impl ClientConnection {
     }
 
     /// Writes Subscribe for a **new** incarnation of `consumer_id` (closing
-    /// the current one, if any, without copying its credit). Flow stays
+    /// the current one, if any, with a CloseConsumer frame and without
+    /// copying its credit). Flow stays
     /// disabled until [`subscribe_succeeded`](Self::subscribe_succeeded).
     ///
     /// # Errors
@@ -651,7 +652,12 @@ impl ClientConnection {
             return Err(ClientPermitError::ConnectionClosed(self.id));
         }
         if let Some(old) = inner.consumers.remove(&consumer_id) {
+            // close/recreate on the same connection
             old.close();
+            inner.outbox.push(ClientFrame::CloseConsumer {
+                consumer_id,
+                incarnation: old.incarnation,
+            });
         }
         let incarnation = Incarnation {
             connection_id: self.id,
@@ -962,8 +968,9 @@ pub enum CommandOutcomeKind {
     Corrupted(ValidationError),
     /// The command's epoch is older than the consumer's: P returned.
     StaleEpoch,
-    /// The command's incarnation is no longer current: nothing returned
-    /// (the broker consumer it was debited from is gone).
+    /// The consumer's incarnation was replaced, or its Subscribe is not yet
+    /// acknowledged (the command was sent to the previous broker consumer):
+    /// nothing returned (the broker consumer it was debited from is gone).
     StaleIncarnation,
     /// Protocol violation: the connection was closed, no credit.
     ProtocolError(PermitProtocolError),
@@ -984,6 +991,18 @@ pub struct CommandOutcome {
     pub kind: CommandOutcomeKind,
 }
 
+/// What [`ClientConsumer::resubscribe`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Resubscribed {
+    /// The replaced incarnation.
+    pub previous: Incarnation,
+    /// The new incarnation (awaiting Subscribe success).
+    pub incarnation: Incarnation,
+    /// Messages of the previous incarnation cleared from the receiver
+    /// queue (their returns were no-ops).
+    pub cleared: u32,
+}
+
 /// The client consumer's native-message path (Pulsar's `ConsumerImpl`
 /// message handling) with exact permit accounting.
 ///
@@ -1001,9 +1020,11 @@ pub struct ClientConsumer {
 }
 
 impl ClientConsumer {
-    /// Subscribes `consumer_id` on `connection` (Subscribe, then the
-    /// success path granting the full receiver queue: the model's broker
-    /// acknowledges Subscribe synchronously).
+    /// Writes Subscribe for `consumer_id` on `connection`. The new
+    /// incarnation accepts commands and writes Flow only after
+    /// [`subscribe_succeeded`](Self::subscribe_succeeded) (the broker's
+    /// Success, which follows on the connection every command the broker
+    /// sent to a previous incarnation).
     ///
     /// # Errors
     /// [`ClientPermitError::ConnectionClosed`].
@@ -1013,7 +1034,6 @@ impl ClientConsumer {
         receiver_queue_size: u32,
     ) -> Result<Self, ClientPermitError> {
         let state = connection.subscribe(consumer_id, receiver_queue_size)?;
-        connection.subscribe_succeeded(&state)?;
         Ok(Self {
             consumer_id,
             receiver_queue_size,
@@ -1023,6 +1043,23 @@ impl ClientConsumer {
             queue: VecDeque::new(),
             acknowledged: BTreeSet::new(),
         })
+    }
+
+    /// The broker acknowledged the Subscribe of `incarnation`: if it is
+    /// still the current one, Flow is enabled and the full receiver queue
+    /// granted (returns the permits granted).
+    ///
+    /// # Errors
+    /// [`ClientPermitError::NotCurrent`] for a replaced incarnation (ignore
+    /// it), [`ClientPermitError::ConnectionClosed`].
+    pub fn subscribe_succeeded(
+        &mut self,
+        incarnation: Incarnation,
+    ) -> Result<u32, ClientPermitError> {
+        if incarnation != self.state.incarnation {
+            return Err(ClientPermitError::NotCurrent(incarnation));
+        }
+        self.connection.subscribe_succeeded(&self.state)
     }
 
     /// The current permit state.
@@ -1064,30 +1101,39 @@ impl ClientConsumer {
     }
 
     /// Replaces the incarnation: on `connection` (a reconnect when it is a
-    /// different connection, a close/recreate when it is the same). Clears
-    /// the receiver queue (those messages belong to the old incarnation, so
-    /// their returns are no-ops) and grants the full receiver queue to the
-    /// new incarnation.
+    /// different connection, a close/recreate when it is the same). Writes
+    /// CloseConsumer for the old incarnation if it is still open, clears the
+    /// receiver queue (those messages belong to the old incarnation, so
+    /// their returns are no-ops) and writes Subscribe; the full receiver
+    /// queue is granted on [`subscribe_succeeded`](Self::subscribe_succeeded).
     ///
     /// # Errors
-    /// [`ClientPermitError::ConnectionClosed`].
+    /// [`ClientPermitError::ConnectionClosed`] (nothing changed).
     pub fn resubscribe(
         &mut self,
         connection: Arc<ClientConnection>,
-    ) -> Result<u32, ClientPermitError> {
-        if !self.state.is_closed() {
+    ) -> Result<Resubscribed, ClientPermitError> {
+        let state = connection.subscribe(self.consumer_id, self.receiver_queue_size)?;
+        let previous = self.state.incarnation;
+        if !Arc::ptr_eq(&connection, &self.connection) && !self.state.is_closed() {
             match self.connection.close_consumer(self.consumer_id) {
-                Ok(_) | Err(ClientPermitError::ConnectionClosed(_)) => {}
-                Err(ClientPermitError::UnknownConsumer { .. }) => {}
+                Ok(_)
+                | Err(ClientPermitError::ConnectionClosed(_))
+                | Err(ClientPermitError::UnknownConsumer { .. }) => {}
                 Err(e) => return Err(e),
             }
         }
+        // same connection: `subscribe` above already closed the old state
+        let cleared = self.queue.len() as u32;
         self.queue.clear();
-        let state = connection.subscribe(self.consumer_id, self.receiver_queue_size)?;
-        let granted = connection.subscribe_succeeded(&state)?;
+        let incarnation = state.incarnation;
         self.state = state;
         self.connection = connection;
-        Ok(granted)
+        Ok(Resubscribed {
+            previous,
+            incarnation,
+            cleared,
+        })
     }
 
     /// Bumps the consumer epoch (redeliver unacknowledged): the queued
@@ -1165,7 +1211,9 @@ impl ClientConsumer {
                 got: cmd.consumer_id,
             });
         }
-        if self.state.is_closed() {
+        if self.state.is_closed() || !self.state.flow_enabled.load(Ordering::Acquire) {
+            // a replaced incarnation, or a command the broker sent to the
+            // previous incarnation before it saw our Subscribe
             return Ok(CommandOutcome {
                 permits: 0,
                 delivered: 0,
@@ -1352,7 +1400,9 @@ mod tests {
     /// read exactly what a command returned.
     fn consumer() -> (Arc<ClientConnection>, ClientConsumer) {
         let conn = Arc::new(ClientConnection::new(1));
-        let c = ClientConsumer::subscribe(Arc::clone(&conn), 1, 100).unwrap();
+        let mut c = ClientConsumer::subscribe(Arc::clone(&conn), 1, 100).unwrap();
+        let inc = c.state().incarnation();
+        assert_eq!(c.subscribe_succeeded(inc).unwrap(), 100);
         let frames = conn.take_outbox();
         assert_eq!(frames.len(), 2, "Subscribe then Flow(rq)");
         (conn, c)
@@ -1644,6 +1694,7 @@ mod tests {
         let conn = Arc::new(ClientConnection::new(7));
         let mut c = ClientConsumer::subscribe(Arc::clone(&conn), 1, 4).unwrap();
         let first = c.state().incarnation();
+        c.subscribe_succeeded(first).unwrap();
         let old = Arc::clone(c.state());
         assert_eq!(
             old.return_permits(1),
@@ -1654,9 +1705,21 @@ mod tests {
             Ok(ReturnOutcome::Accepted { flow_requested: 2 })
         );
         // recreate on the SAME connection before the connection task runs
-        assert_eq!(c.resubscribe(Arc::clone(&conn)).unwrap(), 4);
+        let r = c.resubscribe(Arc::clone(&conn)).unwrap();
         let second = c.state().incarnation();
+        assert_eq!((r.previous, r.incarnation, r.cleared), (first, second, 0));
         assert_ne!(first, second);
+        // a command the broker sent to `first` before it saw the new
+        // Subscribe arrives before Success: discarded, no credit
+        let early = c
+            .handle_message(&cmd(Some(1), vec![]), &batch(1, &[]))
+            .unwrap();
+        assert_eq!(early.kind, CommandOutcomeKind::StaleIncarnation);
+        assert_eq!(
+            c.subscribe_succeeded(first),
+            Err(ClientPermitError::NotCurrent(first))
+        );
+        assert_eq!(c.subscribe_succeeded(second).unwrap(), 4);
         assert_eq!(old.return_permits(5), Ok(ReturnOutcome::Stale));
         let report = conn.flush_flows();
         assert_eq!(report.written, vec![]);
@@ -1677,8 +1740,15 @@ mod tests {
         assert_eq!(conn.flush_flows().written, vec![(second, 2)]);
         // reconnect to a different connection: full queue granted there
         let conn2 = Arc::new(ClientConnection::new(8));
-        assert_eq!(c.resubscribe(Arc::clone(&conn2)).unwrap(), 4);
-        assert_eq!(c.state().incarnation().connection_id, 8);
+        let r = c.resubscribe(Arc::clone(&conn2)).unwrap();
+        assert_eq!(r.incarnation.connection_id, 8);
+        assert_eq!(c.subscribe_succeeded(r.incarnation).unwrap(), 4);
+        let old_frames = conn.take_outbox();
+        assert_eq!(flows(&old_frames), vec![(second, 2)]);
+        assert!(
+            matches!(old_frames.last(), Some(ClientFrame::CloseConsumer { incarnation, .. }) if *incarnation == second)
+        );
+        assert_eq!(flows(&conn2.take_outbox()), vec![(r.incarnation, 4)]);
     }
 
     #[test]
