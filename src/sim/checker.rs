@@ -103,13 +103,20 @@ pub struct DeliveryChecker {
     first_violation: Option<String>,
     /// Delayed deliveries may come this many ms early (`tick` in non-strict mode).
     early_tolerance_ms: u64,
+    /// Whether per-key order is guaranteed (Key_Shared) and so checked.
+    check_key_order: bool,
 }
 
 impl DeliveryChecker {
     /// A checker for the given subscriptions; every published message is
     /// expected once in each of them. `early_tolerance_ms` is how early a
-    /// delayed message may be delivered (Pulsar's non-strict tick).
-    pub fn new(subscriptions: impl IntoIterator<Item = String>, early_tolerance_ms: u64) -> Self {
+    /// delayed message may be delivered (Pulsar's non-strict tick);
+    /// `check_key_order` enables the per-key order check (Key_Shared).
+    pub fn new(
+        subscriptions: impl IntoIterator<Item = String>,
+        early_tolerance_ms: u64,
+        check_key_order: bool,
+    ) -> Self {
         Self {
             published: BTreeMap::new(),
             next_key_seq: HashMap::new(),
@@ -120,6 +127,7 @@ impl DeliveryChecker {
             counts: CheckerCounts::default(),
             first_violation: None,
             early_tolerance_ms,
+            check_key_order,
         }
     }
 
@@ -205,6 +213,9 @@ impl DeliveryChecker {
                 );
             }
             return; // delayed messages carry no ordering guarantee
+        }
+        if !self.check_key_order {
+            return;
         }
         let progress = s.key_progress.entry(p.key).or_insert((generation, 0));
         if progress.0 != generation {
@@ -295,7 +306,7 @@ mod tests {
 
     #[test]
     fn clean_run_has_no_violations() {
-        let mut c = DeliveryChecker::new(["s".to_string()], 0);
+        let mut c = DeliveryChecker::new(["s".to_string()], 0, true);
         for e in 0..3 {
             c.published(m(e), 7, 0);
         }
@@ -314,7 +325,7 @@ mod tests {
 
     #[test]
     fn duplicate_without_restart_is_a_violation_with_restart_allowed() {
-        let mut c = DeliveryChecker::new(["s".to_string()], 0);
+        let mut c = DeliveryChecker::new(["s".to_string()], 0, true);
         c.published(m(0), 1, 0);
         c.delivered("s", m(0), 1);
         c.restarted();
@@ -329,7 +340,7 @@ mod tests {
 
     #[test]
     fn redelivery_after_ack_loss_and_order_are_caught() {
-        let mut c = DeliveryChecker::new(["s".to_string()], 0);
+        let mut c = DeliveryChecker::new(["s".to_string()], 0, true);
         for e in 0..3 {
             c.published(m(e), 1, 0);
         }
@@ -348,7 +359,7 @@ mod tests {
 
     #[test]
     fn delayed_messages_must_not_come_early() {
-        let mut c = DeliveryChecker::new(["s".to_string()], 100);
+        let mut c = DeliveryChecker::new(["s".to_string()], 100, true);
         c.published(m(0), 0, 1_000);
         c.published(m(1), 0, 1_000);
         c.delivered("s", m(0), 950); // within the tick tolerance

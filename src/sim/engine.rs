@@ -65,7 +65,7 @@ use crate::pending_ack::{
     AckType, AckedPosition, ExecutorMode, HandleConfig, HandleState, InlineReads,
     PendingAckHandle, PendingAckRecord, ReplayExecutorPool, TxnId, VirtualTimer,
 };
-use crate::permits::client::{encode_entry_payload, ClientConnection, ClientConsumer};
+use crate::permits::client::{encode_entry_payload, ClientConnection, ClientConsumer, ClientFrame};
 use crate::permits::wire::{CommandMessage, MessageMetadata, SingleMessageMetadata};
 use crate::permits::broker::{AdmitAll, BrokerEntry};
 use crate::permits::{ConsumerKey, SharedDispatcher};
@@ -219,7 +219,6 @@ struct Broker {
     subs: Vec<SubRt>,
     pool: Arc<ReplayExecutorPool>,
     timer: Arc<VirtualTimer>,
-    store: RedbStore,
 }
 
 /// Client side of one consumer (survives broker restarts; reconnects).
@@ -284,7 +283,11 @@ pub fn run(
         opts,
         rng: ChaCha8Rng::seed_from_u64(opts.seed),
         sched: Scheduler::new(),
-        checker: DeliveryChecker::new(subs, tolerance),
+        checker: DeliveryChecker::new(
+            subs,
+            tolerance,
+            workload.subscription_type == SubscriptionType::KeyShared,
+        ),
         activity: Activity::default(),
         broker: None,
         clients: Vec::new(),
@@ -410,7 +413,18 @@ impl Sim<'_> {
 
     fn open_broker(&mut self) -> Result<(), SimError> {
         let generation = self.broker.as_ref().map_or(0, |b| b.generation + 1);
-        self.broker = None; // drop every in-memory structure and the database handle
+        // A crash: every in-memory structure goes. Handles are closed first
+        // only so their timer/executor tasks release the store (they hold
+        // references to it); nothing is flushed or persisted by this.
+        if let Some(old) = self.broker.take() {
+            for sub in &old.subs {
+                if let Some(h) = &sub.pending_ack {
+                    h.close();
+                }
+            }
+            old.pool.shutdown();
+        }
+        self.snapshot_faults.clear();
         let store = RedbStore::open(self.store_path()).map_err(|e| SimError::DataDir {
             path: self.opts.data_dir.display().to_string(),
             reason: e.to_string(),
@@ -434,7 +448,6 @@ impl Sim<'_> {
         let pool = ReplayExecutorPool::new(2, ExecutorMode::Manual).map_err(comp("executors"))?;
         let timer = Arc::new(VirtualTimer::new());
         timer.advance_to(self.sched.now());
-        self.snapshot_faults.clear();
         let mut subs = Vec::new();
         for s in 0..self.w.subscriptions as usize {
             let name = format!("sub-{s}");
@@ -531,7 +544,6 @@ impl Sim<'_> {
             subs,
             pool,
             timer,
-            store,
         });
         self.drive_replays()?;
         Ok(())
@@ -649,6 +661,28 @@ impl Sim<'_> {
             }
             if now > VIRTUAL_TIME_LIMIT_MS {
                 break;
+            }
+        }
+        if std::env::var_os("SIMDEBUG").is_some() {
+            if let Some(b) = &self.broker {
+                for (i, sub) in b.subs.iter().enumerate() {
+                    eprintln!(
+                        "sub {i}: md {} read {} has_more {} ranges {:?} blocked {:?} redeliver {:?} permits {} consumers {:?}",
+                        sub.deletion.mark_delete_position(),
+                        sub.cursor.read_position(),
+                        sub.cursor.has_more_entries(),
+                        sub.deletion.individually_deleted_ranges().iter().take(5).collect::<Vec<_>>(),
+                        sub.blocked.iter().map(|(k, q)| (*k, q.iter().map(|e| e.entry.position).collect::<Vec<_>>())).collect::<Vec<_>>(),
+                        sub.redeliver,
+                        sub.dispatcher.total_available_permits(),
+                        sub.dispatcher.consumers().map(|c| (c.key(), c.available_permits(), c.pending_acks().len())).collect::<Vec<_>>(),
+                    );
+                }
+            }
+            for (s, row) in self.clients.iter().enumerate() {
+                for (c, cl) in row.iter().enumerate() {
+                    eprintln!("client {s}/{c}: queued {} in_progress {:?} acc {}", cl.consumer.queued(), cl.in_progress.keys().collect::<Vec<_>>(), cl.consumer.state().accumulated());
+                }
             }
         }
         // Persist what was acknowledged (a clean shutdown).
@@ -934,6 +968,7 @@ impl Sim<'_> {
         }
         // 3. Route: Key_Shared by hash range, Shared by permits.
         let slots: Vec<usize> = sub.consumer_keys.keys().copied().collect();
+        let routed = to_route.len();
         for e in to_route {
             let slot = match w.subscription_type {
                 SubscriptionType::KeyShared => {
@@ -996,7 +1031,10 @@ impl Sim<'_> {
                     .map_err(comp("write complete"))?;
             }
         }
+        // Go on only while this pass made progress: otherwise the next Flow,
+        // ack, publish or tick schedules the dispatcher again.
         let more = !read_error
+            && (routed > 0 || !deliveries.is_empty())
             && sub.dispatcher.total_available_permits() > 0
             && (sub.cursor.has_more_entries() || sub.blocked.values().any(|q| !q.is_empty()));
         let retry_after_error = read_error;
@@ -1270,29 +1308,31 @@ impl Sim<'_> {
         Ok(())
     }
 
+    /// The client connection task: writes pending Flow requests (after its
+    /// identity revalidation), then the broker reads the connection's frames.
     fn flush_flows(&mut self, s: usize, c: usize) -> Result<(), SimError> {
         let client = &self.clients[s][c];
-        let report = client.connection.flush_flows();
-        let key = ConsumerKey {
-            connection_id: client.connection.id(),
-            consumer_id: client.consumer.consumer_id(),
-        };
-        let current = client.consumer.state().incarnation();
+        client.connection.flush_flows();
+        let frames = client.connection.take_outbox();
+        let connection_id = client.connection.id();
         let Some(b) = self.broker.as_mut() else {
             return Ok(());
         };
         let mut any = false;
-        for (incarnation, permits) in report.written {
-            self.activity.flows += 1;
-            if incarnation != current || b.subs[s].consumer_keys.get(&c) != Some(&key) {
-                continue;
-            }
-            if b.subs[s].dispatcher.consumer(key).is_some() && permits > 0 {
-                b.subs[s]
-                    .dispatcher
-                    .consumer_flow(key, permits)
-                    .map_err(comp("flow"))?;
-                any = true;
+        for frame in frames {
+            if let ClientFrame::Flow { command, .. } = frame {
+                self.activity.flows += 1;
+                let key = ConsumerKey {
+                    connection_id,
+                    consumer_id: command.consumer_id,
+                };
+                if b.subs[s].dispatcher.consumer(key).is_some() {
+                    b.subs[s]
+                        .dispatcher
+                        .consumer_flow(key, command.message_permits)
+                        .map_err(comp("flow"))?;
+                    any = true;
+                }
             }
         }
         if any {
