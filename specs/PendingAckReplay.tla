@@ -16,7 +16,10 @@
 (*   WriterReversed - read_failed decrements before clearing the flag;     *)
 (*   NoRewind       - a failed attempt does not rewind the cursor;         *)
 (*   SpinOnFailure  - the pre-fix Java: an unclassified failure only       *)
-(*                    decrements the counter (liveness bug: hot loop).     *)
+(*                    decrements the counter (liveness bug: hot loop);     *)
+(*   StaleDrain     - the "queue drained" check uses the queue length      *)
+(*                    sampled BEFORE the counter load (a bug shuttle found *)
+(*                    in a draft of the Rust port).                        *)
 (*                                                                         *)
 (* Failures are bounded: at most MaxTransient transient ones, at most one  *)
 (* completing shape (fenced / cursor closed); if the ledger is lost every  *)
@@ -31,7 +34,8 @@ CONSTANTS N,              \* entries in the pending-ack log
           ReaderReversed, \* BOOLEAN bug switch
           WriterReversed, \* BOOLEAN bug switch
           NoRewind,       \* BOOLEAN bug switch
-          SpinOnFailure   \* BOOLEAN bug switch
+          SpinOnFailure,  \* BOOLEAN bug switch
+          StaleDrain      \* BOOLEAN bug switch
 
 VARIABLES
     lost, autoSkip,        \* environment: ledger data lost? auto-skip on?
@@ -57,12 +61,14 @@ VARIABLES
     readyPartial,          \* Ready after a completing failure
     reported,              \* set of <<attempt, outcome>> reported
     reqs,                  \* issued reads not yet picked up (attempt ids)
-    envpc, envAtt          \* read-callback thread pc and its read's attempt
+    envpc, envAtt,         \* read-callback thread pc and its read's attempt
+    qsnap                  \* queue length sampled by fill_queue's room check
 
 vars == <<lost, autoSkip, rp, applied, hstate, timerArmed, transLeft,
           compLeft, att, rpc, cur, queue, outstanding, readable, failure,
           completing, stopped, caughtUp, failedSeen, readsAfterFail, reads,
-          fromRewound, outcome, readyPartial, reported, reqs, envpc, envAtt>>
+          fromRewound, outcome, readyPartial, reported, reqs, envpc, envAtt,
+          qsnap>>
 
 Min(a, b) == IF a < b THEN a ELSE b
 Cap3(x) == Min(x, 3)
@@ -102,11 +108,12 @@ Init ==
     /\ reqs = <<>>
     /\ envpc = "idle"
     /\ envAtt = 0
+    /\ qsnap = 0
 
 -----------------------------------------------------------------------------
 (* Replay thread. *)
 
-envVars == <<reqs, envpc, envAtt, lost, autoSkip, transLeft, compLeft>>
+envVars == <<reqs, envpc, envAtt, lost, autoSkip, transLeft, compLeft, qsnap>>
 handleVars == <<hstate, timerArmed, att, readyPartial>>
 
 (* Loop head: caught up to the snapshot, or go fill the queue. *)
@@ -126,6 +133,7 @@ RLoop ==
 (* fill_queue: room for a batch? Then R1 (counter) and R2 (flag). *)
 FqRoom ==
     /\ rpc = "fq_room"
+    /\ qsnap' = Len(queue)
     /\ rpc' = (IF Len(queue) + B < Cap
                   THEN (IF ReaderReversed THEN "fq_flag" ELSE "fq_count")
                   ELSE "fq_ret")
@@ -133,6 +141,7 @@ FqRoom ==
 (* R1: load the outstanding-read counter. *)
 FqCount ==
     /\ rpc = "fq_count"
+    /\ UNCHANGED qsnap
     /\ rpc' = (IF outstanding = 0
                   THEN (IF ReaderReversed THEN "fq_issue" ELSE "fq_flag")
                   ELSE "fq_ret")
@@ -140,6 +149,7 @@ FqCount ==
 (* R2: load is_readable. *)
 FqFlag ==
     /\ rpc = "fq_flag"
+    /\ UNCHANGED qsnap
     /\ rpc' = (IF readable
                   THEN (IF ReaderReversed THEN "fq_count" ELSE "fq_issue")
                   ELSE "fq_ret")
@@ -149,8 +159,11 @@ FqPcOnly ==
        \/ FqCount
        \/ FqFlag
     /\ UNCHANGED <<rp, applied, attemptVars, reported>>
-    /\ UNCHANGED envVars
+    /\ UNCHANGED <<reqs, envpc, envAtt, lost, autoSkip, transLeft, compLeft>>
     /\ UNCHANGED handleVars
+
+(* The queue length the drained check uses: fresh, or (bug) the sample. *)
+DrainLen == IF StaleDrain THEN qsnap ELSE Len(queue)
 
 (* Issue a read if the cursor has more entries; else, with an empty     *)
 (* queue, nothing is readable any more.                                 *)
@@ -164,12 +177,12 @@ FqIssue ==
                                         THEN Cap3(readsAfterFail + 1)
                                         ELSE readsAfterFail)
                /\ UNCHANGED readable
-          ELSE /\ readable' = (IF Len(queue) = 0 THEN FALSE ELSE readable)
+          ELSE /\ readable' = (IF DrainLen = 0 THEN FALSE ELSE readable)
                /\ UNCHANGED <<outstanding, reqs, reads, readsAfterFail>>
     /\ rpc' = "fq_ret"
     /\ UNCHANGED <<rp, applied, cur, queue, failure, completing, stopped,
                    caughtUp, failedSeen, fromRewound, outcome, reported>>
-    /\ UNCHANGED <<envpc, envAtt, lost, autoSkip, transLeft, compLeft>>
+    /\ UNCHANGED <<envpc, envAtt, lost, autoSkip, transLeft, compLeft, qsnap>>
     /\ UNCHANGED handleVars
 
 (* fill_queue returns is_readable; false ends the loop. *)
@@ -230,7 +243,7 @@ EnvTake ==
     /\ reqs' = Tail(reqs)
     /\ envpc' = "read"
     /\ UNCHANGED <<lost, autoSkip, rp, applied, hstate, timerArmed, transLeft,
-                   compLeft, att, rpc, attemptVars, readyPartial, reported>>
+                   compLeft, att, rpc, attemptVars, readyPartial, reported, qsnap>>
 
 Live == envAtt = att /\ ~stopped
 
@@ -249,7 +262,7 @@ ReadOk ==
                    compLeft, att, rpc, cur, outstanding, readable, failure,
                    completing, stopped, caughtUp, failedSeen, readsAfterFail,
                    reads, fromRewound, outcome, readyPartial, reported, reqs,
-                   envAtt>>
+                   envAtt, qsnap>>
 
 Completes(k) == (k = "completing") \/ (k = "nonrec" /\ autoSkip)
 
@@ -274,7 +287,7 @@ ReadFail(k) ==
     /\ UNCHANGED <<lost, autoSkip, rp, applied, hstate, timerArmed, att, rpc,
                    cur, queue, outstanding, readable, stopped, caughtUp,
                    readsAfterFail, reads, fromRewound, outcome, readyPartial,
-                   reported, reqs, envAtt>>
+                   reported, reqs, envAtt, qsnap>>
 
 (* W2: clear is_readable.  W3: decrement the counter (last).            *)
 (* "dec" is read_complete's decrement, after its enqueue.               *)
@@ -292,7 +305,7 @@ EnvFinish ==
     /\ UNCHANGED <<lost, autoSkip, rp, applied, hstate, timerArmed, transLeft,
                    compLeft, att, rpc, cur, queue, failure, completing,
                    stopped, caughtUp, failedSeen, readsAfterFail, reads,
-                   fromRewound, outcome, readyPartial, reported, reqs, envAtt>>
+                   fromRewound, outcome, readyPartial, reported, reqs, envAtt, qsnap>>
 
 EnvStep == EnvTake \/ ReadOk \/ (\E k \in Kinds : ReadFail(k)) \/ EnvFinish
 
@@ -319,7 +332,7 @@ HStart ==
     /\ fromRewound' = (rp = 1)
     /\ outcome' = "none"
     /\ UNCHANGED <<lost, autoSkip, rp, applied, hstate, timerArmed, transLeft,
-                   compLeft, readyPartial, reported, reqs, envpc, envAtt>>
+                   compLeft, readyPartial, reported, reqs, envpc, envAtt, qsnap>>
 
 HDone ==
     /\ rpc = "done"
@@ -335,7 +348,7 @@ HDone ==
                   ELSE /\ hstate' = "Error"
                        /\ UNCHANGED <<timerArmed, readyPartial>>
     /\ UNCHANGED <<lost, autoSkip, rp, applied, transLeft, compLeft, att,
-                   attemptVars, reported, reqs, envpc, envAtt>>
+                   attemptVars, reported, reqs, envpc, envAtt, qsnap>>
 
 HTimer ==
     /\ hstate = "None"
@@ -343,7 +356,7 @@ HTimer ==
     /\ hstate' = "Init"
     /\ timerArmed' = FALSE
     /\ UNCHANGED <<lost, autoSkip, rp, applied, transLeft, compLeft, att, rpc,
-                   attemptVars, readyPartial, reported, reqs, envpc, envAtt>>
+                   attemptVars, readyPartial, reported, reqs, envpc, envAtt, qsnap>>
 
 HandleStep == HStart \/ HDone \/ HTimer
 

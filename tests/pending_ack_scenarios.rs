@@ -1,6 +1,10 @@
 //! Scenario tests of the pending-ack replay on virtual time (seed 001): the
 //! numbers quoted in the README come from these tests (run with
 //! `--nocapture` to see them printed).
+//!
+//! Plain std test: compiled out in loom/shuttle builds (their primitives
+//! only work inside a model).
+#![cfg(not(any(loom, feature = "shuttle")))]
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -574,6 +578,84 @@ fn threads_reader_thread_and_system_timer() {
     assert_eq!(h.summary(), log.expected);
     assert_eq!(h.stats().attempts, 3);
     h.close();
+    pool.shutdown();
+    reader.shutdown();
+}
+
+#[test]
+fn threads_one_executor_failing_neighbours_do_not_starve_a_healthy_handle() {
+    let pool = ReplayExecutorPool::new(1, ExecutorMode::Threads).unwrap();
+    let timer: Arc<dyn Timer> = Arc::new(SystemTimer::start().unwrap());
+    let reader = Arc::new(ReaderThread::start());
+    let lost_cfg = LedgerConfig {
+        max_entries_per_ledger: 10,
+        auto_skip_non_recoverable_data: false,
+    };
+    let lost = write_log(Arc::new(MemoryStore::new()), "lost", lost_cfg, 20);
+    lost.ml.mark_ledger_lost(1).unwrap();
+    let outage = write_log(
+        Arc::new(MemoryStore::new()),
+        "outage",
+        LedgerConfig::default(),
+        50,
+    );
+    let start = std::time::Instant::now();
+    outage.ml.faults().set_policy(move |_| {
+        (start.elapsed() < std::time::Duration::from_millis(1_000))
+            .then_some(ReadFailureKind::StorageUnavailable)
+    });
+    let healthy = write_log(
+        Arc::new(MemoryStore::new()),
+        "healthy",
+        LedgerConfig::default(),
+        50,
+    );
+    let mk = |name: &str, log: &Log| {
+        PendingAckHandle::new(
+            name,
+            Arc::clone(&log.cursor),
+            &pool,
+            reader.clone(),
+            Arc::clone(&timer),
+            HandleConfig::default(),
+        )
+        .unwrap()
+    };
+    let (hl, ho, hh) = (
+        mk("lost", &lost),
+        mk("outage", &outage),
+        mk("healthy", &healthy),
+    );
+    let waiters = [hl.ready_waiter(), ho.ready_waiter(), hh.ready_waiter()];
+    hl.init();
+    ho.init();
+    hh.init();
+    let t = std::time::Duration::from_secs(10);
+    assert_eq!(
+        waiters[2].wait_timeout(t),
+        Some(Ok(())),
+        "healthy neighbour"
+    );
+    let healthy_ms = start.elapsed().as_millis();
+    assert!(matches!(
+        waiters[0].wait_timeout(t),
+        Some(Err(PendingAckError::InitFailed { .. }))
+    ));
+    assert_eq!(waiters[1].wait_timeout(t), Some(Ok(())));
+    assert_eq!(hl.stats().reads_issued, 1);
+    assert_eq!(ho.summary(), outage.expected);
+    assert_eq!(hh.summary(), healthy.expected);
+    assert!(
+        healthy_ms < 250,
+        "healthy handle ready during the outage ({healthy_ms} ms)"
+    );
+    println!(
+        "SCENARIO threads: healthy ready at {healthy_ms} ms, outage retries {:?}",
+        ho.stats().retry_delays_ms
+    );
+    for h in [&hl, &ho, &hh] {
+        h.close();
+    }
     pool.shutdown();
     reader.shutdown();
 }

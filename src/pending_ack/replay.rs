@@ -264,7 +264,12 @@ impl ReplayAttempt {
                     attempt: Arc::clone(self),
                     max_entries: self.config.read_batch,
                 });
-            } else if queued == 0 {
+            } else if self.shared.lock().queue.is_empty() {
+                // The emptiness check must be FRESH (after the counter load):
+                // the last read's entries are enqueued before its decrement,
+                // so seeing 0 above guarantees they are visible here. The
+                // room snapshot taken at the top may predate them (a bug
+                // shuttle found and loom's drained_check test pins).
                 self.is_readable.store(false, Ordering::SeqCst);
             }
         }

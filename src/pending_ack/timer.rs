@@ -5,7 +5,9 @@
 
 use std::collections::BTreeMap;
 
-use crate::sync::{AtomicBool, AtomicU64, Mutex, Ordering};
+use crate::sync::Mutex;
+#[cfg(not(any(loom, feature = "shuttle")))]
+use crate::sync::{AtomicBool, AtomicU64, Ordering};
 
 /// A scheduled one-shot task.
 pub type TimerTask = Box<dyn FnOnce() + Send>;

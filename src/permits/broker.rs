@@ -250,6 +250,9 @@ pub enum NotSentReason {
     NoDeliverableIndex,
     /// Pending-ack admission rejected it.
     RejectedByAdmission,
+    /// The entry's position has a negative ledger or entry id (it cannot be
+    /// serialised as `MessageIdData`).
+    InvalidPosition,
     /// The result refused P (sum overflow).
     Accounting(BrokerPermitError),
 }
@@ -357,9 +360,11 @@ impl Consumer {
     }
 
     /// Finalises and sends `entries` (Pulsar's `Consumer.sendMessages`):
-    /// candidate P per entry, drop P = 0, pending-ack admission, record P in
-    /// the result, then debit permits and add unacked by the result's total
-    /// and build one command per sent entry from the result.
+    /// candidate P per entry, drop P = 0, pending-ack admission (an entry
+    /// already pending for this consumer is rejected too), record P in the
+    /// result, then debit permits and add unacked by the result's total and
+    /// build one command per sent entry from the result. `write_id` tags the
+    /// asynchronous write of the commands.
     ///
     /// Never fails as a whole: per-entry refusals are listed in
     /// [`Dispatch::not_sent`] and cost nothing.
@@ -372,6 +377,10 @@ impl Consumer {
         let mut result = SendMessagesResult::new(entries.len());
         let mut not_sent = Vec::new();
         for (i, entry) in entries.iter().enumerate() {
+            if entry.position.ledger_id < 0 || entry.position.entry_id < 0 {
+                not_sent.push((entry.position, NotSentReason::InvalidPosition));
+                continue;
+            }
             let candidate = entry.candidate_permits();
             if candidate == 0 {
                 not_sent.push((entry.position, NotSentReason::NoDeliverableIndex));
@@ -526,7 +535,9 @@ impl SharedDispatcher {
 
     /// Sends `entries` to `key` through [`Consumer::send_messages`] and
     /// debits the dispatcher total by the same result's total. Unsent
-    /// entries go to replay.
+    /// entries go to replay. Selecting a consumer with positive permits is
+    /// the caller's policy (Pulsar skips consumers in debt); this method
+    /// does not refuse a consumer whose balance is ≤ 0.
     ///
     /// # Errors
     /// [`BrokerPermitError::UnknownConsumer`].
@@ -729,6 +740,11 @@ mod tests {
             entry(2, 4, vec![0]),      // nothing deliverable: not sent
             entry(3, 1, vec![]),       // rejected by admission
             entry(4, 1, vec![1 << 5]), // bit above B: nothing deliverable
+            BrokerEntry {
+                position: Position::new(-1, 0),
+                batch_size: 1,
+                ack_set: vec![],
+            },
         ];
         let mut admission = |_k: ConsumerKey, e: &BrokerEntry| e.position.entry_id != 3;
         let dispatch = d.send_to_consumer(key(1), entries, &mut admission).unwrap();
@@ -753,12 +769,14 @@ mod tests {
             vec![
                 (2, NotSentReason::NoDeliverableIndex),
                 (3, NotSentReason::RejectedByAdmission),
-                (4, NotSentReason::NoDeliverableIndex)
+                (4, NotSentReason::NoDeliverableIndex),
+                (0, NotSentReason::InvalidPosition)
             ]
         );
         assert_eq!(
             d.take_replay(),
             vec![
+                Position::new(-1, 0),
                 Position::new(1, 2),
                 Position::new(1, 3),
                 Position::new(1, 4)
