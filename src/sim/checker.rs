@@ -78,6 +78,10 @@ pub struct CheckerCounts {
     /// Consumers that had backlog and free receiver queue but got nothing for
     /// longer than the stall bound.
     pub stalls: u64,
+    /// Consumers whose broker-side permits, once everything was delivered,
+    /// acknowledged and returned, differ from their receiver queue size
+    /// (PIP-491: a permit leaked or was returned twice).
+    pub permit_mismatches: u64,
 }
 
 impl CheckerCounts {
@@ -89,6 +93,7 @@ impl CheckerCounts {
             + self.early_deliveries
             + self.invalid_events
             + self.stalls
+            + self.permit_mismatches
     }
 }
 
@@ -262,6 +267,27 @@ impl DeliveryChecker {
             now_ms,
             format!("{sub}/{consumer}: stalled for {idle_ms}ms with backlog and free permits"),
         );
+    }
+
+    /// At quiescence a consumer of `sub` holds `permits` on the broker where
+    /// `expected` (its receiver queue size) was due.
+    pub fn permit_balance(
+        &mut self,
+        sub: &str,
+        consumer: usize,
+        permits: i64,
+        expected: i64,
+        now_ms: u64,
+    ) {
+        if permits != expected {
+            self.counts.permit_mismatches += 1;
+            self.violation(
+                now_ms,
+                format!(
+                    "{sub}/consumer-{consumer}: broker holds {permits} permits after draining, expected {expected}"
+                ),
+            );
+        }
     }
 
     /// Whether every published message is acknowledged on every subscription.

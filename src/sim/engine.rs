@@ -62,12 +62,12 @@ use crate::ledger::{
     RedbStore,
 };
 use crate::pending_ack::{
-    AckType, AckedPosition, ExecutorMode, HandleConfig, HandleState, InlineReads,
-    PendingAckHandle, PendingAckRecord, ReplayExecutorPool, TxnId, VirtualTimer,
+    AckType, AckedPosition, ExecutorMode, HandleConfig, HandleState, InlineReads, PendingAckHandle,
+    PendingAckRecord, ReplayExecutorPool, TxnId, VirtualTimer,
 };
+use crate::permits::broker::{AdmitAll, BrokerEntry};
 use crate::permits::client::{encode_entry_payload, ClientConnection, ClientConsumer, ClientFrame};
 use crate::permits::wire::{CommandMessage, MessageMetadata, SingleMessageMetadata};
-use crate::permits::broker::{AdmitAll, BrokerEntry};
 use crate::permits::{ConsumerKey, SharedDispatcher};
 use crate::position::Position;
 
@@ -152,6 +152,8 @@ enum Ev {
     Deliver {
         sub: usize,
         consumer: usize,
+        /// The connection the broker wrote the command to.
+        connection_id: u64,
         command: CommandMessage,
         payload: Arc<Vec<u8>>,
     },
@@ -198,7 +200,7 @@ struct SubRt {
     dispatcher: SharedDispatcher,
     delayed: Option<BucketDelayedDeliveryTracker>,
     pending_ack: Option<PendingAckHandle>,
-    _pending_ack_ledger: Option<Arc<ManagedLedger>>,
+    pending_ack_cursor: Option<Arc<ManagedCursor>>,
     /// Key_Shared: entries routed to a consumer without permits, in order.
     blocked: BTreeMap<usize, VecDeque<SimEntry>>,
     /// Positions to redeliver that the dispatcher's own replay set does not
@@ -248,6 +250,9 @@ struct Sim<'a> {
     producer_seq: Vec<u64>,
     next_txn: u64,
     sabotage_done: bool,
+    /// Fault events (restart, reconnect, outage end) still to come: a run
+    /// does not end before its faults happened.
+    faults_pending: u32,
     last_progress_ms: Vec<VirtualMs>,
     acked_at_last_check: Vec<u64>,
     progress: Option<&'a dyn Fn(u64, u64)>,
@@ -299,6 +304,7 @@ pub fn run(
         producer_seq: vec![0; workload.producers as usize],
         next_txn: 1,
         sabotage_done: false,
+        faults_pending: 0,
         last_progress_ms: vec![0; workload.subscriptions as usize],
         acked_at_last_check: vec![0; workload.subscriptions as usize],
         progress,
@@ -392,19 +398,28 @@ impl Sim<'_> {
         let batches = self.w.messages.div_ceil(u64::from(self.w.batch_size));
         let ticks = batches.div_ceil(u64::from(self.w.producers)).max(1);
         let window = (ticks * self.w.publish_interval_ms).max(1_000);
+        let restart_at = |i: u32| window * u64::from(i + 1) / u64::from(f.restarts + 1);
+        self.faults_pending = f.restarts + f.read_outages + f.reconnects;
         for i in 0..f.restarts {
-            let at = window * u64::from(i + 1) / u64::from(f.restarts + 1);
-            self.sched.at(at, Ev::Restart);
+            self.sched.at(restart_at(i), Ev::Restart);
         }
         for i in 0..f.read_outages {
-            let at = window * (2 * u64::from(i) + 1) / (2 * u64::from(f.read_outages) + 1);
+            // An outage starts shortly before a restart when there is one, so
+            // the restarted broker replays (pending acks) into the outage.
+            let at = if i < f.restarts {
+                restart_at(i).saturating_sub(300)
+            } else {
+                window * (2 * u64::from(i) + 1) / (2 * u64::from(f.read_outages) + 1)
+            };
             self.sched.at(at, Ev::OutageStart);
             self.sched.at(at + f.outage_ms, Ev::OutageEnd);
         }
         for _ in 0..f.reconnects {
             let at = self.rng.random_range(0..window);
             let sub = self.rng.random_range(0..self.w.subscriptions as usize);
-            let consumer = self.rng.random_range(0..self.w.consumers_per_subscription as usize);
+            let consumer = self
+                .rng
+                .random_range(0..self.w.consumers_per_subscription as usize);
             self.sched.at(at, Ev::Reconnect { sub, consumer });
         }
     }
@@ -417,6 +432,7 @@ impl Sim<'_> {
         // only so their timer/executor tasks release the store (they hold
         // references to it); nothing is flushed or persisted by this.
         if let Some(old) = self.broker.take() {
+            self.collect_tracker_stats(&old);
             for sub in &old.subs {
                 if let Some(h) = &sub.pending_ack {
                     h.close();
@@ -484,7 +500,7 @@ impl Sim<'_> {
             } else {
                 None
             };
-            let (pending_ack, pa_ledger) = if self.w.txn_ack_ratio > 0.0 {
+            let (pending_ack, pending_ack_cursor) = if self.w.txn_ack_ratio > 0.0 {
                 let pa_ledger = ManagedLedger::open(
                     format!("{TOPIC}-{name}__transaction_pending_ack"),
                     LedgerConfig {
@@ -507,7 +523,7 @@ impl Sim<'_> {
                 );
                 let handle = PendingAckHandle::new(
                     format!("{TOPIC}-{name}"),
-                    pa_cursor,
+                    Arc::clone(&pa_cursor),
                     &pool,
                     Arc::new(InlineReads),
                     timer.clone(),
@@ -518,7 +534,8 @@ impl Sim<'_> {
                 )
                 .map_err(comp("pending-ack handle"))?;
                 handle.init();
-                (Some(handle), Some(pa_ledger))
+                drop(pa_ledger);
+                (Some(handle), Some(pa_cursor))
             } else {
                 (None, None)
             };
@@ -530,7 +547,7 @@ impl Sim<'_> {
                 delayed,
                 ready: pending_ack.is_none(),
                 pending_ack,
-                _pending_ack_ledger: pa_ledger,
+                pending_ack_cursor,
                 blocked: BTreeMap::new(),
                 redeliver: BTreeSet::new(),
                 consumer_keys: BTreeMap::new(),
@@ -547,6 +564,17 @@ impl Sim<'_> {
         });
         self.drive_replays()?;
         Ok(())
+    }
+
+    fn collect_tracker_stats(&mut self, b: &Broker) {
+        for sub in &b.subs {
+            if let Some(t) = &sub.delayed {
+                let st = t.stats();
+                self.activity.bucket_seals += st.seals;
+                self.activity.bucket_merges += st.merges;
+                self.activity.bucket_trims += st.trimmed_buckets;
+            }
+        }
     }
 
     /// Runs queued replay work and schedules the next retry timer.
@@ -571,16 +599,14 @@ impl Sim<'_> {
                         );
                     }
                     let stats = h.stats();
+                    let completed_reads = stats
+                        .completed
+                        .as_ref()
+                        .map_or(0, |r| r.reads_issued as u64);
                     self.activity.replays_completed += 1;
                     self.activity.replay_failed_attempts += stats.attempts.saturating_sub(1);
-                    self.activity.max_reads_per_failed_replay_attempt = self
-                        .activity
-                        .max_reads_per_failed_replay_attempt
-                        .max(if stats.attempts > 1 {
-                            stats.max_reads_per_attempt
-                        } else {
-                            0
-                        });
+                    self.activity.replay_reads_in_failed_attempts +=
+                        stats.reads_issued.saturating_sub(completed_reads);
                 }
                 HandleState::Error => {
                     return Err(SimError::Component(format!(
@@ -626,7 +652,13 @@ impl Sim<'_> {
             .consumer
             .subscribe_succeeded(incarnation)
             .map_err(comp("subscribe succeeded"))?;
-        self.sched.after(0, Ev::FlushFlows { sub: s, consumer: c });
+        self.sched.after(
+            0,
+            Ev::FlushFlows {
+                sub: s,
+                consumer: c,
+            },
+        );
         Ok(())
     }
 
@@ -656,41 +688,81 @@ impl Sim<'_> {
                     p(self.checker_acked(), expected);
                 }
             }
-            if self.published >= self.w.messages && self.checker.all_acked() {
+            if self.published >= self.w.messages
+                && self.faults_pending == 0
+                && self.checker.all_acked()
+            {
                 break;
             }
             if now > VIRTUAL_TIME_LIMIT_MS {
                 break;
             }
         }
-        if std::env::var_os("SIMDEBUG").is_some() {
-            if let Some(b) = &self.broker {
-                for (i, sub) in b.subs.iter().enumerate() {
-                    eprintln!(
-                        "sub {i}: md {} read {} has_more {} ranges {:?} blocked {:?} redeliver {:?} permits {} consumers {:?}",
-                        sub.deletion.mark_delete_position(),
-                        sub.cursor.read_position(),
-                        sub.cursor.has_more_entries(),
-                        sub.deletion.individually_deleted_ranges().iter().take(5).collect::<Vec<_>>(),
-                        sub.blocked.iter().map(|(k, q)| (*k, q.iter().map(|e| e.entry.position).collect::<Vec<_>>())).collect::<Vec<_>>(),
-                        sub.redeliver,
-                        sub.dispatcher.total_available_permits(),
-                        sub.dispatcher.consumers().map(|c| (c.key(), c.available_permits(), c.pending_acks().len())).collect::<Vec<_>>(),
-                    );
-                }
-            }
-            for (s, row) in self.clients.iter().enumerate() {
-                for (c, cl) in row.iter().enumerate() {
-                    eprintln!("client {s}/{c}: queued {} in_progress {:?} acc {}", cl.consumer.queued(), cl.in_progress.keys().collect::<Vec<_>>(), cl.consumer.state().accumulated());
-                }
-            }
-        }
+        self.drain_and_check_permits()?;
         // Persist what was acknowledged (a clean shutdown).
         for s in 0..self.w.subscriptions as usize {
             self.persist(s)?;
         }
+        if let Some(b) = self.broker.take() {
+            self.collect_tracker_stats(&b);
+            self.broker = Some(b);
+        }
         if let Some(p) = self.progress {
             p(self.checker_acked(), expected);
+        }
+        Ok(())
+    }
+
+    /// Lets in-flight deliveries, acks and Flows settle (no new publishes or
+    /// faults), flushes every client's residual credit, then checks that each
+    /// current broker consumer holds exactly its receiver queue of permits.
+    fn drain_and_check_permits(&mut self) -> Result<(), SimError> {
+        if !self.checker.all_acked() {
+            return Ok(()); // lost messages are already the reported violation
+        }
+        let deadline = self.sched.now() + 10_000;
+        while let Some((now, ev)) = self.sched.pop() {
+            if now > deadline {
+                break;
+            }
+            self.clock.set(now);
+            match ev {
+                Ev::Publish
+                | Ev::Restart
+                | Ev::Reconnect { .. }
+                | Ev::OutageStart
+                | Ev::StallCheck
+                | Ev::DelayedTick(_)
+                | Ev::Persist(_) => {}
+                other => self.handle(other)?,
+            }
+        }
+        for s in 0..self.w.subscriptions as usize {
+            for c in 0..self.w.consumers_per_subscription as usize {
+                let id = self.clients[s][c].consumer.consumer_id();
+                self.clients[s][c]
+                    .connection
+                    .flush_residual(id)
+                    .map_err(comp("flush residual"))?;
+                self.flush_flows(s, c)?;
+                let permits = self.broker.as_ref().and_then(|b| {
+                    let key = b.subs[s].consumer_keys.get(&c)?;
+                    b.subs[s]
+                        .dispatcher
+                        .consumer(*key)
+                        .map(|x| x.available_permits())
+                });
+                if let Some(permits) = permits {
+                    let now = self.sched.now();
+                    self.checker.permit_balance(
+                        &format!("sub-{s}"),
+                        c,
+                        permits,
+                        i64::from(self.w.receiver_queue_size),
+                        now,
+                    );
+                }
+            }
         }
         Ok(())
     }
@@ -708,9 +780,15 @@ impl Sim<'_> {
             Ev::Deliver {
                 sub,
                 consumer,
+                connection_id,
                 command,
                 payload,
-            } => self.deliver(sub, consumer, &command, &payload),
+            } => {
+                if self.clients[sub][consumer].connection.id() != connection_id {
+                    return Ok(()); // that connection is gone: the bytes never arrive
+                }
+                self.deliver(sub, consumer, &command, &payload)
+            }
             Ev::AppPoll { sub, consumer } => self.app_poll(sub, consumer),
             Ev::Ack {
                 sub,
@@ -738,14 +816,21 @@ impl Sim<'_> {
                 Ok(())
             }
             Ev::ReplayTimers => self.drive_replays(),
-            Ev::Restart => self.restart(),
-            Ev::Reconnect { sub, consumer } => self.reconnect(sub, consumer),
+            Ev::Restart => {
+                self.faults_pending = self.faults_pending.saturating_sub(1);
+                self.restart()
+            }
+            Ev::Reconnect { sub, consumer } => {
+                self.faults_pending = self.faults_pending.saturating_sub(1);
+                self.reconnect(sub, consumer)
+            }
             Ev::OutageStart => {
                 self.outage.store(true, Ordering::Relaxed);
                 self.activity.read_failures_injected += 1;
                 Ok(())
             }
             Ev::OutageEnd => {
+                self.faults_pending = self.faults_pending.saturating_sub(1);
                 self.outage.store(false, Ordering::Relaxed);
                 for s in 0..self.w.subscriptions as usize {
                     self.schedule_dispatch(s);
@@ -765,7 +850,9 @@ impl Sim<'_> {
             return Ok(());
         };
         let now = self.sched.now();
-        let mut entries: Vec<(Vec<u8>, Vec<(u32, u64)>)> = Vec::new();
+        // (entry bytes, per message (key, deliver_at_ms))
+        type Planned = (Vec<u8>, Vec<(u32, u64)>);
+        let mut entries: Vec<Planned> = Vec::new();
         for p in 0..self.w.producers {
             if self.published >= self.w.messages {
                 break;
@@ -795,7 +882,6 @@ impl Sim<'_> {
                 sequence_id: seq,
                 publish_time: now,
                 num_messages_in_batch: (batch > 1).then_some(batch as i32),
-                ..MessageMetadata::default()
             };
             let messages: Vec<(SingleMessageMetadata, Vec<u8>)> = (0..batch)
                 .map(|_| {
@@ -902,9 +988,22 @@ impl Sim<'_> {
                 }
             }
         }
+        // Never send an entry that is already out on a consumer and not yet
+        // acknowledged (a due delayed message can reach the dispatcher twice
+        // in one lifetime: from the tracker and from the cursor's re-read
+        // after a restart).
+        let pending_on_consumer = |d: &SharedDispatcher, p: &Position| {
+            d.consumers().any(|c| c.pending_acks().contains_key(p))
+        };
         let replay: Vec<Position> = replay
             .into_iter()
             .filter(|p| !sub.deletion.is_message_deleted(*p))
+            .filter(|p| !pending_on_consumer(&sub.dispatcher, p))
+            .filter(|p| {
+                !sub.blocked
+                    .values()
+                    .any(|q| q.iter().any(|r| r.entry.position == *p))
+            })
             .collect();
         if !replay.is_empty() {
             match b.ledger.read_positions(&replay) {
@@ -950,11 +1049,28 @@ impl Sim<'_> {
                         };
                         if deliver_at > 0 {
                             if let Some(t) = &sub.delayed {
-                                match t.add_message(e.position.ledger_id, e.position.entry_id, deliver_at as i64) {
+                                match t.add_message(
+                                    e.position.ledger_id,
+                                    e.position.entry_id,
+                                    deliver_at as i64,
+                                ) {
                                     Ok(true) => continue, // tracked: delivered when due
-                                    Ok(false) => {}       // due already: dispatch now
+                                    Ok(false)
+                                        if pending_on_consumer(&sub.dispatcher, &e.position)
+                                            || to_route
+                                                .iter()
+                                                .any(|r| r.entry.position == e.position)
+                                            || sub.blocked.values().any(|q| {
+                                                q.iter().any(|r| r.entry.position == e.position)
+                                            }) =>
+                                    {
+                                        continue; // already on its way via the tracker
+                                    }
+                                    Ok(false) => {} // due already: dispatch now
                                     Err(err) => {
-                                        return Err(SimError::Component(format!("delayed add: {err}")))
+                                        return Err(SimError::Component(format!(
+                                            "delayed add: {err}"
+                                        )))
                                     }
                                 }
                             }
@@ -1019,11 +1135,18 @@ impl Sim<'_> {
                 .collect();
             let d = sub
                 .dispatcher
-                .send_to_consumer(key, batch.into_iter().map(|e| e.entry).collect(), &mut AdmitAll)
+                .send_to_consumer(
+                    key,
+                    batch.into_iter().map(|e| e.entry).collect(),
+                    &mut AdmitAll,
+                )
                 .map_err(comp("send"))?;
             for cmd in d.commands {
-                let pos = Position::new(cmd.message_id.ledger_id as i64, cmd.message_id.entry_id as i64);
-                deliveries.push((slot, cmd, Arc::clone(&payloads[&pos])));
+                let pos = Position::new(
+                    cmd.message_id.ledger_id as i64,
+                    cmd.message_id.entry_id as i64,
+                );
+                deliveries.push((slot, key.connection_id, cmd, Arc::clone(&payloads[&pos])));
             }
             if let Some(id) = d.write_id {
                 sub.dispatcher
@@ -1038,12 +1161,13 @@ impl Sim<'_> {
             && sub.dispatcher.total_available_permits() > 0
             && (sub.cursor.has_more_entries() || sub.blocked.values().any(|q| !q.is_empty()));
         let retry_after_error = read_error;
-        for (slot, command, payload) in deliveries {
+        for (slot, connection_id, command, payload) in deliveries {
             self.sched.after(
                 NET_MS,
                 Ev::Deliver {
                     sub: s,
                     consumer: slot,
+                    connection_id,
                     command,
                     payload,
                 },
@@ -1106,9 +1230,21 @@ impl Sim<'_> {
         let client = &mut self.clients[s][c];
         if !client.poll_scheduled {
             client.poll_scheduled = true;
-            self.sched.after(APP_POLL_MS, Ev::AppPoll { sub: s, consumer: c });
+            self.sched.after(
+                APP_POLL_MS,
+                Ev::AppPoll {
+                    sub: s,
+                    consumer: c,
+                },
+            );
         }
-        self.sched.after(0, Ev::FlushFlows { sub: s, consumer: c });
+        self.sched.after(
+            0,
+            Ev::FlushFlows {
+                sub: s,
+                consumer: c,
+            },
+        );
         Ok(())
     }
 
@@ -1182,16 +1318,23 @@ impl Sim<'_> {
             }
             if client.consumer.queued() > 0 {
                 client.poll_scheduled = true;
-                self.sched.after(APP_POLL_MS, Ev::AppPoll { sub: s, consumer: c });
+                self.sched.after(
+                    APP_POLL_MS,
+                    Ev::AppPoll {
+                        sub: s,
+                        consumer: c,
+                    },
+                );
             }
         }
         if let Some(key) = key {
             for (position, messages) in acks {
-                let txn = (self.w.txn_ack_ratio > 0.0 && self.rng.random_bool(self.w.txn_ack_ratio))
-                    .then(|| {
-                        self.next_txn += 1;
-                        TxnId::new(0, self.next_txn)
-                    });
+                let txn = (self.w.txn_ack_ratio > 0.0
+                    && self.rng.random_bool(self.w.txn_ack_ratio))
+                .then(|| {
+                    self.next_txn += 1;
+                    TxnId::new(0, self.next_txn)
+                });
                 self.sched.after(
                     NET_MS,
                     Ev::Ack {
@@ -1205,7 +1348,13 @@ impl Sim<'_> {
                 );
             }
         }
-        self.sched.after(0, Ev::FlushFlows { sub: s, consumer: c });
+        self.sched.after(
+            0,
+            Ev::FlushFlows {
+                sub: s,
+                consumer: c,
+            },
+        );
         Ok(())
     }
 
@@ -1231,8 +1380,11 @@ impl Sim<'_> {
                 PendingAckRecord::individual_ack(txn, vec![AckedPosition::whole(position)]),
                 Box::new(|_| {}),
             );
+            // Transactions stay open for a while (the coordinator commits
+            // later), so restarts find open ones in the pending-ack log.
+            let delay = self.rng.random_range(10..=2_000);
             self.sched.after(
-                20,
+                delay,
                 Ev::Commit {
                     sub: s,
                     broker_generation,
@@ -1345,11 +1497,16 @@ impl Sim<'_> {
         self.activity.restarts += 1;
         self.checker.restarted();
         if self.w.faults.lose_pending_ack_ledger && self.activity.restarts == 1 {
+            // Lose the pending-ack log's ledger holding the first record the
+            // next replay needs (a deleted BookKeeper ledger).
             if let Some(b) = &self.broker {
                 for sub in &b.subs {
-                    if let Some(l) = &sub._pending_ack_ledger {
-                        if let Some((first, _)) = l.ledgers().first() {
-                            l.mark_ledger_lost(*first).map_err(comp("lose ledger"))?;
+                    if let Some(c) = &sub.pending_ack_cursor {
+                        let next = c.ledger().next_valid_position(c.mark_delete_position());
+                        if next <= c.ledger().last_confirmed_entry() {
+                            c.ledger()
+                                .mark_ledger_lost(next.ledger_id)
+                                .map_err(comp("lose ledger"))?;
                             self.activity.read_failures_injected += 1;
                         }
                     }
@@ -1403,8 +1560,7 @@ impl Sim<'_> {
                 .and_then(|b| b.subs[s].delayed.as_ref())
                 .is_some_and(|t| t.number_of_delayed_messages() > 0);
             if backlog && !waiting_delayed && idle > self.w.stall_bound_ms {
-                self.checker
-                    .stalled(&format!("sub-{s}"), "*", idle, now);
+                self.checker.stalled(&format!("sub-{s}"), "*", idle, now);
                 self.last_progress_ms[s] = now; // report each episode once
             }
         }

@@ -29,8 +29,10 @@ pub struct Activity {
     pub snapshot_failures_injected: u64,
     /// Pending-ack replay attempts that failed.
     pub replay_failed_attempts: u64,
-    /// Largest number of reads issued by one failed replay attempt.
-    pub max_reads_per_failed_replay_attempt: u64,
+    /// Reads issued by failed replay attempts (all handles); divided by
+    /// `replay_failed_attempts` it is the reads per failed attempt (Pulsar's
+    /// bug spun at ~1,000 per second; the fix makes it 1).
+    pub replay_reads_in_failed_attempts: u64,
     /// Pending-ack replays that completed (handle Ready).
     pub replays_completed: u64,
     /// Flow commands written by clients.
@@ -97,7 +99,7 @@ impl fmt::Display for Report {
         )?;
         writeln!(f, "data dir: {}", self.data_dir)?;
         writeln!(f)?;
-        let rows: [(&str, String); 20] = [
+        let rows: [(&str, String); 21] = [
             ("published", c.published.to_string()),
             ("delivered", c.delivered.to_string()),
             ("acked", c.acked.to_string()),
@@ -112,6 +114,10 @@ impl fmt::Display for Report {
             ("invalid events", c.invalid_events.to_string()),
             ("stalls", c.stalls.to_string()),
             (
+                "permit mismatches after drain",
+                c.permit_mismatches.to_string(),
+            ),
+            (
                 "restarts / reconnects",
                 format!("{} / {}", a.restarts, a.reconnects),
             ),
@@ -120,10 +126,19 @@ impl fmt::Display for Report {
                 a.read_failures_injected.to_string(),
             ),
             (
-                "replay failed attempts / max reads per failed attempt",
+                "replay failed attempts / reads per failed attempt",
                 format!(
                     "{} / {}",
-                    a.replay_failed_attempts, a.max_reads_per_failed_replay_attempt
+                    a.replay_failed_attempts,
+                    if a.replay_failed_attempts == 0 {
+                        "-".to_string()
+                    } else {
+                        format!(
+                            "{:.2}",
+                            a.replay_reads_in_failed_attempts as f64
+                                / a.replay_failed_attempts as f64
+                        )
+                    }
                 ),
             ),
             (

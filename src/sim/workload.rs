@@ -192,6 +192,7 @@ impl Workload {
                 messages: 100_000,
                 batch_size: 10,
                 keys: 10_000,
+                publish_interval_ms: 50,
                 ..base
             },
             // Delayed messages over many ledgers with small bucket limits so
@@ -228,6 +229,7 @@ impl Workload {
                 messages: 10_000,
                 batch_size: 5,
                 txn_ack_ratio: 0.5,
+                publish_interval_ms: 100,
                 faults: Faults {
                     restarts: 2,
                     read_outages: 2,
