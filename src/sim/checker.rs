@@ -7,7 +7,7 @@
 //! violations), lost messages, per-key order violations, early delayed
 //! deliveries and stalls. It shares no state with the components it checks.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap};
 
 use serde::Serialize;
 
@@ -38,16 +38,22 @@ struct Published {
     deliver_at_ms: u64,
 }
 
+/// Per subscription, indexed by the message's publish index (dense: the
+/// checker holds ~5 bytes per message and subscription, so a 20-million
+/// delivery fan-out fits in memory).
 #[derive(Debug, Default)]
 struct SubState {
-    /// msg → redelivery generation of its last delivery.
-    delivered: HashMap<MessageRef, u64>,
-    acked: HashSet<MessageRef>,
+    /// Publish index → redelivery generation of its last delivery + 1 (0 =
+    /// never delivered).
+    delivered: Vec<u32>,
+    /// Publish index → acknowledged (persisted).
+    acked: Vec<bool>,
+    acked_count: u64,
     /// Bumped on every restart and consumer reconnect of this subscription:
     /// a redelivery across a bump is an allowed at-least-once duplicate.
-    generation: u64,
+    generation: u32,
     /// key → (generation, highest key_seq delivered first-time in it).
-    key_progress: HashMap<u32, (u64, u64)>,
+    key_progress: HashMap<u32, (u32, u64)>,
 }
 
 /// Counters and the first violation, as reported.
@@ -101,7 +107,9 @@ impl CheckerCounts {
 /// the simulator's event loop owns it.
 #[derive(Debug)]
 pub struct DeliveryChecker {
-    published: BTreeMap<MessageRef, Published>,
+    /// Message → publish index into `published`.
+    index: HashMap<MessageRef, u32>,
+    published: Vec<(MessageRef, Published)>,
     next_key_seq: HashMap<u32, u64>,
     subs: BTreeMap<String, SubState>,
     counts: CheckerCounts,
@@ -123,7 +131,8 @@ impl DeliveryChecker {
         check_key_order: bool,
     ) -> Self {
         Self {
-            published: BTreeMap::new(),
+            index: HashMap::new(),
+            published: Vec::new(),
             next_key_seq: HashMap::new(),
             subs: subscriptions
                 .into_iter()
@@ -148,14 +157,20 @@ impl DeliveryChecker {
     pub fn published(&mut self, msg: MessageRef, key: u32, deliver_at_ms: u64) {
         let seq = self.next_key_seq.entry(key).or_insert(0);
         *seq += 1;
-        self.published.insert(
+        let idx = self.published.len() as u32;
+        self.index.insert(msg, idx);
+        self.published.push((
             msg,
             Published {
                 key,
                 key_seq: *seq,
                 deliver_at_ms,
             },
-        );
+        ));
+        for s in self.subs.values_mut() {
+            s.delivered.push(0);
+            s.acked.push(false);
+        }
         self.counts.published += 1;
     }
 
@@ -178,7 +193,7 @@ impl DeliveryChecker {
     /// `msg` was handed to a consumer of `sub` at `now_ms`.
     pub fn delivered(&mut self, sub: &str, msg: MessageRef, now_ms: u64) {
         self.counts.delivered += 1;
-        let Some(p) = self.published.get(&msg).copied() else {
+        let Some(idx) = self.index.get(&msg).map(|i| *i as usize) else {
             self.counts.invalid_events += 1;
             self.violation(now_ms, format!("{sub}: delivered unknown message {msg}"));
             return;
@@ -188,14 +203,16 @@ impl DeliveryChecker {
             self.violation(now_ms, format!("delivery on unknown subscription {sub}"));
             return;
         };
+        let p = self.published[idx].1;
         let generation = s.generation;
-        if s.acked.contains(&msg) {
+        if s.acked[idx] {
             self.counts.duplicate_violations += 1;
             self.violation(now_ms, format!("{sub}: {msg} redelivered after its ack"));
             return;
         }
-        if let Some(prev) = s.delivered.insert(msg, generation) {
-            if prev == generation {
+        let prev = std::mem::replace(&mut s.delivered[idx], generation + 1);
+        if prev != 0 {
+            if prev - 1 == generation {
                 self.counts.duplicate_violations += 1;
                 self.violation(
                     now_ms,
@@ -243,17 +260,17 @@ impl DeliveryChecker {
 
     /// `msg` was acknowledged on `sub` (the ack reached the cursor).
     pub fn acked(&mut self, sub: &str, msg: MessageRef, now_ms: u64) {
-        let delivered = self
-            .subs
-            .get(sub)
-            .is_some_and(|s| s.delivered.contains_key(&msg));
-        if !delivered {
+        let idx = self.index.get(&msg).map(|i| *i as usize);
+        let delivered =
+            idx.is_some_and(|i| self.subs.get(sub).is_some_and(|s| s.delivered[i] != 0));
+        let (Some(idx), true) = (idx, delivered) else {
             self.counts.invalid_events += 1;
             self.violation(now_ms, format!("{sub}: ack of undelivered {msg}"));
             return;
-        }
+        };
         if let Some(s) = self.subs.get_mut(sub) {
-            if s.acked.insert(msg) {
+            if !std::mem::replace(&mut s.acked[idx], true) {
+                s.acked_count += 1;
                 self.counts.acked += 1;
             }
         }
@@ -292,8 +309,8 @@ impl DeliveryChecker {
 
     /// Whether every published message is acknowledged on every subscription.
     pub fn all_acked(&self) -> bool {
-        let n = self.published.len();
-        self.subs.values().all(|s| s.acked.len() == n)
+        let n = self.published.len() as u64;
+        self.subs.values().all(|s| s.acked_count == n)
     }
 
     /// Ends the run: counts messages never acknowledged as lost and returns
@@ -302,8 +319,8 @@ impl DeliveryChecker {
         let mut first_lost = None;
         let mut lost = 0;
         for (name, s) in &self.subs {
-            for msg in self.published.keys() {
-                if !s.acked.contains(msg) {
+            for (i, (msg, _)) in self.published.iter().enumerate() {
+                if !s.acked[i] {
                     lost += 1;
                     if first_lost.is_none() {
                         first_lost = Some(format!("{name}: {msg} never acknowledged"));

@@ -95,8 +95,6 @@ pub struct Workload {
     pub max_delay_ms: u64,
     /// Fraction of acknowledgements made inside a transaction.
     pub txn_ack_ratio: f64,
-    /// Fraction of acknowledgements that are cumulative.
-    pub cumulative_ack_ratio: f64,
     /// Consumer receiver queue size, messages.
     pub receiver_queue_size: u32,
     /// Entries per ledger before rollover.
@@ -130,7 +128,6 @@ impl Default for Workload {
             delayed_ratio: 0.0,
             max_delay_ms: 10_000,
             txn_ack_ratio: 0.0,
-            cumulative_ack_ratio: 0.0,
             receiver_queue_size: 1_000,
             max_entries_per_ledger: 5_000,
             delayed_min_index_count_per_bucket: 50_000,
@@ -323,7 +320,6 @@ impl Workload {
         for (name, r) in [
             ("delayed_ratio", self.delayed_ratio),
             ("txn_ack_ratio", self.txn_ack_ratio),
-            ("cumulative_ack_ratio", self.cumulative_ack_ratio),
             (
                 "faults.corrupted_batch_ratio",
                 self.faults.corrupted_batch_ratio,
