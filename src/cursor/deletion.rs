@@ -7,6 +7,97 @@ use crate::ledger::ManagedLedger;
 use crate::position::Position;
 use crate::sync::{fence, AtomicU64, Ordering, Published, RwLock};
 
+/// Pads and aligns a value to 128 bytes (two cache lines, as crossbeam's
+/// `CachePadded` on x86_64) so that the cursor lock word, written by every
+/// grouped ack, does not share a cache line with the fields lock-free
+/// readers load.
+#[repr(align(128))]
+struct CachePadded<T>(T);
+
+impl<T> std::ops::Deref for CachePadded<T> {
+    type Target = T;
+    fn deref(&self) -> &T {
+        &self.0
+    }
+}
+
+/// `packed` value meaning "mark-delete does not pack; read `full`".
+const UNPACKABLE: u64 = u64::MAX;
+
+/// Order-preserving packing of a position into one u64:
+/// `ledger_id << 32 | (entry_id + 1)`, for `ledger_id` in `0..2^31` and
+/// `entry_id` in `-1..u32::MAX` (so never [`UNPACKABLE`]).
+fn pack(p: Position) -> Option<u64> {
+    let ledger = u64::try_from(p.ledger_id).ok().filter(|l| *l < (1 << 31))?;
+    let entry = u64::try_from(p.entry_id.checked_add(1)?)
+        .ok()
+        .filter(|e| *e <= u64::from(u32::MAX))?;
+    Some((ledger << 32) | entry)
+}
+
+fn unpack(x: u64) -> Position {
+    Position::new((x >> 32) as i64, (x & 0xffff_ffff) as i64 - 1)
+}
+
+/// Mark-delete published for lock-free readers as ONE atomic snapshot:
+/// normally a single `AtomicU64` holding the packed position (one load);
+/// for a position that does not pack (ledger id ≥ 2^31 or entry id
+/// u32::MAX), `packed` holds [`UNPACKABLE`] and the position is in the
+/// [`Published`] cell `full`, itself one atomic snapshot. A reader therefore
+/// always gets a whole (ledger, entry) pair that was published, never a
+/// torn one.
+struct PublishedMarkDelete {
+    packed: AtomicU64,
+    full: Published<Position>,
+}
+
+impl PublishedMarkDelete {
+    fn new(md: Position) -> Self {
+        let cell = Self {
+            packed: AtomicU64::new(UNPACKABLE),
+            full: Published::new(md),
+        };
+        if let Some(x) = pack(md) {
+            cell.packed.store(x, Ordering::Release);
+        }
+        cell
+    }
+
+    /// Writer side (under the cursor write lock).
+    fn store(&self, md: Position) {
+        match pack(md) {
+            Some(x) => self.packed.store(x, Ordering::Release),
+            None => {
+                // `full` first: a reader that sees UNPACKABLE then reads a
+                // `full` at least this new.
+                self.full.store(md);
+                self.packed.store(UNPACKABLE, Ordering::Release);
+            }
+        }
+    }
+
+    #[inline]
+    fn load(&self) -> Position {
+        let x = self.packed.load(Ordering::Acquire);
+        if x != UNPACKABLE {
+            unpack(x)
+        } else {
+            self.full.with(|m| *m)
+        }
+    }
+}
+
+/// The fields lock-free readers load, on their own cache lines.
+struct ReadSide {
+    /// Even = stable, odd = reset in progress. Written only under the write
+    /// lock, only by reset.
+    reset_epoch: AtomicU64,
+    /// Mark-delete as one published snapshot (never two atomics: a torn
+    /// (ledger, entry) pair would be a stale positive).
+    mark_delete: PublishedMarkDelete,
+    directory: DeletionDirectory,
+}
+
 use super::range_set::{DeletionDirectory, PositionRangeSet, RangeSetError};
 
 /// What the deletion state needs to know about the ledger it tracks: the
@@ -166,14 +257,8 @@ struct Inner {
 /// Concurrency: share it (`Arc`) between ack, reset and read-scheduling
 /// threads; every method may be called from any thread at any time.
 pub struct CursorDeletionState {
-    inner: RwLock<Inner>,
-    /// Mark-delete as one published snapshot (never two atomics: a torn
-    /// (ledger, entry) pair would be a stale positive).
-    published_mark_delete: Published<Position>,
-    /// Even = stable, odd = reset in progress. Written only under the write
-    /// lock, only by reset.
-    reset_epoch: AtomicU64,
-    directory: DeletionDirectory,
+    inner: CachePadded<RwLock<Inner>>,
+    read_side: CachePadded<ReadSide>,
 }
 
 impl std::fmt::Debug for CursorDeletionState {
@@ -182,7 +267,10 @@ impl std::fmt::Debug for CursorDeletionState {
         f.debug_struct("CursorDeletionState")
             .field("mark_delete", &g.mark_delete)
             .field("individually_deleted", &g.ranges)
-            .field("reset_epoch", &self.reset_epoch.load(Ordering::Relaxed))
+            .field(
+                "reset_epoch",
+                &self.read_side.reset_epoch.load(Ordering::Relaxed),
+            )
             .finish()
     }
 }
@@ -235,13 +323,15 @@ impl CursorDeletionState {
         set.remove_at_most(mark_delete.ledger_id, mark_delete.entry_id)?;
         let directory = set.directory();
         Ok(Self {
-            inner: RwLock::new(Inner {
+            inner: CachePadded(RwLock::new(Inner {
                 mark_delete,
                 ranges: set,
+            })),
+            read_side: CachePadded(ReadSide {
+                reset_epoch: AtomicU64::new(0),
+                mark_delete: PublishedMarkDelete::new(mark_delete),
+                directory,
             }),
-            published_mark_delete: Published::new(mark_delete),
-            reset_epoch: AtomicU64::new(0),
-            directory,
         })
     }
 
@@ -263,7 +353,7 @@ impl CursorDeletionState {
     /// The reset epoch: even when no reset is in progress; `2 × resets` once
     /// they completed.
     pub fn reset_epoch(&self) -> u64 {
-        self.reset_epoch.load(Ordering::Acquire)
+        self.read_side.reset_epoch.load(Ordering::Acquire)
     }
 
     /// Grouped delete/ack (Pulsar's `asyncDelete(Iterable<Position>)`): one
@@ -297,23 +387,18 @@ impl CursorDeletionState {
         }
         let before = g.mark_delete;
         let mut newly_deleted = 0;
-        let mut already_deleted = 0;
-        for &p in positions {
-            if p <= g.mark_delete || g.ranges.contains(p.ledger_id, p.entry_id) {
-                already_deleted += 1;
-                continue;
-            }
-            // Cannot fail: every entry id was validated as a u32 above, so
-            // `(p-1, p]` is a valid non-empty open-closed range.
-            g.ranges
-                .add(p)
-                .expect("validated entry id forms a valid range");
-            newly_deleted += 1;
+        let mut candidates: Vec<u32> = Vec::with_capacity(positions.len());
+        // One bitmap write section per run of same-ledger positions.
+        for run in positions.chunk_by(|a, b| a.ledger_id == b.ledger_id) {
+            candidates.clear();
+            candidates.extend(run.iter().filter(|p| **p > before).map(|p| {
+                // Cannot fail: every entry id was validated as a u32 above.
+                u32::try_from(p.entry_id).expect("validated entry id")
+            }));
+            newly_deleted += g.ranges.add_entries(run[0].ledger_id, &candidates);
         }
-        loop {
-            let Some((lower, upper)) = g.ranges.first_range() else {
-                break;
-            };
+        let already_deleted = positions.len() - newly_deleted;
+        while let Some((lower, upper)) = g.ranges.first_range() {
             let md = g.mark_delete;
             if upper <= md {
                 self.trim(&mut g);
@@ -356,7 +441,7 @@ impl CursorDeletionState {
         if md > g.mark_delete {
             tracing::trace!(from = %g.mark_delete, to = %md, "mark-delete advanced");
             g.mark_delete = md;
-            self.published_mark_delete.store(md);
+            self.read_side.mark_delete.store(md);
         }
         self.trim(g);
     }
@@ -425,17 +510,21 @@ impl CursorDeletionState {
             });
         }
         // Single writer: the epoch is only written here, under the write lock.
-        let epoch = self.reset_epoch.load(Ordering::Relaxed);
-        self.reset_epoch.store(epoch + 1, Ordering::Relaxed);
+        let epoch = self.read_side.reset_epoch.load(Ordering::Relaxed);
+        self.read_side
+            .reset_epoch
+            .store(epoch + 1, Ordering::Relaxed);
         // Orders the odd epoch before every data write below for readers
         // that observe any of them (pairs with the reader's acquire fence).
         fence(Ordering::Release);
         g.ranges.invalidate_directory();
         let old = g.mark_delete;
         g.mark_delete = new_md;
-        self.published_mark_delete.store(new_md);
+        self.read_side.mark_delete.store(new_md);
         g.ranges.clear();
-        self.reset_epoch.store(epoch + 2, Ordering::Release);
+        self.read_side
+            .reset_epoch
+            .store(epoch + 2, Ordering::Release);
         tracing::debug!(from = %old, to = %new_md, epoch = epoch + 2, "cursor reset");
         Ok(new_md)
     }
@@ -484,15 +573,16 @@ impl CursorDeletionState {
     #[inline]
     pub fn read_scheduling_lookup(&self, ledger_id: i64, entry_id: i64) -> SchedulingLookup {
         let position = Position::new(ledger_id, entry_id);
-        let epoch = self.reset_epoch.load(Ordering::Acquire);
+        let rs = &*self.read_side;
+        let epoch = rs.reset_epoch.load(Ordering::Acquire);
         let mut mark_delete_seen = None;
         if epoch & 1 == 0 {
-            let md = self.published_mark_delete.with(|m| *m);
+            let md = rs.mark_delete.load();
             mark_delete_seen = Some(md);
-            let deleted = position <= md || self.directory.contains(ledger_id, entry_id);
+            let deleted = position <= md || rs.directory.contains(ledger_id, entry_id);
             // Seqlock read side: every load above happens before the re-read.
             fence(Ordering::Acquire);
-            if self.reset_epoch.load(Ordering::Relaxed) == epoch {
+            if rs.reset_epoch.load(Ordering::Relaxed) == epoch {
                 return SchedulingLookup {
                     deleted,
                     fell_back: false,

@@ -8,7 +8,7 @@ use std::fmt;
 use roaring::RoaringBitmap;
 
 use crate::position::Position;
-use crate::sync::{Arc, Published, RwLock};
+use crate::sync::{Arc, AtomicI64, AtomicU64, AtomicUsize, Ordering, Published, RwLock};
 
 /// Why a [`PositionRangeSet`] operation rejected its input. The set is left
 /// unchanged whenever one of these is returned.
@@ -78,17 +78,44 @@ fn bound_entry(p: Position) -> Result<Option<u32>, RangeSetError> {
 /// through a [`DeletionDirectory`] and take only its short read lock.
 pub(crate) struct LedgerBitmap {
     bits: RwLock<RoaringBitmap>,
+    /// `min << 32 | max` of `bits` ([`EMPTY_BOUNDS`] when empty), stored
+    /// under the write lock after every mutation. A filter only: a query
+    /// outside `min..=max` answers "not contained" without the read lock.
+    /// A stale value can only give a stale "not contained" (to a lock-free
+    /// reader) or an unnecessary lock; every positive comes from `bits`.
+    bounds: AtomicU64,
 }
+
+/// Bounds value of an empty bitmap: `min = u32::MAX > max = 0` admits no entry.
+const EMPTY_BOUNDS: u64 = (u32::MAX as u64) << 32;
 
 impl LedgerBitmap {
     fn new() -> Self {
         Self {
             bits: RwLock::new(RoaringBitmap::new()),
+            bounds: AtomicU64::new(EMPTY_BOUNDS),
         }
+    }
+
+    /// Applies `f` under the write lock and republishes the bounds before
+    /// releasing it.
+    fn mutate<R>(&self, f: impl FnOnce(&mut RoaringBitmap) -> R) -> R {
+        let mut bits = self.bits.write();
+        let r = f(&mut bits);
+        let bounds = match (bits.min(), bits.max()) {
+            (Some(min), Some(max)) => (u64::from(min) << 32) | u64::from(max),
+            _ => EMPTY_BOUNDS,
+        };
+        self.bounds.store(bounds, Ordering::Release);
+        r
     }
 
     #[inline]
     fn contains(&self, entry: u32) -> bool {
+        let b = self.bounds.load(Ordering::Acquire);
+        if entry < (b >> 32) as u32 || entry > b as u32 {
+            return false;
+        }
         self.bits.read().contains(entry)
     }
 }
@@ -124,8 +151,9 @@ impl DirectorySnapshot {
 /// in `PositionRangeSet`).
 ///
 /// The directory is republished (a new immutable snapshot in a
-/// [`Published`] cell) only when the set creates a bitmap for a ledger, and
-/// replaced by an empty one by [`PositionRangeSet::invalidate_directory`] /
+/// [`Published`] cell) only when a ledger gains or loses its bitmap (Pulsar
+/// republishes only on gain; republishing on the rare removal keeps the
+/// empty-directory filter effective), and replaced by an empty one by [`PositionRangeSet::invalidate_directory`] /
 /// [`PositionRangeSet::clear`] / [`PositionRangeSet::rebuild`]. Acks into an
 /// existing ledger mutate the shared bitmap in place, so a lookup always
 /// sees bits at least as new as the directory it loaded, but possibly a
@@ -138,13 +166,85 @@ impl DirectorySnapshot {
 /// which adds the reset-epoch guard.
 #[derive(Clone)]
 pub struct DeletionDirectory {
-    cell: Arc<Published<DirectorySnapshot>>,
+    shared: Arc<DirectoryCell>,
+}
+
+/// Summary slots kept next to the directory (see [`SummarySlot`]). One under
+/// loom, to keep the model's state space small while still exercising both
+/// the summarised and the non-summarised ledger paths.
+#[cfg(not(loom))]
+const SUMMARY_SLOTS: usize = 4;
+#[cfg(loom)]
+const SUMMARY_SLOTS: usize = 1;
+/// `SummarySlot::ledger` value of an unused slot.
+const NO_LEDGER: i64 = i64::MIN;
+
+/// A filter in front of the published cell for one of the first
+/// [`SUMMARY_SLOTS`] ledgers of the directory: its id and a copy of its
+/// bitmap's `min << 32 | max` bounds, refreshed after every mutation. A
+/// lookup for that ledger outside the bounds answers "not contained"
+/// without loading the published cell (the common read-scheduling case: a
+/// read asks for entries beyond everything acknowledged in its ledger).
+/// The two atomics are read separately and may be stale or mismatched:
+/// that can only produce a "not contained" (a stale negative, allowed by
+/// the hint's contract) or a needless cell load; every positive comes from
+/// the bitmap itself.
+struct SummarySlot {
+    ledger: AtomicI64,
+    bounds: AtomicU64,
+}
+
+struct DirectoryCell {
+    summary: [SummarySlot; SUMMARY_SLOTS],
+    cell: Published<DirectorySnapshot>,
+    /// Ledger count of the last published snapshot, stored after it: a
+    /// filter only (0 → answer "not contained" without loading the cell).
+    /// A stale value can only cause a stale "not contained" or a needless
+    /// cell load, never a positive.
+    published_ledgers: AtomicUsize,
 }
 
 impl DeletionDirectory {
     fn new() -> Self {
         Self {
-            cell: Arc::new(Published::new(DirectorySnapshot::default())),
+            shared: Arc::new(DirectoryCell {
+                summary: std::array::from_fn(|_| SummarySlot {
+                    ledger: AtomicI64::new(NO_LEDGER),
+                    bounds: AtomicU64::new(EMPTY_BOUNDS),
+                }),
+                cell: Published::new(DirectorySnapshot::default()),
+                published_ledgers: AtomicUsize::new(0),
+            }),
+        }
+    }
+
+    fn store(&self, snapshot: DirectorySnapshot) {
+        let n = snapshot.ledgers.len();
+        for (i, slot) in self.shared.summary.iter().enumerate() {
+            match snapshot.ledgers.get(i) {
+                Some((l, b)) => {
+                    slot.bounds
+                        .store(b.bounds.load(Ordering::Acquire), Ordering::Release);
+                    slot.ledger.store(*l, Ordering::Release);
+                }
+                None => slot.ledger.store(NO_LEDGER, Ordering::Release),
+            }
+        }
+        self.shared.cell.store(snapshot);
+        self.shared.published_ledgers.store(n, Ordering::Release);
+    }
+
+    /// Copies `bitmap`'s bounds into the summary slot of `ledger_id`, if it
+    /// has one (writer side, after a mutation).
+    fn refresh(&self, ledger_id: i64, bitmap: &LedgerBitmap) {
+        if let Some(slot) = self
+            .shared
+            .summary
+            .iter()
+            .find(|s| s.ledger.load(Ordering::Relaxed) == ledger_id)
+        {
+            slot.bounds
+                .store(bitmap.bounds.load(Ordering::Acquire), Ordering::Release);
         }
     }
 
@@ -157,13 +257,33 @@ impl DeletionDirectory {
         let Ok(entry) = u32::try_from(entry_id) else {
             return false;
         };
-        self.cell
+        let published = self.shared.published_ledgers.load(Ordering::Acquire);
+        if published == 0 {
+            return false;
+        }
+        let mut summarised = false;
+        for slot in &self.shared.summary {
+            if slot.ledger.load(Ordering::Acquire) == ledger_id {
+                let b = slot.bounds.load(Ordering::Acquire);
+                if entry < (b >> 32) as u32 || entry > b as u32 {
+                    return false;
+                }
+                summarised = true;
+                break;
+            }
+        }
+        if !summarised && published <= SUMMARY_SLOTS {
+            // Every published ledger has a slot and none is this one.
+            return false;
+        }
+        self.shared
+            .cell
             .with(|d| d.get(ledger_id).is_some_and(|b| b.contains(entry)))
     }
 
     /// Number of ledgers in the currently published directory (diagnostics).
     pub fn ledger_count(&self) -> usize {
-        self.cell.with(|d| d.ledgers.len())
+        self.shared.cell.with(|d| d.ledgers.len())
     }
 }
 
@@ -250,14 +370,14 @@ impl PositionRangeSet {
                 .map(|(l, b)| (*l, Arc::clone(b)))
                 .collect(),
         };
-        self.directory.cell.store(snapshot);
+        self.directory.store(snapshot);
     }
 
     /// Publishes an empty directory (lock-free readers then find no bitmap)
     /// without touching the authoritative map. Reset calls this before it
     /// moves mark-delete.
     pub fn invalidate_directory(&self) {
-        self.directory.cell.store(DirectorySnapshot::default());
+        self.directory.store(DirectorySnapshot::default());
     }
 
     fn bitmap_or_create(&mut self, ledger_id: i64) -> (Arc<LedgerBitmap>, bool) {
@@ -269,16 +389,28 @@ impl PositionRangeSet {
         (b, true)
     }
 
+    /// Drops a whole ledger from the map and republishes the directory. Its
+    /// bits are cleared first: a reader still holding an older directory
+    /// snapshot that shares this bitmap must not report its entries.
+    fn drop_ledger(&mut self, ledger_id: i64) {
+        if let Some(b) = self.ledgers.remove(&ledger_id) {
+            b.mutate(|bits| bits.clear());
+            self.publish_directory();
+        }
+    }
+
     fn drop_if_empty(&mut self, ledger_id: i64) {
         let empty = self
             .ledgers
             .get(&ledger_id)
             .is_some_and(|b| b.bits.read().is_empty());
         if empty {
-            // The published directory is not republished on removal (as in
-            // Pulsar): an old snapshot may keep the emptied bitmap, which can
-            // only make a lock-free reader answer "not deleted".
+            // Unlike Pulsar, removal republishes too (removal is rare: a
+            // ledger fully below mark-delete), keeping the directory tight
+            // for the empty-directory filter. A reader still holding the old
+            // snapshot sees the emptied bitmap: at worst "not deleted".
             self.ledgers.remove(&ledger_id);
+            self.publish_directory();
         }
     }
 
@@ -312,22 +444,26 @@ impl PositionRangeSet {
         let first = lo.map_or(0, |x| x + 1); // lo < up here when same ledger
         if lower.ledger_id == upper.ledger_id {
             let (b, created) = self.bitmap_or_create(upper.ledger_id);
-            b.bits.write().insert_range(first..=up);
+            b.mutate(|bits| bits.insert_range(first..=up));
+            self.directory.refresh(upper.ledger_id, &b);
             if created {
                 self.publish_directory();
             }
             return Ok(());
         }
         if let Some(a) = self.ledgers.get(&lower.ledger_id) {
-            let mut bits = a.bits.write();
-            if let Some(max) = bits.max() {
-                if lo.map_or(true, |x| max > x) {
-                    bits.insert_range(first..=max);
+            a.mutate(|bits| {
+                if let Some(max) = bits.max() {
+                    if lo.map_or(true, |x| max > x) {
+                        bits.insert_range(first..=max);
+                    }
                 }
-            }
+            });
+            self.directory.refresh(lower.ledger_id, a);
         }
         let (b, created) = self.bitmap_or_create(upper.ledger_id);
-        b.bits.write().insert_range(0..=up);
+        b.mutate(|bits| bits.insert_range(0..=up));
+        self.directory.refresh(upper.ledger_id, &b);
         if created {
             self.publish_directory();
         }
@@ -341,6 +477,23 @@ impl PositionRangeSet {
     pub fn add(&mut self, p: Position) -> Result<(), RangeSetError> {
         member_entry(p)?;
         self.add_open_closed(p.previous_in_ledger(), p)
+    }
+
+    /// Adds single entries of one ledger under ONE bitmap write lock (the
+    /// grouped-ack path: a reader of that bitmap waits at most once per
+    /// group, not once per entry). Returns how many were not already in
+    /// the set. Entries need not be sorted.
+    pub fn add_entries(&mut self, ledger_id: i64, entries: &[u32]) -> usize {
+        if entries.is_empty() {
+            return 0;
+        }
+        let (b, created) = self.bitmap_or_create(ledger_id);
+        let added = b.mutate(|bits| entries.iter().filter(|e| bits.insert(**e)).count());
+        self.directory.refresh(ledger_id, &b);
+        if created {
+            self.publish_directory();
+        }
+        added
     }
 
     /// Removes the closed range `[lower, upper]`.
@@ -364,16 +517,19 @@ impl PositionRangeSet {
         }
         if lower.ledger_id == upper.ledger_id {
             if let Some(b) = self.ledgers.get(&lower.ledger_id) {
-                b.bits.write().remove_range(lo..=up);
+                b.mutate(|bits| bits.remove_range(lo..=up));
+                self.directory.refresh(lower.ledger_id, b);
             }
             self.drop_if_empty(lower.ledger_id);
             return Ok(());
         }
         if let Some(a) = self.ledgers.get(&lower.ledger_id) {
-            let mut bits = a.bits.write();
-            if let Some(max) = bits.max() {
-                bits.remove_range(lo..max);
-            }
+            a.mutate(|bits| {
+                if let Some(max) = bits.max() {
+                    bits.remove_range(lo..max);
+                }
+            });
+            self.directory.refresh(lower.ledger_id, a);
         }
         let between: Vec<i64> = self
             .ledgers
@@ -381,10 +537,11 @@ impl PositionRangeSet {
             .map(|(l, _)| *l)
             .collect();
         for l in between {
-            self.ledgers.remove(&l);
+            self.drop_ledger(l);
         }
         if let Some(b) = self.ledgers.get(&upper.ledger_id) {
-            b.bits.write().remove_range(0..=up);
+            b.mutate(|bits| bits.remove_range(0..=up));
+            self.directory.refresh(upper.ledger_id, b);
         }
         self.drop_if_empty(lower.ledger_id);
         self.drop_if_empty(upper.ledger_id);
@@ -403,10 +560,11 @@ impl PositionRangeSet {
         let bound = bound_entry(Position::new(ledger_id, entry_id))?;
         let below: Vec<i64> = self.ledgers.range(..ledger_id).map(|(l, _)| *l).collect();
         for l in below {
-            self.ledgers.remove(&l);
+            self.drop_ledger(l);
         }
         if let (Some(e), Some(b)) = (bound, self.ledgers.get(&ledger_id)) {
-            b.bits.write().remove_range(0..=e);
+            b.mutate(|bits| bits.remove_range(0..=e));
+            self.directory.refresh(ledger_id, b);
             self.drop_if_empty(ledger_id);
         }
         Ok(())

@@ -156,9 +156,10 @@ fn directory_republished_on_new_ledger_only_and_invalidated_by_clear() {
     assert_eq!(d.ledger_count(), 1);
     s.add(p(2, 0)).unwrap();
     assert_eq!(d.ledger_count(), 2);
-    s.remove_at_most(1, 10).unwrap(); // removal does not republish
-    assert_eq!(d.ledger_count(), 2);
-    assert!(!d.contains(1, 3)); // but the shared bitmap was emptied
+    let old = d.ledger_count();
+    s.remove_at_most(1, 10).unwrap(); // ledger 1 emptied and dropped: republished
+    assert_eq!((old, d.ledger_count()), (2, 1));
+    assert!(!d.contains(1, 3));
     s.clear();
     assert_eq!(d.ledger_count(), 0);
     assert!(!d.contains(2, 0));
@@ -266,6 +267,41 @@ fn reset_moves_mark_delete_backward_clears_ranges_and_bumps_epoch() {
         Err(DeletionError::RangeSet(_))
     ));
     assert_eq!(st.reset_epoch(), 4);
+}
+
+#[test]
+fn mark_delete_snapshot_packs_or_falls_back_to_the_published_cell() {
+    let big = 1i64 << 40;
+    let l = LedgerLayout::new([(1, 10), (big, 10)]);
+    let st = CursorDeletionState::new(p(1, -1)).unwrap();
+    st.delete(&[p(1, 0)], &l).unwrap();
+    assert!(st.is_deleted_for_read_scheduling(1, 0));
+    // Unpackable ledger id: the mark-delete goes through the Published cell.
+    st.mark_delete(p(big, 3), &l).unwrap();
+    for (q, want) in [(p(1, 9), true), (p(big, 3), true), (p(big, 4), false)] {
+        assert_eq!(
+            st.is_deleted_for_read_scheduling(q.ledger_id, q.entry_id),
+            want,
+            "{q}"
+        );
+    }
+    // Back to a packable one (reset backward).
+    st.reset(p(1, 5), &l).unwrap();
+    for (q, want) in [(p(1, 4), true), (p(1, 5), false), (p(big, 0), false)] {
+        assert_eq!(
+            st.is_deleted_for_read_scheduling(q.ledger_id, q.entry_id),
+            want,
+            "{q}"
+        );
+    }
+    // Entry id u32::MAX does not pack either.
+    let lx = LedgerLayout::new([(1, u32::MAX), (2, 1)]);
+    let st = CursorDeletionState::new(p(1, i64::from(u32::MAX))).unwrap();
+    assert!(st.is_deleted_for_read_scheduling(1, i64::from(u32::MAX)));
+    assert!(!st.is_deleted_for_read_scheduling(2, 0));
+    st.delete(&[p(2, 0)], &lx).unwrap();
+    assert_eq!(st.mark_delete_position(), p(2, 0)); // packable again
+    assert!(st.is_deleted_for_read_scheduling(2, 0));
 }
 
 #[test]

@@ -93,6 +93,29 @@ impl BucketDelayedMessageIndex {
         removed
     }
 
+    /// Untracks every position `<= (ledger_id, entry_id)` (acknowledged by
+    /// mark-delete); returns how many were tracked.
+    pub fn untrack_up_to(&mut self, ledger_id: i64, entry_id: i64) -> u64 {
+        let below: Vec<i64> = self.bitmaps.range(..ledger_id).map(|(l, _)| *l).collect();
+        let mut removed = 0;
+        for l in below {
+            if let Some(bm) = self.bitmaps.remove(&l) {
+                removed += bm.len();
+            }
+        }
+        if entry_id >= 0 {
+            if let Some(bm) = self.bitmaps.get_mut(&ledger_id) {
+                let hi = u32::try_from(entry_id).unwrap_or(u32::MAX);
+                removed += bm.remove_range(..=hi);
+                if bm.is_empty() {
+                    self.bitmaps.remove(&ledger_id);
+                }
+            }
+        }
+        self.count -= removed;
+        removed
+    }
+
     /// Number of tracked positions (Pulsar `getNumberOfDelayedMessages`).
     pub fn len(&self) -> u64 {
         self.count

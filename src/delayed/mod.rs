@@ -35,8 +35,18 @@
 //!   entries are never delivered twice nor counted twice.
 //! * Merge reads segments `1..=last` of each source bucket but persists only
 //!   indexes that are **still in the runtime index** (nothing already
-//!   dispatched is written again), and enqueues the merged first segment only
-//!   for positions that are **not already live** in the shared queue.
+//!   dispatched is written again); tracked positions queued in the gaps of
+//!   the merged range are persisted too, so the merged snapshot covers its
+//!   whole range. After the atomic commit the queue entries of the merged
+//!   positions are replaced by the merged first segment, so **no position
+//!   gets a second live queue entry**.
+//! * [`BucketDelayedDeliveryTracker::update_mark_delete`] untracks every
+//!   acknowledged position at once (Pulsar keeps them counted until trim),
+//!   so the count is exactly the number of pending delayed messages.
+//! * A segment that cannot be decoded at runtime is replaced by the
+//!   positions of its metadata bitmaps, delivered at the segment's max
+//!   timestamp (late, never early, never lost); a transient read failure
+//!   keeps the head and is retried on the next call.
 //! * Trim untracks every bit of the trimmed bucket's frozen bitmap; recovery
 //!   restores each bucket's bitmap into the runtime index.
 //! * The counter ([`BucketDelayedDeliveryTracker::number_of_delayed_messages`])

@@ -190,6 +190,8 @@ impl CutSegment {
 /// or (`max_indexes != −1`) it holds `max_indexes` indexes. `min` is the
 /// first timestamp and `max` the last.
 ///
+/// A `time_step_ms` of 0 is treated as 1.
+///
 /// Example with a 10 ms step: timestamps 10, 20, 30 → 3 segments; 10, 10,
 /// 10, 10, 20 → 2; twenty indexes at one timestamp with `max_indexes = 5` → 4.
 pub fn cut_segments(
@@ -217,7 +219,7 @@ pub fn cut_segments(
                     min_schedule_timestamp: idx.timestamp,
                     max_schedule_timestamp: idx.timestamp,
                 },
-                idx.timestamp.saturating_add(time_step_ms - 1),
+                idx.timestamp.saturating_add(time_step_ms.max(1) - 1),
             )
         });
         seg.indexes.push(idx);

@@ -174,9 +174,9 @@ fn merge_keeps_only_undispatched_and_adds_no_second_live_copy() {
         vec![id],
         "sources replaced atomically"
     );
-    // (2,0)@15 and (1,1)@20 were live; merged segment 1 = (2,0) must not be
-    // queued twice. Queue: (1,1), (2,0), (3,0)? (3,0) is in the mutable heap.
-    assert_eq!(t.shared_queue_len(), 2);
+    // (2,0)@15 and (1,1)@20 were live; their entries are replaced by the
+    // merged segment 1 = (2,0): one live entry, none twice.
+    assert_eq!(t.shared_queue_len(), 1);
     f.clock.set(40);
     let got = drain(&t);
     assert_eq!(got, vec![p(1, 1), p(1, 2), p(2, 0), p(2, 1), p(2, 2)]);
@@ -231,10 +231,14 @@ fn trim_untracks_per_bit() {
     f.clock.set(12);
     t.get_scheduled_messages(10).unwrap(); // (1,0) delivered
     t.update_mark_delete(p(2, 0));
+    // Acknowledged positions (ledger 1 and (2,0)) are untracked at once.
+    assert_eq!(t.number_of_delayed_messages(), 3);
     t.trim_and_merge().unwrap();
-    // Bucket A ([1,1]) trimmed: only its 2 still-tracked bits are subtracted.
-    assert_eq!(t.number_of_delayed_messages(), 4);
+    // Bucket A ([1,1]) trimmed; its bits are untracked per bit, and only
+    // still-tracked bits would count, so nothing is subtracted twice.
+    assert_eq!(t.number_of_delayed_messages(), 3);
     assert_eq!(t.buckets().len(), 1);
+    assert_eq!(t.stats().trimmed_buckets, 1);
     t.verify_invariants().unwrap();
 }
 
@@ -245,7 +249,7 @@ fn orphaned_entries_below_mark_delete_are_dropped() {
     t.update_mark_delete(p(2, 0));
     f.clock.set(40);
     let got = drain(&t);
-    assert_eq!(got, vec![p(2, 0), p(2, 1), p(2, 2)]);
+    assert_eq!(got, vec![p(2, 1), p(2, 2)]);
     assert_eq!(t.number_of_delayed_messages(), 1);
 }
 
@@ -477,4 +481,64 @@ fn redb_storage_roundtrip_is_atomic_with_cursor_property() {
     assert_eq!(t.number_of_delayed_messages(), 6);
     clock.set(50);
     assert_eq!(drain(&t).len(), 6);
+}
+
+#[test]
+fn merge_persists_gap_positions_so_the_merged_range_is_complete() {
+    let f = Fixture::new();
+    let t = f.tracker(cfg()).unwrap();
+    t.add_message(1, 0, 10).unwrap();
+    t.add_message(1, 1, 20).unwrap();
+    t.add_message(2, 0, 15).unwrap(); // seals [1,1]
+    t.add_message(2, 1, 25).unwrap();
+    f.faulty.arm(FaultPlan {
+        create: 4,
+        ..FaultPlan::default()
+    });
+    t.add_message(3, 0, 17).unwrap(); // seal of [2,2] fails: kept in the queue
+    assert_eq!(t.stats().seal_failures, 1);
+    t.add_message(3, 1, 27).unwrap();
+    t.add_message(4, 0, 100).unwrap(); // seals [3,3]
+    assert_eq!(t.buckets().len(), 2);
+    assert!(t.trim_and_merge().unwrap());
+    assert_eq!(
+        t.buckets()[0].0,
+        BucketContext {
+            start_ledger_id: 1,
+            end_ledger_id: 3
+        }
+    );
+    t.verify_invariants().unwrap();
+    drop(t);
+    let t = f.tracker(cfg()).unwrap();
+    assert_eq!(
+        t.number_of_delayed_messages(),
+        6,
+        "ledger 2 is in the merged snapshot"
+    );
+    f.clock.set(50);
+    assert_eq!(drain(&t).len(), 6);
+}
+
+#[test]
+fn unreadable_segment_at_runtime_falls_back_to_its_metadata_bitmaps() {
+    let f = Fixture::new();
+    let t = two_buckets(&f);
+    let (_, id_a, _, _) = t.buckets()[0];
+    assert!(f.mem.set_raw_entry(id_a, 2, Some(vec![0xff, 0xff])));
+    // Segment 2 of A ((1,1)@20) cannot be decoded: its positions come from
+    // the metadata bitmap at the segment's max timestamp (20), not earlier.
+    f.clock.set(19);
+    let early = drain(&t);
+    assert!(!early.contains(&p(1, 1)));
+    f.clock.set(40);
+    let mut all = early;
+    all.extend(drain(&t));
+    all.sort();
+    assert_eq!(
+        all,
+        vec![p(1, 0), p(1, 1), p(1, 2), p(2, 0), p(2, 1), p(2, 2)]
+    );
+    assert_eq!(t.number_of_delayed_messages(), 1);
+    t.verify_invariants().unwrap();
 }

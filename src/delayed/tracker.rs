@@ -3,7 +3,7 @@
 //! seed 000 including the reviewer's follow-up).
 
 use std::cmp::Reverse;
-use std::collections::{BTreeMap, BinaryHeap, HashMap, HashSet};
+use std::collections::{BTreeMap, BinaryHeap, HashMap};
 use std::sync::Arc;
 
 use roaring::RoaringBitmap;
@@ -605,7 +605,10 @@ impl BucketDelayedDeliveryTracker {
         if target <= now {
             return None;
         }
-        let tick_floor = (inner.last_tick_run_ms + self.config.tick_time_ms).saturating_sub(now);
+        let tick_floor = inner
+            .last_tick_run_ms
+            .saturating_add(self.config.tick_time_ms)
+            .saturating_sub(now);
         Some((target - now).max(tick_floor))
     }
 
@@ -641,13 +644,20 @@ impl BucketDelayedDeliveryTracker {
     }
 
     /// Records the subscription's mark-delete position (Pulsar reads it from
-    /// the cursor): its ledger is `firstLive` for trim and for dropping
-    /// orphaned queue entries. Only moves forward.
+    /// the cursor; call it after construction and whenever it advances): its
+    /// ledger is `firstLive` for trim and for dropping orphaned queue entries,
+    /// and every tracked position `<= position` is untracked (acknowledged
+    /// messages are never delivered again and do not count; Pulsar keeps them
+    /// counted until trim). Only moves forward.
     pub fn update_mark_delete(&self, position: Position) {
         let mut inner = self.inner.lock();
         if inner.mark_delete.map_or(true, |p| position > p) {
             inner.mark_delete = Some(position);
+            inner
+                .index
+                .untrack_up_to(position.ledger_id, position.entry_id);
         }
+        self.debug_check(&inner);
     }
 
     // ------------------------------------------------------------ trim / merge
@@ -759,11 +769,12 @@ impl BucketDelayedDeliveryTracker {
     }
 
     /// Merge execution (post-fix + reviewer): read segments 1..=last of each
-    /// source, keep only indexes still in the runtime index, build one
-    /// snapshot over `[first.start, last.end]`, commit it replacing the
-    /// sources atomically, then enqueue its first segment only for positions
-    /// not already live in the shared queue. Any storage failure aborts the
-    /// merge with the sources unchanged.
+    /// source (plus tracked queued positions in the range's gaps), keep only
+    /// indexes still in the runtime index, build one snapshot over
+    /// `[first.start, last.end]`, commit it replacing the sources atomically,
+    /// then replace the queue entries of its positions by its first segment
+    /// (no second live entry). Any storage failure aborts the merge with the
+    /// sources unchanged.
     fn merge(&self, inner: &mut Inner) -> bool {
         let Some(sources) = self.select_merge(inner) else {
             return false;
@@ -827,6 +838,22 @@ impl BucketDelayedDeliveryTracker {
                 .ctx
                 .end_ledger_id,
         };
+        // Tracked positions queued inside the merged range but in no source
+        // snapshot (gaps between the sources: failed seals, late adds) are
+        // persisted too, so the merged snapshot covers its whole range.
+        let in_source = |l: i64, e: u32| {
+            sources.iter().any(|s| {
+                inner.immutable[s]
+                    .frozen_bitmap
+                    .get(&l)
+                    .is_some_and(|bm| bm.contains(e))
+            })
+        };
+        kept.extend(inner.shared_queue.iter().map(|r| r.0).filter(|i| {
+            ctx.contains(i.ledger_id)
+                && inner.index.contains(i.ledger_id, i.entry_id)
+                && !in_source(i.ledger_id, i.entry_id)
+        }));
         kept.sort_unstable();
         kept.dedup();
         let count = kept.len() as u64;
@@ -854,16 +881,19 @@ impl BucketDelayedDeliveryTracker {
         let protos: Vec<SnapshotSegment> = segments.iter().map(CutSegment::to_proto).collect();
         let key = ctx.key();
         let id = self.create_with_retries(&metadata, &protos, &key, &replaces)?;
-        // Committed: the merged bucket replaces its sources.
-        let live: HashSet<(i64, u32)> = inner
-            .shared_queue
-            .iter()
-            .filter(|r| ctx.contains(r.0.ledger_id))
-            .map(|r| (r.0.ledger_id, r.0.entry_id))
-            .collect();
+        // Committed: the merged bucket replaces its sources. Its positions
+        // are live again only through its first segment: drop their queue
+        // entries (the sources' loaded segments, gap entries) and queue
+        // segment 1, so no position gets a second live entry (reviewer fix).
         for s in sources {
             Self::remove_bucket(inner, *s);
         }
+        let frozen = union_bitmaps(&segments);
+        inner.shared_queue.retain(|r| {
+            !frozen
+                .get(&r.0.ledger_id)
+                .is_some_and(|bm| bm.contains(r.0.entry_id))
+        });
         let bucket = ImmutableBucket {
             ctx,
             snapshot_id: id,
@@ -871,7 +901,7 @@ impl BucketDelayedDeliveryTracker {
             last_segment_entry_id: segments.len() as u64,
             number_bucket_delayed_messages: count,
             first_schedule_timestamps: segments.iter().map(|s| s.min_schedule_timestamp).collect(),
-            frozen_bitmap: union_bitmaps(&segments),
+            frozen_bitmap: frozen,
             merging: false,
             boundary: None,
         };
@@ -880,16 +910,7 @@ impl BucketDelayedDeliveryTracker {
             .into_iter()
             .next()
             .expect("checked non-empty above");
-        let boundary = first.indexes.last().copied();
-        // Reviewer fix: no second live queue entry for a position already queued.
-        inner.shared_queue.extend(
-            first
-                .indexes
-                .into_iter()
-                .filter(|i| !live.contains(&(i.ledger_id, i.entry_id)))
-                .map(Reverse),
-        );
-        Self::set_boundary(inner, ctx.start_ledger_id, boundary);
+        Self::install_segment(inner, ctx.start_ledger_id, first.indexes);
         tracing::debug!(bucket = %key, snapshot_id = id, count, "merged buckets");
         Ok(())
     }

@@ -1,0 +1,176 @@
+//! shuttle: the lock-free read-scheduling hint of `src/cursor` under large
+//! random and PCT (depth 3) schedules, with fixed seeds: 3 ack threads doing
+//! grouped acks (mark-delete advances through contiguous ranges, acks into
+//! two ledgers), a reset thread doing occasional resets (backward and
+//! forward), and 2 readers. Property: when no reset overlapped a lookup,
+//! a positive hint is confirmed by the authoritative (locked) check at the
+//! lookup's end; a never-acknowledged position is never reported deleted.
+//! The crate's real code runs through `crate::sync`.
+//!
+//! Negative control: a small test-only model that publishes mark-delete as
+//! two separate atomics; shuttle must find the torn read.
+#![cfg(feature = "shuttle")]
+
+use std::panic::{catch_unwind, AssertUnwindSafe};
+
+use pulsar_core::cursor::{CursorDeletionState, LedgerLayout};
+use pulsar_core::sync::{thread, Arc, AtomicI64, AtomicUsize, Mutex, Ordering};
+use pulsar_core::Position;
+use shuttle::scheduler::{PctScheduler, RandomScheduler};
+use shuttle::{Config, Runner};
+
+const ITERATIONS: usize = 10_000;
+const RANDOM_SEED: u64 = 0x0004_4614_f94b;
+const PCT_SEED: u64 = 0x0004_f218_5b4e;
+
+fn p(l: i64, e: i64) -> Position {
+    Position::new(l, e)
+}
+
+fn scenario() {
+    let ledger = LedgerLayout::new([(1, 12), (2, 12)]);
+    let state = Arc::new(CursorDeletionState::new(p(1, -1)).unwrap());
+    let resets_started = Arc::new(AtomicUsize::new(0));
+    let resets_done = Arc::new(AtomicUsize::new(0));
+
+    let mut handles = Vec::new();
+    for t in 0..3i64 {
+        let (state, ledger) = (Arc::clone(&state), ledger.clone());
+        handles.push(thread::spawn(move || {
+            // Thread t acks entries e ≡ t (mod 3) of ledger 1 (0..9) and of
+            // ledger 2 (0..6), in groups of two.
+            let mine: Vec<Position> = (0..9)
+                .filter(|e| e % 3 == t)
+                .map(|e| p(1, e))
+                .chain((0..6).filter(|e| e % 3 == t).map(|e| p(2, e)))
+                .collect();
+            for group in mine.chunks(2) {
+                state.delete(group, &ledger).unwrap();
+            }
+        }));
+    }
+    {
+        let (state, ledger) = (Arc::clone(&state), ledger.clone());
+        let (started, done) = (Arc::clone(&resets_started), Arc::clone(&resets_done));
+        handles.push(thread::spawn(move || {
+            for target in [p(1, 2), p(1, 7)] {
+                thread::yield_now();
+                started.fetch_add(1, Ordering::SeqCst);
+                state.reset(target, &ledger).unwrap();
+                done.fetch_add(1, Ordering::SeqCst);
+            }
+        }));
+    }
+    for r in 0..2i64 {
+        let state = Arc::clone(&state);
+        let (started, done) = (Arc::clone(&resets_started), Arc::clone(&resets_done));
+        handles.push(thread::spawn(move || {
+            let queries = [p(1, 1 + r), p(1, 5), p(2, 2 + r), p(1, 8), p(2, 9)];
+            for q in queries {
+                let s0 = started.load(Ordering::SeqCst);
+                let d0 = done.load(Ordering::SeqCst);
+                let look = state.read_scheduling_lookup(q.ledger_id, q.entry_id);
+                let authoritative = state.is_message_deleted(q);
+                let s1 = started.load(Ordering::SeqCst);
+                if s0 == d0 && s0 == s1 && look.deleted {
+                    assert!(
+                        authoritative,
+                        "stale positive for {q} with no reset overlapping: {look:?}"
+                    );
+                }
+                if q.ledger_id == 2 && q.entry_id >= 6 {
+                    assert!(
+                        !look.deleted,
+                        "invented positive for never-acked {q}: {look:?}"
+                    );
+                }
+            }
+        }));
+    }
+    for h in handles {
+        h.join().unwrap();
+    }
+    // Quiescent: hint == authoritative everywhere.
+    for l in 1..=2 {
+        for e in -1..12 {
+            assert_eq!(
+                state.is_deleted_for_read_scheduling(l, e),
+                state.is_message_deleted(p(l, e)),
+                "quiescent disagreement at {l}:{e}"
+            );
+        }
+    }
+    assert_eq!(state.reset_epoch(), 4);
+}
+
+#[test]
+fn hint_random_schedules() {
+    let runner = Runner::new(
+        RandomScheduler::new_from_seed(RANDOM_SEED, ITERATIONS),
+        Config::new(),
+    );
+    let n = runner.run(scenario);
+    assert_eq!(n, ITERATIONS);
+    eprintln!("shuttle_cursor: {n} random schedules (seed {RANDOM_SEED:#x})");
+}
+
+#[test]
+fn hint_pct_depth3_schedules() {
+    let runner = Runner::new(
+        PctScheduler::new_from_seed(PCT_SEED, 3, ITERATIONS),
+        Config::new(),
+    );
+    let n = runner.run(scenario);
+    assert_eq!(n, ITERATIONS);
+    eprintln!("shuttle_cursor: {n} PCT depth-3 schedules (seed {PCT_SEED:#x})");
+}
+
+/// Test-only model: mark-delete as two separate atomics next to the
+/// authoritative value under a lock. The writer advances (5,100) → (6,3) in
+/// one locked section; the lock-free reader may read (6,100).
+fn torn_mark_delete_model() {
+    let ledger = Arc::new(AtomicI64::new(5));
+    let entry = Arc::new(AtomicI64::new(100));
+    let authoritative = Arc::new(Mutex::new((5i64, 100i64)));
+    let w = {
+        let (ledger, entry, authoritative) = (
+            Arc::clone(&ledger),
+            Arc::clone(&entry),
+            Arc::clone(&authoritative),
+        );
+        thread::spawn(move || {
+            let mut g = authoritative.lock();
+            ledger.store(6, Ordering::SeqCst);
+            entry.store(3, Ordering::SeqCst);
+            *g = (6, 3);
+        })
+    };
+    let md = (ledger.load(Ordering::SeqCst), entry.load(Ordering::SeqCst));
+    let hint = (6, 50) <= md;
+    let truth = (6, 50) <= *authoritative.lock();
+    if hint {
+        assert!(truth, "torn mark-delete {md:?}: stale positive for (6,50)");
+    }
+    w.join().unwrap();
+}
+
+#[test]
+fn negative_control_mark_delete_as_two_atomics_is_caught() {
+    let result = catch_unwind(AssertUnwindSafe(|| {
+        let runner = Runner::new(
+            PctScheduler::new_from_seed(PCT_SEED, 3, ITERATIONS),
+            Config::new(),
+        );
+        runner.run(torn_mark_delete_model);
+    }));
+    let err = result.expect_err("shuttle must find the torn mark-delete read");
+    let msg = err
+        .downcast_ref::<String>()
+        .cloned()
+        .or_else(|| err.downcast_ref::<&str>().map(|s| s.to_string()))
+        .unwrap_or_default();
+    assert!(
+        msg.contains("torn mark-delete"),
+        "unexpected failure: {msg}"
+    );
+}

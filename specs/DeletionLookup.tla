@@ -1,0 +1,278 @@
+--------------------------- MODULE DeletionLookup ---------------------------
+(***************************************************************************)
+(* The cursor deletion state of pulsar-core's src/cursor (seed 004) and    *)
+(* its lock-free read-scheduling hint.                                     *)
+(*                                                                         *)
+(* Authoritative state (guarded by the cursor write lock): the mark-delete *)
+(* position md and an ordered map ledger -> bitmap object. Bitmap objects *)
+(* are shared by reference with the PUBLISHED directory dir, which is      *)
+(* republished only when an ack creates a bitmap for a ledger, and         *)
+(* invalidated (emptied) by reset. Reset may move md backward and clears   *)
+(* the map, bracketed by an odd/even epoch.                                *)
+(*                                                                         *)
+(* The reader (is_deleted_for_read_scheduling) is split into its real     *)
+(* steps: load epoch, load md, load dir entry, read the bitmap, re-check  *)
+(* the epoch (fall back to the locked check when odd or changed).          *)
+(*                                                                         *)
+(* Not modelled: the implementation's lock-free filters (empty-directory  *)
+(* count, per-ledger summary slots, per-bitmap min/max bounds) and its     *)
+(* republish on ledger removal. Each can only turn a lookup into "not      *)
+(* deleted" (a stale negative) or skip nothing; every "deleted" answer     *)
+(* still comes from md or a bitmap read modelled here.                     *)
+(*                                                                         *)
+(* Switches (negative controls):                                           *)
+(*   EpochCheck = FALSE : no epoch re-check (the lookup returns whatever   *)
+(*                        it computed).                                    *)
+(*   AtomicMD   = FALSE : md read as two separate atomics (entry, then     *)
+(*                        ledger), so a forward advance can be torn.       *)
+(***************************************************************************)
+EXTENDS Naturals, Integers, FiniteSets
+
+CONSTANTS NumLedgers,   \* ledgers 1..NumLedgers
+          MaxEntry,     \* every ledger holds entries 0..MaxEntry
+          MaxResets,    \* resets the model performs at most
+          MaxIds,       \* bitmap objects the model allocates at most
+          ResetTo,      \* the mark-delete a reset moves to (backward)
+          EpochCheck,   \* BOOLEAN: reader re-checks the epoch (the fix)
+          AtomicMD      \* BOOLEAN: md is read as one snapshot (the fix)
+
+VARIABLES md,      \* mark-delete position <<ledger, entry>>
+          bm,      \* bitmap object id -> set of entry ids (live, shared)
+          map,     \* authoritative ledger -> bitmap id (NoId = none)
+          dir,     \* published directory ledger -> bitmap id
+          nextId,  \* next fresh bitmap object id
+          epoch,   \* reset epoch: odd while a reset is in progress
+          resets,  \* resets started so far
+          writer,  \* "none" or "reset" (reset holds the write lock)
+          pc,      \* reader program counter
+          q,       \* position the reader looks up
+          e1,      \* epoch read on entry
+          rmd,     \* md snapshot read
+          rid,     \* bitmap id read from the directory
+          ans      \* answer computed / returned
+
+vars == <<md, bm, map, dir, nextId, epoch, resets, writer, pc, q, e1, rmd, rid, ans>>
+
+Ledgers == 1..NumLedgers
+Entries == 0..MaxEntry
+Ids == 1..MaxIds
+NoId == 0
+Positions == Ledgers \X (-1..MaxEntry)       \* includes the (L,-1) bounds
+Members == Ledgers \X Entries                  \* positions holding entries
+
+Leq(a, b) == (a[1] < b[1]) \/ ((a[1] = b[1]) /\ (a[2] <= b[2]))
+Less(a, b) == Leq(a, b) /\ (a /= b)
+
+InMap(p) == (map[p[1]] /= NoId) /\ (p[2] \in bm[map[p[1]]])
+
+\* The authoritative "deleted" predicate (is_message_deleted).
+Deleted(p) == Leq(p, md) \/ InMap(p)
+
+Init ==
+    /\ md = <<1, -1>>
+    /\ bm = [i \in Ids |-> {}]
+    /\ map = [l \in Ledgers |-> NoId]
+    /\ dir = [l \in Ledgers |-> NoId]
+    /\ nextId = 1
+    /\ epoch = 0
+    /\ resets = 0
+    /\ writer = "none"
+    /\ pc = "idle"
+    /\ q = <<1, 0>>
+    /\ e1 = 0
+    /\ rmd = <<1, -1>>
+    /\ rid = NoId
+    /\ ans = FALSE
+
+readerVars == <<pc, q, e1, rmd, rid, ans>>
+
+(* Writers never act in the instant the reader returns: "done" is the     *)
+(* return point at which NoStalePositive is evaluated.                     *)
+WriterMayAct == writer = "none" /\ pc /= "done"
+
+(* Grouped ack of one position under the write lock: adds the bit to the  *)
+(* ledger's live bitmap; a new bitmap object republishes the directory.   *)
+Ack(p) ==
+    /\ WriterMayAct
+    /\ ~Deleted(p)
+    /\ IF map[p[1]] /= NoId
+         THEN /\ bm' = [bm EXCEPT ![map[p[1]]] = @ \cup {p[2]}]
+              /\ UNCHANGED <<map, dir, nextId>>
+         ELSE /\ nextId <= MaxIds
+              /\ bm' = [bm EXCEPT ![nextId] = {p[2]}]
+              /\ map' = [map EXCEPT ![p[1]] = nextId]
+              /\ dir' = [map EXCEPT ![p[1]] = nextId]
+              /\ nextId' = nextId + 1
+    /\ UNCHANGED <<md, epoch, resets, writer>>
+    /\ UNCHANGED readerVars
+
+AllDeletedUpTo(c) == \A r \in Members : (Less(md, r) /\ Leq(r, c)) => InMap(r)
+
+(* Mark-delete advance, one write section: md (one atomic published       *)
+(* snapshot) moves forward through every contiguous deleted entry, THEN   *)
+(* the set is trimmed (remove_at_most(md)): bits <= md leave the live     *)
+(* bitmaps, empty bitmaps leave the map; the directory is NOT republished.*)
+Advance(c) ==
+    /\ WriterMayAct
+    /\ Less(md, c)
+    /\ AllDeletedUpTo(c)
+    /\ \A c2 \in Positions : (Less(c, c2) /\ AllDeletedUpTo(c2)) => FALSE
+    /\ md' = c
+    /\ LET live == {map[l] : l \in {l2 \in Ledgers : map[l2] /= NoId}}
+           owner(i) == CHOOSE l \in Ledgers : map[l] = i
+           kept(i) == {e \in bm[i] : ~Leq(<<owner(i), e>>, c)}
+       IN /\ bm' = [i \in Ids |-> IF i \in live THEN kept(i) ELSE bm[i]]
+          /\ map' = [l \in Ledgers |->
+                       IF map[l] /= NoId /\ kept(map[l]) = {} THEN NoId ELSE map[l]]
+    /\ UNCHANGED <<dir, nextId, epoch, resets, writer>>
+    /\ UNCHANGED readerVars
+
+(* Reset, under the write lock, in its real steps.                        *)
+ResetBegin ==
+    /\ WriterMayAct
+    /\ resets < MaxResets
+    /\ writer' = "reset"
+    /\ epoch' = epoch + 1
+    /\ resets' = resets + 1
+    /\ UNCHANGED <<md, bm, map, dir, nextId>>
+    /\ UNCHANGED readerVars
+
+ResetInvalidate ==
+    /\ writer = "reset" /\ pc /= "done"
+    /\ dir' = [l \in Ledgers |-> NoId]
+    /\ UNCHANGED <<md, bm, map, nextId, epoch, resets, writer>>
+    /\ UNCHANGED readerVars
+
+ResetMarkDelete(t) ==
+    /\ writer = "reset" /\ pc /= "done"
+    /\ \A l \in Ledgers : dir[l] = NoId
+    /\ md' = t
+    /\ UNCHANGED <<bm, map, dir, nextId, epoch, resets, writer>>
+    /\ UNCHANGED readerVars
+
+ResetClear ==
+    /\ writer = "reset" /\ pc /= "done"
+    /\ \A l \in Ledgers : dir[l] = NoId
+    /\ map' = [l \in Ledgers |-> NoId]    \* old bitmap objects keep their bits
+    /\ writer' = "reset-end"
+    /\ UNCHANGED <<md, bm, dir, nextId, epoch, resets>>
+    /\ UNCHANGED readerVars
+
+ResetEnd ==
+    /\ writer = "reset-end" /\ pc /= "done"
+    /\ epoch' = epoch + 1
+    /\ writer' = "none"
+    /\ UNCHANGED <<md, bm, map, dir, nextId, resets>>
+    /\ UNCHANGED readerVars
+
+(* Reader step 1: pick a position, load the epoch; odd -> locked check.   *)
+RStart(p) ==
+    /\ pc = "idle"
+    /\ q' = p
+    /\ e1' = epoch
+    /\ pc' = IF epoch % 2 = 1 THEN "locked"
+             ELSE IF AtomicMD THEN "md" ELSE "mdEntry"
+    /\ UNCHANGED <<md, bm, map, dir, nextId, epoch, resets, writer, rmd, rid, ans>>
+
+(* Reader step 2: md as ONE snapshot.                                     *)
+RMarkDelete ==
+    /\ pc = "md"
+    /\ rmd' = md
+    /\ pc' = "dir"
+    /\ UNCHANGED <<md, bm, map, dir, nextId, epoch, resets, writer, q, e1, rid, ans>>
+
+(* Torn variant: entry half first, ledger half later (two atomics).       *)
+RMarkDeleteEntry ==
+    /\ pc = "mdEntry"
+    /\ rmd' = <<1, md[2]>>
+    /\ pc' = "mdLedger"
+    /\ UNCHANGED <<md, bm, map, dir, nextId, epoch, resets, writer, q, e1, rid, ans>>
+
+RMarkDeleteLedger ==
+    /\ pc = "mdLedger"
+    /\ rmd' = <<md[1], rmd[2]>>
+    /\ pc' = "dir"
+    /\ UNCHANGED <<md, bm, map, dir, nextId, epoch, resets, writer, q, e1, rid, ans>>
+
+(* Reader step 3: compare with md; else load the published directory.     *)
+RDirectory ==
+    /\ pc = "dir"
+    /\ IF Leq(q, rmd)
+         THEN /\ ans' = TRUE
+              /\ pc' = "recheck"
+              /\ UNCHANGED rid
+         ELSE /\ rid' = dir[q[1]]
+              /\ pc' = "bits"
+              /\ UNCHANGED ans
+    /\ UNCHANGED <<md, bm, map, dir, nextId, epoch, resets, writer, q, e1, rmd>>
+
+(* Reader step 4: contains() on the live bitmap (its own short read lock). *)
+RBits ==
+    /\ pc = "bits"
+    /\ ans' = (rid /= NoId /\ q[2] \in bm[rid])
+    /\ pc' = "recheck"
+    /\ UNCHANGED <<md, bm, map, dir, nextId, epoch, resets, writer, q, e1, rmd, rid>>
+
+(* Reader step 5: acquire fence + epoch re-read; odd/changed -> locked.   *)
+RRecheck ==
+    /\ pc = "recheck"
+    /\ pc' = IF EpochCheck /\ epoch /= e1 THEN "locked" ELSE "done"
+    /\ UNCHANGED <<md, bm, map, dir, nextId, epoch, resets, writer, q, e1, rmd, rid, ans>>
+
+(* Fallback: is_message_deleted under the read lock (waits for reset).    *)
+RLocked ==
+    /\ pc = "locked"
+    /\ writer = "none"
+    /\ ans' = Deleted(q)
+    /\ pc' = "done"
+    /\ UNCHANGED <<md, bm, map, dir, nextId, epoch, resets, writer, q, e1, rmd, rid>>
+
+(* The answer has been returned; the reader starts over.                  *)
+RFinish ==
+    /\ pc = "done"
+    /\ pc' = "idle"
+    /\ q' = <<1, 0>>
+    /\ e1' = 0
+    /\ rmd' = <<1, -1>>
+    /\ rid' = NoId
+    /\ ans' = FALSE
+    /\ UNCHANGED <<md, bm, map, dir, nextId, epoch, resets, writer>>
+
+Next ==
+    \/ \E p \in Members : Ack(p)
+    \/ \E c \in Positions : Advance(c)
+    \/ ResetBegin
+    \/ ResetInvalidate
+    \/ ResetMarkDelete(ResetTo)
+    \/ ResetClear
+    \/ ResetEnd
+    \/ \E p \in Members : RStart(p)
+    \/ RMarkDelete
+    \/ RMarkDeleteEntry
+    \/ RMarkDeleteLedger
+    \/ RDirectory
+    \/ RBits
+    \/ RRecheck
+    \/ RLocked
+    \/ RFinish
+
+Spec == Init /\ [][Next]_vars
+
+-----------------------------------------------------------------------------
+TypeOK ==
+    /\ md \in Positions
+    /\ bm \in [Ids -> SUBSET Entries]
+    /\ map \in [Ledgers -> Ids \cup {NoId}]
+    /\ dir \in [Ledgers -> Ids \cup {NoId}]
+    /\ epoch \in 0..(2 * MaxResets)
+    /\ writer \in {"none", "reset", "reset-end"}
+    /\ pc \in {"idle", "md", "mdEntry", "mdLedger", "dir", "bits", "recheck", "locked", "done"}
+
+(* The contract: when the hint returns "deleted", the position IS deleted *)
+(* at that instant (a stale "not deleted" is allowed, a stale "deleted"   *)
+(* would make the read loop skip an undelivered message).                 *)
+NoStalePositive == (pc = "done" /\ ans) => Deleted(q)
+
+(* The epoch is odd exactly while a reset holds the write lock.           *)
+EpochOddIffResetting == (epoch % 2 = 1) <=> (writer /= "none")
+=============================================================================
