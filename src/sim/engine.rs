@@ -225,7 +225,7 @@ struct Broker {
 
 /// Client side of one consumer (survives broker restarts; reconnects).
 struct ClientRt {
-    connection: Arc<ClientConnection>,
+    connection: crate::sync::Arc<ClientConnection>,
     consumer: ClientConsumer,
     /// Messages of the entry being processed: position → (remaining, refs).
     in_progress: BTreeMap<Position, (u32, Vec<MessageRef>)>,
@@ -357,10 +357,11 @@ impl Sim<'_> {
         for s in 0..self.w.subscriptions as usize {
             let mut row = Vec::new();
             for c in 0..self.w.consumers_per_subscription as usize {
-                let connection = Arc::new(ClientConnection::new(self.next_connection_id));
+                let connection =
+                    crate::sync::Arc::new(ClientConnection::new(self.next_connection_id));
                 self.next_connection_id += 1;
                 let consumer = ClientConsumer::subscribe(
-                    Arc::clone(&connection),
+                    crate::sync::Arc::clone(&connection),
                     c as u64,
                     self.w.receiver_queue_size,
                 )
@@ -1517,13 +1518,14 @@ impl Sim<'_> {
         // Every client reconnects with a new incarnation on a new connection.
         for s in 0..self.w.subscriptions as usize {
             for c in 0..self.w.consumers_per_subscription as usize {
-                let connection = Arc::new(ClientConnection::new(self.next_connection_id));
+                let connection =
+                    crate::sync::Arc::new(ClientConnection::new(self.next_connection_id));
                 self.next_connection_id += 1;
                 let client = &mut self.clients[s][c];
                 client.in_progress.clear();
                 client
                     .consumer
-                    .resubscribe(Arc::clone(&connection))
+                    .resubscribe(crate::sync::Arc::clone(&connection))
                     .map_err(comp("resubscribe"))?;
                 client.connection = connection;
                 self.connect_consumer(s, c)?;
@@ -1535,13 +1537,13 @@ impl Sim<'_> {
     fn reconnect(&mut self, s: usize, c: usize) -> Result<(), SimError> {
         self.activity.reconnects += 1;
         self.checker.consumer_reconnected(&format!("sub-{s}"));
-        let connection = Arc::new(ClientConnection::new(self.next_connection_id));
+        let connection = crate::sync::Arc::new(ClientConnection::new(self.next_connection_id));
         self.next_connection_id += 1;
         let client = &mut self.clients[s][c];
         client.in_progress.clear();
         client
             .consumer
-            .resubscribe(Arc::clone(&connection))
+            .resubscribe(crate::sync::Arc::clone(&connection))
             .map_err(comp("resubscribe"))?;
         client.connection = connection;
         self.connect_consumer(s, c)?;
