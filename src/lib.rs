@@ -10,10 +10,10 @@
 //! | [`sync`] | — | the only place that chooses std / loom / shuttle primitives |
 //! | [`position`] | — | `Position` (ledger_id, entry_id) |
 //! | [`ledger`] | — | managed-ledger substrate: ledgers, entries, cursors, durable store |
-//! | [`permits`] | 003 | PIP-491 exact permit accounting: `message_permits` on the wire, broker finalisation, client budget, per-incarnation accumulator |
-//! | [`pending_ack`] | 001 | pending-ack log replay: read pipeline, failure classification, rewind, retry with backoff, buffered writer |
 //! | [`cursor`] | 004 | individually deleted ranges (roaring per ledger) and the lock-free read-scheduling hint |
+//! | [`pending_ack`] | 001 | pending-ack log replay: read pipeline, failure classification, rewind, retry with backoff, buffered writer |
 //! | [`delayed`] | 000 | bucket delayed delivery tracker with durable snapshots |
+//! | [`permits`] | 003 | PIP-491 exact permit accounting: `message_permits` on the wire, broker finalisation, client budget, per-incarnation accumulator |
 //!
 //! Every public fallible operation returns a typed error; bad input never
 //! panics and leaves state unchanged.
@@ -25,6 +25,7 @@ pub mod ledger;
 pub mod pending_ack;
 pub mod permits;
 pub mod position;
+pub mod sim;
 pub mod sync;
 
 pub use position::{Position, PositionParseError};

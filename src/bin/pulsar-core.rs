@@ -1,14 +1,145 @@
 //! `pulsar-core` command-line interface.
 
-use clap::Parser;
+use std::io::IsTerminal;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+use pulsar_core::sim::{self, SimOptions, Workload};
 
 /// Model-checked Rust implementations of Apache Pulsar's bucket delayed
 /// delivery, pending-ack replay, PIP-491 permit accounting and the lock-free
 /// read-scheduling check.
 #[derive(Parser, Debug)]
 #[command(name = "pulsar-core", version, about, long_about = None, arg_required_else_help = true)]
-struct Cli {}
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
 
-fn main() {
-    let _cli = Cli::parse();
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Run a seeded, fault-injected, end-to-end simulation of all four
+    /// components on the durable store and report loss, duplicates, disorder
+    /// and stalls. Exits non-zero on any violation.
+    Simulate(SimulateArgs),
+}
+
+#[derive(clap::Args, Debug)]
+struct SimulateArgs {
+    /// Workload preset (fanout, delayed, txn-outage, permit-churn) or a path
+    /// to a TOML workload file.
+    #[arg(long, default_value = "fanout")]
+    workload: String,
+    /// RNG seed: the same seed gives the same report.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Override the number of messages published (≥ 1).
+    #[arg(long)]
+    messages: Option<u64>,
+    /// Directory for the redb store (default: a fresh directory under the
+    /// system temp dir, removed afterwards unless --keep-data).
+    #[arg(long)]
+    data_dir: Option<PathBuf>,
+    /// Keep the data directory after the run.
+    #[arg(long)]
+    keep_data: bool,
+    /// Turn off the workload's fault injection.
+    #[arg(long)]
+    no_faults: bool,
+    /// Print the report as JSON on stdout.
+    #[arg(long)]
+    json: bool,
+    /// No progress bar.
+    #[arg(long)]
+    quiet: bool,
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match cli.command {
+        Command::Simulate(args) => simulate(args),
+    }
+}
+
+fn simulate(args: SimulateArgs) -> ExitCode {
+    let mut workload = match Workload::resolve(&args.workload) {
+        Ok(w) => w,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    if let Some(m) = args.messages {
+        workload.messages = m;
+    }
+    if let Err(e) = workload.validate() {
+        eprintln!("error: {e}");
+        return ExitCode::from(2);
+    }
+    let (data_dir, remove_after) = match &args.data_dir {
+        Some(d) => (d.clone(), false),
+        None => {
+            let d = std::env::temp_dir().join(format!(
+                "pulsar-core-sim-{}-{}",
+                std::process::id(),
+                args.seed
+            ));
+            (d, !args.keep_data)
+        }
+    };
+    if data_dir.join("pulsar-core.redb").exists() {
+        eprintln!(
+            "error: data dir {} already holds a store; use an empty directory",
+            data_dir.display()
+        );
+        return ExitCode::from(2);
+    }
+    let opts = SimOptions {
+        seed: args.seed,
+        data_dir: data_dir.clone(),
+        faults: !args.no_faults,
+        sabotage: None,
+    };
+    let bar = (!args.quiet && std::io::stderr().is_terminal()).then(|| {
+        let b = indicatif::ProgressBar::new(1);
+        b.set_style(
+            indicatif::ProgressStyle::with_template(
+                "{spinner} {elapsed_precise} [{bar:40}] {pos}/{len} acks {per_sec}",
+            )
+            .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+        );
+        b
+    });
+    let progress = |done: u64, total: u64| {
+        if let Some(b) = &bar {
+            b.set_length(total);
+            b.set_position(done);
+        }
+    };
+    let result = sim::run(&workload, &opts, Some(&progress));
+    if let Some(b) = &bar {
+        b.finish_and_clear();
+    }
+    if remove_after {
+        let _ = std::fs::remove_dir_all(&data_dir);
+    }
+    match result {
+        Ok(report) => {
+            if args.json {
+                println!("{}", report.to_json());
+            } else {
+                print!("{report}");
+            }
+            if report.is_clean() {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::from(1)
+            }
+        }
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::from(2)
+        }
+    }
 }

@@ -1,0 +1,1570 @@
+//! The broker-in-a-box: one topic on the durable store, its subscriptions,
+//! consumers and clients, driven by the discrete-event [`Scheduler`] on
+//! virtual time. Every step goes through the crate's real components:
+//!
+//! - producers append batch entries to the topic's [`ManagedLedger`] on the
+//!   redb store;
+//! - each subscription's dispatcher schedules reads with
+//!   [`CursorDeletionState::is_deleted_for_read_scheduling`] (through
+//!   [`ManagedCursor::read_entries_with_skip`]) and filters with the locked
+//!   [`CursorDeletionState::filter_read_entries`];
+//! - delayed messages go through the [`BucketDelayedDeliveryTracker`] with
+//!   snapshots in the same redb file;
+//! - deliveries carry `message_permits` from the broker side
+//!   ([`SharedDispatcher`]) and clients account with [`ClientConsumer`];
+//! - acknowledgements go into the cursor deletion state (individual) and,
+//!   for transactions, through the [`PendingAckHandle`]'s log first;
+//! - a restart drops everything in memory and recovers cursor, delayed
+//!   tracker and pending-ack state (replay included) from the store.
+
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use prost::Message as _;
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+
+use super::checker::{DeliveryChecker, MessageRef};
+use super::report::{peak_memory_kib, Activity, Report, Timing};
+use super::scheduler::{Scheduler, VirtualMs};
+use super::workload::{SubscriptionType, Workload};
+use crate::cursor::CursorDeletionState;
+use crate::delayed::{
+    BucketDelayedDeliveryTracker, BucketSnapshotStorage, BucketTrackerConfig, FaultPlan,
+    FaultyStorage, ManualClock, RecoveryPolicy, RedbSnapshotStorage,
+};
+
+/// An entry on its way to a consumer: the permit view, its key and bytes.
+#[derive(Debug, Clone)]
+struct SimEntry {
+    entry: BrokerEntry,
+    key: u32,
+    payload: Arc<Vec<u8>>,
+}
+
+impl SimEntry {
+    fn new(position: Position, batch_size: u32, key: u32, payload: Vec<u8>) -> Self {
+        Self {
+            entry: BrokerEntry {
+                position,
+                batch_size,
+                ack_set: Vec::new(),
+            },
+            key,
+            payload: Arc::new(payload),
+        }
+    }
+}
+use crate::ledger::{
+    LedgerConfig, LedgerError, LedgerStore, ManagedCursor, ManagedLedger, ReadFailureKind,
+    RedbStore,
+};
+use crate::pending_ack::{
+    AckType, AckedPosition, ExecutorMode, HandleConfig, HandleState, InlineReads, PendingAckHandle,
+    PendingAckRecord, ReplayExecutorPool, TxnId, VirtualTimer,
+};
+use crate::permits::broker::{AdmitAll, BrokerEntry};
+use crate::permits::client::{encode_entry_payload, ClientConnection, ClientConsumer, ClientFrame};
+use crate::permits::wire::{CommandMessage, MessageMetadata, SingleMessageMetadata};
+use crate::permits::{ConsumerKey, SharedDispatcher};
+use crate::position::Position;
+
+const TOPIC: &str = "persistent://public/default/sim";
+const PENDING_ACK_CURSOR: &str = "__pending_ack_state";
+/// Network latency between broker and client, virtual ms.
+const NET_MS: VirtualMs = 1;
+/// Largest read a dispatcher issues, entries.
+const MAX_READ_ENTRIES: usize = 100;
+/// Mark-delete persistence interval, virtual ms.
+const PERSIST_INTERVAL_MS: VirtualMs = 200;
+/// Application poll interval, virtual ms.
+const APP_POLL_MS: VirtualMs = 2;
+/// Messages an application processes per poll.
+const APP_BATCH: usize = 64;
+/// A run that has not drained after this much virtual time stops (what is
+/// left is reported as lost).
+const VIRTUAL_TIME_LIMIT_MS: VirtualMs = 6 * 60 * 60 * 1000;
+
+/// A deliberate defect for checking that the checker catches it (used by the
+/// self-test; never enabled by the CLI).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Sabotage {
+    /// The client silently drops one message (never delivered, never acked).
+    DropOneDelivery,
+    /// The client hands one message to the application twice.
+    DeliverOneTwice,
+    /// The client returns one permit too few once.
+    ReturnOnePermitTooFew,
+}
+
+/// Options of one run besides the workload.
+#[derive(Debug, Clone)]
+pub struct SimOptions {
+    /// RNG seed: same seed (and workload), same report.
+    pub seed: u64,
+    /// Directory of the redb store.
+    pub data_dir: PathBuf,
+    /// Inject the workload's faults (restarts, outages, …).
+    pub faults: bool,
+    /// Self-test defect, if any.
+    pub sabotage: Option<Sabotage>,
+}
+
+/// Why a run could not be carried out (not a violation: a violation is in
+/// the report).
+#[derive(Debug, thiserror::Error)]
+pub enum SimError {
+    /// The data directory cannot be created or written.
+    #[error("data dir {path}: {reason}")]
+    DataDir {
+        /// The directory.
+        path: String,
+        /// What failed.
+        reason: String,
+    },
+    /// The store or a component failed in a way the run cannot continue from.
+    #[error("simulation aborted: {0}")]
+    Component(String),
+}
+
+fn comp<E: std::fmt::Display>(what: &'static str) -> impl Fn(E) -> SimError {
+    move |e| SimError::Component(format!("{what}: {e}"))
+}
+
+/// The application payload of one message: who published it, its key and
+/// when it may be delivered.
+#[derive(Clone, PartialEq, prost::Message)]
+struct SimPayload {
+    #[prost(uint32, tag = "1")]
+    producer: u32,
+    #[prost(uint32, tag = "2")]
+    key: u32,
+    #[prost(uint64, tag = "3")]
+    deliver_at_ms: u64,
+}
+
+#[derive(Debug)]
+enum Ev {
+    Publish,
+    Dispatch(usize),
+    Deliver {
+        sub: usize,
+        consumer: usize,
+        /// The connection the broker wrote the command to.
+        connection_id: u64,
+        command: CommandMessage,
+        payload: Arc<Vec<u8>>,
+    },
+    AppPoll {
+        sub: usize,
+        consumer: usize,
+    },
+    Ack {
+        sub: usize,
+        broker_generation: u64,
+        key: ConsumerKey,
+        position: Position,
+        messages: Vec<MessageRef>,
+        txn: Option<TxnId>,
+    },
+    Commit {
+        sub: usize,
+        broker_generation: u64,
+        txn: TxnId,
+        positions: Vec<(Position, Vec<MessageRef>)>,
+    },
+    FlushFlows {
+        sub: usize,
+        consumer: usize,
+    },
+    Persist(usize),
+    DelayedTick(usize),
+    ReplayTimers,
+    Restart,
+    Reconnect {
+        sub: usize,
+        consumer: usize,
+    },
+    OutageStart,
+    OutageEnd,
+    StallCheck,
+}
+
+/// Broker-side state of one subscription (dropped on restart).
+struct SubRt {
+    name: String,
+    cursor: ManagedCursor,
+    deletion: CursorDeletionState,
+    dispatcher: SharedDispatcher,
+    delayed: Option<BucketDelayedDeliveryTracker>,
+    pending_ack: Option<PendingAckHandle>,
+    pending_ack_cursor: Option<Arc<ManagedCursor>>,
+    /// Key_Shared: entries routed to a consumer without permits, in order.
+    blocked: BTreeMap<usize, VecDeque<SimEntry>>,
+    /// Positions to redeliver that the dispatcher's own replay set does not
+    /// hold (read failed during an outage, corrupted on the client).
+    redeliver: BTreeSet<Position>,
+    /// Consumer slot → broker consumer key.
+    consumer_keys: BTreeMap<usize, ConsumerKey>,
+    /// Acks applied in memory, not yet persisted: acknowledged (for the
+    /// checker) once the mark-delete + ranges reach the store.
+    unpersisted: Vec<MessageRef>,
+    dispatch_scheduled: bool,
+    ready: bool,
+}
+
+struct Broker {
+    generation: u64,
+    ledger: Arc<ManagedLedger>,
+    subs: Vec<SubRt>,
+    pool: Arc<ReplayExecutorPool>,
+    timer: Arc<VirtualTimer>,
+}
+
+/// Client side of one consumer (survives broker restarts; reconnects).
+struct ClientRt {
+    connection: crate::sync::Arc<ClientConnection>,
+    consumer: ClientConsumer,
+    /// Messages of the entry being processed: position → (remaining, refs).
+    in_progress: BTreeMap<Position, (u32, Vec<MessageRef>)>,
+    last_delivery_ms: VirtualMs,
+    poll_scheduled: bool,
+}
+
+struct Sim<'a> {
+    w: &'a Workload,
+    opts: &'a SimOptions,
+    rng: ChaCha8Rng,
+    sched: Scheduler<Ev>,
+    checker: DeliveryChecker,
+    activity: Activity,
+    broker: Option<Broker>,
+    clients: Vec<Vec<ClientRt>>,
+    next_connection_id: u64,
+    outage: Arc<AtomicBool>,
+    clock: Arc<ManualClock>,
+    snapshot_faults: Vec<Arc<FaultyStorage<RedbSnapshotStorage>>>,
+    published: u64,
+    producer_seq: Vec<u64>,
+    next_txn: u64,
+    sabotage_done: bool,
+    /// Fault events (restart, reconnect, outage end) still to come: a run
+    /// does not end before its faults happened.
+    faults_pending: u32,
+    last_progress_ms: Vec<VirtualMs>,
+    acked_at_last_check: Vec<u64>,
+    progress: Option<&'a dyn Fn(u64, u64)>,
+}
+
+/// Runs `workload` with `opts` and returns the report.
+///
+/// `progress(done, total)` is called now and then with acknowledged and
+/// expected acknowledgements (for a progress bar).
+///
+/// # Errors
+/// [`SimError`] if the data dir is unusable or a component fails in a way
+/// the run cannot continue from (violations are reported, not errors).
+pub fn run(
+    workload: &Workload,
+    opts: &SimOptions,
+    progress: Option<&dyn Fn(u64, u64)>,
+) -> Result<Report, SimError> {
+    workload
+        .validate()
+        .map_err(|e| SimError::Component(e.to_string()))?;
+    std::fs::create_dir_all(&opts.data_dir).map_err(|e| SimError::DataDir {
+        path: opts.data_dir.display().to_string(),
+        reason: e.to_string(),
+    })?;
+    let started = std::time::Instant::now();
+    let subs: Vec<String> = (0..workload.subscriptions)
+        .map(|i| format!("sub-{i}"))
+        .collect();
+    let tolerance = workload.delayed_tick_ms;
+    let mut sim = Sim {
+        w: workload,
+        opts,
+        rng: ChaCha8Rng::seed_from_u64(opts.seed),
+        sched: Scheduler::new(),
+        checker: DeliveryChecker::new(
+            subs,
+            tolerance,
+            workload.subscription_type == SubscriptionType::KeyShared,
+        ),
+        activity: Activity::default(),
+        broker: None,
+        clients: Vec::new(),
+        next_connection_id: 1,
+        outage: Arc::new(AtomicBool::new(false)),
+        clock: Arc::new(ManualClock::new(0)),
+        snapshot_faults: Vec::new(),
+        published: 0,
+        producer_seq: vec![0; workload.producers as usize],
+        next_txn: 1,
+        sabotage_done: false,
+        faults_pending: 0,
+        last_progress_ms: vec![0; workload.subscriptions as usize],
+        acked_at_last_check: vec![0; workload.subscriptions as usize],
+        progress,
+    };
+    sim.start()?;
+    sim.event_loop()?;
+    let virtual_ms = sim.sched.now();
+    let (counts, first_violation) = sim.checker.finish(virtual_ms);
+    let wall_ms = started.elapsed().as_millis() as u64;
+    let messages_per_sec = if wall_ms == 0 {
+        counts.delivered as f64
+    } else {
+        counts.delivered as f64 * 1000.0 / wall_ms as f64
+    };
+    Ok(Report {
+        workload: workload.name.clone(),
+        seed: opts.seed,
+        data_dir: opts.data_dir.display().to_string(),
+        virtual_ms,
+        counts,
+        activity: sim.activity,
+        first_violation,
+        timing: Timing {
+            wall_ms,
+            messages_per_sec,
+            peak_memory_kib: peak_memory_kib(),
+        },
+    })
+}
+
+fn hash_key(key: u32) -> u32 {
+    // A fixed 32-bit mix (murmur3 finalizer) onto Key_Shared's 0..65536 ring.
+    let mut h = key;
+    h ^= h >> 16;
+    h = h.wrapping_mul(0x85eb_ca6b);
+    h ^= h >> 13;
+    h = h.wrapping_mul(0xc2b2_ae35);
+    h ^= h >> 16;
+    h % 65_536
+}
+
+impl Sim<'_> {
+    fn store_path(&self) -> PathBuf {
+        self.opts.data_dir.join("pulsar-core.redb")
+    }
+
+    fn start(&mut self) -> Result<(), SimError> {
+        self.open_broker()?;
+        // Clients subscribe.
+        for s in 0..self.w.subscriptions as usize {
+            let mut row = Vec::new();
+            for c in 0..self.w.consumers_per_subscription as usize {
+                let connection =
+                    crate::sync::Arc::new(ClientConnection::new(self.next_connection_id));
+                self.next_connection_id += 1;
+                let consumer = ClientConsumer::subscribe(
+                    crate::sync::Arc::clone(&connection),
+                    c as u64,
+                    self.w.receiver_queue_size,
+                )
+                .map_err(comp("subscribe"))?;
+                row.push(ClientRt {
+                    connection,
+                    consumer,
+                    in_progress: BTreeMap::new(),
+                    last_delivery_ms: 0,
+                    poll_scheduled: false,
+                });
+            }
+            self.clients.push(row);
+            for c in 0..self.w.consumers_per_subscription as usize {
+                self.connect_consumer(s, c)?;
+            }
+        }
+        self.sched.after(0, Ev::Publish);
+        for s in 0..self.w.subscriptions as usize {
+            self.sched.after(PERSIST_INTERVAL_MS, Ev::Persist(s));
+            if self.w.delayed_ratio > 0.0 {
+                self.sched.after(self.w.delayed_tick_ms, Ev::DelayedTick(s));
+            }
+        }
+        self.sched.after(self.w.stall_bound_ms / 4, Ev::StallCheck);
+        if self.opts.faults {
+            self.plan_faults();
+        }
+        Ok(())
+    }
+
+    /// Spreads the workload's faults over the expected publish window.
+    fn plan_faults(&mut self) {
+        let f = self.w.faults.clone();
+        let batches = self.w.messages.div_ceil(u64::from(self.w.batch_size));
+        let ticks = batches.div_ceil(u64::from(self.w.producers)).max(1);
+        let window = (ticks * self.w.publish_interval_ms).max(1_000);
+        let restart_at = |i: u32| window * u64::from(i + 1) / u64::from(f.restarts + 1);
+        self.faults_pending = f.restarts + f.read_outages + f.reconnects;
+        for i in 0..f.restarts {
+            self.sched.at(restart_at(i), Ev::Restart);
+        }
+        for i in 0..f.read_outages {
+            // An outage starts shortly before a restart when there is one, so
+            // the restarted broker replays (pending acks) into the outage.
+            let at = if i < f.restarts {
+                restart_at(i).saturating_sub(300)
+            } else {
+                window * (2 * u64::from(i) + 1) / (2 * u64::from(f.read_outages) + 1)
+            };
+            self.sched.at(at, Ev::OutageStart);
+            self.sched.at(at + f.outage_ms, Ev::OutageEnd);
+        }
+        for _ in 0..f.reconnects {
+            let at = self.rng.random_range(0..window);
+            let sub = self.rng.random_range(0..self.w.subscriptions as usize);
+            let consumer = self
+                .rng
+                .random_range(0..self.w.consumers_per_subscription as usize);
+            self.sched.at(at, Ev::Reconnect { sub, consumer });
+        }
+    }
+
+    // ------------------------------------------------------------ broker
+
+    fn open_broker(&mut self) -> Result<(), SimError> {
+        let generation = self.broker.as_ref().map_or(0, |b| b.generation + 1);
+        // A crash: every in-memory structure goes. Handles are closed first
+        // only so their timer/executor tasks release the store (they hold
+        // references to it); nothing is flushed or persisted by this.
+        if let Some(old) = self.broker.take() {
+            self.collect_tracker_stats(&old);
+            for sub in &old.subs {
+                if let Some(h) = &sub.pending_ack {
+                    h.close();
+                }
+            }
+            old.pool.shutdown();
+        }
+        self.snapshot_faults.clear();
+        let store = RedbStore::open(self.store_path()).map_err(|e| SimError::DataDir {
+            path: self.opts.data_dir.display().to_string(),
+            reason: e.to_string(),
+        })?;
+        let dyn_store: Arc<dyn LedgerStore> = Arc::new(store.clone());
+        let ledger = ManagedLedger::open(
+            TOPIC,
+            LedgerConfig {
+                max_entries_per_ledger: self.w.max_entries_per_ledger,
+                auto_skip_non_recoverable_data: false,
+            },
+            Arc::clone(&dyn_store),
+        )
+        .map_err(comp("open topic"))?;
+        let outage = Arc::clone(&self.outage);
+        ledger.faults().set_policy(move |_| {
+            outage
+                .load(Ordering::Relaxed)
+                .then_some(ReadFailureKind::StorageUnavailable)
+        });
+        let pool = ReplayExecutorPool::new(2, ExecutorMode::Manual).map_err(comp("executors"))?;
+        let timer = Arc::new(VirtualTimer::new());
+        timer.advance_to(self.sched.now());
+        let mut subs = Vec::new();
+        for s in 0..self.w.subscriptions as usize {
+            let name = format!("sub-{s}");
+            let cursor = ledger.open_cursor(&name).map_err(comp("open cursor"))?;
+            let deletion = CursorDeletionState::recover(
+                cursor.mark_delete_position(),
+                &cursor.individually_deleted_ranges(),
+            )
+            .map_err(comp("recover cursor"))?;
+            let delayed = if self.w.delayed_ratio > 0.0 {
+                let redb = RedbSnapshotStorage::new(store.clone(), TOPIC, &name)
+                    .map_err(comp("snapshot storage"))?;
+                let faulty = Arc::new(FaultyStorage::new(redb));
+                self.snapshot_faults.push(Arc::clone(&faulty));
+                let storage: Arc<dyn BucketSnapshotStorage> = faulty;
+                let tracker = BucketDelayedDeliveryTracker::new(
+                    BucketTrackerConfig {
+                        tick_time_ms: self.w.delayed_tick_ms,
+                        min_index_count_per_bucket: self.w.delayed_min_index_count_per_bucket,
+                        max_num_buckets: self.w.delayed_max_num_buckets,
+                        max_time_step_per_bucket_snapshot_segment_ms: 5_000,
+                        max_indexes_per_bucket_snapshot_segment: 100,
+                        recovery_policy: RecoveryPolicy::SkipCorrupt,
+                        ..BucketTrackerConfig::default()
+                    },
+                    storage,
+                    self.clock.clone(),
+                )
+                .map_err(comp("delayed tracker recovery"))?;
+                if generation > 0 {
+                    self.activity.delayed_recoveries += 1;
+                }
+                Some(tracker)
+            } else {
+                None
+            };
+            let (pending_ack, pending_ack_cursor) = if self.w.txn_ack_ratio > 0.0 {
+                let pa_ledger = ManagedLedger::open(
+                    format!("{TOPIC}-{name}__transaction_pending_ack"),
+                    LedgerConfig {
+                        max_entries_per_ledger: 50,
+                        auto_skip_non_recoverable_data: true,
+                    },
+                    Arc::clone(&dyn_store),
+                )
+                .map_err(comp("open pending-ack log"))?;
+                let outage = Arc::clone(&self.outage);
+                pa_ledger.faults().set_policy(move |_| {
+                    outage
+                        .load(Ordering::Relaxed)
+                        .then_some(ReadFailureKind::StorageUnavailable)
+                });
+                let pa_cursor = Arc::new(
+                    pa_ledger
+                        .open_cursor(PENDING_ACK_CURSOR)
+                        .map_err(comp("open pending-ack cursor"))?,
+                );
+                let handle = PendingAckHandle::new(
+                    format!("{TOPIC}-{name}"),
+                    Arc::clone(&pa_cursor),
+                    &pool,
+                    Arc::new(InlineReads),
+                    timer.clone(),
+                    HandleConfig {
+                        jitter_seed: self.opts.seed,
+                        ..HandleConfig::default()
+                    },
+                )
+                .map_err(comp("pending-ack handle"))?;
+                handle.init();
+                drop(pa_ledger);
+                (Some(handle), Some(pa_cursor))
+            } else {
+                (None, None)
+            };
+            subs.push(SubRt {
+                name,
+                cursor,
+                deletion,
+                dispatcher: SharedDispatcher::new(),
+                delayed,
+                ready: pending_ack.is_none(),
+                pending_ack,
+                pending_ack_cursor,
+                blocked: BTreeMap::new(),
+                redeliver: BTreeSet::new(),
+                consumer_keys: BTreeMap::new(),
+                unpersisted: Vec::new(),
+                dispatch_scheduled: false,
+            });
+        }
+        self.broker = Some(Broker {
+            generation,
+            ledger,
+            subs,
+            pool,
+            timer,
+        });
+        self.drive_replays()?;
+        Ok(())
+    }
+
+    fn collect_tracker_stats(&mut self, b: &Broker) {
+        for sub in &b.subs {
+            if let Some(t) = &sub.delayed {
+                let st = t.stats();
+                self.activity.bucket_seals += st.seals;
+                self.activity.bucket_merges += st.merges;
+                self.activity.bucket_trims += st.trimmed_buckets;
+            }
+        }
+    }
+
+    /// Runs queued replay work and schedules the next retry timer.
+    fn drive_replays(&mut self) -> Result<(), SimError> {
+        let Some(b) = self.broker.as_mut() else {
+            return Ok(());
+        };
+        b.pool.run_pending();
+        let mut newly_ready = Vec::new();
+        for (s, sub) in b.subs.iter_mut().enumerate() {
+            let Some(h) = &sub.pending_ack else { continue };
+            match h.state() {
+                HandleState::Ready if !sub.ready => {
+                    sub.ready = true;
+                    newly_ready.push(s);
+                    // Transactions left open by the restart are aborted (the
+                    // coordinator timed them out): their messages are redelivered.
+                    for txn in h.summary().individual.keys() {
+                        h.append(
+                            PendingAckRecord::abort(*txn, AckType::Individual),
+                            Box::new(|_| {}),
+                        );
+                    }
+                    let stats = h.stats();
+                    let completed_reads = stats
+                        .completed
+                        .as_ref()
+                        .map_or(0, |r| r.reads_issued as u64);
+                    self.activity.replays_completed += 1;
+                    self.activity.replay_failed_attempts += stats.attempts.saturating_sub(1);
+                    self.activity.replay_reads_in_failed_attempts +=
+                        stats.reads_issued.saturating_sub(completed_reads);
+                }
+                HandleState::Error => {
+                    return Err(SimError::Component(format!(
+                        "pending-ack replay of {} failed: {:?}",
+                        sub.name,
+                        h.error()
+                    )));
+                }
+                _ => {}
+            }
+        }
+        if let Some(due) = b.timer.next_due_ms() {
+            self.sched.at(due, Ev::ReplayTimers);
+        }
+        for s in newly_ready {
+            self.schedule_dispatch(s);
+        }
+        Ok(())
+    }
+
+    fn connect_consumer(&mut self, s: usize, c: usize) -> Result<(), SimError> {
+        let Some(b) = self.broker.as_mut() else {
+            return Ok(());
+        };
+        let client = &mut self.clients[s][c];
+        let incarnation = client.consumer.state().incarnation();
+        let key = ConsumerKey {
+            connection_id: client.connection.id(),
+            consumer_id: client.consumer.consumer_id(),
+        };
+        let sub = &mut b.subs[s];
+        if let Some(old) = sub.consumer_keys.insert(c, key) {
+            if old != key {
+                let _ = sub.dispatcher.remove_consumer(old);
+            }
+        }
+        if sub.dispatcher.consumer(key).is_none() {
+            sub.dispatcher
+                .add_consumer(key, client.consumer.epoch())
+                .map_err(comp("add consumer"))?;
+        }
+        client
+            .consumer
+            .subscribe_succeeded(incarnation)
+            .map_err(comp("subscribe succeeded"))?;
+        self.sched.after(
+            0,
+            Ev::FlushFlows {
+                sub: s,
+                consumer: c,
+            },
+        );
+        Ok(())
+    }
+
+    fn schedule_dispatch(&mut self, s: usize) {
+        if let Some(b) = self.broker.as_mut() {
+            if !b.subs[s].dispatch_scheduled {
+                b.subs[s].dispatch_scheduled = true;
+                self.sched.after(0, Ev::Dispatch(s));
+            }
+        }
+    }
+
+    // ------------------------------------------------------------ events
+
+    fn event_loop(&mut self) -> Result<(), SimError> {
+        let expected = self.w.messages * u64::from(self.w.subscriptions);
+        let mut steps: u64 = 0;
+        while let Some((now, ev)) = self.sched.pop() {
+            self.clock.set(now);
+            if let Some(b) = &self.broker {
+                b.timer.advance_to(now);
+            }
+            self.handle(ev)?;
+            steps += 1;
+            if steps % 4096 == 0 {
+                if let Some(p) = self.progress {
+                    p(self.checker_acked(), expected);
+                }
+            }
+            if self.published >= self.w.messages
+                && self.faults_pending == 0
+                && self.checker.all_acked()
+            {
+                break;
+            }
+            if now > VIRTUAL_TIME_LIMIT_MS {
+                break;
+            }
+        }
+        self.drain_and_check_permits()?;
+        // Persist what was acknowledged (a clean shutdown).
+        for s in 0..self.w.subscriptions as usize {
+            self.persist(s)?;
+        }
+        if let Some(b) = self.broker.take() {
+            self.collect_tracker_stats(&b);
+            self.broker = Some(b);
+        }
+        if let Some(p) = self.progress {
+            p(self.checker_acked(), expected);
+        }
+        Ok(())
+    }
+
+    /// Lets in-flight deliveries, acks and Flows settle (no new publishes or
+    /// faults), flushes every client's residual credit, then checks that each
+    /// current broker consumer holds exactly its receiver queue of permits.
+    fn drain_and_check_permits(&mut self) -> Result<(), SimError> {
+        if !self.checker.all_acked() {
+            return Ok(()); // lost messages are already the reported violation
+        }
+        let deadline = self.sched.now() + 10_000;
+        while let Some((now, ev)) = self.sched.pop() {
+            if now > deadline {
+                break;
+            }
+            self.clock.set(now);
+            match ev {
+                Ev::Publish
+                | Ev::Restart
+                | Ev::Reconnect { .. }
+                | Ev::OutageStart
+                | Ev::StallCheck
+                | Ev::DelayedTick(_)
+                | Ev::Persist(_) => {}
+                other => self.handle(other)?,
+            }
+        }
+        for s in 0..self.w.subscriptions as usize {
+            for c in 0..self.w.consumers_per_subscription as usize {
+                let id = self.clients[s][c].consumer.consumer_id();
+                self.clients[s][c]
+                    .connection
+                    .flush_residual(id)
+                    .map_err(comp("flush residual"))?;
+                self.flush_flows(s, c)?;
+                let permits = self.broker.as_ref().and_then(|b| {
+                    let key = b.subs[s].consumer_keys.get(&c)?;
+                    b.subs[s]
+                        .dispatcher
+                        .consumer(*key)
+                        .map(|x| x.available_permits())
+                });
+                if let Some(permits) = permits {
+                    let now = self.sched.now();
+                    self.checker.permit_balance(
+                        &format!("sub-{s}"),
+                        c,
+                        permits,
+                        i64::from(self.w.receiver_queue_size),
+                        now,
+                    );
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn checker_acked(&self) -> u64 {
+        // The checker owns the count; the report carries it. This is only
+        // for the progress bar.
+        self.acked_at_last_check.iter().sum()
+    }
+
+    fn handle(&mut self, ev: Ev) -> Result<(), SimError> {
+        match ev {
+            Ev::Publish => self.publish(),
+            Ev::Dispatch(s) => self.dispatch(s),
+            Ev::Deliver {
+                sub,
+                consumer,
+                connection_id,
+                command,
+                payload,
+            } => {
+                if self.clients[sub][consumer].connection.id() != connection_id {
+                    return Ok(()); // that connection is gone: the bytes never arrive
+                }
+                self.deliver(sub, consumer, &command, &payload)
+            }
+            Ev::AppPoll { sub, consumer } => self.app_poll(sub, consumer),
+            Ev::Ack {
+                sub,
+                broker_generation,
+                key,
+                position,
+                messages,
+                txn,
+            } => self.ack(sub, broker_generation, key, position, messages, txn),
+            Ev::Commit {
+                sub,
+                broker_generation,
+                txn,
+                positions,
+            } => self.commit(sub, broker_generation, txn, positions),
+            Ev::FlushFlows { sub, consumer } => self.flush_flows(sub, consumer),
+            Ev::Persist(s) => {
+                self.persist(s)?;
+                self.sched.after(PERSIST_INTERVAL_MS, Ev::Persist(s));
+                Ok(())
+            }
+            Ev::DelayedTick(s) => {
+                self.schedule_dispatch(s);
+                self.sched.after(self.w.delayed_tick_ms, Ev::DelayedTick(s));
+                Ok(())
+            }
+            Ev::ReplayTimers => self.drive_replays(),
+            Ev::Restart => {
+                self.faults_pending = self.faults_pending.saturating_sub(1);
+                self.restart()
+            }
+            Ev::Reconnect { sub, consumer } => {
+                self.faults_pending = self.faults_pending.saturating_sub(1);
+                self.reconnect(sub, consumer)
+            }
+            Ev::OutageStart => {
+                self.outage.store(true, Ordering::Relaxed);
+                self.activity.read_failures_injected += 1;
+                Ok(())
+            }
+            Ev::OutageEnd => {
+                self.faults_pending = self.faults_pending.saturating_sub(1);
+                self.outage.store(false, Ordering::Relaxed);
+                for s in 0..self.w.subscriptions as usize {
+                    self.schedule_dispatch(s);
+                }
+                Ok(())
+            }
+            Ev::StallCheck => {
+                self.stall_check();
+                self.sched.after(self.w.stall_bound_ms / 4, Ev::StallCheck);
+                Ok(())
+            }
+        }
+    }
+
+    fn publish(&mut self) -> Result<(), SimError> {
+        let Some(b) = self.broker.as_ref() else {
+            return Ok(());
+        };
+        let now = self.sched.now();
+        // (entry bytes, per message (key, deliver_at_ms))
+        type Planned = (Vec<u8>, Vec<(u32, u64)>);
+        let mut entries: Vec<Planned> = Vec::new();
+        for p in 0..self.w.producers {
+            if self.published >= self.w.messages {
+                break;
+            }
+            let delayed = self.w.delayed_ratio > 0.0 && self.rng.random_bool(self.w.delayed_ratio);
+            let batch = if delayed {
+                1
+            } else {
+                (u64::from(self.w.batch_size)).min(self.w.messages - self.published) as u32
+            };
+            let key = self.rng.random_range(0..self.w.keys);
+            let deliver_at_ms = if delayed {
+                now + self.rng.random_range(1..=self.w.max_delay_ms.max(1))
+            } else {
+                0
+            };
+            let seq = self.producer_seq[p as usize];
+            self.producer_seq[p as usize] += u64::from(batch);
+            let body = SimPayload {
+                producer: p,
+                key,
+                deliver_at_ms,
+            }
+            .encode_to_vec();
+            let metadata = MessageMetadata {
+                producer_name: format!("producer-{p}"),
+                sequence_id: seq,
+                publish_time: now,
+                num_messages_in_batch: (batch > 1).then_some(batch as i32),
+            };
+            let messages: Vec<(SingleMessageMetadata, Vec<u8>)> = (0..batch)
+                .map(|_| {
+                    (
+                        SingleMessageMetadata {
+                            partition_key: Some(key.to_string()),
+                            payload_size: body.len() as i32,
+                            ..SingleMessageMetadata::default()
+                        },
+                        body.clone(),
+                    )
+                })
+                .collect();
+            entries.push((
+                encode_entry_payload(&metadata, &messages),
+                vec![(key, deliver_at_ms); batch as usize],
+            ));
+            self.published += u64::from(batch);
+        }
+        if entries.is_empty() {
+            return Ok(());
+        }
+        let refs: Vec<&[u8]> = entries.iter().map(|(e, _)| e.as_slice()).collect();
+        let positions = b.ledger.append_batch(&refs).map_err(comp("append"))?;
+        for (pos, (_, msgs)) in positions.iter().zip(&entries) {
+            for (i, (key, deliver_at)) in msgs.iter().enumerate() {
+                self.checker.published(
+                    MessageRef {
+                        position: *pos,
+                        batch_index: i as u32,
+                    },
+                    *key,
+                    *deliver_at,
+                );
+            }
+        }
+        if self.published < self.w.messages {
+            self.sched.after(self.w.publish_interval_ms, Ev::Publish);
+        }
+        for s in 0..self.w.subscriptions as usize {
+            self.schedule_dispatch(s);
+        }
+        Ok(())
+    }
+
+    /// Decodes an entry's key and delivery time (first message of the batch).
+    fn entry_info(data: &[u8]) -> Option<(u32, u32, u64)> {
+        // [crc][md len][metadata]...[len][smm][payload]: parse via the wire types.
+        let md_len = u32::from_be_bytes(data.get(4..8)?.try_into().ok()?) as usize;
+        let md = MessageMetadata::decode(data.get(8..8 + md_len)?).ok()?;
+        let batch = md.num_messages_in_batch.unwrap_or(1).max(1) as u32;
+        let rest = &data[8 + md_len..];
+        let body = if md.num_messages_in_batch.is_none() {
+            rest
+        } else {
+            let smm_len = u32::from_be_bytes(rest.get(0..4)?.try_into().ok()?) as usize;
+            let smm = SingleMessageMetadata::decode(rest.get(4..4 + smm_len)?).ok()?;
+            rest.get(4 + smm_len..4 + smm_len + smm.payload_size as usize)?
+        };
+        let p = SimPayload::decode(body).ok()?;
+        Some((batch, p.key, p.deliver_at_ms))
+    }
+
+    fn dispatch(&mut self, s: usize) -> Result<(), SimError> {
+        let w = self.w;
+        if self.opts.faults {
+            if let Some(f) = self.snapshot_faults.get(s) {
+                let create = u32::from(
+                    w.faults.snapshot_create_failure_ratio > 0.0
+                        && self.rng.random_bool(w.faults.snapshot_create_failure_ratio),
+                );
+                let delete = u32::from(
+                    w.faults.snapshot_delete_failure_ratio > 0.0
+                        && self.rng.random_bool(w.faults.snapshot_delete_failure_ratio),
+                );
+                if create + delete > 0 {
+                    self.activity.snapshot_failures_injected += u64::from(create + delete);
+                    f.arm(FaultPlan {
+                        create,
+                        read: 0,
+                        delete,
+                    });
+                }
+            }
+        }
+        let Some(b) = self.broker.as_mut() else {
+            return Ok(());
+        };
+        let sub = &mut b.subs[s];
+        sub.dispatch_scheduled = false;
+        if !sub.ready || sub.consumer_keys.is_empty() {
+            return Ok(());
+        }
+        let mut to_route: Vec<SimEntry> = Vec::new();
+        let mut read_error = false;
+        // 1. Redeliveries (removed consumers, unsent) and due delayed messages.
+        let mut replay: BTreeSet<Position> = std::mem::take(&mut sub.redeliver);
+        replay.extend(sub.dispatcher.take_replay());
+        if let Some(t) = &sub.delayed {
+            if t.has_message_available() {
+                match t.get_scheduled_messages(MAX_READ_ENTRIES) {
+                    Ok(ps) => replay.extend(ps),
+                    Err(e) => return Err(SimError::Component(format!("delayed: {e}"))),
+                }
+            }
+        }
+        // Never send an entry that is already out on a consumer and not yet
+        // acknowledged (a due delayed message can reach the dispatcher twice
+        // in one lifetime: from the tracker and from the cursor's re-read
+        // after a restart).
+        let pending_on_consumer = |d: &SharedDispatcher, p: &Position| {
+            d.consumers().any(|c| c.pending_acks().contains_key(p))
+        };
+        let replay: Vec<Position> = replay
+            .into_iter()
+            .filter(|p| !sub.deletion.is_message_deleted(*p))
+            .filter(|p| !pending_on_consumer(&sub.dispatcher, p))
+            .filter(|p| {
+                !sub.blocked
+                    .values()
+                    .any(|q| q.iter().any(|r| r.entry.position == *p))
+            })
+            .collect();
+        if !replay.is_empty() {
+            match b.ledger.read_positions(&replay) {
+                Ok(entries) => {
+                    for e in entries {
+                        if let Some((batch, key, _)) = Self::entry_info(&e.data) {
+                            to_route.push(SimEntry::new(e.position, batch, key, e.data));
+                        }
+                    }
+                }
+                Err(LedgerError::StorageUnavailable { .. }) => {
+                    // put them back; retry after the outage
+                    sub.redeliver.extend(replay);
+                    read_error = true;
+                }
+                Err(e) => return Err(SimError::Component(format!("replay read: {e}"))),
+            }
+        }
+        // 2. New entries, as many as the consumers have permits for.
+        let blocked: usize = sub.blocked.values().map(|q| q.len()).sum();
+        let permits = sub.dispatcher.total_available_permits();
+        if !read_error && permits > 0 && blocked < 1_000 {
+            let n = (permits as usize).clamp(1, MAX_READ_ENTRIES);
+            let deletion = &sub.deletion;
+            let mut skipped = 0u64;
+            let read = sub.cursor.read_entries_with_skip(n, |l, e| {
+                let d = deletion.is_deleted_for_read_scheduling(l, e);
+                skipped += u64::from(d);
+                d
+            });
+            self.activity.reads_skipped_by_hint += skipped;
+            match read {
+                Ok(entries) => {
+                    let before = entries.len();
+                    let entries = sub.deletion.filter_read_entries(entries, |e| e.position);
+                    self.activity.entries_filtered_after_read += (before - entries.len()) as u64;
+                    for e in entries {
+                        let Some((batch, key, deliver_at)) = Self::entry_info(&e.data) else {
+                            return Err(SimError::Component(format!(
+                                "undecodable entry at {}",
+                                e.position
+                            )));
+                        };
+                        if deliver_at > 0 {
+                            if let Some(t) = &sub.delayed {
+                                match t.add_message(
+                                    e.position.ledger_id,
+                                    e.position.entry_id,
+                                    deliver_at as i64,
+                                ) {
+                                    Ok(true) => continue, // tracked: delivered when due
+                                    Ok(false)
+                                        if pending_on_consumer(&sub.dispatcher, &e.position)
+                                            || to_route
+                                                .iter()
+                                                .any(|r| r.entry.position == e.position)
+                                            || sub.blocked.values().any(|q| {
+                                                q.iter().any(|r| r.entry.position == e.position)
+                                            }) =>
+                                    {
+                                        continue; // already on its way via the tracker
+                                    }
+                                    Ok(false) => {} // due already: dispatch now
+                                    Err(err) => {
+                                        return Err(SimError::Component(format!(
+                                            "delayed add: {err}"
+                                        )))
+                                    }
+                                }
+                            }
+                        }
+                        to_route.push(SimEntry::new(e.position, batch, key, e.data));
+                    }
+                }
+                Err(LedgerError::StorageUnavailable { .. }) => read_error = true,
+                Err(e) => return Err(SimError::Component(format!("read: {e}"))),
+            }
+        }
+        // 3. Route: Key_Shared by hash range, Shared by permits.
+        let slots: Vec<usize> = sub.consumer_keys.keys().copied().collect();
+        let routed = to_route.len();
+        for e in to_route {
+            let slot = match w.subscription_type {
+                SubscriptionType::KeyShared => {
+                    let h = hash_key(e.key) as usize;
+                    let n = w.consumers_per_subscription as usize;
+                    slots[(h * n / 65_536).min(slots.len() - 1)]
+                }
+                SubscriptionType::Shared => {
+                    let mut best = slots[0];
+                    let mut best_permits = i64::MIN;
+                    for &c in &slots {
+                        let p = sub
+                            .dispatcher
+                            .consumer(sub.consumer_keys[&c])
+                            .map_or(i64::MIN, |x| x.available_permits());
+                        if p > best_permits {
+                            best = c;
+                            best_permits = p;
+                        }
+                    }
+                    best
+                }
+            };
+            sub.blocked.entry(slot).or_default().push_back(e);
+        }
+        // 4. Send what each consumer has permits for, in order.
+        let mut deliveries = Vec::new();
+        for (&slot, queue) in sub.blocked.iter_mut() {
+            let Some(&key) = sub.consumer_keys.get(&slot) else {
+                continue;
+            };
+            let mut batch = Vec::new();
+            let mut budget = sub
+                .dispatcher
+                .consumer(key)
+                .map_or(0, |c| c.available_permits());
+            while budget > 0 {
+                let Some(e) = queue.pop_front() else { break };
+                budget -= i64::from(e.entry.candidate_permits());
+                batch.push(e);
+            }
+            if batch.is_empty() {
+                continue;
+            }
+            let payloads: BTreeMap<Position, Arc<Vec<u8>>> = batch
+                .iter()
+                .map(|e| (e.entry.position, Arc::clone(&e.payload)))
+                .collect();
+            let d = sub
+                .dispatcher
+                .send_to_consumer(
+                    key,
+                    batch.into_iter().map(|e| e.entry).collect(),
+                    &mut AdmitAll,
+                )
+                .map_err(comp("send"))?;
+            for cmd in d.commands {
+                let pos = Position::new(
+                    cmd.message_id.ledger_id as i64,
+                    cmd.message_id.entry_id as i64,
+                );
+                deliveries.push((slot, key.connection_id, cmd, Arc::clone(&payloads[&pos])));
+            }
+            if let Some(id) = d.write_id {
+                sub.dispatcher
+                    .on_write_complete(id, Ok(()))
+                    .map_err(comp("write complete"))?;
+            }
+        }
+        // Go on only while this pass made progress: otherwise the next Flow,
+        // ack, publish or tick schedules the dispatcher again.
+        let more = !read_error
+            && (routed > 0 || !deliveries.is_empty())
+            && sub.dispatcher.total_available_permits() > 0
+            && (sub.cursor.has_more_entries() || sub.blocked.values().any(|q| !q.is_empty()));
+        let retry_after_error = read_error;
+        for (slot, connection_id, command, payload) in deliveries {
+            self.sched.after(
+                NET_MS,
+                Ev::Deliver {
+                    sub: s,
+                    consumer: slot,
+                    connection_id,
+                    command,
+                    payload,
+                },
+            );
+        }
+        if retry_after_error {
+            self.sched.after(100, Ev::Dispatch(s));
+            if let Some(b) = self.broker.as_mut() {
+                b.subs[s].dispatch_scheduled = true;
+            }
+        } else if more {
+            self.schedule_dispatch(s);
+        }
+        Ok(())
+    }
+
+    fn deliver(
+        &mut self,
+        s: usize,
+        c: usize,
+        command: &CommandMessage,
+        payload: &[u8],
+    ) -> Result<(), SimError> {
+        let corrupt = self.opts.faults
+            && self.w.faults.corrupted_batch_ratio > 0.0
+            && self.rng.random_bool(self.w.faults.corrupted_batch_ratio);
+        let mut bytes;
+        let payload = if corrupt {
+            bytes = payload.to_vec();
+            let last = bytes.len() - 1;
+            bytes[last] ^= 0xff; // breaks the checksum
+            self.activity.corrupted_batches += 1;
+            &bytes[..]
+        } else {
+            payload
+        };
+        let client = &mut self.clients[s][c];
+        let outcome = client
+            .consumer
+            .handle_message(command, payload)
+            .map_err(comp("handle message"))?;
+        if corrupt {
+            // The client acks it with a validation error and the broker
+            // redelivers nothing for it: the entry stays unacknowledged and
+            // is redelivered after the next reconnect. Model Pulsar's
+            // negative-ack path: the broker puts it back for replay.
+            if let Some(b) = self.broker.as_mut() {
+                let pos = Position::new(
+                    command.message_id.ledger_id as i64,
+                    command.message_id.entry_id as i64,
+                );
+                if let Some(key) = b.subs[s].consumer_keys.get(&c).copied() {
+                    let _ = b.subs[s].dispatcher.acknowledge(key, pos);
+                }
+                b.subs[s].redeliver.insert(pos);
+            }
+            self.checker.consumer_reconnected(&format!("sub-{s}"));
+        }
+        let _ = outcome;
+        let client = &mut self.clients[s][c];
+        if !client.poll_scheduled {
+            client.poll_scheduled = true;
+            self.sched.after(
+                APP_POLL_MS,
+                Ev::AppPoll {
+                    sub: s,
+                    consumer: c,
+                },
+            );
+        }
+        self.sched.after(
+            0,
+            Ev::FlushFlows {
+                sub: s,
+                consumer: c,
+            },
+        );
+        Ok(())
+    }
+
+    fn app_poll(&mut self, s: usize, c: usize) -> Result<(), SimError> {
+        let now = self.sched.now();
+        let sub_name = format!("sub-{s}");
+        let broker_generation = self.broker.as_ref().map_or(0, |b| b.generation);
+        let key = self
+            .broker
+            .as_ref()
+            .and_then(|b| b.subs[s].consumer_keys.get(&c).copied());
+        let mut acks = Vec::new();
+        {
+            let client = &mut self.clients[s][c];
+            client.poll_scheduled = false;
+            for _ in 0..APP_BATCH {
+                let Some(msg) = client.consumer.receive() else {
+                    break;
+                };
+                let id = msg.message_id.clone();
+                let position = Position::new(id.ledger_id as i64, id.entry_id as i64);
+                let batch_index = id.batch_index.unwrap_or(-1).max(0) as u32;
+                let batch_size = id.batch_size.unwrap_or(1).max(1) as u32;
+                let mref = MessageRef {
+                    position,
+                    batch_index,
+                };
+                let mut deliveries = 1;
+                let mut release = true;
+                if !self.sabotage_done {
+                    match self.opts.sabotage {
+                        Some(Sabotage::DropOneDelivery) => {
+                            self.sabotage_done = true;
+                            deliveries = 0;
+                        }
+                        Some(Sabotage::DeliverOneTwice) => {
+                            self.sabotage_done = true;
+                            deliveries = 2;
+                        }
+                        Some(Sabotage::ReturnOnePermitTooFew) => {
+                            self.sabotage_done = true;
+                            release = false;
+                        }
+                        None => {}
+                    }
+                }
+                for _ in 0..deliveries {
+                    self.checker.delivered(&sub_name, mref, now);
+                }
+                client.last_delivery_ms = now;
+                self.last_progress_ms[s] = now;
+                if release {
+                    msg.release_permit().map_err(comp("permit return"))?;
+                } else {
+                    std::mem::forget(msg.token);
+                }
+                if deliveries == 0 {
+                    continue; // dropped: never acknowledged
+                }
+                client.consumer.acknowledge(&id);
+                let entry = client
+                    .in_progress
+                    .entry(position)
+                    .or_insert_with(|| (batch_size, Vec::new()));
+                entry.0 = entry.0.saturating_sub(1);
+                entry.1.push(mref);
+                if entry.0 == 0 {
+                    let (_, refs) = client.in_progress.remove(&position).unwrap_or_default();
+                    acks.push((position, refs));
+                }
+            }
+            if client.consumer.queued() > 0 {
+                client.poll_scheduled = true;
+                self.sched.after(
+                    APP_POLL_MS,
+                    Ev::AppPoll {
+                        sub: s,
+                        consumer: c,
+                    },
+                );
+            }
+        }
+        if let Some(key) = key {
+            for (position, messages) in acks {
+                let txn = (self.w.txn_ack_ratio > 0.0
+                    && self.rng.random_bool(self.w.txn_ack_ratio))
+                .then(|| {
+                    self.next_txn += 1;
+                    TxnId::new(0, self.next_txn)
+                });
+                self.sched.after(
+                    NET_MS,
+                    Ev::Ack {
+                        sub: s,
+                        broker_generation,
+                        key,
+                        position,
+                        messages,
+                        txn,
+                    },
+                );
+            }
+        }
+        self.sched.after(
+            0,
+            Ev::FlushFlows {
+                sub: s,
+                consumer: c,
+            },
+        );
+        Ok(())
+    }
+
+    fn ack(
+        &mut self,
+        s: usize,
+        broker_generation: u64,
+        key: ConsumerKey,
+        position: Position,
+        messages: Vec<MessageRef>,
+        txn: Option<TxnId>,
+    ) -> Result<(), SimError> {
+        let Some(b) = self.broker.as_mut() else {
+            return Ok(());
+        };
+        if b.generation != broker_generation {
+            return Ok(()); // sent to a broker that has since restarted: lost
+        }
+        let sub = &mut b.subs[s];
+        let _ = sub.dispatcher.acknowledge(key, position);
+        if let (Some(txn), Some(h)) = (txn, &sub.pending_ack) {
+            h.append(
+                PendingAckRecord::individual_ack(txn, vec![AckedPosition::whole(position)]),
+                Box::new(|_| {}),
+            );
+            // Transactions stay open for a while (the coordinator commits
+            // later), so restarts find open ones in the pending-ack log.
+            let delay = self.rng.random_range(10..=2_000);
+            self.sched.after(
+                delay,
+                Ev::Commit {
+                    sub: s,
+                    broker_generation,
+                    txn,
+                    positions: vec![(position, messages)],
+                },
+            );
+            return Ok(());
+        }
+        sub.deletion
+            .delete(&[position], b.ledger.as_ref())
+            .map_err(comp("ack"))?;
+        sub.unpersisted.extend(messages);
+        if let Some(t) = &sub.delayed {
+            t.update_mark_delete(sub.deletion.mark_delete_position());
+        }
+        self.schedule_dispatch(s);
+        Ok(())
+    }
+
+    fn commit(
+        &mut self,
+        s: usize,
+        broker_generation: u64,
+        txn: TxnId,
+        positions: Vec<(Position, Vec<MessageRef>)>,
+    ) -> Result<(), SimError> {
+        let Some(b) = self.broker.as_mut() else {
+            return Ok(());
+        };
+        if b.generation != broker_generation {
+            return Ok(()); // the transaction was aborted by the restart
+        }
+        let sub = &mut b.subs[s];
+        if let Some(h) = &sub.pending_ack {
+            h.append(
+                PendingAckRecord::commit(txn, AckType::Individual),
+                Box::new(|_| {}),
+            );
+        }
+        let ps: Vec<Position> = positions.iter().map(|(p, _)| *p).collect();
+        sub.deletion
+            .delete(&ps, b.ledger.as_ref())
+            .map_err(comp("commit ack"))?;
+        for (_, refs) in positions {
+            sub.unpersisted.extend(refs);
+        }
+        self.schedule_dispatch(s);
+        Ok(())
+    }
+
+    fn persist(&mut self, s: usize) -> Result<(), SimError> {
+        let Some(b) = self.broker.as_mut() else {
+            return Ok(());
+        };
+        let sub = &mut b.subs[s];
+        if sub.unpersisted.is_empty() {
+            return Ok(());
+        }
+        let md = sub.deletion.mark_delete_position();
+        let ranges = sub.deletion.individually_deleted_ranges();
+        match sub.cursor.mark_delete_with_ranges(md, ranges) {
+            Ok(()) => {}
+            Err(LedgerError::MarkDeleteBackward { .. }) => {}
+            Err(e) => return Err(SimError::Component(format!("persist mark-delete: {e}"))),
+        }
+        let name = sub.name.clone();
+        let now = self.sched.now();
+        for m in std::mem::take(&mut sub.unpersisted) {
+            self.checker.acked(&name, m, now);
+            self.acked_at_last_check[s] += 1;
+        }
+        Ok(())
+    }
+
+    /// The client connection task: writes pending Flow requests (after its
+    /// identity revalidation), then the broker reads the connection's frames.
+    fn flush_flows(&mut self, s: usize, c: usize) -> Result<(), SimError> {
+        let client = &self.clients[s][c];
+        client.connection.flush_flows();
+        let frames = client.connection.take_outbox();
+        let connection_id = client.connection.id();
+        let Some(b) = self.broker.as_mut() else {
+            return Ok(());
+        };
+        let mut any = false;
+        for frame in frames {
+            if let ClientFrame::Flow { command, .. } = frame {
+                self.activity.flows += 1;
+                let key = ConsumerKey {
+                    connection_id,
+                    consumer_id: command.consumer_id,
+                };
+                if b.subs[s].dispatcher.consumer(key).is_some() {
+                    b.subs[s]
+                        .dispatcher
+                        .consumer_flow(key, command.message_permits)
+                        .map_err(comp("flow"))?;
+                    any = true;
+                }
+            }
+        }
+        if any {
+            self.schedule_dispatch(s);
+        }
+        Ok(())
+    }
+
+    fn restart(&mut self) -> Result<(), SimError> {
+        self.activity.restarts += 1;
+        self.checker.restarted();
+        if self.w.faults.lose_pending_ack_ledger && self.activity.restarts == 1 {
+            // Lose the pending-ack log's ledger holding the first record the
+            // next replay needs (a deleted BookKeeper ledger).
+            if let Some(b) = &self.broker {
+                for sub in &b.subs {
+                    if let Some(c) = &sub.pending_ack_cursor {
+                        let next = c.ledger().next_valid_position(c.mark_delete_position());
+                        if next <= c.ledger().last_confirmed_entry() {
+                            c.ledger()
+                                .mark_ledger_lost(next.ledger_id)
+                                .map_err(comp("lose ledger"))?;
+                            self.activity.read_failures_injected += 1;
+                        }
+                    }
+                }
+            }
+        }
+        self.open_broker()?;
+        // Every client reconnects with a new incarnation on a new connection.
+        for s in 0..self.w.subscriptions as usize {
+            for c in 0..self.w.consumers_per_subscription as usize {
+                let connection =
+                    crate::sync::Arc::new(ClientConnection::new(self.next_connection_id));
+                self.next_connection_id += 1;
+                let client = &mut self.clients[s][c];
+                client.in_progress.clear();
+                client
+                    .consumer
+                    .resubscribe(crate::sync::Arc::clone(&connection))
+                    .map_err(comp("resubscribe"))?;
+                client.connection = connection;
+                self.connect_consumer(s, c)?;
+            }
+        }
+        Ok(())
+    }
+
+    fn reconnect(&mut self, s: usize, c: usize) -> Result<(), SimError> {
+        self.activity.reconnects += 1;
+        self.checker.consumer_reconnected(&format!("sub-{s}"));
+        let connection = crate::sync::Arc::new(ClientConnection::new(self.next_connection_id));
+        self.next_connection_id += 1;
+        let client = &mut self.clients[s][c];
+        client.in_progress.clear();
+        client
+            .consumer
+            .resubscribe(crate::sync::Arc::clone(&connection))
+            .map_err(comp("resubscribe"))?;
+        client.connection = connection;
+        self.connect_consumer(s, c)?;
+        self.schedule_dispatch(s);
+        Ok(())
+    }
+
+    fn stall_check(&mut self) {
+        let now = self.sched.now();
+        for s in 0..self.w.subscriptions as usize {
+            let backlog = self.published > self.acked_at_last_check[s];
+            let idle = now.saturating_sub(self.last_progress_ms[s]);
+            let waiting_delayed = self
+                .broker
+                .as_ref()
+                .and_then(|b| b.subs[s].delayed.as_ref())
+                .is_some_and(|t| t.number_of_delayed_messages() > 0);
+            if backlog && !waiting_delayed && idle > self.w.stall_bound_ms {
+                self.checker.stalled(&format!("sub-{s}"), "*", idle, now);
+                self.last_progress_ms[s] = now; // report each episode once
+            }
+        }
+    }
+}

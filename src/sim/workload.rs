@@ -1,0 +1,393 @@
+//! Workload descriptions for `pulsar-core simulate`: the four presets and the
+//! TOML file format (same fields).
+
+use serde::{Deserialize, Serialize};
+
+/// Subscription type of every subscription in the run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SubscriptionType {
+    /// Key_Shared with a static hash-range assignment: per-key order is checked.
+    KeyShared,
+    /// Shared: round-robin by available permits; no order guarantee.
+    Shared,
+}
+
+/// Faults injected during the run (each switchable).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Faults {
+    /// Broker restarts during the run (everything in memory is dropped and
+    /// recovered from the store).
+    pub restarts: u32,
+    /// Windows of transient storage read failures (each `outage_ms` long).
+    pub read_outages: u32,
+    /// Length of one read outage, virtual ms.
+    pub outage_ms: u64,
+    /// Lose the pending-ack log's first ledger once (a deleted BookKeeper
+    /// ledger), with auto-skip on for that log so the handle can recover.
+    pub lose_pending_ack_ledger: bool,
+    /// Consumer reconnects (new PIP-491 incarnation) during the run.
+    pub reconnects: u32,
+    /// Fraction of deliveries whose batch the client finds corrupted.
+    pub corrupted_batch_ratio: f64,
+    /// Fraction of bucket snapshot creates that fail.
+    pub snapshot_create_failure_ratio: f64,
+    /// Fraction of bucket snapshot deletes that fail.
+    pub snapshot_delete_failure_ratio: f64,
+}
+
+impl Default for Faults {
+    fn default() -> Self {
+        Self {
+            restarts: 1,
+            read_outages: 1,
+            outage_ms: 2_000,
+            lose_pending_ack_ledger: false,
+            reconnects: 2,
+            corrupted_batch_ratio: 0.0,
+            snapshot_create_failure_ratio: 0.0,
+            snapshot_delete_failure_ratio: 0.0,
+        }
+    }
+}
+
+impl Faults {
+    /// No faults at all.
+    pub fn none() -> Self {
+        Self {
+            restarts: 0,
+            read_outages: 0,
+            outage_ms: 0,
+            lose_pending_ack_ledger: false,
+            reconnects: 0,
+            corrupted_batch_ratio: 0.0,
+            snapshot_create_failure_ratio: 0.0,
+            snapshot_delete_failure_ratio: 0.0,
+        }
+    }
+}
+
+/// One simulated workload. Every field has a default; a TOML file may set
+/// any subset (unknown fields are an error).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Workload {
+    /// Name shown in the report.
+    pub name: String,
+    /// Producers publishing to the one topic.
+    pub producers: u32,
+    /// Subscriptions on the topic (fan-out: each gets every message).
+    pub subscriptions: u32,
+    /// Consumers per subscription.
+    pub consumers_per_subscription: u32,
+    /// Subscription type.
+    pub subscription_type: SubscriptionType,
+    /// Logical messages published in total.
+    pub messages: u64,
+    /// Messages per batch entry (1 = no batching).
+    pub batch_size: u32,
+    /// Distinct ordering keys.
+    pub keys: u32,
+    /// Fraction of messages that are delayed.
+    pub delayed_ratio: f64,
+    /// Largest delivery delay, virtual ms.
+    pub max_delay_ms: u64,
+    /// Fraction of acknowledgements made inside a transaction.
+    pub txn_ack_ratio: f64,
+    /// Consumer receiver queue size, messages.
+    pub receiver_queue_size: u32,
+    /// Entries per ledger before rollover.
+    pub max_entries_per_ledger: u32,
+    /// Bucket tracker: minimum indexes before a bucket is sealed.
+    pub delayed_min_index_count_per_bucket: u64,
+    /// Bucket tracker: maximum buckets before merging.
+    pub delayed_max_num_buckets: i64,
+    /// Bucket tracker tick, ms.
+    pub delayed_tick_ms: u64,
+    /// Producer publish interval between batches, virtual ms.
+    pub publish_interval_ms: u64,
+    /// A consumer with backlog and free receiver queue that receives nothing
+    /// for longer than this is a stall, virtual ms.
+    pub stall_bound_ms: u64,
+    /// Faults.
+    pub faults: Faults,
+}
+
+impl Default for Workload {
+    fn default() -> Self {
+        Self {
+            name: "custom".into(),
+            producers: 10,
+            subscriptions: 2,
+            consumers_per_subscription: 2,
+            subscription_type: SubscriptionType::KeyShared,
+            messages: 10_000,
+            batch_size: 10,
+            keys: 100,
+            delayed_ratio: 0.0,
+            max_delay_ms: 10_000,
+            txn_ack_ratio: 0.0,
+            receiver_queue_size: 1_000,
+            max_entries_per_ledger: 5_000,
+            delayed_min_index_count_per_bucket: 50_000,
+            delayed_max_num_buckets: -1,
+            delayed_tick_ms: 1_000,
+            publish_interval_ms: 10,
+            stall_bound_ms: 30_000,
+            faults: Faults::default(),
+        }
+    }
+}
+
+/// Why a workload was rejected.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum WorkloadError {
+    /// The preset name is not one of [`Workload::PRESETS`].
+    #[error("unknown workload {0:?}: expected one of fanout, delayed, txn-outage, permit-churn, or a path to a .toml file")]
+    UnknownPreset(String),
+    /// The workload file could not be read.
+    #[error("cannot read workload file {path}: {reason}")]
+    Unreadable {
+        /// The file.
+        path: String,
+        /// The I/O error.
+        reason: String,
+    },
+    /// The workload file is not valid TOML for [`Workload`].
+    #[error("invalid workload file {path}: {reason}")]
+    Malformed {
+        /// The file.
+        path: String,
+        /// The parse error.
+        reason: String,
+    },
+    /// A field is out of range.
+    #[error("invalid workload: {0}")]
+    Invalid(String),
+}
+
+impl Workload {
+    /// The preset names.
+    pub const PRESETS: [&'static str; 4] = ["fanout", "delayed", "txn-outage", "permit-churn"];
+
+    /// A named preset (see the README for what each exercises).
+    ///
+    /// # Errors
+    /// [`WorkloadError::UnknownPreset`].
+    pub fn preset(name: &str) -> Result<Self, WorkloadError> {
+        let base = Workload::default();
+        Ok(match name {
+            // Seed 004's shape: 500 producers, one topic, 20 Key_Shared
+            // subscriptions × 10 consumers.
+            "fanout" => Workload {
+                name: name.into(),
+                producers: 500,
+                subscriptions: 20,
+                consumers_per_subscription: 10,
+                subscription_type: SubscriptionType::KeyShared,
+                messages: 100_000,
+                batch_size: 10,
+                keys: 10_000,
+                publish_interval_ms: 50,
+                ..base
+            },
+            // Delayed messages over many ledgers with small bucket limits so
+            // seal, merge and trim happen often.
+            "delayed" => Workload {
+                name: name.into(),
+                producers: 20,
+                subscriptions: 2,
+                consumers_per_subscription: 2,
+                subscription_type: SubscriptionType::Shared,
+                messages: 20_000,
+                batch_size: 1,
+                delayed_ratio: 0.8,
+                max_delay_ms: 60_000,
+                max_entries_per_ledger: 500,
+                delayed_min_index_count_per_bucket: 200,
+                delayed_max_num_buckets: 4,
+                delayed_tick_ms: 100,
+                faults: Faults {
+                    snapshot_create_failure_ratio: 0.05,
+                    snapshot_delete_failure_ratio: 0.05,
+                    ..Faults::default()
+                },
+                ..base
+            },
+            // Transactional acks, a storage outage and a deleted pending-ack
+            // ledger across restarts.
+            "txn-outage" => Workload {
+                name: name.into(),
+                producers: 10,
+                subscriptions: 2,
+                consumers_per_subscription: 2,
+                subscription_type: SubscriptionType::Shared,
+                messages: 10_000,
+                batch_size: 5,
+                txn_ack_ratio: 0.5,
+                publish_interval_ms: 100,
+                faults: Faults {
+                    restarts: 2,
+                    read_outages: 2,
+                    outage_ms: 10_000,
+                    lose_pending_ack_ledger: true,
+                    ..Faults::default()
+                },
+                ..base
+            },
+            // Shared, frequent reconnects and corrupted batches.
+            "permit-churn" => Workload {
+                name: name.into(),
+                producers: 10,
+                subscriptions: 1,
+                consumers_per_subscription: 5,
+                subscription_type: SubscriptionType::Shared,
+                messages: 20_000,
+                batch_size: 20,
+                receiver_queue_size: 100,
+                faults: Faults {
+                    reconnects: 20,
+                    corrupted_batch_ratio: 0.02,
+                    ..Faults::default()
+                },
+                ..base
+            },
+            other => return Err(WorkloadError::UnknownPreset(other.to_string())),
+        })
+    }
+
+    /// Reads a workload from a TOML file with the fields of [`Workload`].
+    ///
+    /// # Errors
+    /// [`WorkloadError::Unreadable`], [`WorkloadError::Malformed`], or
+    /// [`WorkloadError::Invalid`] from [`Workload::validate`].
+    pub fn from_toml_file(path: &std::path::Path) -> Result<Self, WorkloadError> {
+        let text = std::fs::read_to_string(path).map_err(|e| WorkloadError::Unreadable {
+            path: path.display().to_string(),
+            reason: e.to_string(),
+        })?;
+        let w: Workload = toml::from_str(&text).map_err(|e| WorkloadError::Malformed {
+            path: path.display().to_string(),
+            reason: e.to_string(),
+        })?;
+        w.validate()?;
+        Ok(w)
+    }
+
+    /// Resolves `--workload`: a preset name, or a path to a `.toml` file.
+    ///
+    /// # Errors
+    /// As [`Workload::preset`] / [`Workload::from_toml_file`].
+    pub fn resolve(spec: &str) -> Result<Self, WorkloadError> {
+        if spec.ends_with(".toml") || std::path::Path::new(spec).is_file() {
+            return Self::from_toml_file(std::path::Path::new(spec));
+        }
+        Self::preset(spec)
+    }
+
+    /// Checks every field's range.
+    ///
+    /// # Errors
+    /// [`WorkloadError::Invalid`] naming the first bad field.
+    pub fn validate(&self) -> Result<(), WorkloadError> {
+        let bad = |m: &str| Err(WorkloadError::Invalid(m.to_string()));
+        let ratio = |r: f64| (0.0..=1.0).contains(&r);
+        if self.messages == 0 {
+            return bad("messages must be at least 1");
+        }
+        if self.producers == 0 {
+            return bad("producers must be at least 1");
+        }
+        if self.subscriptions == 0 || self.consumers_per_subscription == 0 {
+            return bad("subscriptions and consumers_per_subscription must be at least 1");
+        }
+        if self.batch_size == 0 || self.batch_size > 512 {
+            return bad("batch_size must be in 1..=512");
+        }
+        if self.keys == 0 {
+            return bad("keys must be at least 1");
+        }
+        if self.receiver_queue_size < 2 {
+            return bad("receiver_queue_size must be at least 2");
+        }
+        if self.max_entries_per_ledger == 0 {
+            return bad("max_entries_per_ledger must be at least 1");
+        }
+        if self.delayed_tick_ms == 0 || self.stall_bound_ms == 0 {
+            return bad("delayed_tick_ms and stall_bound_ms must be at least 1");
+        }
+        for (name, r) in [
+            ("delayed_ratio", self.delayed_ratio),
+            ("txn_ack_ratio", self.txn_ack_ratio),
+            (
+                "faults.corrupted_batch_ratio",
+                self.faults.corrupted_batch_ratio,
+            ),
+            (
+                "faults.snapshot_create_failure_ratio",
+                self.faults.snapshot_create_failure_ratio,
+            ),
+            (
+                "faults.snapshot_delete_failure_ratio",
+                self.faults.snapshot_delete_failure_ratio,
+            ),
+        ] {
+            if !ratio(r) {
+                return Err(WorkloadError::Invalid(format!(
+                    "{name} must be within 0.0..=1.0, got {r}"
+                )));
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(all(test, not(any(loom, feature = "shuttle"))))]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn presets_are_valid() {
+        for p in Workload::PRESETS {
+            let w = Workload::preset(p).unwrap();
+            w.validate().unwrap();
+            assert_eq!(w.name, p);
+        }
+        assert!(matches!(
+            Workload::preset("nope"),
+            Err(WorkloadError::UnknownPreset(_))
+        ));
+    }
+
+    #[test]
+    fn toml_file_round_trip_and_errors() {
+        let dir = tempfile::tempdir().unwrap();
+        let ok = dir.path().join("w.toml");
+        std::fs::write(
+            &ok,
+            "name = \"mine\"\nmessages = 50\n[faults]\nrestarts = 0\n",
+        )
+        .unwrap();
+        let w = Workload::resolve(ok.to_str().unwrap()).unwrap();
+        assert_eq!(
+            (w.name.as_str(), w.messages, w.faults.restarts),
+            ("mine", 50, 0)
+        );
+
+        let unknown = dir.path().join("u.toml");
+        std::fs::write(&unknown, "mesages = 5\n").unwrap();
+        assert!(matches!(
+            Workload::resolve(unknown.to_str().unwrap()),
+            Err(WorkloadError::Malformed { .. })
+        ));
+        let zero = dir.path().join("z.toml");
+        std::fs::write(&zero, "messages = 0\n").unwrap();
+        let err = Workload::resolve(zero.to_str().unwrap()).unwrap_err();
+        assert!(err.to_string().contains("messages"), "{err}");
+        assert!(matches!(
+            Workload::resolve("/no/such/file.toml"),
+            Err(WorkloadError::Unreadable { .. })
+        ));
+    }
+}
