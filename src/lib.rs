@@ -14,6 +14,7 @@
 //! | [`pending_ack`] | 001 | pending-ack log replay: read pipeline, failure classification, rewind, retry with backoff, buffered writer |
 //! | [`delayed`] | 000 | bucket delayed delivery tracker with durable snapshots |
 //! | [`permits`] | 003 | PIP-491 exact permit accounting: `message_permits` on the wire, broker finalisation, client budget, per-incarnation accumulator |
+//! | [`sim`] | all | `pulsar-core simulate`: the broker-in-a-box on the real components, fault injection, independent delivery checker |
 //!
 //! Every public fallible operation returns a typed error; bad input never
 //! panics and leaves state unchanged.
