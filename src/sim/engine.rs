@@ -335,6 +335,17 @@ pub fn run(
     })
 }
 
+/// Makes every read of `ledger` fail as storage-unavailable while `outage`
+/// is set (the simulated BookKeeper outage window).
+fn install_outage(ledger: &ManagedLedger, outage: &Arc<AtomicBool>) {
+    let outage = Arc::clone(outage);
+    ledger.faults().set_policy(move |_| {
+        outage
+            .load(Ordering::Relaxed)
+            .then_some(ReadFailureKind::StorageUnavailable)
+    });
+}
+
 fn hash_key(key: u32) -> u32 {
     // A fixed 32-bit mix (murmur3 finalizer) onto Key_Shared's 0..65536 ring.
     let mut h = key;
@@ -456,12 +467,7 @@ impl Sim<'_> {
             Arc::clone(&dyn_store),
         )
         .map_err(comp("open topic"))?;
-        let outage = Arc::clone(&self.outage);
-        ledger.faults().set_policy(move |_| {
-            outage
-                .load(Ordering::Relaxed)
-                .then_some(ReadFailureKind::StorageUnavailable)
-        });
+        install_outage(&ledger, &self.outage);
         let pool = ReplayExecutorPool::new(2, ExecutorMode::Manual).map_err(comp("executors"))?;
         let timer = Arc::new(VirtualTimer::new());
         timer.advance_to(self.sched.now());
@@ -511,12 +517,7 @@ impl Sim<'_> {
                     Arc::clone(&dyn_store),
                 )
                 .map_err(comp("open pending-ack log"))?;
-                let outage = Arc::clone(&self.outage);
-                pa_ledger.faults().set_policy(move |_| {
-                    outage
-                        .load(Ordering::Relaxed)
-                        .then_some(ReadFailureKind::StorageUnavailable)
-                });
+                install_outage(&pa_ledger, &self.outage);
                 let pa_cursor = Arc::new(
                     pa_ledger
                         .open_cursor(PENDING_ACK_CURSOR)
