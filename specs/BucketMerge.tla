@@ -42,6 +42,11 @@ CONSTANTS NP,      \* positions (ledgers) 1..NP, added in order
           MaxSid,  \* snapshot slots (ids are reused once deleted)
           Bug      \* the bug switch (see above)
 
+\* The two delivery-time assignments the cfgs use for TS (TLC's cfg syntax has
+\* no tuples, so each cfg substitutes one of these with `TS <- ...`).
+TSTiming1 == <<2, 1, 3>>
+TSTiming2 == <<1, 3, 3>>
+
 VARIABLES clock,     \* now (ms), monotone across crashes
           nextP,     \* next position the producer adds
           index,     \* runtime index: tracked positions

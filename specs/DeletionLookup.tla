@@ -36,6 +36,10 @@ CONSTANTS NumLedgers,   \* ledgers 1..NumLedgers
           EpochCheck,   \* BOOLEAN: reader re-checks the epoch (the fix)
           AtomicMD      \* BOOLEAN: md is read as one snapshot (the fix)
 
+\* The backward reset target the cfgs use (TLC's cfg syntax has neither
+\* tuples nor negative numbers, so cfgs write `ResetTo <- ResetToBeforeLedger1`).
+ResetToBeforeLedger1 == <<1, -1>>
+
 VARIABLES md,      \* mark-delete position <<ledger, entry>>
           bm,      \* bitmap object id -> set of entry ids (live, shared)
           map,     \* authoritative ledger -> bitmap id (NoId = none)

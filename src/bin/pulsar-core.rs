@@ -37,11 +37,13 @@ struct SimulateArgs {
     /// Override the number of messages published (≥ 1).
     #[arg(long)]
     messages: Option<u64>,
-    /// Directory for the redb store (default: a fresh directory under the
-    /// system temp dir, removed afterwards unless --keep-data).
+    /// Directory for the redb store; it must not hold a store yet and is kept
+    /// after the run (default: a fresh directory under the system temp dir,
+    /// removed afterwards, also on Ctrl-C, unless --keep-data).
     #[arg(long)]
     data_dir: Option<PathBuf>,
-    /// Keep the data directory after the run.
+    /// Keep the default temporary data directory after the run (an explicit
+    /// --data-dir is always kept).
     #[arg(long)]
     keep_data: bool,
     /// Turn off the workload's fault injection.
@@ -78,9 +80,26 @@ fn simulate(args: SimulateArgs) -> ExitCode {
         return ExitCode::from(2);
     }
     let (data_dir, remove_after) = match &args.data_dir {
-        Some(d) => (d.clone(), false),
+        Some(d) => {
+            if d.exists() && !d.is_dir() {
+                eprintln!(
+                    "error: data dir {} exists and is not a directory",
+                    d.display()
+                );
+                return ExitCode::from(2);
+            }
+            (d.clone(), false)
+        }
         None => {
-            let d = std::env::temp_dir().join(format!(
+            let tmp = std::env::temp_dir();
+            if !tmp.is_dir() {
+                eprintln!(
+                    "error: the temp dir {} does not exist (set TMPDIR or pass --data-dir)",
+                    tmp.display()
+                );
+                return ExitCode::from(2);
+            }
+            let d = tmp.join(format!(
                 "pulsar-core-sim-{}-{}",
                 std::process::id(),
                 args.seed
@@ -88,6 +107,15 @@ fn simulate(args: SimulateArgs) -> ExitCode {
             (d, !args.keep_data)
         }
     };
+    if remove_after {
+        // Ctrl-C / SIGTERM must not leave the temporary store behind.
+        let dir = data_dir.clone();
+        let _ = ctrlc::set_handler(move || {
+            let _ = std::fs::remove_dir_all(&dir);
+            eprintln!("interrupted: removed {}", dir.display());
+            std::process::exit(130);
+        });
+    }
     if data_dir.join("pulsar-core.redb").exists() {
         eprintln!(
             "error: data dir {} already holds a store; use an empty directory",

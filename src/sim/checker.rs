@@ -54,6 +54,9 @@ struct SubState {
     generation: u32,
     /// key → (generation, highest key_seq delivered first-time in it).
     key_progress: HashMap<u32, (u32, u64)>,
+    /// Publish indexes exempt from the per-key order check (replayed after
+    /// a corrupted delivery).
+    order_exempt: std::collections::HashSet<usize>,
 }
 
 /// Counters and the first violation, as reported.
@@ -88,6 +91,9 @@ pub struct CheckerCounts {
     /// acknowledged and returned, differ from their receiver queue size
     /// (PIP-491: a permit leaked or was returned twice).
     pub permit_mismatches: u64,
+    /// Messages not published, plus planned faults not run, when the run hit
+    /// its virtual-time limit (a cut-short run proves nothing).
+    pub unfinished: u64,
 }
 
 impl CheckerCounts {
@@ -100,6 +106,7 @@ impl CheckerCounts {
             + self.invalid_events
             + self.stalls
             + self.permit_mismatches
+            + self.unfinished
     }
 }
 
@@ -236,7 +243,7 @@ impl DeliveryChecker {
             }
             return; // delayed messages carry no ordering guarantee
         }
-        if !self.check_key_order {
+        if !self.check_key_order || s.order_exempt.contains(&idx) {
             return;
         }
         let progress = s.key_progress.entry(p.key).or_insert((generation, 0));
@@ -302,6 +309,29 @@ impl DeliveryChecker {
                 now_ms,
                 format!(
                     "{sub}/consumer-{consumer}: broker holds {permits} permits after draining, expected {expected}"
+                ),
+            );
+        }
+    }
+
+    /// `msg` on `sub` will be replayed after later messages (its delivery
+    /// failed before reaching the application): exempt it from the per-key
+    /// order check.
+    pub fn exempt_from_order(&mut self, sub: &str, msg: MessageRef) {
+        if let (Some(s), Some(i)) = (self.subs.get_mut(sub), self.index.get(&msg)) {
+            s.order_exempt.insert(*i as usize);
+        }
+    }
+
+    /// The run stopped at its virtual-time limit with `unpublished` messages
+    /// not published and `faults_not_run` planned faults not injected.
+    pub fn unfinished(&mut self, unpublished: u64, faults_not_run: u64, now_ms: u64) {
+        if unpublished + faults_not_run > 0 {
+            self.counts.unfinished += unpublished + faults_not_run;
+            self.violation(
+                now_ms,
+                format!(
+                    "run cut short at the virtual-time limit: {unpublished} messages not published, {faults_not_run} planned faults not run"
                 ),
             );
         }

@@ -312,6 +312,10 @@ pub fn run(
     sim.start()?;
     sim.event_loop()?;
     let virtual_ms = sim.sched.now();
+    let unpublished = workload.messages.saturating_sub(sim.published);
+    let faults_not_run = u64::from(sim.faults_pending);
+    sim.checker
+        .unfinished(unpublished, faults_not_run, virtual_ms);
     let (counts, first_violation) = sim.checker.finish(virtual_ms);
     let wall_ms = started.elapsed().as_millis() as u64;
     let messages_per_sec = if wall_ms == 0 {
@@ -324,6 +328,7 @@ pub fn run(
         seed: opts.seed,
         data_dir: opts.data_dir.display().to_string(),
         virtual_ms,
+        violations: counts.violations(),
         counts,
         activity: sim.activity,
         first_violation,
@@ -397,7 +402,8 @@ impl Sim<'_> {
                 self.sched.after(self.w.delayed_tick_ms, Ev::DelayedTick(s));
             }
         }
-        self.sched.after(self.w.stall_bound_ms / 4, Ev::StallCheck);
+        self.sched
+            .after(self.stall_check_interval(), Ev::StallCheck);
         if self.opts.faults {
             self.plan_faults();
         }
@@ -409,8 +415,9 @@ impl Sim<'_> {
         let f = self.w.faults.clone();
         let batches = self.w.messages.div_ceil(u64::from(self.w.batch_size));
         let ticks = batches.div_ceil(u64::from(self.w.producers)).max(1);
-        let window = (ticks * self.w.publish_interval_ms).max(1_000);
-        let restart_at = |i: u32| window * u64::from(i + 1) / u64::from(f.restarts + 1);
+        let window = ticks.saturating_mul(self.w.publish_interval_ms).max(1_000);
+        let restart_at =
+            |i: u32| (u128::from(window) * u128::from(i + 1) / u128::from(f.restarts + 1)) as u64;
         self.faults_pending = f.restarts + f.read_outages + f.reconnects;
         for i in 0..f.restarts {
             self.sched.at(restart_at(i), Ev::Restart);
@@ -421,10 +428,11 @@ impl Sim<'_> {
             let at = if i < f.restarts {
                 restart_at(i).saturating_sub(300)
             } else {
-                window * (2 * u64::from(i) + 1) / (2 * u64::from(f.read_outages) + 1)
+                (u128::from(window) * (2 * u128::from(i) + 1)
+                    / (2 * u128::from(f.read_outages) + 1)) as u64
             };
             self.sched.at(at, Ev::OutageStart);
-            self.sched.at(at + f.outage_ms, Ev::OutageEnd);
+            self.sched.at(at.saturating_add(f.outage_ms), Ev::OutageEnd);
         }
         for _ in 0..f.reconnects {
             let at = self.rng.random_range(0..window);
@@ -834,6 +842,11 @@ impl Sim<'_> {
             Ev::OutageEnd => {
                 self.faults_pending = self.faults_pending.saturating_sub(1);
                 self.outage.store(false, Ordering::Relaxed);
+                // The injected outage is not a stall: the stall clock restarts.
+                let now = self.sched.now();
+                for p in &mut self.last_progress_ms {
+                    *p = (*p).max(now);
+                }
                 for s in 0..self.w.subscriptions as usize {
                     self.schedule_dispatch(s);
                 }
@@ -841,7 +854,8 @@ impl Sim<'_> {
             }
             Ev::StallCheck => {
                 self.stall_check();
-                self.sched.after(self.w.stall_bound_ms / 4, Ev::StallCheck);
+                self.sched
+                    .after(self.stall_check_interval(), Ev::StallCheck);
                 Ok(())
             }
         }
@@ -1196,6 +1210,7 @@ impl Sim<'_> {
         let corrupt = self.opts.faults
             && self.w.faults.corrupted_batch_ratio > 0.0
             && self.rng.random_bool(self.w.faults.corrupted_batch_ratio);
+        let original = payload;
         let mut bytes;
         let payload = if corrupt {
             bytes = payload.to_vec();
@@ -1212,10 +1227,10 @@ impl Sim<'_> {
             .handle_message(command, payload)
             .map_err(comp("handle message"))?;
         if corrupt {
-            // The client acks it with a validation error and the broker
-            // redelivers nothing for it: the entry stays unacknowledged and
-            // is redelivered after the next reconnect. Model Pulsar's
-            // negative-ack path: the broker puts it back for replay.
+            // Pulsar's client acks a corrupted entry with a validation error
+            // and the broker drops it. Here the corruption happens in transit
+            // only (the stored entry is intact), so the simulated broker
+            // treats it as a negative ack and replays it instead of losing it.
             if let Some(b) = self.broker.as_mut() {
                 let pos = Position::new(
                     command.message_id.ledger_id as i64,
@@ -1226,7 +1241,23 @@ impl Sim<'_> {
                 }
                 b.subs[s].redeliver.insert(pos);
             }
-            self.checker.consumer_reconnected(&format!("sub-{s}"));
+            // Nothing of the batch reached the application (the checksum
+            // failed); its redelivery comes after later entries, so the
+            // entry is exempt from the per-key order check.
+            let batch = Self::entry_info(original).map_or(1, |(b, _, _)| b);
+            for batch_index in 0..batch {
+                self.checker.exempt_from_order(
+                    &format!("sub-{s}"),
+                    MessageRef {
+                        position: Position::new(
+                            command.message_id.ledger_id as i64,
+                            command.message_id.entry_id as i64,
+                        ),
+                        batch_index,
+                    },
+                );
+            }
+            self.schedule_dispatch(s);
         }
         let _ = outcome;
         let client = &mut self.clients[s][c];
@@ -1552,8 +1583,15 @@ impl Sim<'_> {
         Ok(())
     }
 
+    fn stall_check_interval(&self) -> VirtualMs {
+        (self.w.stall_bound_ms / 4).max(1)
+    }
+
     fn stall_check(&mut self) {
         let now = self.sched.now();
+        if self.outage.load(Ordering::Relaxed) {
+            return; // reads fail by design during an injected outage
+        }
         for s in 0..self.w.subscriptions as usize {
             let backlog = self.published > self.acked_at_last_check[s];
             let idle = now.saturating_sub(self.last_progress_ms[s]);

@@ -69,6 +69,8 @@ pub struct Report {
     pub counts: CheckerCounts,
     /// Component activity.
     pub activity: Activity,
+    /// Total violations (all kinds); 0 means the run is clean.
+    pub violations: u64,
     /// The first violating event, if any.
     pub first_violation: Option<String>,
     /// Wall-clock figures.
@@ -78,7 +80,7 @@ pub struct Report {
 impl Report {
     /// Whether the run found no violation.
     pub fn is_clean(&self) -> bool {
-        self.counts.violations() == 0 && self.first_violation.is_none()
+        self.violations == 0 && self.first_violation.is_none()
     }
 
     /// The report as pretty JSON.
@@ -99,7 +101,7 @@ impl fmt::Display for Report {
         )?;
         writeln!(f, "data dir: {}", self.data_dir)?;
         writeln!(f)?;
-        let rows: [(&str, String); 21] = [
+        let rows: [(&str, String); 22] = [
             ("published", c.published.to_string()),
             ("delivered", c.delivered.to_string()),
             ("acked", c.acked.to_string()),
@@ -117,6 +119,7 @@ impl fmt::Display for Report {
                 "permit mismatches after drain",
                 c.permit_mismatches.to_string(),
             ),
+            ("unfinished (time limit)", c.unfinished.to_string()),
             (
                 "restarts / reconnects",
                 format!("{} / {}", a.restarts, a.reconnects),

@@ -275,11 +275,15 @@ impl Workload {
         Ok(w)
     }
 
-    /// Resolves `--workload`: a preset name, or a path to a `.toml` file.
+    /// Resolves `--workload`: a preset name (always wins, even over a file of
+    /// that name), or a path to a `.toml` file.
     ///
     /// # Errors
     /// As [`Workload::preset`] / [`Workload::from_toml_file`].
     pub fn resolve(spec: &str) -> Result<Self, WorkloadError> {
+        if Self::PRESETS.contains(&spec) {
+            return Self::preset(spec);
+        }
         if spec.ends_with(".toml") || std::path::Path::new(spec).is_file() {
             return Self::from_toml_file(std::path::Path::new(spec));
         }
@@ -317,6 +321,57 @@ impl Workload {
         if self.delayed_tick_ms == 0 || self.stall_bound_ms == 0 {
             return bad("delayed_tick_ms and stall_bound_ms must be at least 1");
         }
+        if self.delayed_min_index_count_per_bucket == 0 {
+            return bad("delayed_min_index_count_per_bucket must be at least 1");
+        }
+        // Upper bounds keep every run finite, in memory and free of overflow.
+        const HOUR_MS: u64 = 3_600_000;
+        for (name, value, max) in [
+            ("messages", self.messages, 100_000_000),
+            ("producers", u64::from(self.producers), 100_000),
+            ("subscriptions", u64::from(self.subscriptions), 1_000),
+            (
+                "consumers_per_subscription",
+                u64::from(self.consumers_per_subscription),
+                10_000,
+            ),
+            ("keys", u64::from(self.keys), 100_000_000),
+            (
+                "receiver_queue_size",
+                u64::from(self.receiver_queue_size),
+                1_000_000,
+            ),
+            (
+                "max_entries_per_ledger",
+                u64::from(self.max_entries_per_ledger),
+                10_000_000,
+            ),
+            ("publish_interval_ms", self.publish_interval_ms, HOUR_MS),
+            ("max_delay_ms", self.max_delay_ms, 24 * HOUR_MS),
+            ("delayed_tick_ms", self.delayed_tick_ms, HOUR_MS),
+            ("stall_bound_ms", self.stall_bound_ms, 24 * HOUR_MS),
+            ("faults.outage_ms", self.faults.outage_ms, HOUR_MS),
+            ("faults.restarts", u64::from(self.faults.restarts), 100),
+            (
+                "faults.read_outages",
+                u64::from(self.faults.read_outages),
+                100,
+            ),
+            (
+                "faults.reconnects",
+                u64::from(self.faults.reconnects),
+                100_000,
+            ),
+        ] {
+            if value > max {
+                return Err(WorkloadError::Invalid(format!(
+                    "{name} must be at most {max}, got {value}"
+                )));
+            }
+        }
+        if self.messages.saturating_mul(u64::from(self.subscriptions)) > 2_000_000_000 {
+            return bad("messages × subscriptions must be at most 2,000,000,000 deliveries");
+        }
         for (name, r) in [
             ("delayed_ratio", self.delayed_ratio),
             ("txn_ack_ratio", self.txn_ack_ratio),
@@ -338,6 +393,11 @@ impl Workload {
                     "{name} must be within 0.0..=1.0, got {r}"
                 )));
             }
+        }
+        if self.faults.corrupted_batch_ratio > 0.5 {
+            return bad(
+                "faults.corrupted_batch_ratio must be at most 0.5 (every corrupted delivery is replayed; above that a run may never drain)",
+            );
         }
         Ok(())
     }
