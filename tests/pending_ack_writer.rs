@@ -243,3 +243,35 @@ fn classification_matches_the_three_completing_shapes() {
     assert!(PendingAckError::Ledger(closed).is_retryable());
     assert!(!PendingAckError::Interrupted { name: "h".into() }.is_retryable());
 }
+
+/// `ReadyWaiter::wait_timeout` with a timeout the clock cannot represent waits
+/// without limit instead of panicking.
+#[test]
+fn wait_timeout_with_huge_timeout_does_not_panic() {
+    use pulsar_core::ledger::{LedgerConfig, ManagedLedger, MemoryStore};
+    use pulsar_core::pending_ack::*;
+    use std::sync::Arc;
+    let store = Arc::new(MemoryStore::new());
+    let ml = ManagedLedger::open(
+        "t-sub__transaction_pending_ack",
+        LedgerConfig::default(),
+        store,
+    )
+    .unwrap();
+    let cursor = Arc::new(ml.open_cursor("__pending_ack_state").unwrap());
+    let pool = ReplayExecutorPool::new(1, ExecutorMode::Manual).unwrap();
+    let timer = Arc::new(VirtualTimer::new());
+    let handle = PendingAckHandle::new(
+        "t-sub",
+        cursor,
+        &pool,
+        Arc::new(InlineReads),
+        timer,
+        HandleConfig::default(),
+    )
+    .unwrap();
+    let waiter = handle.ready_waiter();
+    handle.init();
+    pool.run_pending();
+    assert_eq!(waiter.wait_timeout(std::time::Duration::MAX), Some(Ok(())));
+}

@@ -166,3 +166,49 @@ fn cli_bad_input_is_a_clear_error() {
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("data dir"));
 }
+
+#[test]
+fn a_run_cut_short_by_the_time_limit_is_a_violation() {
+    let mut w = small("permit-churn", 1_000);
+    w.producers = 1;
+    w.publish_interval_ms = 3_600_000; // one batch an hour: cannot finish in 6 virtual hours
+    let r = run_with(&w, 1, false, None);
+    assert!(!r.is_clean(), "{r}");
+    assert!(r.counts.unfinished > 0, "{r}");
+    assert!(r.first_violation.unwrap().contains("cut short"));
+}
+
+#[test]
+fn an_injected_outage_longer_than_the_stall_bound_is_not_a_stall() {
+    let mut w = small("permit-churn", 500);
+    w.faults = pulsar_core::sim::Faults {
+        read_outages: 1,
+        outage_ms: 40_000,
+        ..pulsar_core::sim::Faults::none()
+    };
+    let r = run_in_tempdir(&w, 1, None);
+    assert!(r.is_clean(), "{r}");
+    assert_eq!(r.counts.stalls, 0);
+}
+
+#[test]
+fn extreme_workload_values_are_rejected_or_finish() {
+    for toml in [
+        "publish_interval_ms = 18446744073709551615\n",
+        "producers = 4000000000\n",
+        "[faults]\noutage_ms = 18446744073709551615\n",
+        "[faults]\ncorrupted_batch_ratio = 1.0\n",
+        "delayed_min_index_count_per_bucket = 0\n",
+    ] {
+        let dir = tempfile::tempdir().unwrap();
+        let f = dir.path().join("w.toml");
+        std::fs::write(&f, toml).unwrap();
+        let err = Workload::resolve(f.to_str().unwrap()).unwrap_err();
+        assert!(err.to_string().contains("must be"), "{toml}: {err}");
+    }
+    // A tiny stall bound must not make the stall check spin at one instant.
+    let mut w = small("permit-churn", 200);
+    w.stall_bound_ms = 1;
+    let r = run_with(&w, 1, false, None);
+    assert_eq!(r.counts.published, 200);
+}

@@ -126,12 +126,19 @@ impl std::fmt::Debug for ReadyWaiter {
 
 impl ReadyWaiter {
     /// The result, if already completed. Never blocks.
+    ///
+    /// # Errors
+    /// `Some(Err(_))` carries the handle's terminal error: the replay gave up
+    /// on a non-retryable failure, or the handle was closed.
     pub fn try_result(&self) -> Option<Result<(), PendingAckError>> {
         self.cell.result.lock().clone()
     }
 
     /// Blocks until completed. Any thread except the handle's replay
     /// executor (that would deadlock, as in Pulsar).
+    ///
+    /// # Errors
+    /// The handle's terminal error (replay gave up, or the handle closed).
     pub fn wait(&self) -> Result<(), PendingAckError> {
         let mut g = self.cell.result.lock();
         loop {
@@ -143,12 +150,19 @@ impl ReadyWaiter {
     }
 
     /// Blocks up to `timeout` (wall clock; std builds) and returns the
-    /// result if it completed by then.
+    /// result if it completed by then (`None` on timeout). A timeout too large
+    /// for the clock waits without limit.
+    ///
+    /// # Errors
+    /// As [`ReadyWaiter::wait`], inside the `Some`.
     pub fn wait_timeout(
         &self,
         timeout: std::time::Duration,
     ) -> Option<Result<(), PendingAckError>> {
-        let deadline = std::time::Instant::now() + timeout;
+        // A timeout too large to represent as an instant means "no timeout".
+        let Some(deadline) = std::time::Instant::now().checked_add(timeout) else {
+            return Some(self.wait());
+        };
         let mut g = self.cell.result.lock();
         loop {
             if let Some(r) = g.as_ref() {
@@ -276,7 +290,10 @@ impl PendingAckHandle {
         self.inner.core.lock().stats.clone()
     }
 
-    /// The effects of the replayed and appended records.
+    /// The effects of the replayed and appended records. After the handle
+    /// moved to Error, this still shows what was applied before the failing
+    /// record (a partial view): callers must check [`PendingAckHandle::state`]
+    /// before trusting it.
     pub fn summary(&self) -> PendingAckSummary {
         self.inner.state.lock().summary()
     }

@@ -176,26 +176,46 @@ fn decode_err(what: &'static str, e: prost::DecodeError) -> WireError {
 }
 
 /// Decodes a [`CommandMessage`]; truncated/malformed input is a typed error.
+///
+/// # Errors
+/// [`WireError`] for truncated or malformed protobuf (including a missing
+/// required field); never panics.
 pub fn decode_command_message(bytes: &[u8]) -> Result<CommandMessage, WireError> {
     CommandMessage::decode(bytes).map_err(|e| decode_err("CommandMessage", e))
 }
 
 /// Decodes a [`CommandFlow`].
+///
+/// # Errors
+/// [`WireError`] for truncated or malformed protobuf (including a missing
+/// required field); never panics.
 pub fn decode_command_flow(bytes: &[u8]) -> Result<CommandFlow, WireError> {
     CommandFlow::decode(bytes).map_err(|e| decode_err("CommandFlow", e))
 }
 
 /// Decodes a [`MessageMetadata`].
+///
+/// # Errors
+/// [`WireError`] for truncated or malformed protobuf (including a missing
+/// required field); never panics.
 pub fn decode_message_metadata(bytes: &[u8]) -> Result<MessageMetadata, WireError> {
     MessageMetadata::decode(bytes).map_err(|e| decode_err("MessageMetadata", e))
 }
 
 /// Decodes a [`SingleMessageMetadata`].
+///
+/// # Errors
+/// [`WireError`] for truncated or malformed protobuf (including a missing
+/// required field); never panics.
 pub fn decode_single_message_metadata(bytes: &[u8]) -> Result<SingleMessageMetadata, WireError> {
     SingleMessageMetadata::decode(bytes).map_err(|e| decode_err("SingleMessageMetadata", e))
 }
 
 /// Decodes a [`MessageIdData`].
+///
+/// # Errors
+/// [`WireError`] for truncated or malformed protobuf (including a missing
+/// required field); never panics.
 pub fn decode_message_id(bytes: &[u8]) -> Result<MessageIdData, WireError> {
     MessageIdData::decode(bytes).map_err(|e| decode_err("MessageIdData", e))
 }

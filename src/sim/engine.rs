@@ -862,10 +862,20 @@ impl Sim<'_> {
     }
 
     fn publish(&mut self) -> Result<(), SimError> {
+        let now = self.sched.now();
+        // A subscription that had no backlog starts its stall clock now.
+        for (acked, progress) in self
+            .acked_at_last_check
+            .iter()
+            .zip(&mut self.last_progress_ms)
+        {
+            if *acked >= self.published {
+                *progress = now;
+            }
+        }
         let Some(b) = self.broker.as_ref() else {
             return Ok(());
         };
-        let now = self.sched.now();
         // (entry bytes, per message (key, deliver_at_ms))
         type Planned = (Vec<u8>, Vec<(u32, u64)>);
         let mut entries: Vec<Planned> = Vec::new();
