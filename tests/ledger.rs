@@ -481,3 +481,27 @@ fn read_positions_for_redelivery() {
         assert_eq!(ml.read_positions(&[]).unwrap(), vec![]);
     });
 }
+
+#[test]
+fn read_with_skip_failure_keeps_the_read_position_before_unread_entries() {
+    both(|store| {
+        let ml = ManagedLedger::open("t", cfg(3), store).unwrap();
+        for i in 0..9u8 {
+            ml.append(&[i]).unwrap();
+        }
+        ml.mark_ledger_lost(2).unwrap();
+        let c = ml.open_cursor("sub").unwrap();
+        // Ledger 1 entirely skipped, then ledger 2 is lost: the read position
+        // may pass the skipped ledger but must not move into ledger 2.
+        let err = c.read_entries_with_skip(10, |l, _| l == 1).unwrap_err();
+        assert_eq!(err, LedgerError::LedgerNotExist { ledger_id: 2 });
+        assert_eq!(c.read_position(), p(2, 0));
+        // A skip of 2:0 must not carry the read position to 2:1 on failure.
+        c.rewind();
+        let err = c
+            .read_entries_with_skip(10, |l, e| l == 1 || (l == 2 && e == 0))
+            .unwrap_err();
+        assert_eq!(err, LedgerError::LedgerNotExist { ledger_id: 2 });
+        assert_eq!(c.read_position(), p(2, 0));
+    });
+}

@@ -725,7 +725,9 @@ impl ManagedCursor {
     /// (see `cursor::is_deleted_for_read_scheduling` for the contract).
     ///
     /// # Errors
-    /// As [`ManagedCursor::read_entries`].
+    /// As [`ManagedCursor::read_entries`]. On error the read position keeps
+    /// only the progress over windows that were skipped entirely before the
+    /// failure (entries `skip` declared deleted), never past an unread entry.
     pub fn read_entries_with_skip(
         &self,
         max_entries: usize,
@@ -772,7 +774,6 @@ impl ManagedCursor {
                     cursor.read_position = pos;
                     continue;
                 }
-                cursor.read_position = Position::new(start.ledger_id, run_start);
                 return Err(LedgerError::LedgerNotExist {
                     ledger_id: start.ledger_id,
                 });
