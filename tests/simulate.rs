@@ -83,6 +83,15 @@ fn the_checker_catches_each_deliberate_defect() {
     let short = run_with(&w, 3, false, Some(Sabotage::ReturnOnePermitTooFew));
     assert!(!short.is_clean());
     assert!(short.counts.permit_mismatches > 0, "{short}");
+
+    let dry = run_with(&w, 3, false, Some(Sabotage::StopReturningPermits));
+    assert!(!dry.is_clean());
+    assert!(dry.counts.stalls > 0, "{dry}");
+    let mut key_shared = small("fanout", 1_000);
+    key_shared.subscriptions = 2;
+    key_shared.receiver_queue_size = 10;
+    let dry = run_with(&key_shared, 3, false, Some(Sabotage::StopReturningPermits));
+    assert!(dry.counts.stalls > 0, "{dry}");
 }
 
 #[test]

@@ -97,6 +97,9 @@ pub enum Sabotage {
     DeliverOneTwice,
     /// The client returns one permit too few once.
     ReturnOnePermitTooFew,
+    /// The client stops returning permits altogether (the broker runs dry
+    /// while the client's queue is empty: a stall).
+    StopReturningPermits,
 }
 
 /// Options of one run besides the workload.
@@ -230,6 +233,9 @@ struct ClientRt {
     /// Messages of the entry being processed: position → (remaining, refs).
     in_progress: BTreeMap<Position, (u32, Vec<MessageRef>)>,
     last_delivery_ms: VirtualMs,
+    /// Since when this consumer has had backlog and free receiver queue
+    /// without a delivery (the stall clock), if it has.
+    stall_since: Option<VirtualMs>,
     poll_scheduled: bool,
 }
 
@@ -253,7 +259,6 @@ struct Sim<'a> {
     /// Fault events (restart, reconnect, outage end) still to come: a run
     /// does not end before its faults happened.
     faults_pending: u32,
-    last_progress_ms: Vec<VirtualMs>,
     acked_at_last_check: Vec<u64>,
     progress: Option<&'a dyn Fn(u64, u64)>,
 }
@@ -305,7 +310,6 @@ pub fn run(
         next_txn: 1,
         sabotage_done: false,
         faults_pending: 0,
-        last_progress_ms: vec![0; workload.subscriptions as usize],
         acked_at_last_check: vec![0; workload.subscriptions as usize],
         progress,
     };
@@ -387,6 +391,7 @@ impl Sim<'_> {
                     consumer,
                     in_progress: BTreeMap::new(),
                     last_delivery_ms: 0,
+                    stall_since: None,
                     poll_scheduled: false,
                 });
             }
@@ -842,10 +847,11 @@ impl Sim<'_> {
             Ev::OutageEnd => {
                 self.faults_pending = self.faults_pending.saturating_sub(1);
                 self.outage.store(false, Ordering::Relaxed);
-                // The injected outage is not a stall: the stall clock restarts.
-                let now = self.sched.now();
-                for p in &mut self.last_progress_ms {
-                    *p = (*p).max(now);
+                // The injected outage is not a stall: the stall clocks restart.
+                for row in &mut self.clients {
+                    for c in row {
+                        c.stall_since = None;
+                    }
                 }
                 for s in 0..self.w.subscriptions as usize {
                     self.schedule_dispatch(s);
@@ -863,16 +869,6 @@ impl Sim<'_> {
 
     fn publish(&mut self) -> Result<(), SimError> {
         let now = self.sched.now();
-        // A subscription that had no backlog starts its stall clock now.
-        for (acked, progress) in self
-            .acked_at_last_check
-            .iter()
-            .zip(&mut self.last_progress_ms)
-        {
-            if *acked >= self.published {
-                *progress = now;
-            }
-        }
         let Some(b) = self.broker.as_ref() else {
             return Ok(());
         };
@@ -1317,6 +1313,9 @@ impl Sim<'_> {
                 };
                 let mut deliveries = 1;
                 let mut release = true;
+                if self.opts.sabotage == Some(Sabotage::StopReturningPermits) {
+                    release = false;
+                }
                 if !self.sabotage_done {
                     match self.opts.sabotage {
                         Some(Sabotage::DropOneDelivery) => {
@@ -1331,14 +1330,14 @@ impl Sim<'_> {
                             self.sabotage_done = true;
                             release = false;
                         }
-                        None => {}
+                        Some(Sabotage::StopReturningPermits) | None => {}
                     }
                 }
                 for _ in 0..deliveries {
                     self.checker.delivered(&sub_name, mref, now);
                 }
                 client.last_delivery_ms = now;
-                self.last_progress_ms[s] = now;
+                client.stall_since = None;
                 if release {
                     msg.release_permit().map_err(comp("permit return"))?;
                 } else {
@@ -1597,23 +1596,41 @@ impl Sim<'_> {
         (self.w.stall_bound_ms / 4).max(1)
     }
 
+    /// A consumer stalls when it has backlog (entries routed to it and held,
+    /// or — Shared — anything left to read or redeliver) and free receiver
+    /// queue, yet receives nothing for longer than the stall bound. Sampled
+    /// every quarter bound; injected outages and replays in progress are not
+    /// stalls.
     fn stall_check(&mut self) {
         let now = self.sched.now();
+        let Some(b) = self.broker.as_ref() else {
+            return;
+        };
         if self.outage.load(Ordering::Relaxed) {
             return; // reads fail by design during an injected outage
         }
-        for s in 0..self.w.subscriptions as usize {
-            let backlog = self.published > self.acked_at_last_check[s];
-            let idle = now.saturating_sub(self.last_progress_ms[s]);
-            let waiting_delayed = self
-                .broker
-                .as_ref()
-                .and_then(|b| b.subs[s].delayed.as_ref())
-                .is_some_and(|t| t.number_of_delayed_messages() > 0);
-            if backlog && !waiting_delayed && idle > self.w.stall_bound_ms {
-                self.checker.stalled(&format!("sub-{s}"), "*", idle, now);
-                self.last_progress_ms[s] = now; // report each episode once
+        let mut stalled = Vec::new();
+        for (s, sub) in b.subs.iter().enumerate() {
+            let shared_backlog = self.w.subscription_type == SubscriptionType::Shared
+                && (sub.cursor.has_more_entries() || !sub.redeliver.is_empty());
+            for (c, client) in self.clients[s].iter_mut().enumerate() {
+                let held = sub.blocked.get(&c).is_some_and(|q| !q.is_empty());
+                let free_queue = client.consumer.queued() < self.w.receiver_queue_size as usize;
+                if !sub.ready || !free_queue || !(held || shared_backlog) {
+                    client.stall_since = None;
+                    continue;
+                }
+                let since = *client.stall_since.get_or_insert(now);
+                let idle = now.saturating_sub(since.max(client.last_delivery_ms));
+                if idle > self.w.stall_bound_ms {
+                    stalled.push((s, c, idle));
+                    client.stall_since = Some(now); // report each episode once
+                }
             }
+        }
+        for (s, c, idle) in stalled {
+            self.checker
+                .stalled(&format!("sub-{s}"), &format!("consumer-{c}"), idle, now);
         }
     }
 }
