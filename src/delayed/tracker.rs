@@ -274,14 +274,43 @@ impl BucketDelayedDeliveryTracker {
     }
 
     /// Whether some immutable bucket starts inside `(start, ledger_id]`.
-    fn spans_bucket(inner: &Inner, start: i64, ledger_id: i64) -> bool {
-        start >= 0 && inner.immutable.range(start..=ledger_id).next().is_some()
+    /// Whether the ledger range `[start, end]` overlaps any immutable bucket.
+    /// Buckets are disjoint and keyed by start, so only the last bucket
+    /// starting at or before `end` can overlap.
+    fn spans_bucket(inner: &Inner, start: i64, end: i64) -> bool {
+        start >= 0
+            && inner
+                .immutable
+                .range(..=end)
+                .next_back()
+                .is_some_and(|(_, b)| b.ctx.end_ledger_id >= start)
     }
 
     // ------------------------------------------------------------ seal
 
     fn seal(&self, inner: &mut Inner) {
-        let (ctx, indexes) = inner.mutable.take_sorted();
+        let (tracked_range, indexes) = inner.mutable.take_sorted();
+        // The bucket covers the ledgers its indexes actually hold. The
+        // mutable range can be wider (its start survives entries that became
+        // due and moved to the shared queue); sealing that wider range could
+        // overlap an immutable bucket, which recovery cannot tell apart from
+        // a half-finished merge (found by tests/delayed_model.rs).
+        let (Some(first), Some(last)) = (
+            indexes.iter().map(|i| i.ledger_id).min(),
+            indexes.iter().map(|i| i.ledger_id).max(),
+        ) else {
+            return;
+        };
+        let ctx = BucketContext {
+            start_ledger_id: first.max(tracked_range.start_ledger_id),
+            end_ledger_id: last,
+        };
+        if Self::spans_bucket(inner, ctx.start_ledger_id, ctx.end_ledger_id) {
+            // Still overlapping: keep these indexes live in the shared queue
+            // (never persisted; the dispatcher's re-read rebuilds them).
+            inner.shared_queue.extend(indexes.into_iter().map(Reverse));
+            return;
+        }
         let count = indexes.len() as u64;
         let segments = cut_segments(
             indexes,
