@@ -1559,25 +1559,16 @@ impl Sim<'_> {
         // Every client reconnects with a new incarnation on a new connection.
         for s in 0..self.w.subscriptions as usize {
             for c in 0..self.w.consumers_per_subscription as usize {
-                let connection =
-                    crate::sync::Arc::new(ClientConnection::new(self.next_connection_id));
-                self.next_connection_id += 1;
-                let client = &mut self.clients[s][c];
-                client.in_progress.clear();
-                client
-                    .consumer
-                    .resubscribe(crate::sync::Arc::clone(&connection))
-                    .map_err(comp("resubscribe"))?;
-                client.connection = connection;
-                self.connect_consumer(s, c)?;
+                self.resubscribe_on_new_connection(s, c)?;
             }
         }
         Ok(())
     }
 
-    fn reconnect(&mut self, s: usize, c: usize) -> Result<(), SimError> {
-        self.activity.reconnects += 1;
-        self.checker.consumer_reconnected(&format!("sub-{s}"));
+    /// Client `c` of subscription `s` drops its connection and subscribes
+    /// again on a new one (a new PIP-491 incarnation); the broker registers
+    /// the new consumer.
+    fn resubscribe_on_new_connection(&mut self, s: usize, c: usize) -> Result<(), SimError> {
         let connection = crate::sync::Arc::new(ClientConnection::new(self.next_connection_id));
         self.next_connection_id += 1;
         let client = &mut self.clients[s][c];
@@ -1587,7 +1578,13 @@ impl Sim<'_> {
             .resubscribe(crate::sync::Arc::clone(&connection))
             .map_err(comp("resubscribe"))?;
         client.connection = connection;
-        self.connect_consumer(s, c)?;
+        self.connect_consumer(s, c)
+    }
+
+    fn reconnect(&mut self, s: usize, c: usize) -> Result<(), SimError> {
+        self.activity.reconnects += 1;
+        self.checker.consumer_reconnected(&format!("sub-{s}"));
+        self.resubscribe_on_new_connection(s, c)?;
         self.schedule_dispatch(s);
         Ok(())
     }
