@@ -264,6 +264,35 @@ impl BucketDelayedDeliveryTracker {
         Ok(true)
     }
 
+    /// Registers a persisted bucket (seal or merge result) whose snapshot is
+    /// `id`, and loads its segment 1 into the shared queue.
+    ///
+    /// `segments` must be non-empty (both callers return early otherwise).
+    fn register_bucket(
+        inner: &mut Inner,
+        ctx: BucketContext,
+        id: i64,
+        count: u64,
+        frozen_bitmap: BTreeMap<i64, RoaringBitmap>,
+        segments: Vec<CutSegment>,
+    ) {
+        let bucket = ImmutableBucket {
+            ctx,
+            snapshot_id: id,
+            current_segment_entry_id: 1,
+            last_segment_entry_id: segments.len() as u64,
+            number_bucket_delayed_messages: count,
+            first_schedule_timestamps: segments.iter().map(|s| s.min_schedule_timestamp).collect(),
+            frozen_bitmap,
+            merging: false,
+            boundary: None,
+        };
+        inner.immutable.insert(ctx.start_ledger_id, bucket);
+        if let Some(first) = segments.into_iter().next() {
+            Self::install_segment(inner, ctx.start_ledger_id, first.indexes);
+        }
+    }
+
     fn find_bucket(inner: &Inner, ledger_id: i64) -> Option<i64> {
         inner
             .immutable
@@ -327,26 +356,8 @@ impl BucketDelayedDeliveryTracker {
         let key = ctx.key();
         match self.create_with_retries(&metadata, &protos, &key, &[]) {
             Ok(id) => {
-                let bucket = ImmutableBucket {
-                    ctx,
-                    snapshot_id: id,
-                    current_segment_entry_id: 1,
-                    last_segment_entry_id: segments.len() as u64,
-                    number_bucket_delayed_messages: count,
-                    first_schedule_timestamps: segments
-                        .iter()
-                        .map(|s| s.min_schedule_timestamp)
-                        .collect(),
-                    frozen_bitmap: union_bitmaps(&segments),
-                    merging: false,
-                    boundary: None,
-                };
-                inner.immutable.insert(ctx.start_ledger_id, bucket);
-                let first = segments
-                    .into_iter()
-                    .next()
-                    .expect("checked non-empty above");
-                Self::install_segment(inner, ctx.start_ledger_id, first.indexes);
+                let frozen = union_bitmaps(&segments);
+                Self::register_bucket(inner, ctx, id, count, frozen, segments);
                 inner.stats.seals += 1;
                 tracing::debug!(bucket = %key, snapshot_id = id, count, "sealed bucket");
             }
@@ -923,23 +934,7 @@ impl BucketDelayedDeliveryTracker {
                 .get(&r.0.ledger_id)
                 .is_some_and(|bm| bm.contains(r.0.entry_id))
         });
-        let bucket = ImmutableBucket {
-            ctx,
-            snapshot_id: id,
-            current_segment_entry_id: 1,
-            last_segment_entry_id: segments.len() as u64,
-            number_bucket_delayed_messages: count,
-            first_schedule_timestamps: segments.iter().map(|s| s.min_schedule_timestamp).collect(),
-            frozen_bitmap: frozen,
-            merging: false,
-            boundary: None,
-        };
-        inner.immutable.insert(ctx.start_ledger_id, bucket);
-        let first = segments
-            .into_iter()
-            .next()
-            .expect("checked non-empty above");
-        Self::install_segment(inner, ctx.start_ledger_id, first.indexes);
+        Self::register_bucket(inner, ctx, id, count, frozen, segments);
         tracing::debug!(bucket = %key, snapshot_id = id, count, "merged buckets");
         Ok(())
     }
