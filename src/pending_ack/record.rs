@@ -265,9 +265,13 @@ impl PendingAckRecord {
 
 /// Encodes `records` as one batched log entry (magic, version, batch).
 pub fn encode_batch(records: &[PendingAckRecord]) -> Vec<u8> {
-    let batch = BatchedPendingAckMetadataEntry {
+    frame_batch(&BatchedPendingAckMetadataEntry {
         pending_ack_logs: records.iter().map(PendingAckRecord::to_wire).collect(),
-    };
+    })
+}
+
+/// The batched entry form: magic `0x0e01`, version 1, then the batch.
+fn frame_batch(batch: &BatchedPendingAckMetadataEntry) -> Vec<u8> {
     let mut out = Vec::with_capacity(4 + batch.encoded_len());
     out.extend_from_slice(&BATCHED_ENTRY_MAGIC.to_be_bytes());
     out.extend_from_slice(&BATCHED_ENTRY_VERSION.to_be_bytes());
@@ -290,16 +294,9 @@ pub fn encode_batch_of_encoded(encoded: &[&[u8]]) -> Result<Vec<u8>, PendingAckE
                 .map_err(|e| PendingAckError::InvalidRecord(e.to_string()))?,
         );
     }
-    let batch = BatchedPendingAckMetadataEntry {
+    Ok(frame_batch(&BatchedPendingAckMetadataEntry {
         pending_ack_logs: logs,
-    };
-    let mut out = Vec::with_capacity(4 + batch.encoded_len());
-    out.extend_from_slice(&BATCHED_ENTRY_MAGIC.to_be_bytes());
-    out.extend_from_slice(&BATCHED_ENTRY_VERSION.to_be_bytes());
-    batch
-        .encode(&mut out)
-        .expect("invariant: a Vec<u8> buffer grows as needed");
-    Ok(out)
+    }))
 }
 
 /// Decodes one pending-ack log entry (single or batched) read at `position`.
