@@ -14,11 +14,20 @@
 (* steps: load epoch, load md, load dir entry, read the bitmap, re-check  *)
 (* the epoch (fall back to the locked check when odd or changed).          *)
 (*                                                                         *)
-(* Not modelled: the implementation's lock-free filters (empty-directory  *)
-(* count, per-ledger summary slots, per-bitmap min/max bounds) and its     *)
-(* republish on ledger removal. Each can only turn a lookup into "not      *)
-(* deleted" (a stale negative) or skip nothing; every "deleted" answer     *)
-(* still comes from md or a bitmap read modelled here.                     *)
+(* Summary slots: the implementation keeps the bitmaps of up to four     *)
+(* ledgers in permanent slots that readers find without loading the      *)
+(* published directory, i.e. they reach the LIVE map's bitmap of the      *)
+(* ledger. RDirectory therefore picks either the published entry or the   *)
+(* live map's. A slot bitmap reused for another ledger is emptied and     *)
+(* re-tagged under its lock and the reader checks the tag, so reuse reads *)
+(* as an empty bitmap; the model gives every bitmap a fresh id instead.   *)
+(*                                                                         *)
+(* Not modelled: the lock-free filters (empty-directory count, unslotted  *)
+(* count, min/max bounds), the bitmap try-lock that answers "not deleted" *)
+(* while a writer holds it, and the republish on ledger removal. Each can *)
+(* only turn a lookup into "not deleted" (a stale negative) or skip       *)
+(* nothing; every "deleted" answer still comes from md or a bitmap read   *)
+(* modelled here.                                                          *)
 (*                                                                         *)
 (* Switches (negative controls):                                           *)
 (*   EpochCheck = FALSE : no epoch re-check (the lookup returns whatever   *)
@@ -198,14 +207,15 @@ RMarkDeleteLedger ==
     /\ pc' = "dir"
     /\ UNCHANGED <<md, bm, map, dir, nextId, epoch, resets, writer, q, e1, rid, ans>>
 
-(* Reader step 3: compare with md; else load the published directory.     *)
+(* Reader step 3: compare with md; else find the ledger's bitmap: in the  *)
+(* published directory, or (summary slot) the live map's bitmap.          *)
 RDirectory ==
     /\ pc = "dir"
     /\ IF Leq(q, rmd)
          THEN /\ ans' = TRUE
               /\ pc' = "recheck"
               /\ UNCHANGED rid
-         ELSE /\ rid' = dir[q[1]]
+         ELSE /\ \E r \in {dir[q[1]], map[q[1]]} : rid' = r
               /\ pc' = "bits"
               /\ UNCHANGED ans
     /\ UNCHANGED <<md, bm, map, dir, nextId, epoch, resets, writer, q, e1, rmd>>

@@ -161,6 +161,18 @@ impl<T> RwLock<T> {
         }
     }
 
+    /// Acquires shared access only if that needs no waiting: `None` while a
+    /// writer holds the lock (or, with std's writer-preferring lock, while
+    /// a writer is queued). Never blocks; for lock-free readers that may
+    /// answer conservatively instead of waiting.
+    pub fn try_read(&self) -> Option<RwLockReadGuard<'_, T>> {
+        match self.inner.try_read() {
+            Ok(g) => Some(g),
+            Err(std::sync::TryLockError::Poisoned(p)) => Some(p.into_inner()),
+            Err(std::sync::TryLockError::WouldBlock) => None,
+        }
+    }
+
     /// Acquires exclusive access, blocking while any reader or writer holds it.
     pub fn write(&self) -> RwLockWriteGuard<'_, T> {
         match self.inner.write() {

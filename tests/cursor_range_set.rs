@@ -14,7 +14,7 @@ const U32_MAX: i64 = u32::MAX as i64;
 
 /// Entries of each ledger live in a small window so that the oracle stays
 /// small even when a cross-ledger add fills a ledger from entry 0: ledgers
-/// 3 and 4 start at 0, ledger 2 straddles 2^31−1, ledger 1 ends at u32::MAX.
+/// 3 to 6 start at 0, ledger 2 straddles 2^31−1, ledger 1 ends at u32::MAX.
 fn base(ledger: i64) -> i64 {
     match ledger {
         1 => U32_MAX - 11,
@@ -44,7 +44,9 @@ enum Op {
 }
 
 fn op() -> impl Strategy<Value = Op> {
-    let l = 1i64..=4;
+    // Six ledgers: more than the directory's four summary slots, so that
+    // both the slotted and the published-cell lookup paths are exercised.
+    let l = 1i64..=6;
     let off = 0i64..12;
     prop_oneof![
         3 => (l.clone(), off.clone(), off.clone())
@@ -185,7 +187,7 @@ proptest! {
             prop_assert_eq!(set.first_range(), expected.first().copied());
             prop_assert_eq!(set.last_range(), expected.last().copied());
             prop_assert_eq!(set.to_ranges(2), expected.iter().take(2).copied().collect::<Vec<_>>());
-            for l in 1..=4 {
+            for l in 1..=6 {
                 for off in -1..13 {
                     let e = entry(l, off);
                     let member = oracle.contains(&p(l, e));

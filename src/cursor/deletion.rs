@@ -196,6 +196,17 @@ pub enum DeletionError {
         /// The rejected position.
         requested: Position,
     },
+    /// A position to delete has a negative ledger id. No ledger has one
+    /// (Pulsar uses `-1` only in the `EARLIEST` sentinel), so such a
+    /// position cannot name an entry.
+    #[error(
+        "position {position} has a negative ledger id: only entries of real ledgers \
+         (ledger id >= 0) can be deleted"
+    )]
+    NegativeLedgerId {
+        /// The rejected position.
+        position: Position,
+    },
     /// A position's entry id cannot be tracked (outside u32, or negative).
     #[error(transparent)]
     RangeSet(#[from] RangeSetError),
@@ -367,14 +378,18 @@ impl CursorDeletionState {
     ///
     /// # Errors
     /// [`DeletionError::BeyondLastConfirmed`] for a position after the
-    /// ledger's last confirmed entry, [`DeletionError::RangeSet`] for an
-    /// entry id outside `0..=u32::MAX`; nothing is applied.
+    /// ledger's last confirmed entry, [`DeletionError::NegativeLedgerId`]
+    /// for a negative ledger id, [`DeletionError::RangeSet`] for an entry id
+    /// outside `0..=u32::MAX`; nothing is applied.
     pub fn delete(
         &self,
         positions: &[Position],
         ledger: &dyn LedgerTopology,
     ) -> Result<DeleteOutcome, DeletionError> {
         for &p in positions {
+            if p.ledger_id < 0 {
+                return Err(DeletionError::NegativeLedgerId { position: p });
+            }
             validate_entry(p)?;
         }
         let mut g = self.inner.write();
@@ -485,6 +500,13 @@ impl CursorDeletionState {
     /// forward) and every individually deleted range is cleared (Pulsar's
     /// `internalResetCursor` align step). Returns the new mark-delete.
     ///
+    /// A position that holds no entry (a ledger the topology lacks, an
+    /// entry id past its ledger's end) is moved to the next position that
+    /// does, or to just past the last confirmed entry, as Pulsar's
+    /// `asyncResetCursor` does with `getNextValidPosition`; a negative
+    /// ledger id (before every ledger) therefore means "from the first
+    /// entry".
+    ///
     /// Under the write lock: epoch → odd, release fence, directory
     /// invalidated, mark-delete published, ranges cleared, epoch → even
     /// (release). A lock-free lookup overlapping any part of this falls back
@@ -500,15 +522,20 @@ impl CursorDeletionState {
         ledger: &dyn LedgerTopology,
     ) -> Result<Position, DeletionError> {
         validate_entry(new_read_position)?;
-        let new_md = new_read_position.previous_in_ledger();
+        let requested_md = new_read_position.previous_in_ledger();
         let mut g = self.inner.write();
         let last_confirmed = ledger.last_confirmed_entry();
-        if new_md > last_confirmed {
+        if requested_md > last_confirmed {
             return Err(DeletionError::BeyondLastConfirmed {
-                position: new_md,
+                position: requested_md,
                 last_confirmed,
             });
         }
+        // The first position at or after the requested one that holds an
+        // entry (or just past the last confirmed one).
+        let new_md = ledger
+            .next_valid_position(requested_md)
+            .previous_in_ledger();
         // Single writer: the epoch is only written here, under the write lock.
         let epoch = self.read_side.reset_epoch.load(Ordering::Relaxed);
         self.read_side
@@ -553,11 +580,14 @@ impl CursorDeletionState {
     /// a reset started after that.
     ///
     /// **How.** Reads the reset epoch (acquire; odd → locked check), the
-    /// mark-delete as one published snapshot, then the published
-    /// ledger → bitmap directory and that bitmap under its own short read
-    /// lock; then an acquire fence and the epoch again. Odd or changed →
+    /// mark-delete as one published snapshot, then the ledger's bitmap (a
+    /// summary slot, else the published ledger → bitmap directory) under its
+    /// own short read lock if that lock is free (a bitmap being written
+    /// answers "not deleted" instead of waiting); then an acquire fence and
+    /// the epoch again. Odd or changed →
     /// [`is_message_deleted`](Self::is_message_deleted) under the cursor
-    /// read lock. No cursor lock is taken otherwise.
+    /// read lock. No cursor lock is taken otherwise, and the call never
+    /// waits for a grouped ack.
     ///
     /// Concurrency: any thread, concurrently with every other method.
     #[inline]

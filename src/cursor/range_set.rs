@@ -78,6 +78,12 @@ fn bound_entry(p: Position) -> Result<Option<u32>, RangeSetError> {
 /// through a [`DeletionDirectory`] and take only its short read lock.
 pub(crate) struct LedgerBitmap {
     bits: RwLock<RoaringBitmap>,
+    /// The ledger whose entries `bits` holds ([`NO_LEDGER`] for a free
+    /// summary-slot bitmap). Written only while holding the `bits` write
+    /// lock, so a reader holding the read lock sees the owner that matches
+    /// the bits: a summary-slot bitmap reassigned to another ledger is never
+    /// read as the old one.
+    owner: AtomicI64,
     /// `min << 32 | max` of `bits` ([`EMPTY_BOUNDS`] when empty), stored
     /// under the write lock after every mutation. A filter only: a query
     /// outside `min..=max` answers "not contained" without the read lock.
@@ -90,11 +96,20 @@ pub(crate) struct LedgerBitmap {
 const EMPTY_BOUNDS: u64 = (u32::MAX as u64) << 32;
 
 impl LedgerBitmap {
-    fn new() -> Self {
+    fn new(owner: i64) -> Self {
         Self {
             bits: RwLock::new(RoaringBitmap::new()),
+            owner: AtomicI64::new(owner),
             bounds: AtomicU64::new(EMPTY_BOUNDS),
         }
+    }
+
+    /// Empties the bitmap and hands it to `owner`, in one write section.
+    fn reassign(&self, owner: i64) {
+        let mut bits = self.bits.write();
+        bits.clear();
+        self.owner.store(owner, Ordering::Relaxed);
+        self.bounds.store(EMPTY_BOUNDS, Ordering::Release);
     }
 
     /// Applies `f` under the write lock and republishes the bounds before
@@ -117,6 +132,26 @@ impl LedgerBitmap {
             return false;
         }
         self.bits.read().contains(entry)
+    }
+
+    /// [`contains`](Self::contains) for lock-free readers: never waits for a
+    /// writer. While a grouped ack holds (or, with std's writer-preferring
+    /// lock, waits for) this bitmap's write lock, answers "not contained"
+    /// (a stale negative, which the hint's contract allows: one extra read
+    /// that the post-I/O filter drops) instead of queueing behind it, so an
+    /// ack burst on the queried ledger cannot stall read scheduling.
+    /// `ledger_id` is checked against the owner under the read lock (a
+    /// summary-slot bitmap may have been reassigned since the caller found
+    /// it).
+    #[inline]
+    fn contains_without_waiting(&self, ledger_id: i64, entry: u32) -> bool {
+        let b = self.bounds.load(Ordering::Acquire);
+        if entry < (b >> 32) as u32 || entry > b as u32 {
+            return false;
+        }
+        self.bits.try_read().is_some_and(|bits| {
+            self.owner.load(Ordering::Relaxed) == ledger_id && bits.contains(entry)
+        })
     }
 }
 
@@ -179,19 +214,25 @@ const SUMMARY_SLOTS: usize = 1;
 /// `SummarySlot::ledger` value of an unused slot.
 const NO_LEDGER: i64 = i64::MIN;
 
-/// A filter in front of the published cell for one of the first
-/// [`SUMMARY_SLOTS`] ledgers of the directory: its id and a copy of its
-/// bitmap's `min << 32 | max` bounds, refreshed after every mutation. A
-/// lookup for that ledger outside the bounds answers "not contained"
-/// without loading the published cell (the common read-scheduling case: a
-/// read asks for entries beyond everything acknowledged in its ledger).
-/// The two atomics are read separately and may be stale or mismatched:
-/// that can only produce a "not contained" (a stale negative, allowed by
-/// the hint's contract) or a needless cell load; every positive comes from
-/// the bitmap itself.
+/// A summary slot: a permanent bitmap that serves as the map's bitmap of
+/// one ledger at a time, found by lock-free readers without loading the
+/// published cell (so the common lookup costs no `arc_swap` load).
+///
+/// The first [`SUMMARY_SLOTS`] ledgers that gain a bitmap while a slot is
+/// free live in a slot: `ledger` holds the ledger id ([`NO_LEDGER`] when
+/// free) and `bounds` a copy of the bitmap's `min << 32 | max`, refreshed
+/// after every mutation (a lookup outside them answers "not contained"
+/// without the bitmap lock: the usual read-scheduling case, a read beyond
+/// everything acknowledged in its ledger). When the ledger leaves the map
+/// the slot is freed (`ledger` first) and its bitmap emptied and untagged
+/// in one write section. The atomics are read separately and may be stale
+/// or mismatched: that can only give a "not contained" (a stale negative,
+/// allowed by the hint's contract); every positive comes from the bitmap,
+/// read under its lock with its owner checked.
 struct SummarySlot {
     ledger: AtomicI64,
     bounds: AtomicU64,
+    bitmap: Arc<LedgerBitmap>,
 }
 
 struct DirectoryCell {
@@ -202,6 +243,12 @@ struct DirectoryCell {
     /// A stale value can only cause a stale "not contained" or a needless
     /// cell load, never a positive.
     published_ledgers: AtomicUsize,
+    /// Ledgers of the map whose bitmap is not in a summary slot (written by
+    /// the set's owner only). 0 → a ledger found in no slot has no bitmap:
+    /// answer "not contained" without loading the cell. A stale value can
+    /// only cause a stale negative (a ledger added during the lookup) or a
+    /// needless cell load.
+    unslotted: AtomicUsize,
 }
 
 impl DeletionDirectory {
@@ -211,27 +258,67 @@ impl DeletionDirectory {
                 summary: std::array::from_fn(|_| SummarySlot {
                     ledger: AtomicI64::new(NO_LEDGER),
                     bounds: AtomicU64::new(EMPTY_BOUNDS),
+                    bitmap: Arc::new(LedgerBitmap::new(NO_LEDGER)),
                 }),
                 cell: Published::new(DirectorySnapshot::default()),
                 published_ledgers: AtomicUsize::new(0),
+                unslotted: AtomicUsize::new(0),
             }),
         }
     }
 
     fn store(&self, snapshot: DirectorySnapshot) {
         let n = snapshot.ledgers.len();
-        for (i, slot) in self.shared.summary.iter().enumerate() {
-            match snapshot.ledgers.get(i) {
-                Some((l, b)) => {
-                    slot.bounds
-                        .store(b.bounds.load(Ordering::Acquire), Ordering::Release);
-                    slot.ledger.store(*l, Ordering::Release);
-                }
-                None => slot.ledger.store(NO_LEDGER, Ordering::Release),
-            }
-        }
         self.shared.cell.store(snapshot);
         self.shared.published_ledgers.store(n, Ordering::Release);
+    }
+
+    /// A bitmap for a ledger entering the map (writer side): a free summary
+    /// slot's bitmap, handed to `ledger_id` (empty), or a new one.
+    fn new_bitmap(&self, ledger_id: i64) -> Arc<LedgerBitmap> {
+        let free = self
+            .shared
+            .summary
+            .iter()
+            .find(|s| s.ledger.load(Ordering::Relaxed) == NO_LEDGER);
+        match free {
+            Some(slot) => {
+                slot.bitmap.reassign(ledger_id);
+                slot.bounds.store(EMPTY_BOUNDS, Ordering::Release);
+                slot.ledger.store(ledger_id, Ordering::Release);
+                Arc::clone(&slot.bitmap)
+            }
+            None => {
+                let n = self.shared.unslotted.load(Ordering::Relaxed);
+                self.shared.unslotted.store(n + 1, Ordering::Release);
+                Arc::new(LedgerBitmap::new(ledger_id))
+            }
+        }
+    }
+
+    /// A bitmap leaving the map (writer side). A summary slot is freed and
+    /// its bitmap emptied and untagged (a reader that found the slot before
+    /// then gets "not contained"); another bitmap is left as it is for
+    /// readers still holding a snapshot that lists it.
+    fn retire_bitmap(&self, bitmap: &Arc<LedgerBitmap>) {
+        match self
+            .shared
+            .summary
+            .iter()
+            .find(|s| Arc::ptr_eq(&s.bitmap, bitmap))
+        {
+            Some(slot) => {
+                slot.ledger.store(NO_LEDGER, Ordering::Release);
+                slot.bounds.store(EMPTY_BOUNDS, Ordering::Release);
+                slot.bitmap.reassign(NO_LEDGER);
+            }
+            None => {
+                let n = self.shared.unslotted.load(Ordering::Relaxed);
+                self.shared
+                    .unslotted
+                    .store(n.saturating_sub(1), Ordering::Release);
+            }
+        }
     }
 
     /// Copies `bitmap`'s bounds into the summary slot of `ledger_id`, if it
@@ -250,8 +337,10 @@ impl DeletionDirectory {
 
     /// Whether the published directory has a bitmap for `ledger_id` with
     /// `entry_id` set. Entry ids outside `0..=u32::MAX` are never contained.
-    /// Takes no cursor lock: one published-cell load plus the bitmap's own
-    /// short read lock.
+    /// Takes no cursor lock: for a ledger in a summary slot, the slot's
+    /// atomics; otherwise one published-cell load; then the bitmap's own
+    /// short read lock, only if it is free (a bitmap being written answers
+    /// "not contained" rather than waiting).
     #[inline]
     pub fn contains(&self, ledger_id: i64, entry_id: i64) -> bool {
         let Ok(entry) = u32::try_from(entry_id) else {
@@ -261,24 +350,23 @@ impl DeletionDirectory {
         if published == 0 {
             return false;
         }
-        let mut summarised = false;
         for slot in &self.shared.summary {
             if slot.ledger.load(Ordering::Acquire) == ledger_id {
                 let b = slot.bounds.load(Ordering::Acquire);
                 if entry < (b >> 32) as u32 || entry > b as u32 {
                     return false;
                 }
-                summarised = true;
-                break;
+                return slot.bitmap.contains_without_waiting(ledger_id, entry);
             }
         }
-        if !summarised && published <= SUMMARY_SLOTS {
-            // Every published ledger has a slot and none is this one.
+        if self.shared.unslotted.load(Ordering::Acquire) == 0 {
+            // Every bitmap of the map is in a slot and none is this ledger's.
             return false;
         }
-        self.shared
-            .cell
-            .with(|d| d.get(ledger_id).is_some_and(|b| b.contains(entry)))
+        self.shared.cell.with(|d| {
+            d.get(ledger_id)
+                .is_some_and(|b| b.contains_without_waiting(ledger_id, entry))
+        })
     }
 
     /// Number of ledgers in the currently published directory (diagnostics).
@@ -384,7 +472,7 @@ impl PositionRangeSet {
         if let Some(b) = self.ledgers.get(&ledger_id) {
             return (Arc::clone(b), false);
         }
-        let b = Arc::new(LedgerBitmap::new());
+        let b = self.directory.new_bitmap(ledger_id);
         self.ledgers.insert(ledger_id, Arc::clone(&b));
         (b, true)
     }
@@ -395,6 +483,7 @@ impl PositionRangeSet {
     fn drop_ledger(&mut self, ledger_id: i64) {
         if let Some(b) = self.ledgers.remove(&ledger_id) {
             b.mutate(|bits| bits.clear());
+            self.directory.retire_bitmap(&b);
             self.publish_directory();
         }
     }
@@ -409,7 +498,9 @@ impl PositionRangeSet {
             // ledger fully below mark-delete), keeping the directory tight
             // for the empty-directory filter. A reader still holding the old
             // snapshot sees the emptied bitmap: at worst "not deleted".
-            self.ledgers.remove(&ledger_id);
+            if let Some(b) = self.ledgers.remove(&ledger_id) {
+                self.directory.retire_bitmap(&b);
+            }
             self.publish_directory();
         }
     }
@@ -571,11 +662,15 @@ impl PositionRangeSet {
     }
 
     /// Empties the set. The directory is invalidated first (an empty one is
-    /// published), then the map is cleared; old bitmaps keep their bits for
-    /// any reader still holding an older directory snapshot.
+    /// published), then the map is cleared: summary-slot bitmaps are emptied
+    /// and freed, other bitmaps keep their bits for any reader still holding
+    /// an older directory snapshot (either way such a reader is inside a
+    /// reset's epoch window, or sees at worst bits that were deleted).
     pub fn clear(&mut self) {
         self.invalidate_directory();
-        self.ledgers.clear();
+        for b in std::mem::take(&mut self.ledgers).into_values() {
+            self.directory.retire_bitmap(&b);
+        }
     }
 
     /// Replaces the whole content with `ranges` (open-closed; Pulsar's
@@ -586,12 +681,23 @@ impl PositionRangeSet {
     /// The first invalid range (as [`PositionRangeSet::add_open_closed`]);
     /// the set is unchanged on error.
     pub fn rebuild(&mut self, ranges: &[(Position, Position)]) -> Result<(), RangeSetError> {
-        let mut fresh = Self::new();
         for &(lo, up) in ranges {
-            fresh.add_open_closed(lo, up)?;
+            bound_entry(lo)?;
+            member_entry(up)?;
+            if lo >= up {
+                return Err(RangeSetError::InvalidRange {
+                    lower: lo,
+                    upper: up,
+                });
+            }
         }
-        self.invalidate_directory();
-        self.ledgers = fresh.ledgers;
+        self.clear();
+        for &(lo, up) in ranges {
+            // Cannot fail: every range was validated above with the same
+            // checks add_open_closed makes.
+            self.add_open_closed(lo, up)
+                .expect("ranges validated before the set changed");
+        }
         self.publish_directory();
         Ok(())
     }

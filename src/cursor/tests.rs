@@ -270,6 +270,34 @@ fn reset_moves_mark_delete_backward_clears_ranges_and_bumps_epoch() {
 }
 
 #[test]
+fn reset_to_a_position_without_an_entry_moves_to_the_next_one() {
+    // Ledgers 1 and 3 (no ledger 2), 10 entries each.
+    let l = LedgerLayout::new([(1, 10), (3, 10)]);
+    let st = CursorDeletionState::new(p(1, -1)).unwrap();
+    // A ledger the layout lacks: the next entry is (3,0).
+    assert_eq!(st.reset(p(2, 5), &l).unwrap(), p(3, -1));
+    // Past its ledger's end: the first entry of the next ledger.
+    assert_eq!(st.reset(p(1, 15), &l).unwrap(), p(3, -1));
+    // Before every ledger: from the first entry.
+    assert_eq!(st.reset(p(-1, 0), &l).unwrap(), p(1, -1));
+    // Just past the last confirmed entry: everything is deleted.
+    assert_eq!(st.reset(p(3, 10), &l).unwrap(), p(3, 9));
+    assert!(st.is_message_deleted(p(3, 9)));
+    assert_eq!(st.reset_epoch(), 8);
+}
+
+#[test]
+fn delete_rejects_a_negative_ledger_id_and_changes_nothing() {
+    let l = layout();
+    let st = CursorDeletionState::new(p(1, 2)).unwrap();
+    let err = st.delete(&[p(1, 5), p(-1, 0)], &l).unwrap_err();
+    assert_eq!(err, DeletionError::NegativeLedgerId { position: p(-1, 0) });
+    assert!(err.to_string().contains("negative ledger id"), "{err}");
+    assert!(!st.is_message_deleted(p(1, 5)));
+    assert_eq!(st.mark_delete_position(), p(1, 2));
+}
+
+#[test]
 fn mark_delete_snapshot_packs_or_falls_back_to_the_published_cell() {
     let big = 1i64 << 40;
     let l = LedgerLayout::new([(1, 10), (big, 10)]);
