@@ -304,7 +304,9 @@ impl DeliveryChecker {
                 self.counts.delivered_after_seek += 1;
                 self.violation(
                     now_ms,
-                    format!("{sub}: {msg} dispatched after a seek to mark-delete {seek} skipped it"),
+                    format!(
+                        "{sub}: {msg} dispatched after a seek to mark-delete {seek} skipped it"
+                    ),
                 );
                 return;
             }
@@ -406,7 +408,10 @@ impl DeliveryChecker {
         let end = self.published.partition_point(|(m, _)| m.position <= upto);
         let Some(s) = self.subs.get_mut(sub) else {
             self.counts.invalid_events += 1;
-            self.violation(now_ms, format!("cumulative ack on unknown subscription {sub}"));
+            self.violation(
+                now_ms,
+                format!("cumulative ack on unknown subscription {sub}"),
+            );
             return;
         };
         let from = s.cumulative_checked_to.min(end);

@@ -115,8 +115,8 @@ pub enum Sabotage {
     /// schedules from below the seek is dispatched without the cursor's
     /// deletion check (a tracker that keeps delivering trimmed indexes).
     DeliverOneTrimmedMessage,
-    /// A Failover consumer's first cumulative ack sent with an empty
-    /// receiver queue goes one entry past the last one it received (it
+    /// A Failover consumer's first cumulative ack for which a next entry
+    /// exists goes one entry past the last one the application received (it
     /// acknowledges a message it was never given).
     CumulativeAckOnePastReceived,
 }
@@ -1645,10 +1645,7 @@ impl Sim<'_> {
             return;
         };
         client.since_cumulative = 0;
-        if self.opts.sabotage == Some(Sabotage::CumulativeAckOnePastReceived)
-            && !self.sabotage_done
-            && client.consumer.queued() == 0
-            && client.in_progress.is_empty()
+        if self.opts.sabotage == Some(Sabotage::CumulativeAckOnePastReceived) && !self.sabotage_done
         {
             let next = next_entry(position);
             if next <= last_confirmed {
@@ -1656,8 +1653,8 @@ impl Sim<'_> {
                 position = next;
             }
         }
-        let txn = (self.w.txn_ack_ratio > 0.0 && self.rng.random_bool(self.w.txn_ack_ratio))
-            .then(|| {
+        let txn =
+            (self.w.txn_ack_ratio > 0.0 && self.rng.random_bool(self.w.txn_ack_ratio)).then(|| {
                 self.next_txn += 1;
                 TxnId::new(0, self.next_txn)
             });
@@ -1707,7 +1704,8 @@ impl Sim<'_> {
         for p in settled {
             let _ = sub.dispatcher.acknowledge(key, p);
         }
-        self.checker.cumulative_ack_applied(&sub.name, position, now);
+        self.checker
+            .cumulative_ack_applied(&sub.name, position, now);
         self.activity.cumulative_acks += 1;
         if let (Some(txn), Some(h), None) = (txn, &sub.pending_ack, sub.open_cumulative_txn) {
             self.activity.txn_cumulative_acks += 1;
@@ -1964,8 +1962,7 @@ impl Sim<'_> {
         sub.redeliver.clear();
         sub.failover_order.clear();
         if let Some(t) = &sub.delayed {
-            if self.opts.sabotage == Some(Sabotage::DeliverOneTrimmedMessage)
-                && !self.sabotage_done
+            if self.opts.sabotage == Some(Sabotage::DeliverOneTrimmedMessage) && !self.sabotage_done
             {
                 self.sabotage_seek = Some((s, mark_delete));
             } else {
