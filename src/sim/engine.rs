@@ -1913,13 +1913,14 @@ impl Sim<'_> {
         Ok(())
     }
 
-    /// Admin seek (Pulsar's reset cursor) of subscription `s` forward to its
-    /// read position (or past its highest acknowledged range if that is
-    /// higher, at most just past the last entry): the cursor and its
+    /// Admin seek (Pulsar's reset cursor) of subscription `s` forward to the
+    /// first entry not yet dispatched (or past its highest acknowledged range
+    /// if that is higher, at most just past the last entry): the cursor and its
     /// deletion state are reset through their real reset paths (persisted),
     /// what the dispatcher held for redelivery is dropped, the delayed
     /// tracker gets the new mark-delete and trims the buckets below it, and
-    /// every consumer reconnects as a new incarnation. No acknowledged range
+    /// every consumer reconnects as a new incarnation (what they had pending
+    /// is not replayed: the cursor reads again from the seek). No acknowledged range
     /// lies above the new mark-delete, so nothing acknowledged becomes
     /// unacknowledged; unacknowledged messages at or below it are skipped.
     fn seek(&mut self, s: usize) -> Result<(), SimError> {
@@ -1935,18 +1936,27 @@ impl Sim<'_> {
             return Ok(());
         }
         self.faults_pending = self.faults_pending.saturating_sub(1);
-        // The new mark-delete: just before the read position, but never
-        // below an individually deleted range (after a restart the read
-        // position starts over at mark-delete + 1 while acknowledged ranges
-        // lie above it; a reset clears them), at most the last entry.
+        // The new mark-delete: just before the first entry not yet
+        // dispatched (the read position, or an entry read but still held for
+        // a consumer without permits), but never below an individually
+        // deleted range (after a restart the read position starts over at
+        // mark-delete + 1 while acknowledged ranges lie above it; a reset
+        // clears them), at most the last entry.
         let highest_deleted = sub
             .deletion
             .individually_deleted_ranges()
             .last()
             .map(|(_, upper)| *upper);
-        let new_mark_delete = sub
+        let first_held = sub
+            .blocked
+            .values()
+            .flat_map(|q| q.iter().map(|e| e.entry.position))
+            .min();
+        let resume = sub
             .cursor
             .read_position()
+            .min(first_held.unwrap_or(Position::LATEST));
+        let new_mark_delete = resume
             .previous_in_ledger()
             .max(highest_deleted.unwrap_or(Position::EARLIEST))
             .min(last_confirmed);
@@ -1976,6 +1986,12 @@ impl Sim<'_> {
         self.seeks_done[s] = self.checker.seek_completed(&name, mark_delete, now);
         for c in 0..self.w.consumers_per_subscription as usize {
             self.resubscribe_on_new_connection(s, c)?;
+        }
+        // As Pulsar's reset clears the dispatcher's redelivery set: what the
+        // removed consumers had pending is at or below the new mark-delete
+        // (skipped) or above it (the cursor reads it again from there).
+        if let Some(b) = self.broker.as_mut() {
+            b.subs[s].dispatcher.take_replay();
         }
         self.schedule_dispatch(s);
         Ok(())
