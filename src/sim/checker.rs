@@ -437,8 +437,10 @@ impl DeliveryChecker {
     /// A cumulative ack up to entry `upto` on `sub` reached the store: every
     /// delivered message at or below it is acknowledged (an undelivered one
     /// stays unacknowledged: it was reported when the ack was applied).
-    pub fn cumulative_acked(&mut self, sub: &str, upto: Position) {
+    /// Returns how many messages it newly acknowledged.
+    pub fn cumulative_acked(&mut self, sub: &str, upto: Position) -> u64 {
         let end = self.published.partition_point(|(m, _)| m.position <= upto);
+        let before = self.counts.acked;
         if let Some(s) = self.subs.get_mut(sub) {
             for i in s.cumulative_acked_to.min(end)..end {
                 if s.delivered[i] != 0 {
@@ -447,6 +449,7 @@ impl DeliveryChecker {
             }
             s.cumulative_acked_to = s.cumulative_acked_to.max(end);
         }
+        self.counts.acked - before
     }
 
     /// A consumer of `sub` with backlog and free receiver queue received

@@ -1818,7 +1818,7 @@ impl Sim<'_> {
             self.acked_at_last_check[s] += 1;
         }
         if let Some(upto) = sub.unpersisted_cumulative.take() {
-            self.checker.cumulative_acked(&name, upto);
+            self.acked_at_last_check[s] += self.checker.cumulative_acked(&name, upto);
         }
         Ok(())
     }
