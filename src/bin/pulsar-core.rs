@@ -27,8 +27,8 @@ enum Command {
 
 #[derive(clap::Args, Debug)]
 struct SimulateArgs {
-    /// Workload preset (fanout, delayed, txn-outage, permit-churn) or a path
-    /// to a TOML workload file.
+    /// Workload preset (fanout, delayed, txn-outage, permit-churn, failover)
+    /// or a path to a TOML workload file.
     #[arg(long, default_value = "fanout")]
     workload: String,
     /// RNG seed: the same seed gives the same report.

@@ -2,10 +2,14 @@
 //!
 //! It sees only what a user of the broker could see — messages published,
 //! messages delivered to consumers, acknowledgements, restarts and consumer
-//! reconnects — and derives from those alone: duplicates (split into the
-//! at-least-once redeliveries Pulsar allows after a restart or reconnect, and
-//! violations), lost messages, per-key order violations, early delayed
-//! deliveries and stalls. It shares no state with the components it checks.
+//! reconnects, admin seeks — and derives from those alone: duplicates (split
+//! into the at-least-once redeliveries Pulsar allows after a restart or
+//! reconnect, and violations), lost messages (unacknowledged messages at or
+//! below a seek are *skipped*, not lost; delivering one that was dispatched
+//! after the seek is a violation), per-key (Key_Shared) or total (Failover)
+//! order violations, cumulative acks that cover undelivered messages, early
+//! delayed deliveries and stalls. It shares no state with the components it
+//! checks.
 
 use std::collections::{BTreeMap, HashMap};
 
@@ -29,6 +33,24 @@ impl std::fmt::Display for MessageRef {
     }
 }
 
+/// Which delivery order the subscription type guarantees (and so is checked
+/// within one redelivery generation).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OrderCheck {
+    /// No order guarantee (Shared).
+    None,
+    /// Per-key publish order (Key_Shared).
+    PerKey,
+    /// Total publish order of the subscription (Failover: one active consumer).
+    Total,
+}
+
+/// Per-message state on one subscription.
+const NOT_ACKED: u8 = 0;
+const ACKED: u8 = 1;
+/// Unacknowledged when an admin seek moved the mark-delete past it.
+const SKIPPED: u8 = 2;
+
 #[derive(Debug, Clone, Copy)]
 struct Published {
     key: u32,
@@ -46,9 +68,18 @@ struct SubState {
     /// Publish index → redelivery generation of its last delivery + 1 (0 =
     /// never delivered).
     delivered: Vec<u32>,
-    /// Publish index → acknowledged (persisted).
-    acked: Vec<bool>,
+    /// Publish index → NOT_ACKED / ACKED (persisted) / SKIPPED (by a seek).
+    acked: Vec<u8>,
     acked_count: u64,
+    skipped_count: u64,
+    /// Mark-delete after each completed seek, in seek order (forward only).
+    seeks: Vec<Position>,
+    /// Publish indexes below this were checked by a seek.
+    seek_scan_from: usize,
+    /// Publish indexes below this were checked by an applied cumulative ack.
+    cumulative_checked_to: usize,
+    /// Publish indexes below this were marked by a persisted cumulative ack.
+    cumulative_acked_to: usize,
     /// Bumped on every restart and consumer reconnect of this subscription:
     /// a redelivery across a bump is an allowed at-least-once duplicate.
     generation: u32,
@@ -75,14 +106,22 @@ pub struct CheckerCounts {
     /// Messages published but never acknowledged by some subscription
     /// (counted once per subscription) at the end of the run.
     pub lost: u64,
-    /// Deliveries that overtook an earlier message of the same key in the
-    /// same subscription and redelivery generation.
+    /// Deliveries that overtook an earlier message of the same key
+    /// (Key_Shared), or any earlier message (Failover), in the same
+    /// subscription and redelivery generation.
     pub order_violations: u64,
+    /// Messages not acknowledged when an admin seek moved the subscription's
+    /// mark-delete past them (skipped, not lost), summed over subscriptions.
+    pub skipped_by_seek: u64,
+    /// Deliveries of a message at or below a seek's mark-delete that the
+    /// broker dispatched after the seek completed (e.g. a delayed tracker
+    /// that keeps delivering trimmed indexes).
+    pub delivered_after_seek: u64,
     /// Delayed messages delivered before their delivery time (minus the
     /// allowed tick).
     pub early_deliveries: u64,
-    /// Acknowledgements of messages never delivered, or deliveries of
-    /// messages never published.
+    /// Acknowledgements (individual, or covered by a cumulative ack) of
+    /// messages never delivered, or deliveries of messages never published.
     pub invalid_events: u64,
     /// Consumers that had backlog and free receiver queue but got nothing for
     /// longer than the stall bound.
@@ -102,6 +141,7 @@ impl CheckerCounts {
         self.duplicate_violations
             + self.lost
             + self.order_violations
+            + self.delivered_after_seek
             + self.early_deliveries
             + self.invalid_events
             + self.stalls
@@ -123,19 +163,19 @@ pub struct DeliveryChecker {
     first_violation: Option<String>,
     /// Delayed deliveries may come this many ms early (`tick` in non-strict mode).
     early_tolerance_ms: u64,
-    /// Whether per-key order is guaranteed (Key_Shared) and so checked.
-    check_key_order: bool,
+    /// Which order is guaranteed and so checked.
+    order: OrderCheck,
 }
 
 impl DeliveryChecker {
     /// A checker for the given subscriptions; every published message is
     /// expected once in each of them. `early_tolerance_ms` is how early a
-    /// delayed message may be delivered (Pulsar's non-strict tick);
-    /// `check_key_order` enables the per-key order check (Key_Shared).
+    /// delayed message may be delivered (Pulsar's non-strict tick); `order`
+    /// is the order the subscription type guarantees.
     pub fn new(
         subscriptions: impl IntoIterator<Item = String>,
         early_tolerance_ms: u64,
-        check_key_order: bool,
+        order: OrderCheck,
     ) -> Self {
         Self {
             index: HashMap::new(),
@@ -148,7 +188,7 @@ impl DeliveryChecker {
             counts: CheckerCounts::default(),
             first_violation: None,
             early_tolerance_ms,
-            check_key_order,
+            order,
         }
     }
 
@@ -176,7 +216,7 @@ impl DeliveryChecker {
         ));
         for s in self.subs.values_mut() {
             s.delivered.push(0);
-            s.acked.push(false);
+            s.acked.push(NOT_ACKED);
         }
         self.counts.published += 1;
     }
@@ -197,8 +237,51 @@ impl DeliveryChecker {
         }
     }
 
-    /// `msg` was handed to a consumer of `sub` at `now_ms`.
-    pub fn delivered(&mut self, sub: &str, msg: MessageRef, now_ms: u64) {
+    /// An admin seek on `sub` completed at `now_ms`, leaving the mark-delete
+    /// at `mark_delete` (forward only): every message at or below it that is
+    /// not acknowledged is skipped; the consumers reconnected (a new
+    /// redelivery generation). Returns the number of seeks completed on
+    /// `sub`, the value later deliveries dispatched after it carry.
+    pub fn seek_completed(&mut self, sub: &str, mark_delete: Position, now_ms: u64) -> u32 {
+        let end = self
+            .published
+            .partition_point(|(m, _)| m.position <= mark_delete);
+        let Some(s) = self.subs.get_mut(sub) else {
+            self.counts.invalid_events += 1;
+            self.violation(now_ms, format!("seek on unknown subscription {sub}"));
+            return 0;
+        };
+        if let Some(last) = s.seeks.last().copied().filter(|l| mark_delete < *l) {
+            let done = s.seeks.len() as u32;
+            self.counts.invalid_events += 1;
+            self.violation(
+                now_ms,
+                format!("{sub}: seek moved mark-delete backward from {last} to {mark_delete}"),
+            );
+            return done;
+        }
+        for state in &mut s.acked[s.seek_scan_from.min(end)..end] {
+            if *state == NOT_ACKED {
+                *state = SKIPPED;
+                s.skipped_count += 1;
+            }
+        }
+        s.seek_scan_from = s.seek_scan_from.max(end);
+        s.seeks.push(mark_delete);
+        s.generation += 1;
+        s.seeks.len() as u32
+    }
+
+    /// `msg` was handed to a consumer of `sub` at `now_ms`; the broker
+    /// dispatched it after `seeks_before_dispatch` seeks on `sub` had
+    /// completed.
+    pub fn delivered(
+        &mut self,
+        sub: &str,
+        msg: MessageRef,
+        now_ms: u64,
+        seeks_before_dispatch: u32,
+    ) {
         self.counts.delivered += 1;
         let Some(idx) = self.index.get(&msg).map(|i| *i as usize) else {
             self.counts.invalid_events += 1;
@@ -212,7 +295,23 @@ impl DeliveryChecker {
         };
         let p = self.published[idx].1;
         let generation = s.generation;
-        if s.acked[idx] {
+        if let Some(seek) = (seeks_before_dispatch as usize)
+            .checked_sub(1)
+            .and_then(|i| s.seeks.get(i))
+        {
+            if msg.position <= *seek {
+                let seek = *seek;
+                self.counts.delivered_after_seek += 1;
+                self.violation(
+                    now_ms,
+                    format!(
+                        "{sub}: {msg} dispatched after a seek to mark-delete {seek} skipped it"
+                    ),
+                );
+                return;
+            }
+        }
+        if s.acked[idx] == ACKED {
             self.counts.duplicate_violations += 1;
             self.violation(now_ms, format!("{sub}: {msg} redelivered after its ack"));
             return;
@@ -243,25 +342,31 @@ impl DeliveryChecker {
             }
             return; // delayed messages carry no ordering guarantee
         }
-        if !self.check_key_order || s.order_exempt.contains(&idx) {
+        if self.order == OrderCheck::None || s.order_exempt.contains(&idx) {
             return;
         }
-        let progress = s.key_progress.entry(p.key).or_insert((generation, 0));
+        // Total order: one pseudo-key whose sequence is the publish index.
+        let (order_key, key_seq) = match self.order {
+            OrderCheck::Total => (0, idx as u64 + 1),
+            _ => (p.key, p.key_seq),
+        };
+        let progress = s.key_progress.entry(order_key).or_insert((generation, 0));
         if progress.0 != generation {
             *progress = (generation, 0);
         }
-        if p.key_seq < progress.1 {
+        if key_seq < progress.1 {
             self.counts.order_violations += 1;
-            let (last, key) = (progress.1, p.key);
+            let last = progress.1;
+            let what = match self.order {
+                OrderCheck::Total => "subscription order".to_string(),
+                _ => format!("key {}", p.key),
+            };
             self.violation(
                 now_ms,
-                format!(
-                    "{sub}: key {key} message #{} ({msg}) delivered after #{last}",
-                    p.key_seq
-                ),
+                format!("{sub}: {what}: message #{key_seq} ({msg}) delivered after #{last}"),
             );
         } else {
-            progress.1 = p.key_seq;
+            progress.1 = key_seq;
         }
     }
 
@@ -276,11 +381,75 @@ impl DeliveryChecker {
             return;
         };
         if let Some(s) = self.subs.get_mut(sub) {
-            if !std::mem::replace(&mut s.acked[idx], true) {
+            Self::mark_acked(s, idx, &mut self.counts);
+        }
+    }
+
+    fn mark_acked(s: &mut SubState, idx: usize, counts: &mut CheckerCounts) {
+        match std::mem::replace(&mut s.acked[idx], ACKED) {
+            ACKED => {}
+            SKIPPED => {
+                s.skipped_count -= 1;
                 s.acked_count += 1;
-                self.counts.acked += 1;
+                counts.acked += 1;
+            }
+            _ => {
+                s.acked_count += 1;
+                counts.acked += 1;
             }
         }
+    }
+
+    /// The broker applied a cumulative ack up to entry `upto` on `sub` (into
+    /// the cursor, or into the pending-ack store for a transaction): every
+    /// message at or below it must have been delivered (or acknowledged or
+    /// skipped) by now; each one that was not is an invalid event.
+    pub fn cumulative_ack_applied(&mut self, sub: &str, upto: Position, now_ms: u64) {
+        let end = self.published.partition_point(|(m, _)| m.position <= upto);
+        let Some(s) = self.subs.get_mut(sub) else {
+            self.counts.invalid_events += 1;
+            self.violation(
+                now_ms,
+                format!("cumulative ack on unknown subscription {sub}"),
+            );
+            return;
+        };
+        let from = s.cumulative_checked_to.min(end);
+        let mut first = None;
+        let mut bad = 0;
+        for i in from..end {
+            if s.delivered[i] == 0 && s.acked[i] == NOT_ACKED {
+                bad += 1;
+                first.get_or_insert(i);
+            }
+        }
+        s.cumulative_checked_to = s.cumulative_checked_to.max(end);
+        if let Some(i) = first {
+            self.counts.invalid_events += bad;
+            let msg = self.published[i].0;
+            self.violation(
+                now_ms,
+                format!("{sub}: cumulative ack up to {upto} covers undelivered {msg}"),
+            );
+        }
+    }
+
+    /// A cumulative ack up to entry `upto` on `sub` reached the store: every
+    /// delivered message at or below it is acknowledged (an undelivered one
+    /// stays unacknowledged: it was reported when the ack was applied).
+    /// Returns how many messages it newly acknowledged.
+    pub fn cumulative_acked(&mut self, sub: &str, upto: Position) -> u64 {
+        let end = self.published.partition_point(|(m, _)| m.position <= upto);
+        let before = self.counts.acked;
+        if let Some(s) = self.subs.get_mut(sub) {
+            for i in s.cumulative_acked_to.min(end)..end {
+                if s.delivered[i] != 0 {
+                    Self::mark_acked(s, i, &mut self.counts);
+                }
+            }
+            s.cumulative_acked_to = s.cumulative_acked_to.max(end);
+        }
+        self.counts.acked - before
     }
 
     /// A consumer of `sub` with backlog and free receiver queue received
@@ -337,10 +506,13 @@ impl DeliveryChecker {
         }
     }
 
-    /// Whether every published message is acknowledged on every subscription.
+    /// Whether every published message is acknowledged (or skipped by a
+    /// seek) on every subscription.
     pub fn all_acked(&self) -> bool {
         let n = self.published.len() as u64;
-        self.subs.values().all(|s| s.acked_count == n)
+        self.subs
+            .values()
+            .all(|s| s.acked_count + s.skipped_count == n)
     }
 
     /// Ends the run: counts messages never acknowledged as lost and returns
@@ -348,9 +520,11 @@ impl DeliveryChecker {
     pub fn finish(mut self, now_ms: u64) -> (CheckerCounts, Option<String>) {
         let mut first_lost = None;
         let mut lost = 0;
+        let mut skipped = 0;
         for (name, s) in &self.subs {
+            skipped += s.skipped_count;
             for (i, (msg, _)) in self.published.iter().enumerate() {
-                if !s.acked[i] {
+                if s.acked[i] == NOT_ACKED {
                     lost += 1;
                     if first_lost.is_none() {
                         first_lost = Some(format!("{name}: {msg} never acknowledged"));
@@ -359,6 +533,7 @@ impl DeliveryChecker {
             }
         }
         self.counts.lost = lost;
+        self.counts.skipped_by_seek = skipped;
         if let Some(l) = first_lost {
             self.violation(now_ms, l);
         }
@@ -379,12 +554,12 @@ mod tests {
 
     #[test]
     fn clean_run_has_no_violations() {
-        let mut c = DeliveryChecker::new(["s".to_string()], 0, true);
+        let mut c = DeliveryChecker::new(["s".to_string()], 0, OrderCheck::PerKey);
         for e in 0..3 {
             c.published(m(e), 7, 0);
         }
         for e in 0..3 {
-            c.delivered("s", m(e), 10);
+            c.delivered("s", m(e), 10, 0);
             c.acked("s", m(e), 11);
         }
         assert!(c.all_acked());
@@ -398,12 +573,12 @@ mod tests {
 
     #[test]
     fn duplicate_without_restart_is_a_violation_with_restart_allowed() {
-        let mut c = DeliveryChecker::new(["s".to_string()], 0, true);
+        let mut c = DeliveryChecker::new(["s".to_string()], 0, OrderCheck::PerKey);
         c.published(m(0), 1, 0);
-        c.delivered("s", m(0), 1);
+        c.delivered("s", m(0), 1, 0);
         c.restarted();
-        c.delivered("s", m(0), 2);
-        c.delivered("s", m(0), 3);
+        c.delivered("s", m(0), 2, 0);
+        c.delivered("s", m(0), 3, 0);
         c.acked("s", m(0), 4);
         let (counts, first) = c.finish(5);
         assert_eq!(counts.duplicates_allowed, 1);
@@ -413,15 +588,15 @@ mod tests {
 
     #[test]
     fn redelivery_after_ack_loss_and_order_are_caught() {
-        let mut c = DeliveryChecker::new(["s".to_string()], 0, true);
+        let mut c = DeliveryChecker::new(["s".to_string()], 0, OrderCheck::PerKey);
         for e in 0..3 {
             c.published(m(e), 1, 0);
         }
-        c.delivered("s", m(1), 1);
-        c.delivered("s", m(0), 2); // overtaken by #2
+        c.delivered("s", m(1), 1, 0);
+        c.delivered("s", m(0), 2, 0); // overtaken by #2
         c.acked("s", m(0), 3);
         c.restarted();
-        c.delivered("s", m(0), 4); // after its ack
+        c.delivered("s", m(0), 4, 0); // after its ack
         c.acked("s", m(2), 5); // never delivered
         let (counts, _) = c.finish(6);
         assert_eq!(counts.order_violations, 1);
@@ -432,12 +607,62 @@ mod tests {
 
     #[test]
     fn delayed_messages_must_not_come_early() {
-        let mut c = DeliveryChecker::new(["s".to_string()], 100, true);
+        let mut c = DeliveryChecker::new(["s".to_string()], 100, OrderCheck::PerKey);
         c.published(m(0), 0, 1_000);
         c.published(m(1), 0, 1_000);
-        c.delivered("s", m(0), 950); // within the tick tolerance
-        c.delivered("s", m(1), 800);
+        c.delivered("s", m(0), 950, 0); // within the tick tolerance
+        c.delivered("s", m(1), 800, 0);
         let (counts, _) = c.finish(2_000);
         assert_eq!(counts.early_deliveries, 1);
+    }
+
+    #[test]
+    fn seek_skips_unacked_and_catches_a_delivery_dispatched_after_it() {
+        let mut c = DeliveryChecker::new(["s".to_string()], 0, OrderCheck::None);
+        for e in 0..4 {
+            c.published(m(e), 0, 0);
+        }
+        c.delivered("s", m(0), 1, 0);
+        c.acked("s", m(0), 2);
+        c.delivered("s", m(1), 3, 0); // dispatched before the seek
+        let epoch = c.seek_completed("s", Position::new(1, 2), 4);
+        assert_eq!(epoch, 1);
+        assert!(!c.all_acked());
+        c.delivered("s", m(1), 5, 0); // in flight before the seek: allowed
+        c.acked("s", m(1), 6); // skipped → acked
+        c.delivered("s", m(2), 7, epoch); // dispatched after the seek: violation
+        c.delivered("s", m(3), 8, epoch);
+        c.acked("s", m(3), 9);
+        assert!(c.all_acked(), "m(2) is skipped, the rest acked");
+        let (counts, first) = c.finish(10);
+        assert_eq!(counts.skipped_by_seek, 1);
+        assert_eq!(counts.delivered_after_seek, 1);
+        assert_eq!(counts.lost, 0);
+        assert_eq!(counts.violations(), 1);
+        assert!(first.unwrap().contains("after a seek"));
+    }
+
+    #[test]
+    fn cumulative_ack_covering_an_undelivered_message_and_total_order() {
+        let mut c = DeliveryChecker::new(["s".to_string()], 0, OrderCheck::Total);
+        for e in 0..4 {
+            c.published(m(e), e as u32, 0); // distinct keys: order is total
+        }
+        c.delivered("s", m(0), 1, 0);
+        c.delivered("s", m(1), 2, 0);
+        c.cumulative_ack_applied("s", Position::new(1, 1), 3);
+        c.cumulative_acked("s", Position::new(1, 1));
+        c.delivered("s", m(3), 4, 0);
+        c.cumulative_ack_applied("s", Position::new(1, 3), 5); // m(2) undelivered
+        c.cumulative_acked("s", Position::new(1, 3));
+        c.delivered("s", m(2), 6, 0); // overtaken by m(3)
+        c.delivered("s", m(1), 7, 0); // after its cumulative ack
+        let (counts, first) = c.finish(8);
+        assert_eq!(counts.acked, 3);
+        assert_eq!(counts.invalid_events, 1);
+        assert_eq!(counts.order_violations, 1);
+        assert_eq!(counts.duplicate_violations, 1);
+        assert_eq!(counts.lost, 1);
+        assert!(first.unwrap().contains("covers undelivered"));
     }
 }

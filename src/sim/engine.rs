@@ -12,8 +12,13 @@
 //!   snapshots in the same redb file;
 //! - deliveries carry `message_permits` from the broker side
 //!   ([`SharedDispatcher`]) and clients account with [`ClientConsumer`];
-//! - acknowledgements go into the cursor deletion state (individual) and,
-//!   for transactions, through the [`PendingAckHandle`]'s log first;
+//! - acknowledgements go into the cursor deletion state (individual acks,
+//!   and on Failover cumulative acks through its mark-delete path) and, for
+//!   transactions, through the [`PendingAckHandle`]'s log first;
+//! - an admin seek resets a subscription's [`ManagedCursor`] and
+//!   [`CursorDeletionState`] forward (Pulsar's reset cursor), reconnects its
+//!   consumers and gives the delayed tracker the new mark-delete, so its
+//!   trim path runs;
 //! - a restart drops everything in memory and recovers cursor, delayed
 //!   tracker and pending-ack state (replay included) from the store.
 
@@ -26,11 +31,11 @@ use prost::Message as _;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
-use super::checker::{DeliveryChecker, MessageRef};
+use super::checker::{DeliveryChecker, MessageRef, OrderCheck};
 use super::report::{peak_memory_kib, Activity, Report, Timing};
 use super::scheduler::{Scheduler, VirtualMs};
 use super::workload::{SubscriptionType, Workload};
-use crate::cursor::CursorDeletionState;
+use crate::cursor::{CursorDeletionState, DeletionError};
 use crate::delayed::{
     BucketDelayedDeliveryTracker, BucketSnapshotStorage, BucketTrackerConfig, FaultPlan,
     FaultyStorage, ManualClock, RecoveryPolicy, RedbSnapshotStorage,
@@ -83,6 +88,10 @@ const PERSIST_INTERVAL_MS: VirtualMs = 200;
 const APP_POLL_MS: VirtualMs = 2;
 /// Messages an application processes per poll.
 const APP_BATCH: usize = 64;
+/// Failover with cumulative acks: a consumer with received but not yet
+/// acknowledged messages sends its cumulative ack at the latest this long
+/// after its last poll (the client's ack grouping time), virtual ms.
+const ACK_GROUP_MS: VirtualMs = 100;
 /// A run that has not drained after this much virtual time stops (what is
 /// left is reported as lost).
 const VIRTUAL_TIME_LIMIT_MS: VirtualMs = 6 * 60 * 60 * 1000;
@@ -100,6 +109,16 @@ pub enum Sabotage {
     /// The client stops returning permits altogether (the broker runs dry
     /// while the client's queue is empty: a stall).
     StopReturningPermits,
+    /// At the first seek on a subscription with a delayed tracker, the
+    /// tracker is not given the new mark-delete (nothing is trimmed, its
+    /// indexes below the seek stay tracked) and the first position it then
+    /// schedules from below the seek is dispatched without the cursor's
+    /// deletion check (a tracker that keeps delivering trimmed indexes).
+    DeliverOneTrimmedMessage,
+    /// A Failover consumer's first cumulative ack for which a next entry
+    /// exists goes one entry past the last one the application received (it
+    /// acknowledges a message it was never given).
+    CumulativeAckOnePastReceived,
 }
 
 /// Options of one run besides the workload.
@@ -159,6 +178,8 @@ enum Ev {
         connection_id: u64,
         command: CommandMessage,
         payload: Arc<Vec<u8>>,
+        /// Seeks completed on the subscription when the broker dispatched it.
+        seeks_before_dispatch: u32,
     },
     AppPoll {
         sub: usize,
@@ -171,12 +192,21 @@ enum Ev {
         position: Position,
         messages: Vec<MessageRef>,
         txn: Option<TxnId>,
+        /// A cumulative ack up to `position` (Failover).
+        cumulative: bool,
     },
     Commit {
         sub: usize,
         broker_generation: u64,
         txn: TxnId,
         positions: Vec<(Position, Vec<MessageRef>)>,
+        /// The transaction's ack is cumulative (up to its one position).
+        cumulative: bool,
+    },
+    /// A Failover consumer sends its pending cumulative ack (ack grouping).
+    AckFlush {
+        sub: usize,
+        consumer: usize,
     },
     FlushFlows {
         sub: usize,
@@ -193,6 +223,10 @@ enum Ev {
     OutageStart,
     OutageEnd,
     StallCheck,
+    /// Admin seek of subscription `sub` forward to its read position.
+    Seek {
+        sub: usize,
+    },
 }
 
 /// Broker-side state of one subscription (dropped on restart).
@@ -214,6 +248,13 @@ struct SubRt {
     /// Acks applied in memory, not yet persisted: acknowledged (for the
     /// checker) once the mark-delete + ranges reach the store.
     unpersisted: Vec<MessageRef>,
+    /// Highest cumulative ack applied in memory, not yet persisted.
+    unpersisted_cumulative: Option<Position>,
+    /// Failover: consumer slots in subscribe order; the first is active.
+    failover_order: Vec<usize>,
+    /// The transaction holding the pending cumulative ack, if any (Pulsar
+    /// allows one at a time per subscription).
+    open_cumulative_txn: Option<TxnId>,
     dispatch_scheduled: bool,
     ready: bool,
 }
@@ -237,6 +278,14 @@ struct ClientRt {
     /// without a delivery (the stall clock), if it has.
     stall_since: Option<VirtualMs>,
     poll_scheduled: bool,
+    /// Entry → seeks completed on the subscription when the broker
+    /// dispatched it (kept only once a seek happened; absent = 0).
+    dispatch_seeks: BTreeMap<Position, u32>,
+    /// Cumulative acks: messages received since the last one.
+    since_cumulative: u32,
+    /// Cumulative acks: the last entry received completely.
+    cumulative_upto: Option<Position>,
+    ack_flush_scheduled: bool,
 }
 
 struct Sim<'a> {
@@ -256,6 +305,11 @@ struct Sim<'a> {
     producer_seq: Vec<u64>,
     next_txn: u64,
     sabotage_done: bool,
+    /// [`Sabotage::DeliverOneTrimmedMessage`] armed: (subscription, the
+    /// seek's mark-delete).
+    sabotage_seek: Option<(usize, Position)>,
+    /// Per subscription: seeks completed (stamped on every dispatch).
+    seeks_done: Vec<u32>,
     /// Fault events (restart, reconnect, outage end) still to come: a run
     /// does not end before its faults happened.
     faults_pending: u32,
@@ -296,7 +350,11 @@ pub fn run(
         checker: DeliveryChecker::new(
             subs,
             tolerance,
-            workload.subscription_type == SubscriptionType::KeyShared,
+            match workload.subscription_type {
+                SubscriptionType::KeyShared => OrderCheck::PerKey,
+                SubscriptionType::Failover => OrderCheck::Total,
+                SubscriptionType::Shared => OrderCheck::None,
+            },
         ),
         activity: Activity::default(),
         broker: None,
@@ -309,6 +367,8 @@ pub fn run(
         producer_seq: vec![0; workload.producers as usize],
         next_txn: 1,
         sabotage_done: false,
+        sabotage_seek: None,
+        seeks_done: vec![0; workload.subscriptions as usize],
         faults_pending: 0,
         acked_at_last_check: vec![0; workload.subscriptions as usize],
         progress,
@@ -393,6 +453,10 @@ impl Sim<'_> {
                     last_delivery_ms: 0,
                     stall_since: None,
                     poll_scheduled: false,
+                    dispatch_seeks: BTreeMap::new(),
+                    since_cumulative: 0,
+                    cumulative_upto: None,
+                    ack_flush_scheduled: false,
                 });
             }
             self.clients.push(row);
@@ -423,7 +487,7 @@ impl Sim<'_> {
         let window = ticks.saturating_mul(self.w.publish_interval_ms).max(1_000);
         let restart_at =
             |i: u32| (u128::from(window) * u128::from(i + 1) / u128::from(f.restarts + 1)) as u64;
-        self.faults_pending = f.restarts + f.read_outages + f.reconnects;
+        self.faults_pending = f.restarts + f.read_outages + f.reconnects + f.seeks;
         for i in 0..f.restarts {
             self.sched.at(restart_at(i), Ev::Restart);
         }
@@ -446,6 +510,15 @@ impl Sim<'_> {
                 .rng
                 .random_range(0..self.w.consumers_per_subscription as usize);
             self.sched.at(at, Ev::Reconnect { sub, consumer });
+        }
+        for i in 0..f.seeks {
+            // Spread over the publish window (offset from the restarts),
+            // subscriptions in turn.
+            let at = (u128::from(window) * (2 * u128::from(i) + 1) / (2 * u128::from(f.seeks)))
+                as u64
+                + 150;
+            let sub = i as usize % self.w.subscriptions as usize;
+            self.sched.at(at, Ev::Seek { sub });
         }
     }
 
@@ -513,6 +586,10 @@ impl Sim<'_> {
                     self.clock.clone(),
                 )
                 .map_err(comp("delayed tracker recovery"))?;
+                // Pulsar's tracker reads the mark-delete from the cursor.
+                if self.sabotage_seek.is_none() {
+                    tracker.update_mark_delete(deletion.mark_delete_position());
+                }
                 if generation > 0 {
                     self.activity.delayed_recoveries += 1;
                 }
@@ -567,6 +644,9 @@ impl Sim<'_> {
                 redeliver: BTreeSet::new(),
                 consumer_keys: BTreeMap::new(),
                 unpersisted: Vec::new(),
+                unpersisted_cumulative: None,
+                failover_order: Vec::new(),
+                open_cumulative_txn: None,
                 dispatch_scheduled: false,
             });
         }
@@ -607,9 +687,16 @@ impl Sim<'_> {
                     newly_ready.push(s);
                     // Transactions left open by the restart are aborted (the
                     // coordinator timed them out): their messages are redelivered.
-                    for txn in h.summary().individual.keys() {
+                    let summary = h.summary();
+                    for txn in summary.individual.keys() {
                         h.append(
                             PendingAckRecord::abort(*txn, AckType::Individual),
+                            Box::new(|_| {}),
+                        );
+                    }
+                    if let Some((txn, _)) = summary.cumulative {
+                        h.append(
+                            PendingAckRecord::abort(txn, AckType::Cumulative),
                             Box::new(|_| {}),
                         );
                     }
@@ -656,6 +743,21 @@ impl Sim<'_> {
         if let Some(old) = sub.consumer_keys.insert(c, key) {
             if old != key {
                 let _ = sub.dispatcher.remove_consumer(old);
+            }
+        }
+        if self.w.subscription_type == SubscriptionType::Failover {
+            // A (re)subscribing consumer goes to the end of the order; when
+            // the active one changes, what was held for the old one is
+            // redelivered (with its unacknowledged messages, which
+            // `remove_consumer` put into replay) to the new one, in order.
+            let active_before = sub.failover_order.first().copied();
+            sub.failover_order.retain(|&x| x != c);
+            sub.failover_order.push(c);
+            if active_before.is_some_and(|a| Some(a) != sub.failover_order.first().copied()) {
+                self.activity.active_consumer_changes += 1;
+                for (_, q) in std::mem::take(&mut sub.blocked) {
+                    sub.redeliver.extend(q.iter().map(|e| e.entry.position));
+                }
             }
         }
         if sub.dispatcher.consumer(key).is_none() {
@@ -746,6 +848,7 @@ impl Sim<'_> {
                 | Ev::Restart
                 | Ev::Reconnect { .. }
                 | Ev::OutageStart
+                | Ev::Seek { .. }
                 | Ev::StallCheck
                 | Ev::DelayedTick(_)
                 | Ev::Persist(_) => {}
@@ -798,11 +901,12 @@ impl Sim<'_> {
                 connection_id,
                 command,
                 payload,
+                seeks_before_dispatch,
             } => {
                 if self.clients[sub][consumer].connection.id() != connection_id {
                     return Ok(()); // that connection is gone: the bytes never arrive
                 }
-                self.deliver(sub, consumer, &command, &payload)
+                self.deliver(sub, consumer, &command, &payload, seeks_before_dispatch)
             }
             Ev::AppPoll { sub, consumer } => self.app_poll(sub, consumer),
             Ev::Ack {
@@ -812,13 +916,27 @@ impl Sim<'_> {
                 position,
                 messages,
                 txn,
-            } => self.ack(sub, broker_generation, key, position, messages, txn),
+                cumulative,
+            } => {
+                if cumulative {
+                    self.cumulative_ack(sub, broker_generation, key, position, txn)
+                } else {
+                    self.ack(sub, broker_generation, key, position, messages, txn)
+                }
+            }
             Ev::Commit {
                 sub,
                 broker_generation,
                 txn,
                 positions,
-            } => self.commit(sub, broker_generation, txn, positions),
+                cumulative,
+            } => self.commit(sub, broker_generation, txn, positions, cumulative),
+            Ev::AckFlush { sub, consumer } => {
+                self.clients[sub][consumer].ack_flush_scheduled = false;
+                self.send_cumulative_ack(sub, consumer);
+                Ok(())
+            }
+            Ev::Seek { sub } => self.seek(sub),
             Ev::FlushFlows { sub, consumer } => self.flush_flows(sub, consumer),
             Ev::Persist(s) => {
                 self.persist(s)?;
@@ -1002,10 +1120,22 @@ impl Sim<'_> {
         // 1. Redeliveries (removed consumers, unsent) and due delayed messages.
         let mut replay: BTreeSet<Position> = std::mem::take(&mut sub.redeliver);
         replay.extend(sub.dispatcher.take_replay());
+        // Sabotage only: one position the tracker schedules from below the
+        // seek it was not told about skips the deletion check below.
+        let mut unchecked: Option<Position> = None;
         if let Some(t) = &sub.delayed {
             if t.has_message_available() {
                 match t.get_scheduled_messages(MAX_READ_ENTRIES) {
-                    Ok(ps) => replay.extend(ps),
+                    Ok(ps) => {
+                        if let Some((_, seek_md)) = self.sabotage_seek.filter(|(ss, _)| *ss == s) {
+                            if let Some(p) = ps.iter().find(|p| **p <= seek_md) {
+                                unchecked = Some(*p);
+                                self.sabotage_seek = None;
+                                self.sabotage_done = true;
+                            }
+                        }
+                        replay.extend(ps);
+                    }
                     Err(e) => return Err(SimError::Component(format!("delayed: {e}"))),
                 }
             }
@@ -1019,7 +1149,7 @@ impl Sim<'_> {
         };
         let replay: Vec<Position> = replay
             .into_iter()
-            .filter(|p| !sub.deletion.is_message_deleted(*p))
+            .filter(|p| Some(*p) == unchecked || !sub.deletion.is_message_deleted(*p))
             .filter(|p| !pending_on_consumer(&sub.dispatcher, p))
             .filter(|p| {
                 !sub.blocked
@@ -1114,6 +1244,12 @@ impl Sim<'_> {
                     let n = w.consumers_per_subscription as usize;
                     slots[(h * n / 65_536).min(slots.len() - 1)]
                 }
+                SubscriptionType::Failover => sub
+                    .failover_order
+                    .iter()
+                    .copied()
+                    .find(|c| sub.consumer_keys.contains_key(c))
+                    .unwrap_or(slots[0]),
                 SubscriptionType::Shared => {
                     let mut best = slots[0];
                     let mut best_permits = i64::MIN;
@@ -1183,6 +1319,7 @@ impl Sim<'_> {
             && sub.dispatcher.total_available_permits() > 0
             && (sub.cursor.has_more_entries() || sub.blocked.values().any(|q| !q.is_empty()));
         let retry_after_error = read_error;
+        let seeks_before_dispatch = self.seeks_done[s];
         for (slot, connection_id, command, payload) in deliveries {
             self.sched.after(
                 NET_MS,
@@ -1192,6 +1329,7 @@ impl Sim<'_> {
                     connection_id,
                     command,
                     payload,
+                    seeks_before_dispatch,
                 },
             );
         }
@@ -1212,7 +1350,17 @@ impl Sim<'_> {
         c: usize,
         command: &CommandMessage,
         payload: &[u8],
+        seeks_before_dispatch: u32,
     ) -> Result<(), SimError> {
+        if seeks_before_dispatch > 0 {
+            let pos = Position::new(
+                command.message_id.ledger_id as i64,
+                command.message_id.entry_id as i64,
+            );
+            self.clients[s][c]
+                .dispatch_seeks
+                .insert(pos, seeks_before_dispatch);
+        }
         let corrupt = self.opts.faults
             && self.w.faults.corrupted_batch_ratio > 0.0
             && self.rng.random_bool(self.w.faults.corrupted_batch_ratio);
@@ -1296,6 +1444,7 @@ impl Sim<'_> {
             .as_ref()
             .and_then(|b| b.subs[s].consumer_keys.get(&c).copied());
         let mut acks = Vec::new();
+        let cumulative_every = self.w.cumulative_ack_every;
         {
             let client = &mut self.clients[s][c];
             client.poll_scheduled = false;
@@ -1330,11 +1479,17 @@ impl Sim<'_> {
                             self.sabotage_done = true;
                             release = false;
                         }
-                        Some(Sabotage::StopReturningPermits) | None => {}
+                        Some(
+                            Sabotage::StopReturningPermits
+                            | Sabotage::DeliverOneTrimmedMessage
+                            | Sabotage::CumulativeAckOnePastReceived,
+                        )
+                        | None => {}
                     }
                 }
+                let seeks = client.dispatch_seeks.get(&position).copied().unwrap_or(0);
                 for _ in 0..deliveries {
-                    self.checker.delivered(&sub_name, mref, now);
+                    self.checker.delivered(&sub_name, mref, now, seeks);
                 }
                 client.last_delivery_ms = now;
                 client.stall_since = None;
@@ -1353,9 +1508,15 @@ impl Sim<'_> {
                     .or_insert_with(|| (batch_size, Vec::new()));
                 entry.0 = entry.0.saturating_sub(1);
                 entry.1.push(mref);
+                client.since_cumulative += 1;
                 if entry.0 == 0 {
                     let (_, refs) = client.in_progress.remove(&position).unwrap_or_default();
-                    acks.push((position, refs));
+                    client.dispatch_seeks.remove(&position);
+                    if cumulative_every > 0 {
+                        client.cumulative_upto = Some(position);
+                    } else {
+                        acks.push((position, refs));
+                    }
                 }
             }
             if client.consumer.queued() > 0 {
@@ -1386,6 +1547,22 @@ impl Sim<'_> {
                         position,
                         messages,
                         txn,
+                        cumulative: false,
+                    },
+                );
+            }
+        }
+        if cumulative_every > 0 {
+            let client = &mut self.clients[s][c];
+            if client.since_cumulative >= cumulative_every {
+                self.send_cumulative_ack(s, c);
+            } else if client.cumulative_upto.is_some() && !client.ack_flush_scheduled {
+                client.ack_flush_scheduled = true;
+                self.sched.after(
+                    ACK_GROUP_MS,
+                    Ev::AckFlush {
+                        sub: s,
+                        consumer: c,
                     },
                 );
             }
@@ -1432,6 +1609,7 @@ impl Sim<'_> {
                     broker_generation,
                     txn,
                     positions: vec![(position, messages)],
+                    cumulative: false,
                 },
             );
             return Ok(());
@@ -1441,9 +1619,132 @@ impl Sim<'_> {
             .map_err(comp("ack"))?;
         sub.unpersisted.extend(messages);
         if let Some(t) = &sub.delayed {
-            t.update_mark_delete(sub.deletion.mark_delete_position());
+            if self.sabotage_seek.is_none() {
+                t.update_mark_delete(sub.deletion.mark_delete_position());
+            }
         }
         self.schedule_dispatch(s);
+        Ok(())
+    }
+
+    /// Failover: consumer `c` of subscription `s` sends a cumulative ack up
+    /// to the last entry it received completely (if any since the last
+    /// one); some go inside a transaction.
+    fn send_cumulative_ack(&mut self, s: usize, c: usize) {
+        let Some(b) = self.broker.as_ref() else {
+            return;
+        };
+        let broker_generation = b.generation;
+        let Some(key) = b.subs[s].consumer_keys.get(&c).copied() else {
+            return;
+        };
+        let last_confirmed = b.ledger.last_confirmed_entry();
+        let next_entry = |p: Position| b.ledger.next_valid_position(p);
+        let client = &mut self.clients[s][c];
+        let Some(mut position) = client.cumulative_upto.take() else {
+            return;
+        };
+        client.since_cumulative = 0;
+        if self.opts.sabotage == Some(Sabotage::CumulativeAckOnePastReceived) && !self.sabotage_done
+        {
+            let next = next_entry(position);
+            if next <= last_confirmed {
+                self.sabotage_done = true;
+                position = next;
+            }
+        }
+        let txn =
+            (self.w.txn_ack_ratio > 0.0 && self.rng.random_bool(self.w.txn_ack_ratio)).then(|| {
+                self.next_txn += 1;
+                TxnId::new(0, self.next_txn)
+            });
+        self.sched.after(
+            NET_MS,
+            Ev::Ack {
+                sub: s,
+                broker_generation,
+                key,
+                position,
+                messages: Vec::new(),
+                txn,
+                cumulative: true,
+            },
+        );
+    }
+
+    /// The broker applies a cumulative ack up to `position` (Failover): the
+    /// consumer's pending messages up to it are settled, then either the
+    /// pending-ack store logs it for transaction `txn` (one open
+    /// transactional cumulative ack per subscription; another one while it
+    /// is open is applied as a plain ack) or the cursor's mark-delete moves.
+    fn cumulative_ack(
+        &mut self,
+        s: usize,
+        broker_generation: u64,
+        key: ConsumerKey,
+        position: Position,
+        txn: Option<TxnId>,
+    ) -> Result<(), SimError> {
+        let now = self.sched.now();
+        let Some(b) = self.broker.as_mut() else {
+            return Ok(());
+        };
+        if b.generation != broker_generation {
+            return Ok(()); // sent to a broker that has since restarted: lost
+        }
+        let sub = &mut b.subs[s];
+        let Some(consumer) = sub.dispatcher.consumer(key) else {
+            return Ok(()); // sent on a connection since closed: never processed
+        };
+        let settled: Vec<Position> = consumer
+            .pending_acks()
+            .range(..=position)
+            .map(|(p, _)| *p)
+            .collect();
+        for p in settled {
+            let _ = sub.dispatcher.acknowledge(key, p);
+        }
+        self.checker
+            .cumulative_ack_applied(&sub.name, position, now);
+        self.activity.cumulative_acks += 1;
+        if let (Some(txn), Some(h), None) = (txn, &sub.pending_ack, sub.open_cumulative_txn) {
+            self.activity.txn_cumulative_acks += 1;
+            sub.open_cumulative_txn = Some(txn);
+            h.append(
+                PendingAckRecord::cumulative_ack(txn, position),
+                Box::new(|_| {}),
+            );
+            let delay = self.rng.random_range(10..=2_000);
+            self.sched.after(
+                delay,
+                Ev::Commit {
+                    sub: s,
+                    broker_generation,
+                    txn,
+                    positions: vec![(position, Vec::new())],
+                    cumulative: true,
+                },
+            );
+            return Ok(());
+        }
+        Self::apply_cumulative(sub, position, b.ledger.as_ref())?;
+        self.schedule_dispatch(s);
+        Ok(())
+    }
+
+    /// Moves the subscription's mark-delete to `position` (a stale
+    /// cumulative ack below it is a no-op) and remembers it for the checker
+    /// until persisted.
+    fn apply_cumulative(
+        sub: &mut SubRt,
+        position: Position,
+        ledger: &ManagedLedger,
+    ) -> Result<(), SimError> {
+        match sub.deletion.mark_delete(position, ledger) {
+            Ok(_) | Err(DeletionError::MarkDeleteBackward { .. }) => {}
+            Err(e) => return Err(SimError::Component(format!("cumulative ack: {e}"))),
+        }
+        sub.unpersisted_cumulative = sub.unpersisted_cumulative.max(Some(position));
         Ok(())
     }
 
@@ -1453,6 +1754,7 @@ impl Sim<'_> {
         broker_generation: u64,
         txn: TxnId,
         positions: Vec<(Position, Vec<MessageRef>)>,
+        cumulative: bool,
     ) -> Result<(), SimError> {
         let Some(b) = self.broker.as_mut() else {
             return Ok(());
@@ -1461,6 +1763,22 @@ impl Sim<'_> {
             return Ok(()); // the transaction was aborted by the restart
         }
         let sub = &mut b.subs[s];
+        if cumulative {
+            if let Some(h) = &sub.pending_ack {
+                h.append(
+                    PendingAckRecord::commit(txn, AckType::Cumulative),
+                    Box::new(|_| {}),
+                );
+            }
+            if sub.open_cumulative_txn == Some(txn) {
+                sub.open_cumulative_txn = None;
+            }
+            for (position, _) in positions {
+                Self::apply_cumulative(sub, position, b.ledger.as_ref())?;
+            }
+            self.schedule_dispatch(s);
+            return Ok(());
+        }
         if let Some(h) = &sub.pending_ack {
             h.append(
                 PendingAckRecord::commit(txn, AckType::Individual),
@@ -1483,7 +1801,7 @@ impl Sim<'_> {
             return Ok(());
         };
         let sub = &mut b.subs[s];
-        if sub.unpersisted.is_empty() {
+        if sub.unpersisted.is_empty() && sub.unpersisted_cumulative.is_none() {
             return Ok(());
         }
         let md = sub.deletion.mark_delete_position();
@@ -1498,6 +1816,9 @@ impl Sim<'_> {
         for m in std::mem::take(&mut sub.unpersisted) {
             self.checker.acked(&name, m, now);
             self.acked_at_last_check[s] += 1;
+        }
+        if let Some(upto) = sub.unpersisted_cumulative.take() {
+            self.acked_at_last_check[s] += self.checker.cumulative_acked(&name, upto);
         }
         Ok(())
     }
@@ -1573,6 +1894,9 @@ impl Sim<'_> {
         self.next_connection_id += 1;
         let client = &mut self.clients[s][c];
         client.in_progress.clear();
+        client.dispatch_seeks.clear();
+        client.since_cumulative = 0;
+        client.cumulative_upto = None;
         client
             .consumer
             .resubscribe(crate::sync::Arc::clone(&connection))
@@ -1585,6 +1909,90 @@ impl Sim<'_> {
         self.activity.reconnects += 1;
         self.checker.consumer_reconnected(&format!("sub-{s}"));
         self.resubscribe_on_new_connection(s, c)?;
+        self.schedule_dispatch(s);
+        Ok(())
+    }
+
+    /// Admin seek (Pulsar's reset cursor) of subscription `s` forward to the
+    /// first entry not yet dispatched (or past its highest acknowledged range
+    /// if that is higher, at most just past the last entry): the cursor and its
+    /// deletion state are reset through their real reset paths (persisted),
+    /// what the dispatcher held for redelivery is dropped, the delayed
+    /// tracker gets the new mark-delete and trims the buckets below it, and
+    /// every consumer reconnects as a new incarnation (what they had pending
+    /// is not replayed: the cursor reads again from the seek). No acknowledged range
+    /// lies above the new mark-delete, so nothing acknowledged becomes
+    /// unacknowledged; unacknowledged messages at or below it are skipped.
+    fn seek(&mut self, s: usize) -> Result<(), SimError> {
+        let now = self.sched.now();
+        let Some(b) = self.broker.as_mut() else {
+            return Ok(());
+        };
+        let sub = &mut b.subs[s];
+        let last_confirmed = b.ledger.last_confirmed_entry();
+        if !sub.ready || last_confirmed.entry_id < 0 {
+            // Not serving yet (replay) or nothing published: try again soon.
+            self.sched.after(100, Ev::Seek { sub: s });
+            return Ok(());
+        }
+        self.faults_pending = self.faults_pending.saturating_sub(1);
+        // The new mark-delete: just before the first entry not yet
+        // dispatched (the read position, or an entry read but still held for
+        // a consumer without permits), but never below an individually
+        // deleted range (after a restart the read position starts over at
+        // mark-delete + 1 while acknowledged ranges lie above it; a reset
+        // clears them), at most the last entry.
+        let highest_deleted = sub
+            .deletion
+            .individually_deleted_ranges()
+            .last()
+            .map(|(_, upper)| *upper);
+        let first_held = sub
+            .blocked
+            .values()
+            .flat_map(|q| q.iter().map(|e| e.entry.position))
+            .min();
+        let resume = sub
+            .cursor
+            .read_position()
+            .min(first_held.unwrap_or(Position::LATEST));
+        let new_mark_delete = resume
+            .previous_in_ledger()
+            .max(highest_deleted.unwrap_or(Position::EARLIEST))
+            .min(last_confirmed);
+        let target = Position::new(new_mark_delete.ledger_id, new_mark_delete.entry_id + 1);
+        sub.cursor
+            .reset(target)
+            .map_err(comp("seek: reset cursor"))?;
+        let mark_delete = sub
+            .deletion
+            .reset(target, b.ledger.as_ref())
+            .map_err(comp("seek: reset deletion state"))?;
+        sub.blocked.clear();
+        sub.redeliver.clear();
+        sub.failover_order.clear();
+        if let Some(t) = &sub.delayed {
+            if self.opts.sabotage == Some(Sabotage::DeliverOneTrimmedMessage) && !self.sabotage_done
+            {
+                self.sabotage_seek = Some((s, mark_delete));
+            } else {
+                t.update_mark_delete(mark_delete);
+                t.trim_and_merge().map_err(comp("seek: trim"))?;
+            }
+        }
+        tracing::debug!(sub = %sub.name, %mark_delete, "admin seek");
+        let name = sub.name.clone();
+        self.activity.seeks += 1;
+        self.seeks_done[s] = self.checker.seek_completed(&name, mark_delete, now);
+        for c in 0..self.w.consumers_per_subscription as usize {
+            self.resubscribe_on_new_connection(s, c)?;
+        }
+        // As Pulsar's reset clears the dispatcher's redelivery set: what the
+        // removed consumers had pending is at or below the new mark-delete
+        // (skipped) or above it (the cursor reads it again from there).
+        if let Some(b) = self.broker.as_mut() {
+            b.subs[s].dispatcher.take_replay();
+        }
         self.schedule_dispatch(s);
         Ok(())
     }
@@ -1608,10 +2016,20 @@ impl Sim<'_> {
         }
         let mut stalled = Vec::new();
         for (s, sub) in b.subs.iter().enumerate() {
-            let shared_backlog = self.w.subscription_type == SubscriptionType::Shared
-                && (sub.cursor.has_more_entries() || !sub.redeliver.is_empty());
+            let backlog = sub.cursor.has_more_entries() || !sub.redeliver.is_empty();
+            let shared_backlog = self.w.subscription_type == SubscriptionType::Shared && backlog;
+            // Failover: only the active consumer is ever given anything.
+            let active = (self.w.subscription_type == SubscriptionType::Failover)
+                .then(|| {
+                    sub.failover_order
+                        .iter()
+                        .copied()
+                        .find(|c| sub.consumer_keys.contains_key(c))
+                })
+                .flatten();
             for (c, client) in self.clients[s].iter_mut().enumerate() {
-                let held = sub.blocked.get(&c).is_some_and(|q| !q.is_empty());
+                let held = sub.blocked.get(&c).is_some_and(|q| !q.is_empty())
+                    || (backlog && active == Some(c));
                 let free_queue = client.consumer.queued() < self.w.receiver_queue_size as usize;
                 if !sub.ready || !free_queue || !(held || shared_backlog) {
                     client.stall_since = None;

@@ -13,6 +13,14 @@ pub struct Activity {
     pub restarts: u64,
     /// Consumer reconnects (new permit incarnations).
     pub reconnects: u64,
+    /// Admin seeks (cursor reset forward) performed.
+    pub seeks: u64,
+    /// Failover: changes of a subscription's active consumer.
+    pub active_consumer_changes: u64,
+    /// Cumulative acks the broker applied (plain and transactional).
+    pub cumulative_acks: u64,
+    /// Of those, transactional cumulative acks (through the pending-ack store).
+    pub txn_cumulative_acks: u64,
     /// Read failures injected into the topic and pending-ack ledgers.
     pub read_failures_injected: u64,
     /// Batches the client found corrupted.
@@ -101,7 +109,7 @@ impl fmt::Display for Report {
         )?;
         writeln!(f, "data dir: {}", self.data_dir)?;
         writeln!(f)?;
-        let rows: [(&str, String); 22] = [
+        let rows: [(&str, String); 26] = [
             ("published", c.published.to_string()),
             ("delivered", c.delivered.to_string()),
             ("acked", c.acked.to_string()),
@@ -111,7 +119,12 @@ impl fmt::Display for Report {
             ),
             ("duplicate violations", c.duplicate_violations.to_string()),
             ("lost", c.lost.to_string()),
-            ("per-key order violations", c.order_violations.to_string()),
+            ("order violations", c.order_violations.to_string()),
+            ("skipped by seek", c.skipped_by_seek.to_string()),
+            (
+                "delivered after a seek skipped them",
+                c.delivered_after_seek.to_string(),
+            ),
             ("early delayed deliveries", c.early_deliveries.to_string()),
             ("invalid events", c.invalid_events.to_string()),
             ("stalls", c.stalls.to_string()),
@@ -123,6 +136,14 @@ impl fmt::Display for Report {
             (
                 "restarts / reconnects",
                 format!("{} / {}", a.restarts, a.reconnects),
+            ),
+            (
+                "seeks / active consumer changes",
+                format!("{} / {}", a.seeks, a.active_consumer_changes),
+            ),
+            (
+                "cumulative acks (of them transactional)",
+                format!("{} ({})", a.cumulative_acks, a.txn_cumulative_acks),
             ),
             (
                 "read failures injected",

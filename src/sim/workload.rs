@@ -1,4 +1,4 @@
-//! Workload descriptions for `pulsar-core simulate`: the four presets and the
+//! Workload descriptions for `pulsar-core simulate`: the five presets and the
 //! TOML file format (same fields).
 
 use serde::{Deserialize, Serialize};
@@ -11,6 +11,15 @@ pub enum SubscriptionType {
     KeyShared,
     /// Shared: round-robin by available permits; no order guarantee.
     Shared,
+    /// Failover: one active consumer per subscription, the others standby
+    /// (Pulsar sorts consumers by priority level and name; here every
+    /// consumer has the same priority and the order is subscribe order, so a
+    /// reconnecting active consumer hands over to the next one). On a change
+    /// of active consumer its unacknowledged messages are redelivered to the
+    /// new one. Total order per subscription is checked. The only type (with
+    /// Exclusive) on which Pulsar allows cumulative acks; delayed delivery is
+    /// not supported on it.
+    Failover,
 }
 
 /// Faults injected during the run (each switchable).
@@ -35,6 +44,12 @@ pub struct Faults {
     pub snapshot_create_failure_ratio: f64,
     /// Fraction of bucket snapshot deletes that fail.
     pub snapshot_delete_failure_ratio: f64,
+    /// Admin seeks (Pulsar's reset cursor to a later position): a
+    /// subscription's cursor is moved forward to its read position, its
+    /// consumers are disconnected and reconnect as new incarnations, and the
+    /// delayed tracker is given the new mark-delete (trimming buckets below
+    /// it). Unacknowledged messages at or below the seek are skipped.
+    pub seeks: u32,
 }
 
 impl Default for Faults {
@@ -48,6 +63,7 @@ impl Default for Faults {
             corrupted_batch_ratio: 0.0,
             snapshot_create_failure_ratio: 0.0,
             snapshot_delete_failure_ratio: 0.0,
+            seeks: 0,
         }
     }
 }
@@ -64,6 +80,7 @@ impl Faults {
             corrupted_batch_ratio: 0.0,
             snapshot_create_failure_ratio: 0.0,
             snapshot_delete_failure_ratio: 0.0,
+            seeks: 0,
         }
     }
 }
@@ -95,6 +112,10 @@ pub struct Workload {
     pub max_delay_ms: u64,
     /// Fraction of acknowledgements made inside a transaction.
     pub txn_ack_ratio: f64,
+    /// Failover only: each consumer acks cumulatively, once every this many
+    /// received messages, up to the last entry it received completely (0 =
+    /// individual acks). Shared and Key_Shared reject cumulative acks.
+    pub cumulative_ack_every: u32,
     /// Consumer receiver queue size, messages.
     pub receiver_queue_size: u32,
     /// Entries per ledger before rollover.
@@ -128,6 +149,7 @@ impl Default for Workload {
             delayed_ratio: 0.0,
             max_delay_ms: 10_000,
             txn_ack_ratio: 0.0,
+            cumulative_ack_every: 0,
             receiver_queue_size: 1_000,
             max_entries_per_ledger: 5_000,
             delayed_min_index_count_per_bucket: 50_000,
@@ -144,7 +166,7 @@ impl Default for Workload {
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum WorkloadError {
     /// The preset name is not one of [`Workload::PRESETS`].
-    #[error("unknown workload {0:?}: expected one of fanout, delayed, txn-outage, permit-churn, or a path to a .toml file")]
+    #[error("unknown workload {0:?}: expected one of fanout, delayed, txn-outage, permit-churn, failover, or a path to a .toml file")]
     UnknownPreset(String),
     /// The workload file could not be read.
     #[error("cannot read workload file {path}: {reason}")]
@@ -165,11 +187,21 @@ pub enum WorkloadError {
     /// A field is out of range.
     #[error("invalid workload: {0}")]
     Invalid(String),
+    /// A combination Pulsar does not support (e.g. delayed delivery or
+    /// corrupted batches on Failover, cumulative acks on Shared/Key_Shared).
+    #[error("unsupported workload: {0}")]
+    Unsupported(String),
 }
 
 impl Workload {
     /// The preset names.
-    pub const PRESETS: [&'static str; 4] = ["fanout", "delayed", "txn-outage", "permit-churn"];
+    pub const PRESETS: [&'static str; 5] = [
+        "fanout",
+        "delayed",
+        "txn-outage",
+        "permit-churn",
+        "failover",
+    ];
 
     /// A named preset (see the README for what each exercises).
     ///
@@ -211,6 +243,7 @@ impl Workload {
                 faults: Faults {
                     snapshot_create_failure_ratio: 0.05,
                     snapshot_delete_failure_ratio: 0.05,
+                    seeks: 2,
                     ..Faults::default()
                 },
                 ..base
@@ -249,6 +282,28 @@ impl Workload {
                 faults: Faults {
                     reconnects: 20,
                     corrupted_batch_ratio: 0.02,
+                    ..Faults::default()
+                },
+                ..base
+            },
+            // Failover with cumulative acks, some of them transactional,
+            // across restarts, an outage and active-consumer changes.
+            "failover" => Workload {
+                name: name.into(),
+                producers: 10,
+                subscriptions: 2,
+                consumers_per_subscription: 3,
+                subscription_type: SubscriptionType::Failover,
+                messages: 10_000,
+                batch_size: 5,
+                txn_ack_ratio: 0.3,
+                cumulative_ack_every: 20,
+                publish_interval_ms: 50,
+                faults: Faults {
+                    restarts: 2,
+                    read_outages: 1,
+                    outage_ms: 3_000,
+                    reconnects: 8,
                     ..Faults::default()
                 },
                 ..base
@@ -362,6 +417,12 @@ impl Workload {
                 u64::from(self.faults.reconnects),
                 100_000,
             ),
+            ("faults.seeks", u64::from(self.faults.seeks), 100),
+            (
+                "cumulative_ack_every",
+                u64::from(self.cumulative_ack_every),
+                1_000_000,
+            ),
         ] {
             if value > max {
                 return Err(WorkloadError::Invalid(format!(
@@ -399,6 +460,23 @@ impl Workload {
                 "faults.corrupted_batch_ratio must be at most 0.5 (every corrupted delivery is replayed; above that a run may never drain)",
             );
         }
+        let unsupported = |m: &str| Err(WorkloadError::Unsupported(m.to_string()));
+        let failover = self.subscription_type == SubscriptionType::Failover;
+        if failover && self.delayed_ratio > 0.0 {
+            return unsupported(
+                "delayed_ratio > 0 with subscription_type = \"failover\": Pulsar delivers delayed messages only on Shared and Key_Shared subscriptions",
+            );
+        }
+        if !failover && self.cumulative_ack_every > 0 {
+            return unsupported(
+                "cumulative_ack_every > 0 needs subscription_type = \"failover\": Pulsar rejects cumulative acks on Shared and Key_Shared subscriptions",
+            );
+        }
+        if failover && self.faults.corrupted_batch_ratio > 0.0 {
+            return unsupported(
+                "faults.corrupted_batch_ratio > 0 with subscription_type = \"failover\": the simulator replays a corrupted entry after later ones, which breaks Failover's total order and would be covered by a later cumulative ack",
+            );
+        }
         Ok(())
     }
 }
@@ -418,6 +496,24 @@ mod tests {
             Workload::preset("nope"),
             Err(WorkloadError::UnknownPreset(_))
         ));
+    }
+
+    #[test]
+    fn unsupported_combinations_are_typed_errors() {
+        let mut w = Workload::preset("failover").unwrap();
+        w.delayed_ratio = 0.1;
+        let err = w.validate().unwrap_err();
+        assert!(matches!(err, WorkloadError::Unsupported(_)), "{err}");
+        assert!(err.to_string().contains("delayed"), "{err}");
+
+        let mut w = Workload::preset("failover").unwrap();
+        w.faults.corrupted_batch_ratio = 0.01;
+        assert!(matches!(w.validate(), Err(WorkloadError::Unsupported(_))));
+
+        let mut w = Workload::preset("permit-churn").unwrap();
+        w.cumulative_ack_every = 5;
+        let err = w.validate().unwrap_err();
+        assert!(err.to_string().contains("cumulative"), "{err}");
     }
 
     #[test]
