@@ -1593,6 +1593,12 @@ impl Sim<'_> {
             return Ok(()); // sent to a broker that has since restarted: lost
         }
         let sub = &mut b.subs[s];
+        if sub.dispatcher.consumer(key).is_none() {
+            // Sent on a connection since closed: never processed (Pulsar
+            // drops a closed connection's unread frames). The message was
+            // handed back for redelivery when the consumer went away.
+            return Ok(());
+        }
         let _ = sub.dispatcher.acknowledge(key, position);
         if let (Some(txn), Some(h)) = (txn, &sub.pending_ack) {
             h.append(
