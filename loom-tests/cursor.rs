@@ -6,9 +6,19 @@
 //! reset thread (moves mark-delete backward, un-deleting positions) and a
 //! reader. The crate's real code runs through `crate::sync`.
 //!
-//! Negative controls: two small test-only models of buggy orderings that
-//! loom must catch: (a) the lookup without the epoch re-check, (b)
-//! mark-delete published as two separate atomics.
+//! Negative controls: small test-only models of buggy orderings that loom
+//! must catch: (a) the lookup without the epoch re-check, (b) mark-delete
+//! published as two separate atomics, (c) a summary slot read without its
+//! owner check.
+//!
+//! What these assertions cannot see: deleting the epoch re-check from the
+//! real code passes them (tried). Reset publishes the empty directory
+//! before it moves mark-delete, so every positive a lookup can compute is
+//! true in the state before or after the reset; only "still true at the
+//! instant the call returns" separates the two, and a test thread cannot
+//! observe that instant (any witness it reads comes after the return).
+//! That stronger property is `NoStalePositive` in `specs/DeletionLookup.tla`,
+//! whose `_bug_no_epoch` cfg is caught, and model (a) below.
 #![cfg(loom)]
 
 use loom::model::Builder;
