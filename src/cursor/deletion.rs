@@ -187,6 +187,18 @@ pub enum DeletionError {
         /// The last confirmed entry at the time of the call.
         last_confirmed: Position,
     },
+    /// A reset asked to read from beyond the end: the furthest read
+    /// position is just after the last confirmed entry.
+    #[error(
+        "cannot reset to read from {requested}: the last confirmed entry is {last_confirmed}, \
+         so the furthest read position is the one right after it"
+    )]
+    ResetBeyondEnd {
+        /// The requested read position.
+        requested: Position,
+        /// The last confirmed entry at the time of the call.
+        last_confirmed: Position,
+    },
     /// An explicit mark-delete would move mark-delete backward (only reset
     /// may do that).
     #[error("mark-delete cannot move backward from {current} to {requested}")]
@@ -195,17 +207,6 @@ pub enum DeletionError {
         current: Position,
         /// The rejected position.
         requested: Position,
-    },
-    /// A position to delete has a negative ledger id. No ledger has one
-    /// (Pulsar uses `-1` only in the `EARLIEST` sentinel), so such a
-    /// position cannot name an entry.
-    #[error(
-        "position {position} has a negative ledger id: only entries of real ledgers \
-         (ledger id >= 0) can be deleted"
-    )]
-    NegativeLedgerId {
-        /// The rejected position.
-        position: Position,
     },
     /// A position's entry id cannot be tracked (outside u32, or negative).
     #[error(transparent)]
@@ -324,7 +325,9 @@ impl CursorDeletionState {
     /// mark-delete are trimmed.
     ///
     /// # Errors
-    /// [`RangeSetError`] for an invalid mark-delete or range.
+    /// [`DeletionError::RangeSet`] for an invalid mark-delete (an entry id
+    /// other than -1 or a u32) or range (inverted, an entry id out of range,
+    /// or an upper bound in a negative ledger id).
     pub fn recover(
         mark_delete: Position,
         ranges: &[(Position, Position)],
@@ -378,19 +381,16 @@ impl CursorDeletionState {
     ///
     /// # Errors
     /// [`DeletionError::BeyondLastConfirmed`] for a position after the
-    /// ledger's last confirmed entry, [`DeletionError::NegativeLedgerId`]
-    /// for a negative ledger id, [`DeletionError::RangeSet`] for an entry id
-    /// outside `0..=u32::MAX`; nothing is applied.
+    /// ledger's last confirmed entry, [`DeletionError::RangeSet`] for a
+    /// negative ledger id or an entry id outside `0..=u32::MAX`; nothing is
+    /// applied.
     pub fn delete(
         &self,
         positions: &[Position],
         ledger: &dyn LedgerTopology,
     ) -> Result<DeleteOutcome, DeletionError> {
         for &p in positions {
-            if p.ledger_id < 0 {
-                return Err(DeletionError::NegativeLedgerId { position: p });
-            }
-            validate_entry(p)?;
+            super::range_set::member_entry(p)?;
         }
         let mut g = self.inner.write();
         let last_confirmed = ledger.last_confirmed_entry();
@@ -410,7 +410,11 @@ impl CursorDeletionState {
                 // Cannot fail: every entry id was validated as a u32 above.
                 u32::try_from(p.entry_id).expect("validated entry id")
             }));
-            newly_deleted += g.ranges.add_entries(run[0].ledger_id, &candidates);
+            // Cannot fail: every ledger id was validated as >= 0 above.
+            newly_deleted += g
+                .ranges
+                .add_entries(run[0].ledger_id, &candidates)
+                .expect("validated ledger id");
         }
         let already_deleted = positions.len() - newly_deleted;
         while let Some((lower, upper)) = g.ranges.first_range() {
@@ -514,7 +518,7 @@ impl CursorDeletionState {
     ///
     /// # Errors
     /// [`DeletionError::RangeSet`] if `new_read_position.entry_id` is not a
-    /// u32; [`DeletionError::BeyondLastConfirmed`] if the new mark-delete
+    /// u32; [`DeletionError::ResetBeyondEnd`] if the new mark-delete
     /// would be after the last confirmed entry. Unchanged on error.
     pub fn reset(
         &self,
@@ -526,8 +530,8 @@ impl CursorDeletionState {
         let mut g = self.inner.write();
         let last_confirmed = ledger.last_confirmed_entry();
         if requested_md > last_confirmed {
-            return Err(DeletionError::BeyondLastConfirmed {
-                position: requested_md,
+            return Err(DeletionError::ResetBeyondEnd {
+                requested: new_read_position,
                 last_confirmed,
             });
         }

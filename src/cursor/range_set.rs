@@ -39,6 +39,20 @@ pub enum RangeSetError {
         /// The rejected entry id.
         entry_id: i64,
     },
+    /// A position that must name an entry has a negative ledger id. No
+    /// ledger has one (Pulsar uses `-1` only in the `EARLIEST` sentinel,
+    /// which may appear as an open lower bound), so such a position cannot
+    /// be in the set.
+    #[error(
+        "position {ledger_id}:{entry_id} has a negative ledger id: only entries of real \
+         ledgers (ledger id >= 0) can be in the set"
+    )]
+    NegativeLedgerId {
+        /// The rejected ledger id.
+        ledger_id: i64,
+        /// Its entry id.
+        entry_id: i64,
+    },
     /// A range whose lower bound is not below its upper bound.
     #[error("empty or inverted range: lower {lower} is not below upper {upper}")]
     InvalidRange {
@@ -49,8 +63,15 @@ pub enum RangeSetError {
     },
 }
 
-/// Validates an entry id that must name an entry (a member of the set).
-fn member_entry(p: Position) -> Result<u32, RangeSetError> {
+/// Validates a position that must name an entry (a member of the set): a
+/// ledger id >= 0 and a u32 entry id.
+pub(crate) fn member_entry(p: Position) -> Result<u32, RangeSetError> {
+    if p.ledger_id < 0 {
+        return Err(RangeSetError::NegativeLedgerId {
+            ledger_id: p.ledger_id,
+            entry_id: p.entry_id,
+        });
+    }
     u32::try_from(p.entry_id).map_err(|_| RangeSetError::EntryIdOutOfRange {
         ledger_id: p.ledger_id,
         entry_id: p.entry_id,
@@ -276,6 +297,9 @@ impl DeletionDirectory {
     /// A bitmap for a ledger entering the map (writer side): a free summary
     /// slot's bitmap, handed to `ledger_id` (empty), or a new one.
     fn new_bitmap(&self, ledger_id: i64) -> Arc<LedgerBitmap> {
+        // NO_LEDGER is negative and members have ledger ids >= 0, so a
+        // ledger id never equals the free marker.
+        debug_assert!(ledger_id != NO_LEDGER);
         let free = self
             .shared
             .summary
@@ -518,6 +542,7 @@ impl PositionRangeSet {
     /// Republishes the directory when a bitmap is created for a ledger.
     ///
     /// # Errors
+    /// [`RangeSetError::NegativeLedgerId`] for `upper.ledger_id < 0`,
     /// [`RangeSetError::EntryIdOutOfRange`] for `upper.entry_id` outside
     /// u32, [`RangeSetError::BoundOutOfRange`] for a `lower.entry_id` that is
     /// not `-1` or a u32, [`RangeSetError::InvalidRange`] unless
@@ -532,8 +557,9 @@ impl PositionRangeSet {
         if lower >= upper {
             return Err(RangeSetError::InvalidRange { lower, upper });
         }
-        let first = lo.map_or(0, |x| x + 1); // lo < up here when same ledger
         if lower.ledger_id == upper.ledger_id {
+            // lo < up here, so lo + 1 cannot overflow.
+            let first = lo.map_or(0, |x| x + 1);
             let (b, created) = self.bitmap_or_create(upper.ledger_id);
             b.mutate(|bits| bits.insert_range(first..=up));
             self.directory.refresh(upper.ledger_id, &b);
@@ -545,9 +571,12 @@ impl PositionRangeSet {
         if let Some(a) = self.ledgers.get(&lower.ledger_id) {
             a.mutate(|bits| {
                 if let Some(max) = bits.max() {
-                    if lo.map_or(true, |x| max > x) {
-                        bits.insert_range(first..=max);
-                    }
+                    // max > x, so x + 1 cannot overflow (x may be u32::MAX).
+                    match lo {
+                        None => bits.insert_range(0..=max),
+                        Some(x) if max > x => bits.insert_range(x + 1..=max),
+                        Some(_) => 0,
+                    };
                 }
             });
             self.directory.refresh(lower.ledger_id, a);
@@ -574,9 +603,13 @@ impl PositionRangeSet {
     /// grouped-ack path: a reader of that bitmap waits at most once per
     /// group, not once per entry). Returns how many were not already in
     /// the set. Entries need not be sorted.
-    pub fn add_entries(&mut self, ledger_id: i64, entries: &[u32]) -> usize {
+    ///
+    /// # Errors
+    /// [`RangeSetError::NegativeLedgerId`] for `ledger_id < 0`; unchanged.
+    pub fn add_entries(&mut self, ledger_id: i64, entries: &[u32]) -> Result<usize, RangeSetError> {
+        member_entry(Position::new(ledger_id, 0))?;
         if entries.is_empty() {
-            return 0;
+            return Ok(0);
         }
         let (b, created) = self.bitmap_or_create(ledger_id);
         let added = b.mutate(|bits| entries.iter().filter(|e| bits.insert(**e)).count());
@@ -584,7 +617,7 @@ impl PositionRangeSet {
         if created {
             self.publish_directory();
         }
-        added
+        Ok(added)
     }
 
     /// Removes the closed range `[lower, upper]`.

@@ -258,10 +258,15 @@ fn reset_moves_mark_delete_backward_clears_ranges_and_bumps_epoch() {
     // Forward reset too.
     assert_eq!(st.reset(p(3, 0), &l).unwrap(), p(3, -1));
     assert!(st.is_message_deleted(p(1, 9)) && !st.is_message_deleted(p(3, 0)));
-    assert!(matches!(
-        st.reset(p(3, 11), &l),
-        Err(DeletionError::BeyondLastConfirmed { .. })
-    ));
+    let err = st.reset(p(3, 11), &l).unwrap_err();
+    assert_eq!(
+        err,
+        DeletionError::ResetBeyondEnd {
+            requested: p(3, 11),
+            last_confirmed: p(3, 9)
+        }
+    );
+    assert!(err.to_string().contains("3:11"), "names the input: {err}");
     assert!(matches!(
         st.reset(p(3, -1), &l),
         Err(DeletionError::RangeSet(_))
@@ -291,7 +296,13 @@ fn delete_rejects_a_negative_ledger_id_and_changes_nothing() {
     let l = layout();
     let st = CursorDeletionState::new(p(1, 2)).unwrap();
     let err = st.delete(&[p(1, 5), p(-1, 0)], &l).unwrap_err();
-    assert_eq!(err, DeletionError::NegativeLedgerId { position: p(-1, 0) });
+    assert_eq!(
+        err,
+        DeletionError::RangeSet(RangeSetError::NegativeLedgerId {
+            ledger_id: -1,
+            entry_id: 0
+        })
+    );
     assert!(err.to_string().contains("negative ledger id"), "{err}");
     assert!(!st.is_message_deleted(p(1, 5)));
     assert_eq!(st.mark_delete_position(), p(1, 2));
@@ -400,4 +411,56 @@ fn works_with_a_managed_ledger() {
         st.delete(&[ps[4].next_in_ledger()], &*ml),
         Err(DeletionError::BeyondLastConfirmed { .. })
     ));
+}
+
+#[test]
+fn negative_ledger_ids_are_rejected_everywhere_a_member_is_named() {
+    // Review C1/C3: i64::MIN is the free summary-slot marker; a ledger with
+    // that id once shared a slot with the next new ledger.
+    for ledger in [-1, i64::MIN] {
+        let err = CursorDeletionState::recover(p(ledger, -1), &[(p(ledger, -1), p(ledger, 5))])
+            .unwrap_err();
+        assert!(
+            matches!(
+                err,
+                DeletionError::RangeSet(RangeSetError::NegativeLedgerId { .. })
+            ),
+            "{err}"
+        );
+        let mut set = PositionRangeSet::new();
+        assert!(set.add(p(ledger, 5)).is_err());
+        assert!(set.add_entries(ledger, &[5]).is_err());
+        assert!(set.remove_closed(p(ledger, 1), p(ledger, 2)).is_err());
+        assert!(set.is_empty() && set.ledger_count() == 0);
+        // A negative ledger is fine as an open lower bound (EARLIEST-like).
+        set.add_open_closed(p(ledger, -1), p(1, 2)).unwrap();
+        assert_eq!(set.ranges(), vec![(p(1, -1), p(1, 2))]);
+    }
+    // Mark-delete may still be the EARLIEST sentinel.
+    let st = CursorDeletionState::new(p(-1, -1)).unwrap();
+    st.delete(&[p(1, 3)], &layout()).unwrap();
+    assert!(st.is_deleted_for_read_scheduling(1, 3));
+}
+
+#[test]
+fn cross_ledger_range_from_the_last_u32_entry_does_not_overflow() {
+    // Review C2: `(1:u32::MAX, 2:5]` computed u32::MAX + 1 before branching.
+    let max = i64::from(u32::MAX);
+    let mut set = PositionRangeSet::new();
+    set.add(p(1, max)).unwrap();
+    set.add_open_closed(p(1, max), p(2, 5)).unwrap();
+    assert_eq!(
+        set.ranges(),
+        vec![(p(1, max - 1), p(1, max)), (p(2, -1), p(2, 5))]
+    );
+    let rebuilt = PositionRangeSet::from_ranges(&[(p(1, max), p(2, 5))]).unwrap();
+    assert_eq!(rebuilt.ranges(), vec![(p(2, -1), p(2, 5))]);
+    let st = CursorDeletionState::recover(p(1, 0), &[(p(1, max), p(2, 5))]).unwrap();
+    assert!(st.is_message_deleted(p(2, 5)) && !st.is_message_deleted(p(1, 5)));
+    // rebuild validates before it clears: an invalid input leaves the set.
+    let mut set = PositionRangeSet::from_ranges(&[(p(1, 1), p(1, 3))]).unwrap();
+    assert!(set
+        .rebuild(&[(p(1, 5), p(1, 9)), (p(-3, 1), p(-3, 2))])
+        .is_err());
+    assert_eq!(set.ranges(), vec![(p(1, 1), p(1, 3))]);
 }

@@ -382,7 +382,7 @@ pub fn run(
         .unfinished(unpublished, faults_not_run, virtual_ms);
     let (counts, first_violation) = sim.checker.finish(virtual_ms);
     let wall_ms = started.elapsed().as_millis() as u64;
-    let messages_per_sec = if wall_ms == 0 {
+    let deliveries_per_sec = if wall_ms == 0 {
         counts.delivered as f64
     } else {
         counts.delivered as f64 * 1000.0 / wall_ms as f64
@@ -398,7 +398,7 @@ pub fn run(
         first_violation,
         timing: Timing {
             wall_ms,
-            messages_per_sec,
+            deliveries_per_sec,
             peak_memory_kib: peak_memory_kib(),
         },
     })

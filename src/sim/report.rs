@@ -57,7 +57,7 @@ pub struct Timing {
     /// Wall time of the run, ms.
     pub wall_ms: u64,
     /// Deliveries per wall-clock second.
-    pub messages_per_sec: f64,
+    pub deliveries_per_sec: f64,
     /// Peak resident memory of the process, KiB (VmHWM), if known.
     pub peak_memory_kib: Option<u64>,
 }
@@ -184,10 +184,10 @@ impl fmt::Display for Report {
             ("virtual time", format!("{} ms", self.virtual_ms)),
             ("wall time", format!("{} ms", t.wall_ms)),
             (
-                "messages/s, peak memory",
+                "deliveries/s, peak memory",
                 format!(
                     "{:.0}, {}",
-                    t.messages_per_sec,
+                    t.deliveries_per_sec,
                     t.peak_memory_kib
                         .map(|k| format!("{:.1} MiB", k as f64 / 1024.0))
                         .unwrap_or_else(|| "unknown".into())
