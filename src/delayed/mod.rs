@@ -42,7 +42,12 @@
 //!   gets a second live queue entry**.
 //! * [`BucketDelayedDeliveryTracker::update_mark_delete`] untracks every
 //!   acknowledged position at once (Pulsar keeps them counted until trim),
-//!   so the count is exactly the number of pending delayed messages.
+//!   so the count is exactly the number of pending delayed messages. It only
+//!   moves forward; a cursor reset goes through
+//!   [`BucketDelayedDeliveryTracker::clear`] (which also forgets the
+//!   mark-delete) or [`BucketDelayedDeliveryTracker::reset_mark_delete`]
+//!   (which may move it back), so messages re-read below the old mark-delete
+//!   are delivered, never counted and then dropped.
 //! * A segment that cannot be decoded at runtime is replaced by the
 //!   positions of its metadata bitmaps, delivered at the segment's max
 //!   timestamp (late, never early, never lost); a transient read failure

@@ -688,16 +688,46 @@ impl BucketDelayedDeliveryTracker {
     /// ledger is `firstLive` for trim and for dropping orphaned queue entries,
     /// and every tracked position `<= position` is untracked (acknowledged
     /// messages are never delivered again and do not count; Pulsar keeps them
-    /// counted until trim). Only moves forward.
+    /// counted until trim).
+    ///
+    /// Only moves forward: a position at or below the recorded one is
+    /// ignored, so a late call from a racing ack path cannot move it back. A
+    /// cursor reset (seek) to an earlier position must instead call
+    /// [`clear`](Self::clear) (which forgets the mark-delete) or
+    /// [`reset_mark_delete`](Self::reset_mark_delete); otherwise messages
+    /// re-added below the old mark-delete would be counted but never
+    /// delivered.
     pub fn update_mark_delete(&self, position: Position) {
         let mut inner = self.inner.lock();
         if inner.mark_delete.map_or(true, |p| position > p) {
-            inner.mark_delete = Some(position);
-            inner
-                .index
-                .untrack_up_to(position.ledger_id, position.entry_id);
+            Self::set_mark_delete(&mut inner, position);
         }
         self.debug_check(&inner);
+    }
+
+    /// Records the mark-delete position after a cursor reset (Pulsar's
+    /// `resetCursor` / seek; Pulsar's tracker reads the cursor's mark-delete
+    /// live, so it follows a reset in both directions). Unlike
+    /// [`update_mark_delete`](Self::update_mark_delete) it also moves
+    /// **backward**: the tracked messages are kept (all of them lie above
+    /// the old mark-delete, hence above the new one) and messages the
+    /// dispatcher re-reads between the new and the old mark-delete can be
+    /// added and are delivered when due. Moving forward untracks every
+    /// position `<= position`, as `update_mark_delete` does.
+    ///
+    /// Call it from the thread that resets the cursor, before the dispatcher
+    /// re-reads from the new read position.
+    pub fn reset_mark_delete(&self, position: Position) {
+        let mut inner = self.inner.lock();
+        Self::set_mark_delete(&mut inner, position);
+        self.debug_check(&inner);
+    }
+
+    fn set_mark_delete(inner: &mut Inner, position: Position) {
+        inner.mark_delete = Some(position);
+        inner
+            .index
+            .untrack_up_to(position.ledger_id, position.entry_id);
     }
 
     // ------------------------------------------------------------ trim / merge
@@ -1080,7 +1110,11 @@ impl BucketDelayedDeliveryTracker {
     // ------------------------------------------------------------ clear / close
 
     /// Deletes every bucket snapshot and forgets every tracked message
-    /// (Pulsar `clear`, e.g. on clear-backlog).
+    /// (Pulsar `clear`, e.g. on clear-backlog or a cursor reset) **and the
+    /// recorded mark-delete**: give the cursor's current mark-delete again
+    /// with [`update_mark_delete`](Self::update_mark_delete) (any position is
+    /// accepted after a clear, also one below the previous mark-delete), so
+    /// messages the dispatcher re-reads after a reset are delivered.
     ///
     /// # Errors
     /// [`DelayedError::Storage`] if a snapshot delete fails after retries:
@@ -1115,6 +1149,10 @@ impl BucketDelayedDeliveryTracker {
         inner.shared_queue = BinaryHeap::new();
         inner.boundaries.clear();
         inner.mutable.clear();
+        // Pulsar reads the mark-delete live from the cursor; a stale one kept
+        // here would make every re-added message below it an orphan
+        // (counted, then dropped undelivered).
+        inner.mark_delete = None;
         Ok(())
     }
 
