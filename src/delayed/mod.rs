@@ -29,7 +29,9 @@
 //! # Semantics (post-fix)
 //!
 //! * `add_message` of an already-due message **untracks** it and returns
-//!   `false` (dispatch now); a duplicate returns `true` without counting.
+//!   `false` (dispatch now); a duplicate returns `true` without counting; a
+//!   position at or below the mark-delete (acknowledged) returns `false` and
+//!   is never tracked, so it is neither counted nor scheduled.
 //! * A queue pop delivers a position only if
 //!   [`BucketDelayedMessageIndex::untrack`] returns `true`, so duplicate queue
 //!   entries are never delivered twice nor counted twice.

@@ -600,3 +600,26 @@ fn reset_mark_delete_backward_keeps_re_added_messages_deliverable() {
     t.reset_mark_delete(p(4, 0));
     assert_eq!(t.number_of_delayed_messages(), 0);
 }
+
+/// D2 regression: a position at or below the mark-delete (already
+/// acknowledged) is not tracked: `add_message` returns `false` (not delayed;
+/// the dispatcher's deletion check drops it), it is never counted and never
+/// scheduled, whether it lies in the mark-delete's ledger or below it.
+#[test]
+fn add_at_or_below_mark_delete_is_not_tracked() {
+    let f = Fixture::new();
+    let t = f.tracker(cfg()).unwrap();
+    t.update_mark_delete(p(2, 10));
+    for (l, e) in [(2, 5), (2, 10), (1, 5), (0, 0)] {
+        assert_eq!(t.add_message(l, e, 2000), Ok(false), "{l}:{e}");
+        assert!(!t.contains_message(l, e));
+    }
+    assert_eq!(t.number_of_delayed_messages(), 0);
+    assert!(!t.has_message_available());
+    assert_eq!(t.add_message(2, 11, 2000), Ok(true));
+    assert_eq!(t.number_of_delayed_messages(), 1);
+    f.clock.set(3000);
+    assert_eq!(drain(&t), vec![p(2, 11)]);
+    assert_eq!(t.number_of_delayed_messages(), 0);
+    t.verify_invariants().unwrap();
+}
