@@ -353,18 +353,21 @@ proptest! {
                     let pend = &mut pending[c as usize];
                     for e in &entries {
                         let p = reference_deliverable(&e.ack_set, e.batch_size).len() as u32;
-                        if p == 0 {
-                            expected_not_sent.push((e.position, NotSentReason::NoDeliverableIndex));
-                            replay.insert(e.position);
+                        let reason = if p == 0 {
+                            NotSentReason::NoDeliverableIndex
                         } else if pend.contains_key(&e.position) {
-                            expected_not_sent.push((e.position, NotSentReason::AlreadyPending));
+                            NotSentReason::AlreadyPending
                         } else if e.position.entry_id % 5 == 0 {
-                            expected_not_sent.push((e.position, NotSentReason::RejectedByAdmission));
-                            replay.insert(e.position);
+                            NotSentReason::RejectedByAdmission
                         } else {
-                            pend.insert(e.position, p);
                             expected.push((e.position, p));
+                            pend.extend([(e.position, p)]);
+                            continue;
+                        };
+                        if reason != NotSentReason::AlreadyPending {
+                            replay.insert(e.position);
                         }
+                        expected_not_sent.push((e.position, reason));
                     }
                     let mut admission = |_k: ConsumerKey, e: &BrokerEntry| e.position.entry_id % 5 != 0;
                     let dispatch = d.send_to_consumer(key(c), entries, &mut admission).unwrap();
