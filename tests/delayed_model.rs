@@ -3,7 +3,9 @@
 //! delayed messages.
 //!
 //! Random sequences of add / advance clock / get / ack (mark-delete) / force
-//! merge / crash + recover (with the dispatcher's re-read) / storage faults.
+//! merge / crash + recover (with the dispatcher's re-read) / storage faults /
+//! admin seek forward or back (clear, update_mark_delete or
+//! reset_mark_delete, then the dispatcher's re-read).
 //! Checked after every step:
 //! * nothing is delivered twice within one lifetime (between crashes);
 //! * every delivered position was pending and due (never early);
@@ -43,6 +45,12 @@ enum Op {
     CrashRecover,
     /// Arm storage faults.
     Fault { create: u32, read: u32, delete: u32 },
+    /// Reset the subscription (admin seek) to the `pick`-th added position
+    /// as its mark-delete, forward (skipping undelivered messages) or back:
+    /// through `clear()` then `update_mark_delete`, or without a clear
+    /// through `update_mark_delete` (forward) / `reset_mark_delete` (back);
+    /// then the dispatcher re-reads every message above it not tracked.
+    Seek { pick: usize, clear: bool },
 }
 
 fn op() -> impl Strategy<Value = Op> {
@@ -54,6 +62,7 @@ fn op() -> impl Strategy<Value = Op> {
         1 => Just(Op::ForceMerge),
         1 => Just(Op::CrashRecover),
         1 => (0u32..6, 0u32..3, 0u32..6).prop_map(|(create, read, delete)| Op::Fault { create, read, delete }),
+        1 => (any::<usize>(), any::<bool>()).prop_map(|(pick, clear)| Op::Seek { pick, clear }),
     ]
 }
 
@@ -226,6 +235,39 @@ impl Harness {
                     .all
                     .iter()
                     .filter(|(p, _)| self.mark_delete.map_or(true, |md| **p > md))
+                    .map(|(p, at)| (*p, *at))
+                    .collect();
+                for (p, at) in reread {
+                    self.offer(p, at);
+                }
+            }
+            Op::Seek { pick, clear } => {
+                if self.all.is_empty() {
+                    return self.check();
+                }
+                let targets: Vec<Position> = self.all.keys().copied().collect();
+                let md = targets[pick % targets.len()];
+                let forward = self.mark_delete.map_or(true, |old| md > old);
+                // A clear that fails on a delete fault keeps the state; the
+                // seek then goes through the mark-delete calls alone.
+                if clear && self.tracker.clear().is_ok() {
+                    self.pending.clear();
+                    self.tracker.update_mark_delete(md);
+                } else if forward {
+                    self.tracker.update_mark_delete(md);
+                } else {
+                    self.tracker.reset_mark_delete(md);
+                }
+                self.mark_delete = Some(md);
+                // Skipped (forward) messages are acknowledged; everything
+                // above the new mark-delete is unacknowledged and is read
+                // again, so it may be delivered again (a new lifetime).
+                self.pending.retain(|p, _| *p > md);
+                self.delivered.retain(|p| *p <= md);
+                let reread: Vec<(Position, u64)> = self
+                    .all
+                    .range(md..)
+                    .filter(|(p, _)| **p > md && !self.pending.contains_key(p))
                     .map(|(p, at)| (*p, *at))
                     .collect();
                 for (p, at) in reread {

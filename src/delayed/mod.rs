@@ -29,7 +29,9 @@
 //! # Semantics (post-fix)
 //!
 //! * `add_message` of an already-due message **untracks** it and returns
-//!   `false` (dispatch now); a duplicate returns `true` without counting.
+//!   `false` (dispatch now); a duplicate returns `true` without counting; a
+//!   position at or below the mark-delete (acknowledged) returns `false` and
+//!   is never tracked, so it is neither counted nor scheduled.
 //! * A queue pop delivers a position only if
 //!   [`BucketDelayedMessageIndex::untrack`] returns `true`, so duplicate queue
 //!   entries are never delivered twice nor counted twice.
@@ -42,7 +44,12 @@
 //!   gets a second live queue entry**.
 //! * [`BucketDelayedDeliveryTracker::update_mark_delete`] untracks every
 //!   acknowledged position at once (Pulsar keeps them counted until trim),
-//!   so the count is exactly the number of pending delayed messages.
+//!   so the count is exactly the number of pending delayed messages. It only
+//!   moves forward; a cursor reset goes through
+//!   [`BucketDelayedDeliveryTracker::clear`] (which also forgets the
+//!   mark-delete) or [`BucketDelayedDeliveryTracker::reset_mark_delete`]
+//!   (which may move it back), so messages re-read below the old mark-delete
+//!   are delivered, never counted and then dropped.
 //! * A segment that cannot be decoded at runtime is replaced by the
 //!   positions of its metadata bitmaps, delivered at the segment's max
 //!   timestamp (late, never early, never lost); a transient read failure

@@ -542,3 +542,84 @@ fn unreadable_segment_at_runtime_falls_back_to_its_metadata_bitmaps() {
     assert_eq!(t.number_of_delayed_messages(), 1);
     t.verify_invariants().unwrap();
 }
+
+/// D1 regression (reviewer's probe_delayed_reset): a cursor reset clears the
+/// tracker and the dispatcher re-adds messages below the old mark-delete;
+/// they must be delivered, and the count must equal what is delivered.
+#[test]
+fn clear_forgets_the_mark_delete_so_re_added_messages_are_delivered() {
+    let f = Fixture::new();
+    let t = f.tracker(cfg()).unwrap();
+    t.update_mark_delete(p(5, 0));
+    t.clear().unwrap();
+    assert_eq!(t.add_message(3, 1, 100), Ok(true));
+    assert_eq!(t.number_of_delayed_messages(), 1);
+    f.clock.set(200);
+    assert!(t.has_message_available());
+    assert_eq!(t.get_scheduled_messages(100).unwrap(), vec![p(3, 1)]);
+    assert_eq!(t.number_of_delayed_messages(), 0);
+    // After the reset the cursor's (new) mark-delete is given again and is
+    // accepted even though it is below the one before the clear.
+    t.update_mark_delete(p(3, 1));
+    assert_eq!(t.add_message(3, 2, 300), Ok(true));
+    assert_eq!(t.add_message(4, 0, 300), Ok(true));
+    f.clock.set(400);
+    assert_eq!(drain(&t), vec![p(3, 2), p(4, 0)]);
+    assert_eq!(t.number_of_delayed_messages(), 0);
+    t.verify_invariants().unwrap();
+}
+
+/// D1: a seek back without a clear goes through `reset_mark_delete`; the
+/// messages re-read between the new and the old mark-delete (also inside
+/// sealed buckets whose indexes were untracked by the old mark-delete) are
+/// delivered exactly once and the count matches.
+#[test]
+fn reset_mark_delete_backward_keeps_re_added_messages_deliverable() {
+    let f = Fixture::new();
+    let t = two_buckets(&f);
+    t.update_mark_delete(p(2, 1));
+    assert_eq!(t.number_of_delayed_messages(), 2, "(2,2) and (3,0) left");
+    // A late forward-only update below the recorded one is ignored.
+    t.update_mark_delete(p(1, 0));
+    assert!(!t.contains_message(1, 1));
+    t.reset_mark_delete(p(1, 0));
+    assert_eq!(t.number_of_delayed_messages(), 2);
+    for (l, e, ts) in [(1, 1, 20), (1, 2, 30), (2, 0, 15), (2, 1, 25)] {
+        assert_eq!(t.add_message(l, e, ts), Ok(true), "re-add {l}:{e}");
+    }
+    assert_eq!(t.number_of_delayed_messages(), 6);
+    f.clock.set(200);
+    assert_eq!(
+        drain(&t),
+        vec![p(1, 1), p(1, 2), p(2, 0), p(2, 1), p(2, 2), p(3, 0)]
+    );
+    assert_eq!(t.number_of_delayed_messages(), 0);
+    t.verify_invariants().unwrap();
+    // Moving forward again through reset_mark_delete untracks as usual.
+    assert_eq!(t.add_message(4, 0, 300), Ok(true));
+    t.reset_mark_delete(p(4, 0));
+    assert_eq!(t.number_of_delayed_messages(), 0);
+}
+
+/// D2 regression: a position at or below the mark-delete (already
+/// acknowledged) is not tracked: `add_message` returns `false` (not delayed;
+/// the dispatcher's deletion check drops it), it is never counted and never
+/// scheduled, whether it lies in the mark-delete's ledger or below it.
+#[test]
+fn add_at_or_below_mark_delete_is_not_tracked() {
+    let f = Fixture::new();
+    let t = f.tracker(cfg()).unwrap();
+    t.update_mark_delete(p(2, 10));
+    for (l, e) in [(2, 5), (2, 10), (1, 5), (0, 0)] {
+        assert_eq!(t.add_message(l, e, 2000), Ok(false), "{l}:{e}");
+        assert!(!t.contains_message(l, e));
+    }
+    assert_eq!(t.number_of_delayed_messages(), 0);
+    assert!(!t.has_message_available());
+    assert_eq!(t.add_message(2, 11, 2000), Ok(true));
+    assert_eq!(t.number_of_delayed_messages(), 1);
+    f.clock.set(3000);
+    assert_eq!(drain(&t), vec![p(2, 11)]);
+    assert_eq!(t.number_of_delayed_messages(), 0);
+    t.verify_invariants().unwrap();
+}

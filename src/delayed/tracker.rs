@@ -184,10 +184,16 @@ impl BucketDelayedDeliveryTracker {
     /// Tracks message `(ledger_id, entry_id)` to be delivered at
     /// `deliver_at_ms` (Pulsar `addMessage`).
     ///
-    /// Returns `Ok(false)` if the message is already due (`deliver_at_ms < 0`
-    /// or `≤ cutoff`): it is untracked (if it was tracked) and the caller
-    /// dispatches it now. Returns `Ok(true)` if it is tracked (or already was:
-    /// a duplicate is not counted twice). May seal the mutable bucket (and
+    /// Returns `Ok(false)` if the message is not tracked as delayed: it is
+    /// already due (`deliver_at_ms < 0` or `≤ cutoff`; it is untracked if it
+    /// was tracked, and the caller dispatches it now), or it is at or below
+    /// the mark-delete recorded by
+    /// [`update_mark_delete`](Self::update_mark_delete) (already
+    /// acknowledged: it is neither counted nor ever scheduled; the
+    /// dispatcher's deletion check drops it, as Pulsar's does after a read).
+    /// Returns `Ok(true)` if it is tracked (or already was: a duplicate is
+    /// not counted twice). So the count always equals what
+    /// [`get_scheduled_messages`](Self::get_scheduled_messages) will deliver. May seal the mutable bucket (and
     /// then trim + merge) synchronously; a snapshot failure there never fails
     /// the add (the sealed messages stay in memory and are still delivered).
     ///
@@ -207,8 +213,14 @@ impl BucketDelayedDeliveryTracker {
             return Err(DelayedError::Closed);
         }
         let cutoff = self.cutoff();
-        if deliver_at_ms < 0 || deliver_at_ms as u64 <= cutoff {
-            // Post-fix: an expired re-add must not leave its bit behind.
+        let acknowledged = inner
+            .mark_delete
+            .is_some_and(|md| Position::new(ledger_id, entry_id) <= md);
+        if acknowledged || deliver_at_ms < 0 || deliver_at_ms as u64 <= cutoff {
+            // Post-fix: an expired re-add must not leave its bit behind. A
+            // position at or below the mark-delete is never tracked (nothing
+            // tracked lies there: `update_mark_delete` untracked it), so the
+            // count only holds what will be delivered.
             inner.index.untrack(ledger_id, entry);
             self.debug_check(&inner);
             return Ok(false);
@@ -448,9 +460,11 @@ impl BucketDelayedDeliveryTracker {
     /// `getScheduledMessages`), sorted by `(ledger_id, entry_id)`, and
     /// untracks them. Loads the next segment of a bucket when its boundary
     /// reaches the head of the queue; a failed load keeps the head and stops
-    /// (retried on the next call). Positions in ledgers below the mark-delete
-    /// ledger are dropped (untracked, not returned). A position is returned
-    /// only if it was still tracked (duplicate queue entries are skipped).
+    /// (retried on the next call). Queue entries in ledgers below the
+    /// mark-delete ledger are discarded without waiting for their time (their
+    /// positions are acknowledged, hence no longer tracked nor counted). A
+    /// position is returned only if it was still tracked (duplicate and stale
+    /// queue entries are skipped), so every counted message is returned once.
     ///
     /// # Errors
     /// [`DelayedError::Closed`].
@@ -686,18 +700,50 @@ impl BucketDelayedDeliveryTracker {
     /// Records the subscription's mark-delete position (Pulsar reads it from
     /// the cursor; call it after construction and whenever it advances): its
     /// ledger is `firstLive` for trim and for dropping orphaned queue entries,
-    /// and every tracked position `<= position` is untracked (acknowledged
-    /// messages are never delivered again and do not count; Pulsar keeps them
-    /// counted until trim). Only moves forward.
+    /// and every tracked position `<= position` is untracked, and later
+    /// [`add_message`](Self::add_message) calls at or below it return
+    /// `Ok(false)` without tracking: the tracker never schedules nor counts an
+    /// acknowledged position (Pulsar keeps them counted until trim and relies
+    /// on the dispatcher's deletion check).
+    ///
+    /// Only moves forward: a position at or below the recorded one is
+    /// ignored, so a late call from a racing ack path cannot move it back. A
+    /// cursor reset (seek) to an earlier position must instead call
+    /// [`clear`](Self::clear) (which forgets the mark-delete) or
+    /// [`reset_mark_delete`](Self::reset_mark_delete); otherwise messages
+    /// re-added below the old mark-delete would be counted but never
+    /// delivered.
     pub fn update_mark_delete(&self, position: Position) {
         let mut inner = self.inner.lock();
         if inner.mark_delete.map_or(true, |p| position > p) {
-            inner.mark_delete = Some(position);
-            inner
-                .index
-                .untrack_up_to(position.ledger_id, position.entry_id);
+            Self::set_mark_delete(&mut inner, position);
         }
         self.debug_check(&inner);
+    }
+
+    /// Records the mark-delete position after a cursor reset (Pulsar's
+    /// `resetCursor` / seek; Pulsar's tracker reads the cursor's mark-delete
+    /// live, so it follows a reset in both directions). Unlike
+    /// [`update_mark_delete`](Self::update_mark_delete) it also moves
+    /// **backward**: the tracked messages are kept (all of them lie above
+    /// the old mark-delete, hence above the new one) and messages the
+    /// dispatcher re-reads between the new and the old mark-delete can be
+    /// added and are delivered when due. Moving forward untracks every
+    /// position `<= position`, as `update_mark_delete` does.
+    ///
+    /// Call it from the thread that resets the cursor, before the dispatcher
+    /// re-reads from the new read position.
+    pub fn reset_mark_delete(&self, position: Position) {
+        let mut inner = self.inner.lock();
+        Self::set_mark_delete(&mut inner, position);
+        self.debug_check(&inner);
+    }
+
+    fn set_mark_delete(inner: &mut Inner, position: Position) {
+        inner.mark_delete = Some(position);
+        inner
+            .index
+            .untrack_up_to(position.ledger_id, position.entry_id);
     }
 
     // ------------------------------------------------------------ trim / merge
@@ -1080,7 +1126,11 @@ impl BucketDelayedDeliveryTracker {
     // ------------------------------------------------------------ clear / close
 
     /// Deletes every bucket snapshot and forgets every tracked message
-    /// (Pulsar `clear`, e.g. on clear-backlog).
+    /// (Pulsar `clear`, e.g. on clear-backlog or a cursor reset) **and the
+    /// recorded mark-delete**: give the cursor's current mark-delete again
+    /// with [`update_mark_delete`](Self::update_mark_delete) (any position is
+    /// accepted after a clear, also one below the previous mark-delete), so
+    /// messages the dispatcher re-reads after a reset are delivered.
     ///
     /// # Errors
     /// [`DelayedError::Storage`] if a snapshot delete fails after retries:
@@ -1115,6 +1165,10 @@ impl BucketDelayedDeliveryTracker {
         inner.shared_queue = BinaryHeap::new();
         inner.boundaries.clear();
         inner.mutable.clear();
+        // Pulsar reads the mark-delete live from the cursor; a stale one kept
+        // here would make every re-added message below it an orphan
+        // (counted, then dropped undelivered).
+        inner.mark_delete = None;
         Ok(())
     }
 

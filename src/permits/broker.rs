@@ -250,6 +250,12 @@ pub enum NotSentReason {
     NoDeliverableIndex,
     /// Pending-ack admission rejected it.
     RejectedByAdmission,
+    /// The position is already pending ack on this consumer: sent by an
+    /// earlier call, or earlier in the same call (a duplicate in the batch).
+    /// Not sent, not debited, and not put back for replay: it is out on
+    /// this consumer already (its ack settles it; removing the consumer
+    /// replays it).
+    AlreadyPending,
     /// The entry's position has a negative ledger or entry id (it cannot be
     /// serialised as `MessageIdData`).
     InvalidPosition,
@@ -360,14 +366,17 @@ impl Consumer {
     }
 
     /// Finalises and sends `entries` (Pulsar's `Consumer.sendMessages`):
-    /// candidate P per entry, drop P = 0, pending-ack admission (an entry
-    /// already pending for this consumer is rejected too), record P in the
+    /// candidate P per entry, drop P = 0, refuse a position already pending
+    /// ack on this consumer (from an earlier call, or earlier in `entries`:
+    /// a duplicate is sent once), pending-ack admission, record P in the
     /// result, then debit permits and add unacked by the result's total and
     /// build one command per sent entry from the result. `write_id` tags the
-    /// asynchronous write of the commands.
+    /// asynchronous write of the commands. So `unacked_messages` always
+    /// equals Σ P of [`pending_acks`](Self::pending_acks).
     ///
     /// Never fails as a whole: per-entry refusals are listed in
-    /// [`Dispatch::not_sent`] and cost nothing.
+    /// [`Dispatch::not_sent`] ([`NotSentReason::AlreadyPending`] for a
+    /// duplicate) and cost nothing.
     pub fn send_messages(
         &mut self,
         entries: Vec<BrokerEntry>,
@@ -376,6 +385,9 @@ impl Consumer {
     ) -> Dispatch {
         let mut result = SendMessagesResult::new(entries.len());
         let mut not_sent = Vec::new();
+        // Positions finalised earlier in this call: a second copy must not
+        // be sent (its P would be debited twice while `pending` holds one).
+        let mut finalised: BTreeSet<Position> = BTreeSet::new();
         for (i, entry) in entries.iter().enumerate() {
             if entry.position.ledger_id < 0 || entry.position.entry_id < 0 {
                 not_sent.push((entry.position, NotSentReason::InvalidPosition));
@@ -386,12 +398,19 @@ impl Consumer {
                 not_sent.push((entry.position, NotSentReason::NoDeliverableIndex));
                 continue;
             }
-            if self.pending.contains_key(&entry.position) || !admission.admit(self.key, entry) {
+            if self.pending.contains_key(&entry.position) || finalised.contains(&entry.position) {
+                not_sent.push((entry.position, NotSentReason::AlreadyPending));
+                continue;
+            }
+            if !admission.admit(self.key, entry) {
                 not_sent.push((entry.position, NotSentReason::RejectedByAdmission));
                 continue;
             }
-            if let Err(e) = result.set_permits(i, i64::from(candidate)) {
-                not_sent.push((entry.position, NotSentReason::Accounting(e)));
+            match result.set_permits(i, i64::from(candidate)) {
+                Ok(()) => {
+                    finalised.insert(entry.position);
+                }
+                Err(e) => not_sent.push((entry.position, NotSentReason::Accounting(e))),
             }
         }
         let total = i64::from(result.total_permits());
@@ -535,7 +554,8 @@ impl SharedDispatcher {
 
     /// Sends `entries` to `key` through [`Consumer::send_messages`] and
     /// debits the dispatcher total by the same result's total. Unsent
-    /// entries go to replay. Selecting a consumer with positive permits is
+    /// entries go to replay, except [`NotSentReason::AlreadyPending`] ones
+    /// (they are out on this consumer already). Selecting a consumer with positive permits is
     /// the caller's policy (Pulsar skips consumers in debt); this method
     /// does not refuse a consumer whose balance is ≤ 0.
     ///
@@ -560,8 +580,10 @@ impl SharedDispatcher {
             self.next_write_id += 1;
             self.writes.insert(id, key);
         }
-        for (pos, _) in &dispatch.not_sent {
-            self.replay.insert(*pos);
+        for (pos, reason) in &dispatch.not_sent {
+            if *reason != NotSentReason::AlreadyPending {
+                self.replay.insert(*pos);
+            }
         }
         Ok(dispatch)
     }
@@ -847,6 +869,64 @@ mod tests {
         assert_eq!(
             d.on_write_complete(dispatch.write_id.unwrap(), Ok(())),
             Err(BrokerPermitError::UnknownWrite(0))
+        );
+    }
+
+    /// P1 regression: the same position twice in one send is sent (and
+    /// debited, and made pending) once; the copy is refused as already
+    /// pending, like a position still pending from an earlier send, and is
+    /// not put back for replay. unacked == Σ P of pending acks throughout.
+    #[test]
+    fn duplicate_position_in_one_send_is_sent_once() {
+        fn pending_sum(c: &Consumer) -> i64 {
+            c.pending_acks().values().map(|p| i64::from(*p)).sum()
+        }
+        let mut d = SharedDispatcher::new();
+        d.add_consumer(key(1), 0).unwrap();
+        d.consumer_flow(key(1), 100).unwrap();
+        let e = entry(1, 3, vec![]);
+        let mut admitted = 0;
+        let mut admission = |_k: ConsumerKey, _e: &BrokerEntry| {
+            admitted += 1;
+            true
+        };
+        let dispatch = d
+            .send_to_consumer(key(1), vec![e.clone(), e.clone()], &mut admission)
+            .unwrap();
+        assert_eq!(admitted, 1, "the copy is refused before admission");
+        assert_eq!(dispatch.commands.len(), 1);
+        assert_eq!(dispatch.result.total_permits(), 3);
+        assert_eq!(dispatch.result.permits(1), None);
+        assert_eq!(
+            dispatch.not_sent,
+            vec![(Position::new(1, 1), NotSentReason::AlreadyPending)]
+        );
+        let c = d.consumer(key(1)).unwrap();
+        assert_eq!(c.unacked_messages(), 3);
+        assert_eq!(pending_sum(c), 3);
+        assert_eq!(c.available_permits(), 97);
+        assert_eq!(d.total_available_permits(), 97);
+        assert!(d.take_replay().is_empty(), "it is out on the consumer");
+        // Still pending from the earlier send: the same treatment.
+        let again = d.send_to_consumer(key(1), vec![e], &mut AdmitAll).unwrap();
+        assert!(again.commands.is_empty());
+        assert_eq!(again.write_id, None);
+        assert_eq!(
+            again.not_sent,
+            vec![(Position::new(1, 1), NotSentReason::AlreadyPending)]
+        );
+        assert!(d.take_replay().is_empty());
+        assert_eq!(d.total_available_permits(), 97);
+        assert_eq!(d.acknowledge(key(1), Position::new(1, 1)), Ok(3));
+        let c = d.consumer(key(1)).unwrap();
+        assert_eq!(c.unacked_messages(), 0);
+        assert_eq!(pending_sum(c), 0);
+        assert_eq!(
+            d.acknowledge(key(1), Position::new(1, 1)),
+            Err(BrokerPermitError::NotPending {
+                key: key(1),
+                position: Position::new(1, 1)
+            })
         );
     }
 }

@@ -537,6 +537,11 @@ pub enum ClientPermitError {
     /// The state passed in is not the current incarnation.
     #[error("incarnation {0:?} is not current")]
     NotCurrent(Incarnation),
+    /// Subscribe success was already applied to this incarnation (Pulsar
+    /// grants the receiver queue once per broker-consumer incarnation; a
+    /// second grant would credit the broker twice).
+    #[error("incarnation {0:?} already applied its Subscribe success (the receiver queue is granted once per incarnation)")]
+    AlreadySubscribed(Incarnation),
     /// A command addressed to a different consumer_id.
     #[error("command for consumer {got} delivered to consumer {expected}")]
     WrongConsumer {
@@ -685,10 +690,16 @@ impl ClientConnection {
     }
 
     /// Subscribe succeeded: enables Flow and writes the initial grant of the
-    /// whole receiver queue (plus anything accumulated meanwhile).
+    /// whole receiver queue (plus anything accumulated meanwhile). Applies
+    /// once per incarnation (Pulsar's client grants the receiver queue once
+    /// per Subscribe; PIP-491 scopes that credit to the incarnation's
+    /// `ConsumerPermitState`).
     ///
     /// # Errors
-    /// [`ClientPermitError::ConnectionClosed`], [`ClientPermitError::NotCurrent`].
+    /// [`ClientPermitError::ConnectionClosed`], [`ClientPermitError::NotCurrent`];
+    /// [`ClientPermitError::AlreadySubscribed`] for a second call on the same
+    /// incarnation (a duplicate Success): nothing is written, the
+    /// accumulator is untouched.
     pub fn subscribe_succeeded(
         &self,
         state: &ConsumerPermitState,
@@ -704,6 +715,12 @@ impl ClientConnection {
             .is_some_and(|c| c.incarnation == state.incarnation);
         if !current || state.is_closed() {
             return Err(ClientPermitError::NotCurrent(state.incarnation));
+        }
+        // `flow_enabled` is set only here, under the connection lock, and
+        // cleared only when the state closes (checked above): set means this
+        // incarnation was already granted its receiver queue.
+        if state.flow_enabled.load(Ordering::Acquire) {
+            return Err(ClientPermitError::AlreadySubscribed(state.incarnation));
         }
         state.flow_enabled.store(true, Ordering::Release);
         let extra = state.accumulator.swap(0, Ordering::AcqRel);
@@ -1054,7 +1071,8 @@ impl ClientConsumer {
     ///
     /// # Errors
     /// [`ClientPermitError::NotCurrent`] for a replaced incarnation (ignore
-    /// it), [`ClientPermitError::ConnectionClosed`].
+    /// it), [`ClientPermitError::AlreadySubscribed`] for a second call on the
+    /// same incarnation (no second grant), [`ClientPermitError::ConnectionClosed`].
     pub fn subscribe_succeeded(
         &mut self,
         incarnation: Incarnation,
@@ -1804,6 +1822,36 @@ mod tests {
             matches!(old_frames.last(), Some(ClientFrame::CloseConsumer { incarnation, .. }) if *incarnation == second)
         );
         assert_eq!(flows(&conn2.take_outbox()), vec![(r.incarnation, 4)]);
+    }
+
+    /// P2 regression: Subscribe succeeds once per incarnation, so the
+    /// receiver queue is granted once; a second call is a typed error that
+    /// writes nothing and changes nothing.
+    #[test]
+    fn subscribe_succeeded_twice_grants_once() {
+        let conn = Arc::new(ClientConnection::new(1));
+        let st = conn.subscribe(7, 100).unwrap();
+        assert_eq!(conn.subscribe_succeeded(&st), Ok(100));
+        st.return_permits(3).unwrap();
+        assert_eq!(
+            conn.subscribe_succeeded(&st),
+            Err(ClientPermitError::AlreadySubscribed(st.incarnation()))
+        );
+        assert_eq!(st.accumulated(), 3, "the accumulator is left alone");
+        let frames = conn.take_outbox();
+        assert_eq!(flows(&frames), vec![(st.incarnation(), 100)]);
+        // Through the consumer too.
+        let mut c = ClientConsumer::subscribe(Arc::clone(&conn), 8, 10).unwrap();
+        let inc = c.state().incarnation();
+        assert_eq!(c.subscribe_succeeded(inc), Ok(10));
+        assert_eq!(
+            c.subscribe_succeeded(inc),
+            Err(ClientPermitError::AlreadySubscribed(inc))
+        );
+        assert_eq!(flows(&conn.take_outbox()), vec![(inc, 10)]);
+        // A new incarnation is granted again.
+        let r = c.resubscribe(Arc::clone(&conn)).unwrap();
+        assert_eq!(c.subscribe_succeeded(r.incarnation), Ok(10));
     }
 
     #[test]
