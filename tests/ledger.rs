@@ -505,3 +505,82 @@ fn read_with_skip_failure_keeps_the_read_position_before_unread_entries() {
         assert_eq!(c.read_position(), p(2, 0));
     });
 }
+
+/// individually deleted ranges; on error nothing changes.
+#[test]
+fn l2_mark_delete_rejects_invalid_positions_and_ranges() {
+    both(|store| {
+        let ml = ManagedLedger::open("t", cfg(10), Arc::clone(&store)).unwrap();
+        for i in 0..3u8 {
+            ml.append(&[i]).unwrap();
+        }
+        let c = ml.open_cursor("c").unwrap();
+        let unchanged = |c: &pulsar_core::ledger::ManagedCursor| {
+            assert_eq!(c.mark_delete_position(), p(1, -1));
+            assert_eq!(c.read_position(), p(1, 0));
+            assert!(c.individually_deleted_ranges().is_empty());
+        };
+        // (1000, -1) > (1, 2) in position order: beyond the last confirmed.
+        let err = c.mark_delete(p(1000, -1)).unwrap_err();
+        assert!(
+            matches!(err, LedgerError::BeyondLastConfirmed { .. }),
+            "{err}"
+        );
+        unchanged(&c);
+        let err = c.mark_delete(p(2, -7)).unwrap_err();
+        assert!(matches!(err, LedgerError::InvalidPosition { .. }), "{err}");
+        unchanged(&c);
+
+        // Inverted and garbage ranges are refused.
+        for ranges in [
+            vec![(p(1, 1), p(1, 0))],
+            vec![(p(1, 0), p(1, 0))],
+            vec![(p(1, 0), p(-5, 99))],
+            vec![(p(1, -3), p(1, 0))],
+            vec![(p(1, 1), p(1, 5))],
+            vec![(p(1, 0), p(1, 2)), (p(1, 1), p(1, 2))],
+        ] {
+            let err = c
+                .mark_delete_with_ranges(p(1, -1), ranges.clone())
+                .unwrap_err();
+            assert!(
+                matches!(err, LedgerError::InvalidDeletedRange { .. }),
+                "{ranges:?}: {err}"
+            );
+            unchanged(&c);
+        }
+        // A range below the mark-delete position is refused.
+        c.mark_delete(p(1, 0)).unwrap();
+        let err = c
+            .mark_delete_with_ranges(p(1, 0), vec![(p(1, -1), p(1, 0))])
+            .unwrap_err();
+        assert!(
+            matches!(err, LedgerError::InvalidDeletedRange { .. }),
+            "{err}"
+        );
+        assert!(c.individually_deleted_ranges().is_empty());
+        // Valid ranges are stored and read back after reopen.
+        c.mark_delete_with_ranges(p(1, 0), vec![(p(1, 1), p(1, 2))])
+            .unwrap();
+        assert_eq!(c.individually_deleted_ranges(), vec![(p(1, 1), p(1, 2))]);
+        let again = ManagedLedger::open("t", cfg(10), Arc::clone(&store))
+            .unwrap()
+            .open_cursor("c")
+            .unwrap();
+        assert_eq!(
+            again.individually_deleted_ranges(),
+            vec![(p(1, 1), p(1, 2))]
+        );
+
+        // After a rollover: an entry id below -1 is refused; `(2, -1)` (just
+        // before the first entry of an existing ledger) is accepted.
+        for i in 0..10u8 {
+            ml.append(&[i]).unwrap();
+        }
+        let err = c.mark_delete(p(2, -7)).unwrap_err();
+        assert!(matches!(err, LedgerError::InvalidPosition { .. }), "{err}");
+        assert_eq!(c.mark_delete_position(), p(1, 0));
+        c.mark_delete(p(2, -1)).unwrap();
+        assert_eq!(c.read_position(), p(2, 0));
+    });
+}

@@ -193,6 +193,87 @@ impl LedgerState {
         self.next_valid_after(p)
     }
 
+    /// Checks that `p` may be a mark-delete position: entry id `>= -1`; not
+    /// beyond the last confirmed entry, except `(L, -1)` for an existing
+    /// ledger `L` that holds no entry yet (just after a rollover); otherwise
+    /// in an existing ledger and not past its end.
+    fn check_mark_delete_position(&self, p: Position) -> Result<(), LedgerError> {
+        let invalid = |reason: String| LedgerError::InvalidPosition {
+            position: p,
+            reason,
+        };
+        if p.entry_id < -1 {
+            return Err(invalid("entry id is below -1".into()));
+        }
+        let lce = self.last_confirmed();
+        if p > lce {
+            if p.entry_id == -1 && self.ledgers.contains_key(&p.ledger_id) {
+                return Ok(());
+            }
+            return Err(LedgerError::BeyondLastConfirmed {
+                position: p,
+                last_confirmed: lce,
+            });
+        }
+        match self.ledgers.get(&p.ledger_id) {
+            None => Err(invalid(format!("there is no ledger {}", p.ledger_id))),
+            Some(info) if p.entry_id >= info.entries => Err(invalid(format!(
+                "ledger {} holds only {} entries",
+                p.ledger_id, info.entries
+            ))),
+            Some(_) => Ok(()),
+        }
+    }
+
+    /// Checks individually deleted ranges `(lower, upper]` to persist with
+    /// mark-delete position `md`: each non-empty, `lower` entry id `>= -1`,
+    /// `lower >= md`, `upper` an existing entry (so not beyond the last
+    /// confirmed one), ascending and non-overlapping (adjacent is fine).
+    fn check_deleted_ranges(
+        &self,
+        md: Position,
+        ranges: &[(Position, Position)],
+    ) -> Result<(), LedgerError> {
+        let mut previous_upper: Option<Position> = None;
+        for &(lower, upper) in ranges {
+            let invalid = |reason: String| LedgerError::InvalidDeletedRange {
+                lower,
+                upper,
+                reason,
+            };
+            if lower >= upper {
+                return Err(invalid("the range is empty or inverted".into()));
+            }
+            if lower.entry_id < -1 {
+                return Err(invalid("lower entry id is below -1".into()));
+            }
+            if lower < md {
+                return Err(invalid(format!(
+                    "it starts below the mark-delete position {md}"
+                )));
+            }
+            if let Some(prev) = previous_upper {
+                if lower < prev {
+                    return Err(invalid(format!(
+                        "ranges must be ascending and disjoint (previous range ends at {prev})"
+                    )));
+                }
+            }
+            let lce = self.last_confirmed();
+            if upper > lce {
+                return Err(invalid(format!(
+                    "it ends beyond the last confirmed entry {lce}"
+                )));
+            }
+            match self.ledgers.get(&upper.ledger_id) {
+                Some(info) if upper.entry_id >= 0 && upper.entry_id < info.entries => {}
+                _ => return Err(invalid(format!("upper bound {upper} is not an entry"))),
+            }
+            previous_upper = Some(upper);
+        }
+        Ok(())
+    }
+
     fn past_end(&self) -> Position {
         let lce = self.last_confirmed();
         Position::new(lce.ledger_id, lce.entry_id + 1)
@@ -817,21 +898,32 @@ impl ManagedCursor {
     /// Persists a new mark-delete position (and no individually deleted
     /// ranges). Moves the read position forward if it fell behind.
     ///
+    /// `position` must be an entry of the managed ledger, or `(L, -1)` ("just
+    /// before the first entry of ledger `L`") for a ledger `L` it has.
+    ///
     /// # Errors
     /// [`LedgerError::MarkDeleteBackward`] if `position` is below the current
-    /// mark-delete; [`LedgerError::BeyondLastConfirmed`] past the last entry;
-    /// [`LedgerError::CursorAlreadyClosed`]; [`LedgerError::Store`]. On error
-    /// nothing changes.
+    /// mark-delete; [`LedgerError::BeyondLastConfirmed`] past the last entry
+    /// (in position order, so `(1000, -1)` is beyond `(1, 2)` unless ledger
+    /// 1000 exists); [`LedgerError::InvalidPosition`] for an entry id below
+    /// -1, a position past the end of its ledger or in a ledger that does not
+    /// exist; [`LedgerError::CursorAlreadyClosed`]; [`LedgerError::Store`].
+    /// On error nothing changes.
     pub fn mark_delete(&self, position: Position) -> Result<(), LedgerError> {
         self.mark_delete_with_ranges(position, Vec::new())
     }
 
     /// As [`ManagedCursor::mark_delete`], also persisting the individually
     /// deleted ranges above it (open-closed `(lower, upper]`, ascending) in the
-    /// same atomic write.
+    /// same atomic write. Every range must be non-empty, start at or above
+    /// `position` (lower entry id `>= -1`), end at an existing entry (so not
+    /// beyond the last confirmed one), and not overlap the previous range
+    /// (adjacent ranges are accepted).
     ///
     /// # Errors
-    /// As [`ManagedCursor::mark_delete`].
+    /// As [`ManagedCursor::mark_delete`], plus
+    /// [`LedgerError::InvalidDeletedRange`] for the first range that breaks
+    /// the rules above. On error nothing changes.
     pub fn mark_delete_with_ranges(
         &self,
         position: Position,
@@ -847,12 +939,10 @@ impl ManagedCursor {
                 requested: position,
             });
         }
-        let lce = self.ledger.last_confirmed_entry();
-        if position > lce && position.entry_id >= 0 {
-            return Err(LedgerError::BeyondLastConfirmed {
-                position,
-                last_confirmed: lce,
-            });
+        {
+            let state = self.ledger.state.lock();
+            state.check_mark_delete_position(position)?;
+            state.check_deleted_ranges(position, &individually_deleted)?;
         }
         self.ledger.store.save_mark_delete(
             &self.ledger.name,
