@@ -506,6 +506,45 @@ fn read_with_skip_failure_keeps_the_read_position_before_unread_entries() {
     });
 }
 
+/// moves to the next ledger, or past the end when there is none.
+#[test]
+fn l1_entry_id_i64_max_does_not_overflow() {
+    both(|store| {
+        let ml = ManagedLedger::open("t", cfg(10), store).unwrap();
+        for i in 0..15u8 {
+            ml.append(&[i]).unwrap();
+        }
+        // Ledger 1 holds 1:0..=1:9, ledger 2 holds 2:0..=2:4.
+        assert_eq!(ml.next_valid_position(p(1, i64::MAX)), p(2, 0));
+        assert_eq!(ml.next_valid_position(p(2, i64::MAX)), p(2, 5));
+        assert_eq!(ml.next_valid_position(p(i64::MAX, i64::MAX)), p(2, 5));
+        assert_eq!(ml.entries_after(p(1, i64::MAX)), 5);
+        assert_eq!(ml.entries_after(p(2, i64::MAX)), 0);
+        assert_eq!(ml.entries_after(p(1, i64::MIN)), 15);
+
+        let c = ml.open_cursor("c").unwrap();
+        // Reset past the end of ledger 1 = the first entry of ledger 2.
+        c.reset(p(1, i64::MAX)).unwrap();
+        assert_eq!(c.read_position(), p(2, 0));
+        assert_eq!(c.mark_delete_position(), p(2, -1));
+        // Reset past the end of the last ledger = past the end.
+        c.reset(p(2, i64::MAX)).unwrap();
+        assert_eq!(c.read_position(), p(2, 5));
+        assert_eq!(c.mark_delete_position(), p(2, 4));
+        assert_eq!(c.number_of_entries_to_read(), 0);
+        // The locks were released (no panic while holding them).
+        c.reset(p(1, 0)).unwrap();
+        assert_eq!(c.read_entries(1).unwrap()[0].position, p(1, 0));
+
+        // Mark-delete at an entry past its ledger's end (below the last
+        // confirmed entry in position order) is a typed error, state unchanged.
+        let err = c.mark_delete(p(1, i64::MAX)).unwrap_err();
+        assert!(matches!(err, LedgerError::InvalidPosition { .. }), "{err}");
+        assert_eq!(c.mark_delete_position(), p(1, -1));
+        assert_eq!(c.read_position(), p(1, 1));
+    });
+}
+
 /// individually deleted ranges; on error nothing changes.
 #[test]
 fn l2_mark_delete_rejects_invalid_positions_and_ranges() {

@@ -32,6 +32,7 @@ pub use store::{
 };
 
 use std::collections::{BTreeMap, VecDeque};
+use std::ops::Bound;
 
 use crate::position::Position;
 use crate::sync::{AtomicBool, Mutex, Ordering};
@@ -171,11 +172,14 @@ impl LedgerState {
     /// position just past the last confirmed entry when there is none.
     fn next_valid_after(&self, p: Position) -> Position {
         if let Some(info) = self.ledgers.get(&p.ledger_id) {
-            if p.entry_id + 1 < info.entries {
+            // `entry_id < entries - 1` rather than `entry_id + 1 < entries`:
+            // no overflow at `i64::MAX` (entries >= 0).
+            if p.entry_id < info.entries - 1 {
                 return Position::new(p.ledger_id, p.entry_id.max(-1) + 1);
             }
         }
-        for (id, info) in self.ledgers.range(p.ledger_id.saturating_add(1)..) {
+        let later = (Bound::Excluded(p.ledger_id), Bound::Unbounded);
+        for (id, info) in self.ledgers.range(later) {
             if info.entries > 0 {
                 return Position::new(*id, 0);
             }
@@ -425,7 +429,9 @@ impl ManagedLedger {
     }
 
     /// The first position after `p` that holds an entry, or the position just
-    /// past the last confirmed entry.
+    /// past the last confirmed entry. Any `p` is accepted: an entry id past
+    /// the end of its ledger (up to `i64::MAX`) moves to the next ledger that
+    /// holds an entry.
     pub fn next_valid_position(&self, p: Position) -> Position {
         self.state.lock().next_valid_after(p)
     }
@@ -440,13 +446,16 @@ impl ManagedLedger {
             .collect()
     }
 
-    /// Number of entries strictly after `from` up to the last confirmed entry.
+    /// Number of entries strictly after `from` up to the last confirmed entry
+    /// (any `from`, including entry ids past a ledger's end or below -1).
     pub fn entries_after(&self, from: Position) -> i64 {
         let state = self.state.lock();
+        let after = from.entry_id.max(-1);
         let mut n = 0;
         for (id, info) in state.ledgers.range(from.ledger_id..) {
             if *id == from.ledger_id {
-                n += (info.entries - (from.entry_id + 1)).max(0);
+                // entries - 1 >= -1 and after >= -1: no overflow.
+                n += (info.entries - 1 - after).max(0);
             } else {
                 n += info.entries;
             }
@@ -679,8 +688,7 @@ impl ManagedCursor {
     /// Number of entries from the read position to the last confirmed entry.
     pub fn number_of_entries_to_read(&self) -> i64 {
         let read = self.state.lock().read_position;
-        self.ledger
-            .entries_after(Position::new(read.ledger_id, read.entry_id - 1))
+        self.ledger.entries_after(read.previous_in_ledger())
     }
 
     /// Reads up to `max_entries` entries from the read position and advances
@@ -961,7 +969,10 @@ impl ManagedCursor {
     /// Resets the cursor so that the next read starts at `new_read_position`
     /// (Pulsar's `resetCursor`): the mark-delete becomes the position just
     /// before it and may move backward or forward; individually deleted
-    /// ranges are cleared.
+    /// ranges are cleared. Any position is accepted: one that holds no entry
+    /// moves to the next one that does (an entry id past the end of its
+    /// ledger, up to `i64::MAX`, moves to the next ledger), or past the last
+    /// confirmed entry when there is none.
     ///
     /// # Errors
     /// [`LedgerError::CursorAlreadyClosed`]; [`LedgerError::Store`] (nothing
