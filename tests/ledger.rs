@@ -506,6 +506,18 @@ fn read_with_skip_failure_keeps_the_read_position_before_unread_entries() {
     });
 }
 
+/// suite) if it does not return within `secs` seconds.
+fn within<R: Send + 'static>(secs: u64, what: &str, f: impl FnOnce() -> R + Send + 'static) -> R {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(f());
+    });
+    match rx.recv_timeout(std::time::Duration::from_secs(secs)) {
+        Ok(r) => r,
+        Err(_) => panic!("{what}: no return after {secs} s (hang or deadlock)"),
+    }
+}
+
 /// moves to the next ledger, or past the end when there is none.
 #[test]
 fn l1_entry_id_i64_max_does_not_overflow() {
@@ -620,6 +632,40 @@ fn l2_mark_delete_rejects_invalid_positions_and_ranges() {
         assert!(matches!(err, LedgerError::InvalidPosition { .. }), "{err}");
         assert_eq!(c.mark_delete_position(), p(1, 0));
         c.mark_delete(p(2, -1)).unwrap();
+        assert_eq!(c.read_position(), p(2, 0));
+    });
+}
+
+/// L3: a huge `max_entries` means "as many as available".
+#[test]
+fn l3_huge_max_entries_reads_everything_available() {
+    both(|store| {
+        let ml = ManagedLedger::open("t", cfg(10), store).unwrap();
+        for i in 0..15u8 {
+            ml.append(&[i]).unwrap();
+        }
+        let c = ml.open_cursor("c").unwrap();
+        assert_eq!(c.read_entries(usize::MAX).unwrap().len(), 15);
+        c.rewind();
+        assert_eq!(c.read_entries(i64::MAX as usize).unwrap().len(), 15);
+        c.rewind();
+        // With skip, one call reads the first non-skipped run of the current
+        // ledger (here all of ledger 1).
+        assert_eq!(
+            c.read_entries_with_skip(i64::MAX as usize + 1, |_, _| false)
+                .unwrap()
+                .len(),
+            10
+        );
+        c.rewind();
+        let c = Arc::new(c);
+        let c2 = Arc::clone(&c);
+        let n = within(10, "read_entries_with_skip(usize::MAX)", move || {
+            c2.read_entries_with_skip(usize::MAX, |_, _| false)
+                .unwrap()
+                .len()
+        });
+        assert_eq!(n, 10);
         assert_eq!(c.read_position(), p(2, 0));
     });
 }

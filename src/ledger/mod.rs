@@ -707,6 +707,9 @@ impl ManagedCursor {
     /// injected [`ReadFailureKind`], [`LedgerError::LedgerNotExist`],
     /// [`LedgerError::InvalidArgument`] for `max_entries == 0`,
     /// [`LedgerError::Store`]. On error the read position is unchanged.
+    ///
+    /// Any `max_entries >= 1` is valid; a huge one (up to `usize::MAX`) reads
+    /// everything available.
     pub fn read_entries(&self, max_entries: usize) -> Result<Vec<Entry>, LedgerError> {
         if max_entries == 0 {
             return Err(LedgerError::InvalidArgument(
@@ -750,8 +753,10 @@ impl ManagedCursor {
                 }
                 break;
             }
-            let want = (max_entries - out.len()) as i64;
-            let last = (first + want - 1).min(info.entries - 1);
+            // Saturating: a `max_entries` beyond i64 means "all available".
+            let want = i64::try_from(max_entries - out.len()).unwrap_or(i64::MAX);
+            // want >= 1 (out.len() < max_entries), so `want - 1` cannot wrap.
+            let last = first.saturating_add(want - 1).min(info.entries - 1);
             let rows = self.ledger.store.read(&self.ledger.name, id, first, last)?;
             if rows.len() as i64 != last - first + 1 {
                 if out.is_empty() {
@@ -802,8 +807,8 @@ impl ManagedCursor {
     /// Reads like [`ManagedCursor::read_entries`] but skips positions for
     /// which `skip(ledger_id, entry_id)` is true without reading them
     /// (Pulsar's `readEntriesWithSkip`, used with the lock-free deletion
-    /// hint). Within the window `[read, read + max_entries - 1]` of the
-    /// current ledger it reads only the first contiguous run of non-skipped
+    /// hint). Within the window `[read, read + max_entries - 1]` (saturating:
+    /// a huge `max_entries` is the rest of the ledger) of the current ledger it reads only the first contiguous run of non-skipped
     /// entries; a window that is entirely skipped moves the read position past
     /// it and the scan continues with the next window. Returns an empty vector
     /// when everything up to the last confirmed entry is skipped or read.
@@ -842,7 +847,13 @@ impl ManagedCursor {
                 cursor.read_position = start;
                 return Ok(Vec::new());
             };
-            let window_end = (start.entry_id + max_entries as i64 - 1).min(info.entries - 1);
+            // Saturating: a `max_entries` beyond i64 means "all available";
+            // max_entries >= 1, so `window - 1` cannot wrap.
+            let window = i64::try_from(max_entries).unwrap_or(i64::MAX);
+            let window_end = start
+                .entry_id
+                .saturating_add(window - 1)
+                .min(info.entries - 1);
             let run_start = (start.entry_id..=window_end).find(|e| !skip(start.ledger_id, *e));
             let Some(run_start) = run_start else {
                 pos = self
