@@ -669,3 +669,54 @@ fn l3_huge_max_entries_reads_everything_available() {
         assert_eq!(c.read_position(), p(2, 0));
     });
 }
+
+/// held while it runs).
+#[test]
+fn l4_fault_policy_may_call_back_into_the_cursor() {
+    use std::sync::OnceLock;
+    let ml = ManagedLedger::open("t", cfg(10), Arc::new(MemoryStore::new())).unwrap();
+    for i in 0..3u8 {
+        ml.append(&[i]).unwrap();
+    }
+    let cur: Arc<OnceLock<Arc<pulsar_core::ledger::ManagedCursor>>> = Arc::new(OnceLock::new());
+    let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
+    {
+        let cur = Arc::clone(&cur);
+        let seen = Arc::clone(&seen);
+        let ml2 = Arc::clone(&ml);
+        ml.faults().set_policy(move |req| {
+            let c = cur.get().expect("cursor set before the first read");
+            let read = c.read_position();
+            seen.lock()
+                .unwrap()
+                .push((req.from, read, ml2.last_confirmed_entry()));
+            // Fail reads that start at 1:2.
+            (read == Position::new(1, 2)).then_some(ReadFailureKind::TooManyRequests)
+        });
+    }
+    let c = Arc::new(ml.open_cursor("c").unwrap());
+    let _ = cur.set(Arc::clone(&c));
+    let c2 = Arc::clone(&c);
+    let (first, second) = within(
+        10,
+        "read_entries with a cursor-inspecting policy",
+        move || {
+            let a = c2.read_entries(2).map(|v| v.len());
+            let b = c2.read_entries(2).map(|v| v.len());
+            (a, b)
+        },
+    );
+    assert_eq!(first, Ok(2));
+    assert_eq!(second, Err(LedgerError::TooManyRequests));
+    assert_eq!(c.read_position(), p(1, 2));
+    let c3 = Arc::clone(&c);
+    let skipped = within(10, "read_entries_with_skip with that policy", move || {
+        c3.read_entries_with_skip(2, |_, _| false).map(|v| v.len())
+    });
+    assert_eq!(skipped, Err(LedgerError::TooManyRequests));
+    assert_eq!(
+        seen.lock().unwrap()[0],
+        (p(1, 0), p(1, 0), p(1, 2)),
+        "the policy sees the request and the live cursor"
+    );
+}

@@ -19,8 +19,13 @@
 //!   [`MemoryStore`] (tests).
 //!
 //! Concurrency: a `ManagedLedger` and its cursors may be shared between
-//! threads (`Arc`); appends are serialised by the ledger's lock, each cursor
-//! has its own lock, and no lock is held while calling user code.
+//! threads (`Arc`); appends are serialised by the ledger's lock and each
+//! cursor has its own lock. User code is called as follows:
+//!
+//! - a [`ReadFaults`] policy runs with no lock held, so it may call any
+//!   method of the ledger or its cursors (including the reading cursor);
+//! - the `skip` predicate of [`ManagedCursor::read_entries_with_skip`] runs
+//!   with that cursor's lock held and must not call back into that cursor.
 
 mod error;
 mod store;
@@ -116,6 +121,12 @@ impl ReadFaults {
 
     /// Installs a policy consulted on every read after the queued faults; it
     /// returns the failure to inject, if any. Replaces any previous policy.
+    ///
+    /// The policy is called with no lock held (neither the reading cursor's
+    /// nor the ledger's), so it may inspect the cursor or ledger, e.g. call
+    /// [`ManagedCursor::read_position`]. Its [`ReadRequest::from`] is the read
+    /// position when the read started; a concurrent read, rewind or reset of
+    /// the same cursor may move the read position before the read proceeds.
     pub fn set_policy(
         &self,
         policy: impl Fn(&ReadRequest<'_>) -> Option<ReadFailureKind> + Send + Sync + 'static,
@@ -716,8 +727,7 @@ impl ManagedCursor {
                 "read_entries needs max_entries >= 1".into(),
             ));
         }
-        let mut cursor = self.state.lock();
-        self.check_readable(&cursor, max_entries)?;
+        let mut cursor = self.lock_readable(max_entries)?;
         let mut out: Vec<Entry> = Vec::new();
         let (start, ledgers): (Position, Vec<(i64, StoredLedgerInfo)>) = {
             let state = self.ledger.state.lock();
@@ -780,11 +790,18 @@ impl ManagedCursor {
     }
 
     /// The checks every read makes first, in Pulsar's order: closed cursor,
-    /// fenced ledger, injected fault.
-    fn check_readable(&self, cursor: &CursorState, max_entries: usize) -> Result<(), LedgerError> {
-        if cursor.closed {
-            return Err(self.closed_error());
-        }
+    /// fenced ledger, injected fault; returns the cursor lock for the read.
+    ///
+    /// The [`ReadFaults`] policy is user code: it runs with NO lock held (the
+    /// cursor lock is released around it and taken again afterwards), so it
+    /// may call back into this cursor or the ledger. The closed check is
+    /// repeated once the lock is re-taken, as the cursor may have been closed
+    /// while the policy ran.
+    fn lock_readable(
+        &self,
+        max_entries: usize,
+    ) -> Result<crate::sync::MutexGuard<'_, CursorState>, LedgerError> {
+        let from = self.live()?.read_position;
         if self.ledger.is_fenced() {
             return Err(LedgerError::Fenced {
                 ledger: self.ledger.name.clone(),
@@ -793,23 +810,21 @@ impl ManagedCursor {
         let req = ReadRequest {
             ledger: &self.ledger.name,
             cursor: &self.name,
-            from: cursor.read_position,
+            from,
             max_entries,
         };
-        match self.ledger.faults.next(&req) {
-            Some(kind) => Err(self
-                .ledger
-                .fault_error(kind, cursor.read_position, &self.name)),
-            None => Ok(()),
+        if let Some(kind) = self.ledger.faults.next(&req) {
+            return Err(self.ledger.fault_error(kind, from, &self.name));
         }
+        self.live()
     }
 
     /// Reads like [`ManagedCursor::read_entries`] but skips positions for
     /// which `skip(ledger_id, entry_id)` is true without reading them
     /// (Pulsar's `readEntriesWithSkip`, used with the lock-free deletion
     /// hint). Within the window `[read, read + max_entries - 1]` (saturating:
-    /// a huge `max_entries` is the rest of the ledger) of the current ledger it reads only the first contiguous run of non-skipped
-    /// entries; a window that is entirely skipped moves the read position past
+    /// a huge `max_entries` is the rest of the ledger) of the current ledger
+    /// it reads only the first contiguous run of non-skipped entries; a window that is entirely skipped moves the read position past
     /// it and the scan continues with the next window. Returns an empty vector
     /// when everything up to the last confirmed entry is skipped or read.
     ///
@@ -832,8 +847,7 @@ impl ManagedCursor {
                 "read_entries_with_skip needs max_entries >= 1".into(),
             ));
         }
-        let mut cursor = self.state.lock();
-        self.check_readable(&cursor, max_entries)?;
+        let mut cursor = self.lock_readable(max_entries)?;
         let mut pos = cursor.read_position;
         loop {
             let (start, info) = {
