@@ -506,6 +506,7 @@ fn read_with_skip_failure_keeps_the_read_position_before_unread_entries() {
     });
 }
 
+/// Runs `f` on its own thread and fails the test (instead of hanging the
 /// suite) if it does not return within `secs` seconds.
 fn within<R: Send + 'static>(secs: u64, what: &str, f: impl FnOnce() -> R + Send + 'static) -> R {
     let (tx, rx) = std::sync::mpsc::channel();
@@ -518,6 +519,7 @@ fn within<R: Send + 'static>(secs: u64, what: &str, f: impl FnOnce() -> R + Send
     }
 }
 
+/// L1: entry id `i64::MAX` must not overflow: a position past a ledger's end
 /// moves to the next ledger, or past the end when there is none.
 #[test]
 fn l1_entry_id_i64_max_does_not_overflow() {
@@ -557,6 +559,8 @@ fn l1_entry_id_i64_max_does_not_overflow() {
     });
 }
 
+/// L2: mark-delete validates the position (entry id >= -1, an existing
+/// ledger, not beyond the last confirmed entry in any form) and the
 /// individually deleted ranges; on error nothing changes.
 #[test]
 fn l2_mark_delete_rejects_invalid_positions_and_ranges() {
@@ -670,6 +674,7 @@ fn l3_huge_max_entries_reads_everything_available() {
     });
 }
 
+/// L4: a `ReadFaults` policy may call back into the cursor (no cursor lock is
 /// held while it runs).
 #[test]
 fn l4_fault_policy_may_call_back_into_the_cursor() {
@@ -718,5 +723,54 @@ fn l4_fault_policy_may_call_back_into_the_cursor() {
         seen.lock().unwrap()[0],
         (p(1, 0), p(1, 0), p(1, 2)),
         "the policy sees the request and the live cursor"
+    );
+}
+
+/// L6: marking the current ledger lost closes it: the next append rolls over
+/// to a new ledger, and in-process reads agree with reads after a reopen.
+#[test]
+fn l6_losing_the_current_ledger_rolls_over_and_survives_reopen() {
+    let check = |ml: &Arc<ManagedLedger>| {
+        assert_eq!(ml.ledgers(), vec![(1, 2), (2, 1)]);
+        for pos in [p(1, 0), p(1, 1)] {
+            assert_eq!(
+                ml.read_positions(&[pos]).unwrap_err(),
+                LedgerError::LedgerNotExist { ledger_id: 1 }
+            );
+        }
+        assert_eq!(
+            ml.read_positions(&[p(2, 0)]).unwrap()[0].data,
+            b"c".to_vec()
+        );
+        assert_eq!(ml.last_confirmed_entry(), p(2, 0));
+    };
+    // In memory.
+    let mem: Arc<dyn LedgerStore> = Arc::new(MemoryStore::new());
+    let ml = ManagedLedger::open("t", cfg(10), Arc::clone(&mem)).unwrap();
+    ml.append(b"a").unwrap();
+    ml.append(b"b").unwrap();
+    ml.mark_ledger_lost(1).unwrap();
+    assert_eq!(ml.append(b"c").unwrap(), p(2, 0));
+    check(&ml);
+    check(&ManagedLedger::open("t", cfg(10), mem).unwrap());
+    // Durable, across a reopen.
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("x.redb");
+    {
+        let store: Arc<dyn LedgerStore> = Arc::new(RedbStore::open(&path).unwrap());
+        let ml = ManagedLedger::open("t", cfg(10), store).unwrap();
+        ml.append(b"a").unwrap();
+        ml.append(b"b").unwrap();
+        ml.mark_ledger_lost(1).unwrap();
+        assert_eq!(ml.append(b"c").unwrap(), p(2, 0));
+        check(&ml);
+    }
+    let store: Arc<dyn LedgerStore> = Arc::new(RedbStore::open(&path).unwrap());
+    let ml = ManagedLedger::open("t", cfg(10), store).unwrap();
+    check(&ml);
+    let c = ml.open_cursor("c").unwrap();
+    assert_eq!(
+        c.read_entries(10).unwrap_err(),
+        LedgerError::LedgerNotExist { ledger_id: 1 }
     );
 }

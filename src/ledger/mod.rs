@@ -406,7 +406,9 @@ impl ManagedLedger {
         let mut planned: Vec<(i64, i64, &[&[u8]])> = Vec::new();
         let mut rest = payloads;
         while !rest.is_empty() {
-            if info.entries >= max {
+            // A full ledger rolls over; so does a lost one (closed by
+            // `mark_ledger_lost`): nothing is ever appended to a lost ledger.
+            if info.entries >= max || info.lost {
                 id += 1;
                 info = StoredLedgerInfo::default();
             }
@@ -556,6 +558,11 @@ impl ManagedLedger {
     /// Drops the data of ledger `ledger_id` (simulating a deleted or lost
     /// BookKeeper ledger). The ledger stays in the list; reads of it fail with
     /// [`LedgerError::LedgerNotExist`] (or are skipped with auto-skip on).
+    ///
+    /// Marking the current ledger lost closes it, as Pulsar closes a failed
+    /// BookKeeper ledger and opens a new one: the next append rolls over to a
+    /// new ledger (id + 1), so nothing is ever appended to a lost ledger and
+    /// reads agree before and after a reopen.
     ///
     /// # Errors
     /// [`LedgerError::InvalidArgument`] for an unknown ledger id;
