@@ -320,6 +320,15 @@ impl ManagedLedger {
     /// Opens (or creates) managed ledger `name` in `store`, recovering its
     /// ledger list. A new managed ledger starts with ledger id 1.
     ///
+    /// One owner per name: the caller must ensure that at most one open
+    /// `ManagedLedger` per `name` writes to a store at a time, as one Pulsar
+    /// broker owns a topic. The store has no ownership or fencing, so two
+    /// instances opened on the same store and name (in one process or, with
+    /// a shared file, several) each append from their own view of the ledger
+    /// list and overwrite each other's entries and cursor state (last write
+    /// wins). To hand a managed ledger over, [`ManagedLedger::fence`] the old
+    /// instance (and stop using its cursors) before opening the new one.
+    ///
     /// # Errors
     /// [`LedgerError::InvalidArgument`] for `max_entries_per_ledger == 0` or an
     /// empty name; [`LedgerError::Store`] if the store fails.
