@@ -323,10 +323,10 @@ impl ManagedLedger {
     /// One owner per name: the caller must ensure that at most one open
     /// `ManagedLedger` per `name` writes to a store at a time, as one Pulsar
     /// broker owns a topic. The store has no ownership or fencing, so two
-    /// instances opened on the same store and name (in one process or, with
-    /// a shared file, several) each append from their own view of the ledger
-    /// list and overwrite each other's entries and cursor state (last write
-    /// wins). To hand a managed ledger over, [`ManagedLedger::fence`] the old
+    /// instances opened on the same store and name (e.g. through two clones
+    /// of one `Arc<dyn LedgerStore>`) each append from their own view of the
+    /// ledger list and overwrite each other's entries and cursor state (last
+    /// write wins). To hand a managed ledger over, [`ManagedLedger::fence`] the old
     /// instance (and stop using its cursors) before opening the new one.
     ///
     /// # Errors
