@@ -249,6 +249,7 @@ impl LedgerState {
         md: Position,
         ranges: &[(Position, Position)],
     ) -> Result<(), LedgerError> {
+        let lce = self.last_confirmed();
         let mut previous_upper: Option<Position> = None;
         for &(lower, upper) in ranges {
             let invalid = |reason: String| LedgerError::InvalidDeletedRange {
@@ -274,7 +275,6 @@ impl LedgerState {
                     )));
                 }
             }
-            let lce = self.last_confirmed();
             if upper > lce {
                 return Err(invalid(format!(
                     "it ends beyond the last confirmed entry {lce}"
@@ -326,8 +326,9 @@ impl ManagedLedger {
     /// instances opened on the same store and name (e.g. through two clones
     /// of one `Arc<dyn LedgerStore>`) each append from their own view of the
     /// ledger list and overwrite each other's entries and cursor state (last
-    /// write wins). To hand a managed ledger over, [`ManagedLedger::fence`] the old
-    /// instance (and stop using its cursors) before opening the new one.
+    /// write wins). To hand a managed ledger over, [`ManagedLedger::fence`]
+    /// the old instance (and stop using its cursors) before opening the new
+    /// one.
     ///
     /// # Errors
     /// [`LedgerError::InvalidArgument`] for `max_entries_per_ledger == 0` or an
@@ -840,8 +841,9 @@ impl ManagedCursor {
     /// (Pulsar's `readEntriesWithSkip`, used with the lock-free deletion
     /// hint). Within the window `[read, read + max_entries - 1]` (saturating:
     /// a huge `max_entries` is the rest of the ledger) of the current ledger
-    /// it reads only the first contiguous run of non-skipped entries; a window that is entirely skipped moves the read position past
-    /// it and the scan continues with the next window. Returns an empty vector
+    /// it reads only the first contiguous run of non-skipped entries; a
+    /// window that is entirely skipped moves the read position past it and
+    /// the scan continues with the next window. Returns an empty vector
     /// when everything up to the last confirmed entry is skipped or read.
     ///
     /// `skip` is called with this cursor's lock held: it must not call back
