@@ -505,3 +505,272 @@ fn read_with_skip_failure_keeps_the_read_position_before_unread_entries() {
         assert_eq!(c.read_position(), p(2, 0));
     });
 }
+
+/// Runs `f` on its own thread and fails the test (instead of hanging the
+/// suite) if it does not return within `secs` seconds.
+fn within<R: Send + 'static>(secs: u64, what: &str, f: impl FnOnce() -> R + Send + 'static) -> R {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(f());
+    });
+    match rx.recv_timeout(std::time::Duration::from_secs(secs)) {
+        Ok(r) => r,
+        Err(_) => panic!("{what}: no return after {secs} s (hang or deadlock)"),
+    }
+}
+
+/// L1: entry id `i64::MAX` must not overflow: a position past a ledger's end
+/// moves to the next ledger, or past the end when there is none.
+#[test]
+fn l1_entry_id_i64_max_does_not_overflow() {
+    both(|store| {
+        let ml = ManagedLedger::open("t", cfg(10), store).unwrap();
+        for i in 0..15u8 {
+            ml.append(&[i]).unwrap();
+        }
+        // Ledger 1 holds 1:0..=1:9, ledger 2 holds 2:0..=2:4.
+        assert_eq!(ml.next_valid_position(p(1, i64::MAX)), p(2, 0));
+        assert_eq!(ml.next_valid_position(p(2, i64::MAX)), p(2, 5));
+        assert_eq!(ml.next_valid_position(p(i64::MAX, i64::MAX)), p(2, 5));
+        assert_eq!(ml.entries_after(p(1, i64::MAX)), 5);
+        assert_eq!(ml.entries_after(p(2, i64::MAX)), 0);
+        assert_eq!(ml.entries_after(p(1, i64::MIN)), 15);
+
+        let c = ml.open_cursor("c").unwrap();
+        // Reset past the end of ledger 1 = the first entry of ledger 2.
+        c.reset(p(1, i64::MAX)).unwrap();
+        assert_eq!(c.read_position(), p(2, 0));
+        assert_eq!(c.mark_delete_position(), p(2, -1));
+        // Reset past the end of the last ledger = past the end.
+        c.reset(p(2, i64::MAX)).unwrap();
+        assert_eq!(c.read_position(), p(2, 5));
+        assert_eq!(c.mark_delete_position(), p(2, 4));
+        assert_eq!(c.number_of_entries_to_read(), 0);
+        // The locks were released (no panic while holding them).
+        c.reset(p(1, 0)).unwrap();
+        assert_eq!(c.read_entries(1).unwrap()[0].position, p(1, 0));
+
+        // Mark-delete at an entry past its ledger's end (below the last
+        // confirmed entry in position order) is a typed error, state unchanged.
+        let err = c.mark_delete(p(1, i64::MAX)).unwrap_err();
+        assert!(matches!(err, LedgerError::InvalidPosition { .. }), "{err}");
+        assert_eq!(c.mark_delete_position(), p(1, -1));
+        assert_eq!(c.read_position(), p(1, 1));
+    });
+}
+
+/// L2: mark-delete validates the position (entry id >= -1, an existing
+/// ledger, not beyond the last confirmed entry in any form) and the
+/// individually deleted ranges; on error nothing changes.
+#[test]
+fn l2_mark_delete_rejects_invalid_positions_and_ranges() {
+    both(|store| {
+        let ml = ManagedLedger::open("t", cfg(10), Arc::clone(&store)).unwrap();
+        for i in 0..3u8 {
+            ml.append(&[i]).unwrap();
+        }
+        let c = ml.open_cursor("c").unwrap();
+        let unchanged = |c: &pulsar_core::ledger::ManagedCursor| {
+            assert_eq!(c.mark_delete_position(), p(1, -1));
+            assert_eq!(c.read_position(), p(1, 0));
+            assert!(c.individually_deleted_ranges().is_empty());
+        };
+        // (1000, -1) > (1, 2) in position order: beyond the last confirmed.
+        let err = c.mark_delete(p(1000, -1)).unwrap_err();
+        assert!(
+            matches!(err, LedgerError::BeyondLastConfirmed { .. }),
+            "{err}"
+        );
+        unchanged(&c);
+        let err = c.mark_delete(p(2, -7)).unwrap_err();
+        assert!(matches!(err, LedgerError::InvalidPosition { .. }), "{err}");
+        unchanged(&c);
+
+        // Inverted and garbage ranges are refused.
+        for ranges in [
+            vec![(p(1, 1), p(1, 0))],
+            vec![(p(1, 0), p(1, 0))],
+            vec![(p(1, 0), p(-5, 99))],
+            vec![(p(1, -3), p(1, 0))],
+            vec![(p(1, 1), p(1, 5))],
+            vec![(p(1, 0), p(1, 2)), (p(1, 1), p(1, 2))],
+        ] {
+            let err = c
+                .mark_delete_with_ranges(p(1, -1), ranges.clone())
+                .unwrap_err();
+            assert!(
+                matches!(err, LedgerError::InvalidDeletedRange { .. }),
+                "{ranges:?}: {err}"
+            );
+            unchanged(&c);
+        }
+        // A range below the mark-delete position is refused.
+        c.mark_delete(p(1, 0)).unwrap();
+        let err = c
+            .mark_delete_with_ranges(p(1, 0), vec![(p(1, -1), p(1, 0))])
+            .unwrap_err();
+        assert!(
+            matches!(err, LedgerError::InvalidDeletedRange { .. }),
+            "{err}"
+        );
+        assert!(c.individually_deleted_ranges().is_empty());
+        // Valid ranges are stored and read back after reopen.
+        c.mark_delete_with_ranges(p(1, 0), vec![(p(1, 1), p(1, 2))])
+            .unwrap();
+        assert_eq!(c.individually_deleted_ranges(), vec![(p(1, 1), p(1, 2))]);
+        let again = ManagedLedger::open("t", cfg(10), Arc::clone(&store))
+            .unwrap()
+            .open_cursor("c")
+            .unwrap();
+        assert_eq!(
+            again.individually_deleted_ranges(),
+            vec![(p(1, 1), p(1, 2))]
+        );
+
+        // After a rollover: an entry id below -1 is refused; `(2, -1)` (just
+        // before the first entry of an existing ledger) is accepted.
+        for i in 0..10u8 {
+            ml.append(&[i]).unwrap();
+        }
+        let err = c.mark_delete(p(2, -7)).unwrap_err();
+        assert!(matches!(err, LedgerError::InvalidPosition { .. }), "{err}");
+        assert_eq!(c.mark_delete_position(), p(1, 0));
+        c.mark_delete(p(2, -1)).unwrap();
+        assert_eq!(c.read_position(), p(2, 0));
+    });
+}
+
+/// L3: a huge `max_entries` means "as many as available".
+#[test]
+fn l3_huge_max_entries_reads_everything_available() {
+    both(|store| {
+        let ml = ManagedLedger::open("t", cfg(10), store).unwrap();
+        for i in 0..15u8 {
+            ml.append(&[i]).unwrap();
+        }
+        let c = ml.open_cursor("c").unwrap();
+        assert_eq!(c.read_entries(usize::MAX).unwrap().len(), 15);
+        c.rewind();
+        assert_eq!(c.read_entries(i64::MAX as usize).unwrap().len(), 15);
+        c.rewind();
+        // With skip, one call reads the first non-skipped run of the current
+        // ledger (here all of ledger 1).
+        assert_eq!(
+            c.read_entries_with_skip(i64::MAX as usize + 1, |_, _| false)
+                .unwrap()
+                .len(),
+            10
+        );
+        c.rewind();
+        let c = Arc::new(c);
+        let c2 = Arc::clone(&c);
+        let n = within(10, "read_entries_with_skip(usize::MAX)", move || {
+            c2.read_entries_with_skip(usize::MAX, |_, _| false)
+                .unwrap()
+                .len()
+        });
+        assert_eq!(n, 10);
+        assert_eq!(c.read_position(), p(2, 0));
+    });
+}
+
+/// L4: a `ReadFaults` policy may call back into the cursor (no cursor lock is
+/// held while it runs).
+#[test]
+fn l4_fault_policy_may_call_back_into_the_cursor() {
+    use std::sync::OnceLock;
+    let ml = ManagedLedger::open("t", cfg(10), Arc::new(MemoryStore::new())).unwrap();
+    for i in 0..3u8 {
+        ml.append(&[i]).unwrap();
+    }
+    let cur: Arc<OnceLock<Arc<pulsar_core::ledger::ManagedCursor>>> = Arc::new(OnceLock::new());
+    let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
+    {
+        let cur = Arc::clone(&cur);
+        let seen = Arc::clone(&seen);
+        let ml2 = Arc::clone(&ml);
+        ml.faults().set_policy(move |req| {
+            let c = cur.get().expect("cursor set before the first read");
+            let read = c.read_position();
+            seen.lock()
+                .unwrap()
+                .push((req.from, read, ml2.last_confirmed_entry()));
+            // Fail reads that start at 1:2.
+            (read == Position::new(1, 2)).then_some(ReadFailureKind::TooManyRequests)
+        });
+    }
+    let c = Arc::new(ml.open_cursor("c").unwrap());
+    let _ = cur.set(Arc::clone(&c));
+    let c2 = Arc::clone(&c);
+    let (first, second) = within(
+        10,
+        "read_entries with a cursor-inspecting policy",
+        move || {
+            let a = c2.read_entries(2).map(|v| v.len());
+            let b = c2.read_entries(2).map(|v| v.len());
+            (a, b)
+        },
+    );
+    assert_eq!(first, Ok(2));
+    assert_eq!(second, Err(LedgerError::TooManyRequests));
+    assert_eq!(c.read_position(), p(1, 2));
+    let c3 = Arc::clone(&c);
+    let skipped = within(10, "read_entries_with_skip with that policy", move || {
+        c3.read_entries_with_skip(2, |_, _| false).map(|v| v.len())
+    });
+    assert_eq!(skipped, Err(LedgerError::TooManyRequests));
+    assert_eq!(
+        seen.lock().unwrap()[0],
+        (p(1, 0), p(1, 0), p(1, 2)),
+        "the policy sees the request and the live cursor"
+    );
+}
+
+/// L6: marking the current ledger lost closes it: the next append rolls over
+/// to a new ledger, and in-process reads agree with reads after a reopen.
+#[test]
+fn l6_losing_the_current_ledger_rolls_over_and_survives_reopen() {
+    let check = |ml: &Arc<ManagedLedger>| {
+        assert_eq!(ml.ledgers(), vec![(1, 2), (2, 1)]);
+        for pos in [p(1, 0), p(1, 1)] {
+            assert_eq!(
+                ml.read_positions(&[pos]).unwrap_err(),
+                LedgerError::LedgerNotExist { ledger_id: 1 }
+            );
+        }
+        assert_eq!(
+            ml.read_positions(&[p(2, 0)]).unwrap()[0].data,
+            b"c".to_vec()
+        );
+        assert_eq!(ml.last_confirmed_entry(), p(2, 0));
+    };
+    // In memory.
+    let mem: Arc<dyn LedgerStore> = Arc::new(MemoryStore::new());
+    let ml = ManagedLedger::open("t", cfg(10), Arc::clone(&mem)).unwrap();
+    ml.append(b"a").unwrap();
+    ml.append(b"b").unwrap();
+    ml.mark_ledger_lost(1).unwrap();
+    assert_eq!(ml.append(b"c").unwrap(), p(2, 0));
+    check(&ml);
+    check(&ManagedLedger::open("t", cfg(10), mem).unwrap());
+    // Durable, across a reopen.
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("x.redb");
+    {
+        let store: Arc<dyn LedgerStore> = Arc::new(RedbStore::open(&path).unwrap());
+        let ml = ManagedLedger::open("t", cfg(10), store).unwrap();
+        ml.append(b"a").unwrap();
+        ml.append(b"b").unwrap();
+        ml.mark_ledger_lost(1).unwrap();
+        assert_eq!(ml.append(b"c").unwrap(), p(2, 0));
+        check(&ml);
+    }
+    let store: Arc<dyn LedgerStore> = Arc::new(RedbStore::open(&path).unwrap());
+    let ml = ManagedLedger::open("t", cfg(10), store).unwrap();
+    check(&ml);
+    let c = ml.open_cursor("c").unwrap();
+    assert_eq!(
+        c.read_entries(10).unwrap_err(),
+        LedgerError::LedgerNotExist { ledger_id: 1 }
+    );
+}

@@ -113,6 +113,29 @@ pub enum LedgerError {
         /// The ledger's last confirmed entry.
         last_confirmed: Position,
     },
+    /// The position cannot be a mark-delete position: its entry id is below
+    /// -1, or it lies past the end of its (non-current) ledger, or in a
+    /// ledger the managed ledger does not have.
+    #[error("invalid position {position}: {reason}")]
+    InvalidPosition {
+        /// The rejected position.
+        position: Position,
+        /// Why it was rejected.
+        reason: String,
+    },
+    /// An individually deleted range `(lower, upper]` passed to
+    /// `mark_delete_with_ranges` is malformed (empty or inverted, an entry id
+    /// out of range, not ascending / overlapping the previous range, starting
+    /// below the mark-delete position, or beyond the last confirmed entry).
+    #[error("invalid individually deleted range ({lower}, {upper}]: {reason}")]
+    InvalidDeletedRange {
+        /// Open lower bound of the rejected range.
+        lower: Position,
+        /// Closed upper bound of the rejected range.
+        upper: Position,
+        /// Why it was rejected.
+        reason: String,
+    },
     /// A caller-supplied argument is out of range.
     #[error("invalid argument: {0}")]
     InvalidArgument(String),

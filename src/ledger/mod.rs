@@ -19,8 +19,13 @@
 //!   [`MemoryStore`] (tests).
 //!
 //! Concurrency: a `ManagedLedger` and its cursors may be shared between
-//! threads (`Arc`); appends are serialised by the ledger's lock, each cursor
-//! has its own lock, and no lock is held while calling user code.
+//! threads (`Arc`); appends are serialised by the ledger's lock and each
+//! cursor has its own lock. User code is called as follows:
+//!
+//! - a [`ReadFaults`] policy runs with no lock held, so it may call any
+//!   method of the ledger or its cursors (including the reading cursor);
+//! - the `skip` predicate of [`ManagedCursor::read_entries_with_skip`] runs
+//!   with that cursor's lock held and must not call back into that cursor.
 
 mod error;
 mod store;
@@ -32,6 +37,7 @@ pub use store::{
 };
 
 use std::collections::{BTreeMap, VecDeque};
+use std::ops::Bound;
 
 use crate::position::Position;
 use crate::sync::{AtomicBool, Mutex, Ordering};
@@ -115,6 +121,12 @@ impl ReadFaults {
 
     /// Installs a policy consulted on every read after the queued faults; it
     /// returns the failure to inject, if any. Replaces any previous policy.
+    ///
+    /// The policy is called with no lock held (neither the reading cursor's
+    /// nor the ledger's), so it may inspect the cursor or ledger, e.g. call
+    /// [`ManagedCursor::read_position`]. Its [`ReadRequest::from`] is the read
+    /// position when the read started; a concurrent read, rewind or reset of
+    /// the same cursor may move the read position before the read proceeds.
     pub fn set_policy(
         &self,
         policy: impl Fn(&ReadRequest<'_>) -> Option<ReadFailureKind> + Send + Sync + 'static,
@@ -171,11 +183,14 @@ impl LedgerState {
     /// position just past the last confirmed entry when there is none.
     fn next_valid_after(&self, p: Position) -> Position {
         if let Some(info) = self.ledgers.get(&p.ledger_id) {
-            if p.entry_id + 1 < info.entries {
+            // `entry_id < entries - 1` rather than `entry_id + 1 < entries`:
+            // no overflow at `i64::MAX` (entries >= 0).
+            if p.entry_id < info.entries - 1 {
                 return Position::new(p.ledger_id, p.entry_id.max(-1) + 1);
             }
         }
-        for (id, info) in self.ledgers.range(p.ledger_id.saturating_add(1)..) {
+        let later = (Bound::Excluded(p.ledger_id), Bound::Unbounded);
+        for (id, info) in self.ledgers.range(later) {
             if info.entries > 0 {
                 return Position::new(*id, 0);
             }
@@ -191,6 +206,87 @@ impl LedgerState {
             }
         }
         self.next_valid_after(p)
+    }
+
+    /// Checks that `p` may be a mark-delete position: entry id `>= -1`; not
+    /// beyond the last confirmed entry, except `(L, -1)` for an existing
+    /// ledger `L` that holds no entry yet (just after a rollover); otherwise
+    /// in an existing ledger and not past its end.
+    fn check_mark_delete_position(&self, p: Position) -> Result<(), LedgerError> {
+        let invalid = |reason: String| LedgerError::InvalidPosition {
+            position: p,
+            reason,
+        };
+        if p.entry_id < -1 {
+            return Err(invalid("entry id is below -1".into()));
+        }
+        let lce = self.last_confirmed();
+        if p > lce {
+            if p.entry_id == -1 && self.ledgers.contains_key(&p.ledger_id) {
+                return Ok(());
+            }
+            return Err(LedgerError::BeyondLastConfirmed {
+                position: p,
+                last_confirmed: lce,
+            });
+        }
+        match self.ledgers.get(&p.ledger_id) {
+            None => Err(invalid(format!("there is no ledger {}", p.ledger_id))),
+            Some(info) if p.entry_id >= info.entries => Err(invalid(format!(
+                "ledger {} holds only {} entries",
+                p.ledger_id, info.entries
+            ))),
+            Some(_) => Ok(()),
+        }
+    }
+
+    /// Checks individually deleted ranges `(lower, upper]` to persist with
+    /// mark-delete position `md`: each non-empty, `lower` entry id `>= -1`,
+    /// `lower >= md`, `upper` an existing entry (so not beyond the last
+    /// confirmed one), ascending and non-overlapping (adjacent is fine).
+    fn check_deleted_ranges(
+        &self,
+        md: Position,
+        ranges: &[(Position, Position)],
+    ) -> Result<(), LedgerError> {
+        let lce = self.last_confirmed();
+        let mut previous_upper: Option<Position> = None;
+        for &(lower, upper) in ranges {
+            let invalid = |reason: String| LedgerError::InvalidDeletedRange {
+                lower,
+                upper,
+                reason,
+            };
+            if lower >= upper {
+                return Err(invalid("the range is empty or inverted".into()));
+            }
+            if lower.entry_id < -1 {
+                return Err(invalid("lower entry id is below -1".into()));
+            }
+            if lower < md {
+                return Err(invalid(format!(
+                    "it starts below the mark-delete position {md}"
+                )));
+            }
+            if let Some(prev) = previous_upper {
+                if lower < prev {
+                    return Err(invalid(format!(
+                        "ranges must be ascending and disjoint (previous range ends at {prev})"
+                    )));
+                }
+            }
+            if upper > lce {
+                return Err(invalid(format!(
+                    "it ends beyond the last confirmed entry {lce}"
+                )));
+            }
+            match self.ledgers.get(&upper.ledger_id) {
+                Some(info) if upper.entry_id >= 0 && upper.entry_id < info.entries => {}
+                _ => return Err(invalid(format!("upper bound {upper} is not an entry"))),
+            }
+            previous_upper = Some(upper);
+        }
+        Ok(())
     }
 
     fn past_end(&self) -> Position {
@@ -223,6 +319,16 @@ impl std::fmt::Debug for ManagedLedger {
 impl ManagedLedger {
     /// Opens (or creates) managed ledger `name` in `store`, recovering its
     /// ledger list. A new managed ledger starts with ledger id 1.
+    ///
+    /// One owner per name: the caller must ensure that at most one open
+    /// `ManagedLedger` per `name` writes to a store at a time, as one Pulsar
+    /// broker owns a topic. The store has no ownership or fencing, so two
+    /// instances opened on the same store and name (e.g. through two clones
+    /// of one `Arc<dyn LedgerStore>`) each append from their own view of the
+    /// ledger list and overwrite each other's entries and cursor state (last
+    /// write wins). To hand a managed ledger over, [`ManagedLedger::fence`]
+    /// the old instance (and stop using its cursors) before opening the new
+    /// one.
     ///
     /// # Errors
     /// [`LedgerError::InvalidArgument`] for `max_entries_per_ledger == 0` or an
@@ -310,7 +416,9 @@ impl ManagedLedger {
         let mut planned: Vec<(i64, i64, &[&[u8]])> = Vec::new();
         let mut rest = payloads;
         while !rest.is_empty() {
-            if info.entries >= max {
+            // A full ledger rolls over; so does a lost one (closed by
+            // `mark_ledger_lost`): nothing is ever appended to a lost ledger.
+            if info.entries >= max || info.lost {
                 id += 1;
                 info = StoredLedgerInfo::default();
             }
@@ -344,7 +452,9 @@ impl ManagedLedger {
     }
 
     /// The first position after `p` that holds an entry, or the position just
-    /// past the last confirmed entry.
+    /// past the last confirmed entry. Any `p` is accepted: an entry id past
+    /// the end of its ledger (up to `i64::MAX`) moves to the next ledger that
+    /// holds an entry.
     pub fn next_valid_position(&self, p: Position) -> Position {
         self.state.lock().next_valid_after(p)
     }
@@ -359,13 +469,16 @@ impl ManagedLedger {
             .collect()
     }
 
-    /// Number of entries strictly after `from` up to the last confirmed entry.
+    /// Number of entries strictly after `from` up to the last confirmed entry
+    /// (any `from`, including entry ids past a ledger's end or below -1).
     pub fn entries_after(&self, from: Position) -> i64 {
         let state = self.state.lock();
+        let after = from.entry_id.max(-1);
         let mut n = 0;
         for (id, info) in state.ledgers.range(from.ledger_id..) {
             if *id == from.ledger_id {
-                n += (info.entries - (from.entry_id + 1)).max(0);
+                // entries - 1 >= -1 and after >= -1: no overflow.
+                n += (info.entries - 1 - after).max(0);
             } else {
                 n += info.entries;
             }
@@ -455,6 +568,11 @@ impl ManagedLedger {
     /// Drops the data of ledger `ledger_id` (simulating a deleted or lost
     /// BookKeeper ledger). The ledger stays in the list; reads of it fail with
     /// [`LedgerError::LedgerNotExist`] (or are skipped with auto-skip on).
+    ///
+    /// Marking the current ledger lost closes it, as Pulsar closes a failed
+    /// BookKeeper ledger and opens a new one: the next append rolls over to a
+    /// new ledger (id + 1), so nothing is ever appended to a lost ledger and
+    /// reads agree before and after a reopen.
     ///
     /// # Errors
     /// [`LedgerError::InvalidArgument`] for an unknown ledger id;
@@ -598,8 +716,7 @@ impl ManagedCursor {
     /// Number of entries from the read position to the last confirmed entry.
     pub fn number_of_entries_to_read(&self) -> i64 {
         let read = self.state.lock().read_position;
-        self.ledger
-            .entries_after(Position::new(read.ledger_id, read.entry_id - 1))
+        self.ledger.entries_after(read.previous_in_ledger())
     }
 
     /// Reads up to `max_entries` entries from the read position and advances
@@ -618,14 +735,16 @@ impl ManagedCursor {
     /// injected [`ReadFailureKind`], [`LedgerError::LedgerNotExist`],
     /// [`LedgerError::InvalidArgument`] for `max_entries == 0`,
     /// [`LedgerError::Store`]. On error the read position is unchanged.
+    ///
+    /// Any `max_entries >= 1` is valid; a huge one (up to `usize::MAX`) reads
+    /// everything available.
     pub fn read_entries(&self, max_entries: usize) -> Result<Vec<Entry>, LedgerError> {
         if max_entries == 0 {
             return Err(LedgerError::InvalidArgument(
                 "read_entries needs max_entries >= 1".into(),
             ));
         }
-        let mut cursor = self.state.lock();
-        self.check_readable(&cursor, max_entries)?;
+        let mut cursor = self.lock_readable(max_entries)?;
         let mut out: Vec<Entry> = Vec::new();
         let (start, ledgers): (Position, Vec<(i64, StoredLedgerInfo)>) = {
             let state = self.ledger.state.lock();
@@ -661,8 +780,10 @@ impl ManagedCursor {
                 }
                 break;
             }
-            let want = (max_entries - out.len()) as i64;
-            let last = (first + want - 1).min(info.entries - 1);
+            // Saturating: a `max_entries` beyond i64 means "all available".
+            let want = i64::try_from(max_entries - out.len()).unwrap_or(i64::MAX);
+            // want >= 1 (out.len() < max_entries), so `want - 1` cannot wrap.
+            let last = first.saturating_add(want - 1).min(info.entries - 1);
             let rows = self.ledger.store.read(&self.ledger.name, id, first, last)?;
             if rows.len() as i64 != last - first + 1 {
                 if out.is_empty() {
@@ -686,11 +807,18 @@ impl ManagedCursor {
     }
 
     /// The checks every read makes first, in Pulsar's order: closed cursor,
-    /// fenced ledger, injected fault.
-    fn check_readable(&self, cursor: &CursorState, max_entries: usize) -> Result<(), LedgerError> {
-        if cursor.closed {
-            return Err(self.closed_error());
-        }
+    /// fenced ledger, injected fault; returns the cursor lock for the read.
+    ///
+    /// The [`ReadFaults`] policy is user code: it runs with NO lock held (the
+    /// cursor lock is released around it and taken again afterwards), so it
+    /// may call back into this cursor or the ledger. The closed check is
+    /// repeated once the lock is re-taken, as the cursor may have been closed
+    /// while the policy ran.
+    fn lock_readable(
+        &self,
+        max_entries: usize,
+    ) -> Result<crate::sync::MutexGuard<'_, CursorState>, LedgerError> {
+        let from = self.live()?.read_position;
         if self.ledger.is_fenced() {
             return Err(LedgerError::Fenced {
                 ledger: self.ledger.name.clone(),
@@ -699,24 +827,23 @@ impl ManagedCursor {
         let req = ReadRequest {
             ledger: &self.ledger.name,
             cursor: &self.name,
-            from: cursor.read_position,
+            from,
             max_entries,
         };
-        match self.ledger.faults.next(&req) {
-            Some(kind) => Err(self
-                .ledger
-                .fault_error(kind, cursor.read_position, &self.name)),
-            None => Ok(()),
+        if let Some(kind) = self.ledger.faults.next(&req) {
+            return Err(self.ledger.fault_error(kind, from, &self.name));
         }
+        self.live()
     }
 
     /// Reads like [`ManagedCursor::read_entries`] but skips positions for
     /// which `skip(ledger_id, entry_id)` is true without reading them
     /// (Pulsar's `readEntriesWithSkip`, used with the lock-free deletion
-    /// hint). Within the window `[read, read + max_entries - 1]` of the
-    /// current ledger it reads only the first contiguous run of non-skipped
-    /// entries; a window that is entirely skipped moves the read position past
-    /// it and the scan continues with the next window. Returns an empty vector
+    /// hint). Within the window `[read, read + max_entries - 1]` (saturating:
+    /// a huge `max_entries` is the rest of the ledger) of the current ledger
+    /// it reads only the first contiguous run of non-skipped entries; a
+    /// window that is entirely skipped moves the read position past it and
+    /// the scan continues with the next window. Returns an empty vector
     /// when everything up to the last confirmed entry is skipped or read.
     ///
     /// `skip` is called with this cursor's lock held: it must not call back
@@ -738,8 +865,7 @@ impl ManagedCursor {
                 "read_entries_with_skip needs max_entries >= 1".into(),
             ));
         }
-        let mut cursor = self.state.lock();
-        self.check_readable(&cursor, max_entries)?;
+        let mut cursor = self.lock_readable(max_entries)?;
         let mut pos = cursor.read_position;
         loop {
             let (start, info) = {
@@ -753,7 +879,13 @@ impl ManagedCursor {
                 cursor.read_position = start;
                 return Ok(Vec::new());
             };
-            let window_end = (start.entry_id + max_entries as i64 - 1).min(info.entries - 1);
+            // Saturating: a `max_entries` beyond i64 means "all available";
+            // max_entries >= 1, so `window - 1` cannot wrap.
+            let window = i64::try_from(max_entries).unwrap_or(i64::MAX);
+            let window_end = start
+                .entry_id
+                .saturating_add(window - 1)
+                .min(info.entries - 1);
             let run_start = (start.entry_id..=window_end).find(|e| !skip(start.ledger_id, *e));
             let Some(run_start) = run_start else {
                 pos = self
@@ -817,21 +949,32 @@ impl ManagedCursor {
     /// Persists a new mark-delete position (and no individually deleted
     /// ranges). Moves the read position forward if it fell behind.
     ///
+    /// `position` must be an entry of the managed ledger, or `(L, -1)` ("just
+    /// before the first entry of ledger `L`") for a ledger `L` it has.
+    ///
     /// # Errors
     /// [`LedgerError::MarkDeleteBackward`] if `position` is below the current
-    /// mark-delete; [`LedgerError::BeyondLastConfirmed`] past the last entry;
-    /// [`LedgerError::CursorAlreadyClosed`]; [`LedgerError::Store`]. On error
-    /// nothing changes.
+    /// mark-delete; [`LedgerError::BeyondLastConfirmed`] past the last entry
+    /// (in position order, so `(1000, -1)` is beyond `(1, 2)` unless ledger
+    /// 1000 exists); [`LedgerError::InvalidPosition`] for an entry id below
+    /// -1, a position past the end of its ledger or in a ledger that does not
+    /// exist; [`LedgerError::CursorAlreadyClosed`]; [`LedgerError::Store`].
+    /// On error nothing changes.
     pub fn mark_delete(&self, position: Position) -> Result<(), LedgerError> {
         self.mark_delete_with_ranges(position, Vec::new())
     }
 
     /// As [`ManagedCursor::mark_delete`], also persisting the individually
     /// deleted ranges above it (open-closed `(lower, upper]`, ascending) in the
-    /// same atomic write.
+    /// same atomic write. Every range must be non-empty, start at or above
+    /// `position` (lower entry id `>= -1`), end at an existing entry (so not
+    /// beyond the last confirmed one), and not overlap the previous range
+    /// (adjacent ranges are accepted).
     ///
     /// # Errors
-    /// As [`ManagedCursor::mark_delete`].
+    /// As [`ManagedCursor::mark_delete`], plus
+    /// [`LedgerError::InvalidDeletedRange`] for the first range that breaks
+    /// the rules above. On error nothing changes.
     pub fn mark_delete_with_ranges(
         &self,
         position: Position,
@@ -847,12 +990,10 @@ impl ManagedCursor {
                 requested: position,
             });
         }
-        let lce = self.ledger.last_confirmed_entry();
-        if position > lce && position.entry_id >= 0 {
-            return Err(LedgerError::BeyondLastConfirmed {
-                position,
-                last_confirmed: lce,
-            });
+        {
+            let state = self.ledger.state.lock();
+            state.check_mark_delete_position(position)?;
+            state.check_deleted_ranges(position, &individually_deleted)?;
         }
         self.ledger.store.save_mark_delete(
             &self.ledger.name,
@@ -871,7 +1012,10 @@ impl ManagedCursor {
     /// Resets the cursor so that the next read starts at `new_read_position`
     /// (Pulsar's `resetCursor`): the mark-delete becomes the position just
     /// before it and may move backward or forward; individually deleted
-    /// ranges are cleared.
+    /// ranges are cleared. Any position is accepted: one that holds no entry
+    /// moves to the next one that does (an entry id past the end of its
+    /// ledger, up to `i64::MAX`, moves to the next ledger), or past the last
+    /// confirmed entry when there is none.
     ///
     /// # Errors
     /// [`LedgerError::CursorAlreadyClosed`]; [`LedgerError::Store`] (nothing
