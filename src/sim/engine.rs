@@ -1532,12 +1532,7 @@ impl Sim<'_> {
         }
         if let Some(key) = key {
             for (position, messages) in acks {
-                let txn = (self.w.txn_ack_ratio > 0.0
-                    && self.rng.random_bool(self.w.txn_ack_ratio))
-                .then(|| {
-                    self.next_txn += 1;
-                    TxnId::new(0, self.next_txn)
-                });
+                let txn = self.maybe_txn();
                 self.sched.after(
                     NET_MS,
                     Ev::Ack {
@@ -1633,6 +1628,14 @@ impl Sim<'_> {
         Ok(())
     }
 
+    /// A new transaction for the next ack, with probability `txn_ack_ratio`.
+    fn maybe_txn(&mut self) -> Option<TxnId> {
+        (self.w.txn_ack_ratio > 0.0 && self.rng.random_bool(self.w.txn_ack_ratio)).then(|| {
+            self.next_txn += 1;
+            TxnId::new(0, self.next_txn)
+        })
+    }
+
     /// Failover: consumer `c` of subscription `s` sends a cumulative ack up
     /// to the last entry it received completely (if any since the last
     /// one); some go inside a transaction.
@@ -1659,11 +1662,7 @@ impl Sim<'_> {
                 position = next;
             }
         }
-        let txn =
-            (self.w.txn_ack_ratio > 0.0 && self.rng.random_bool(self.w.txn_ack_ratio)).then(|| {
-                self.next_txn += 1;
-                TxnId::new(0, self.next_txn)
-            });
+        let txn = self.maybe_txn();
         self.sched.after(
             NET_MS,
             Ev::Ack {
