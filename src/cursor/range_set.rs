@@ -78,6 +78,18 @@ pub(crate) fn member_entry(p: Position) -> Result<u32, RangeSetError> {
     })
 }
 
+/// Validates an open-closed range `(lower, upper]` for
+/// [`PositionRangeSet::add_open_closed`]: returns the lower bound's entry
+/// (`None` for -1) and the upper entry.
+fn validate_range(lower: Position, upper: Position) -> Result<(Option<u32>, u32), RangeSetError> {
+    let up = member_entry(upper)?;
+    let lo = bound_entry(lower)?;
+    if lower >= upper {
+        return Err(RangeSetError::InvalidRange { lower, upper });
+    }
+    Ok((lo, up))
+}
+
 /// Validates an open/at-most bound: `-1` → `None` (before entry 0), else a u32.
 fn bound_entry(p: Position) -> Result<Option<u32>, RangeSetError> {
     if p.entry_id == -1 {
@@ -552,11 +564,7 @@ impl PositionRangeSet {
         lower: Position,
         upper: Position,
     ) -> Result<(), RangeSetError> {
-        let up = member_entry(upper)?;
-        let lo = bound_entry(lower)?;
-        if lower >= upper {
-            return Err(RangeSetError::InvalidRange { lower, upper });
-        }
+        let (lo, up) = validate_range(lower, upper)?;
         if lower.ledger_id == upper.ledger_id {
             // lo < up here, so lo + 1 cannot overflow.
             let first = lo.map_or(0, |x| x + 1);
@@ -715,19 +723,12 @@ impl PositionRangeSet {
     /// the set is unchanged on error.
     pub fn rebuild(&mut self, ranges: &[(Position, Position)]) -> Result<(), RangeSetError> {
         for &(lo, up) in ranges {
-            bound_entry(lo)?;
-            member_entry(up)?;
-            if lo >= up {
-                return Err(RangeSetError::InvalidRange {
-                    lower: lo,
-                    upper: up,
-                });
-            }
+            validate_range(lo, up)?;
         }
         self.clear();
         for &(lo, up) in ranges {
-            // Cannot fail: every range was validated above with the same
-            // checks add_open_closed makes.
+            // Cannot fail: every range was validated above with the checks
+            // add_open_closed makes (validate_range).
             self.add_open_closed(lo, up)
                 .expect("ranges validated before the set changed");
         }
