@@ -743,6 +743,15 @@ impl Sim<'_> {
         if let Some(old) = sub.consumer_keys.insert(c, key) {
             if old != key {
                 let _ = sub.dispatcher.remove_consumer(old);
+                // What was read for the old connection but never sent goes
+                // back too: it is re-read in position order together with
+                // the unacknowledged messages `remove_consumer` put into
+                // replay, never behind newer entries (as Pulsar's Key_Shared
+                // replays before new reads and its single-active-consumer
+                // dispatcher rewinds).
+                if let Some(q) = sub.blocked.remove(&c) {
+                    sub.redeliver.extend(q.iter().map(|e| e.entry.position));
+                }
             }
         }
         if self.w.subscription_type == SubscriptionType::Failover {
