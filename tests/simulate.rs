@@ -140,9 +140,11 @@ fn the_checker_catches_a_tracker_that_delivers_a_trimmed_message() {
 #[test]
 fn the_checker_catches_a_cumulative_ack_past_the_last_received() {
     let mut w = small("failover", 1_000);
-    // Bursts larger than one application poll, so the entry after the
-    // acknowledged one exists when the ack is sent.
+    // Bursts larger than one application poll and frequent cumulative
+    // acks, so the entry after the acknowledged one exists when an ack is
+    // sent.
     w.producers = 50;
+    w.cumulative_ack_every = 20;
     let baseline = run_with(&w, 3, false, None);
     assert!(baseline.is_clean(), "{baseline}");
     assert!(baseline.activity.cumulative_acks > 0, "{baseline}");

@@ -58,3 +58,27 @@ fn failover_single_consumer_reconnects_keep_total_order() {
 fn key_shared_reconnects_keep_per_key_order() {
     assert_clean(&reconnect_heavy(SubscriptionType::KeyShared, 2));
 }
+
+/// The `failover` preset really hands unacknowledged messages over: its
+/// active consumers hold entries when they reconnect (review: with a
+/// cumulative ack every 20 messages nothing was ever pending at a
+/// reconnect, so the handover path went untested).
+#[test]
+fn failover_preset_hands_pending_entries_to_the_next_consumer() {
+    let mut w = Workload::preset("failover").unwrap();
+    w.messages = 4_000;
+    let mut handed_over = 0;
+    for seed in 1..=4 {
+        let dir = tempfile::tempdir().unwrap();
+        let opts = SimOptions {
+            seed,
+            data_dir: dir.path().join("data"),
+            faults: true,
+            sabotage: None,
+        };
+        let r = run(&w, &opts, None).unwrap();
+        assert!(r.is_clean(), "seed {seed}: {r}");
+        handed_over += r.activity.handover_entries;
+    }
+    assert!(handed_over > 0, "no entry was ever handed over");
+}

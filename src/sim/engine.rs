@@ -313,6 +313,10 @@ struct Sim<'a> {
     /// Fault events (restart, reconnect, outage end) still to come: a run
     /// does not end before its faults happened.
     faults_pending: u32,
+    /// Virtual time at which the workload finished (everything published,
+    /// planned faults run, every message acknowledged) or the time limit
+    /// stopped it; the drain that follows does not count.
+    finished_at: VirtualMs,
     acked_at_last_check: Vec<u64>,
     progress: Option<&'a dyn Fn(u64, u64)>,
 }
@@ -370,12 +374,14 @@ pub fn run(
         sabotage_seek: None,
         seeks_done: vec![0; workload.subscriptions as usize],
         faults_pending: 0,
+        finished_at: 0,
         acked_at_last_check: vec![0; workload.subscriptions as usize],
         progress,
     };
     sim.start()?;
     sim.event_loop()?;
     let virtual_ms = sim.sched.now();
+    let finished_at = sim.finished_at;
     let unpublished = workload.messages.saturating_sub(sim.published);
     let faults_not_run = u64::from(sim.faults_pending);
     sim.checker
@@ -391,7 +397,7 @@ pub fn run(
         workload: workload.name.clone(),
         seed: opts.seed,
         data_dir: opts.data_dir.display().to_string(),
-        virtual_ms,
+        virtual_ms: finished_at,
         violations: counts.violations(),
         counts,
         activity: sim.activity,
@@ -740,9 +746,13 @@ impl Sim<'_> {
             consumer_id: client.consumer.consumer_id(),
         };
         let sub = &mut b.subs[s];
+        // Entries of the old connection handed back for redelivery.
+        let mut handed_back = 0;
         if let Some(old) = sub.consumer_keys.insert(c, key) {
             if old != key {
-                let _ = sub.dispatcher.remove_consumer(old);
+                if let Ok(removed) = sub.dispatcher.remove_consumer(old) {
+                    handed_back += removed.replayed.len();
+                }
                 // What was read for the old connection but never sent goes
                 // back too: it is re-read in position order together with
                 // the unacknowledged messages `remove_consumer` put into
@@ -750,6 +760,7 @@ impl Sim<'_> {
                 // replays before new reads and its single-active-consumer
                 // dispatcher rewinds).
                 if let Some(q) = sub.blocked.remove(&c) {
+                    handed_back += q.len();
                     sub.redeliver.extend(q.iter().map(|e| e.entry.position));
                 }
             }
@@ -765,8 +776,10 @@ impl Sim<'_> {
             if active_before.is_some_and(|a| Some(a) != sub.failover_order.first().copied()) {
                 self.activity.active_consumer_changes += 1;
                 for (_, q) in std::mem::take(&mut sub.blocked) {
+                    handed_back += q.len();
                     sub.redeliver.extend(q.iter().map(|e| e.entry.position));
                 }
+                self.activity.handover_entries += handed_back as u64;
             }
         }
         if sub.dispatcher.consumer(key).is_none() {
@@ -824,6 +837,7 @@ impl Sim<'_> {
                 break;
             }
         }
+        self.finished_at = self.sched.now();
         self.drain_and_check_permits()?;
         // Persist what was acknowledged (a clean shutdown).
         for s in 0..self.w.subscriptions as usize {
@@ -1688,9 +1702,11 @@ impl Sim<'_> {
 
     /// The broker applies a cumulative ack up to `position` (Failover): the
     /// consumer's pending messages up to it are settled, then either the
-    /// pending-ack store logs it for transaction `txn` (one open
-    /// transactional cumulative ack per subscription; another one while it
-    /// is open is applied as a plain ack) or the cursor's mark-delete moves.
+    /// pending-ack store logs it for transaction `txn` or the cursor's
+    /// mark-delete moves. As Pulsar's pending-ack handle, a transactional
+    /// cumulative ack while another transaction's cumulative ack is still
+    /// pending is rejected (a transaction conflict): nothing changes and the
+    /// client acks that range again later.
     fn cumulative_ack(
         &mut self,
         s: usize,
@@ -1710,6 +1726,31 @@ impl Sim<'_> {
         let Some(consumer) = sub.dispatcher.consumer(key) else {
             return Ok(()); // sent on a connection since closed: never processed
         };
+        if let (Some(txn), Some(_), Some(open)) = (txn, &sub.pending_ack, sub.open_cumulative_txn) {
+            if open != txn {
+                self.activity.txn_cumulative_conflicts += 1;
+                let retry = sub
+                    .consumer_keys
+                    .iter()
+                    .find(|(_, k)| **k == key)
+                    .map(|(c, _)| *c);
+                if let Some(c) = retry {
+                    let client = &mut self.clients[s][c];
+                    client.cumulative_upto = client.cumulative_upto.max(Some(position));
+                    if !client.ack_flush_scheduled {
+                        client.ack_flush_scheduled = true;
+                        self.sched.after(
+                            ACK_GROUP_MS,
+                            Ev::AckFlush {
+                                sub: s,
+                                consumer: c,
+                            },
+                        );
+                    }
+                }
+                return Ok(());
+            }
+        }
         let settled: Vec<Position> = consumer
             .pending_acks()
             .range(..=position)
@@ -1928,7 +1969,9 @@ impl Sim<'_> {
     }
 
     /// Admin seek (Pulsar's reset cursor) of subscription `s` forward to the
-    /// first entry not yet dispatched (or past its highest acknowledged range
+    /// first entry the cursor has not read (delayed messages the cursor read
+    /// that still wait in the tracker are skipped too, which is what lets
+    /// the tracker trim its buckets) or past its highest acknowledged range
     /// if that is higher, at most just past the last entry): the cursor and its
     /// deletion state are reset through their real reset paths (persisted),
     /// what the dispatcher held for redelivery is dropped, the delayed
@@ -1950,8 +1993,8 @@ impl Sim<'_> {
             return Ok(());
         }
         self.faults_pending = self.faults_pending.saturating_sub(1);
-        // The new mark-delete: just before the first entry not yet
-        // dispatched (the read position, or an entry read but still held for
+        // The new mark-delete: just before the first entry not yet read
+        // (the read position, or an entry read but still held for
         // a consumer without permits), but never below an individually
         // deleted range (after a restart the read position starts over at
         // mark-delete + 1 while acknowledged ranges lie above it; a reset
@@ -1984,6 +2027,7 @@ impl Sim<'_> {
             .map_err(comp("seek: reset deletion state"))?;
         sub.blocked.clear();
         sub.redeliver.clear();
+        let active_before = sub.failover_order.first().copied();
         sub.failover_order.clear();
         if let Some(t) = &sub.delayed {
             if self.opts.sabotage == Some(Sabotage::DeliverOneTrimmedMessage) && !self.sabotage_done
@@ -2000,6 +2044,12 @@ impl Sim<'_> {
         self.seeks_done[s] = self.checker.seek_completed(&name, mark_delete, now);
         for c in 0..self.w.consumers_per_subscription as usize {
             self.resubscribe_on_new_connection(s, c)?;
+        }
+        if let Some(b) = self.broker.as_ref() {
+            let active_after = b.subs[s].failover_order.first().copied();
+            if active_before.is_some() && active_after != active_before {
+                self.activity.active_consumer_changes += 1;
+            }
         }
         // As Pulsar's reset clears the dispatcher's redelivery set: what the
         // removed consumers had pending is at or below the new mark-delete

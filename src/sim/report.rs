@@ -17,10 +17,18 @@ pub struct Activity {
     pub seeks: u64,
     /// Failover: changes of a subscription's active consumer.
     pub active_consumer_changes: u64,
+    /// Failover: entries the old active consumer held (sent and
+    /// unacknowledged, or read for it and not yet sent) that were handed
+    /// to the new active consumer for redelivery.
+    pub handover_entries: u64,
     /// Cumulative acks the broker applied (plain and transactional).
     pub cumulative_acks: u64,
     /// Of those, transactional cumulative acks (through the pending-ack store).
     pub txn_cumulative_acks: u64,
+    /// Transactional cumulative acks rejected because another transaction's
+    /// cumulative ack was still pending on the subscription (Pulsar's
+    /// transaction conflict); the client acks that range again later.
+    pub txn_cumulative_conflicts: u64,
     /// Read failures injected into the topic and pending-ack ledgers.
     pub read_failures_injected: u64,
     /// Batches the client found corrupted.
@@ -71,7 +79,9 @@ pub struct Report {
     pub seed: u64,
     /// Where the store lived.
     pub data_dir: String,
-    /// Virtual time the run took, ms.
+    /// Virtual time until the workload finished (every message published
+    /// and acknowledged, every planned fault run) or the time limit stopped
+    /// it, ms; the final drain of in-flight traffic is not included.
     pub virtual_ms: u64,
     /// Delivery accounting from the independent checker.
     pub counts: CheckerCounts,
@@ -138,12 +148,18 @@ impl fmt::Display for Report {
                 format!("{} / {}", a.restarts, a.reconnects),
             ),
             (
-                "seeks / active consumer changes",
-                format!("{} / {}", a.seeks, a.active_consumer_changes),
+                "seeks / active consumer changes (entries handed over)",
+                format!(
+                    "{} / {} ({})",
+                    a.seeks, a.active_consumer_changes, a.handover_entries
+                ),
             ),
             (
-                "cumulative acks (of them transactional)",
-                format!("{} ({})", a.cumulative_acks, a.txn_cumulative_acks),
+                "cumulative acks (transactional; txn conflicts)",
+                format!(
+                    "{} ({}; {})",
+                    a.cumulative_acks, a.txn_cumulative_acks, a.txn_cumulative_conflicts
+                ),
             ),
             (
                 "read failures injected",
