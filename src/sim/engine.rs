@@ -1489,7 +1489,7 @@ impl Sim<'_> {
                 }
                 let seeks = client.dispatch_seeks.get(&position).copied().unwrap_or(0);
                 for _ in 0..deliveries {
-                    self.checker.delivered(&sub_name, mref, now, seeks);
+                    self.checker.delivered(&sub_name, c, mref, now, seeks);
                 }
                 client.last_delivery_ms = now;
                 client.stall_since = None;
@@ -1709,8 +1709,11 @@ impl Sim<'_> {
         for p in settled {
             let _ = sub.dispatcher.acknowledge(key, p);
         }
+        // The checker knows consumers by their stable client index.
+        let acker = sub.consumer_keys.iter().find(|(_, k)| **k == key);
+        let acker = acker.map_or(usize::MAX, |(c, _)| *c);
         self.checker
-            .cumulative_ack_applied(&sub.name, position, now);
+            .cumulative_ack_applied(&sub.name, acker, position, now);
         self.activity.cumulative_acks += 1;
         if let (Some(txn), Some(h), None) = (txn, &sub.pending_ack, sub.open_cumulative_txn) {
             self.activity.txn_cumulative_acks += 1;
@@ -1912,7 +1915,7 @@ impl Sim<'_> {
 
     fn reconnect(&mut self, s: usize, c: usize) -> Result<(), SimError> {
         self.activity.reconnects += 1;
-        self.checker.consumer_reconnected(&format!("sub-{s}"));
+        self.checker.consumer_reconnected(&format!("sub-{s}"), c);
         self.resubscribe_on_new_connection(s, c)?;
         self.schedule_dispatch(s);
         Ok(())
