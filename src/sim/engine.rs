@@ -119,6 +119,11 @@ pub enum Sabotage {
     /// exists goes one entry past the last one the application received (it
     /// acknowledges a message it was never given).
     CumulativeAckOnePastReceived,
+    /// After the first Failover active-consumer change, the first non-empty
+    /// set of messages the dispatcher hands back from a removed consumer
+    /// (the old active consumer's unacknowledged, delivered messages) is
+    /// dropped instead of redelivered to the new active one.
+    DropFailoverHandover,
 }
 
 /// Options of one run besides the workload.
@@ -1119,7 +1124,16 @@ impl Sim<'_> {
         let mut read_error = false;
         // 1. Redeliveries (removed consumers, unsent) and due delayed messages.
         let mut replay: BTreeSet<Position> = std::mem::take(&mut sub.redeliver);
-        replay.extend(sub.dispatcher.take_replay());
+        let mut handed_back = sub.dispatcher.take_replay();
+        if self.opts.sabotage == Some(Sabotage::DropFailoverHandover)
+            && !self.sabotage_done
+            && self.activity.active_consumer_changes > 0
+            && !handed_back.is_empty()
+        {
+            self.sabotage_done = true;
+            handed_back.clear();
+        }
+        replay.extend(handed_back);
         // Sabotage only: one position the tracker schedules from below the
         // seek it was not told about skips the deletion check below.
         let mut unchecked: Option<Position> = None;
@@ -1482,7 +1496,8 @@ impl Sim<'_> {
                         Some(
                             Sabotage::StopReturningPermits
                             | Sabotage::DeliverOneTrimmedMessage
-                            | Sabotage::CumulativeAckOnePastReceived,
+                            | Sabotage::CumulativeAckOnePastReceived
+                            | Sabotage::DropFailoverHandover,
                         )
                         | None => {}
                     }
