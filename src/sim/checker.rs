@@ -465,6 +465,40 @@ impl DeliveryChecker {
         }
     }
 
+    /// The broker applied an individual ack from consumer `consumer` of
+    /// `sub` for `msgs` (the messages of one entry; into the cursor's
+    /// deletion state or the pending-ack store): each must have been
+    /// delivered to this consumer in its current incarnation (or already be
+    /// acknowledged or skipped); each one that was not is an invalid event.
+    /// The ack counts once it is persisted ([`DeliveryChecker::acked`]).
+    pub fn ack_applied(&mut self, sub: &str, consumer: usize, msgs: &[MessageRef], now_ms: u64) {
+        let Some(s) = self.subs.get_mut(sub) else {
+            self.counts.invalid_events += 1;
+            self.violation(now_ms, format!("ack on unknown subscription {sub}"));
+            return;
+        };
+        let token = s.token(consumer) + 1;
+        let mut first = None;
+        let mut bad = 0;
+        for msg in msgs {
+            let ok = self.index.get(msg).is_some_and(|i| {
+                let i = *i as usize;
+                s.delivered[i] == token || s.acked[i] != NOT_ACKED
+            });
+            if !ok {
+                bad += 1;
+                first.get_or_insert(*msg);
+            }
+        }
+        if let Some(msg) = first {
+            self.counts.invalid_events += bad;
+            self.violation(
+                now_ms,
+                format!("{sub}/consumer-{consumer}: ack of {msg}, not delivered to this consumer"),
+            );
+        }
+    }
+
     fn mark_acked(s: &mut SubState, idx: usize, counts: &mut CheckerCounts) {
         match std::mem::replace(&mut s.acked[idx], ACKED) {
             ACKED => {}
@@ -894,5 +928,27 @@ mod tests {
         assert_eq!(c.cumulative_acked("s", Position::new(1, 3)), 4);
         let (counts, first) = c.finish(4);
         assert_eq!(counts.violations(), 0, "{first:?}");
+    }
+
+    /// An individual ack must come from the consumer incarnation the message
+    /// was delivered to.
+    #[test]
+    fn individual_ack_must_come_from_the_receiving_incarnation() {
+        let mut c = DeliveryChecker::new(["s".to_string()], 0, OrderCheck::None);
+        for e in 0..3 {
+            c.published(m(e), 0, 0);
+        }
+        c.delivered("s", 0, m(0), 1, 0);
+        c.delivered("s", 0, m(1), 1, 0);
+        c.delivered("s", 1, m(2), 1, 0);
+        c.ack_applied("s", 0, &[m(0)], 2); // fine
+        c.ack_applied("s", 1, &[m(1)], 2); // consumer 1 never got it
+        c.consumer_reconnected("s", 1);
+        c.ack_applied("s", 1, &[m(2)], 3); // the old incarnation's
+        let (counts, first) = c.finish(4);
+        assert_eq!(counts.invalid_events, 2);
+        assert!(first
+            .unwrap()
+            .contains("consumer-1: ack of 1:1#0, not delivered to this consumer"));
     }
 }

@@ -1610,6 +1610,10 @@ impl Sim<'_> {
             return Ok(());
         }
         let _ = sub.dispatcher.acknowledge(key, position);
+        let acker = sub.consumer_keys.iter().find(|(_, k)| **k == key);
+        let acker = acker.map_or(usize::MAX, |(c, _)| *c);
+        let now = self.sched.now();
+        self.checker.ack_applied(&sub.name, acker, &messages, now);
         if let (Some(txn), Some(h)) = (txn, &sub.pending_ack) {
             h.append(
                 PendingAckRecord::individual_ack(txn, vec![AckedPosition::whole(position)]),
