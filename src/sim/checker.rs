@@ -3,13 +3,17 @@
 //! It sees only what a user of the broker could see — messages published,
 //! messages delivered to consumers, acknowledgements, restarts and consumer
 //! reconnects, admin seeks — and derives from those alone: duplicates (split
-//! into the at-least-once redeliveries Pulsar allows after a restart or
-//! reconnect, and violations), lost messages (unacknowledged messages at or
-//! below a seek are *skipped*, not lost; delivering one that was dispatched
-//! after the seek is a violation), per-key (Key_Shared) or total (Failover)
-//! order violations, cumulative acks that cover undelivered messages, early
-//! delayed deliveries and stalls. It shares no state with the components it
-//! checks.
+//! into the at-least-once redeliveries Pulsar allows once the consumer that
+//! received a message reconnected or was removed, or after a restart or seek,
+//! and violations), lost messages (unacknowledged messages at or below a
+//! seek are *skipped*, not lost; delivering one that was dispatched after
+//! the seek is a violation), per-key (Key_Shared) or total (Failover) order
+//! violations (redeliveries included: within one consumer incarnation a
+//! replay comes in order and before newer messages), acks — individual or
+//! cumulative — that cover messages not delivered to the acking consumer's
+//! current incarnation, early delayed deliveries and stalls. Consumers are
+//! named by a stable id (the client's index); each reconnect starts a new
+//! incarnation of it. It shares no state with the components it checks.
 
 use std::collections::{BTreeMap, HashMap};
 
@@ -33,8 +37,9 @@ impl std::fmt::Display for MessageRef {
     }
 }
 
-/// Which delivery order the subscription type guarantees (and so is checked
-/// within one redelivery generation).
+/// Which delivery order the subscription type guarantees (checked within
+/// each consumer incarnation, and for first-time deliveries across the
+/// consumers between two reconnects, restarts or seeks).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum OrderCheck {
     /// No order guarantee (Shared).
@@ -143,16 +148,21 @@ pub struct CheckerCounts {
     pub delivered: u64,
     /// Distinct messages acknowledged, summed over subscriptions.
     pub acked: u64,
-    /// Redeliveries after a restart or reconnect (Pulsar's at-least-once).
+    /// Redeliveries after the consumer that received the message
+    /// reconnected or was removed, or after a restart or seek (Pulsar's
+    /// at-least-once).
     pub duplicates_allowed: u64,
-    /// Duplicates with no restart/reconnect in between, or after an ack.
+    /// Duplicates while the consumer that received the message kept its
+    /// incarnation (no reconnect of it, restart or seek in between), or
+    /// after an ack.
     pub duplicate_violations: u64,
     /// Messages published but never acknowledged by some subscription
     /// (counted once per subscription) at the end of the run.
     pub lost: u64,
-    /// Deliveries that overtook an earlier message of the same key
-    /// (Key_Shared), or any earlier message (Failover), in the same
-    /// subscription and redelivery generation.
+    /// Deliveries (first-time or redelivered) to one consumer incarnation
+    /// that came after a later message of the same key (Key_Shared) or any
+    /// later message (Failover), and first-time deliveries that overtook an
+    /// earlier message of the key across consumers between two reconnects.
     pub order_violations: u64,
     /// Messages not acknowledged when an admin seek moved the subscription's
     /// mark-delete past them (skipped, not lost), summed over subscriptions.
@@ -165,7 +175,8 @@ pub struct CheckerCounts {
     /// allowed tick).
     pub early_deliveries: u64,
     /// Acknowledgements (individual, or covered by a cumulative ack) of
-    /// messages never delivered, or deliveries of messages never published.
+    /// messages not delivered to the acking consumer's current incarnation,
+    /// or deliveries of messages never published.
     pub invalid_events: u64,
     /// Consumers that had backlog and free receiver queue but got nothing for
     /// longer than the stall bound.
