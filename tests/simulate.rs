@@ -160,6 +160,42 @@ fn the_checker_catches_a_cumulative_ack_past_the_last_received() {
     );
 }
 
+/// A Failover handover that drops the old active consumer's unacknowledged
+/// messages: the new active consumer's cumulative ack covers messages it
+/// never received (before the per-consumer check it counted them as acked).
+#[test]
+fn the_checker_catches_a_failover_handover_that_drops_messages() {
+    let mut w = small("failover", 2_000);
+    // Two consumers swapping the active role often, no restart (it would
+    // rewind the cursor and so heal the drop), small queues: the active
+    // consumer holds unacknowledged messages when it goes away.
+    w.subscriptions = 1;
+    w.consumers_per_subscription = 2;
+    w.producers = 5;
+    w.batch_size = 3;
+    w.receiver_queue_size = 8;
+    w.cumulative_ack_every = 7;
+    w.publish_interval_ms = 5;
+    w.txn_ack_ratio = 0.0;
+    w.faults.restarts = 0;
+    w.faults.read_outages = 0;
+    w.faults.reconnects = 10;
+    let baseline = run_in_tempdir(&w, 1, None);
+    assert!(baseline.is_clean(), "{baseline}");
+    assert!(baseline.activity.active_consumer_changes > 0, "{baseline}");
+    assert!(baseline.counts.duplicates_allowed > 0, "{baseline}");
+    let bad = run_in_tempdir(&w, 1, Some(Sabotage::DropFailoverHandover));
+    assert!(!bad.is_clean(), "{bad}");
+    assert!(bad.counts.invalid_events > 0, "{bad}");
+    assert!(
+        bad.first_violation
+            .as_deref()
+            .unwrap_or("")
+            .contains("covers a message not delivered to this consumer"),
+        "{bad}"
+    );
+}
+
 #[test]
 fn the_cli_exits_non_zero_on_a_violation_only() {
     // The sabotages are test-only (not reachable from the CLI), so the exit

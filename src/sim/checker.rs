@@ -3,13 +3,17 @@
 //! It sees only what a user of the broker could see — messages published,
 //! messages delivered to consumers, acknowledgements, restarts and consumer
 //! reconnects, admin seeks — and derives from those alone: duplicates (split
-//! into the at-least-once redeliveries Pulsar allows after a restart or
-//! reconnect, and violations), lost messages (unacknowledged messages at or
-//! below a seek are *skipped*, not lost; delivering one that was dispatched
-//! after the seek is a violation), per-key (Key_Shared) or total (Failover)
-//! order violations, cumulative acks that cover undelivered messages, early
-//! delayed deliveries and stalls. It shares no state with the components it
-//! checks.
+//! into the at-least-once redeliveries Pulsar allows once the consumer that
+//! received a message reconnected or was removed, or after a restart or seek,
+//! and violations), lost messages (unacknowledged messages at or below a
+//! seek are *skipped*, not lost; delivering one that was dispatched after
+//! the seek is a violation), per-key (Key_Shared) or total (Failover) order
+//! violations (redeliveries included: within one consumer incarnation a
+//! replay comes in order and before newer messages), acks — individual or
+//! cumulative — that cover messages not delivered to the acking consumer's
+//! current incarnation, early delayed deliveries and stalls. Consumers are
+//! named by a stable id (the client's index); each reconnect starts a new
+//! incarnation of it. It shares no state with the components it checks.
 
 use std::collections::{BTreeMap, HashMap};
 
@@ -33,8 +37,9 @@ impl std::fmt::Display for MessageRef {
     }
 }
 
-/// Which delivery order the subscription type guarantees (and so is checked
-/// within one redelivery generation).
+/// Which delivery order the subscription type guarantees (checked within
+/// each consumer incarnation, and for first-time deliveries across the
+/// consumers between two reconnects, restarts or seeks).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum OrderCheck {
     /// No order guarantee (Shared).
@@ -65,8 +70,8 @@ struct Published {
 /// delivery fan-out fits in memory).
 #[derive(Debug, Default)]
 struct SubState {
-    /// Publish index → redelivery generation of its last delivery + 1 (0 =
-    /// never delivered).
+    /// Publish index → consumer incarnation (token) of its last delivery + 1
+    /// (0 = never delivered).
     delivered: Vec<u32>,
     /// Publish index → NOT_ACKED / ACKED (persisted) / SKIPPED (by a seek).
     acked: Vec<u8>,
@@ -80,14 +85,58 @@ struct SubState {
     cumulative_checked_to: usize,
     /// Publish indexes below this were marked by a persisted cumulative ack.
     cumulative_acked_to: usize,
-    /// Bumped on every restart and consumer reconnect of this subscription:
-    /// a redelivery across a bump is an allowed at-least-once duplicate.
-    generation: u32,
-    /// key → (generation, highest key_seq delivered first-time in it).
+    /// Bumped on every restart, seek and consumer reconnect of this
+    /// subscription: first-time deliveries of a key (Key_Shared) or of the
+    /// subscription (Failover) are in order across consumers within one epoch.
+    epoch: u32,
+    /// key → (epoch, highest key_seq delivered first-time in it).
     key_progress: HashMap<u32, (u32, u64)>,
+    /// Consumer id → its current incarnation's token. A consumer's token
+    /// ends when it reconnects (or is removed), on a restart and on a seek.
+    consumer_token: HashMap<usize, u32>,
+    /// Token → (consumer id, still the consumer's current incarnation).
+    tokens: Vec<(usize, bool)>,
+    /// Live token → order key → highest key_seq delivered to that consumer
+    /// incarnation (first time or redelivered): what one consumer receives
+    /// of a key (Key_Shared) or of the subscription (Failover) is in order,
+    /// replays included.
+    token_progress: HashMap<u32, HashMap<u32, u64>>,
     /// Publish indexes exempt from the per-key order check (replayed after
     /// a corrupted delivery).
     order_exempt: std::collections::HashSet<usize>,
+}
+
+impl SubState {
+    /// The current incarnation token of `consumer` (a new one after its
+    /// previous incarnation ended).
+    fn token(&mut self, consumer: usize) -> u32 {
+        if let Some(t) = self.consumer_token.get(&consumer) {
+            return *t;
+        }
+        let t = self.tokens.len() as u32;
+        self.tokens.push((consumer, true));
+        self.consumer_token.insert(consumer, t);
+        t
+    }
+
+    /// Ends the current incarnation of `consumer`: what it was delivered may
+    /// be redelivered (to it or another consumer).
+    fn end_incarnation(&mut self, consumer: usize) {
+        if let Some(t) = self.consumer_token.remove(&consumer) {
+            self.tokens[t as usize].1 = false;
+            self.token_progress.remove(&t);
+        }
+        self.epoch += 1;
+    }
+
+    /// Ends every consumer's incarnation (restart, seek).
+    fn end_all_incarnations(&mut self) {
+        let consumers: Vec<usize> = self.consumer_token.keys().copied().collect();
+        for c in consumers {
+            self.end_incarnation(c);
+        }
+        self.epoch += 1;
+    }
 }
 
 /// Counters and the first violation, as reported.
@@ -99,16 +148,21 @@ pub struct CheckerCounts {
     pub delivered: u64,
     /// Distinct messages acknowledged, summed over subscriptions.
     pub acked: u64,
-    /// Redeliveries after a restart or reconnect (Pulsar's at-least-once).
+    /// Redeliveries after the consumer that received the message
+    /// reconnected or was removed, or after a restart or seek (Pulsar's
+    /// at-least-once).
     pub duplicates_allowed: u64,
-    /// Duplicates with no restart/reconnect in between, or after an ack.
+    /// Duplicates while the consumer that received the message kept its
+    /// incarnation (no reconnect of it, restart or seek in between), or
+    /// after an ack.
     pub duplicate_violations: u64,
     /// Messages published but never acknowledged by some subscription
     /// (counted once per subscription) at the end of the run.
     pub lost: u64,
-    /// Deliveries that overtook an earlier message of the same key
-    /// (Key_Shared), or any earlier message (Failover), in the same
-    /// subscription and redelivery generation.
+    /// Deliveries (first-time or redelivered) to one consumer incarnation
+    /// that came after a later message of the same key (Key_Shared) or any
+    /// later message (Failover), and first-time deliveries that overtook an
+    /// earlier message of the key across consumers between two reconnects.
     pub order_violations: u64,
     /// Messages not acknowledged when an admin seek moved the subscription's
     /// mark-delete past them (skipped, not lost), summed over subscriptions.
@@ -121,7 +175,8 @@ pub struct CheckerCounts {
     /// allowed tick).
     pub early_deliveries: u64,
     /// Acknowledgements (individual, or covered by a cumulative ack) of
-    /// messages never delivered, or deliveries of messages never published.
+    /// messages not delivered to the acking consumer's current incarnation,
+    /// or deliveries of messages never published.
     pub invalid_events: u64,
     /// Consumers that had backlog and free receiver queue but got nothing for
     /// longer than the stall bound.
@@ -221,19 +276,20 @@ impl DeliveryChecker {
         self.counts.published += 1;
     }
 
-    /// The broker restarted: every subscription enters a new redelivery
-    /// generation.
+    /// The broker restarted: every consumer of every subscription starts a
+    /// new incarnation; what they were delivered may be redelivered.
     pub fn restarted(&mut self) {
         for s in self.subs.values_mut() {
-            s.generation += 1;
+            s.end_all_incarnations();
         }
     }
 
-    /// A consumer of `sub` reconnected (or was removed): its unacknowledged
-    /// messages may be redelivered.
-    pub fn consumer_reconnected(&mut self, sub: &str) {
+    /// Consumer `consumer` (a stable id across its reconnects) of `sub`
+    /// reconnected (or was removed): its unacknowledged messages may be
+    /// redelivered (to it or to another consumer); nothing else may.
+    pub fn consumer_reconnected(&mut self, sub: &str, consumer: usize) {
         if let Some(s) = self.subs.get_mut(sub) {
-            s.generation += 1;
+            s.end_incarnation(consumer);
         }
     }
 
@@ -268,16 +324,21 @@ impl DeliveryChecker {
         }
         s.seek_scan_from = s.seek_scan_from.max(end);
         s.seeks.push(mark_delete);
-        s.generation += 1;
+        s.end_all_incarnations();
         s.seeks.len() as u32
     }
 
-    /// `msg` was handed to a consumer of `sub` at `now_ms`; the broker
-    /// dispatched it after `seeks_before_dispatch` seeks on `sub` had
-    /// completed.
+    /// `msg` was handed to consumer `consumer` of `sub` at `now_ms`; the
+    /// broker dispatched it after `seeks_before_dispatch` seeks on `sub` had
+    /// completed. A redelivery is allowed only if the consumer it was last
+    /// delivered to has started a new incarnation since (reconnect, removal,
+    /// restart, seek); every delivery of an ordered message, redeliveries
+    /// included, must come in order within the receiving consumer's
+    /// incarnation.
     pub fn delivered(
         &mut self,
         sub: &str,
+        consumer: usize,
         msg: MessageRef,
         now_ms: u64,
         seeks_before_dispatch: u32,
@@ -294,7 +355,8 @@ impl DeliveryChecker {
             return;
         };
         let p = self.published[idx].1;
-        let generation = s.generation;
+        let epoch = s.epoch;
+        let token = s.token(consumer);
         if let Some(seek) = (seeks_before_dispatch as usize)
             .checked_sub(1)
             .and_then(|i| s.seeks.get(i))
@@ -316,18 +378,21 @@ impl DeliveryChecker {
             self.violation(now_ms, format!("{sub}: {msg} redelivered after its ack"));
             return;
         }
-        let prev = std::mem::replace(&mut s.delivered[idx], generation + 1);
-        if prev != 0 {
-            if prev - 1 == generation {
+        let prev = std::mem::replace(&mut s.delivered[idx], token + 1);
+        let first_time = prev == 0;
+        if !first_time {
+            let (holder, live) = s.tokens[(prev - 1) as usize];
+            if live {
                 self.counts.duplicate_violations += 1;
-                self.violation(
-                    now_ms,
-                    format!("{sub}: {msg} delivered twice with no restart or reconnect between"),
-                );
-            } else {
-                self.counts.duplicates_allowed += 1;
+                let what = if holder == consumer {
+                    format!("{sub}: {msg} delivered twice to consumer-{consumer} with no restart or reconnect between")
+                } else {
+                    format!("{sub}: {msg} delivered to consumer-{consumer} while consumer-{holder}, which received it, neither reconnected nor restarted")
+                };
+                self.violation(now_ms, what);
+                return;
             }
-            return;
+            self.counts.duplicates_allowed += 1;
         }
         if p.deliver_at_ms > 0 {
             if now_ms + self.early_tolerance_ms < p.deliver_at_ms {
@@ -350,17 +415,43 @@ impl DeliveryChecker {
             OrderCheck::Total => (0, idx as u64 + 1),
             _ => (p.key, p.key_seq),
         };
-        let progress = s.key_progress.entry(order_key).or_insert((generation, 0));
-        if progress.0 != generation {
-            *progress = (generation, 0);
+        let what = || match self.order {
+            OrderCheck::Total => "subscription order".to_string(),
+            _ => format!("key {}", p.key),
+        };
+        // Within the consumer's incarnation: a replay of a key (Key_Shared)
+        // or of the subscription from its mark-delete (Failover) comes in
+        // publish order and before newer messages of that key.
+        let mine = s
+            .token_progress
+            .entry(token)
+            .or_default()
+            .entry(order_key)
+            .or_insert(0);
+        if key_seq < *mine {
+            let last = *mine;
+            let kind = if first_time { "" } else { "redelivered " };
+            let what = what();
+            self.counts.order_violations += 1;
+            self.violation(
+                now_ms,
+                format!("{sub}/consumer-{consumer}: {what}: {kind}message #{key_seq} ({msg}) delivered after #{last}"),
+            );
+            return;
+        }
+        *mine = key_seq;
+        if !first_time {
+            return;
+        }
+        // Across consumers: first-time deliveries in one epoch are in order.
+        let progress = s.key_progress.entry(order_key).or_insert((epoch, 0));
+        if progress.0 != epoch {
+            *progress = (epoch, 0);
         }
         if key_seq < progress.1 {
             self.counts.order_violations += 1;
             let last = progress.1;
-            let what = match self.order {
-                OrderCheck::Total => "subscription order".to_string(),
-                _ => format!("key {}", p.key),
-            };
+            let what = what();
             self.violation(
                 now_ms,
                 format!("{sub}: {what}: message #{key_seq} ({msg}) delivered after #{last}"),
@@ -385,6 +476,40 @@ impl DeliveryChecker {
         }
     }
 
+    /// The broker applied an individual ack from consumer `consumer` of
+    /// `sub` for `msgs` (the messages of one entry; into the cursor's
+    /// deletion state or the pending-ack store): each must have been
+    /// delivered to this consumer in its current incarnation (or already be
+    /// acknowledged or skipped); each one that was not is an invalid event.
+    /// The ack counts once it is persisted ([`DeliveryChecker::acked`]).
+    pub fn ack_applied(&mut self, sub: &str, consumer: usize, msgs: &[MessageRef], now_ms: u64) {
+        let Some(s) = self.subs.get_mut(sub) else {
+            self.counts.invalid_events += 1;
+            self.violation(now_ms, format!("ack on unknown subscription {sub}"));
+            return;
+        };
+        let token = s.token(consumer) + 1;
+        let mut first = None;
+        let mut bad = 0;
+        for msg in msgs {
+            let ok = self.index.get(msg).is_some_and(|i| {
+                let i = *i as usize;
+                s.delivered[i] == token || s.acked[i] != NOT_ACKED
+            });
+            if !ok {
+                bad += 1;
+                first.get_or_insert(*msg);
+            }
+        }
+        if let Some(msg) = first {
+            self.counts.invalid_events += bad;
+            self.violation(
+                now_ms,
+                format!("{sub}/consumer-{consumer}: ack of {msg}, not delivered to this consumer"),
+            );
+        }
+    }
+
     fn mark_acked(s: &mut SubState, idx: usize, counts: &mut CheckerCounts) {
         match std::mem::replace(&mut s.acked[idx], ACKED) {
             ACKED => {}
@@ -400,11 +525,19 @@ impl DeliveryChecker {
         }
     }
 
-    /// The broker applied a cumulative ack up to entry `upto` on `sub` (into
-    /// the cursor, or into the pending-ack store for a transaction): every
-    /// message at or below it must have been delivered (or acknowledged or
-    /// skipped) by now; each one that was not is an invalid event.
-    pub fn cumulative_ack_applied(&mut self, sub: &str, upto: Position, now_ms: u64) {
+    /// The broker applied a cumulative ack from consumer `consumer` up to
+    /// entry `upto` on `sub` (into the cursor, or into the pending-ack store
+    /// for a transaction): every message at or below it (not covered by an
+    /// earlier applied cumulative ack) must have been delivered to this
+    /// consumer in its current incarnation (or be acknowledged or skipped)
+    /// by now; each one that was not is an invalid event.
+    pub fn cumulative_ack_applied(
+        &mut self,
+        sub: &str,
+        consumer: usize,
+        upto: Position,
+        now_ms: u64,
+    ) {
         let end = self.published.partition_point(|(m, _)| m.position <= upto);
         let Some(s) = self.subs.get_mut(sub) else {
             self.counts.invalid_events += 1;
@@ -415,21 +548,29 @@ impl DeliveryChecker {
             return;
         };
         let from = s.cumulative_checked_to.min(end);
+        let token = s.token(consumer) + 1;
         let mut first = None;
         let mut bad = 0;
         for i in from..end {
-            if s.delivered[i] == 0 && s.acked[i] == NOT_ACKED {
+            if s.delivered[i] != token && s.acked[i] == NOT_ACKED {
                 bad += 1;
                 first.get_or_insert(i);
             }
         }
         s.cumulative_checked_to = s.cumulative_checked_to.max(end);
         if let Some(i) = first {
+            let what = if s.delivered[i] == 0 {
+                "undelivered"
+            } else {
+                "a message not delivered to this consumer:"
+            };
             self.counts.invalid_events += bad;
             let msg = self.published[i].0;
             self.violation(
                 now_ms,
-                format!("{sub}: cumulative ack up to {upto} covers undelivered {msg}"),
+                format!(
+                    "{sub}/consumer-{consumer}: cumulative ack up to {upto} covers {what} {msg}"
+                ),
             );
         }
     }
@@ -559,7 +700,7 @@ mod tests {
             c.published(m(e), 7, 0);
         }
         for e in 0..3 {
-            c.delivered("s", m(e), 10, 0);
+            c.delivered("s", 0, m(e), 10, 0);
             c.acked("s", m(e), 11);
         }
         assert!(c.all_acked());
@@ -575,10 +716,10 @@ mod tests {
     fn duplicate_without_restart_is_a_violation_with_restart_allowed() {
         let mut c = DeliveryChecker::new(["s".to_string()], 0, OrderCheck::PerKey);
         c.published(m(0), 1, 0);
-        c.delivered("s", m(0), 1, 0);
+        c.delivered("s", 0, m(0), 1, 0);
         c.restarted();
-        c.delivered("s", m(0), 2, 0);
-        c.delivered("s", m(0), 3, 0);
+        c.delivered("s", 0, m(0), 2, 0);
+        c.delivered("s", 0, m(0), 3, 0);
         c.acked("s", m(0), 4);
         let (counts, first) = c.finish(5);
         assert_eq!(counts.duplicates_allowed, 1);
@@ -592,11 +733,11 @@ mod tests {
         for e in 0..3 {
             c.published(m(e), 1, 0);
         }
-        c.delivered("s", m(1), 1, 0);
-        c.delivered("s", m(0), 2, 0); // overtaken by #2
+        c.delivered("s", 0, m(1), 1, 0);
+        c.delivered("s", 0, m(0), 2, 0); // overtaken by #2
         c.acked("s", m(0), 3);
         c.restarted();
-        c.delivered("s", m(0), 4, 0); // after its ack
+        c.delivered("s", 0, m(0), 4, 0); // after its ack
         c.acked("s", m(2), 5); // never delivered
         let (counts, _) = c.finish(6);
         assert_eq!(counts.order_violations, 1);
@@ -610,8 +751,8 @@ mod tests {
         let mut c = DeliveryChecker::new(["s".to_string()], 100, OrderCheck::PerKey);
         c.published(m(0), 0, 1_000);
         c.published(m(1), 0, 1_000);
-        c.delivered("s", m(0), 950, 0); // within the tick tolerance
-        c.delivered("s", m(1), 800, 0);
+        c.delivered("s", 0, m(0), 950, 0); // within the tick tolerance
+        c.delivered("s", 0, m(1), 800, 0);
         let (counts, _) = c.finish(2_000);
         assert_eq!(counts.early_deliveries, 1);
     }
@@ -622,16 +763,16 @@ mod tests {
         for e in 0..4 {
             c.published(m(e), 0, 0);
         }
-        c.delivered("s", m(0), 1, 0);
+        c.delivered("s", 0, m(0), 1, 0);
         c.acked("s", m(0), 2);
-        c.delivered("s", m(1), 3, 0); // dispatched before the seek
+        c.delivered("s", 0, m(1), 3, 0); // dispatched before the seek
         let epoch = c.seek_completed("s", Position::new(1, 2), 4);
         assert_eq!(epoch, 1);
         assert!(!c.all_acked());
-        c.delivered("s", m(1), 5, 0); // in flight before the seek: allowed
+        c.delivered("s", 0, m(1), 5, 0); // in flight before the seek: allowed
         c.acked("s", m(1), 6); // skipped → acked
-        c.delivered("s", m(2), 7, epoch); // dispatched after the seek: violation
-        c.delivered("s", m(3), 8, epoch);
+        c.delivered("s", 0, m(2), 7, epoch); // dispatched after the seek: violation
+        c.delivered("s", 0, m(3), 8, epoch);
         c.acked("s", m(3), 9);
         assert!(c.all_acked(), "m(2) is skipped, the rest acked");
         let (counts, first) = c.finish(10);
@@ -648,15 +789,15 @@ mod tests {
         for e in 0..4 {
             c.published(m(e), e as u32, 0); // distinct keys: order is total
         }
-        c.delivered("s", m(0), 1, 0);
-        c.delivered("s", m(1), 2, 0);
-        c.cumulative_ack_applied("s", Position::new(1, 1), 3);
+        c.delivered("s", 0, m(0), 1, 0);
+        c.delivered("s", 0, m(1), 2, 0);
+        c.cumulative_ack_applied("s", 0, Position::new(1, 1), 3);
         c.cumulative_acked("s", Position::new(1, 1));
-        c.delivered("s", m(3), 4, 0);
-        c.cumulative_ack_applied("s", Position::new(1, 3), 5); // m(2) undelivered
+        c.delivered("s", 0, m(3), 4, 0);
+        c.cumulative_ack_applied("s", 0, Position::new(1, 3), 5); // m(2) undelivered
         c.cumulative_acked("s", Position::new(1, 3));
-        c.delivered("s", m(2), 6, 0); // overtaken by m(3)
-        c.delivered("s", m(1), 7, 0); // after its cumulative ack
+        c.delivered("s", 0, m(2), 6, 0); // overtaken by m(3)
+        c.delivered("s", 0, m(1), 7, 0); // after its cumulative ack
         let (counts, first) = c.finish(8);
         assert_eq!(counts.acked, 3);
         assert_eq!(counts.invalid_events, 1);
@@ -664,5 +805,161 @@ mod tests {
         assert_eq!(counts.duplicate_violations, 1);
         assert_eq!(counts.lost, 1);
         assert!(first.unwrap().contains("covers undelivered"));
+    }
+
+    /// F3: a standby's reconnect must not license a duplicate to, or reset
+    /// the order progress of, the active consumer (Failover).
+    #[test]
+    fn unrelated_reconnect_allows_no_duplicate_or_disorder() {
+        let mut c = DeliveryChecker::new(["s".to_string()], 0, OrderCheck::Total);
+        for e in 0..4 {
+            c.published(m(e), e as u32, 0);
+        }
+        c.delivered("s", 0, m(0), 1, 0);
+        c.delivered("s", 0, m(1), 2, 0);
+        c.delivered("s", 0, m(3), 3, 0);
+        c.consumer_reconnected("s", 1); // a standby: nothing is redelivered
+        c.delivered("s", 0, m(1), 4, 0); // duplicate to the active consumer
+        c.delivered("s", 0, m(2), 5, 0); // 2 after 3 to the same incarnation
+        for e in 0..4 {
+            c.acked("s", m(e), 6);
+        }
+        let (counts, first) = c.finish(7);
+        assert_eq!(counts.duplicates_allowed, 0);
+        assert_eq!(counts.duplicate_violations, 1);
+        assert_eq!(counts.order_violations, 1);
+        assert!(first.unwrap().contains("delivered twice to consumer-0"));
+    }
+
+    /// F3 on Shared: consumer 1's reconnect does not allow a duplicate to
+    /// consumer 0 of what consumer 0 received, nor a copy to consumer 1 of
+    /// what consumer 0 still holds; it does allow redelivering consumer 1's.
+    #[test]
+    fn shared_duplicate_needs_the_holder_to_reconnect() {
+        let mut c = DeliveryChecker::new(["s".to_string()], 0, OrderCheck::None);
+        for e in 0..3 {
+            c.published(m(e), 0, 0);
+        }
+        c.delivered("s", 0, m(0), 1, 0);
+        c.delivered("s", 1, m(1), 1, 0);
+        c.consumer_reconnected("s", 1);
+        c.delivered("s", 0, m(1), 2, 0); // consumer 1's: allowed
+        c.delivered("s", 0, m(0), 3, 0); // consumer 0 never reconnected
+        c.delivered("s", 1, m(0), 4, 0); // held by consumer 0: not allowed
+        let (counts, first) = c.finish(5);
+        assert_eq!(counts.duplicates_allowed, 1);
+        assert_eq!(counts.duplicate_violations, 2);
+        assert!(first.unwrap().contains("delivered twice to consumer-0"));
+    }
+
+    /// F4: a replay after a failover must come in order (Failover) and a
+    /// Key_Shared key's replay before newer messages of that key.
+    #[test]
+    fn redeliveries_are_order_checked() {
+        let mut c = DeliveryChecker::new(["s".to_string()], 0, OrderCheck::Total);
+        for e in 0..3 {
+            c.published(m(e), e as u32, 0);
+        }
+        for e in 0..3 {
+            c.delivered("s", 0, m(e), 1, 0);
+        }
+        c.consumer_reconnected("s", 0); // real failover to consumer 1
+        for e in (0..3).rev() {
+            c.delivered("s", 1, m(e), 2, 0); // replayed 2, 1, 0
+        }
+        let (counts, first) = c.finish(3);
+        assert_eq!(counts.duplicates_allowed, 3);
+        assert_eq!(counts.order_violations, 2);
+        assert!(first.unwrap().contains("redelivered message #2"));
+
+        let mut c = DeliveryChecker::new(["s".to_string()], 0, OrderCheck::PerKey);
+        for e in 0..4 {
+            c.published(m(e), 7, 0);
+        }
+        c.delivered("s", 0, m(0), 1, 0);
+        c.delivered("s", 0, m(1), 1, 0);
+        c.consumer_reconnected("s", 0);
+        c.delivered("s", 1, m(2), 2, 0); // newer message of key 7 first
+        c.delivered("s", 1, m(0), 3, 0); // then the replay
+        c.delivered("s", 1, m(1), 3, 0);
+        c.delivered("s", 1, m(3), 3, 0);
+        let (counts, first) = c.finish(4);
+        assert_eq!(counts.order_violations, 2);
+        assert!(first.unwrap().contains("key 7: redelivered message #1"));
+
+        // The same replay in order, before newer messages: clean.
+        let mut c = DeliveryChecker::new(["s".to_string()], 0, OrderCheck::PerKey);
+        for e in 0..4 {
+            c.published(m(e), 7, 0);
+        }
+        c.delivered("s", 0, m(0), 1, 0);
+        c.delivered("s", 0, m(1), 1, 0);
+        c.consumer_reconnected("s", 0);
+        for e in 0..4 {
+            c.delivered("s", 1, m(e), 2, 0);
+            c.acked("s", m(e), 3);
+        }
+        let (counts, first) = c.finish(4);
+        assert_eq!(counts.violations(), 0, "{first:?}");
+        assert_eq!(counts.duplicates_allowed, 2);
+    }
+
+    /// F2: after a failover the new active consumer's cumulative ack must
+    /// not cover the old active consumer's messages it never received.
+    #[test]
+    fn cumulative_ack_must_cover_only_this_consumers_deliveries() {
+        let mut c = DeliveryChecker::new(["s".to_string()], 0, OrderCheck::Total);
+        for e in 0..4 {
+            c.published(m(e), 0, 0);
+        }
+        c.delivered("s", 0, m(0), 1, 0);
+        c.delivered("s", 0, m(1), 1, 0);
+        c.consumer_reconnected("s", 0); // handover to consumer 1 ...
+        c.delivered("s", 1, m(2), 2, 0); // ... that skipped the redelivery
+        c.delivered("s", 1, m(3), 2, 0);
+        c.cumulative_ack_applied("s", 1, Position::new(1, 3), 3);
+        let (counts, first) = c.finish(4);
+        assert_eq!(counts.invalid_events, 2);
+        assert!(first
+            .unwrap()
+            .contains("covers a message not delivered to this consumer: 1:0#0"));
+
+        // With the redelivery (in order) the same ack is clean.
+        let mut c = DeliveryChecker::new(["s".to_string()], 0, OrderCheck::Total);
+        for e in 0..4 {
+            c.published(m(e), 0, 0);
+        }
+        c.delivered("s", 0, m(0), 1, 0);
+        c.delivered("s", 0, m(1), 1, 0);
+        c.consumer_reconnected("s", 0);
+        for e in 0..4 {
+            c.delivered("s", 1, m(e), 2, 0);
+        }
+        c.cumulative_ack_applied("s", 1, Position::new(1, 3), 3);
+        assert_eq!(c.cumulative_acked("s", Position::new(1, 3)), 4);
+        let (counts, first) = c.finish(4);
+        assert_eq!(counts.violations(), 0, "{first:?}");
+    }
+
+    /// An individual ack must come from the consumer incarnation the message
+    /// was delivered to.
+    #[test]
+    fn individual_ack_must_come_from_the_receiving_incarnation() {
+        let mut c = DeliveryChecker::new(["s".to_string()], 0, OrderCheck::None);
+        for e in 0..3 {
+            c.published(m(e), 0, 0);
+        }
+        c.delivered("s", 0, m(0), 1, 0);
+        c.delivered("s", 0, m(1), 1, 0);
+        c.delivered("s", 1, m(2), 1, 0);
+        c.ack_applied("s", 0, &[m(0)], 2); // fine
+        c.ack_applied("s", 1, &[m(1)], 2); // consumer 1 never got it
+        c.consumer_reconnected("s", 1);
+        c.ack_applied("s", 1, &[m(2)], 3); // the old incarnation's
+        let (counts, first) = c.finish(4);
+        assert_eq!(counts.invalid_events, 2);
+        assert!(first
+            .unwrap()
+            .contains("consumer-1: ack of 1:1#0, not delivered to this consumer"));
     }
 }

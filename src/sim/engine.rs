@@ -119,6 +119,11 @@ pub enum Sabotage {
     /// exists goes one entry past the last one the application received (it
     /// acknowledges a message it was never given).
     CumulativeAckOnePastReceived,
+    /// After the first Failover active-consumer change, the first non-empty
+    /// set of messages the dispatcher hands back from a removed consumer
+    /// (the old active consumer's unacknowledged, delivered messages) is
+    /// dropped instead of redelivered to the new active one.
+    DropFailoverHandover,
 }
 
 /// Options of one run besides the workload.
@@ -1142,7 +1147,16 @@ impl Sim<'_> {
         let mut read_error = false;
         // 1. Redeliveries (removed consumers, unsent) and due delayed messages.
         let mut replay: BTreeSet<Position> = std::mem::take(&mut sub.redeliver);
-        replay.extend(sub.dispatcher.take_replay());
+        let mut handed_back = sub.dispatcher.take_replay();
+        if self.opts.sabotage == Some(Sabotage::DropFailoverHandover)
+            && !self.sabotage_done
+            && self.activity.active_consumer_changes > 0
+            && !handed_back.is_empty()
+        {
+            self.sabotage_done = true;
+            handed_back.clear();
+        }
+        replay.extend(handed_back);
         // Sabotage only: one position the tracker schedules from below the
         // seek it was not told about skips the deletion check below.
         let mut unchecked: Option<Position> = None;
@@ -1505,14 +1519,15 @@ impl Sim<'_> {
                         Some(
                             Sabotage::StopReturningPermits
                             | Sabotage::DeliverOneTrimmedMessage
-                            | Sabotage::CumulativeAckOnePastReceived,
+                            | Sabotage::CumulativeAckOnePastReceived
+                            | Sabotage::DropFailoverHandover,
                         )
                         | None => {}
                     }
                 }
                 let seeks = client.dispatch_seeks.get(&position).copied().unwrap_or(0);
                 for _ in 0..deliveries {
-                    self.checker.delivered(&sub_name, mref, now, seeks);
+                    self.checker.delivered(&sub_name, c, mref, now, seeks);
                 }
                 client.last_delivery_ms = now;
                 client.stall_since = None;
@@ -1618,6 +1633,10 @@ impl Sim<'_> {
             return Ok(());
         }
         let _ = sub.dispatcher.acknowledge(key, position);
+        let acker = sub.consumer_keys.iter().find(|(_, k)| **k == key);
+        let acker = acker.map_or(usize::MAX, |(c, _)| *c);
+        let now = self.sched.now();
+        self.checker.ack_applied(&sub.name, acker, &messages, now);
         if let (Some(txn), Some(h)) = (txn, &sub.pending_ack) {
             h.append(
                 PendingAckRecord::individual_ack(txn, vec![AckedPosition::whole(position)]),
@@ -1759,8 +1778,11 @@ impl Sim<'_> {
         for p in settled {
             let _ = sub.dispatcher.acknowledge(key, p);
         }
+        // The checker knows consumers by their stable client index.
+        let acker = sub.consumer_keys.iter().find(|(_, k)| **k == key);
+        let acker = acker.map_or(usize::MAX, |(c, _)| *c);
         self.checker
-            .cumulative_ack_applied(&sub.name, position, now);
+            .cumulative_ack_applied(&sub.name, acker, position, now);
         self.activity.cumulative_acks += 1;
         if let (Some(txn), Some(h), None) = (txn, &sub.pending_ack, sub.open_cumulative_txn) {
             self.activity.txn_cumulative_acks += 1;
@@ -1962,7 +1984,7 @@ impl Sim<'_> {
 
     fn reconnect(&mut self, s: usize, c: usize) -> Result<(), SimError> {
         self.activity.reconnects += 1;
-        self.checker.consumer_reconnected(&format!("sub-{s}"));
+        self.checker.consumer_reconnected(&format!("sub-{s}"), c);
         self.resubscribe_on_new_connection(s, c)?;
         self.schedule_dispatch(s);
         Ok(())
