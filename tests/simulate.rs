@@ -360,6 +360,9 @@ fn extreme_workload_values_are_rejected_or_finish() {
         "[faults]\ncorrupted_batch_ratio = 1.0\n",
         "delayed_min_index_count_per_bucket = 0\n",
         "[faults]\nseeks = 1000\n",
+        // Beyond 2 h a delayed message could be due after the run's 6 h
+        // limit and be reported as lost.
+        "max_delay_ms = 28800000\n",
     ] {
         let dir = tempfile::tempdir().unwrap();
         let f = dir.path().join("w.toml");
@@ -389,4 +392,19 @@ fn extreme_workload_values_are_rejected_or_finish() {
     w.stall_bound_ms = 1;
     let r = run_with(&w, 1, false, None);
     assert_eq!(r.counts.published, 200);
+}
+
+/// The reported virtual time is when the workload finished, not the end of
+/// the final drain (which used to run to the next stall check: 100 s here
+/// for a run that ends in about a tenth of a second).
+#[test]
+fn virtual_time_is_when_the_workload_finished() {
+    let mut w = small("failover", 300);
+    w.subscriptions = 1;
+    w.consumers_per_subscription = 1;
+    w.publish_interval_ms = 5;
+    w.stall_bound_ms = 400_000;
+    let r = run_with(&w, 1, false, None);
+    assert!(r.is_clean(), "{r}");
+    assert!(r.virtual_ms < 10_000, "virtual time {} ms", r.virtual_ms);
 }
