@@ -264,6 +264,17 @@ struct SubRt {
     ready: bool,
 }
 
+impl SubRt {
+    /// The client index (the checker's stable consumer id) of the broker
+    /// consumer `key`, if it is still connected.
+    fn client_of(&self, key: ConsumerKey) -> Option<usize> {
+        self.consumer_keys
+            .iter()
+            .find(|(_, k)| **k == key)
+            .map(|(c, _)| *c)
+    }
+}
+
 struct Broker {
     generation: u64,
     ledger: Arc<ManagedLedger>,
@@ -1633,8 +1644,7 @@ impl Sim<'_> {
             return Ok(());
         }
         let _ = sub.dispatcher.acknowledge(key, position);
-        let acker = sub.consumer_keys.iter().find(|(_, k)| **k == key);
-        let acker = acker.map_or(usize::MAX, |(c, _)| *c);
+        let acker = sub.client_of(key).unwrap_or(usize::MAX);
         let now = self.sched.now();
         self.checker.ack_applied(&sub.name, acker, &messages, now);
         if let (Some(txn), Some(h)) = (txn, &sub.pending_ack) {
@@ -1748,12 +1758,7 @@ impl Sim<'_> {
         if let (Some(txn), Some(_), Some(open)) = (txn, &sub.pending_ack, sub.open_cumulative_txn) {
             if open != txn {
                 self.activity.txn_cumulative_conflicts += 1;
-                let retry = sub
-                    .consumer_keys
-                    .iter()
-                    .find(|(_, k)| **k == key)
-                    .map(|(c, _)| *c);
-                if let Some(c) = retry {
+                if let Some(c) = sub.client_of(key) {
                     let client = &mut self.clients[s][c];
                     client.cumulative_upto = client.cumulative_upto.max(Some(position));
                     if !client.ack_flush_scheduled {
@@ -1779,8 +1784,7 @@ impl Sim<'_> {
             let _ = sub.dispatcher.acknowledge(key, p);
         }
         // The checker knows consumers by their stable client index.
-        let acker = sub.consumer_keys.iter().find(|(_, k)| **k == key);
-        let acker = acker.map_or(usize::MAX, |(c, _)| *c);
+        let acker = sub.client_of(key).unwrap_or(usize::MAX);
         self.checker
             .cumulative_ack_applied(&sub.name, acker, position, now);
         self.activity.cumulative_acks += 1;
