@@ -6,7 +6,7 @@
 //! Failover with one consumer and on Key_Shared (seeds 1, 2, 4 and 1, 3, 4).
 #![cfg(not(any(loom, feature = "shuttle")))]
 
-use pulsar_core::sim::{run, Faults, SimOptions, SubscriptionType, Workload};
+use pulsar_core::sim::{run, Faults, Report, SimOptions, SubscriptionType, Workload};
 
 fn reconnect_heavy(subscription_type: SubscriptionType, consumers: u32) -> Workload {
     Workload {
@@ -28,16 +28,21 @@ fn reconnect_heavy(subscription_type: SubscriptionType, consumers: u32) -> Workl
     }
 }
 
+/// One run with faults on, on a fresh redb store in a temporary directory.
+fn run_seed(w: &Workload, seed: u64) -> Report {
+    let dir = tempfile::tempdir().unwrap();
+    let opts = SimOptions {
+        seed,
+        data_dir: dir.path().join("data"),
+        faults: true,
+        sabotage: None,
+    };
+    run(w, &opts, None).unwrap()
+}
+
 fn assert_clean(w: &Workload) {
     for seed in 1..=4 {
-        let dir = tempfile::tempdir().unwrap();
-        let opts = SimOptions {
-            seed,
-            data_dir: dir.path().join("data"),
-            faults: true,
-            sabotage: None,
-        };
-        let r = run(w, &opts, None).unwrap();
+        let r = run_seed(w, seed);
         assert!(r.is_clean(), "{:?} seed {seed}: {r}", w.subscription_type);
         assert!(r.activity.reconnects > 0, "{r}");
     }
@@ -69,14 +74,7 @@ fn failover_preset_hands_pending_entries_to_the_next_consumer() {
     w.messages = 4_000;
     let mut handed_over = 0;
     for seed in 1..=4 {
-        let dir = tempfile::tempdir().unwrap();
-        let opts = SimOptions {
-            seed,
-            data_dir: dir.path().join("data"),
-            faults: true,
-            sabotage: None,
-        };
-        let r = run(&w, &opts, None).unwrap();
+        let r = run_seed(&w, seed);
         assert!(r.is_clean(), "seed {seed}: {r}");
         handed_over += r.activity.handover_entries;
     }

@@ -1600,15 +1600,8 @@ impl Sim<'_> {
             let client = &mut self.clients[s][c];
             if client.since_cumulative >= cumulative_every {
                 self.send_cumulative_ack(s, c);
-            } else if client.cumulative_upto.is_some() && !client.ack_flush_scheduled {
-                client.ack_flush_scheduled = true;
-                self.sched.after(
-                    ACK_GROUP_MS,
-                    Ev::AckFlush {
-                        sub: s,
-                        consumer: c,
-                    },
-                );
+            } else if client.cumulative_upto.is_some() {
+                self.schedule_ack_flush(s, c);
             }
         }
         self.sched.after(
@@ -1678,6 +1671,22 @@ impl Sim<'_> {
         }
         self.schedule_dispatch(s);
         Ok(())
+    }
+
+    /// Schedules client `c`'s pending cumulative ack to be sent after the
+    /// ack grouping time, unless a flush is already scheduled.
+    fn schedule_ack_flush(&mut self, s: usize, c: usize) {
+        let client = &mut self.clients[s][c];
+        if !client.ack_flush_scheduled {
+            client.ack_flush_scheduled = true;
+            self.sched.after(
+                ACK_GROUP_MS,
+                Ev::AckFlush {
+                    sub: s,
+                    consumer: c,
+                },
+            );
+        }
     }
 
     /// A new transaction for the next ack, with probability `txn_ack_ratio`.
@@ -1761,16 +1770,7 @@ impl Sim<'_> {
                 if let Some(c) = sub.client_of(key) {
                     let client = &mut self.clients[s][c];
                     client.cumulative_upto = client.cumulative_upto.max(Some(position));
-                    if !client.ack_flush_scheduled {
-                        client.ack_flush_scheduled = true;
-                        self.sched.after(
-                            ACK_GROUP_MS,
-                            Ev::AckFlush {
-                                sub: s,
-                                consumer: c,
-                            },
-                        );
-                    }
+                    self.schedule_ack_flush(s, c);
                 }
                 return Ok(());
             }
