@@ -76,7 +76,7 @@ fn build(
             // Fail read number `skip` (0-based) and the next `count - 1`.
             let skip = (extra % 3) as usize;
             let count = 1 + (extra / 3 % 3) as usize;
-            let kind = if extra % 2 == 0 {
+            let kind = if extra.is_multiple_of(2) {
                 ReadFailureKind::StorageUnavailable
             } else {
                 ReadFailureKind::TooManyRequests
@@ -89,7 +89,7 @@ fn build(
         }
         Plan::NonRecoverable => ml.mark_ledger_lost(1).unwrap(),
         Plan::Completing => {
-            let kind = if extra % 2 == 0 {
+            let kind = if extra.is_multiple_of(2) {
                 ReadFailureKind::Fenced
             } else {
                 ReadFailureKind::CursorAlreadyClosed

@@ -26,6 +26,7 @@ pub mod ledger;
 pub mod pending_ack;
 pub mod permits;
 pub mod position;
+#[cfg(feature = "sim")]
 pub mod sim;
 pub mod sync;
 

@@ -206,7 +206,7 @@ impl Harness {
                     }
                 }
                 if let Some(md) = md {
-                    if self.mark_delete.map_or(true, |old| md > old) {
+                    if self.mark_delete.is_none_or(|old| md > old) {
                         self.mark_delete = Some(md);
                         self.tracker.update_mark_delete(md);
                     }
@@ -234,7 +234,7 @@ impl Harness {
                 let reread: Vec<(Position, u64)> = self
                     .all
                     .iter()
-                    .filter(|(p, _)| self.mark_delete.map_or(true, |md| **p > md))
+                    .filter(|(p, _)| self.mark_delete.is_none_or(|md| **p > md))
                     .map(|(p, at)| (*p, *at))
                     .collect();
                 for (p, at) in reread {
@@ -247,7 +247,7 @@ impl Harness {
                 }
                 let targets: Vec<Position> = self.all.keys().copied().collect();
                 let md = targets[pick % targets.len()];
-                let forward = self.mark_delete.map_or(true, |old| md > old);
+                let forward = self.mark_delete.is_none_or(|old| md > old);
                 // A clear that fails on a delete fault keeps the state; the
                 // seek then goes through the mark-delete calls alone.
                 if clear && self.tracker.clear().is_ok() {

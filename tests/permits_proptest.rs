@@ -194,7 +194,7 @@ proptest! {
         };
         let out = c.handle_message(&cmd, &payload).unwrap();
         let reference: Vec<u32> = deliverable.iter().copied()
-            .take_while(|i| truncate_at.map_or(true, |t| *i < t))
+            .take_while(|i| truncate_at.is_none_or(|t| *i < t))
             .filter(|i| !compacted.contains(i) && !acked.contains(i))
             .collect();
         prop_assert_eq!(out.permits, p);

@@ -715,7 +715,7 @@ impl BucketDelayedDeliveryTracker {
     /// delivered.
     pub fn update_mark_delete(&self, position: Position) {
         let mut inner = self.inner.lock();
-        if inner.mark_delete.map_or(true, |p| position > p) {
+        if inner.mark_delete.is_none_or(|p| position > p) {
             Self::set_mark_delete(&mut inner, position);
         }
         self.debug_check(&inner);

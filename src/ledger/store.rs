@@ -457,7 +457,7 @@ fn encode_ranges(ranges: &[(Position, Position)]) -> Vec<u8> {
 }
 
 fn decode_ranges(bytes: &[u8]) -> Result<Vec<(Position, Position)>, StoreError> {
-    if bytes.len() % 32 != 0 {
+    if !bytes.len().is_multiple_of(32) {
         return Err(StoreError::Corrupt(format!(
             "individually deleted ranges record has {} bytes, not a multiple of 32",
             bytes.len()

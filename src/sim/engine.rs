@@ -838,7 +838,7 @@ impl Sim<'_> {
             }
             self.handle(ev)?;
             steps += 1;
-            if steps % 4096 == 0 {
+            if steps.is_multiple_of(4096) {
                 if let Some(p) = self.progress {
                     p(self.checker_acked(), expected);
                 }
