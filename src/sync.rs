@@ -81,6 +81,14 @@ pub use imp::{
     fence, Arc, AtomicBool, AtomicI32, AtomicI64, AtomicU32, AtomicU64, AtomicUsize, Ordering,
 };
 
+/// Pads and aligns a value to the cache-line size of the target (128 bytes
+/// on x86_64 and aarch64), so that a value written often (e.g. a lock word)
+/// does not share a cache line with values other threads only read.
+///
+/// A memory-layout wrapper with no synchronisation of its own, so the same
+/// type is used in every build (std, loom, shuttle).
+pub use crossbeam_utils::CachePadded;
+
 use std::fmt;
 use std::time::Duration;
 

@@ -5,21 +5,7 @@ use std::collections::BTreeMap;
 
 use crate::ledger::ManagedLedger;
 use crate::position::Position;
-use crate::sync::{fence, AtomicU64, Ordering, Published, RwLock};
-
-/// Pads and aligns a value to 128 bytes (two cache lines, as crossbeam's
-/// `CachePadded` on x86_64) so that the cursor lock word, written by every
-/// grouped ack, does not share a cache line with the fields lock-free
-/// readers load.
-#[repr(align(128))]
-struct CachePadded<T>(T);
-
-impl<T> std::ops::Deref for CachePadded<T> {
-    type Target = T;
-    fn deref(&self) -> &T {
-        &self.0
-    }
-}
+use crate::sync::{fence, AtomicU64, CachePadded, Ordering, Published, RwLock};
 
 /// `packed` value meaning "mark-delete does not pack; read `full`".
 const UNPACKABLE: u64 = u64::MAX;
@@ -337,11 +323,11 @@ impl CursorDeletionState {
         set.remove_at_most(mark_delete.ledger_id, mark_delete.entry_id)?;
         let directory = set.directory();
         Ok(Self {
-            inner: CachePadded(RwLock::new(Inner {
+            inner: CachePadded::new(RwLock::new(Inner {
                 mark_delete,
                 ranges: set,
             })),
-            read_side: CachePadded(ReadSide {
+            read_side: CachePadded::new(ReadSide {
                 reset_epoch: AtomicU64::new(0),
                 mark_delete: PublishedMarkDelete::new(mark_delete),
                 directory,
