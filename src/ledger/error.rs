@@ -8,33 +8,45 @@ pub enum StoreError {
     /// The embedded database reported an error (I/O, corruption, lock).
     #[error("embedded store error: {0}")]
     Backend(String),
-    /// A stored record could not be decoded.
-    #[error("corrupt record in store: {0}")]
+    /// The store file is damaged (a page checksum, a structure or a stored
+    /// record does not verify), found on open or on a read.
+    #[error("corrupt store: {0}")]
     Corrupt(String),
 }
 
 impl From<redb::Error> for StoreError {
     fn from(e: redb::Error) -> Self {
-        StoreError::Backend(e.to_string())
+        match e {
+            redb::Error::Corrupted(msg) => StoreError::Corrupt(msg),
+            other => StoreError::Backend(other.to_string()),
+        }
     }
 }
 
+impl From<redb::StorageError> for StoreError {
+    fn from(e: redb::StorageError) -> Self {
+        match e {
+            redb::StorageError::Corrupted(msg) => StoreError::Corrupt(msg),
+            other => StoreError::Backend(other.to_string()),
+        }
+    }
+}
+
+/// redb's error types that may wrap a [`redb::StorageError`]: a wrapped
+/// `Corrupted` becomes [`StoreError::Corrupt`], anything else `Backend`.
 macro_rules! redb_into_store_error {
-    ($($t:ty),*) => {$(
-        impl From<$t> for StoreError {
-            fn from(e: $t) -> Self {
-                StoreError::Backend(e.to_string())
+    ($($t:ident),*) => {$(
+        impl From<redb::$t> for StoreError {
+            fn from(e: redb::$t) -> Self {
+                match e {
+                    redb::$t::Storage(s) => StoreError::from(s),
+                    other => StoreError::Backend(other.to_string()),
+                }
             }
         }
     )*};
 }
-redb_into_store_error!(
-    redb::DatabaseError,
-    redb::TransactionError,
-    redb::TableError,
-    redb::StorageError,
-    redb::CommitError
-);
+redb_into_store_error!(DatabaseError, TransactionError, TableError, CommitError);
 
 /// The read-failure shapes Pulsar's managed ledger distinguishes, used for
 /// injecting failures ([`crate::ledger::ReadFaults`]) and for classifying the

@@ -345,20 +345,29 @@ impl RedbStore {
     /// # Errors
     /// As [`RedbStore::open`].
     pub fn open_with(path: impl AsRef<Path>, mode: SyncMode) -> Result<Self, StoreError> {
-        let db = Database::create(path.as_ref())?;
-        let store = Self {
-            db: Arc::new(db),
-            mode,
-        };
-        // Create every table once so read transactions never see a missing table.
-        let txn = store.begin()?;
-        txn.open_table(ENTRIES)?;
-        txn.open_table(LEDGERS)?;
-        txn.open_table(CURSOR_MARK_DELETE)?;
-        txn.open_table(CURSOR_PROPERTIES)?;
-        txn.open_table(CURSOR_RANGES)?;
-        txn.commit()?;
-        Ok(store)
+        let path = path.as_ref();
+        contained("open", || {
+            // Verify every page checksum on open: a file altered since redb
+            // wrote it is `StoreError::Corrupt` here instead of a panic or a
+            // garbage-sized allocation on a later read.
+            let db = Database::builder()
+                .set_check_integrity_on_open(true)
+                .create(path)
+                .map_err(open_error)?;
+            let store = Self {
+                db: Arc::new(db),
+                mode,
+            };
+            // Create every table once so read transactions never see a missing table.
+            let txn = store.begin()?;
+            txn.open_table(ENTRIES)?;
+            txn.open_table(LEDGERS)?;
+            txn.open_table(CURSOR_MARK_DELETE)?;
+            txn.open_table(CURSOR_PROPERTIES)?;
+            txn.open_table(CURSOR_RANGES)?;
+            txn.commit()?;
+            Ok(store)
+        })
     }
 
     /// The underlying database, for modules that keep their own tables in
@@ -372,14 +381,16 @@ impl RedbStore {
     /// # Errors
     /// [`StoreError::Backend`] if the database refuses the transaction.
     pub fn begin(&self) -> Result<WriteTransaction, StoreError> {
-        let mut txn = self.db.begin_write()?;
-        let durability = match self.mode {
-            SyncMode::Immediate => Durability::Immediate,
-            SyncMode::Deferred => Durability::None,
-        };
-        txn.set_durability(durability)
-            .map_err(|e| StoreError::Backend(e.to_string()))?;
-        Ok(txn)
+        contained("begin", || {
+            let mut txn = self.db.begin_write()?;
+            let durability = match self.mode {
+                SyncMode::Immediate => Durability::Immediate,
+                SyncMode::Deferred => Durability::None,
+            };
+            txn.set_durability(durability)
+                .map_err(|e| StoreError::Backend(e.to_string()))?;
+            Ok(txn)
+        })
     }
 
     /// Forces everything committed so far to disk (an empty `Immediate`
@@ -388,9 +399,11 @@ impl RedbStore {
     /// # Errors
     /// [`StoreError::Backend`] on I/O failure.
     pub fn sync(&self) -> Result<(), StoreError> {
-        let txn = self.db.begin_write()?;
-        txn.commit()?;
-        Ok(())
+        contained("sync", || {
+            let txn = self.db.begin_write()?;
+            txn.commit()?;
+            Ok(())
+        })
     }
 
     /// Reads every cursor property of cursor `cursor` on managed ledger
@@ -405,18 +418,20 @@ impl RedbStore {
         ledger: &str,
         cursor: &str,
     ) -> Result<BTreeMap<String, i64>, StoreError> {
-        let txn = self.db.begin_read()?;
-        let t = txn.open_table(CURSOR_PROPERTIES)?;
-        let mut out = BTreeMap::new();
-        for row in t.range((ledger, cursor, "")..)? {
-            let (k, v) = row?;
-            let (n, c, key) = k.value();
-            if n != ledger || c != cursor {
-                break;
+        contained("cursor_properties", || {
+            let txn = self.db.begin_read()?;
+            let t = txn.open_table(CURSOR_PROPERTIES)?;
+            let mut out = BTreeMap::new();
+            for row in t.range((ledger, cursor, "")..)? {
+                let (k, v) = row?;
+                let (n, c, key) = k.value();
+                if n != ledger || c != cursor {
+                    break;
+                }
+                out.insert(key.to_string(), v.value());
             }
-            out.insert(key.to_string(), v.value());
-        }
-        Ok(out)
+            Ok(out)
+        })
     }
 
     /// Sets (`Some`) or removes (`None`) cursor property `key` of cursor
@@ -433,16 +448,53 @@ impl RedbStore {
         key: &str,
         value: Option<i64>,
     ) -> Result<(), StoreError> {
-        let mut t = txn.open_table(CURSOR_PROPERTIES)?;
-        match value {
-            Some(v) => {
-                t.insert((ledger, cursor, key), v)?;
+        contained("set_cursor_property_in", || {
+            let mut t = txn.open_table(CURSOR_PROPERTIES)?;
+            match value {
+                Some(v) => {
+                    t.insert((ledger, cursor, key), v)?;
+                }
+                None => {
+                    t.remove((ledger, cursor, key))?;
+                }
             }
-            None => {
-                t.remove((ledger, cursor, key))?;
-            }
+            Ok(())
+        })
+    }
+}
+
+/// Maps an open failure: a damaged file is [`StoreError::Corrupt`], anything
+/// else (I/O, a lock held by another process) [`StoreError::Backend`].
+fn open_error(e: redb::DatabaseError) -> StoreError {
+    match e {
+        redb::DatabaseError::Storage(redb::StorageError::Corrupted(msg)) => {
+            StoreError::Corrupt(format!("the store file is damaged: {msg}"))
         }
-        Ok(())
+        other => StoreError::from(other),
+    }
+}
+
+/// Runs one store operation with redb's panics contained: redb may panic on
+/// a page that passed its checksum but is inconsistent (or on a file changed
+/// behind its back while open), and a panic must not cross this crate's
+/// boundary. The panic becomes [`StoreError::Corrupt`] naming the operation.
+/// (The default panic hook still prints the message to stderr.)
+fn contained<T>(
+    operation: &str,
+    f: impl FnOnce() -> Result<T, StoreError>,
+) -> Result<T, StoreError> {
+    match std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)) {
+        Ok(result) => result,
+        Err(payload) => {
+            let msg = payload
+                .downcast_ref::<&str>()
+                .map(|s| (*s).to_string())
+                .or_else(|| payload.downcast_ref::<String>().cloned())
+                .unwrap_or_else(|| "no message".into());
+            Err(StoreError::Corrupt(format!(
+                "the embedded store failed during {operation}: {msg}"
+            )))
+        }
     }
 }
 
@@ -478,48 +530,54 @@ fn decode_ranges(bytes: &[u8]) -> Result<Vec<(Position, Position)>, StoreError> 
 
 impl LedgerStore for RedbStore {
     fn load_ledger(&self, name: &str) -> Result<StoredLedger, StoreError> {
-        let txn = self.db.begin_read()?;
-        let t = txn.open_table(LEDGERS)?;
-        let mut out = StoredLedger::default();
-        for row in t.range((name, i64::MIN)..=(name, i64::MAX))? {
-            let (k, v) = row?;
-            let (_, id) = k.value();
-            let (entries, lost) = v.value();
-            out.ledgers.insert(id, StoredLedgerInfo { entries, lost });
-        }
-        Ok(out)
+        contained("load_ledger", || {
+            let txn = self.db.begin_read()?;
+            let t = txn.open_table(LEDGERS)?;
+            let mut out = StoredLedger::default();
+            for row in t.range((name, i64::MIN)..=(name, i64::MAX))? {
+                let (k, v) = row?;
+                let (_, id) = k.value();
+                let (entries, lost) = v.value();
+                out.ledgers.insert(id, StoredLedgerInfo { entries, lost });
+            }
+            Ok(out)
+        })
     }
 
     fn create_ledger(&self, name: &str, ledger_id: i64) -> Result<(), StoreError> {
-        let txn = self.begin()?;
-        {
-            let mut t = txn.open_table(LEDGERS)?;
-            let exists = t.get((name, ledger_id))?.is_some();
-            if !exists {
-                t.insert((name, ledger_id), (0i64, false))?;
+        contained("create_ledger", || {
+            let txn = self.begin()?;
+            {
+                let mut t = txn.open_table(LEDGERS)?;
+                let exists = t.get((name, ledger_id))?.is_some();
+                if !exists {
+                    t.insert((name, ledger_id), (0i64, false))?;
+                }
             }
-        }
-        txn.commit()?;
-        Ok(())
+            txn.commit()?;
+            Ok(())
+        })
     }
 
     fn append(&self, name: &str, segments: &[AppendSegment<'_>]) -> Result<(), StoreError> {
-        let txn = self.begin()?;
-        {
-            let mut e = txn.open_table(ENTRIES)?;
-            let mut l = txn.open_table(LEDGERS)?;
-            for seg in segments {
-                for (i, p) in seg.payloads.iter().enumerate() {
-                    e.insert((name, seg.ledger_id, seg.first_entry_id + i as i64), *p)?;
+        contained("append", || {
+            let txn = self.begin()?;
+            {
+                let mut e = txn.open_table(ENTRIES)?;
+                let mut l = txn.open_table(LEDGERS)?;
+                for seg in segments {
+                    for (i, p) in seg.payloads.iter().enumerate() {
+                        e.insert((name, seg.ledger_id, seg.first_entry_id + i as i64), *p)?;
+                    }
+                    l.insert(
+                        (name, seg.ledger_id),
+                        (seg.first_entry_id + seg.payloads.len() as i64, false),
+                    )?;
                 }
-                l.insert(
-                    (name, seg.ledger_id),
-                    (seg.first_entry_id + seg.payloads.len() as i64, false),
-                )?;
             }
-        }
-        txn.commit()?;
-        Ok(())
+            txn.commit()?;
+            Ok(())
+        })
     }
 
     fn read(
@@ -529,61 +587,67 @@ impl LedgerStore for RedbStore {
         first: i64,
         last: i64,
     ) -> Result<Vec<(i64, Vec<u8>)>, StoreError> {
-        if first > last {
-            return Ok(Vec::new());
-        }
-        let txn = self.db.begin_read()?;
-        let t = txn.open_table(ENTRIES)?;
-        let mut out = Vec::with_capacity((last - first + 1).min(1024) as usize);
-        for row in t.range((name, ledger_id, first)..=(name, ledger_id, last))? {
-            let (k, v) = row?;
-            out.push((k.value().2, v.value().to_vec()));
-        }
-        Ok(out)
+        contained("read", || {
+            if first > last {
+                return Ok(Vec::new());
+            }
+            let txn = self.db.begin_read()?;
+            let t = txn.open_table(ENTRIES)?;
+            let mut out = Vec::with_capacity((last - first + 1).min(1024) as usize);
+            for row in t.range((name, ledger_id, first)..=(name, ledger_id, last))? {
+                let (k, v) = row?;
+                out.push((k.value().2, v.value().to_vec()));
+            }
+            Ok(out)
+        })
     }
 
     fn mark_ledger_lost(&self, name: &str, ledger_id: i64) -> Result<(), StoreError> {
-        let txn = self.begin()?;
-        {
-            let mut e = txn.open_table(ENTRIES)?;
-            e.retain_in(
-                (name, ledger_id, i64::MIN)..=(name, ledger_id, i64::MAX),
-                |_, _| false,
-            )?;
-            let mut l = txn.open_table(LEDGERS)?;
-            let entries = l.get((name, ledger_id))?.map(|v| v.value().0).unwrap_or(0);
-            l.insert((name, ledger_id), (entries, true))?;
-        }
-        txn.commit()?;
-        Ok(())
+        contained("mark_ledger_lost", || {
+            let txn = self.begin()?;
+            {
+                let mut e = txn.open_table(ENTRIES)?;
+                e.retain_in(
+                    (name, ledger_id, i64::MIN)..=(name, ledger_id, i64::MAX),
+                    |_, _| false,
+                )?;
+                let mut l = txn.open_table(LEDGERS)?;
+                let entries = l.get((name, ledger_id))?.map(|v| v.value().0).unwrap_or(0);
+                l.insert((name, ledger_id), (entries, true))?;
+            }
+            txn.commit()?;
+            Ok(())
+        })
     }
 
     fn load_cursor(&self, name: &str, cursor: &str) -> Result<Option<StoredCursor>, StoreError> {
-        let txn = self.db.begin_read()?;
-        let md = txn.open_table(CURSOR_MARK_DELETE)?;
-        let Some(md) = md.get((name, cursor))?.map(|v| v.value()) else {
-            return Ok(None);
-        };
-        let props_t = txn.open_table(CURSOR_PROPERTIES)?;
-        let mut properties = BTreeMap::new();
-        for row in props_t.range((name, cursor, "")..)? {
-            let (k, v) = row?;
-            let (n, c, key) = k.value();
-            if n != name || c != cursor {
-                break;
+        contained("load_cursor", || {
+            let txn = self.db.begin_read()?;
+            let md = txn.open_table(CURSOR_MARK_DELETE)?;
+            let Some(md) = md.get((name, cursor))?.map(|v| v.value()) else {
+                return Ok(None);
+            };
+            let props_t = txn.open_table(CURSOR_PROPERTIES)?;
+            let mut properties = BTreeMap::new();
+            for row in props_t.range((name, cursor, "")..)? {
+                let (k, v) = row?;
+                let (n, c, key) = k.value();
+                if n != name || c != cursor {
+                    break;
+                }
+                properties.insert(key.to_string(), v.value());
             }
-            properties.insert(key.to_string(), v.value());
-        }
-        let ranges_t = txn.open_table(CURSOR_RANGES)?;
-        let individually_deleted = match ranges_t.get((name, cursor))? {
-            Some(v) => decode_ranges(v.value())?,
-            None => Vec::new(),
-        };
-        Ok(Some(StoredCursor {
-            mark_delete: Position::new(md.0, md.1),
-            properties,
-            individually_deleted,
-        }))
+            let ranges_t = txn.open_table(CURSOR_RANGES)?;
+            let individually_deleted = match ranges_t.get((name, cursor))? {
+                Some(v) => decode_ranges(v.value())?,
+                None => Vec::new(),
+            };
+            Ok(Some(StoredCursor {
+                mark_delete: Position::new(md.0, md.1),
+                properties,
+                individually_deleted,
+            }))
+        })
     }
 
     fn save_mark_delete(
@@ -593,19 +657,21 @@ impl LedgerStore for RedbStore {
         mark_delete: Position,
         individually_deleted: &[(Position, Position)],
     ) -> Result<(), StoreError> {
-        let txn = self.begin()?;
-        {
-            let mut md = txn.open_table(CURSOR_MARK_DELETE)?;
-            md.insert(
-                (name, cursor),
-                (mark_delete.ledger_id, mark_delete.entry_id),
-            )?;
-            let mut ranges = txn.open_table(CURSOR_RANGES)?;
-            let encoded = encode_ranges(individually_deleted);
-            ranges.insert((name, cursor), encoded.as_slice())?;
-        }
-        txn.commit()?;
-        Ok(())
+        contained("save_mark_delete", || {
+            let txn = self.begin()?;
+            {
+                let mut md = txn.open_table(CURSOR_MARK_DELETE)?;
+                md.insert(
+                    (name, cursor),
+                    (mark_delete.ledger_id, mark_delete.entry_id),
+                )?;
+                let mut ranges = txn.open_table(CURSOR_RANGES)?;
+                let encoded = encode_ranges(individually_deleted);
+                ranges.insert((name, cursor), encoded.as_slice())?;
+            }
+            txn.commit()?;
+            Ok(())
+        })
     }
 
     fn set_cursor_property(
@@ -615,24 +681,28 @@ impl LedgerStore for RedbStore {
         key: &str,
         value: Option<i64>,
     ) -> Result<(), StoreError> {
-        let txn = self.begin()?;
-        Self::set_cursor_property_in(&txn, name, cursor, key, value)?;
-        txn.commit()?;
-        Ok(())
+        contained("set_cursor_property", || {
+            let txn = self.begin()?;
+            Self::set_cursor_property_in(&txn, name, cursor, key, value)?;
+            txn.commit()?;
+            Ok(())
+        })
     }
 
     fn list_cursors(&self, name: &str) -> Result<Vec<String>, StoreError> {
-        let txn = self.db.begin_read()?;
-        let md = txn.open_table(CURSOR_MARK_DELETE)?;
-        let mut out = Vec::new();
-        for row in md.range((name, "")..)? {
-            let (k, _) = row?;
-            let (n, c) = k.value();
-            if n != name {
-                break;
+        contained("list_cursors", || {
+            let txn = self.db.begin_read()?;
+            let md = txn.open_table(CURSOR_MARK_DELETE)?;
+            let mut out = Vec::new();
+            for row in md.range((name, "")..)? {
+                let (k, _) = row?;
+                let (n, c) = k.value();
+                if n != name {
+                    break;
+                }
+                out.push(c.to_string());
             }
-            out.push(c.to_string());
-        }
-        Ok(out)
+            Ok(out)
+        })
     }
 }
