@@ -24,6 +24,7 @@ fn run_with(w: &Workload, seed: u64, faults: bool, sabotage: Option<Sabotage>) -
         data_dir: dir.path().join("data"),
         faults,
         sabotage,
+        sync: pulsar_core::ledger::SyncMode::Immediate,
     };
     run(w, &opts, None).unwrap()
 }

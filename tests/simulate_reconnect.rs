@@ -36,6 +36,7 @@ fn run_seed(w: &Workload, seed: u64) -> Report {
         data_dir: dir.path().join("data"),
         faults: true,
         sabotage: None,
+        sync: pulsar_core::ledger::SyncMode::Immediate,
     };
     run(w, &opts, None).unwrap()
 }

@@ -309,9 +309,20 @@ pub enum SyncMode {
     /// Every commit is fsynced before it returns (survives power loss).
     #[default]
     Immediate,
-    /// Commits are atomic and survive a process crash only once a later
-    /// `Immediate` commit (or [`RedbStore::sync`]) ran; used by benchmarks.
+    /// Commits are atomic and visible at once, but reach the disk only with
+    /// a later `Immediate` commit, [`RedbStore::sync`] or a clean close (the
+    /// last handle dropped): a process crash or power loss before then loses
+    /// them (the store reopens at the last durable commit, still consistent).
     Deferred,
+}
+
+impl std::fmt::Display for SyncMode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            SyncMode::Immediate => "immediate",
+            SyncMode::Deferred => "deferred",
+        })
+    }
 }
 
 /// Durable [`LedgerStore`] on an embedded [redb](https://docs.rs/redb)

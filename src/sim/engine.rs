@@ -64,7 +64,7 @@ impl SimEntry {
 }
 use crate::ledger::{
     LedgerConfig, LedgerError, LedgerStore, ManagedCursor, ManagedLedger, ReadFailureKind,
-    RedbStore,
+    RedbStore, SyncMode,
 };
 use crate::pending_ack::{
     AckType, AckedPosition, ExecutorMode, HandleConfig, HandleState, InlineReads, PendingAckHandle,
@@ -137,6 +137,11 @@ pub struct SimOptions {
     pub faults: bool,
     /// Self-test defect, if any.
     pub sabotage: Option<Sabotage>,
+    /// How the store commits ([`SyncMode::Immediate`]: fsync every commit).
+    /// A simulated restart closes the store cleanly, which makes deferred
+    /// commits durable too, so both modes give the same report; only
+    /// `Immediate` would survive a real crash or power loss.
+    pub sync: SyncMode,
 }
 
 /// Why a run could not be carried out (not a violation: a violation is in
@@ -413,6 +418,7 @@ pub fn run(
         workload: workload.name.clone(),
         seed: opts.seed,
         data_dir: opts.data_dir.display().to_string(),
+        sync: opts.sync.to_string(),
         virtual_ms: finished_at,
         violations: counts.violations(),
         counts,
@@ -561,9 +567,11 @@ impl Sim<'_> {
             old.pool.shutdown();
         }
         self.snapshot_faults.clear();
-        let store = RedbStore::open(self.store_path()).map_err(|e| SimError::DataDir {
-            path: self.opts.data_dir.display().to_string(),
-            reason: e.to_string(),
+        let store = RedbStore::open_with(self.store_path(), self.opts.sync).map_err(|e| {
+            SimError::DataDir {
+                path: self.opts.data_dir.display().to_string(),
+                reason: e.to_string(),
+            }
         })?;
         let dyn_store: Arc<dyn LedgerStore> = Arc::new(store.clone());
         let ledger = ManagedLedger::open(

@@ -79,6 +79,9 @@ pub struct Report {
     pub seed: u64,
     /// Where the store lived.
     pub data_dir: String,
+    /// How the store committed: `immediate` (fsync every commit) or
+    /// `deferred` (fsync at close).
+    pub sync: String,
     /// Virtual time until the workload finished (every message published
     /// and acknowledged, every planned fault run) or the time limit stopped
     /// it, ms; the final drain of in-flight traffic is not included.
@@ -117,7 +120,7 @@ impl fmt::Display for Report {
             "pulsar-core simulate: workload {}, seed {}",
             self.workload, self.seed
         )?;
-        writeln!(f, "data dir: {}", self.data_dir)?;
+        writeln!(f, "data dir: {} (sync: {})", self.data_dir, self.sync)?;
         writeln!(f)?;
         let rows: [(&str, String); 26] = [
             ("published", c.published.to_string()),
