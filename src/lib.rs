@@ -14,10 +14,20 @@
 //! | [`pending_ack`] | 001 | pending-ack log replay: read pipeline, failure classification, rewind, retry with backoff, buffered writer |
 //! | [`delayed`] | 000 | bucket delayed delivery tracker with durable snapshots |
 //! | [`permits`] | 003 | PIP-491 exact permit accounting: `message_permits` on the wire, broker finalisation, client budget, per-incarnation accumulator |
-//! | [`sim`] | all | `pulsar-core simulate`: the broker-in-a-box on the real components, fault injection, independent delivery checker |
+//! | `sim` (feature `sim`) | all | `pulsar-core simulate`: the broker-in-a-box on the real components, fault injection, independent delivery checker |
 //!
 //! Every public fallible operation returns a typed error; bad input never
 //! panics and leaves state unchanged.
+//!
+//! # Features
+//!
+//! | feature | default | what it adds |
+//! |---|---|---|
+//! | `sim` | via `cli` | the `sim` module (serde, serde_json, toml) |
+//! | `cli` | yes | the `pulsar-core` binary (sim + clap, indicatif, ctrlc, tracing-subscriber, tempfile) |
+//! | `shuttle` | no | the crate's synchronisation through shuttle, for `shuttle-tests/` only |
+//!
+//! An embedder that needs only the components sets `default-features = false`.
 #![warn(missing_docs)]
 
 pub mod cursor;
@@ -31,3 +41,7 @@ pub mod sim;
 pub mod sync;
 
 pub use position::{Position, PositionParseError};
+/// The embedded database [`ledger::RedbStore`] runs on: its
+/// [`ledger::RedbStore::database`] and [`ledger::RedbStore::begin`] hand out
+/// `redb` types, so embedders use this version of redb.
+pub use redb;

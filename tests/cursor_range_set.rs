@@ -4,6 +4,9 @@
 //! (0, 2^31−1, 2^31, u32::MAX) and invalid ids (typed error, set unchanged).
 #![cfg(not(any(loom, feature = "shuttle")))]
 
+mod common;
+use common::p;
+
 use std::collections::BTreeSet;
 
 use proptest::prelude::*;
@@ -65,10 +68,6 @@ fn op() -> impl Strategy<Value = Op> {
             .prop_map(|(l, e)| Op::AddInvalid(l, e)),
         1 => Just(Op::Rebuild),
     ]
-}
-
-fn p(l: i64, e: i64) -> Position {
-    Position::new(l, e)
 }
 
 fn max_in(oracle: &BTreeSet<Position>, l: i64) -> Option<i64> {

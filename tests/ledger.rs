@@ -3,6 +3,9 @@
 //! redb durability (close + reopen, and a process killed mid-batch).
 #![cfg(not(any(loom, feature = "shuttle")))]
 
+mod common;
+use common::p;
+
 use std::sync::Arc;
 
 use pulsar_core::ledger::{
@@ -15,10 +18,6 @@ fn cfg(max: u32) -> LedgerConfig {
         max_entries_per_ledger: max,
         auto_skip_non_recoverable_data: false,
     }
-}
-
-fn p(l: i64, e: i64) -> Position {
-    Position::new(l, e)
 }
 
 /// Runs `f` against both backends.
@@ -519,7 +518,7 @@ fn within<R: Send + 'static>(secs: u64, what: &str, f: impl FnOnce() -> R + Send
     }
 }
 
-/// L1: entry id `i64::MAX` must not overflow: a position past a ledger's end
+/// Entry id `i64::MAX` must not overflow: a position past a ledger's end
 /// moves to the next ledger, or past the end when there is none.
 #[test]
 fn l1_entry_id_i64_max_does_not_overflow() {
@@ -559,7 +558,7 @@ fn l1_entry_id_i64_max_does_not_overflow() {
     });
 }
 
-/// L2: mark-delete validates the position (entry id >= -1, an existing
+/// Mark-delete validates the position (entry id >= -1, an existing
 /// ledger, not beyond the last confirmed entry in any form) and the
 /// individually deleted ranges; on error nothing changes.
 #[test]
@@ -640,7 +639,7 @@ fn l2_mark_delete_rejects_invalid_positions_and_ranges() {
     });
 }
 
-/// L3: a huge `max_entries` means "as many as available".
+/// A huge `max_entries` means "as many as available".
 #[test]
 fn l3_huge_max_entries_reads_everything_available() {
     both(|store| {
@@ -674,7 +673,7 @@ fn l3_huge_max_entries_reads_everything_available() {
     });
 }
 
-/// L4: a `ReadFaults` policy may call back into the cursor (no cursor lock is
+/// A `ReadFaults` policy may call back into the cursor (no cursor lock is
 /// held while it runs).
 #[test]
 fn l4_fault_policy_may_call_back_into_the_cursor() {
@@ -726,7 +725,7 @@ fn l4_fault_policy_may_call_back_into_the_cursor() {
     );
 }
 
-/// L6: marking the current ledger lost closes it: the next append rolls over
+/// Marking the current ledger lost closes it: the next append rolls over
 /// to a new ledger, and in-process reads agree with reads after a reopen.
 #[test]
 fn l6_losing_the_current_ledger_rolls_over_and_survives_reopen() {

@@ -1,4 +1,4 @@
-//! The two bucket kinds. Post-fix Pulsar has no `Bucket` base class:
+//! The two bucket kinds. There is no `Bucket` base class (as in Pulsar's fixed tracker):
 //! [`MutableBucket`] and [`ImmutableBucket`] are independent types that share
 //! a small [`BucketContext`] (the ledger range and its cursor-property key).
 

@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 
 use roaring::RoaringBitmap;
 
-/// Pulsar's post-fix `BucketDelayedMessageIndex`: ledger id → RoaringBitmap of
+/// Pulsar's `BucketDelayedMessageIndex`: ledger id → RoaringBitmap of
 /// tracked entry ids, owned together with a counter equal to the total
 /// cardinality.
 ///

@@ -1,6 +1,7 @@
 //! Bucket-based delayed delivery: Pulsar's `BucketDelayedDeliveryTracker`
-//! (seed 000, with the post-fix behaviour of the seed's PR and the
-//! reviewer's follow-up) on durable bucket snapshots.
+//! (seed 000: the behaviour of Pulsar's bucket tracker once its merge,
+//! duplicate-delivery and counter defects are fixed) on durable bucket
+//! snapshots.
 //!
 //! A subscription with delayed messages hands every message whose
 //! `deliverAt` lies in the future to the tracker instead of dispatching it.
@@ -20,13 +21,13 @@
 //! | type | Pulsar | role |
 //! |---|---|---|
 //! | [`BucketDelayedDeliveryTracker`] | `BucketDelayedDeliveryTracker` | the tracker (one lock) |
-//! | [`BucketDelayedMessageIndex`] | `BucketDelayedMessageIndex` (post-fix) | runtime dedup + count |
+//! | [`BucketDelayedMessageIndex`] | `BucketDelayedMessageIndex` | runtime dedup + count |
 //! | [`MutableBucket`], [`ImmutableBucket`], [`BucketContext`] | same names | the buckets |
 //! | [`SnapshotMetadata`], [`SnapshotSegmentMetadata`], [`SnapshotSegment`], [`DelayedIndex`] | `DelayedMessageIndexBucketSnapshotFormat` | snapshot protobuf |
 //! | [`BucketSnapshotStorage`] | `BucketSnapshotStorage` | snapshot store |
 //! | [`RedbSnapshotStorage`], [`MemorySnapshotStorage`], [`FaultyStorage`] | `BookkeeperBucketSnapshotStorage` | durable / test / fault-injecting stores |
 //!
-//! # Semantics (post-fix)
+//! # Semantics
 //!
 //! * `add_message` of an already-due message **untracks** it and returns
 //!   `false` (dispatch now); a duplicate returns `true` without counting; a

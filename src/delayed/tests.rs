@@ -1,4 +1,4 @@
-//! Unit tests of the tracker's post-fix behaviour (seed 000).
+//! Unit tests of the tracker's behaviour (seed 000).
 
 use std::sync::Arc;
 
@@ -84,7 +84,7 @@ fn add_get_and_expired_readd_untracks() {
     assert!(t.add_message(1, 1, 50).unwrap());
     assert!(t.add_message(1, 1, 50).unwrap(), "duplicate returns true");
     assert_eq!(t.number_of_delayed_messages(), 1);
-    // Expired re-add: returns false AND untracks (post-fix).
+    // Expired re-add: returns false AND untracks.
     f.clock.set(60);
     assert!(!t.add_message(1, 1, 50).unwrap());
     assert_eq!(t.number_of_delayed_messages(), 0);
@@ -543,7 +543,7 @@ fn unreadable_segment_at_runtime_falls_back_to_its_metadata_bitmaps() {
     t.verify_invariants().unwrap();
 }
 
-/// D1 regression (reviewer's probe_delayed_reset): a cursor reset clears the
+/// A cursor reset clears the
 /// tracker and the dispatcher re-adds messages below the old mark-delete;
 /// they must be delivered, and the count must equal what is delivered.
 #[test]
@@ -569,7 +569,7 @@ fn clear_forgets_the_mark_delete_so_re_added_messages_are_delivered() {
     t.verify_invariants().unwrap();
 }
 
-/// D1: a seek back without a clear goes through `reset_mark_delete`; the
+/// A seek back without a clear goes through `reset_mark_delete`; the
 /// messages re-read between the new and the old mark-delete (also inside
 /// sealed buckets whose indexes were untracked by the old mark-delete) are
 /// delivered exactly once and the count matches.
@@ -601,7 +601,7 @@ fn reset_mark_delete_backward_keeps_re_added_messages_deliverable() {
     assert_eq!(t.number_of_delayed_messages(), 0);
 }
 
-/// D2 regression: a position at or below the mark-delete (already
+/// A position at or below the mark-delete (already
 /// acknowledged) is not tracked: `add_message` returns `false` (not delayed;
 /// the dispatcher's deletion check drops it), it is never counted and never
 /// scheduled, whether it lies in the mark-delete's ledger or below it.

@@ -1,6 +1,7 @@
 //! [`BucketDelayedDeliveryTracker`]: the bucket-based delayed delivery
-//! tracker (Pulsar `BucketDelayedDeliveryTracker`, post-fix semantics of
-//! seed 000 including the reviewer's follow-up).
+//! tracker (Pulsar `BucketDelayedDeliveryTracker`, with the semantics of
+//! seed 000: merge keeps segment 1, no duplicate delivery, counter = runtime
+//! bitmap cardinality).
 
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BinaryHeap, HashMap};
@@ -217,7 +218,7 @@ impl BucketDelayedDeliveryTracker {
             .mark_delete
             .is_some_and(|md| Position::new(ledger_id, entry_id) <= md);
         if acknowledged || deliver_at_ms < 0 || deliver_at_ms as u64 <= cutoff {
-            // Post-fix: an expired re-add must not leave its bit behind. A
+            // An expired re-add must not leave its bit behind. A
             // position at or below the mark-delete is never tracked (nothing
             // tracked lies there: `update_mark_delete` untracked it), so the
             // count only holds what will be delivered.
@@ -854,7 +855,7 @@ impl BucketDelayedDeliveryTracker {
         None
     }
 
-    /// Merge execution (post-fix + reviewer): read segments 1..=last of each
+    /// Merge execution: read segments 1..=last of each
     /// source (plus tracked queued positions in the range's gaps), keep only
     /// indexes still in the runtime index, build one snapshot over
     /// `[first.start, last.end]`, commit it replacing the sources atomically,
@@ -910,7 +911,7 @@ impl BucketDelayedDeliveryTracker {
             for seg in &segs {
                 for d in &seg.indexes {
                     let idx = IndexEntry::from_proto(b.snapshot_id, d)?;
-                    // Reviewer fix: nothing already dispatched is persisted again.
+                    // Nothing already dispatched is persisted again (no duplicate delivery).
                     if inner.index.contains(idx.ledger_id, idx.entry_id) {
                         kept.push(idx);
                     }
@@ -970,7 +971,7 @@ impl BucketDelayedDeliveryTracker {
         // Committed: the merged bucket replaces its sources. Its positions
         // are live again only through its first segment: drop their queue
         // entries (the sources' loaded segments, gap entries) and queue
-        // segment 1, so no position gets a second live entry (reviewer fix).
+        // segment 1, so no position gets a second live entry.
         for s in sources {
             Self::remove_bucket(inner, *s);
         }
