@@ -98,6 +98,27 @@
 //! [`RecoveryPolicy::SkipCorrupt`] (its messages are rebuilt by the
 //! dispatcher's re-read). Recovery never panics and never counts a position
 //! twice (restoring is idempotent).
+//!
+//! ```
+//! use std::sync::Arc;
+//! use pulsar_core::delayed::{
+//!     BucketDelayedDeliveryTracker, BucketTrackerConfig, ManualClock, MemorySnapshotStorage,
+//! };
+//! use pulsar_core::Position;
+//!
+//! let clock = Arc::new(ManualClock::new(1_000));
+//! let storage = Arc::new(MemorySnapshotStorage::new());
+//! let config = BucketTrackerConfig { tick_time_ms: 1, ..BucketTrackerConfig::default() };
+//! let tracker = BucketDelayedDeliveryTracker::new(config, storage, clock.clone())?;
+//! assert!(tracker.add_message(1, 0, 1_500)?); // delayed until 1500 ms
+//! assert!(tracker.add_message(1, 1, 2_000)?);
+//! assert!(!tracker.add_message(1, 2, 900)?); // already due: not delayed
+//! assert_eq!(tracker.number_of_delayed_messages(), 2);
+//! clock.set(1_600);
+//! assert_eq!(tracker.get_scheduled_messages(10)?, vec![Position::new(1, 0)]);
+//! assert_eq!(tracker.number_of_delayed_messages(), 1);
+//! # Ok::<(), pulsar_core::delayed::DelayedError>(())
+//! ```
 
 mod bucket;
 mod clock;

@@ -26,6 +26,37 @@
 //!   method of the ledger or its cursors (including the reading cursor);
 //! - the `skip` predicate of [`ManagedCursor::read_entries_with_skip`] runs
 //!   with that cursor's lock held and must not call back into that cursor.
+//!
+//! ```
+//! use std::sync::Arc;
+//! use pulsar_core::ledger::{LedgerConfig, ManagedLedger, RedbStore, StoreError};
+//! use pulsar_core::Position;
+//!
+//! let dir = tempfile::tempdir()?;
+//! let path = dir.path().join("store.redb");
+//! {
+//!     let store = Arc::new(RedbStore::open(&path)?);
+//!     let ml = ManagedLedger::open("orders", LedgerConfig::default(), store)?;
+//!     ml.append_batch(&[b"a", b"b", b"c"])?;
+//!     let cursor = ml.open_cursor("sub")?;
+//!     assert_eq!(cursor.read_entries(10)?.len(), 3);
+//!     cursor.mark_delete(Position::new(1, 1))?;
+//! } // closed
+//! let store = Arc::new(RedbStore::open(&path)?);
+//! let ml = ManagedLedger::open("orders", LedgerConfig::default(), store)?;
+//! let cursor = ml.open_cursor("sub")?;
+//! assert_eq!(cursor.mark_delete_position(), Position::new(1, 1));
+//! assert_eq!(cursor.read_entries(10)?[0].data, b"c");
+//!
+//! // A damaged file is a typed error, not a panic.
+//! drop((cursor, ml));
+//! let mut bytes = std::fs::read(&path)?;
+//! bytes.truncate(bytes.len() / 2);
+//! let damaged = dir.path().join("damaged.redb");
+//! std::fs::write(&damaged, bytes)?;
+//! assert!(matches!(RedbStore::open(&damaged), Err(StoreError::Corrupt(_) | StoreError::Backend(_))));
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
 
 mod cursor;
 mod error;

@@ -28,6 +28,29 @@
 //! broker serialises access per subscription (Pulsar's dispatcher is
 //! `synchronized`). Wrap a [`SharedDispatcher`] in a
 //! [`crate::sync::Mutex`] to share it.
+//!
+//! ```
+//! use pulsar_core::permits::broker::{AdmitAll, BrokerEntry, Consumer, ConsumerKey};
+//! use pulsar_core::Position;
+//!
+//! let key = ConsumerKey { connection_id: 1, consumer_id: 7 };
+//! let mut consumer = Consumer::new(key, 0);
+//! consumer.flow_permits(5)?;
+//! // A full batch of 4 (P = 4) and a partial batch of 10 with 2 indexes left (P = 2).
+//! let entries = vec![
+//!     BrokerEntry { position: Position::new(3, 0), batch_size: 4, ack_set: vec![] },
+//!     BrokerEntry { position: Position::new(3, 1), batch_size: 10, ack_set: vec![0b11] },
+//! ];
+//! let dispatch = consumer.send_messages(entries, &mut AdmitAll, 1);
+//! assert_eq!(dispatch.result.total_permits(), 6);
+//! assert_eq!(dispatch.commands[1].message_permits, Some(2));
+//! // Debt is kept, never clamped: 5 - 6.
+//! assert_eq!(consumer.available_permits(), -1);
+//! assert_eq!(consumer.unacked_messages(), 6);
+//! // Acknowledging the partial batch gives back its P to the unacked count.
+//! assert_eq!(consumer.acknowledge(Position::new(3, 1))?, 2);
+//! # Ok::<(), pulsar_core::permits::broker::BrokerPermitError>(())
+//! ```
 
 use std::collections::{BTreeMap, BTreeSet};
 

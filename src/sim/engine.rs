@@ -350,6 +350,26 @@ struct Sim<'a> {
 /// # Errors
 /// [`SimError`] if the data dir is unusable or a component fails in a way
 /// the run cannot continue from (violations are reported, not errors).
+///
+/// ```
+/// use pulsar_core::ledger::SyncMode;
+/// use pulsar_core::sim::{run, SimOptions, Workload};
+///
+/// let dir = tempfile::tempdir()?;
+/// let mut workload = Workload::resolve("permit-churn")?;
+/// workload.messages = 200;
+/// let opts = SimOptions {
+///     seed: 7,
+///     data_dir: dir.path().join("data"),
+///     faults: true,
+///     sabotage: None,
+///     sync: SyncMode::Deferred,
+/// };
+/// let report = run(&workload, &opts, None)?;
+/// assert!(report.is_clean(), "{report}");
+/// assert_eq!(report.counts.published, 200);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 pub fn run(
     workload: &Workload,
     opts: &SimOptions,
