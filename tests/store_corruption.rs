@@ -17,6 +17,9 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use pulsar_core::delayed::{
+    BucketDelayedDeliveryTracker, BucketTrackerConfig, ManualClock, RedbSnapshotStorage,
+};
 use pulsar_core::ledger::{LedgerConfig, LedgerStore, ManagedLedger, RedbStore};
 use pulsar_core::Position;
 use rand::{Rng, SeedableRng};
@@ -63,11 +66,45 @@ fn cfg() -> LedgerConfig {
     }
 }
 
+fn delayed_config() -> BucketTrackerConfig {
+    BucketTrackerConfig {
+        tick_time_ms: 10,
+        min_index_count_per_bucket: 4,
+        ..BucketTrackerConfig::default()
+    }
+}
+
+/// The delayed-delivery tracker of subscription `sub-delayed` of `orders`, on the
+/// store's database (recovery reads every bucket snapshot).
+fn delayed_tracker(store: &RedbStore) -> Result<BucketDelayedDeliveryTracker, String> {
+    let storage = RedbSnapshotStorage::new(store.clone(), "orders", "sub-delayed")
+        .map_err(|e| e.to_string())?;
+    BucketDelayedDeliveryTracker::new(
+        delayed_config(),
+        Arc::new(storage),
+        Arc::new(ManualClock::new(0)),
+    )
+    .map_err(|e| e.to_string())
+}
+
 /// Builds the intact store: 3 managed ledgers × 40 entries (rolled over every
 /// 7), two cursors each with a mark-delete position, deleted ranges and
-/// properties, one lost ledger.
+/// properties, one lost ledger, and sealed delayed-delivery buckets (their
+/// snapshots in the same file).
 fn build_store(path: &Path) {
-    let store: Arc<dyn LedgerStore> = Arc::new(RedbStore::open(path).unwrap());
+    let redb = RedbStore::open(path).unwrap();
+    {
+        let tracker = delayed_tracker(&redb).unwrap();
+        for l in 1..=4i64 {
+            for e in 0..6i64 {
+                tracker
+                    .add_message(l, e, 10_000 + 100 * (6 * l + e))
+                    .unwrap();
+            }
+        }
+        tracker.close();
+    }
+    let store: Arc<dyn LedgerStore> = Arc::new(redb);
     for name in ["orders", "payments", "audit"] {
         let ml = ManagedLedger::open(name, cfg(), Arc::clone(&store)).unwrap();
         for i in 0..40u32 {
@@ -107,6 +144,12 @@ fn open_and_read_everything(path: &Path) -> Option<String> {
         Ok(s) => seen.push_str(&s),
         Err(_) => *clean = false,
     };
+    let delayed = delayed_tracker(&store).map(|t| {
+        let r = format!("{} {:?}", t.number_of_delayed_messages(), t.buckets());
+        t.close();
+        r
+    });
+    note(&mut clean, delayed);
     for name in ["orders", "payments", "audit"] {
         match store.load_ledger(name) {
             Ok(l) => {
@@ -212,6 +255,10 @@ fn damaged_store_files_give_typed_errors_never_panics_or_huge_allocations() {
     build_store(&original_path);
     let original = std::fs::read(&original_path).unwrap();
     let intact = open_and_read_everything(&original_path).expect("the intact store reads cleanly");
+    assert!(
+        !intact.starts_with("0 "),
+        "the intact store holds recovered delayed messages: {intact:.80}"
+    );
 
     let mut rng = ChaCha8Rng::seed_from_u64(0x5eed_c0de);
     let start = Instant::now();
