@@ -91,24 +91,24 @@ struct SimulateArgs {
     /// but the run no longer exercises power-loss durability, and a kill -9 or
     /// power loss mid-run leaves the store at its last clean close. Much
     /// faster on a real disk. The report says which was used.
-    #[arg(long, value_enum, default_value_t = Sync::Always)]
-    sync: Sync,
+    #[arg(long, value_enum, default_value_t = SyncChoice::Always)]
+    sync: SyncChoice,
 }
 
 /// `--sync` choices.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-enum Sync {
+enum SyncChoice {
     /// fsync every commit.
     Always,
     /// fsync when the store is closed.
     Deferred,
 }
 
-impl From<Sync> for SyncMode {
-    fn from(s: Sync) -> Self {
+impl From<SyncChoice> for SyncMode {
+    fn from(s: SyncChoice) -> Self {
         match s {
-            Sync::Always => SyncMode::Immediate,
-            Sync::Deferred => SyncMode::Deferred,
+            SyncChoice::Always => SyncMode::Immediate,
+            SyncChoice::Deferred => SyncMode::Deferred,
         }
     }
 }
