@@ -42,6 +42,8 @@
 
 pub mod broker;
 pub mod client;
+pub mod frame;
+pub mod presence;
 pub mod wire;
 
 pub use broker::{BrokerPermitError, Consumer, ConsumerKey, SendMessagesResult, SharedDispatcher};

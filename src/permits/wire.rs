@@ -27,6 +27,8 @@
 
 use prost::Message;
 
+use crate::permits::presence::{check_required, RequiredSpec};
+
 /// Largest permit value the protocol allows in one command or Flow
 /// (`i32::MAX`, PIP-491's valid range is `1..=2^31-1`).
 pub const MAX_PERMITS: u32 = i32::MAX as u32;
@@ -45,6 +47,18 @@ pub enum WireError {
     /// The batch size (`num_messages_in_batch`) is not positive.
     #[error("invalid num_messages_in_batch {0}: must be at least 1")]
     InvalidBatchSize(i32),
+    /// A proto2 `required` field is absent (or the raw structure is broken
+    /// in a way found while checking presence).
+    #[error(transparent)]
+    Presence(#[from] crate::permits::presence::PresenceError),
+    /// A `BaseCommand` whose `type` names a command whose field is absent.
+    #[error("BaseCommand of type {type_name} ({type_value}) lacks its {type_name} field")]
+    MissingCommand {
+        /// The `type` value.
+        type_value: i32,
+        /// Its name.
+        type_name: &'static str,
+    },
     /// A non-empty `ack_set` leaves no deliverable index below the batch size.
     #[error("ack_set has no deliverable index below batch size {batch_size}")]
     NoDeliverableIndex {
@@ -153,6 +167,425 @@ pub struct SingleMessageMetadata {
     pub compacted_out: Option<bool>,
 }
 
+/// `CommandAck.AckType`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, prost::Enumeration)]
+#[repr(i32)]
+pub enum AckType {
+    /// `Individual = 0`.
+    Individual = 0,
+    /// `Cumulative = 1`.
+    Cumulative = 1,
+}
+
+/// `CommandSubscribe.SubType`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, prost::Enumeration)]
+#[repr(i32)]
+pub enum SubType {
+    /// `Exclusive = 0`.
+    Exclusive = 0,
+    /// `Shared = 1`.
+    Shared = 1,
+    /// `Failover = 2`.
+    Failover = 2,
+    /// `Key_Shared = 3`.
+    KeyShared = 3,
+}
+
+/// `CommandSubscribe`, reduced to its required fields and `consumer_name`
+/// (the other optional fields are skipped on decode).
+#[derive(Clone, PartialEq, Eq, Message)]
+pub struct CommandSubscribe {
+    /// `topic = 1`, required string.
+    #[prost(string, required, tag = "1")]
+    pub topic: String,
+    /// `subscription = 2`, required string.
+    #[prost(string, required, tag = "2")]
+    pub subscription: String,
+    /// `subType = 3`, required SubType.
+    #[prost(enumeration = "SubType", required, tag = "3")]
+    pub sub_type: i32,
+    /// `consumer_id = 4`, required uint64.
+    #[prost(uint64, required, tag = "4")]
+    pub consumer_id: u64,
+    /// `request_id = 5`, required uint64.
+    #[prost(uint64, required, tag = "5")]
+    pub request_id: u64,
+    /// `consumer_name = 6`, optional string.
+    #[prost(string, optional, tag = "6")]
+    pub consumer_name: Option<String>,
+}
+
+/// `CommandAck`: an acknowledgment, or (with `validation_error`) the report
+/// of a corrupted entry discarded before the application.
+#[derive(Clone, PartialEq, Eq, Message)]
+pub struct CommandAck {
+    /// `consumer_id = 1`, required uint64.
+    #[prost(uint64, required, tag = "1")]
+    pub consumer_id: u64,
+    /// `ack_type = 2`, required AckType.
+    #[prost(enumeration = "AckType", required, tag = "2")]
+    pub ack_type: i32,
+    /// `message_id = 3`, repeated MessageIdData.
+    #[prost(message, repeated, tag = "3")]
+    pub message_id: Vec<MessageIdData>,
+    /// `validation_error = 4`, optional ValidationError (0..=4).
+    #[prost(int32, optional, tag = "4")]
+    pub validation_error: Option<i32>,
+    /// `txnid_least_bits = 6`, optional uint64, default 0.
+    #[prost(uint64, optional, tag = "6")]
+    pub txnid_least_bits: Option<u64>,
+    /// `txnid_most_bits = 7`, optional uint64, default 0.
+    #[prost(uint64, optional, tag = "7")]
+    pub txnid_most_bits: Option<u64>,
+    /// `request_id = 8`, optional uint64.
+    #[prost(uint64, optional, tag = "8")]
+    pub request_id: Option<u64>,
+}
+
+/// `CommandSuccess`, reduced to `request_id`.
+#[derive(Clone, PartialEq, Eq, Message)]
+pub struct CommandSuccess {
+    /// `request_id = 1`, required uint64.
+    #[prost(uint64, required, tag = "1")]
+    pub request_id: u64,
+}
+
+/// `CommandCloseConsumer`, reduced to its required fields.
+#[derive(Clone, PartialEq, Eq, Message)]
+pub struct CommandCloseConsumer {
+    /// `consumer_id = 1`, required uint64.
+    #[prost(uint64, required, tag = "1")]
+    pub consumer_id: u64,
+    /// `request_id = 2`, required uint64.
+    #[prost(uint64, required, tag = "2")]
+    pub request_id: u64,
+}
+
+/// `CommandRedeliverUnacknowledgedMessages`.
+#[derive(Clone, PartialEq, Eq, Message)]
+pub struct CommandRedeliverUnacknowledgedMessages {
+    /// `consumer_id = 1`, required uint64.
+    #[prost(uint64, required, tag = "1")]
+    pub consumer_id: u64,
+    /// `message_ids = 2`, repeated MessageIdData.
+    #[prost(message, repeated, tag = "2")]
+    pub message_ids: Vec<MessageIdData>,
+    /// `consumer_epoch = 3`, optional uint64.
+    #[prost(uint64, optional, tag = "3")]
+    pub consumer_epoch: Option<u64>,
+}
+
+/// `CommandPing` / `CommandPong` (no fields).
+#[derive(Clone, PartialEq, Eq, Message)]
+pub struct CommandPing {}
+
+/// `BaseCommand.Type` values of the commands declared here.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, prost::Enumeration)]
+#[repr(i32)]
+pub enum CommandType {
+    /// `SUBSCRIBE = 4`.
+    Subscribe = 4,
+    /// `MESSAGE = 9`.
+    Message = 9,
+    /// `ACK = 10`.
+    Ack = 10,
+    /// `FLOW = 11`.
+    Flow = 11,
+    /// `SUCCESS = 13`.
+    Success = 13,
+    /// `CLOSE_CONSUMER = 16`.
+    CloseConsumer = 16,
+    /// `PING = 18`.
+    Ping = 18,
+    /// `PONG = 19`.
+    Pong = 19,
+    /// `REDELIVER_UNACKNOWLEDGED_MESSAGES = 20`.
+    RedeliverUnacknowledgedMessages = 20,
+}
+
+/// `BaseCommand`: the envelope of every command on the connection (`type`
+/// names which optional field carries the command). Only the fields of
+/// [`CommandType`] are declared; other commands decode with their field
+/// skipped and are reported by [`BaseCommand::command`] as
+/// [`Command::Other`].
+#[derive(Clone, PartialEq, Eq, Message)]
+pub struct BaseCommand {
+    /// `type = 1`, required Type.
+    #[prost(int32, required, tag = "1")]
+    pub r#type: i32,
+    /// `subscribe = 4`.
+    #[prost(message, optional, tag = "4")]
+    pub subscribe: Option<CommandSubscribe>,
+    /// `message = 9`.
+    #[prost(message, optional, tag = "9")]
+    pub message: Option<CommandMessage>,
+    /// `ack = 10`.
+    #[prost(message, optional, tag = "10")]
+    pub ack: Option<CommandAck>,
+    /// `flow = 11`.
+    #[prost(message, optional, tag = "11")]
+    pub flow: Option<CommandFlow>,
+    /// `success = 13`.
+    #[prost(message, optional, tag = "13")]
+    pub success: Option<CommandSuccess>,
+    /// `close_consumer = 16`.
+    #[prost(message, optional, tag = "16")]
+    pub close_consumer: Option<CommandCloseConsumer>,
+    /// `ping = 18`.
+    #[prost(message, optional, tag = "18")]
+    pub ping: Option<CommandPing>,
+    /// `pong = 19`.
+    #[prost(message, optional, tag = "19")]
+    pub pong: Option<CommandPing>,
+    /// `redeliverUnacknowledgedMessages = 20`.
+    #[prost(message, optional, tag = "20")]
+    pub redeliver_unacknowledged_messages: Option<CommandRedeliverUnacknowledgedMessages>,
+}
+
+/// A decoded command, by type.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Command {
+    /// SUBSCRIBE.
+    Subscribe(CommandSubscribe),
+    /// MESSAGE.
+    Message(CommandMessage),
+    /// ACK.
+    Ack(CommandAck),
+    /// FLOW.
+    Flow(CommandFlow),
+    /// SUCCESS.
+    Success(CommandSuccess),
+    /// CLOSE_CONSUMER.
+    CloseConsumer(CommandCloseConsumer),
+    /// PING.
+    Ping,
+    /// PONG.
+    Pong,
+    /// REDELIVER_UNACKNOWLEDGED_MESSAGES.
+    RedeliverUnacknowledgedMessages(CommandRedeliverUnacknowledgedMessages),
+    /// A command type this crate does not declare (the raw `type` value).
+    Other(i32),
+}
+
+impl Command {
+    /// Wraps the command in its `BaseCommand` envelope (`Other` yields a
+    /// `BaseCommand` with only `type`).
+    pub fn into_base(self) -> BaseCommand {
+        let mut b = BaseCommand {
+            r#type: 0,
+            ..Default::default()
+        };
+        b.r#type = match self {
+            Command::Subscribe(c) => {
+                b.subscribe = Some(c);
+                CommandType::Subscribe as i32
+            }
+            Command::Message(c) => {
+                b.message = Some(c);
+                CommandType::Message as i32
+            }
+            Command::Ack(c) => {
+                b.ack = Some(c);
+                CommandType::Ack as i32
+            }
+            Command::Flow(c) => {
+                b.flow = Some(c);
+                CommandType::Flow as i32
+            }
+            Command::Success(c) => {
+                b.success = Some(c);
+                CommandType::Success as i32
+            }
+            Command::CloseConsumer(c) => {
+                b.close_consumer = Some(c);
+                CommandType::CloseConsumer as i32
+            }
+            Command::Ping => {
+                b.ping = Some(CommandPing {});
+                CommandType::Ping as i32
+            }
+            Command::Pong => {
+                b.pong = Some(CommandPing {});
+                CommandType::Pong as i32
+            }
+            Command::RedeliverUnacknowledgedMessages(c) => {
+                b.redeliver_unacknowledged_messages = Some(c);
+                CommandType::RedeliverUnacknowledgedMessages as i32
+            }
+            Command::Other(t) => t,
+        };
+        b
+    }
+
+    /// The `BaseCommand.Type` name (`"MESSAGE"`, …; `"UNKNOWN"` for others).
+    pub fn type_name(&self) -> &'static str {
+        match self {
+            Command::Subscribe(_) => "SUBSCRIBE",
+            Command::Message(_) => "MESSAGE",
+            Command::Ack(_) => "ACK",
+            Command::Flow(_) => "FLOW",
+            Command::Success(_) => "SUCCESS",
+            Command::CloseConsumer(_) => "CLOSE_CONSUMER",
+            Command::Ping => "PING",
+            Command::Pong => "PONG",
+            Command::RedeliverUnacknowledgedMessages(_) => "REDELIVER_UNACKNOWLEDGED_MESSAGES",
+            Command::Other(_) => "UNKNOWN",
+        }
+    }
+}
+
+impl BaseCommand {
+    /// The command this envelope carries.
+    ///
+    /// # Errors
+    /// [`WireError::MissingCommand`] when `type` names a declared command
+    /// whose field is absent (Pulsar's `checkArgument(cmd.hasX())`).
+    pub fn command(&self) -> Result<Command, WireError> {
+        let missing = |t: CommandType, name| WireError::MissingCommand {
+            type_value: t as i32,
+            type_name: name,
+        };
+        let Ok(t) = CommandType::try_from(self.r#type) else {
+            return Ok(Command::Other(self.r#type));
+        };
+        Ok(match t {
+            CommandType::Subscribe => {
+                Command::Subscribe(self.subscribe.clone().ok_or(missing(t, "SUBSCRIBE"))?)
+            }
+            CommandType::Message => {
+                Command::Message(self.message.clone().ok_or(missing(t, "MESSAGE"))?)
+            }
+            CommandType::Ack => Command::Ack(self.ack.clone().ok_or(missing(t, "ACK"))?),
+            CommandType::Flow => Command::Flow(self.flow.clone().ok_or(missing(t, "FLOW"))?),
+            CommandType::Success => {
+                Command::Success(self.success.clone().ok_or(missing(t, "SUCCESS"))?)
+            }
+            CommandType::CloseConsumer => Command::CloseConsumer(
+                self.close_consumer
+                    .clone()
+                    .ok_or(missing(t, "CLOSE_CONSUMER"))?,
+            ),
+            CommandType::Ping => {
+                self.ping.as_ref().ok_or(missing(t, "PING"))?;
+                Command::Ping
+            }
+            CommandType::Pong => {
+                self.pong.as_ref().ok_or(missing(t, "PONG"))?;
+                Command::Pong
+            }
+            CommandType::RedeliverUnacknowledgedMessages => {
+                Command::RedeliverUnacknowledgedMessages(
+                    self.redeliver_unacknowledged_messages
+                        .clone()
+                        .ok_or(missing(t, "REDELIVER_UNACKNOWLEDGED_MESSAGES"))?,
+                )
+            }
+        })
+    }
+}
+
+// ---------------------------------------------------------------------------
+// required fields (proto2), checked before prost decodes
+// ---------------------------------------------------------------------------
+
+/// Required fields of `MessageIdData` (and its `first_chunk_message_id`).
+pub static MESSAGE_ID_DATA: RequiredSpec = RequiredSpec {
+    message: "MessageIdData",
+    required: &[(1, "ledgerId"), (2, "entryId")],
+    nested: &[(7, false, &MESSAGE_ID_DATA)],
+};
+/// Required fields of `CommandMessage`.
+pub static COMMAND_MESSAGE: RequiredSpec = RequiredSpec {
+    message: "CommandMessage",
+    required: &[(1, "consumer_id"), (2, "message_id")],
+    nested: &[(2, false, &MESSAGE_ID_DATA)],
+};
+/// Required fields of `CommandFlow`.
+pub static COMMAND_FLOW: RequiredSpec = RequiredSpec {
+    message: "CommandFlow",
+    required: &[(1, "consumer_id"), (2, "messagePermits")],
+    nested: &[],
+};
+/// Required fields of `MessageMetadata`.
+pub static MESSAGE_METADATA: RequiredSpec = RequiredSpec {
+    message: "MessageMetadata",
+    required: &[
+        (1, "producer_name"),
+        (2, "sequence_id"),
+        (3, "publish_time"),
+    ],
+    nested: &[],
+};
+/// Required fields of `SingleMessageMetadata`.
+pub static SINGLE_MESSAGE_METADATA: RequiredSpec = RequiredSpec {
+    message: "SingleMessageMetadata",
+    required: &[(3, "payload_size")],
+    nested: &[],
+};
+/// Required fields of `CommandSubscribe`.
+pub static COMMAND_SUBSCRIBE: RequiredSpec = RequiredSpec {
+    message: "CommandSubscribe",
+    required: &[
+        (1, "topic"),
+        (2, "subscription"),
+        (3, "subType"),
+        (4, "consumer_id"),
+        (5, "request_id"),
+    ],
+    nested: &[],
+};
+/// Required fields of `CommandAck`.
+pub static COMMAND_ACK: RequiredSpec = RequiredSpec {
+    message: "CommandAck",
+    required: &[(1, "consumer_id"), (2, "ack_type")],
+    nested: &[(3, true, &MESSAGE_ID_DATA)],
+};
+/// Required fields of `CommandSuccess`.
+pub static COMMAND_SUCCESS: RequiredSpec = RequiredSpec {
+    message: "CommandSuccess",
+    required: &[(1, "request_id")],
+    nested: &[],
+};
+/// Required fields of `CommandCloseConsumer`.
+pub static COMMAND_CLOSE_CONSUMER: RequiredSpec = RequiredSpec {
+    message: "CommandCloseConsumer",
+    required: &[(1, "consumer_id"), (2, "request_id")],
+    nested: &[],
+};
+/// Required fields of `CommandRedeliverUnacknowledgedMessages`.
+pub static COMMAND_REDELIVER: RequiredSpec = RequiredSpec {
+    message: "CommandRedeliverUnacknowledgedMessages",
+    required: &[(1, "consumer_id")],
+    nested: &[(2, true, &MESSAGE_ID_DATA)],
+};
+/// Required fields of `BaseCommand` and of every command it declares.
+pub static BASE_COMMAND: RequiredSpec = RequiredSpec {
+    message: "BaseCommand",
+    required: &[(1, "type")],
+    nested: &[
+        (4, false, &COMMAND_SUBSCRIBE),
+        (9, false, &COMMAND_MESSAGE),
+        (10, false, &COMMAND_ACK),
+        (11, false, &COMMAND_FLOW),
+        (13, false, &COMMAND_SUCCESS),
+        (16, false, &COMMAND_CLOSE_CONSUMER),
+        (20, false, &COMMAND_REDELIVER),
+    ],
+};
+
+/// Decodes a `BaseCommand` and the command it carries.
+///
+/// # Errors
+/// [`WireError::Presence`] for a missing required field (of the envelope
+/// or of the carried command), [`WireError::Decode`] for malformed
+/// protobuf, [`WireError::MissingCommand`]; never panics.
+pub fn decode_base_command(bytes: &[u8]) -> Result<(BaseCommand, Command), WireError> {
+    check_required(&BASE_COMMAND, bytes)?;
+    let base = BaseCommand::decode(bytes).map_err(|e| decode_err("BaseCommand", e))?;
+    let cmd = base.command()?;
+    Ok((base, cmd))
+}
+
 impl MessageMetadata {
     /// The batch size B (`num_messages_in_batch`, 1 when absent).
     ///
@@ -181,6 +614,7 @@ fn decode_err(what: &'static str, e: prost::DecodeError) -> WireError {
 /// [`WireError`] for truncated or malformed protobuf (including a missing
 /// required field); never panics.
 pub fn decode_command_message(bytes: &[u8]) -> Result<CommandMessage, WireError> {
+    check_required(&COMMAND_MESSAGE, bytes)?;
     CommandMessage::decode(bytes).map_err(|e| decode_err("CommandMessage", e))
 }
 
@@ -190,6 +624,7 @@ pub fn decode_command_message(bytes: &[u8]) -> Result<CommandMessage, WireError>
 /// [`WireError`] for truncated or malformed protobuf (including a missing
 /// required field); never panics.
 pub fn decode_command_flow(bytes: &[u8]) -> Result<CommandFlow, WireError> {
+    check_required(&COMMAND_FLOW, bytes)?;
     CommandFlow::decode(bytes).map_err(|e| decode_err("CommandFlow", e))
 }
 
@@ -199,6 +634,7 @@ pub fn decode_command_flow(bytes: &[u8]) -> Result<CommandFlow, WireError> {
 /// [`WireError`] for truncated or malformed protobuf (including a missing
 /// required field); never panics.
 pub fn decode_message_metadata(bytes: &[u8]) -> Result<MessageMetadata, WireError> {
+    check_required(&MESSAGE_METADATA, bytes)?;
     MessageMetadata::decode(bytes).map_err(|e| decode_err("MessageMetadata", e))
 }
 
@@ -208,6 +644,7 @@ pub fn decode_message_metadata(bytes: &[u8]) -> Result<MessageMetadata, WireErro
 /// [`WireError`] for truncated or malformed protobuf (including a missing
 /// required field); never panics.
 pub fn decode_single_message_metadata(bytes: &[u8]) -> Result<SingleMessageMetadata, WireError> {
+    check_required(&SINGLE_MESSAGE_METADATA, bytes)?;
     SingleMessageMetadata::decode(bytes).map_err(|e| decode_err("SingleMessageMetadata", e))
 }
 
@@ -217,6 +654,7 @@ pub fn decode_single_message_metadata(bytes: &[u8]) -> Result<SingleMessageMetad
 /// [`WireError`] for truncated or malformed protobuf (including a missing
 /// required field); never panics.
 pub fn decode_message_id(bytes: &[u8]) -> Result<MessageIdData, WireError> {
+    check_required(&MESSAGE_ID_DATA, bytes)?;
     MessageIdData::decode(bytes).map_err(|e| decode_err("MessageIdData", e))
 }
 
@@ -365,7 +803,7 @@ mod tests {
         }
         assert!(matches!(
             decode_command_message(&bytes[..bytes.len() - 1]),
-            Err(WireError::Decode { .. })
+            Err(WireError::Decode { .. } | WireError::Presence(_))
         ));
     }
 
