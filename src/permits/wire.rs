@@ -747,6 +747,7 @@ pub fn deliverable_indexes(ack_set: &[i64], batch_size: u32) -> impl Iterator<It
 #[cfg(all(test, not(any(loom, feature = "shuttle"))))]
 mod tests {
     use super::*;
+    use crate::permits::presence::PresenceError;
 
     #[test]
     fn ack_set_bits_follow_word_and_bit_layout() {
@@ -815,5 +816,153 @@ mod tests {
         assert_eq!(md.batch_size(), Err(WireError::InvalidBatchSize(0)));
         md.num_messages_in_batch = Some(-3);
         assert_eq!(md.batch_size(), Err(WireError::InvalidBatchSize(-3)));
+    }
+
+    /// Each decoder of a proto2 message with `required` fields rejects the
+    /// message with one required field left out, naming that field (prost
+    /// alone would decode it as the field's default).
+    #[test]
+    fn every_required_field_omission_is_a_typed_error() {
+        fn missing(r: Result<impl std::fmt::Debug, WireError>, field: &str) {
+            match r {
+                Err(WireError::Presence(PresenceError::MissingRequired { field: f, .. })) => {
+                    assert_eq!(f, field)
+                }
+                other => panic!("expected missing {field}, got {other:?}"),
+            }
+        }
+        // MessageIdData {ledgerId 3, entryId 4}
+        assert!(decode_message_id(&[0x08, 3, 0x10, 4]).is_ok());
+        missing(decode_message_id(&[0x10, 4]), "ledgerId");
+        missing(decode_message_id(&[0x08, 3]), "entryId");
+        // first_chunk_message_id without entryId
+        missing(
+            decode_message_id(&[0x08, 3, 0x10, 4, 0x3a, 2, 0x08, 1]),
+            "entryId",
+        );
+        // CommandMessage {consumer_id 1, message_id {3, 4}}
+        assert!(decode_command_message(&[0x08, 1, 0x12, 4, 0x08, 3, 0x10, 4]).is_ok());
+        missing(
+            decode_command_message(&[0x12, 4, 0x08, 3, 0x10, 4]),
+            "consumer_id",
+        );
+        missing(decode_command_message(&[0x08, 1, 0x30, 3]), "message_id");
+        missing(
+            decode_command_message(&[0x08, 1, 0x12, 2, 0x08, 3]),
+            "entryId",
+        );
+        // CommandFlow {consumer_id 1, messagePermits 100}
+        assert!(decode_command_flow(&[0x08, 1, 0x10, 100]).is_ok());
+        missing(decode_command_flow(&[0x08, 1]), "messagePermits");
+        missing(decode_command_flow(&[0x10, 100]), "consumer_id");
+        // MessageMetadata {producer_name "p", sequence_id 7, publish_time 9}
+        let md = [0x0a, 1, b'p', 0x10, 7, 0x18, 9];
+        assert!(decode_message_metadata(&md).is_ok());
+        missing(decode_message_metadata(&md[3..]), "producer_name");
+        missing(
+            decode_message_metadata(&[0x0a, 1, b'p', 0x18, 9]),
+            "sequence_id",
+        );
+        missing(decode_message_metadata(&md[..5]), "publish_time");
+        // SingleMessageMetadata {payload_size 2}
+        assert!(decode_single_message_metadata(&[0x18, 2]).is_ok());
+        missing(decode_single_message_metadata(&[0x20, 1]), "payload_size");
+        // BaseCommand {type FLOW, flow {...}}
+        let flow = [0x08, 11, 0x5a, 4, 0x08, 1, 0x10, 100];
+        assert!(decode_base_command(&flow).is_ok());
+        missing(decode_base_command(&flow[2..]), "type");
+        missing(
+            decode_base_command(&[0x08, 11, 0x5a, 2, 0x08, 1]),
+            "messagePermits",
+        );
+        assert_eq!(
+            decode_base_command(&[0x08, 11]).unwrap_err(),
+            WireError::MissingCommand {
+                type_value: 11,
+                type_name: "FLOW"
+            }
+        );
+        // CommandSubscribe {topic, subscription, subType, consumer_id, request_id}
+        let sub: Vec<u8> = [0x0a, 1, b't', 0x12, 1, b's', 0x18, 1, 0x20, 1, 0x28, 2].to_vec();
+        let base = |c: &[u8]| {
+            let mut v = vec![0x08, 4, 0x22, c.len() as u8];
+            v.extend_from_slice(c);
+            v
+        };
+        assert!(decode_base_command(&base(&sub)).is_ok());
+        for (cut, field) in [
+            (0..3, "topic"),
+            (3..6, "subscription"),
+            (6..8, "subType"),
+            (8..10, "consumer_id"),
+            (10..12, "request_id"),
+        ] {
+            let mut c = sub.clone();
+            c.drain(cut);
+            missing(decode_base_command(&base(&c)), field);
+        }
+        // CommandAck {consumer_id 1, ack_type 0, message_id [{3, 4}]} (field 10 = 0x52)
+        let ack = |c: &[u8]| {
+            let mut v = vec![0x08, 10, 0x52, c.len() as u8];
+            v.extend_from_slice(c);
+            v
+        };
+        assert!(decode_base_command(&ack(&[0x08, 1, 0x10, 0, 0x1a, 4, 0x08, 3, 0x10, 4])).is_ok());
+        missing(decode_base_command(&ack(&[0x10, 0])), "consumer_id");
+        missing(decode_base_command(&ack(&[0x08, 1])), "ack_type");
+        missing(
+            decode_base_command(&ack(&[0x08, 1, 0x10, 0, 0x1a, 2, 0x08, 3])),
+            "entryId",
+        );
+        // CommandSuccess {request_id} (field 13 = 0x6a)
+        assert!(decode_base_command(&[0x08, 13, 0x6a, 2, 0x08, 5]).is_ok());
+        missing(decode_base_command(&[0x08, 13, 0x6a, 0]), "request_id");
+        // CommandCloseConsumer {consumer_id, request_id} (field 16 = 0x82 0x01)
+        assert!(decode_base_command(&[0x08, 16, 0x82, 1, 4, 0x08, 1, 0x10, 2]).is_ok());
+        missing(
+            decode_base_command(&[0x08, 16, 0x82, 1, 2, 0x08, 1]),
+            "request_id",
+        );
+        missing(
+            decode_base_command(&[0x08, 16, 0x82, 1, 2, 0x10, 2]),
+            "consumer_id",
+        );
+        // CommandRedeliverUnacknowledgedMessages {consumer_id} (field 20 = 0xa2 0x01)
+        assert!(decode_base_command(&[0x08, 20, 0xa2, 1, 2, 0x08, 1]).is_ok());
+        missing(
+            decode_base_command(&[0x08, 20, 0xa2, 1, 2, 0x18, 1]),
+            "consumer_id",
+        );
+    }
+
+    /// proto2 repeated scalars are unpacked on the wire (what protoc writes
+    /// for `repeated int64 ack_set = 4` without `[packed = true]`), and the
+    /// decoder accepts the packed form too.
+    #[test]
+    fn ack_set_is_written_unpacked_and_read_in_both_forms() {
+        let cmd = CommandMessage {
+            consumer_id: 1,
+            message_id: MessageIdData {
+                ledger_id: 3,
+                entry_id: 4,
+                ..Default::default()
+            },
+            ack_set: vec![1, 2],
+            message_permits: Some(2),
+            ..Default::default()
+        };
+        let unpacked = [
+            0x08, 1, 0x12, 4, 0x08, 3, 0x10, 4, 0x20, 1, 0x20, 2, 0x30, 2,
+        ];
+        assert_eq!(cmd.encode_to_vec(), unpacked);
+        let packed = [0x08, 1, 0x12, 4, 0x08, 3, 0x10, 4, 0x22, 2, 1, 2, 0x30, 2];
+        assert_eq!(decode_command_message(&packed).unwrap(), cmd);
+        // an explicit zero of an optional field is on the wire
+        let zero = CommandMessage {
+            message_permits: Some(0),
+            ack_set: vec![],
+            ..cmd
+        };
+        assert!(zero.encode_to_vec().ends_with(&[0x30, 0]));
     }
 }

@@ -75,8 +75,6 @@ impl ReceivedMessage {
     }
 }
 
-/// CRC32C (Castagnoli), the checksum of the entry payload format.
-
 /// How a command ended.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum CommandOutcomeKind {
