@@ -31,6 +31,7 @@ mod error;
 mod store;
 
 pub use error::{LedgerError, ReadFailureKind, StoreError};
+pub use store::StoreContents;
 pub use store::{
     AppendSegment, LedgerStore, MemoryStore, RedbStore, StoredCursor, StoredLedger,
     StoredLedgerInfo, SyncMode,
