@@ -1108,17 +1108,16 @@ impl Sim<'_> {
 
     /// Decodes an entry's key and delivery time (first message of the batch).
     fn entry_info(data: &[u8]) -> Option<(u32, u32, u64)> {
-        // [crc][md len][metadata]...[len][smm][payload]: parse via the wire types.
-        let md_len = u32::from_be_bytes(data.get(4..8)?.try_into().ok()?) as usize;
-        let md = MessageMetadata::decode(data.get(8..8 + md_len)?).ok()?;
+        // Pulsar's entry payload layout, parsed by the frame codec.
+        let entry = crate::permits::frame::parse_entry_payload(data).ok()?;
+        let md = &entry.metadata;
         let batch = md.num_messages_in_batch.unwrap_or(1).max(1) as u32;
-        let rest = &data[8 + md_len..];
+        let rest = entry.payload;
         let body = if md.num_messages_in_batch.is_none() {
             rest
         } else {
-            let smm_len = u32::from_be_bytes(rest.get(0..4)?.try_into().ok()?) as usize;
-            let smm = SingleMessageMetadata::decode(rest.get(4..4 + smm_len)?).ok()?;
-            rest.get(4 + smm_len..4 + smm_len + smm.payload_size as usize)?
+            let (smm, start) = crate::permits::frame::read_batch_message_header(rest, 0).ok()?;
+            rest.get(start..start + smm.payload_size as usize)?
         };
         let p = SimPayload::decode(body).ok()?;
         Some((batch, p.key, p.deliver_at_ms))

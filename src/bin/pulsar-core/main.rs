@@ -5,6 +5,9 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
+
+mod inspect;
+mod verify;
 use pulsar_core::sim::{self, SimOptions, Workload};
 
 /// Model-checked Rust implementations of Apache Pulsar's bucket delayed
@@ -23,6 +26,13 @@ enum Command {
     /// components on the durable store and report loss, duplicates, disorder
     /// and stalls. Exits non-zero on any violation.
     Simulate(SimulateArgs),
+    /// Decode Pulsar artifacts (frames, commands, entry payloads, bucket
+    /// snapshots, pending-ack log entries, roaring bitmaps) or a kept data
+    /// dir (opened read-only) to text or JSON.
+    Inspect(inspect::InspectArgs),
+    /// Check a kept data dir's invariants (opened read-only); exits 1 with
+    /// the list of violations.
+    Verify(verify::VerifyArgs),
 }
 
 #[derive(clap::Args, Debug)]
@@ -61,6 +71,8 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
         Command::Simulate(args) => simulate(args),
+        Command::Inspect(args) => inspect::run(args),
+        Command::Verify(args) => verify::run(args),
     }
 }
 
