@@ -116,7 +116,7 @@ pub fn run(args: InspectArgs) -> ExitCode {
                 .map(|(_, c)| command_json(&c))
                 .map_err(|e| e.to_string())
         }),
-        What::Payload(i) => read_input(i).and_then(|b| Ok(payload_json(&b))),
+        What::Payload(i) => read_input(i).map(|b| payload_json(&b)),
         What::SnapshotMetadata(i) => read_input(i).and_then(|b| {
             decode_metadata(0, &b)
                 .map(|m| snapshot_metadata_json(&m))
