@@ -2,16 +2,41 @@
 //!
 //! Hand-written [`prost::Message`] structs with the field numbers, types and
 //! labels of Pulsar's `PulsarApi.proto` (proto2). Only the fields the permit
-//! protocol needs are declared; unknown fields are skipped on decode, exactly
-//! as an old peer skips `message_permits`.
+//! protocol and the simulator need are declared; unknown fields are skipped
+//! on decode, exactly as an old peer skips `message_permits` (so a decoded
+//! command re-encodes without them).
 //!
-//! | message | fields declared here |
+//! | message | fields declared here (`req` = proto2 `required`) |
 //! |---|---|
-//! | [`CommandMessage`] | consumer_id (1), message_id (2), redelivery_count (3), ack_set (4), consumer_epoch (5), message_permits (6, PIP-491) |
-//! | [`CommandFlow`] | consumer_id (1), messagePermits (2) |
-//! | [`MessageIdData`] | ledgerId (1), entryId (2), partition (3), batch_index (4), ack_set (5), batch_size (6), first_chunk_message_id (7) |
-//! | [`MessageMetadata`] | producer_name (1), sequence_id (2), publish_time (3), num_messages_in_batch (11) |
-//! | [`SingleMessageMetadata`] | partition_key (2), payload_size (3), compacted_out (4) |
+//! | [`BaseCommand`] | type (1, req), subscribe (4), message (9), ack (10), flow (11), success (13), close_consumer (16), ping (18), pong (19), redeliverUnacknowledgedMessages (20) |
+//! | [`CommandMessage`] | consumer_id (1, req), message_id (2, req), redelivery_count (3, default 0), ack_set (4, repeated int64), consumer_epoch (5), message_permits (6, PIP-491) |
+//! | [`CommandFlow`] | consumer_id (1, req), messagePermits (2, req) |
+//! | [`CommandSubscribe`] | topic (1, req), subscription (2, req), subType (3, req), consumer_id (4, req), request_id (5, req), consumer_name (6) |
+//! | [`CommandAck`] | consumer_id (1, req), ack_type (2, req), message_id (3, repeated), validation_error (4), txnid_least_bits (6), txnid_most_bits (7), request_id (8) |
+//! | [`CommandSuccess`] | request_id (1, req) |
+//! | [`CommandCloseConsumer`] | consumer_id (1, req), request_id (2, req) |
+//! | [`CommandRedeliverUnacknowledgedMessages`] | consumer_id (1, req), message_ids (2, repeated), consumer_epoch (3) |
+//! | [`MessageIdData`] | ledgerId (1, req), entryId (2, req), partition (3, default -1), batch_index (4, default -1), ack_set (5, repeated int64), batch_size (6), first_chunk_message_id (7) |
+//! | [`MessageMetadata`] | producer_name (1, req), sequence_id (2, req), publish_time (3, req), num_messages_in_batch (11, default 1) |
+//! | [`SingleMessageMetadata`] | partition_key (2), payload_size (3, req), compacted_out (4, default false) |
+//!
+//! Bytes are protoc's: fields in tag order, optional fields with an explicit
+//! value (also 0) on the wire, repeated scalars **unpacked** (proto2 without
+//! `[packed = true]`); decoders accept packed and unpacked.
+//!
+//! ## Required fields
+//!
+//! prost decodes a missing `required` field as its default. Every
+//! `decode_*` here first runs [`check_required`] with the message's
+//! [`RequiredSpec`] (recursing into the nested messages it declares), so an
+//! omission is [`WireError::Presence`] naming the field, as Pulsar's Java
+//! decoder rejects it.
+//!
+//! | invariant | function | tests |
+//! |---|---|---|
+//! | a required-field omission is a typed error | [`decode_base_command`], [`decode_command_message`], [`decode_command_flow`], [`decode_message_metadata`], [`decode_single_message_metadata`], [`decode_message_id`] | `every_required_field_omission_is_a_typed_error` |
+//! | `ack_set` written unpacked, read in both forms | prost `packed = "false"` | `ack_set_is_written_unpacked_and_read_in_both_forms` |
+//! | no decoder panics or over-allocates | all of the above | `tests/wire_frames.rs` fuzz |
 //!
 //! ## `ack_set` convention
 //!

@@ -361,8 +361,11 @@ impl ClientConsumer {
         }
     }
 
-    /// Handles one delivered command with its entry payload (see
-    /// [`encode_entry_payload`]): resolve P, validate, expand, settle.
+    /// Handles one delivered command with its entry payload, Pulsar's
+    /// `headersAndPayload` (`[0x0e02 …]? [0x0e01][crc32c]? [metadata size][MessageMetadata][payload]`,
+    /// see [`frame::parse_entry_payload`] and
+    /// [`encode_entry_payload`](crate::permits::frame::encode_entry_payload)):
+    /// resolve P, validate, expand, settle.
     ///
     /// Outcomes: invalid / inconsistent explicit P closes the connection and
     /// returns 0; checksum or metadata corruption returns the early P; a
