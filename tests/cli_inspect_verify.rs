@@ -242,6 +242,7 @@ fn verify_lists_each_violation_and_exits_1() {
     let v = run(&["verify", dir.path().to_str().unwrap()]);
     assert_eq!(v.status.code(), Some(1), "{}", stdout(&v));
     let out = stdout(&v);
+    eprintln!("{out}");
     for needle in [
         "FAILED",
         "cursor persistent://public/default/t / other: mark-delete 99:0 is outside the ledgers",
