@@ -1422,10 +1422,15 @@ impl Sim<'_> {
         } else {
             payload
         };
+        // The broker writes a real Pulsar payload frame; the client decodes it.
+        let frame_bytes = crate::permits::frame::encode_payload_frame(
+            &crate::permits::wire::Command::Message(command.clone()).into_base(),
+            payload,
+        );
         let client = &mut self.clients[s][c];
         let outcome = client
             .consumer
-            .handle_message(command, payload)
+            .handle_frame(&frame_bytes, crate::permits::frame::DEFAULT_MAX_FRAME_SIZE)
             .map_err(comp("handle message"))?;
         if corrupt {
             // Pulsar's client acks a corrupted entry with a validation error
@@ -1916,6 +1921,24 @@ impl Sim<'_> {
         let mut any = false;
         for frame in frames {
             if let ClientFrame::Flow { command, .. } = frame {
+                // The client writes a real FLOW frame; the broker decodes it.
+                let bytes = crate::permits::frame::encode_simple_frame(
+                    &crate::permits::wire::Command::Flow(command).into_base(),
+                );
+                let command = match crate::permits::frame::decode_frame(
+                    &bytes,
+                    crate::permits::frame::DEFAULT_MAX_FRAME_SIZE,
+                ) {
+                    Ok(crate::permits::frame::Frame {
+                        command: crate::permits::wire::Command::Flow(f),
+                        ..
+                    }) => f,
+                    other => {
+                        return Err(SimError::Component(format!(
+                            "flow frame did not decode as FLOW: {other:?}"
+                        )))
+                    }
+                };
                 self.activity.flows += 1;
                 let key = ConsumerKey {
                     connection_id,
