@@ -589,8 +589,12 @@ fn render_into(v: &Value, indent: usize, out: &mut String) {
                 match scalar(x) {
                     Some(s) => out.push_str(&format!("{pad}- {s}\n")),
                     None => {
-                        out.push_str(&format!("{pad}-\n"));
-                        render_into(x, indent + 2, out);
+                        // "- first: …" then the other keys aligned under it
+                        let mut item = String::new();
+                        render_into(x, indent + 2, &mut item);
+                        out.push_str(&pad);
+                        out.push_str("- ");
+                        out.push_str(item.get(indent + 2..).unwrap_or(""));
                     }
                 }
             }
