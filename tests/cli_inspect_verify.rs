@@ -136,6 +136,7 @@ fn verify_and_inspect_a_library_built_store_read_only() {
     let b = &j["delayed_buckets"][0];
     assert_eq!(b["delayed_messages"], 3);
     assert_eq!(b["metadata"]["segments"].as_array().unwrap().len(), 2);
+    assert_eq!(b["segments"][1]["all"][0], "250@2:0");
     let log = &j["pending_ack_logs"][0];
     assert_eq!(log["records"]["ACK"], 1);
     assert_eq!(

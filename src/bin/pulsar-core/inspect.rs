@@ -506,6 +506,15 @@ impl LoadedStore {
                             .flat_map(|bms| bms.into_values().map(|bm| bm.len()))
                             .sum();
                         v["delayed_messages"] = json!(delayed);
+                        v["segments"] = json!(b
+                            .entries
+                            .iter()
+                            .filter(|(e, _)| *e > 0)
+                            .map(|(e, d)| match decode_segment(b.snapshot_id, *e, d) {
+                                Ok(seg) => segment_json(&seg),
+                                Err(err) => json!({ "error": err.to_string() }),
+                            })
+                            .collect::<Vec<_>>());
                     }
                     Some(Err(e)) => v["error"] = json!(e.to_string()),
                     None => v["error"] = json!("snapshot metadata (entry 0) missing"),
