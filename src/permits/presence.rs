@@ -49,6 +49,12 @@ pub enum PresenceError {
         /// Byte offset where the walk ran out of input.
         at: usize,
     },
+    /// Messages nested deeper than [`MAX_DEPTH`].
+    #[error("{message} nested deeper than {MAX_DEPTH} levels")]
+    TooDeep {
+        /// The message at the limit.
+        message: &'static str,
+    },
     /// A wire type this crate does not accept (groups 3/4, or 6/7), or tag 0.
     #[error("{message}: invalid wire type {wire_type} or tag {tag} at byte {at}")]
     InvalidKey {
@@ -146,7 +152,22 @@ fn walk<'a>(message: &str, bytes: &'a [u8]) -> Result<Vec<Field<'a>>, PresenceEr
     Ok(fields)
 }
 
-fn check_parts(spec: &RequiredSpec, path: &str, parts: &[&[u8]]) -> Result<(), PresenceError> {
+/// Nesting limit of the walk, prost's decode recursion limit: a message
+/// nested deeper is rejected instead of recursing without bound (e.g. a
+/// chain of `first_chunk_message_id`).
+pub const MAX_DEPTH: u32 = 100;
+
+fn check_parts(
+    spec: &RequiredSpec,
+    path: &str,
+    parts: &[&[u8]],
+    depth: u32,
+) -> Result<(), PresenceError> {
+    if depth > MAX_DEPTH {
+        return Err(PresenceError::TooDeep {
+            message: spec.message,
+        });
+    }
     let mut walked = Vec::with_capacity(parts.len());
     for p in parts {
         walked.push(walk(path, p)?);
@@ -167,13 +188,20 @@ fn check_parts(spec: &RequiredSpec, path: &str, parts: &[&[u8]]) -> Result<(), P
             .filter(|f| f.tag == *tag)
             .filter_map(|f| f.delimited)
             .collect();
-        let child = format!("{path}.{}", nested.message);
+        if occurrences.is_empty() {
+            continue;
+        }
+        let child = if depth < 4 {
+            format!("{path}.{}", nested.message)
+        } else {
+            format!("….{}", nested.message)
+        };
         if *repeated {
             for o in occurrences {
-                check_parts(nested, &child, &[o])?;
+                check_parts(nested, &child, &[o], depth + 1)?;
             }
-        } else if !occurrences.is_empty() {
-            check_parts(nested, &child, &occurrences)?;
+        } else {
+            check_parts(nested, &child, &occurrences, depth + 1)?;
         }
     }
     Ok(())
@@ -186,7 +214,7 @@ fn check_parts(spec: &RequiredSpec, path: &str, parts: &[&[u8]]) -> Result<(), P
 /// [`PresenceError`]: the first missing required field, or a structural
 /// defect (truncation, invalid key) found while walking.
 pub fn check_required(spec: &RequiredSpec, bytes: &[u8]) -> Result<(), PresenceError> {
-    check_parts(spec, spec.message, &[bytes])
+    check_parts(spec, spec.message, &[bytes], 0)
 }
 
 #[cfg(all(test, not(any(loom, feature = "shuttle"))))]
@@ -232,6 +260,31 @@ mod tests {
         assert!(matches!(
             check_required(&OUTER, &[0x08, 5, 0x12, 9, 0x08]),
             Err(PresenceError::Truncated { .. })
+        ));
+        // a self-nesting chain deeper than the limit is rejected, not recursed
+        static CHAIN: RequiredSpec = RequiredSpec {
+            message: "Chain",
+            required: &[],
+            nested: &[(7, false, &CHAIN)],
+        };
+        let mut deep = Vec::new();
+        for _ in 0..100_000 {
+            let mut outer = vec![0x3a];
+            let mut len = deep.len();
+            while len >= 0x80 {
+                outer.push((len as u8 & 0x7f) | 0x80);
+                len >>= 7;
+            }
+            outer.push(len as u8);
+            outer.extend_from_slice(&deep);
+            deep = outer;
+            if deep.len() > 400 {
+                break;
+            }
+        }
+        assert!(matches!(
+            check_required(&CHAIN, &deep),
+            Err(PresenceError::TooDeep { .. })
         ));
         // group wire type
         assert!(matches!(
