@@ -407,3 +407,65 @@ fn inspect_single_artifact_files() {
     let o = run(&["verify", g.as_str()]);
     assert_eq!(o.status.code(), Some(2), "not a store: cannot open");
 }
+
+/// `--hex` input with non-ASCII characters is a typed error (exit 1), not a
+/// panic slicing the string inside a multi-byte character.
+#[test]
+fn inspect_hex_with_non_ascii_characters_is_a_typed_error() {
+    for hex in ["aé0", "é0", "0a\u{00a0}0b", "08\u{2003}0b"] {
+        let o = run(&["inspect", "command", "--hex", hex]);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(1), "{hex:?}: {err}");
+        assert!(
+            err.starts_with("error: ") && !err.contains("panicked"),
+            "{hex:?}: {err}"
+        );
+    }
+}
+
+/// A malformed entry payload is malformed input: `inspect payload` and
+/// `inspect frame` print what decoded but exit 1 with an `error:` line, as
+/// for every other artifact.
+#[test]
+fn inspect_malformed_payload_exits_1() {
+    // truncated metadata size; a bad checksum
+    for hex in ["00", "0e01deadbeef00000000"] {
+        let o = run(&["inspect", "payload", "--hex", hex]);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(1), "{hex}: {}", stdout(&o));
+        assert!(err.starts_with("error: "), "{hex}: {err}");
+    }
+    // MessageMetadata {producer "p", sequence 7, publish 9, num_messages_in_batch 0}
+    let o = run(&[
+        "inspect",
+        "payload",
+        "--hex",
+        "00000009 0a0170 1007 1809 5800",
+    ]);
+    assert_eq!(o.status.code(), Some(1), "{}", stdout(&o));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("num_messages_in_batch 0"));
+    // MESSAGE {consumer_id 1, message_id 3:4} whose payload's checksum is 0
+    let frame = "00000021 0000000c 0809 4a08 0801120408031004 \
+                 0e01 00000000 00000007 0a017010071809";
+    let o = run(&["inspect", "frame", "--hex", frame, "--json"]);
+    assert_eq!(o.status.code(), Some(1), "{}", stdout(&o));
+    let j: Value = serde_json::from_slice(&o.stdout).expect("partial output is JSON");
+    assert_eq!(j["command"]["type"], "MESSAGE");
+    assert!(String::from_utf8_lossy(&o.stderr).contains("checksum mismatch"));
+    // the same frame with the right checksum decodes and exits 0
+    let body = hex_bytes("00000007 0a017010071809");
+    let crc = crc32c::crc32c(&body);
+    let good = format!(
+        "00000021 0000000c 0809 4a08 0801120408031004 0e01 {crc:08x} 00000007 0a017010071809"
+    );
+    let o = run(&["inspect", "frame", "--hex", &good]);
+    assert!(o.status.success(), "{}", stdout(&o));
+}
+
+fn hex_bytes(h: &str) -> Vec<u8> {
+    let h: String = h.chars().filter(|c| !c.is_whitespace()).collect();
+    (0..h.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(&h[i..i + 2], 16).unwrap())
+        .collect()
+}

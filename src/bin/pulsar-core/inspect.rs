@@ -93,6 +93,11 @@ fn parse_hex(h: &str) -> Result<Vec<u8>, String> {
         .chars()
         .filter(|c| !c.is_whitespace())
         .collect();
+    // every char is then one byte, so the two-digit slices below lie on
+    // char boundaries
+    if let Some((i, c)) = clean.char_indices().find(|(_, c)| !c.is_ascii_hexdigit()) {
+        return Err(format!("invalid hex digit {c:?} at offset {i}"));
+    }
     if clean.len() % 2 != 0 {
         return Err(format!(
             "hex input has an odd number of digits ({})",
@@ -146,7 +151,20 @@ pub fn run(args: InspectArgs) -> ExitCode {
             } else {
                 print!("{}", render_text(&v));
             }
-            ExitCode::SUCCESS
+            // a malformed entry payload is shown as far as it decodes, and is
+            // still malformed input
+            let payload = match &args.what {
+                What::Payload(_) => Some(&v),
+                What::Frame(_) => v.get("headers_and_payload"),
+                _ => None,
+            };
+            match payload.and_then(payload_problem) {
+                Some(e) => {
+                    eprintln!("error: {e}");
+                    ExitCode::from(1)
+                }
+                None => ExitCode::SUCCESS,
+            }
         }
         Err(e) => {
             eprintln!("error: {e}");
@@ -248,8 +266,12 @@ pub fn payload_json(bytes: &[u8]) -> Value {
         "metadata": metadata_json(&e.metadata),
     });
     if e.metadata.num_messages_in_batch.is_some() {
-        let b = e.metadata.batch_size().unwrap_or(0);
-        match frame::split_batch(e.payload, b) {
+        let split = e
+            .metadata
+            .batch_size()
+            .map_err(|err| err.to_string())
+            .and_then(|b| frame::split_batch(e.payload, b).map_err(|err| err.to_string()));
+        match split {
             Ok(msgs) => {
                 v["messages"] = json!(msgs
                     .iter()
@@ -262,12 +284,20 @@ pub fn payload_json(bytes: &[u8]) -> Value {
                     }))
                     .collect::<Vec<_>>())
             }
-            Err(err) => v["batch_error"] = json!(err.to_string()),
+            Err(err) => v["batch_error"] = json!(err),
         }
     } else {
         v["payload_bytes"] = json!(e.payload.len());
     }
     v
+}
+
+/// The error [`payload_json`] recorded for a malformed payload or batch.
+fn payload_problem(v: &Value) -> Option<String> {
+    ["error", "batch_error"]
+        .iter()
+        .find_map(|k| v.get(*k).and_then(Value::as_str))
+        .map(str::to_string)
 }
 
 fn snapshot_metadata_json(m: &SnapshotMetadata) -> Value {
