@@ -338,6 +338,41 @@ fn malformed_frames_are_typed_errors() {
     );
 }
 
+/// A whole frame whose `total_size` (0..=3) cannot hold its own
+/// `command_size` field is malformed: a stream decoder must not be told
+/// "truncated, read more", which would wait forever on bytes that already
+/// arrived (Pulsar closes the connection on such a frame).
+#[test]
+fn frame_too_small_for_its_command_size_is_malformed_not_truncated() {
+    let flow = encode_simple_frame(
+        &Command::Flow(CommandFlow {
+            consumer_id: 1,
+            message_permits: 1,
+        })
+        .into_base(),
+    );
+    for total_size in 0u32..4 {
+        let mut stream = total_size.to_be_bytes().to_vec();
+        stream.extend(std::iter::repeat_n(0u8, total_size as usize));
+        stream.extend_from_slice(&flow);
+        let err = decode_frame_prefix(&stream, DEFAULT_MAX_FRAME_SIZE).unwrap_err();
+        assert_eq!(
+            err,
+            FrameError::FrameTooSmall { total_size },
+            "total_size {total_size}"
+        );
+        assert_eq!(
+            decode_frame(&stream[..4 + total_size as usize], DEFAULT_MAX_FRAME_SIZE),
+            Err(FrameError::FrameTooSmall { total_size })
+        );
+    }
+    // a frame cut inside its size field is still truncated
+    assert!(matches!(
+        decode_frame_prefix(&[0, 0, 0], DEFAULT_MAX_FRAME_SIZE),
+        Err(FrameError::Truncated { .. })
+    ));
+}
+
 // ---------------------------------------------------------------------------
 // fuzz
 // ---------------------------------------------------------------------------

@@ -83,6 +83,12 @@ pub enum FrameError {
         /// Bytes after the size field.
         actual: usize,
     },
+    /// `total_size` below 4: the frame cannot hold its `command_size`.
+    #[error("frame total_size {total_size} is below 4, the size of its command_size field")]
+    FrameTooSmall {
+        /// Declared total size.
+        total_size: u32,
+    },
     /// `command_size` does not fit inside `total_size`.
     #[error("command_size {command_size} does not fit in total_size {total_size}")]
     CommandSizeExceedsFrame {
@@ -181,7 +187,8 @@ pub struct Frame<'a> {
 /// # Errors
 /// [`FrameError::Truncated`] when `buf` holds less than one whole frame
 /// (read more and retry), [`FrameError::FrameTooLarge`] (checked before
-/// anything else is read), [`FrameError::CommandSizeExceedsFrame`],
+/// anything else is read), [`FrameError::FrameTooSmall`],
+/// [`FrameError::CommandSizeExceedsFrame`],
 /// [`FrameError::Proto`] for the command, [`FrameError::UnexpectedPayload`].
 pub fn decode_frame_prefix(
     buf: &[u8],
@@ -193,6 +200,9 @@ pub fn decode_frame_prefix(
             total_size,
             max: max_frame_size,
         });
+    }
+    if total_size < 4 {
+        return Err(FrameError::FrameTooSmall { total_size });
     }
     let body = take(buf, 4, total_size, "frame")?;
     let command_size = read_u32(body, 0, "frame command_size")?;
