@@ -382,11 +382,37 @@ pub fn store_path(dir: &Path) -> PathBuf {
     }
 }
 
+/// Opens and reads a store read-only.
+///
+/// # Errors
+/// A message when the file is missing, not a redb database, or corrupt:
+/// redb panics on some corrupted pages instead of returning an error, so the
+/// read runs under `catch_unwind` (the default panic hook silenced for it)
+/// and such a panic becomes this error.
 pub fn load_store(dir: &Path) -> Result<LoadedStore, String> {
     let path = store_path(dir);
     if !path.is_file() {
         return Err(format!("no store file at {}", path.display()));
     }
+    let hook = std::panic::take_hook();
+    std::panic::set_hook(Box::new(|_| {}));
+    let read = std::panic::catch_unwind(|| load_store_file(&path));
+    std::panic::set_hook(hook);
+    read.unwrap_or_else(|panic| {
+        let what = panic
+            .downcast_ref::<String>()
+            .map(String::as_str)
+            .or_else(|| panic.downcast_ref::<&str>().copied())
+            .unwrap_or("unknown failure");
+        Err(format!(
+            "cannot read {}: the store file is corrupt ({what})",
+            path.display()
+        ))
+    })
+}
+
+fn load_store_file(path: &Path) -> Result<LoadedStore, String> {
+    let path = path.to_path_buf();
     let keep = |name: &str| name.ends_with(PENDING_ACK_SUFFIX);
     let (contents, db) = RedbStore::read_only_contents(&path, &keep)
         .map_err(|e| format!("cannot open {} read-only: {e}", path.display()))?;
