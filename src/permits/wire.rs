@@ -28,13 +28,15 @@
 //!
 //! prost decodes a missing `required` field as its default. Every
 //! `decode_*` here first runs [`check_required`] with the message's
-//! [`RequiredSpec`] (recursing into the nested messages it declares), so an
-//! omission is [`WireError::Presence`] naming the field, as Pulsar's Java
-//! decoder rejects it.
+//! [`RequiredSpec`] (recursing into its nested messages, also those whose
+//! field is skipped here: `KeyValue`, `KeyLongValue`, `EncryptionKeys`,
+//! `Schema`, a subscribe's `start_message_id`), so an omission is
+//! [`WireError::Presence`] naming the field, as Pulsar's Java decoder
+//! rejects it.
 //!
 //! | invariant | function | tests |
 //! |---|---|---|
-//! | a required-field omission is a typed error | [`decode_base_command`], [`decode_command_message`], [`decode_command_flow`], [`decode_message_metadata`], [`decode_single_message_metadata`], [`decode_message_id`] | `every_required_field_omission_is_a_typed_error` |
+//! | a required-field omission is a typed error | [`decode_base_command`], [`decode_command_message`], [`decode_command_flow`], [`decode_message_metadata`], [`decode_single_message_metadata`], [`decode_message_id`] | `every_required_field_omission_is_a_typed_error`, `required_fields_of_skipped_nested_messages_are_checked` |
 //! | `ack_set` written unpacked, read in both forms | prost `packed = "false"` | `ack_set_is_written_unpacked_and_read_in_both_forms` |
 //! | no decoder panics or over-allocates | all of the above | `tests/wire_frames.rs` fuzz |
 //!
@@ -513,6 +515,31 @@ impl BaseCommand {
 // required fields (proto2), checked before prost decodes
 // ---------------------------------------------------------------------------
 
+/// Required fields of `KeyValue` (properties and metadata; skipped on
+/// decode, checked because Pulsar's decoder checks them).
+pub static KEY_VALUE: RequiredSpec = RequiredSpec {
+    message: "KeyValue",
+    required: &[(1, "key"), (2, "value")],
+    nested: &[],
+};
+/// Required fields of `KeyLongValue` (`CommandAck.properties`; skipped).
+pub static KEY_LONG_VALUE: RequiredSpec = RequiredSpec {
+    message: "KeyLongValue",
+    required: &[(1, "key"), (2, "value")],
+    nested: &[],
+};
+/// Required fields of `EncryptionKeys` (`MessageMetadata.encryption_keys`; skipped).
+pub static ENCRYPTION_KEYS: RequiredSpec = RequiredSpec {
+    message: "EncryptionKeys",
+    required: &[(1, "key"), (2, "value")],
+    nested: &[(3, true, &KEY_VALUE)],
+};
+/// Required fields of `Schema` (in `CommandSubscribe` and `CommandSuccess`; skipped).
+pub static SCHEMA: RequiredSpec = RequiredSpec {
+    message: "Schema",
+    required: &[(1, "name"), (3, "schema_data"), (4, "type")],
+    nested: &[(5, true, &KEY_VALUE)],
+};
 /// Required fields of `MessageIdData` (and its `first_chunk_message_id`).
 pub static MESSAGE_ID_DATA: RequiredSpec = RequiredSpec {
     message: "MessageIdData",
@@ -539,13 +566,13 @@ pub static MESSAGE_METADATA: RequiredSpec = RequiredSpec {
         (2, "sequence_id"),
         (3, "publish_time"),
     ],
-    nested: &[],
+    nested: &[(4, true, &KEY_VALUE), (13, true, &ENCRYPTION_KEYS)],
 };
 /// Required fields of `SingleMessageMetadata`.
 pub static SINGLE_MESSAGE_METADATA: RequiredSpec = RequiredSpec {
     message: "SingleMessageMetadata",
     required: &[(3, "payload_size")],
-    nested: &[],
+    nested: &[(1, true, &KEY_VALUE)],
 };
 /// Required fields of `CommandSubscribe`.
 pub static COMMAND_SUBSCRIBE: RequiredSpec = RequiredSpec {
@@ -557,19 +584,23 @@ pub static COMMAND_SUBSCRIBE: RequiredSpec = RequiredSpec {
         (4, "consumer_id"),
         (5, "request_id"),
     ],
-    nested: &[],
+    nested: &[
+        (9, false, &MESSAGE_ID_DATA),
+        (10, true, &KEY_VALUE),
+        (12, false, &SCHEMA),
+    ],
 };
 /// Required fields of `CommandAck`.
 pub static COMMAND_ACK: RequiredSpec = RequiredSpec {
     message: "CommandAck",
     required: &[(1, "consumer_id"), (2, "ack_type")],
-    nested: &[(3, true, &MESSAGE_ID_DATA)],
+    nested: &[(3, true, &MESSAGE_ID_DATA), (5, true, &KEY_LONG_VALUE)],
 };
 /// Required fields of `CommandSuccess`.
 pub static COMMAND_SUCCESS: RequiredSpec = RequiredSpec {
     message: "CommandSuccess",
     required: &[(1, "request_id")],
-    nested: &[],
+    nested: &[(2, false, &SCHEMA)],
 };
 /// Required fields of `CommandCloseConsumer`.
 pub static COMMAND_CLOSE_CONSUMER: RequiredSpec = RequiredSpec {
@@ -957,6 +988,91 @@ mod tests {
         missing(
             decode_base_command(&[0x08, 20, 0xa2, 1, 2, 0x18, 1]),
             "consumer_id",
+        );
+    }
+
+    /// Pulsar's decoder checks the required fields of every nested message,
+    /// also of the fields this crate skips (`KeyValue` properties,
+    /// `EncryptionKeys`, `KeyLongValue`, `Schema`, a subscribe's
+    /// `start_message_id`): each omission is a typed error here too.
+    #[test]
+    fn required_fields_of_skipped_nested_messages_are_checked() {
+        fn missing(r: Result<impl std::fmt::Debug, WireError>, field: &str) {
+            match r {
+                Err(WireError::Presence(PresenceError::MissingRequired { field: f, .. })) => {
+                    assert_eq!(f, field)
+                }
+                other => panic!("expected missing {field}, got {other:?}"),
+            }
+        }
+        let md = [0x0a, 1, b'p', 0x10, 7, 0x18, 9];
+        let with = |base: &[u8], extra: &[u8]| {
+            let mut v = base.to_vec();
+            v.extend_from_slice(extra);
+            v
+        };
+        // MessageMetadata.properties (4) KeyValue {key, value}
+        assert!(
+            decode_message_metadata(&with(&md, &[0x22, 6, 0x0a, 1, b'k', 0x12, 1, b'v'])).is_ok()
+        );
+        missing(
+            decode_message_metadata(&with(&md, &[0x22, 3, 0x0a, 1, b'k'])),
+            "value",
+        );
+        missing(
+            decode_message_metadata(&with(&md, &[0x22, 3, 0x12, 1, b'v'])),
+            "key",
+        );
+        // MessageMetadata.encryption_keys (13) EncryptionKeys {key, value, metadata KeyValue}
+        assert!(decode_message_metadata(&with(&md, &[0x6a, 6, 0x0a, 1, b'k', 0x12, 1, 1])).is_ok());
+        missing(
+            decode_message_metadata(&with(&md, &[0x6a, 3, 0x0a, 1, b'k'])),
+            "value",
+        );
+        missing(
+            decode_message_metadata(&with(
+                &md,
+                &[0x6a, 11, 0x0a, 1, b'k', 0x12, 1, 1, 0x1a, 3, 0x0a, 1, b'k'],
+            )),
+            "value",
+        );
+        // SingleMessageMetadata.properties (1)
+        missing(
+            decode_single_message_metadata(&[0x0a, 3, 0x12, 1, b'v', 0x18, 2]),
+            "key",
+        );
+        // CommandSubscribe.start_message_id (9), metadata (10), schema (12)
+        let sub = [0x0a, 1, b't', 0x12, 1, b's', 0x18, 1, 0x20, 1, 0x28, 2];
+        let base = |c: &[u8]| {
+            let mut v = vec![0x08, 4, 0x22, c.len() as u8];
+            v.extend_from_slice(c);
+            v
+        };
+        missing(
+            decode_base_command(&base(&with(&sub, &[0x4a, 2, 0x08, 1]))),
+            "entryId",
+        );
+        missing(
+            decode_base_command(&base(&with(&sub, &[0x52, 3, 0x0a, 1, b'k']))),
+            "value",
+        );
+        // Schema {name 1, schema_data 3, type 4}
+        assert!(decode_base_command(&base(&with(
+            &sub,
+            &[0x62, 7, 0x0a, 1, b'n', 0x1a, 0, 0x20, 1]
+        )))
+        .is_ok());
+        missing(
+            decode_base_command(&base(&with(&sub, &[0x62, 5, 0x0a, 1, b'n', 0x1a, 0]))),
+            "type",
+        );
+        // CommandAck.properties (5) KeyLongValue {key, value}
+        let ack = [0x08, 10, 0x52, 9, 0x08, 1, 0x10, 0, 0x2a, 3, 0x0a, 1, b'k'];
+        missing(decode_base_command(&ack), "value");
+        // CommandSuccess.schema (2)
+        missing(
+            decode_base_command(&[0x08, 13, 0x6a, 4, 0x08, 5, 0x12, 0]),
+            "name",
         );
     }
 
