@@ -254,6 +254,9 @@ impl PendingAckRecord {
     }
 
     pub(crate) fn to_wire(&self) -> PendingAckMetadataEntry {
+        // MLPendingAckStore sets batch_size on every position of an
+        // individual ACK (also 0) and on none of a cumulative one
+        let with_batch_size = self.ack_type == AckType::Individual;
         PendingAckMetadataEntry {
             pending_ack_op: Some(self.op as i32),
             ack_type: Some(self.ack_type as i32),
@@ -267,7 +270,7 @@ impl PendingAckRecord {
                     ledger_id: p.position.ledger_id as u64,
                     entry_id: p.position.entry_id as u64,
                     ack_set: p.ack_set.clone(),
-                    batch_size: (p.batch_size != 0).then_some(p.batch_size),
+                    batch_size: with_batch_size.then_some(p.batch_size),
                 })
                 .collect(),
         }
@@ -411,16 +414,22 @@ mod tests {
     /// `TransactionPendingAck.proto` (proto2): `PendingAckOp` is ACK = 1,
     /// COMMIT = 2, ABORT = 3; op, ack type and both txn id halves are set
     /// (so on the wire also when 0); `ack_set` is unpacked; `batch_size` is
-    /// written when the position is batched.
+    /// set on every position of an individual ACK and on none of a
+    /// cumulative one (as `MLPendingAckStore` writes them).
     #[test]
     fn records_are_pulsar_transaction_pending_ack_bytes() {
         let t = TxnId::new(2, 3);
-        // ACK Individual of 5:7 (whole entry)
+        // ACK Individual of 5:7 (whole entry: batch_size 0, on the wire)
         let ack = PendingAckRecord::individual_ack(t, vec![AckedPosition::whole(p(5, 7))]);
         let ack_bytes = [
-            0x08, 1, 0x10, 0, 0x18, 3, 0x20, 2, 0x2a, 4, 0x08, 5, 0x10, 7,
+            0x08, 1, 0x10, 0, 0x18, 3, 0x20, 2, 0x2a, 6, 0x08, 5, 0x10, 7, 0x20, 0,
         ];
         assert_eq!(ack.encode(), ack_bytes);
+        // ACK Cumulative up to 5:7: no batch_size
+        assert_eq!(
+            PendingAckRecord::cumulative_ack(t, p(5, 7)).encode(),
+            [0x08, 1, 0x10, 1, 0x18, 3, 0x20, 2, 0x2a, 4, 0x08, 5, 0x10, 7]
+        );
         // COMMIT Cumulative, and ABORT Individual of txn (0, 0)
         assert_eq!(
             PendingAckRecord::commit(t, AckType::Cumulative).encode(),
