@@ -125,7 +125,7 @@ mod clock;
 mod config;
 mod error;
 mod index;
-mod snapshot;
+pub mod snapshot;
 mod storage;
 mod tracker;
 

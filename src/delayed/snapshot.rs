@@ -14,6 +14,7 @@ use prost::Message;
 use roaring::RoaringBitmap;
 
 use super::error::DelayedError;
+use crate::permits::presence::{check_required, RequiredSpec};
 
 /// Prefix of the cursor property that names a committed bucket snapshot:
 /// `#pulsar.internal.delayed.bucket_<start>_<end>` → snapshot id.
@@ -75,18 +76,79 @@ pub struct SnapshotSegment {
 /// `message SnapshotSegmentMetadata { map<uint64, bytes>
 /// delayed_index_bit_map = 1; required uint64 max_schedule_timestamp = 2;
 /// required uint64 min_schedule_timestamp = 3; }`.
-#[derive(Clone, PartialEq, prost::Message)]
+///
+/// [`prost::Message`] is implemented by hand so that every map entry is
+/// written with both its key and its value, as protobuf-java (and protoc's
+/// C++ runtime) write map entries: prost's derived encoding omits a key
+/// equal to 0, which would make the bitmap of ledger 0 differ from the
+/// bytes Pulsar writes (decoding is the same either way).
+#[derive(Clone, PartialEq, Default, Debug)]
 pub struct SnapshotSegmentMetadata {
     /// Ledger id → portable RoaringBitmap bytes of that ledger's entry ids in
     /// the segment (encoded in ascending ledger order).
-    #[prost(btree_map = "uint64, bytes", tag = "1")]
     pub delayed_index_bit_map: BTreeMap<u64, Vec<u8>>,
     /// Largest timestamp in the segment (ms).
-    #[prost(uint64, required, tag = "2")]
     pub max_schedule_timestamp: u64,
     /// Smallest timestamp in the segment (ms).
-    #[prost(uint64, required, tag = "3")]
     pub min_schedule_timestamp: u64,
+}
+
+fn bit_map_entry_len(ledger_id: &u64, bytes: &Vec<u8>) -> usize {
+    prost::encoding::uint64::encoded_len(1, ledger_id)
+        + prost::encoding::bytes::encoded_len(2, bytes)
+}
+
+impl prost::Message for SnapshotSegmentMetadata {
+    fn encode_raw(&self, buf: &mut impl prost::bytes::BufMut) {
+        use prost::encoding::{encode_key, encode_varint, WireType};
+        for (ledger_id, bytes) in &self.delayed_index_bit_map {
+            encode_key(1, WireType::LengthDelimited, buf);
+            encode_varint(bit_map_entry_len(ledger_id, bytes) as u64, buf);
+            prost::encoding::uint64::encode(1, ledger_id, buf);
+            prost::encoding::bytes::encode(2, bytes, buf);
+        }
+        prost::encoding::uint64::encode(2, &self.max_schedule_timestamp, buf);
+        prost::encoding::uint64::encode(3, &self.min_schedule_timestamp, buf);
+    }
+
+    fn merge_field(
+        &mut self,
+        tag: u32,
+        wire_type: prost::encoding::WireType,
+        buf: &mut impl prost::bytes::Buf,
+        ctx: prost::encoding::DecodeContext,
+    ) -> Result<(), prost::DecodeError> {
+        use prost::encoding::{btree_map, bytes, skip_field, uint64};
+        match tag {
+            1 => btree_map::merge(
+                uint64::merge,
+                bytes::merge,
+                &mut self.delayed_index_bit_map,
+                buf,
+                ctx,
+            ),
+            2 => uint64::merge(wire_type, &mut self.max_schedule_timestamp, buf, ctx),
+            3 => uint64::merge(wire_type, &mut self.min_schedule_timestamp, buf, ctx),
+            _ => skip_field(wire_type, tag, buf, ctx),
+        }
+    }
+
+    fn encoded_len(&self) -> usize {
+        let map: usize = self
+            .delayed_index_bit_map
+            .iter()
+            .map(|(k, v)| {
+                let len = bit_map_entry_len(k, v);
+                prost::encoding::key_len(1) + prost::encoding::encoded_len_varint(len as u64) + len
+            })
+            .sum();
+        map + prost::encoding::uint64::encoded_len(2, &self.max_schedule_timestamp)
+            + prost::encoding::uint64::encoded_len(3, &self.min_schedule_timestamp)
+    }
+
+    fn clear(&mut self) {
+        *self = Self::default();
+    }
 }
 
 /// `message SnapshotMetadata { repeated SnapshotSegmentMetadata
@@ -236,7 +298,7 @@ pub fn cut_segments(
 }
 
 /// Portable (32-bit RoaringBitmap) serialization.
-pub(crate) fn encode_bitmap(bm: &RoaringBitmap) -> Vec<u8> {
+pub fn encode_bitmap(bm: &RoaringBitmap) -> Vec<u8> {
     let mut v = Vec::with_capacity(bm.serialized_size());
     bm.serialize_into(&mut v)
         .expect("writing into a Vec<u8> cannot fail");
@@ -244,38 +306,72 @@ pub(crate) fn encode_bitmap(bm: &RoaringBitmap) -> Vec<u8> {
 }
 
 /// Decodes portable roaring bytes (checked: bad bytes are an error).
-pub(crate) fn decode_bitmap(snapshot_id: i64, bytes: &[u8]) -> Result<RoaringBitmap, DelayedError> {
+pub fn decode_bitmap(snapshot_id: i64, bytes: &[u8]) -> Result<RoaringBitmap, DelayedError> {
     RoaringBitmap::deserialize_from(bytes).map_err(|e| DelayedError::CorruptSnapshot {
         snapshot_id,
         reason: format!("bad roaring bitmap bytes: {e}"),
     })
 }
 
+/// Required fields of `DelayedIndex`.
+pub static DELAYED_INDEX_REQUIRED: RequiredSpec = RequiredSpec {
+    message: "DelayedIndex",
+    required: &[(1, "timestamp"), (2, "ledger_id"), (3, "entry_id")],
+    nested: &[],
+};
+/// Required fields of `SnapshotSegment` (its repeated `DelayedIndex`).
+pub static SNAPSHOT_SEGMENT_REQUIRED: RequiredSpec = RequiredSpec {
+    message: "SnapshotSegment",
+    required: &[],
+    nested: &[(1, true, &DELAYED_INDEX_REQUIRED)],
+};
+/// Required fields of `SnapshotSegmentMetadata`.
+pub static SNAPSHOT_SEGMENT_METADATA_REQUIRED: RequiredSpec = RequiredSpec {
+    message: "SnapshotSegmentMetadata",
+    required: &[(2, "max_schedule_timestamp"), (3, "min_schedule_timestamp")],
+    nested: &[],
+};
+/// Required fields of `SnapshotMetadata` (its repeated `SnapshotSegmentMetadata`).
+pub static SNAPSHOT_METADATA_REQUIRED: RequiredSpec = RequiredSpec {
+    message: "SnapshotMetadata",
+    required: &[],
+    nested: &[(1, true, &SNAPSHOT_SEGMENT_METADATA_REQUIRED)],
+};
+
 /// Decodes entry 0 of a snapshot.
-pub(crate) fn decode_metadata(
-    snapshot_id: i64,
-    bytes: &[u8],
-) -> Result<SnapshotMetadata, DelayedError> {
-    SnapshotMetadata::decode(bytes).map_err(|e| DelayedError::CorruptSnapshot {
+///
+/// # Errors
+/// [`DelayedError::CorruptSnapshot`] for malformed protobuf or a missing
+/// required field (`max_schedule_timestamp`, `min_schedule_timestamp`).
+pub fn decode_metadata(snapshot_id: i64, bytes: &[u8]) -> Result<SnapshotMetadata, DelayedError> {
+    let corrupt = |e: &dyn std::fmt::Display| DelayedError::CorruptSnapshot {
         snapshot_id,
         reason: format!("bad SnapshotMetadata protobuf: {e}"),
-    })
+    };
+    check_required(&SNAPSHOT_METADATA_REQUIRED, bytes).map_err(|e| corrupt(&e))?;
+    SnapshotMetadata::decode(bytes).map_err(|e| corrupt(&e))
 }
 
 /// Decodes entry `entry` (≥ 1) of a snapshot.
-pub(crate) fn decode_segment(
+///
+/// # Errors
+/// [`DelayedError::CorruptSnapshot`] for malformed protobuf or a
+/// `DelayedIndex` missing `timestamp`, `ledger_id` or `entry_id`.
+pub fn decode_segment(
     snapshot_id: i64,
     entry: u64,
     bytes: &[u8],
 ) -> Result<SnapshotSegment, DelayedError> {
-    SnapshotSegment::decode(bytes).map_err(|e| DelayedError::CorruptSnapshot {
+    let corrupt = |e: &dyn std::fmt::Display| DelayedError::CorruptSnapshot {
         snapshot_id,
         reason: format!("bad SnapshotSegment protobuf in segment {entry}: {e}"),
-    })
+    };
+    check_required(&SNAPSHOT_SEGMENT_REQUIRED, bytes).map_err(|e| corrupt(&e))?;
+    SnapshotSegment::decode(bytes).map_err(|e| corrupt(&e))
 }
 
 /// Decodes the per-ledger bitmaps of one segment's metadata.
-pub(crate) fn decode_segment_bitmaps(
+pub fn decode_segment_bitmaps(
     snapshot_id: i64,
     meta: &SnapshotSegmentMetadata,
 ) -> Result<BTreeMap<i64, RoaringBitmap>, DelayedError> {
@@ -362,5 +458,62 @@ mod tests {
             delayed_operation_type: None,
         };
         assert!(IndexEntry::from_proto(1, &bad).is_err());
+    }
+
+    #[test]
+    fn map_entry_for_ledger_0_is_written_with_its_key() {
+        // {0: [0xAA]}, max 5, min 3: entry = [key 1: 0][value 2: len 1, 0xAA]
+        let meta = SnapshotSegmentMetadata {
+            delayed_index_bit_map: BTreeMap::from([(0u64, vec![0xAA])]),
+            max_schedule_timestamp: 5,
+            min_schedule_timestamp: 3,
+        };
+        let bytes = meta.encode_to_vec();
+        assert_eq!(
+            bytes,
+            [0x0a, 0x05, 0x08, 0x00, 0x12, 0x01, 0xAA, 0x10, 0x05, 0x18, 0x03]
+        );
+        assert_eq!(bytes.len(), meta.encoded_len());
+        assert_eq!(SnapshotSegmentMetadata::decode(&bytes[..]).unwrap(), meta);
+        // an entry written without its key (prost's derived form) decodes the same
+        let keyless = [0x0a, 0x03, 0x12, 0x01, 0xAA, 0x10, 0x05, 0x18, 0x03];
+        assert_eq!(SnapshotSegmentMetadata::decode(&keyless[..]).unwrap(), meta);
+    }
+
+    #[test]
+    fn snapshot_metadata_without_a_required_timestamp_is_corrupt() {
+        // metadata_list[0] = {max 5, min 3}
+        assert!(decode_metadata(1, &[0x0a, 0x04, 0x10, 0x05, 0x18, 0x03]).is_ok());
+        for (bytes, field) in [
+            (&[0x0a, 0x02, 0x10, 0x05][..], "min_schedule_timestamp"),
+            (&[0x0a, 0x02, 0x18, 0x03][..], "max_schedule_timestamp"),
+        ] {
+            match decode_metadata(1, bytes) {
+                Err(DelayedError::CorruptSnapshot { reason, .. }) => {
+                    assert!(reason.contains(field), "{reason}")
+                }
+                other => panic!("{other:?}"),
+            }
+        }
+        // the empty metadata (no segments) is valid
+        assert!(decode_metadata(1, &[]).is_ok());
+    }
+
+    #[test]
+    fn delayed_index_without_a_required_field_is_corrupt() {
+        // indexes[0] = {timestamp 1, ledger_id 2, entry_id 3}
+        assert!(decode_segment(1, 1, &[0x0a, 0x06, 0x08, 1, 0x10, 2, 0x18, 3]).is_ok());
+        for (bytes, field) in [
+            (&[0x0a, 0x04, 0x10, 2, 0x18, 3][..], "timestamp"),
+            (&[0x0a, 0x04, 0x08, 1, 0x18, 3][..], "ledger_id"),
+            (&[0x0a, 0x04, 0x08, 1, 0x10, 2][..], "entry_id"),
+        ] {
+            match decode_segment(1, 1, bytes) {
+                Err(DelayedError::CorruptSnapshot { reason, .. }) => {
+                    assert!(reason.contains(field), "{reason}")
+                }
+                other => panic!("{other:?}"),
+            }
+        }
     }
 }

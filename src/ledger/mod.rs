@@ -68,6 +68,7 @@ pub use cursor::ManagedCursor;
 pub use error::{LedgerError, ReadFailureKind, StoreError};
 pub use faults::{ReadFaults, ReadRequest};
 pub use managed_ledger::{Entry, LedgerConfig, ManagedLedger};
+pub use store::StoreContents;
 pub use store::{
     AppendSegment, LedgerStore, MemoryStore, RedbStore, StoredCursor, StoredLedger,
     StoredLedgerInfo, SyncMode,

@@ -717,3 +717,130 @@ impl LedgerStore for RedbStore {
         })
     }
 }
+
+// ------------------------------------------------- read-only open (inspect / verify)
+
+/// Everything a [`RedbStore`] file holds about managed ledgers and cursors,
+/// read by [`RedbStore::read_only_contents`].
+#[derive(Debug, Default)]
+pub struct StoreContents {
+    /// Managed ledger name → its ledger list.
+    pub ledgers: BTreeMap<String, StoredLedger>,
+    /// `(managed ledger, cursor)` → persisted cursor state (a cursor that
+    /// only has properties gets mark-delete [`Position::EARLIEST`]).
+    pub cursors: BTreeMap<(String, String), StoredCursor>,
+    /// `(managed ledger, ledger id, entry id)` → payload, for the managed
+    /// ledgers the caller selected.
+    pub entries: BTreeMap<(String, i64, i64), Vec<u8>>,
+    /// Managed ledger name → (entries stored, payload bytes), for all of them.
+    pub entry_stats: BTreeMap<String, (u64, u64)>,
+}
+
+impl RedbStore {
+    /// Reads the store file at `path` through a **read-only** redb handle:
+    /// no write transaction is begun and no table is created, so the file
+    /// is left byte-for-byte unchanged (unlike [`RedbStore::open`]). Entry
+    /// payloads are kept only for managed ledgers for which `keep_entries`
+    /// returns true. Also returns the read-only database, so callers can
+    /// read the tables other modules keep in the same file.
+    ///
+    /// # Errors
+    /// [`StoreError::Backend`] if the file cannot be opened read-only (not
+    /// a redb file, locked by a writer, needs repair) or a table has another
+    /// type; [`StoreError::Corrupt`] for an undecodable ranges record.
+    pub fn read_only_contents(
+        path: impl AsRef<Path>,
+        keep_entries: &dyn Fn(&str) -> bool,
+    ) -> Result<(StoreContents, redb::ReadOnlyDatabase), StoreError> {
+        let db = redb::ReadOnlyDatabase::open(path.as_ref())?;
+        let mut out = StoreContents::default();
+        {
+            let txn = db.begin_read()?;
+            let missing =
+                |e: &redb::TableError| matches!(e, redb::TableError::TableDoesNotExist(_));
+            match txn.open_table(LEDGERS) {
+                Ok(t) => {
+                    for row in t.iter()? {
+                        let (k, v) = row?;
+                        let (name, id) = k.value();
+                        let (entries, lost) = v.value();
+                        out.ledgers
+                            .entry(name.to_string())
+                            .or_default()
+                            .ledgers
+                            .insert(id, StoredLedgerInfo { entries, lost });
+                    }
+                }
+                Err(e) if missing(&e) => {}
+                Err(e) => return Err(e.into()),
+            }
+            match txn.open_table(ENTRIES) {
+                Ok(t) => {
+                    for row in t.iter()? {
+                        let (k, v) = row?;
+                        let (name, l, e) = k.value();
+                        let stats = out.entry_stats.entry(name.to_string()).or_default();
+                        stats.0 += 1;
+                        stats.1 += v.value().len() as u64;
+                        if keep_entries(name) {
+                            out.entries
+                                .insert((name.to_string(), l, e), v.value().to_vec());
+                        }
+                    }
+                }
+                Err(e) if missing(&e) => {}
+                Err(e) => return Err(e.into()),
+            }
+            let blank = || StoredCursor {
+                mark_delete: Position::EARLIEST,
+                properties: BTreeMap::new(),
+                individually_deleted: Vec::new(),
+            };
+            match txn.open_table(CURSOR_MARK_DELETE) {
+                Ok(t) => {
+                    for row in t.iter()? {
+                        let (k, v) = row?;
+                        let (name, cursor) = k.value();
+                        let (l, e) = v.value();
+                        out.cursors
+                            .entry((name.to_string(), cursor.to_string()))
+                            .or_insert_with(blank)
+                            .mark_delete = Position::new(l, e);
+                    }
+                }
+                Err(e) if missing(&e) => {}
+                Err(e) => return Err(e.into()),
+            }
+            match txn.open_table(CURSOR_RANGES) {
+                Ok(t) => {
+                    for row in t.iter()? {
+                        let (k, v) = row?;
+                        let (name, cursor) = k.value();
+                        out.cursors
+                            .entry((name.to_string(), cursor.to_string()))
+                            .or_insert_with(blank)
+                            .individually_deleted = decode_ranges(v.value())?;
+                    }
+                }
+                Err(e) if missing(&e) => {}
+                Err(e) => return Err(e.into()),
+            }
+            match txn.open_table(CURSOR_PROPERTIES) {
+                Ok(t) => {
+                    for row in t.iter()? {
+                        let (k, v) = row?;
+                        let (name, cursor, key) = k.value();
+                        out.cursors
+                            .entry((name.to_string(), cursor.to_string()))
+                            .or_insert_with(blank)
+                            .properties
+                            .insert(key.to_string(), v.value());
+                    }
+                }
+                Err(e) if missing(&e) => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+        Ok((out, db))
+    }
+}

@@ -1,4 +1,10 @@
-//! Pending-ack log records and their wire format (prost).
+//! Pending-ack log records and their wire format: the proto2 messages of
+//! Pulsar's `TransactionPendingAck.proto` (`PendingAckMetadataEntry`,
+//! `PendingAckMetadata`, `BatchedPendingAckMetadataEntry`) with their tags,
+//! labels and enum values, so a log entry is the bytes Pulsar's
+//! `MLPendingAckStore` writes and reads. The required `ledgerId`/`entryId`
+//! of every position are checked before decoding
+//! ([`crate::permits::presence`]).
 //!
 //! One log entry holds either a single `PendingAckMetadataEntry` or, when the
 //! buffered writer batches, the batched form: the big-endian short magic
@@ -15,6 +21,7 @@
 use prost::Message;
 
 use super::error::PendingAckError;
+use crate::permits::presence::{check_required, RequiredSpec};
 use crate::position::Position;
 
 /// Magic short that starts a batched pending-ack log entry.
@@ -47,19 +54,21 @@ impl std::fmt::Display for TxnId {
     }
 }
 
-/// The operation a pending-ack log record records (`PendingAckOp`).
+/// The operation a pending-ack log record records (`PendingAckOp` of
+/// Pulsar's `TransactionPendingAck.proto`: ACK = 1, COMMIT = 2, ABORT = 3).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, prost::Enumeration)]
 #[repr(i32)]
 pub enum PendingAckOp {
     /// A transactional acknowledgement became pending.
-    Ack = 0,
+    Ack = 1,
     /// The transaction committed: its pending acks take effect.
-    Commit = 1,
+    Commit = 2,
     /// The transaction aborted: its pending acks are dropped.
-    Abort = 2,
+    Abort = 3,
 }
 
-/// Individual or cumulative acknowledgement (`AckType`).
+/// Individual or cumulative acknowledgement (`CommandAck.AckType`:
+/// Individual = 0, Cumulative = 1).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, prost::Enumeration)]
 #[repr(i32)]
 pub enum AckType {
@@ -69,42 +78,71 @@ pub enum AckType {
     Cumulative = 1,
 }
 
-/// Wire form of one acknowledged position (`PendingAckMetadata`).
+/// Wire form of one acknowledged position: `message PendingAckMetadata {
+/// required uint64 ledgerId = 1; required uint64 entryId = 2; repeated int64
+/// ack_set = 3; optional int32 batch_size = 4; }` (proto2; `ack_set`
+/// unpacked on the wire, read in both forms).
 #[derive(Clone, PartialEq, prost::Message)]
 pub struct PendingAckMetadata {
-    /// Ledger id of the acknowledged message.
-    #[prost(int64, tag = "1")]
-    pub ledger_id: i64,
-    /// Entry id of the acknowledged message.
-    #[prost(int64, tag = "2")]
-    pub entry_id: i64,
-    /// Batch-index ack bits (a `BitSet` as longs); empty = whole entry.
-    #[prost(int64, repeated, tag = "3")]
+    /// `ledgerId = 1`, required uint64 (a [`Position`] ledger id, bit for bit).
+    #[prost(uint64, required, tag = "1")]
+    pub ledger_id: u64,
+    /// `entryId = 2`, required uint64 (a [`Position`] entry id, bit for bit).
+    #[prost(uint64, required, tag = "2")]
+    pub entry_id: u64,
+    /// `ack_set = 3`: batch-index ack bits (a `BitSet` as longs); empty =
+    /// whole entry.
+    #[prost(int64, repeated, packed = "false", tag = "3")]
     pub ack_set: Vec<i64>,
-    /// Number of messages in the batch entry (0 = not batched).
-    #[prost(int32, tag = "4")]
-    pub batch_size: i32,
+    /// `batch_size = 4`: messages in the batch entry; absent = not batched.
+    #[prost(int32, optional, tag = "4")]
+    pub batch_size: Option<i32>,
 }
 
-/// Wire form of one pending-ack log record (`PendingAckMetadataEntry`).
+/// Wire form of one pending-ack log record: `message PendingAckMetadataEntry
+/// { optional PendingAckOp pending_ack_op = 1; optional CommandAck.AckType
+/// ack_type = 2; optional uint64 txnid_least_bits = 3; optional uint64
+/// txnid_most_bits = 4; repeated PendingAckMetadata pending_ack_metadata = 5;
+/// }` (proto2: the encoder sets all four scalars, so they are on the wire
+/// also when 0; an absent one reads as its proto2 default).
 #[derive(Clone, PartialEq, prost::Message)]
 pub struct PendingAckMetadataEntry {
-    /// [`PendingAckOp`] as i32.
-    #[prost(enumeration = "PendingAckOp", tag = "1")]
-    pub pending_ack_op: i32,
-    /// [`AckType`] as i32.
-    #[prost(enumeration = "AckType", tag = "2")]
-    pub ack_type: i32,
-    /// Low half of the txn id.
-    #[prost(uint64, tag = "3")]
-    pub txnid_least_bits: u64,
-    /// High half of the txn id.
-    #[prost(uint64, tag = "4")]
-    pub txnid_most_bits: u64,
-    /// Acknowledged positions (ACK records only).
+    /// `pending_ack_op = 1`: [`PendingAckOp`] as i32 (absent = ACK, the
+    /// enum's first value).
+    #[prost(enumeration = "PendingAckOp", optional, tag = "1")]
+    pub pending_ack_op: Option<i32>,
+    /// `ack_type = 2`: [`AckType`] as i32 (absent = Individual).
+    #[prost(enumeration = "AckType", optional, tag = "2")]
+    pub ack_type: Option<i32>,
+    /// `txnid_least_bits = 3`: low half of the txn id.
+    #[prost(uint64, optional, tag = "3")]
+    pub txnid_least_bits: Option<u64>,
+    /// `txnid_most_bits = 4`: high half of the txn id.
+    #[prost(uint64, optional, tag = "4")]
+    pub txnid_most_bits: Option<u64>,
+    /// `pending_ack_metadata = 5`: acknowledged positions (ACK records only).
     #[prost(message, repeated, tag = "5")]
     pub pending_ack_metadata: Vec<PendingAckMetadata>,
 }
+
+/// Required fields of `PendingAckMetadata`.
+pub static PENDING_ACK_METADATA_REQUIRED: RequiredSpec = RequiredSpec {
+    message: "PendingAckMetadata",
+    required: &[(1, "ledgerId"), (2, "entryId")],
+    nested: &[],
+};
+/// Required fields below `PendingAckMetadataEntry` (its own are optional).
+pub static PENDING_ACK_METADATA_ENTRY_REQUIRED: RequiredSpec = RequiredSpec {
+    message: "PendingAckMetadataEntry",
+    required: &[],
+    nested: &[(5, true, &PENDING_ACK_METADATA_REQUIRED)],
+};
+/// Required fields below `BatchedPendingAckMetadataEntry`.
+pub static BATCHED_PENDING_ACK_METADATA_ENTRY_REQUIRED: RequiredSpec = RequiredSpec {
+    message: "BatchedPendingAckMetadataEntry",
+    required: &[],
+    nested: &[(1, true, &PENDING_ACK_METADATA_ENTRY_REQUIRED)],
+};
 
 /// Wire form of a batched entry's payload (`BatchedPendingAckMetadataEntry`),
 /// written after the magic and version shorts.
@@ -216,39 +254,48 @@ impl PendingAckRecord {
     }
 
     pub(crate) fn to_wire(&self) -> PendingAckMetadataEntry {
+        // MLPendingAckStore sets batch_size on every position of an
+        // individual ACK (also 0) and on none of a cumulative one
+        let with_batch_size = self.ack_type == AckType::Individual;
         PendingAckMetadataEntry {
-            pending_ack_op: self.op as i32,
-            ack_type: self.ack_type as i32,
-            txnid_least_bits: self.txn_id.least_sig_bits,
-            txnid_most_bits: self.txn_id.most_sig_bits,
+            pending_ack_op: Some(self.op as i32),
+            ack_type: Some(self.ack_type as i32),
+            txnid_least_bits: Some(self.txn_id.least_sig_bits),
+            txnid_most_bits: Some(self.txn_id.most_sig_bits),
             pending_ack_metadata: self
                 .positions
                 .iter()
                 .map(|p| PendingAckMetadata {
-                    ledger_id: p.position.ledger_id,
-                    entry_id: p.position.entry_id,
+                    // i64 → u64 keeps the bits: the varint on the wire is the same
+                    ledger_id: p.position.ledger_id as u64,
+                    entry_id: p.position.entry_id as u64,
                     ack_set: p.ack_set.clone(),
-                    batch_size: p.batch_size,
+                    batch_size: with_batch_size.then_some(p.batch_size),
                 })
                 .collect(),
         }
     }
 
     fn from_wire(w: PendingAckMetadataEntry) -> Result<Self, String> {
-        let op = PendingAckOp::try_from(w.pending_ack_op)
-            .map_err(|_| format!("unknown pending_ack_op {}", w.pending_ack_op))?;
-        let ack_type = AckType::try_from(w.ack_type)
-            .map_err(|_| format!("unknown ack_type {}", w.ack_type))?;
+        // the raw values: prost's enum accessors map an unknown value to the
+        // default, which would hide it
+        let op_value = w.pending_ack_op.unwrap_or(PendingAckOp::Ack as i32);
+        let op = PendingAckOp::try_from(op_value)
+            .map_err(|_| format!("unknown pending_ack_op {op_value}"))?;
+        let ack_type_value = w.ack_type.unwrap_or(AckType::Individual as i32);
+        let ack_type = AckType::try_from(ack_type_value)
+            .map_err(|_| format!("unknown ack_type {ack_type_value}"))?;
         let rec = Self {
-            txn_id: TxnId::new(w.txnid_most_bits, w.txnid_least_bits),
+            txn_id: TxnId::new(w.txnid_most_bits(), w.txnid_least_bits()),
             op,
             ack_type,
             positions: w
                 .pending_ack_metadata
                 .into_iter()
                 .map(|m| AckedPosition {
-                    position: Position::new(m.ledger_id, m.entry_id),
-                    batch_size: m.batch_size,
+                    // u64 → i64 keeps the bits written by `to_wire`
+                    position: Position::new(m.ledger_id as i64, m.entry_id as i64),
+                    batch_size: m.batch_size.unwrap_or(0),
                     ack_set: m.ack_set,
                 })
                 .collect(),
@@ -317,6 +364,8 @@ pub fn decode_entry(
         if version != BATCHED_ENTRY_VERSION {
             return Err(err(format!("unsupported batched entry version {version}")));
         }
+        check_required(&BATCHED_PENDING_ACK_METADATA_ENTRY_REQUIRED, &data[4..])
+            .map_err(|e| err(format!("batched entry: {e}")))?;
         let batch = BatchedPendingAckMetadataEntry::decode(&data[4..])
             .map_err(|e| err(format!("batched entry: {e}")))?;
         if batch.pending_ack_logs.is_empty() {
@@ -328,6 +377,7 @@ pub fn decode_entry(
             .map(|w| PendingAckRecord::from_wire(w).map_err(&err))
             .collect();
     }
+    check_required(&PENDING_ACK_METADATA_ENTRY_REQUIRED, data).map_err(|e| err(e.to_string()))?;
     let w = PendingAckMetadataEntry::decode(data).map_err(|e| err(e.to_string()))?;
     Ok(vec![PendingAckRecord::from_wire(w).map_err(err)?])
 }
@@ -360,6 +410,86 @@ mod tests {
         assert_eq!(encode_batch_of_encoded(&refs).unwrap(), b);
     }
 
+    /// Records are the bytes protoc writes from Pulsar's
+    /// `TransactionPendingAck.proto` (proto2): `PendingAckOp` is ACK = 1,
+    /// COMMIT = 2, ABORT = 3; op, ack type and both txn id halves are set
+    /// (so on the wire also when 0); `ack_set` is unpacked; `batch_size` is
+    /// set on every position of an individual ACK and on none of a
+    /// cumulative one (as `MLPendingAckStore` writes them).
+    #[test]
+    fn records_are_pulsar_transaction_pending_ack_bytes() {
+        let t = TxnId::new(2, 3);
+        // ACK Individual of 5:7 (whole entry: batch_size 0, on the wire)
+        let ack = PendingAckRecord::individual_ack(t, vec![AckedPosition::whole(p(5, 7))]);
+        let ack_bytes = [
+            0x08, 1, 0x10, 0, 0x18, 3, 0x20, 2, 0x2a, 6, 0x08, 5, 0x10, 7, 0x20, 0,
+        ];
+        assert_eq!(ack.encode(), ack_bytes);
+        // ACK Cumulative up to 5:7: no batch_size
+        assert_eq!(
+            PendingAckRecord::cumulative_ack(t, p(5, 7)).encode(),
+            [0x08, 1, 0x10, 1, 0x18, 3, 0x20, 2, 0x2a, 4, 0x08, 5, 0x10, 7]
+        );
+        // COMMIT Cumulative, and ABORT Individual of txn (0, 0)
+        assert_eq!(
+            PendingAckRecord::commit(t, AckType::Cumulative).encode(),
+            [0x08, 2, 0x10, 1, 0x18, 3, 0x20, 2]
+        );
+        assert_eq!(
+            PendingAckRecord::abort(TxnId::new(0, 0), AckType::Individual).encode(),
+            [0x08, 3, 0x10, 0, 0x18, 0, 0x20, 0]
+        );
+        // a batch-index ack: ack_set [5, 6] unpacked, batch_size 4
+        let batched = PendingAckRecord::individual_ack(
+            t,
+            vec![AckedPosition {
+                position: p(5, 7),
+                batch_size: 4,
+                ack_set: vec![5, 6],
+            }],
+        );
+        let batched_bytes = [
+            0x08, 1, 0x10, 0, 0x18, 3, 0x20, 2, 0x2a, 10, 0x08, 5, 0x10, 7, 0x18, 5, 0x18, 6, 0x20,
+            4,
+        ];
+        assert_eq!(batched.encode(), batched_bytes);
+        assert_eq!(
+            decode_entry(p(1, 0), &batched_bytes).unwrap(),
+            vec![batched.clone()]
+        );
+        // the packed form of ack_set decodes to the same record
+        let packed = [
+            0x08, 1, 0x10, 0, 0x18, 3, 0x20, 2, 0x2a, 10, 0x08, 5, 0x10, 7, 0x1a, 2, 5, 6, 0x20, 4,
+        ];
+        assert_eq!(decode_entry(p(1, 0), &packed).unwrap(), vec![batched]);
+        assert_eq!(decode_entry(p(1, 0), &ack_bytes).unwrap(), vec![ack]);
+    }
+
+    /// `PendingAckMetadata.ledgerId` and `entryId` are proto2 `required`: a
+    /// position without one is a typed decode error (prost alone would read
+    /// it as 0), in a single and in a batched entry.
+    #[test]
+    fn pending_ack_position_without_required_id_is_a_decode_error() {
+        let at = p(2, 5);
+        let head = [0x08, 1, 0x10, 0, 0x18, 3, 0x20, 2];
+        for (position, field) in [(&[0x10, 7][..], "ledgerId"), (&[0x08, 5][..], "entryId")] {
+            let mut single = head.to_vec();
+            single.extend_from_slice(&[0x2a, 2]);
+            single.extend_from_slice(position);
+            let mut batch = vec![0x0e, 0x01, 0x00, 0x01, 0x0a, single.len() as u8];
+            batch.extend_from_slice(&single);
+            for bytes in [single, batch] {
+                match decode_entry(at, &bytes) {
+                    Err(PendingAckError::Decode { position, reason }) => {
+                        assert_eq!(position, at);
+                        assert!(reason.contains(field), "{field}: {reason}");
+                    }
+                    other => panic!("expected missing {field}, got {other:?}"),
+                }
+            }
+        }
+    }
+
     #[test]
     fn bad_bytes_are_typed_errors() {
         let at = p(2, 5);
@@ -374,15 +504,24 @@ mod tests {
                 other => panic!("expected a decode error for {bad:?}, got {other:?}"),
             }
         }
-        // Unknown op value.
-        let w = PendingAckMetadataEntry {
-            pending_ack_op: 9,
-            ..Default::default()
-        };
-        assert!(matches!(
-            decode_entry(at, &w.encode_to_vec()),
-            Err(PendingAckError::Decode { .. })
-        ));
+        // Unknown op / ack type values (also on an otherwise valid ACK record,
+        // and 0, which is not a PendingAckOp).
+        for (op, ack_type) in [(9, 0), (0, 0), (1, 5)] {
+            let mut w = PendingAckRecord::individual_ack(
+                TxnId::new(1, 1),
+                vec![AckedPosition::whole(p(3, 4))],
+            )
+            .to_wire();
+            w.pending_ack_op = Some(op);
+            w.ack_type = Some(ack_type);
+            assert!(
+                matches!(
+                    decode_entry(at, &w.encode_to_vec()),
+                    Err(PendingAckError::Decode { .. })
+                ),
+                "op {op}, ack_type {ack_type}"
+            );
+        }
         // An ACK with no positions is invalid.
         let w = PendingAckMetadataEntry::default();
         assert!(decode_entry(at, &w.encode_to_vec()).is_err());

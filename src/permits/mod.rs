@@ -5,9 +5,11 @@
 //!
 //! | submodule | role | Pulsar counterpart |
 //! |---|---|---|
-//! | [`wire`] | prost types with `PulsarApi.proto` field numbers; `ack_set` helpers | `PulsarApi.proto` |
+//! | [`wire`] | prost types with `PulsarApi.proto` field numbers (`BaseCommand` and the commands exchanged), required-field checks; `ack_set` helpers | `PulsarApi.proto` |
+//! | [`frame`] | simple / payload frames, entry payload (`0x0e01` crc32c, `0x0e02` broker-entry prefix), batch framing | `Commands` (binary protocol framing) |
+//! | [`presence`] | proto2 `required`-field presence walk shared by every decoder | protobuf-java `isInitialized` |
 //! | [`broker`] | per-entry finalisation after pending-ack admission; one [`SendMessagesResult`] drives every debit | `Consumer.sendMessages`, `SendMessagesResult`, Shared dispatchers |
-//! | [`client`] | resolution ladder, command budget, per-incarnation [`ConsumerPermitState`], Flow revalidation | `MessagePermitAccounting`, `ConsumerImpl`, `ConsumerPermitState` |
+//! | [`client`] | resolution ladder, command budget, per-incarnation [`ConsumerPermitState`], Flow revalidation; [`ClientConsumer::handle_frame`] takes real frames | `MessagePermitAccounting`, `ConsumerImpl`, `ConsumerPermitState` |
 //!
 //! # The rule pulsar-core adopts
 //!
@@ -42,6 +44,8 @@
 
 pub mod broker;
 pub mod client;
+pub mod frame;
+pub mod presence;
 pub mod wire;
 
 pub use broker::{BrokerPermitError, Consumer, ConsumerKey, SendMessagesResult, SharedDispatcher};

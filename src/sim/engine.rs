@@ -1136,17 +1136,16 @@ impl Sim<'_> {
 
     /// Decodes an entry's key and delivery time (first message of the batch).
     fn entry_info(data: &[u8]) -> Option<(u32, u32, u64)> {
-        // [crc][md len][metadata]...[len][smm][payload]: parse via the wire types.
-        let md_len = u32::from_be_bytes(data.get(4..8)?.try_into().ok()?) as usize;
-        let md = MessageMetadata::decode(data.get(8..8 + md_len)?).ok()?;
+        // Pulsar's entry payload layout, parsed by the frame codec.
+        let entry = crate::permits::frame::parse_entry_payload(data).ok()?;
+        let md = &entry.metadata;
         let batch = md.num_messages_in_batch.unwrap_or(1).max(1) as u32;
-        let rest = &data[8 + md_len..];
+        let rest = entry.payload;
         let body = if md.num_messages_in_batch.is_none() {
             rest
         } else {
-            let smm_len = u32::from_be_bytes(rest.get(0..4)?.try_into().ok()?) as usize;
-            let smm = SingleMessageMetadata::decode(rest.get(4..4 + smm_len)?).ok()?;
-            rest.get(4 + smm_len..4 + smm_len + smm.payload_size as usize)?
+            let (smm, start) = crate::permits::frame::read_batch_message_header(rest, 0).ok()?;
+            rest.get(start..start + smm.payload_size as usize)?
         };
         let p = SimPayload::decode(body).ok()?;
         Some((batch, p.key, p.deliver_at_ms))
@@ -1451,10 +1450,15 @@ impl Sim<'_> {
         } else {
             payload
         };
+        // The broker writes a real Pulsar payload frame; the client decodes it.
+        let frame_bytes = crate::permits::frame::encode_payload_frame(
+            &crate::permits::wire::Command::Message(command.clone()).into_base(),
+            payload,
+        );
         let client = &mut self.clients[s][c];
         let outcome = client
             .consumer
-            .handle_message(command, payload)
+            .handle_frame(&frame_bytes, crate::permits::frame::DEFAULT_MAX_FRAME_SIZE)
             .map_err(comp("handle message"))?;
         if corrupt {
             // Pulsar's client acks a corrupted entry with a validation error
@@ -1945,6 +1949,24 @@ impl Sim<'_> {
         let mut any = false;
         for frame in frames {
             if let ClientFrame::Flow { command, .. } = frame {
+                // The client writes a real FLOW frame; the broker decodes it.
+                let bytes = crate::permits::frame::encode_simple_frame(
+                    &crate::permits::wire::Command::Flow(command).into_base(),
+                );
+                let command = match crate::permits::frame::decode_frame(
+                    &bytes,
+                    crate::permits::frame::DEFAULT_MAX_FRAME_SIZE,
+                ) {
+                    Ok(crate::permits::frame::Frame {
+                        command: crate::permits::wire::Command::Flow(f),
+                        ..
+                    }) => f,
+                    other => {
+                        return Err(SimError::Component(format!(
+                            "flow frame did not decode as FLOW: {other:?}"
+                        )))
+                    }
+                };
                 self.activity.flows += 1;
                 let key = ConsumerKey {
                     connection_id,

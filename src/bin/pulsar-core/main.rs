@@ -14,6 +14,9 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand, ValueEnum};
 use pulsar_core::ledger::SyncMode;
+
+mod inspect;
+mod verify;
 use pulsar_core::sim::{self, SimOptions, Workload};
 
 use data_dir::DataDir;
@@ -50,6 +53,13 @@ enum Command {
     /// and stalls. Exits non-zero on any violation.
     #[command(after_help = EXIT_CODES)]
     Simulate(SimulateArgs),
+    /// Decode Pulsar artifacts (frames, commands, entry payloads, bucket
+    /// snapshots, pending-ack log entries, roaring bitmaps) or a kept data
+    /// dir (opened read-only) to text or JSON.
+    Inspect(inspect::InspectArgs),
+    /// Check a kept data dir's invariants (opened read-only); exits 1 with
+    /// the list of violations.
+    Verify(verify::VerifyArgs),
 }
 
 #[derive(clap::Args, Debug)]
@@ -118,6 +128,8 @@ fn main() -> ExitCode {
     init_logging();
     match cli.command {
         Command::Simulate(args) => simulate(args),
+        Command::Inspect(args) => inspect::run(args),
+        Command::Verify(args) => verify::run(args),
     }
 }
 

@@ -1,0 +1,295 @@
+//! proto2 `required`-field presence checks.
+//!
+//! prost decodes a message whose `required` field is absent as if the field
+//! held its default (a `CommandFlow` without `messagePermits` becomes 0
+//! permits). Pulsar's Java decoders reject such a message
+//! (`UninitializedMessageException`), so every decoder in this crate for a
+//! proto2 message with `required` fields first walks the raw wire format and
+//! checks that each required tag occurs, recursing into the nested
+//! messages it decodes, then lets prost decode.
+//!
+//! The walk never allocates from a length read off the wire: it only slices
+//! the input, and a length running past the end is
+//! [`PresenceError::Truncated`].
+
+/// Which tags of one proto2 message are `required`, and which declared
+/// message-typed fields must be checked recursively.
+#[derive(Debug)]
+pub struct RequiredSpec {
+    /// The message name (for error messages).
+    pub message: &'static str,
+    /// `(tag, field name)` of every `required` field.
+    pub required: &'static [(u32, &'static str)],
+    /// `(tag, spec)` of every message-typed field decoded by the caller;
+    /// each occurrence of the tag is checked against `spec` (a repeated
+    /// field has one element per occurrence; a singular field occurring
+    /// more than once is merged by protobuf, so its required tags may be
+    /// spread across occurrences).
+    pub nested: &'static [(u32, bool, &'static RequiredSpec)],
+}
+
+/// A presence-check failure.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PresenceError {
+    /// A `required` field is absent.
+    #[error("{message} is missing required field {field} (tag {tag})")]
+    MissingRequired {
+        /// The message (dotted path for nested ones, e.g. `CommandMessage.message_id`).
+        message: String,
+        /// The field name as in the `.proto`.
+        field: &'static str,
+        /// The field's tag.
+        tag: u32,
+    },
+    /// The bytes end inside a field.
+    #[error("{message}: truncated protobuf at byte {at}")]
+    Truncated {
+        /// The message being walked.
+        message: String,
+        /// Byte offset where the walk ran out of input.
+        at: usize,
+    },
+    /// Messages nested deeper than [`MAX_DEPTH`].
+    #[error("{message} nested deeper than {MAX_DEPTH} levels")]
+    TooDeep {
+        /// The message at the limit.
+        message: &'static str,
+    },
+    /// A wire type this crate does not accept (groups 3/4, or 6/7), or tag 0.
+    #[error("{message}: invalid wire type {wire_type} or tag {tag} at byte {at}")]
+    InvalidKey {
+        /// The message being walked.
+        message: String,
+        /// The wire type found.
+        wire_type: u8,
+        /// The tag found.
+        tag: u64,
+        /// Byte offset of the key.
+        at: usize,
+    },
+}
+
+fn read_varint(bytes: &[u8], at: &mut usize) -> Option<u64> {
+    let mut value = 0u64;
+    for shift in 0..10 {
+        let b = *bytes.get(*at)?;
+        *at += 1;
+        value |= u64::from(b & 0x7f) << (shift * 7);
+        if b & 0x80 == 0 {
+            return Some(value);
+        }
+    }
+    None
+}
+
+/// One field occurrence: its tag and, for length-delimited fields, the bytes.
+struct Field<'a> {
+    tag: u32,
+    delimited: Option<&'a [u8]>,
+}
+
+fn walk<'a>(message: &str, bytes: &'a [u8]) -> Result<Vec<Field<'a>>, PresenceError> {
+    let truncated = |at| PresenceError::Truncated {
+        message: message.to_string(),
+        at,
+    };
+    let mut fields = Vec::new();
+    let mut at = 0usize;
+    while at < bytes.len() {
+        let key_at = at;
+        let key = read_varint(bytes, &mut at).ok_or_else(|| truncated(key_at))?;
+        let wire_type = (key & 7) as u8;
+        let tag = key >> 3;
+        if tag == 0 || tag > u64::from(u32::MAX >> 3) {
+            return Err(PresenceError::InvalidKey {
+                message: message.to_string(),
+                wire_type,
+                tag,
+                at: key_at,
+            });
+        }
+        let mut delimited = None;
+        match wire_type {
+            0 => {
+                read_varint(bytes, &mut at).ok_or_else(|| truncated(at))?;
+            }
+            1 => {
+                at = at
+                    .checked_add(8)
+                    .filter(|e| *e <= bytes.len())
+                    .ok_or_else(|| truncated(at))?
+            }
+            5 => {
+                at = at
+                    .checked_add(4)
+                    .filter(|e| *e <= bytes.len())
+                    .ok_or_else(|| truncated(at))?
+            }
+            2 => {
+                let len = read_varint(bytes, &mut at).ok_or_else(|| truncated(at))?;
+                let end = usize::try_from(len)
+                    .ok()
+                    .and_then(|l| at.checked_add(l))
+                    .filter(|e| *e <= bytes.len())
+                    .ok_or_else(|| truncated(at))?;
+                delimited = Some(&bytes[at..end]);
+                at = end;
+            }
+            _ => {
+                return Err(PresenceError::InvalidKey {
+                    message: message.to_string(),
+                    wire_type,
+                    tag,
+                    at: key_at,
+                })
+            }
+        }
+        fields.push(Field {
+            tag: tag as u32,
+            delimited,
+        });
+    }
+    Ok(fields)
+}
+
+/// Nesting limit of the walk, prost's decode recursion limit: a message
+/// nested deeper is rejected instead of recursing without bound (e.g. a
+/// chain of `first_chunk_message_id`).
+pub const MAX_DEPTH: u32 = 100;
+
+fn check_parts(
+    spec: &RequiredSpec,
+    path: &str,
+    parts: &[&[u8]],
+    depth: u32,
+) -> Result<(), PresenceError> {
+    if depth > MAX_DEPTH {
+        return Err(PresenceError::TooDeep {
+            message: spec.message,
+        });
+    }
+    let mut walked = Vec::with_capacity(parts.len());
+    for p in parts {
+        walked.push(walk(path, p)?);
+    }
+    for (tag, field) in spec.required {
+        if !walked.iter().flatten().any(|f| f.tag == *tag) {
+            return Err(PresenceError::MissingRequired {
+                message: path.to_string(),
+                field,
+                tag: *tag,
+            });
+        }
+    }
+    for (tag, repeated, nested) in spec.nested {
+        let occurrences: Vec<&[u8]> = walked
+            .iter()
+            .flatten()
+            .filter(|f| f.tag == *tag)
+            .filter_map(|f| f.delimited)
+            .collect();
+        if occurrences.is_empty() {
+            continue;
+        }
+        let child = if depth < 4 {
+            format!("{path}.{}", nested.message)
+        } else {
+            format!("….{}", nested.message)
+        };
+        if *repeated {
+            for o in occurrences {
+                check_parts(nested, &child, &[o], depth + 1)?;
+            }
+        } else {
+            check_parts(nested, &child, &occurrences, depth + 1)?;
+        }
+    }
+    Ok(())
+}
+
+/// Checks that every required field of `spec` (and of its nested specs)
+/// occurs in `bytes`.
+///
+/// # Errors
+/// [`PresenceError`]: the first missing required field, or a structural
+/// defect (truncation, invalid key) found while walking.
+pub fn check_required(spec: &RequiredSpec, bytes: &[u8]) -> Result<(), PresenceError> {
+    check_parts(spec, spec.message, &[bytes], 0)
+}
+
+#[cfg(all(test, not(any(loom, feature = "shuttle"))))]
+mod tests {
+    use super::*;
+
+    static INNER: RequiredSpec = RequiredSpec {
+        message: "Inner",
+        required: &[(1, "a")],
+        nested: &[],
+    };
+    static OUTER: RequiredSpec = RequiredSpec {
+        message: "Outer",
+        required: &[(1, "id"), (2, "inner")],
+        nested: &[(2, false, &INNER), (3, true, &INNER)],
+    };
+
+    #[test]
+    fn required_tags_are_checked_recursively() {
+        // id=5, inner={a=1}
+        assert_eq!(check_required(&OUTER, &[0x08, 5, 0x12, 2, 0x08, 1]), Ok(()));
+        // explicit zero counts as present
+        assert_eq!(check_required(&OUTER, &[0x08, 0, 0x12, 2, 0x08, 0]), Ok(()));
+        // id absent
+        assert!(matches!(
+            check_required(&OUTER, &[0x12, 2, 0x08, 1]),
+            Err(PresenceError::MissingRequired { field: "id", .. })
+        ));
+        // inner present but empty
+        assert!(matches!(
+            check_required(&OUTER, &[0x08, 5, 0x12, 0]),
+            Err(PresenceError::MissingRequired { field: "a", .. })
+        ));
+        // repeated element 2 lacks a
+        assert!(matches!(
+            check_required(
+                &OUTER,
+                &[0x08, 5, 0x12, 2, 0x08, 1, 0x1a, 2, 0x08, 1, 0x1a, 0]
+            ),
+            Err(PresenceError::MissingRequired { field: "a", .. })
+        ));
+        // truncated length
+        assert!(matches!(
+            check_required(&OUTER, &[0x08, 5, 0x12, 9, 0x08]),
+            Err(PresenceError::Truncated { .. })
+        ));
+        // a self-nesting chain deeper than the limit is rejected, not recursed
+        static CHAIN: RequiredSpec = RequiredSpec {
+            message: "Chain",
+            required: &[],
+            nested: &[(7, false, &CHAIN)],
+        };
+        let mut deep = Vec::new();
+        for _ in 0..100_000 {
+            let mut outer = vec![0x3a];
+            let mut len = deep.len();
+            while len >= 0x80 {
+                outer.push((len as u8 & 0x7f) | 0x80);
+                len >>= 7;
+            }
+            outer.push(len as u8);
+            outer.extend_from_slice(&deep);
+            deep = outer;
+            if deep.len() > 400 {
+                break;
+            }
+        }
+        assert!(matches!(
+            check_required(&CHAIN, &deep),
+            Err(PresenceError::TooDeep { .. })
+        ));
+        // group wire type
+        assert!(matches!(
+            check_required(&OUTER, &[0x0b]),
+            Err(PresenceError::InvalidKey { .. })
+        ));
+    }
+}
