@@ -24,6 +24,18 @@ pub enum PendingAckError {
         /// What was wrong.
         reason: String,
     },
+    /// A pending-ack log entry lacks a field Pulsar's schema requires
+    /// (`required`) or that every Pulsar writer sets and its reader needs.
+    /// Fails the replay attempt; never retried.
+    #[error("pending-ack log entry at {position}: {message}.{field} is missing")]
+    MissingField {
+        /// Position of the entry in the pending-ack log.
+        position: Position,
+        /// The protobuf message lacking the field.
+        message: &'static str,
+        /// The missing field, as named in `TransactionPendingAck.proto`.
+        field: &'static str,
+    },
     /// A record is well-formed protobuf but semantically invalid.
     #[error("invalid pending-ack record: {0}")]
     InvalidRecord(String),

@@ -47,19 +47,21 @@ impl std::fmt::Display for TxnId {
     }
 }
 
-/// The operation a pending-ack log record records (`PendingAckOp`).
+/// The operation a pending-ack log record records (Pulsar's `PendingAckOp`
+/// in `TransactionPendingAck.proto`: `ACK = 1`, `COMMIT = 2`, `ABORT = 3`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, prost::Enumeration)]
 #[repr(i32)]
 pub enum PendingAckOp {
-    /// A transactional acknowledgement became pending.
-    Ack = 0,
-    /// The transaction committed: its pending acks take effect.
-    Commit = 1,
-    /// The transaction aborted: its pending acks are dropped.
-    Abort = 2,
+    /// A transactional acknowledgement became pending (`ACK = 1`).
+    Ack = 1,
+    /// The transaction committed: its pending acks take effect (`COMMIT = 2`).
+    Commit = 2,
+    /// The transaction aborted: its pending acks are dropped (`ABORT = 3`).
+    Abort = 3,
 }
 
-/// Individual or cumulative acknowledgement (`AckType`).
+/// Individual or cumulative acknowledgement (`CommandAck.AckType` in
+/// `PulsarApi.proto`: `Individual = 0`, `Cumulative = 1`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, prost::Enumeration)]
 #[repr(i32)]
 pub enum AckType {
@@ -69,45 +71,56 @@ pub enum AckType {
     Cumulative = 1,
 }
 
-/// Wire form of one acknowledged position (`PendingAckMetadata`).
+/// Wire form of one acknowledged position (proto2 `PendingAckMetadata`).
+///
+/// Presence is explicit (`Option`): a present zero is on the wire, an absent
+/// field is not. `ledgerId` and `entryId` are `required` in Pulsar's schema:
+/// the encoder always writes them and the decoder rejects their absence with
+/// [`PendingAckError::MissingField`]. `ack_set` is a proto2 `repeated int64`
+/// without `[packed = true]`: written unpacked (one tag per word), accepted
+/// packed or unpacked.
 #[derive(Clone, PartialEq, prost::Message)]
 pub struct PendingAckMetadata {
-    /// Ledger id of the acknowledged message.
-    #[prost(int64, tag = "1")]
-    pub ledger_id: i64,
-    /// Entry id of the acknowledged message.
-    #[prost(int64, tag = "2")]
-    pub entry_id: i64,
-    /// Batch-index ack bits (a `BitSet` as longs); empty = whole entry.
-    #[prost(int64, repeated, tag = "3")]
+    /// `required uint64 ledgerId = 1`.
+    #[prost(uint64, optional, tag = "1")]
+    pub ledger_id: Option<u64>,
+    /// `required uint64 entryId = 2`.
+    #[prost(uint64, optional, tag = "2")]
+    pub entry_id: Option<u64>,
+    /// `repeated int64 ack_set = 3` (unpacked): the batch's `BitSet` as
+    /// little-endian 64-bit words; a SET bit is an index this ack leaves
+    /// unacknowledged. Empty = the whole entry.
+    #[prost(int64, repeated, packed = "false", tag = "3")]
     pub ack_set: Vec<i64>,
-    /// Number of messages in the batch entry (0 = not batched).
-    #[prost(int32, tag = "4")]
-    pub batch_size: i32,
+    /// `optional int32 batch_size = 4`.
+    #[prost(int32, optional, tag = "4")]
+    pub batch_size: Option<i32>,
 }
 
-/// Wire form of one pending-ack log record (`PendingAckMetadataEntry`).
+/// Wire form of one pending-ack log record (proto2 `PendingAckMetadataEntry`;
+/// every scalar field `optional`, so an explicit zero is on the wire).
 #[derive(Clone, PartialEq, prost::Message)]
 pub struct PendingAckMetadataEntry {
-    /// [`PendingAckOp`] as i32.
-    #[prost(enumeration = "PendingAckOp", tag = "1")]
-    pub pending_ack_op: i32,
-    /// [`AckType`] as i32.
-    #[prost(enumeration = "AckType", tag = "2")]
-    pub ack_type: i32,
-    /// Low half of the txn id.
-    #[prost(uint64, tag = "3")]
-    pub txnid_least_bits: u64,
-    /// High half of the txn id.
-    #[prost(uint64, tag = "4")]
-    pub txnid_most_bits: u64,
-    /// Acknowledged positions (ACK records only).
+    /// `optional PendingAckOp pending_ack_op = 1`.
+    #[prost(enumeration = "PendingAckOp", optional, tag = "1")]
+    pub pending_ack_op: Option<i32>,
+    /// `optional CommandAck.AckType ack_type = 2`.
+    #[prost(enumeration = "AckType", optional, tag = "2")]
+    pub ack_type: Option<i32>,
+    /// `optional uint64 txnid_least_bits = 3`.
+    #[prost(uint64, optional, tag = "3")]
+    pub txnid_least_bits: Option<u64>,
+    /// `optional uint64 txnid_most_bits = 4`.
+    #[prost(uint64, optional, tag = "4")]
+    pub txnid_most_bits: Option<u64>,
+    /// `repeated PendingAckMetadata pending_ack_metadata = 5` (ACK records).
     #[prost(message, repeated, tag = "5")]
     pub pending_ack_metadata: Vec<PendingAckMetadata>,
 }
 
-/// Wire form of a batched entry's payload (`BatchedPendingAckMetadataEntry`),
-/// written after the magic and version shorts.
+/// Wire form of a batched entry's payload (`BatchedPendingAckMetadataEntry`:
+/// `repeated PendingAckMetadataEntry pending_ack_logs = 1`), written after
+/// the magic and version shorts.
 #[derive(Clone, PartialEq, prost::Message)]
 pub struct BatchedPendingAckMetadataEntry {
     /// The records of the batch, in append order.
@@ -116,6 +129,12 @@ pub struct BatchedPendingAckMetadataEntry {
 }
 
 /// One acknowledged position in a [`PendingAckRecord`].
+///
+/// A batch-index ack carries the batch's `ack_set` in Pulsar's convention
+/// (`java.util.BitSet.toLongArray()`: little-endian 64-bit words, trailing
+/// zero words trimmed, a SET bit is an index this ack leaves unacknowledged)
+/// and the number of messages in the batch entry (`batch_size`). An empty
+/// `ack_set` acknowledges the whole entry.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct AckedPosition {
     /// The acknowledged message's position in the topic.
@@ -134,6 +153,113 @@ impl AckedPosition {
             batch_size: 0,
             ack_set: Vec::new(),
         }
+    }
+
+    /// An acknowledgement of the batch indexes `acked` (each `< batch_size`)
+    /// of the batch entry at `position` holding `batch_size` messages.
+    ///
+    /// # Errors
+    /// [`PendingAckError::InvalidRecord`] if `batch_size` is not positive, an
+    /// index is out of range, or `acked` is empty.
+    pub fn batch_indexes(
+        position: Position,
+        batch_size: i32,
+        acked: &[u32],
+    ) -> Result<Self, PendingAckError> {
+        if batch_size <= 0 {
+            return Err(PendingAckError::InvalidRecord(format!(
+                "batch-index ack of {position} needs a positive batch_size, got {batch_size}"
+            )));
+        }
+        if acked.is_empty() {
+            return Err(PendingAckError::InvalidRecord(format!(
+                "batch-index ack of {position} acknowledges no index"
+            )));
+        }
+        let n = batch_size as u32;
+        let mut words = vec![0i64; n.div_ceil(64) as usize];
+        for i in 0..n {
+            words[(i / 64) as usize] |= 1i64 << (i % 64);
+        }
+        for &i in acked {
+            if i >= n {
+                return Err(PendingAckError::InvalidRecord(format!(
+                    "batch index {i} of {position} is outside its batch of {batch_size}"
+                )));
+            }
+            words[(i / 64) as usize] &= !(1i64 << (i % 64));
+        }
+        while words.last() == Some(&0) {
+            words.pop();
+        }
+        // Every index acknowledged leaves no word: the whole entry, as Pulsar
+        // sends it.
+        Ok(Self {
+            position,
+            batch_size,
+            ack_set: words,
+        })
+    }
+
+    /// Whether this acknowledges only some batch indexes (a non-empty
+    /// `ack_set`).
+    pub fn is_batch_index_ack(&self) -> bool {
+        !self.ack_set.is_empty()
+    }
+
+    /// The batch indexes this ack acknowledges (clear bits below
+    /// `batch_size`), or `None` for a whole-entry ack.
+    pub fn acked_indexes(&self) -> Option<std::collections::BTreeSet<u32>> {
+        if self.ack_set.is_empty() {
+            return None;
+        }
+        let n = self.batch_size.max(0) as u32;
+        Some(
+            (0..n)
+                .filter(|&i| {
+                    let w = self.ack_set.get((i / 64) as usize).copied().unwrap_or(0);
+                    w & (1i64 << (i % 64)) == 0
+                })
+                .collect(),
+        )
+    }
+
+    fn validate(&self) -> Result<(), PendingAckError> {
+        let p = self.position;
+        if p.ledger_id < 0 || p.entry_id < 0 {
+            return Err(PendingAckError::InvalidRecord(format!(
+                "acknowledged position {p} has a negative ledger or entry id"
+            )));
+        }
+        if self.batch_size < 0 {
+            return Err(PendingAckError::InvalidRecord(format!(
+                "acknowledged position {p} has a negative batch_size {}",
+                self.batch_size
+            )));
+        }
+        if self.ack_set.is_empty() {
+            return Ok(());
+        }
+        let n = self.batch_size as u32;
+        if n == 0 {
+            return Err(PendingAckError::InvalidRecord(format!(
+                "batch-index ack of {p} has an ack_set but no batch_size"
+            )));
+        }
+        if self.ack_set.len() > n.div_ceil(64) as usize {
+            return Err(PendingAckError::InvalidRecord(format!(
+                "batch-index ack of {p}: ack_set has {} words for a batch of {n}",
+                self.ack_set.len()
+            )));
+        }
+        let last = self.ack_set.len() - 1;
+        let bits_in_last = n - 64 * last as u32;
+        if bits_in_last < 64 && (self.ack_set[last] as u64) >> bits_in_last != 0 {
+            return Err(PendingAckError::InvalidRecord(format!(
+                "batch-index ack of {p}: ack_set sets bits at or above batch_size {n}"
+            )));
+        }
+        Ok(())
     }
 }
 
@@ -192,68 +318,108 @@ impl PendingAckRecord {
         }
     }
 
-    /// Checks the shape rules listed on [`PendingAckRecord::positions`].
+    /// Checks the shape rules listed on [`PendingAckRecord::positions`] and
+    /// each position's ids and batch-index ack set.
     ///
     /// # Errors
     /// [`PendingAckError::InvalidRecord`].
     pub fn validate(&self) -> Result<(), PendingAckError> {
         match (self.op, self.ack_type) {
             (PendingAckOp::Ack, AckType::Individual) if self.positions.is_empty() => {
-                Err(PendingAckError::InvalidRecord(format!(
+                return Err(PendingAckError::InvalidRecord(format!(
                     "individual ACK of txn {} lists no positions",
                     self.txn_id
                 )))
             }
             (PendingAckOp::Ack, AckType::Cumulative) if self.positions.len() != 1 => {
-                Err(PendingAckError::InvalidRecord(format!(
+                return Err(PendingAckError::InvalidRecord(format!(
                     "cumulative ACK of txn {} must list exactly one position, got {}",
                     self.txn_id,
                     self.positions.len()
                 )))
             }
-            _ => Ok(()),
+            (PendingAckOp::Commit | PendingAckOp::Abort, _) if !self.positions.is_empty() => {
+                return Err(PendingAckError::InvalidRecord(format!(
+                    "{:?} of txn {} must list no positions",
+                    self.op, self.txn_id
+                )))
+            }
+            _ => {}
         }
+        self.positions.iter().try_for_each(AckedPosition::validate)
     }
 
+    /// The wire message Pulsar's `MLPendingAckStore` writes for this record:
+    /// op, ack type and both txn id halves always present (explicit zeros
+    /// included); for an individual ACK every position carries `batch_size`
+    /// (0 when not batched); a cumulative ACK's position carries it only when
+    /// non-zero (Pulsar's `appendCumulativeAck` never sets it).
     pub(crate) fn to_wire(&self) -> PendingAckMetadataEntry {
+        let individual = self.ack_type == AckType::Individual;
         PendingAckMetadataEntry {
-            pending_ack_op: self.op as i32,
-            ack_type: self.ack_type as i32,
-            txnid_least_bits: self.txn_id.least_sig_bits,
-            txnid_most_bits: self.txn_id.most_sig_bits,
+            pending_ack_op: Some(self.op as i32),
+            ack_type: Some(self.ack_type as i32),
+            txnid_least_bits: Some(self.txn_id.least_sig_bits),
+            txnid_most_bits: Some(self.txn_id.most_sig_bits),
             pending_ack_metadata: self
                 .positions
                 .iter()
                 .map(|p| PendingAckMetadata {
-                    ledger_id: p.position.ledger_id,
-                    entry_id: p.position.entry_id,
+                    ledger_id: Some(p.position.ledger_id as u64),
+                    entry_id: Some(p.position.entry_id as u64),
                     ack_set: p.ack_set.clone(),
-                    batch_size: p.batch_size,
+                    batch_size: (individual || p.batch_size != 0).then_some(p.batch_size),
                 })
                 .collect(),
         }
     }
 
-    fn from_wire(w: PendingAckMetadataEntry) -> Result<Self, String> {
-        let op = PendingAckOp::try_from(w.pending_ack_op)
-            .map_err(|_| format!("unknown pending_ack_op {}", w.pending_ack_op))?;
-        let ack_type = AckType::try_from(w.ack_type)
-            .map_err(|_| format!("unknown ack_type {}", w.ack_type))?;
+    fn from_wire(position: Position, w: PendingAckMetadataEntry) -> Result<Self, PendingAckError> {
+        let missing = |message: &'static str, field: &'static str| PendingAckError::MissingField {
+            position,
+            message,
+            field,
+        };
+        let bad = |reason: String| PendingAckError::Decode { position, reason };
+        const ENTRY: &str = "PendingAckMetadataEntry";
+        let op_raw = w
+            .pending_ack_op
+            .ok_or_else(|| missing(ENTRY, "pending_ack_op"))?;
+        let op = PendingAckOp::try_from(op_raw)
+            .map_err(|_| bad(format!("unknown pending_ack_op {op_raw}")))?;
+        let type_raw = w.ack_type.ok_or_else(|| missing(ENTRY, "ack_type"))?;
+        let ack_type =
+            AckType::try_from(type_raw).map_err(|_| bad(format!("unknown ack_type {type_raw}")))?;
+        let least = w
+            .txnid_least_bits
+            .ok_or_else(|| missing(ENTRY, "txnid_least_bits"))?;
+        let most = w
+            .txnid_most_bits
+            .ok_or_else(|| missing(ENTRY, "txnid_most_bits"))?;
+        let mut positions = Vec::with_capacity(w.pending_ack_metadata.len());
+        for m in w.pending_ack_metadata {
+            const META: &str = "PendingAckMetadata";
+            let ledger = m.ledger_id.ok_or_else(|| missing(META, "ledgerId"))?;
+            let entry = m.entry_id.ok_or_else(|| missing(META, "entryId"))?;
+            let to_i64 = |v: u64, what: &str| {
+                i64::try_from(v).map_err(|_| bad(format!("{what} {v} is out of range")))
+            };
+            if !m.ack_set.is_empty() && m.batch_size.is_none() {
+                return Err(missing(META, "batch_size"));
+            }
+            positions.push(AckedPosition {
+                position: Position::new(to_i64(ledger, "ledgerId")?, to_i64(entry, "entryId")?),
+                batch_size: m.batch_size.unwrap_or(0),
+                ack_set: m.ack_set,
+            });
+        }
         let rec = Self {
-            txn_id: TxnId::new(w.txnid_most_bits, w.txnid_least_bits),
+            txn_id: TxnId::new(most, least),
             op,
             ack_type,
-            positions: w
-                .pending_ack_metadata
-                .into_iter()
-                .map(|m| AckedPosition {
-                    position: Position::new(m.ledger_id, m.entry_id),
-                    batch_size: m.batch_size,
-                    ack_set: m.ack_set,
-                })
-                .collect(),
+            positions,
         };
-        rec.validate().map_err(|e| e.to_string())?;
+        rec.validate().map_err(|e| bad(e.to_string()))?;
         Ok(rec)
     }
 
@@ -325,11 +491,11 @@ pub fn decode_entry(
         return batch
             .pending_ack_logs
             .into_iter()
-            .map(|w| PendingAckRecord::from_wire(w).map_err(&err))
+            .map(|w| PendingAckRecord::from_wire(position, w))
             .collect();
     }
     let w = PendingAckMetadataEntry::decode(data).map_err(|e| err(e.to_string()))?;
-    Ok(vec![PendingAckRecord::from_wire(w).map_err(err)?])
+    Ok(vec![PendingAckRecord::from_wire(position, w)?])
 }
 
 #[cfg(all(test, not(any(loom, feature = "shuttle"))))]
@@ -376,7 +542,10 @@ mod tests {
         }
         // Unknown op value.
         let w = PendingAckMetadataEntry {
-            pending_ack_op: 9,
+            pending_ack_op: Some(9),
+            ack_type: Some(0),
+            txnid_least_bits: Some(0),
+            txnid_most_bits: Some(0),
             ..Default::default()
         };
         assert!(matches!(
@@ -384,7 +553,13 @@ mod tests {
             Err(PendingAckError::Decode { .. })
         ));
         // An ACK with no positions is invalid.
-        let w = PendingAckMetadataEntry::default();
+        let w = PendingAckMetadataEntry {
+            pending_ack_op: Some(1),
+            ack_type: Some(0),
+            txnid_least_bits: Some(0),
+            txnid_most_bits: Some(0),
+            ..Default::default()
+        };
         assert!(decode_entry(at, &w.encode_to_vec()).is_err());
     }
 }
