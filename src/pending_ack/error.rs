@@ -1,5 +1,6 @@
 //! Typed errors of the pending-ack store, its replay and its handle.
 
+use super::record::TxnId;
 use crate::ledger::LedgerError;
 use crate::position::Position;
 
@@ -35,6 +36,21 @@ pub enum PendingAckError {
         message: &'static str,
         /// The missing field, as named in `TransactionPendingAck.proto`.
         field: &'static str,
+    },
+    /// A transactional ACK conflicts with the subscription's state (Pulsar's
+    /// `TransactionConflictException`): the position (or batch index) is
+    /// already acknowledged (`holder` None) or pending in transaction
+    /// `holder`. Nothing was changed.
+    #[error("txn {txn_id} cannot ack {position}{}: {}", batch_index.map(|i| format!(" batch index {i}")).unwrap_or_default(), holder.map(|h| format!("pending in txn {h}")).unwrap_or_else(|| "already acknowledged".into()))]
+    AckConflict {
+        /// The acknowledging transaction.
+        txn_id: TxnId,
+        /// The conflicting position.
+        position: Position,
+        /// The conflicting batch index, for a batch-index conflict.
+        batch_index: Option<u32>,
+        /// The transaction whose pending ack it collides with, if any.
+        holder: Option<TxnId>,
     },
     /// A record is well-formed protobuf but semantically invalid.
     #[error("invalid pending-ack record: {0}")]

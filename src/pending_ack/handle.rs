@@ -394,29 +394,42 @@ impl PendingAckHandle {
             callback(Err(PendingAckError::WriterClosed));
             return;
         };
+        // Fail fast on a conflict (nothing is written); a conflict that
+        // arises between this check and the append completing is reported
+        // by `apply_persisted`, and replay skips that record the same way.
+        if let Err(e) = self.inner.state.lock().check(&record) {
+            callback(Err(e));
+            return;
+        }
         let me = self.clone();
         let rec = record.clone();
         writer.append(
             record,
-            Box::new(move |r: Result<AppendAck, PendingAckError>| {
-                if let Ok(ack) = &r {
-                    me.apply_persisted(*ack, &rec);
-                }
-                callback(r);
+            Box::new(move |r: Result<AppendAck, PendingAckError>| match r {
+                Ok(ack) => match me.apply_persisted(ack, &rec) {
+                    Ok(()) => callback(Ok(ack)),
+                    Err(e) => callback(Err(e)),
+                },
+                Err(e) => callback(Err(e)),
             }),
         );
     }
 
-    fn apply_persisted(&self, ack: AppendAck, record: &PendingAckRecord) {
-        let trim = {
+    fn apply_persisted(
+        &self,
+        ack: AppendAck,
+        record: &PendingAckRecord,
+    ) -> Result<(), PendingAckError> {
+        let (trim, applied) = {
             let mut st = self.inner.state.lock();
-            st.apply(record);
+            let applied = st.apply_checked(record).map(|_| ());
             st.index_log_entry(ack.position, std::slice::from_ref(record));
-            if ack.batch_index + 1 == ack.batch_size {
+            let trim = if ack.batch_index + 1 == ack.batch_size {
                 st.take_trim()
             } else {
                 None
-            }
+            };
+            (trim, applied)
         };
         if let Some(p) = trim {
             if p > self.inner.cursor.mark_delete_position() {
@@ -425,6 +438,7 @@ impl PendingAckHandle {
                 }
             }
         }
+        applied
     }
 
     /// Closes the handle: cancels a pending retry, interrupts a running
