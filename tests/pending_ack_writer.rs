@@ -79,12 +79,13 @@ fn flushes_at_4_mib_and_writes_oversized_records_alone() {
             TxnId::new(2, i),
             vec![AckedPosition {
                 position: Position::new(4, i as i64),
-                batch_size: 64,
+                batch_size: (64 * n) as i32,
                 ack_set: vec![-1; n],
             }],
         )
     };
-    // ~1 MiB each (n longs of 10 varint bytes): the 4th reaches 4 MiB.
+    // ~1.1 MiB each (n unpacked words: a tag byte + 10 varint bytes): the
+    // 4th reaches 4 MiB.
     for i in 0..4 {
         append(&w, big(i, 105_000), &out);
     }
