@@ -16,7 +16,9 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
 
-use pulsar_core::ledger::{LedgerConfig, LedgerStore, ManagedCursor, ManagedLedger, MemoryStore};
+use pulsar_core::ledger::{
+    LedgerConfig, LedgerStore, ManagedCursor, ManagedLedger, MemoryStore, RedbStore,
+};
 use pulsar_core::pending_ack::*;
 use pulsar_core::Position;
 
@@ -254,4 +256,249 @@ fn replay_of_batch_index_acks_rebuilds_the_same_state() {
         .map(|_| ()),
         Ok(())
     );
+}
+
+// ------------------------------------------- path 2: reused cursor, moved read position
+
+/// A redb-backed pending-ack log: entry 0 ACK(t0), entry 1 COMMIT(t0)
+/// (trimmed: mark-delete at entry 1), entries 2..=5 ACKs of t1..t4, which
+/// stay pending. Returns the ledger, its cursor and the pending positions.
+fn redb_log(
+    dir: &tempfile::TempDir,
+    name: &str,
+) -> (Arc<ManagedLedger>, Arc<ManagedCursor>, Vec<Position>) {
+    let store = Arc::new(RedbStore::open(dir.path().join("store.redb")).unwrap());
+    let ml = ledger(store, name);
+    let ack = |t: u64, e: i64| {
+        PendingAckRecord::individual_ack(
+            TxnId::new(0, t),
+            vec![AckedPosition::whole(Position::new(500, e))],
+        )
+        .encode()
+    };
+    ml.append(&ack(0, 0)).unwrap();
+    let md = ml
+        .append(&PendingAckRecord::commit(TxnId::new(0, 0), AckType::Individual).encode())
+        .unwrap();
+    let pending: Vec<Position> = (1..=4).map(|t| Position::new(500, t as i64)).collect();
+    for t in 1..=4 {
+        ml.append(&ack(t, t as i64)).unwrap();
+    }
+    let cursor = Arc::new(ml.open_cursor(CURSOR).unwrap());
+    cursor.mark_delete(md).unwrap();
+    (ml, cursor, pending)
+}
+
+#[test]
+fn reused_cursor_with_read_position_past_the_log_replays_from_the_mark_delete() {
+    let dir = tempfile::tempdir().unwrap();
+    let (ml, cursor, pending) = redb_log(&dir, "moved-read-position");
+    // As after an unload: the cached cursor already read everything
+    // (read position = LCE + 1) while the mark-delete is at entry 1.
+    while cursor.has_more_entries() {
+        let _ = cursor.read_entries(100).unwrap();
+    }
+    assert!(cursor.read_position() > ml.last_confirmed_entry());
+    let (pool, timer) = manual();
+    let h = new_handle(
+        "moved",
+        &cursor,
+        &pool,
+        &timer,
+        Arc::new(InlineReads),
+        HandleConfig::default(),
+    );
+    h.init();
+    assert!(drive(&pool, &timer, &h, 0));
+    assert_eq!(h.state(), HandleState::Ready);
+    let got: BTreeSet<Position> = h.summary().individual.values().flatten().copied().collect();
+    assert_eq!(
+        got,
+        pending.iter().copied().collect(),
+        "every pending ack after the mark-delete"
+    );
+    let report = h.stats().completed.unwrap();
+    assert!(
+        report.caught_up,
+        "Ready implies the replay reached the log end: {report:?}"
+    );
+    assert_eq!(report.entries_applied, 4);
+}
+
+/// Moves the shared cursor's read position to the log end instead of
+/// running the first read (delivering it empty), as another user of the
+/// cached cursor would.
+#[derive(Debug, Default)]
+struct MovesCursorOnce(Mutex<bool>);
+
+impl ReadDispatcher for MovesCursorOnce {
+    fn dispatch(&self, job: ReadJob) {
+        let mut done = self.0.lock().unwrap();
+        if !*done {
+            *done = true;
+            let c = Arc::clone(job.cursor());
+            while c.has_more_entries() {
+                let _ = c.read_entries(100).unwrap();
+            }
+            drop(done);
+            job.complete(Vec::new());
+            return;
+        }
+        drop(done);
+        job.run();
+    }
+}
+
+#[test]
+fn an_attempt_that_runs_dry_short_of_the_log_end_is_never_ready() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_ml, cursor, pending) = redb_log(&dir, "runs-dry");
+    let (pool, timer) = manual();
+    let h = new_handle(
+        "dry",
+        &cursor,
+        &pool,
+        &timer,
+        Arc::new(MovesCursorOnce::default()),
+        HandleConfig::default(),
+    );
+    let w = h.ready_waiter();
+    h.init();
+    pool.run_pending();
+    // The first attempt saw nothing readable before the log end: it failed
+    // (IncompleteReplay, retryable) instead of reporting Ready.
+    assert_eq!(h.state(), HandleState::None, "retry scheduled, not Ready");
+    assert_eq!(w.try_result(), None);
+    assert_eq!(h.stats().retry_delays_ms.len(), 1);
+    // The retry rewinds and replays everything.
+    assert!(drive(&pool, &timer, &h, 3));
+    assert_eq!(w.try_result(), Some(Ok(())));
+    let got: BTreeSet<Position> = h.summary().individual.values().flatten().copied().collect();
+    assert_eq!(got, pending.iter().copied().collect());
+    assert!(h.stats().completed.unwrap().caught_up);
+}
+
+// ------------------------------------------------ path 1: lost read callback + close
+
+/// Keeps every job it is given and never finishes it (a storage client that
+/// drops the callback).
+#[derive(Debug, Default)]
+struct LosesCallbacks(Mutex<Vec<ReadJob>>);
+
+impl ReadDispatcher for LosesCallbacks {
+    fn dispatch(&self, job: ReadJob) {
+        self.0.lock().unwrap().push(job);
+    }
+}
+
+fn wait_until(what: &str, mut f: impl FnMut() -> bool) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while !f() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "timed out waiting for {what}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
+}
+
+#[test]
+fn close_with_a_lost_read_callback_frees_the_executor_and_a_late_callback_changes_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_ml, cursor, pending) = redb_log(&dir, "lost-callback");
+    let pool = ReplayExecutorPool::new(1, ExecutorMode::Threads).unwrap();
+    let timer = Arc::new(VirtualTimer::new());
+    let lost = Arc::new(LosesCallbacks::default());
+    let h1 = new_handle(
+        "lost",
+        &cursor,
+        &pool,
+        &timer,
+        Arc::clone(&lost) as Arc<dyn ReadDispatcher>,
+        HandleConfig::default(),
+    );
+    let w1 = h1.ready_waiter();
+    h1.init();
+    wait_until("the first read to be issued and lost", || {
+        !lost.0.lock().unwrap().is_empty()
+    });
+    assert_eq!(h1.state(), HandleState::Initializing);
+
+    let closed_at = std::time::Instant::now();
+    h1.close();
+    assert_eq!(
+        w1.try_result(),
+        Some(Err(PendingAckError::Closed {
+            name: "lost".into()
+        }))
+    );
+    // The executor is free: a re-subscribe on the same executor (same
+    // cursor, same single thread) becomes Ready.
+    let h2 = new_handle(
+        "lost",
+        &cursor,
+        &pool,
+        &timer,
+        Arc::new(InlineReads),
+        HandleConfig::default(),
+    );
+    assert_eq!(h2.executor_index(), h1.executor_index());
+    h2.init();
+    assert_eq!(
+        h2.ready_waiter()
+            .wait_timeout(std::time::Duration::from_secs(10)),
+        Some(Ok(())),
+        "the executor was released by close within a bounded time"
+    );
+    let freed_in = closed_at.elapsed();
+    let got: BTreeSet<Position> = h2
+        .summary()
+        .individual
+        .values()
+        .flatten()
+        .copied()
+        .collect();
+    assert_eq!(got, pending.iter().copied().collect());
+    let before = (h2.summary(), cursor.read_position(), h1.summary());
+
+    // The late callbacks: run one (it must not read the shared cursor) and
+    // deliver real entries to another; nothing reaches h2, h1 or the cursor.
+    let mut jobs = std::mem::take(&mut *lost.0.lock().unwrap());
+    assert_eq!(jobs.len(), 1, "no read after the lost one");
+    let job = jobs.pop().unwrap();
+    job.run();
+    assert_eq!((h2.summary(), cursor.read_position(), h1.summary()), before);
+    pool.shutdown();
+    println!("lost callback + close: executor free after {freed_in:?}; late callback ignored");
+}
+
+#[test]
+fn late_entries_of_a_closed_attempt_are_released_not_applied() {
+    let dir = tempfile::tempdir().unwrap();
+    let (ml, cursor, _pending) = redb_log(&dir, "late-entries");
+    let pool = ReplayExecutorPool::new(1, ExecutorMode::Threads).unwrap();
+    let timer = Arc::new(VirtualTimer::new());
+    let lost = Arc::new(LosesCallbacks::default());
+    let h1 = new_handle(
+        "late",
+        &cursor,
+        &pool,
+        &timer,
+        Arc::clone(&lost) as Arc<dyn ReadDispatcher>,
+        HandleConfig::default(),
+    );
+    h1.init();
+    wait_until("the read to be lost", || !lost.0.lock().unwrap().is_empty());
+    h1.close();
+    wait_until("the executor to be idle", || pool.executor(0).is_idle());
+    let job = lost.0.lock().unwrap().pop().unwrap();
+    let entries = ml
+        .read_positions(&[Position::new(ml.last_confirmed_entry().ledger_id, 2)])
+        .unwrap();
+    job.complete(entries);
+    assert!(
+        h1.summary().individual.is_empty(),
+        "a late entry is never applied"
+    );
+    pool.shutdown();
 }

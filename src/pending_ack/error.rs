@@ -55,6 +55,21 @@ pub enum PendingAckError {
     /// A record is well-formed protobuf but semantically invalid.
     #[error("invalid pending-ack record: {0}")]
     InvalidRecord(String),
+    /// A replay attempt ran out of readable entries before it applied every
+    /// record up to the log's last confirmed entry at the attempt's start
+    /// (someone moved the shared cursor's read position during the attempt).
+    /// Retryable: the next attempt rewinds and reads from the mark-delete.
+    #[error("pending-ack replay of {name} stopped at {applied_up_to} short of the log end {last_confirmed} (cursor read position {read_position}); a partial replay is never complete")]
+    IncompleteReplay {
+        /// Attempt name.
+        name: String,
+        /// The last entry applied (or the mark-delete if none).
+        applied_up_to: Position,
+        /// The last confirmed entry when the attempt started.
+        last_confirmed: Position,
+        /// The cursor's read position when it stopped.
+        read_position: Position,
+    },
     /// The replay was interrupted (the handle was closed while it ran). An
     /// interrupted replay is never reported complete.
     #[error("pending-ack replay of {name} was interrupted")]
@@ -106,6 +121,7 @@ impl PendingAckError {
             PendingAckError::Ledger(e) => {
                 !(matches!(e, LedgerError::Fenced { .. }) || e.is_non_recoverable())
             }
+            PendingAckError::IncompleteReplay { .. } => true,
             _ => false,
         }
     }

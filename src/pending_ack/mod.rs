@@ -64,10 +64,11 @@ pub use backoff::{Backoff, BackoffConfig};
 pub use error::PendingAckError;
 pub use executor::{ExecutorMode, ExecutorTask, ReplayExecutor, ReplayExecutorPool};
 pub use handle::{HandleConfig, HandleState, HandleStats, PendingAckHandle, ReadyWaiter};
-pub use reader::{InlineReads, ReadDispatcher, ReadJob, ReaderThread};
+pub use reader::{InlineReads, ReaderThread};
 pub use record::{AckType, AckedPosition, PendingAckOp, PendingAckRecord, TxnId};
 pub use replay::{
-    classify, FailureDisposition, ReplayAttempt, ReplayConfig, ReplayReport, ReplaySink,
+    classify, FailureDisposition, ReadDispatcher, ReadJob, ReplayAttempt, ReplayConfig,
+    ReplayReport, ReplaySink,
 };
 pub use state::{PendingAckState, PendingAckSummary};
 #[cfg(not(any(loom, feature = "shuttle")))]
