@@ -502,3 +502,77 @@ fn late_entries_of_a_closed_attempt_are_released_not_applied() {
     );
     pool.shutdown();
 }
+
+// --------------------------------------------------------- path 3: closed cursor
+
+#[test]
+fn closed_cursor_is_reopened_through_the_managed_ledger_on_the_redb_store() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_ml, cursor, pending) = redb_log(&dir, "closed-cursor");
+    let md = cursor.mark_delete_position();
+    cursor.close();
+    let (pool, timer) = manual();
+    let h = new_handle(
+        "closed",
+        &cursor,
+        &pool,
+        &timer,
+        Arc::new(InlineReads),
+        HandleConfig::default(),
+    );
+    let w = h.ready_waiter();
+    h.init();
+    assert!(drive(&pool, &timer, &h, 5), "settles within 5 retries");
+    assert_eq!(w.try_result(), Some(Ok(())));
+    let reopened = h.cursor();
+    assert!(!Arc::ptr_eq(&reopened, &cursor) && !reopened.is_closed());
+    assert_eq!(
+        reopened.mark_delete_position(),
+        md,
+        "recovered from the redb store"
+    );
+    let got: BTreeSet<Position> = h.summary().individual.values().flatten().copied().collect();
+    assert_eq!(got, pending.iter().copied().collect());
+    assert!(h.stats().completed.unwrap().caught_up);
+}
+
+#[test]
+fn closed_cursor_that_cannot_reopen_fails_waiters_after_a_bounded_number_of_attempts() {
+    let dir = tempfile::tempdir().unwrap();
+    let (ml, cursor, _pending) = redb_log(&dir, "closed-fenced");
+    cursor.close();
+    ml.fence();
+    let (pool, timer) = manual();
+    let cfg = HandleConfig {
+        max_cursor_reopen_attempts: 3,
+        ..HandleConfig::default()
+    };
+    let h = new_handle("fenced", &cursor, &pool, &timer, Arc::new(InlineReads), cfg);
+    let w = h.ready_waiter();
+    h.init();
+    assert!(
+        drive(&pool, &timer, &h, 10),
+        "gives up instead of retrying forever"
+    );
+    assert_eq!(h.state(), HandleState::Error);
+    match w.try_result() {
+        Some(Err(PendingAckError::InitFailed { cause, .. })) => match *cause {
+            PendingAckError::CursorClosed {
+                attempts,
+                ref reason,
+                ..
+            } => {
+                assert_eq!(attempts, 3);
+                assert!(reason.contains("fenced"), "{reason}");
+            }
+            ref other => panic!("expected CursorClosed, got {other:?}"),
+        },
+        other => panic!("expected InitFailed(CursorClosed), got {other:?}"),
+    }
+    assert_eq!(h.stats().attempts, 3);
+    assert_eq!(
+        h.stats().retry_delays_ms.len(),
+        2,
+        "backoff between the attempts"
+    );
+}

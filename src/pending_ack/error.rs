@@ -87,6 +87,20 @@ pub enum PendingAckError {
         /// The non-retryable failure that ended initialisation.
         cause: Box<PendingAckError>,
     },
+    /// The pending-ack log cursor was closed and could not be reopened
+    /// through its managed ledger on `attempts` attempts in a row; the
+    /// handle gave up (wrapped in [`PendingAckError::InitFailed`]).
+    #[error("pending-ack cursor {cursor} of {name} is closed and could not be reopened ({attempts} attempts): {reason}")]
+    CursorClosed {
+        /// Handle name.
+        name: String,
+        /// Cursor name.
+        cursor: String,
+        /// Attempts in a row that failed to reopen it.
+        attempts: u32,
+        /// Why the reopen failed.
+        reason: String,
+    },
     /// The handle is in Error state (Pulsar: `ServiceUnitNotReadyException`).
     #[error("pending ack handle {name} is not ready (state {state})")]
     NotReady {
