@@ -220,9 +220,11 @@ impl PendingAckState {
                             for i in &acked {
                                 acks.indexes.insert(*i, t);
                             }
-                            match held.entry(p).or_insert_with(|| Some(BTreeSet::new())) {
-                                Some(set) => set.extend(acked),
-                                None => {}
+                            // A whole-entry hold (None) already covers every index.
+                            if let Some(set) =
+                                held.entry(p).or_insert_with(|| Some(BTreeSet::new()))
+                            {
+                                set.extend(acked);
                             }
                         }
                     }
