@@ -304,7 +304,16 @@ REnd ==
     /\ UNCHANGED extEnv
     /\ UNCHANGED extHandle
 
-ReplayStep == RLoop \/ FqPcOnly \/ FqIssue \/ FqRet \/ Poll \/ REnd
+(* WaitForOutstanding (bug): the failed attempt's wait for outstanding  *)
+(* reads, a loop of timed waits on the replay thread (a stutter).       *)
+QuiesceWait ==
+    /\ rpc = "end"
+    /\ WaitForOutstanding
+    /\ EndFailure # "none" /\ ~caughtUp
+    /\ outstanding # 0
+    /\ UNCHANGED vars
+
+ReplayStep == RLoop \/ FqPcOnly \/ FqIssue \/ FqRet \/ Poll \/ REnd \/ QuiesceWait
 
 -----------------------------------------------------------------------------
 (* Read-callback thread (managed-ledger executor, or the replay thread  *)
