@@ -128,8 +128,9 @@ impl PendingAckError {
     /// Pulsar's `isRetryableException` (after unwrapping): `true` for every
     /// managed-ledger failure except [`LedgerError::Fenced`] and the
     /// non-recoverable shapes ([`LedgerError::LedgerNotExist`],
-    /// [`LedgerError::NonRecoverableData`]); `false` for decode/state errors
-    /// and interrupts.
+    /// [`LedgerError::NonRecoverableData`]), and for
+    /// [`PendingAckError::IncompleteReplay`] (the next attempt rewinds);
+    /// `false` for decode/state errors, conflicts and interrupts.
     pub fn is_retryable(&self) -> bool {
         match self {
             PendingAckError::Ledger(e) => {

@@ -419,7 +419,8 @@ impl PendingAckHandle {
         // Fail fast on a conflict (nothing is written); a conflict that
         // arises between this check and the append completing is reported
         // by `apply_persisted`, and replay skips that record the same way.
-        if let Err(e) = self.inner.state.lock().check(&record) {
+        let checked = self.inner.state.lock().check(&record);
+        if let Err(e) = checked {
             callback(Err(e));
             return;
         }

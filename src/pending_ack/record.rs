@@ -423,7 +423,11 @@ impl PendingAckRecord {
         Ok(rec)
     }
 
-    /// Encodes the record as a single (non-batched) log entry.
+    /// Encodes the record as a single (non-batched) log entry, byte-identical
+    /// to what Pulsar's `MLPendingAckStore` writes for it. Call
+    /// [`PendingAckRecord::validate`] first for untrusted input (the buffered
+    /// writer does): a negative ledger/entry id would be written as its
+    /// two's-complement `uint64` and rejected on decode.
     pub fn encode(&self) -> Vec<u8> {
         self.to_wire().encode_to_vec()
     }

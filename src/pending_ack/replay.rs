@@ -20,13 +20,23 @@
 //! flag (SeqCst on both). `loom-tests/pending_ack.rs` checks this on this
 //! very code; `specs/PendingAckReplay.tla` checks the protocol.
 //!
+//! Start of an attempt: the cursor is cached and shared, so its read
+//! position may be anywhere; [`ReplayAttempt::run`] first rewinds it to the
+//! entry after the mark-delete, where the attempt's load position starts.
+//!
 //! End of an attempt ([`ReplayAttempt::run`]): the replay completes when it
-//! caught up to the last-confirmed snapshot, when nothing is readable and the
-//! queue is drained, on one of the three completing failure shapes
-//! ([`classify`]), or when a failure arrives after it caught up. Any other
-//! failure fails the attempt: the cursor is rewound to the entry after its
-//! mark-delete (entries read but not applied were released) and the error is
-//! returned unwrapped for the handle to classify.
+//! caught up to the last-confirmed snapshot, on one of the three completing
+//! failure shapes ([`classify`]), when a failure arrives after it caught up,
+//! or (auto-skip on) when nothing is readable and the queue is drained. A
+//! replay that runs dry short of the snapshot otherwise is failed with
+//! [`PendingAckError::IncompleteReplay`]: Ready implies every record up to
+//! the log end at the attempt's start was applied. Any other failure fails
+//! the attempt: `stop_replay` (entries read but not applied are released;
+//! through the read gate no later read of this attempt touches the cursor),
+//! the cursor is rewound to the entry after its mark-delete, and the error
+//! is returned unwrapped for the handle to classify. The end never waits for
+//! outstanding reads, so a lost read callback cannot hold the replay
+//! thread once the attempt is interrupted or the cursor closed.
 
 use std::collections::VecDeque;
 use std::sync::Arc;
