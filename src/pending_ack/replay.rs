@@ -475,6 +475,15 @@ impl ReplayAttempt {
                     Some(error) if !caught_up => Err(self.fail(error.into())),
                     _ => {
                         let completing_failure = self.completing_failure.lock().clone();
+                        // Spec ReadyImpliesCaughtUp: a complete replay either
+                        // reached the snapshot or was ended by a completing
+                        // shape / auto-skipped data (drained_end fails the rest).
+                        debug_assert!(
+                            caught_up || completing_failure.is_some() || self.auto_skip,
+                            "pending-ack replay {} reported complete short of {}",
+                            self.name,
+                            self.lac_snapshot
+                        );
                         if let Some(error) = &completing_failure {
                             warn!(
                                 handle = %self.name,
