@@ -242,3 +242,39 @@ fn out_of_range_values_are_typed_decode_errors() {
         }
     }
 }
+
+/// A batch entry's size bounds the memory of its batch-index acks (one index
+/// per message). A `batch_size` larger than any batch a broker can store
+/// (Pulsar's default `maxMessageSize` of 5 MiB at no less than 5 bytes per
+/// batched message) is a typed error on decode and on construction, never a
+/// per-index allocation of up to 2^31 entries.
+#[test]
+fn batch_size_beyond_any_storable_batch_is_a_typed_error() {
+    // ACK, Individual, least 1, most 0; metadata ledger 3, entry 4, ack_set
+    // [1] (index 0 unacked), batch_size i32::MAX = ff ff ff ff 07.
+    match decode_entry(
+        at(),
+        &hex("08 01 10 00 18 01 20 00 2a 0c 08 03 10 04 18 01 20 ff ff ff ff 07"),
+    ) {
+        Err(PendingAckError::Decode { position, reason }) => {
+            assert_eq!(position, at());
+            assert!(reason.contains("batch_size"), "{reason}");
+        }
+        other => panic!("expected a decode error, got {other:?}"),
+    }
+    let max = AckedPosition::MAX_BATCH_SIZE;
+    assert!(matches!(
+        AckedPosition::batch_indexes(Position::new(3, 4), max + 1, &[0]),
+        Err(PendingAckError::InvalidRecord(_))
+    ));
+    assert!(matches!(
+        AckedPosition::batch_indexes(Position::new(3, 4), i32::MAX, &[0]),
+        Err(PendingAckError::InvalidRecord(_))
+    ));
+    // The largest storable batch is accepted.
+    let p = AckedPosition::batch_indexes(Position::new(3, 4), max, &[0]).unwrap();
+    assert_eq!(p.acked_indexes().map(|s| s.len()), Some(1));
+    let rec = PendingAckRecord::individual_ack(TxnId::new(0, 1), vec![p]);
+    rec.validate().unwrap();
+    assert_eq!(decode_entry(at(), &rec.encode()).unwrap(), vec![rec]);
+}

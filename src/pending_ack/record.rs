@@ -146,6 +146,13 @@ pub struct AckedPosition {
 }
 
 impl AckedPosition {
+    /// Largest `batch_size` accepted (1 Mi messages). Batch-index acks cost
+    /// memory per index, so the batch size is bounded by what one entry can
+    /// hold: Pulsar's default `maxMessageSize` is 5 MiB and every batched
+    /// message takes at least 5 bytes (its 4-byte metadata size and a
+    /// non-empty `SingleMessageMetadata`), so no storable batch is larger.
+    pub const MAX_BATCH_SIZE: i32 = 1 << 20;
+
     /// A whole-entry acknowledgement of `position`.
     pub fn whole(position: Position) -> Self {
         Self {
@@ -159,8 +166,9 @@ impl AckedPosition {
     /// of the batch entry at `position` holding `batch_size` messages.
     ///
     /// # Errors
-    /// [`PendingAckError::InvalidRecord`] if `batch_size` is not positive, an
-    /// index is out of range, or `acked` is empty.
+    /// [`PendingAckError::InvalidRecord`] if `batch_size` is not positive or
+    /// above [`AckedPosition::MAX_BATCH_SIZE`], an index is out of range, or
+    /// `acked` is empty.
     pub fn batch_indexes(
         position: Position,
         batch_size: i32,
@@ -169,6 +177,12 @@ impl AckedPosition {
         if batch_size <= 0 {
             return Err(PendingAckError::InvalidRecord(format!(
                 "batch-index ack of {position} needs a positive batch_size, got {batch_size}"
+            )));
+        }
+        if batch_size > Self::MAX_BATCH_SIZE {
+            return Err(PendingAckError::InvalidRecord(format!(
+                "batch-index ack of {position}: batch_size {batch_size} exceeds {}",
+                Self::MAX_BATCH_SIZE
             )));
         }
         if acked.is_empty() {
@@ -235,6 +249,13 @@ impl AckedPosition {
             return Err(PendingAckError::InvalidRecord(format!(
                 "acknowledged position {p} has a negative batch_size {}",
                 self.batch_size
+            )));
+        }
+        if self.batch_size > Self::MAX_BATCH_SIZE {
+            return Err(PendingAckError::InvalidRecord(format!(
+                "acknowledged position {p} has batch_size {} above {}",
+                self.batch_size,
+                Self::MAX_BATCH_SIZE
             )));
         }
         if self.ack_set.is_empty() {
