@@ -576,3 +576,51 @@ fn closed_cursor_that_cannot_reopen_fails_waiters_after_a_bounded_number_of_atte
         "backoff between the attempts"
     );
 }
+
+/// An append is validated before its conflict check: a malformed record is
+/// an `InvalidRecord` (never reported as a conflict), and the check never
+/// expands the per-index ack set of an out-of-range `batch_size`.
+#[test]
+fn append_validates_the_record_before_checking_conflicts() {
+    let (h, _cursor) = ready_handle_on_empty_log("append-validates-first");
+    let (t1, t2) = (TxnId::new(0, 1), TxnId::new(0, 2));
+    let p = Position::new(60, 2);
+    append(
+        &h,
+        PendingAckRecord::individual_ack(t1, vec![AckedPosition::whole(p)]),
+    )
+    .unwrap();
+    let negative_batch = AckedPosition {
+        position: p,
+        batch_size: -1,
+        ack_set: vec![1],
+    };
+    assert!(matches!(
+        append(
+            &h,
+            PendingAckRecord::individual_ack(t2, vec![negative_batch])
+        ),
+        Err(PendingAckError::InvalidRecord(_))
+    ));
+    let negative_ledger = AckedPosition::whole(Position::new(-5, 0));
+    assert!(matches!(
+        append(
+            &h,
+            PendingAckRecord::individual_ack(t2, vec![negative_ledger])
+        ),
+        Err(PendingAckError::InvalidRecord(_))
+    ));
+    let huge_batch = AckedPosition {
+        position: Position::new(60, 3),
+        batch_size: i32::MAX,
+        ack_set: vec![1],
+    };
+    assert!(matches!(
+        append(&h, PendingAckRecord::individual_ack(t2, vec![huge_batch])),
+        Err(PendingAckError::InvalidRecord(_))
+    ));
+    assert_eq!(
+        h.summary().individual.keys().copied().collect::<Vec<_>>(),
+        vec![t1]
+    );
+}

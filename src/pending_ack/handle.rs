@@ -416,6 +416,13 @@ impl PendingAckHandle {
             callback(Err(PendingAckError::WriterClosed));
             return;
         };
+        // A malformed record is refused before the conflict check: the check
+        // expands batch-index ack sets, which only a validated batch_size
+        // bounds.
+        if let Err(e) = record.validate() {
+            callback(Err(e));
+            return;
+        }
         // Fail fast on a conflict (nothing is written); a conflict that
         // arises between this check and the append completing is reported
         // by `apply_persisted`, and replay skips that record the same way.
