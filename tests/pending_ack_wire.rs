@@ -278,3 +278,67 @@ fn batch_size_beyond_any_storable_batch_is_a_typed_error() {
     rec.validate().unwrap();
     assert_eq!(decode_entry(at(), &rec.encode()).unwrap(), vec![rec]);
 }
+
+/// Every prefix of a valid single or batched entry, and arbitrary bytes, decode
+/// to records or to a typed error at the entry's position: never a panic, and
+/// a length prefix larger than the entry is refused before any allocation.
+#[test]
+fn truncated_and_arbitrary_entries_are_typed_errors() {
+    let t = TxnId::new(u64::MAX, 300);
+    let recs = vec![
+        PendingAckRecord::individual_ack(
+            t,
+            vec![
+                AckedPosition::batch_indexes(Position::new(60, 2), 130, &[0, 64, 129]).unwrap(),
+                AckedPosition::whole(Position::new(61, 0)),
+            ],
+        ),
+        PendingAckRecord::cumulative_ack(t, Position::new(62, 5)),
+        PendingAckRecord::commit(t, AckType::Individual),
+    ];
+    for full in [recs[0].encode(), encode_batch(&recs)] {
+        for cut in 0..full.len() {
+            match decode_entry(at(), &full[..cut]) {
+                Ok(_) => {}
+                Err(PendingAckError::Decode { position, .. })
+                | Err(PendingAckError::MissingField { position, .. }) => {
+                    assert_eq!(position, at())
+                }
+                Err(other) => panic!("prefix of {cut} bytes: untyped error {other:?}"),
+            }
+        }
+    }
+    // Length prefixes of 2^32 - 1 for field 5 and for a batched record.
+    for bad in [
+        "08 01 10 00 18 01 20 00 2a ff ff ff ff 0f",
+        "0e 01 00 01 0a ff ff ff ff 0f 08 01",
+        "08 01 10 00 18 01 20 00 2a 04 1a ff ff ff ff 0f",
+    ] {
+        assert!(
+            matches!(
+                decode_entry(at(), &hex(bad)),
+                Err(PendingAckError::Decode { .. })
+            ),
+            "{bad}"
+        );
+    }
+    // A deterministic stream of pseudo-random entries (xorshift), with and
+    // without the batched header.
+    let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+    for i in 0..20_000 {
+        let mut bytes = Vec::new();
+        if i % 2 == 0 {
+            bytes.extend_from_slice(&[0x0e, 0x01, 0x00, 0x01]);
+        }
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        for _ in 0..(x % 40) {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            bytes.push(x as u8);
+        }
+        let _ = decode_entry(at(), &bytes);
+    }
+}
