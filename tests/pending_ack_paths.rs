@@ -459,10 +459,14 @@ fn close_with_a_lost_read_callback_frees_the_executor_and_a_late_callback_change
         .copied()
         .collect();
     assert_eq!(got, pending.iter().copied().collect());
+    // Rewound, as a newer attempt's start leaves it: unread entries lie
+    // ahead, so a late read that touched the shared cursor would move it.
+    cursor.rewind();
+    assert!(cursor.has_more_entries());
     let before = (h2.summary(), cursor.read_position(), h1.summary());
 
-    // The late callbacks: run one (it must not read the shared cursor) and
-    // deliver real entries to another; nothing reaches h2, h1 or the cursor.
+    // The late callback runs: it must not read the shared cursor, and
+    // nothing reaches h2, h1 or the cursor.
     let mut jobs = std::mem::take(&mut *lost.0.lock().unwrap());
     assert_eq!(jobs.len(), 1, "no read after the lost one");
     let job = jobs.pop().unwrap();
