@@ -341,7 +341,12 @@ impl PendingAckHandle {
                 return;
             }
             c.state = HandleState::Initializing;
-            c.retry_timer = None;
+            // At most one retry timer is armed: an init ahead of the pending
+            // retry (an embedder's call) replaces it. Called by that timer,
+            // the cancel finds nothing.
+            if let Some(id) = c.retry_timer.take() {
+                self.inner.timer.cancel(id);
+            }
         }
         let me = self.clone();
         if !self
