@@ -342,3 +342,38 @@ fn truncated_and_arbitrary_entries_are_typed_errors() {
         let _ = decode_entry(at(), &bytes);
     }
 }
+
+/// Pulsar's `appendCumulativeAck` writes a batch position's `ack_set` but
+/// never `batch_size`: such a cumulative ACK decodes (a whole log of Pulsar's
+/// bytes replays) and encodes back to the same bytes.
+#[test]
+fn cumulative_ack_with_an_ack_set_and_no_batch_size_is_pulsars_bytes() {
+    // ACK, Cumulative, least 1, most 0; metadata ledger 5, entry 9,
+    // ack_set [5] (one tag 18), no batch_size.
+    let bytes = hex("08 01 10 01 18 01 20 00 2a 06 08 05 10 09 18 05");
+    let recs = decode_entry(at(), &bytes).expect("Pulsar's cumulative batch ack decodes");
+    assert_eq!(recs.len(), 1);
+    let r = &recs[0];
+    assert_eq!(r.ack_type, AckType::Cumulative);
+    assert_eq!(
+        r.positions,
+        vec![AckedPosition {
+            position: Position::new(5, 9),
+            batch_size: 0,
+            ack_set: vec![5],
+        }]
+    );
+    r.validate().unwrap();
+    assert_eq!(r.encode(), bytes);
+    // An individual ACK with an ack_set still needs its batch_size.
+    assert!(matches!(
+        decode_entry(
+            at(),
+            &hex("08 01 10 00 18 01 20 00 2a 06 08 05 10 09 18 05")
+        ),
+        Err(PendingAckError::MissingField {
+            field: "batch_size",
+            ..
+        })
+    ));
+}

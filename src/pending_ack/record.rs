@@ -238,7 +238,10 @@ impl AckedPosition {
         )
     }
 
-    fn validate(&self) -> Result<(), PendingAckError> {
+    /// `cumulative`: the position of a cumulative ACK, whose `ack_set`
+    /// Pulsar writes without a `batch_size` (`appendCumulativeAck`), so its
+    /// bits cannot be checked against one.
+    fn validate(&self, cumulative: bool) -> Result<(), PendingAckError> {
         let p = self.position;
         if p.ledger_id < 0 || p.entry_id < 0 {
             return Err(PendingAckError::InvalidRecord(format!(
@@ -258,7 +261,7 @@ impl AckedPosition {
                 Self::MAX_BATCH_SIZE
             )));
         }
-        if self.ack_set.is_empty() {
+        if self.ack_set.is_empty() || (cumulative && self.batch_size == 0) {
             return Ok(());
         }
         let n = self.batch_size as u32;
@@ -367,7 +370,10 @@ impl PendingAckRecord {
             }
             _ => {}
         }
-        self.positions.iter().try_for_each(AckedPosition::validate)
+        let cumulative = self.ack_type == AckType::Cumulative;
+        self.positions
+            .iter()
+            .try_for_each(|p| p.validate(cumulative))
     }
 
     /// The wire message Pulsar's `MLPendingAckStore` writes for this record:
@@ -425,7 +431,8 @@ impl PendingAckRecord {
             let to_i64 = |v: u64, what: &str| {
                 i64::try_from(v).map_err(|_| bad(format!("{what} {v} is out of range")))
             };
-            if !m.ack_set.is_empty() && m.batch_size.is_none() {
+            // Pulsar writes a cumulative ACK's ack_set without batch_size.
+            if ack_type == AckType::Individual && !m.ack_set.is_empty() && m.batch_size.is_none() {
                 return Err(missing(META, "batch_size"));
             }
             positions.push(AckedPosition {
