@@ -628,3 +628,32 @@ fn append_validates_the_record_before_checking_conflicts() {
         vec![t1]
     );
 }
+
+/// A committed cumulative ACK of a batch position that still carries an
+/// `ack_set` (some of its batch indexes unacknowledged) moves the mark-delete
+/// only to the entry before it: the batch entry's unacknowledged messages are
+/// never deleted by the commit.
+#[test]
+fn committed_cumulative_batch_ack_never_deletes_its_unacknowledged_indexes() {
+    let t = TxnId::new(0, 1);
+    let mut st = PendingAckState::new(Position::new(5, 0));
+    let ack = PendingAckRecord {
+        txn_id: t,
+        op: PendingAckOp::Ack,
+        ack_type: AckType::Cumulative,
+        positions: vec![AckedPosition {
+            position: Position::new(5, 9),
+            batch_size: 0,
+            ack_set: vec![5],
+        }],
+    };
+    ack.validate().unwrap();
+    assert!(st.apply(&ack));
+    assert!(st.apply(&PendingAckRecord::commit(t, AckType::Cumulative)));
+    assert_eq!(st.summary().mark_delete, Position::new(5, 8));
+    // A whole-entry cumulative ACK still deletes its entry.
+    let t2 = TxnId::new(0, 2);
+    assert!(st.apply(&PendingAckRecord::cumulative_ack(t2, Position::new(5, 9))));
+    assert!(st.apply(&PendingAckRecord::commit(t2, AckType::Cumulative)));
+    assert_eq!(st.summary().mark_delete, Position::new(5, 9));
+}

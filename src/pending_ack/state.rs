@@ -11,6 +11,9 @@
 //!   already pending;
 //! * cumulative ACK — applied only past the subscription's mark-delete and
 //!   when nothing is pending or the same txn moves to a larger position;
+//!   its commit moves the mark-delete to its position, or to the entry
+//!   before it when it carries an `ack_set` (a batch entry with indexes
+//!   still unacknowledged, which the commit never deletes);
 //! * COMMIT/ABORT — looked up by txn id; a txn that is gone is a no-op.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -41,6 +44,10 @@ pub struct PendingAckState {
     individual: BTreeMap<TxnId, BTreeMap<Position, Held>>,
     position_acks: BTreeMap<Position, PositionAcks>,
     cumulative: Option<(TxnId, Position)>,
+    /// Where committing the pending cumulative ack moves the mark-delete: its
+    /// position, or the entry before it when its `ack_set` leaves batch
+    /// indexes of that entry unacknowledged (they are never deleted).
+    cumulative_commit_to: Position,
     deleted: BTreeSet<Position>,
     deleted_indexes: BTreeMap<Position, BTreeSet<u32>>,
     mark_delete: Position,
@@ -83,6 +90,7 @@ impl PendingAckState {
             individual: BTreeMap::new(),
             position_acks: BTreeMap::new(),
             cumulative: None,
+            cumulative_commit_to: mark_delete,
             deleted: BTreeSet::new(),
             deleted_indexes: BTreeMap::new(),
             mark_delete,
@@ -234,6 +242,11 @@ impl PendingAckState {
             (PendingAckOp::Ack, AckType::Cumulative) => match r.positions.first() {
                 Some(p) => {
                     self.cumulative = Some((t, p.position));
+                    self.cumulative_commit_to = if p.ack_set.is_empty() {
+                        p.position
+                    } else {
+                        Position::new(p.position.ledger_id, p.position.entry_id - 1)
+                    };
                     true
                 }
                 None => false,
@@ -277,8 +290,9 @@ impl PendingAckState {
                 true
             }
             (op, AckType::Cumulative) => match self.cumulative {
-                Some((owner, p)) if owner == t => {
+                Some((owner, _)) if owner == t => {
                     self.cumulative = None;
+                    let p = self.cumulative_commit_to;
                     if op == PendingAckOp::Commit && p > self.mark_delete {
                         self.mark_delete = p;
                         self.deleted = self.deleted.split_off(&p);
