@@ -657,3 +657,78 @@ fn committed_cumulative_batch_ack_never_deletes_its_unacknowledged_indexes() {
     assert!(st.apply(&PendingAckRecord::commit(t2, AckType::Cumulative)));
     assert_eq!(st.summary().mark_delete, Position::new(5, 9));
 }
+
+/// A log whose last entry is a batched entry (the buffered writer's
+/// `0x0e01` form, batch-index acks, a commit and a whole-entry ack in one
+/// entry) replays, after the redb store is reopened, to the state the
+/// appends built, and the replay is complete (caught up to that entry).
+#[test]
+fn replay_of_a_log_ending_in_a_batched_entry_rebuilds_the_state_after_reopen() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("store.redb");
+    let (t1, t2, t3) = (TxnId::new(0, 1), TxnId::new(0, 2), TxnId::new(0, 3));
+    let b = Position::new(70, 0);
+    let batching = HandleConfig {
+        writer: WriterConfig {
+            batch_enabled: true,
+            ..WriterConfig::default()
+        },
+        ..HandleConfig::default()
+    };
+    let before = {
+        let (pool, timer) = manual();
+        let ml = ledger(Arc::new(RedbStore::open(&path).unwrap()), "batched-tail");
+        let cursor = Arc::new(ml.open_cursor(CURSOR).unwrap());
+        let h = new_handle(
+            "batched-tail",
+            &cursor,
+            &pool,
+            &timer,
+            Arc::new(InlineReads),
+            batching,
+        );
+        h.init();
+        assert!(drive(&pool, &timer, &h, 0));
+        let results = Arc::new(Mutex::new(Vec::new()));
+        for rec in [
+            PendingAckRecord::individual_ack(t1, vec![batch(b, 4, &[0, 1])]),
+            PendingAckRecord::individual_ack(t2, vec![batch(b, 4, &[2])]),
+            PendingAckRecord::commit(t1, AckType::Individual),
+            PendingAckRecord::individual_ack(t3, vec![AckedPosition::whole(Position::new(70, 1))]),
+        ] {
+            let r = Arc::clone(&results);
+            h.append(rec, Box::new(move |x| r.lock().unwrap().push(x)));
+        }
+        timer.advance(1);
+        let results = results.lock().unwrap().clone();
+        assert_eq!(results.len(), 4);
+        assert!(results.iter().all(|r| r.is_ok()), "{results:?}");
+        let last = ml.last_confirmed_entry();
+        let tail = ml.read_positions(&[last]).unwrap();
+        assert_eq!(&tail[0].data[..4], &[0x0e, 0x01, 0x00, 0x01]);
+        let s = h.summary();
+        assert_eq!(
+            s.deleted_batch_indexes.get(&b),
+            Some(&BTreeSet::from([0, 1]))
+        );
+        h.close();
+        pool.shutdown();
+        s
+    };
+    let (pool, timer) = manual();
+    let ml = ledger(Arc::new(RedbStore::open(&path).unwrap()), "batched-tail");
+    let cursor = Arc::new(ml.open_cursor(CURSOR).unwrap());
+    let h = new_handle(
+        "batched-tail",
+        &cursor,
+        &pool,
+        &timer,
+        Arc::new(InlineReads),
+        HandleConfig::default(),
+    );
+    h.init();
+    assert!(drive(&pool, &timer, &h, 0));
+    assert_eq!(h.state(), HandleState::Ready);
+    assert!(h.stats().completed.expect("completed").caught_up);
+    assert_eq!(h.summary(), before);
+}
