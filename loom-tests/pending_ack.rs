@@ -311,3 +311,71 @@ fn negative_control_reader_order_reversed_is_caught() {
 fn negative_control_writer_order_reversed_is_caught() {
     reversed(false);
 }
+
+static ITER_LATE: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+/// A lost read's late `ReadJob::run` races `stop_replay` (the attempt ended
+/// by close while the read was outstanding): once `stop_replay` returned, the
+/// shared cursor's read position never moves again and nothing is queued
+/// (spec `LateReadsChangeNothing`; the read gate).
+#[test]
+fn late_read_after_stop_never_moves_the_cursor() {
+    builder().check(|| {
+        ITER_LATE.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let cursor = log_with(2);
+        let handoff = HandOff::new(1);
+        let attempt = ReplayAttempt::new(
+            "pa",
+            Arc::clone(&cursor),
+            handoff.clone(),
+            ReplayConfig {
+                queue_capacity: 4,
+                read_batch: 1,
+            },
+        )
+        .expect("config");
+        assert!(attempt.fill_queue(), "the first read is issued");
+        let job = handoff.take();
+        let late = thread::spawn(move || job.run());
+        attempt.stop_replay();
+        let after_stop = cursor.read_position();
+        late.join().expect("late callback thread");
+        assert_eq!(
+            cursor.read_position(),
+            after_stop,
+            "a late read moved the cursor after stop_replay"
+        );
+        assert_eq!(attempt.queued(), 0, "late entries are released");
+    });
+    println!(
+        "LOOM late_read_after_stop_never_moves_the_cursor: {} interleavings",
+        ITER_LATE.load(std::sync::atomic::Ordering::Relaxed)
+    );
+}
+
+/// Test-only model of a late read WITHOUT the gate: it checks "stopped",
+/// then reads (moves the position) as a separate step.
+#[test]
+#[should_panic(expected = "a late read moved the cursor after stop_replay")]
+fn negative_control_late_read_without_gate_is_caught() {
+    builder().check(|| {
+        let stopped = Arc::new(AtomicBool::new(false));
+        let position = Arc::new(AtomicUsize::new(0));
+        let late = {
+            let (stopped, position) = (Arc::clone(&stopped), Arc::clone(&position));
+            thread::spawn(move || {
+                if !stopped.load(Ordering::SeqCst) {
+                    position.fetch_add(1, Ordering::SeqCst);
+                }
+            })
+        };
+        stopped.store(true, Ordering::SeqCst);
+        let after_stop = position.load(Ordering::SeqCst);
+        late.join().expect("late thread");
+        assert_eq!(
+            position.load(Ordering::SeqCst),
+            after_stop,
+            "a late read moved the cursor after stop_replay"
+        );
+    });
+}

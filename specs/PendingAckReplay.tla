@@ -21,6 +21,24 @@
 (*                    sampled BEFORE the counter load (a bug shuttle found *)
 (*                    in a draft of the Rust port).                        *)
 (*                                                                         *)
+(* Extensions (issue: paths 1-3 of seed 001's promise):                   *)
+(*   - the cached cursor's read position at attempt start may be anywhere *)
+(*     (MovedStart); every attempt rewinds it to the entry after the      *)
+(*     mark-delete, and a replay that runs dry short of the snapshot is   *)
+(*     failed ("incomplete"), never Ready;                                *)
+(*   - a read callback may be lost (MaxLost) and come back late; the      *)
+(*     handle is then closed, which interrupts the attempt; the attempt   *)
+(*     ends without waiting for the lost read, a late read of a stopped   *)
+(*     attempt reads nothing (read gate), and a re-subscribe on the same  *)
+(*     executor replays again;                                            *)
+(*   - the cursor may be closed between attempts (CloseCursorAtInit); the *)
+(*     next attempt reopens it through the managed ledger if it can       *)
+(*     (canReopen), else the handle gives up after MaxReopen attempts.    *)
+(* More bug switches: NoStartRewind, NoDrainCheck (path 2),               *)
+(*   WaitForOutstanding (path 1: the old wait for outstanding reads),     *)
+(*   NoReadGate (a late read still moves the cursor), NoReopen (path 3:   *)
+(*   a closed cursor retried forever).                                    *)
+(*                                                                         *)
 (* Failures are bounded: at most MaxTransient transient ones, at most one  *)
 (* completing shape (fenced / cursor closed); if the ledger is lost every  *)
 (* read fails non-recoverably (completing only with auto-skip on).         *)
@@ -35,7 +53,16 @@ CONSTANTS N,              \* entries in the pending-ack log
           WriterReversed, \* BOOLEAN bug switch
           NoRewind,       \* BOOLEAN bug switch
           SpinOnFailure,  \* BOOLEAN bug switch
-          StaleDrain      \* BOOLEAN bug switch
+          StaleDrain,     \* BOOLEAN bug switch
+          MovedStart,     \* BOOLEAN: the cached cursor's read position may start anywhere
+          MaxLost,        \* read callbacks the environment may lose (then late)
+          CloseCursorAtInit, \* BOOLEAN: the cursor may be closed between attempts
+          MaxReopen,      \* attempts that may fail to reopen a closed cursor
+          NoStartRewind,  \* BOOLEAN bug switch (path 2)
+          NoDrainCheck,   \* BOOLEAN bug switch (path 2)
+          WaitForOutstanding, \* BOOLEAN bug switch (path 1)
+          NoReadGate,     \* BOOLEAN bug switch (path 1, late callback)
+          NoReopen        \* BOOLEAN bug switch (path 3)
 
 VARIABLES
     lost, autoSkip,        \* environment: ledger data lost? auto-skip on?
@@ -62,13 +89,25 @@ VARIABLES
     reported,              \* set of <<attempt, outcome>> reported
     reqs,                  \* issued reads not yet picked up (attempt ids)
     envpc, envAtt,         \* read-callback thread pc and its read's attempt
-    qsnap                  \* queue length sampled by fill_queue's room check
+    qsnap,                 \* queue length sampled by fill_queue's room check
+    interrupted,           \* the handle's close interrupted the attempt
+    lostCb,                \* a read callback of this handle was lost
+    lostLeft, late,        \* loss budget; lost reads that may come back late
+    cursorClosed, closeLeft, canReopen, \* closed cursor, budget, reopen possible
+    reopenFails,           \* attempts in a row that could not reopen
+    resubLeft,             \* re-subscribes (new handle, same executor) left
+    lateMoved              \* a late read of a stopped attempt moved the cursor
 
 vars == <<lost, autoSkip, rp, applied, hstate, timerArmed, transLeft,
           compLeft, att, rpc, cur, queue, outstanding, readable, failure,
           completing, stopped, caughtUp, failedSeen, readsAfterFail, reads,
           fromRewound, outcome, readyPartial, reported, reqs, envpc, envAtt,
-          qsnap>>
+          qsnap, interrupted, lostCb, lostLeft, late, cursorClosed, closeLeft,
+          canReopen, reopenFails, resubLeft, lateMoved>>
+
+(* The extension's variables, grouped for UNCHANGED. *)
+extEnv == <<lostLeft, late, closeLeft, canReopen, lateMoved>>
+extHandle == <<interrupted, lostCb, cursorClosed, reopenFails, resubLeft>>
 
 Min(a, b) == IF a < b THEN a ELSE b
 Cap3(x) == Min(x, 3)
@@ -82,7 +121,7 @@ attemptVars == <<cur, queue, outstanding, readable, failure, completing,
 Init ==
     /\ lost \in BOOLEAN
     /\ autoSkip \in BOOLEAN
-    /\ rp = 1
+    /\ rp \in (IF MovedStart THEN 1..(N + 1) ELSE {1})
     /\ applied = {}
     /\ hstate = "Init"
     /\ timerArmed = FALSE
@@ -109,6 +148,16 @@ Init ==
     /\ envpc = "idle"
     /\ envAtt = 0
     /\ qsnap = 0
+    /\ interrupted = FALSE
+    /\ lostCb = FALSE
+    /\ lostLeft = MaxLost
+    /\ late = <<>>
+    /\ cursorClosed = FALSE
+    /\ closeLeft = (IF CloseCursorAtInit THEN 1 ELSE 0)
+    /\ canReopen \in BOOLEAN
+    /\ reopenFails = 0
+    /\ resubLeft = 1
+    /\ lateMoved = FALSE
 
 -----------------------------------------------------------------------------
 (* Replay thread. *)
@@ -116,19 +165,27 @@ Init ==
 envVars == <<reqs, envpc, envAtt, lost, autoSkip, transLeft, compLeft, qsnap>>
 handleVars == <<hstate, timerArmed, att, readyPartial>>
 
-(* Loop head: caught up to the snapshot, or go fill the queue. *)
+(* Loop head: interrupted (the handle closed), caught up to the        *)
+(* snapshot, or go fill the queue.                                     *)
 RLoop ==
     /\ rpc = "loop"
-    /\ IF cur >= N
+    /\ IF interrupted
+          THEN /\ rpc' = "end"
+               /\ failure' = (IF failure = "none" THEN "interrupted" ELSE failure)
+               /\ UNCHANGED caughtUp
+          ELSE IF cur >= N
           THEN /\ rpc' = "end"
                /\ caughtUp' = TRUE
+               /\ UNCHANGED failure
           ELSE /\ rpc' = "fq_room"
-               /\ UNCHANGED caughtUp
-    /\ UNCHANGED <<rp, applied, cur, queue, outstanding, readable, failure,
+               /\ UNCHANGED <<caughtUp, failure>>
+    /\ UNCHANGED <<rp, applied, cur, queue, outstanding, readable,
                    completing, stopped, failedSeen, readsAfterFail, reads,
                    fromRewound, outcome, reported>>
     /\ UNCHANGED envVars
     /\ UNCHANGED handleVars
+    /\ UNCHANGED extEnv
+    /\ UNCHANGED extHandle
 
 (* fill_queue: room for a batch? Then R1 (counter) and R2 (flag). *)
 FqRoom ==
@@ -161,6 +218,8 @@ FqPcOnly ==
     /\ UNCHANGED <<rp, applied, attemptVars, reported>>
     /\ UNCHANGED <<reqs, envpc, envAtt, lost, autoSkip, transLeft, compLeft>>
     /\ UNCHANGED handleVars
+    /\ UNCHANGED extEnv
+    /\ UNCHANGED extHandle
 
 (* The queue length the drained check uses: fresh, or (bug) the sample. *)
 DrainLen == IF StaleDrain THEN qsnap ELSE Len(queue)
@@ -184,6 +243,8 @@ FqIssue ==
                    caughtUp, failedSeen, fromRewound, outcome, reported>>
     /\ UNCHANGED <<envpc, envAtt, lost, autoSkip, transLeft, compLeft, qsnap>>
     /\ UNCHANGED handleVars
+    /\ UNCHANGED extEnv
+    /\ UNCHANGED extHandle
 
 (* fill_queue returns is_readable; false ends the loop. *)
 FqRet ==
@@ -192,6 +253,8 @@ FqRet ==
     /\ UNCHANGED <<rp, applied, attemptVars, reported>>
     /\ UNCHANGED envVars
     /\ UNCHANGED handleVars
+    /\ UNCHANGED extEnv
+    /\ UNCHANGED extHandle
 
 (* Apply the head of the queue, or (empty) wait and loop again. *)
 Poll ==
@@ -207,16 +270,26 @@ Poll ==
                    outcome, reported>>
     /\ UNCHANGED envVars
     /\ UNCHANGED handleVars
+    /\ UNCHANGED extEnv
+    /\ UNCHANGED extHandle
 
-(* End of attempt: stop_replay releases the queue; a stored failure     *)
-(* before catching up fails the attempt: wait for no read in flight,    *)
-(* rewind (rp := next(mark-delete) = 1); otherwise the replay completes.*)
+(* End of attempt: stop_replay releases the queue (and, through the     *)
+(* read gate, makes any later read of this attempt read nothing). A     *)
+(* replay that ran dry short of the snapshot with no failure that       *)
+(* explains it is failed as "incomplete" (never Ready). A stored        *)
+(* failure before catching up fails the attempt and rewinds             *)
+(* (rp := next(mark-delete) = 1) WITHOUT waiting for an outstanding     *)
+(* read (its callback may be lost); otherwise the replay completes.     *)
+Short == ~caughtUp /\ failure = "none" /\ ~completing /\ ~NoDrainCheck
+EndFailure == IF Short THEN "incomplete" ELSE failure
+
 REnd ==
     /\ rpc = "end"
     /\ stopped' = TRUE
     /\ queue' = <<>>
-    /\ IF failure # "none" /\ ~caughtUp
-          THEN /\ outstanding = 0
+    /\ failure' = EndFailure
+    /\ IF EndFailure # "none" /\ ~caughtUp
+          THEN /\ (WaitForOutstanding => outstanding = 0)
                /\ rp' = (IF NoRewind THEN rp ELSE 1)
                /\ outcome' = "failed"
                /\ reported' = reported \cup {<<att, "failed">>}
@@ -224,12 +297,23 @@ REnd ==
                /\ reported' = reported \cup {<<att, "complete">>}
                /\ UNCHANGED rp
     /\ rpc' = "done"
-    /\ UNCHANGED <<applied, cur, outstanding, readable, failure, completing,
+    /\ UNCHANGED <<applied, cur, outstanding, readable, completing,
                    caughtUp, failedSeen, readsAfterFail, reads, fromRewound>>
     /\ UNCHANGED envVars
     /\ UNCHANGED handleVars
+    /\ UNCHANGED extEnv
+    /\ UNCHANGED extHandle
 
-ReplayStep == RLoop \/ FqPcOnly \/ FqIssue \/ FqRet \/ Poll \/ REnd
+(* WaitForOutstanding (bug): the failed attempt's wait for outstanding  *)
+(* reads, a loop of timed waits on the replay thread (a stutter).       *)
+QuiesceWait ==
+    /\ rpc = "end"
+    /\ WaitForOutstanding
+    /\ EndFailure # "none" /\ ~caughtUp
+    /\ outstanding # 0
+    /\ UNCHANGED vars
+
+ReplayStep == RLoop \/ FqPcOnly \/ FqIssue \/ FqRet \/ Poll \/ REnd \/ QuiesceWait
 
 -----------------------------------------------------------------------------
 (* Read-callback thread (managed-ledger executor, or the replay thread  *)
@@ -244,25 +328,73 @@ EnvTake ==
     /\ envpc' = "read"
     /\ UNCHANGED <<lost, autoSkip, rp, applied, hstate, timerArmed, transLeft,
                    compLeft, att, rpc, attemptVars, readyPartial, reported, qsnap>>
+    /\ UNCHANGED extEnv
+    /\ UNCHANGED extHandle
 
 Live == envAtt = att /\ ~stopped
 
 (* Success: the ML moves rp past the entries, then the callback enqueues *)
-(* them (or releases them if that attempt stopped).                      *)
+(* them; one step, as ReadJob::run holds the read gate across both. A    *)
+(* read of an attempt that already stopped reads nothing (the gate);     *)
+(* with NoReadGate it still moves the shared cursor.                     *)
 ReadOk ==
     /\ envpc = "read"
     /\ ~lost
-    /\ IF rp <= N
+    /\ IF rp <= N /\ (Live \/ NoReadGate)
           THEN LET last == Min(rp + B - 1, N) IN
                /\ rp' = last + 1
                /\ queue' = (IF Live THEN queue \o Range(rp, last) ELSE queue)
-          ELSE UNCHANGED <<rp, queue>>
+               /\ lateMoved' = (lateMoved \/ ~Live)
+          ELSE UNCHANGED <<rp, queue, lateMoved>>
     /\ envpc' = "dec"
     /\ UNCHANGED <<lost, autoSkip, applied, hstate, timerArmed, transLeft,
                    compLeft, att, rpc, cur, outstanding, readable, failure,
                    completing, stopped, caughtUp, failedSeen, readsAfterFail,
                    reads, fromRewound, outcome, readyPartial, reported, reqs,
                    envAtt, qsnap>>
+    /\ UNCHANGED <<lostLeft, late, closeLeft, canReopen>>
+    /\ UNCHANGED extHandle
+
+(* The callback of a picked-up read is lost (the storage client drops   *)
+(* it): the counter stays incremented; the read may come back late.     *)
+EnvLose ==
+    /\ envpc = "read"
+    /\ lostLeft > 0
+    /\ lostLeft' = lostLeft - 1
+    /\ late' = Append(late, envAtt)
+    /\ lostCb' = TRUE
+    /\ envpc' = "idle"
+    /\ UNCHANGED <<lost, autoSkip, rp, applied, hstate, timerArmed, transLeft,
+                   compLeft, att, rpc, attemptVars, readyPartial, reported,
+                   reqs, envAtt, qsnap>>
+    /\ UNCHANGED <<closeLeft, canReopen, lateMoved>>
+    /\ UNCHANGED <<interrupted, cursorClosed, reopenFails, resubLeft>>
+
+(* A lost read comes back only after its attempt ended. *)
+EnvLate ==
+    /\ envpc = "idle"
+    /\ late # <<>>
+    /\ (Head(late) # att \/ stopped)
+    /\ envAtt' = Head(late)
+    /\ late' = Tail(late)
+    /\ envpc' = "read"
+    /\ UNCHANGED <<lost, autoSkip, rp, applied, hstate, timerArmed, transLeft,
+                   compLeft, att, rpc, attemptVars, readyPartial, reported,
+                   reqs, qsnap>>
+    /\ UNCHANGED <<lostLeft, closeLeft, canReopen, lateMoved>>
+    /\ UNCHANGED extHandle
+
+(* Someone closes the cached cursor between attempts. *)
+CloseCursor ==
+    /\ closeLeft > 0
+    /\ rpc = "idle"
+    /\ closeLeft' = 0
+    /\ cursorClosed' = TRUE
+    /\ UNCHANGED <<lost, autoSkip, rp, applied, hstate, timerArmed, transLeft,
+                   compLeft, att, rpc, attemptVars, readyPartial, reported,
+                   reqs, envpc, envAtt, qsnap>>
+    /\ UNCHANGED <<lostLeft, late, canReopen, lateMoved>>
+    /\ UNCHANGED <<interrupted, lostCb, reopenFails, resubLeft>>
 
 Completes(k) == (k = "completing") \/ (k = "nonrec" /\ autoSkip)
 
@@ -288,6 +420,8 @@ ReadFail(k) ==
                    cur, queue, outstanding, readable, stopped, caughtUp,
                    readsAfterFail, reads, fromRewound, outcome, readyPartial,
                    reported, reqs, envAtt, qsnap>>
+    /\ UNCHANGED extEnv
+    /\ UNCHANGED extHandle
 
 (* W2: clear is_readable.  W3: decrement the counter (last).            *)
 (* "dec" is read_complete's decrement, after its enqueue.               *)
@@ -306,16 +440,24 @@ EnvFinish ==
                    compLeft, att, rpc, cur, queue, failure, completing,
                    stopped, caughtUp, failedSeen, readsAfterFail, reads,
                    fromRewound, outcome, readyPartial, reported, reqs, envAtt, qsnap>>
+    /\ UNCHANGED extEnv
+    /\ UNCHANGED extHandle
 
-EnvStep == EnvTake \/ ReadOk \/ (\E k \in Kinds : ReadFail(k)) \/ EnvFinish
+EnvStep ==
+    \/ EnvTake
+    \/ ReadOk
+    \/ \E k \in Kinds : ReadFail(k)
+    \/ EnvFinish
+    \/ EnvLose
+    \/ EnvLate
+    \/ CloseCursor
 
 -----------------------------------------------------------------------------
 (* Handle: start an attempt on the replay executor; classify its end;   *)
 (* the retry timer moves None back to Initializing.                      *)
 
-HStart ==
-    /\ hstate = "Init"
-    /\ rpc = "idle"
+(* A new attempt's reset of the per-attempt variables. *)
+FreshAttempt ==
     /\ att' = att + 1
     /\ rpc' = "loop"
     /\ cur' = 0
@@ -329,19 +471,50 @@ HStart ==
     /\ failedSeen' = FALSE
     /\ readsAfterFail' = 0
     /\ reads' = 0
-    /\ fromRewound' = (rp = 1)
     /\ outcome' = "none"
-    /\ UNCHANGED <<lost, autoSkip, rp, applied, hstate, timerArmed, transLeft,
-                   compLeft, readyPartial, reported, reqs, envpc, envAtt, qsnap>>
 
+(* Start an attempt on the (free) replay executor. The cursor is rewound *)
+(* to the entry after the mark-delete first (NoStartRewind: not). A      *)
+(* closed cursor is reopened through the managed ledger (read position  *)
+(* after the mark-delete) if possible; if not, the attempt fails at once *)
+(* and the handle gives up after MaxReopen such attempts. NoReopen: the *)
+(* pre-fix handle retries a closed cursor forever.                       *)
+HStart ==
+    /\ hstate = "Init"
+    /\ rpc = "idle"
+    /\ IF cursorClosed /\ (NoReopen \/ ~canReopen)
+          THEN /\ reopenFails' = (IF NoReopen THEN reopenFails ELSE reopenFails + 1)
+               /\ IF ~NoReopen /\ reopenFails + 1 >= MaxReopen
+                     THEN /\ hstate' = "Error"
+                          /\ UNCHANGED timerArmed
+                     ELSE /\ hstate' = "None"
+                          /\ timerArmed' = TRUE
+               /\ UNCHANGED <<rp, att, rpc, attemptVars, cursorClosed>>
+          ELSE /\ FreshAttempt
+               /\ LET start == IF cursorClosed \/ ~NoStartRewind THEN 1 ELSE rp IN
+                  /\ rp' = start
+                  /\ fromRewound' = (start = 1)
+               /\ cursorClosed' = FALSE
+               /\ reopenFails' = 0
+               /\ UNCHANGED <<hstate, timerArmed>>
+    /\ UNCHANGED <<lost, autoSkip, applied, transLeft, compLeft, readyPartial,
+                   reported, reqs, envpc, envAtt, qsnap>>
+    /\ UNCHANGED extEnv
+    /\ UNCHANGED <<interrupted, lostCb, resubLeft>>
+
+(* The attempt's end reaches the handle: Ready; retry ("transient",     *)
+(* "incomplete"); stay Close (an interrupted attempt of a closed        *)
+(* handle); or give up.                                                 *)
 HDone ==
     /\ rpc = "done"
     /\ rpc' = "idle"
-    /\ IF outcome = "complete"
+    /\ IF hstate = "Close"
+          THEN UNCHANGED <<hstate, timerArmed, readyPartial>>
+          ELSE IF outcome = "complete"
           THEN /\ hstate' = "Ready"
                /\ readyPartial' = completing
                /\ UNCHANGED timerArmed
-          ELSE IF failure = "transient"
+          ELSE IF failure \in {"transient", "incomplete"}
                   THEN /\ hstate' = "None"
                        /\ timerArmed' = TRUE
                        /\ UNCHANGED readyPartial
@@ -349,6 +522,8 @@ HDone ==
                        /\ UNCHANGED <<timerArmed, readyPartial>>
     /\ UNCHANGED <<lost, autoSkip, rp, applied, transLeft, compLeft, att,
                    attemptVars, reported, reqs, envpc, envAtt, qsnap>>
+    /\ UNCHANGED extEnv
+    /\ UNCHANGED extHandle
 
 HTimer ==
     /\ hstate = "None"
@@ -357,13 +532,46 @@ HTimer ==
     /\ timerArmed' = FALSE
     /\ UNCHANGED <<lost, autoSkip, rp, applied, transLeft, compLeft, att, rpc,
                    attemptVars, readyPartial, reported, reqs, envpc, envAtt, qsnap>>
+    /\ UNCHANGED extEnv
+    /\ UNCHANGED extHandle
 
-HandleStep == HStart \/ HDone \/ HTimer
+(* close() of a handle stuck on a lost callback (or any later state but *)
+(* Error): cancels the retry timer, interrupts the running attempt.     *)
+HClose ==
+    /\ lostCb
+    /\ hstate \notin {"Close", "Error"}
+    /\ hstate' = "Close"
+    /\ timerArmed' = FALSE
+    /\ interrupted' = TRUE
+    /\ UNCHANGED <<lost, autoSkip, rp, applied, transLeft, compLeft, att, rpc,
+                   attemptVars, readyPartial, reported, reqs, envpc, envAtt, qsnap>>
+    /\ UNCHANGED extEnv
+    /\ UNCHANGED <<lostCb, cursorClosed, reopenFails, resubLeft>>
+
+(* A re-subscribe: a new handle on the same cursor and executor, once   *)
+(* the executor is free (its state starts empty).                       *)
+HResub ==
+    /\ hstate = "Close"
+    /\ rpc = "idle"
+    /\ resubLeft > 0
+    /\ resubLeft' = resubLeft - 1
+    /\ hstate' = "Init"
+    /\ applied' = {}
+    /\ readyPartial' = FALSE
+    /\ interrupted' = FALSE
+    /\ lostCb' = FALSE
+    /\ reopenFails' = 0
+    /\ UNCHANGED <<lost, autoSkip, rp, timerArmed, transLeft, compLeft, att, rpc,
+                   attemptVars, reported, reqs, envpc, envAtt, qsnap>>
+    /\ UNCHANGED extEnv
+    /\ UNCHANGED cursorClosed
+
+HandleStep == HStart \/ HDone \/ HTimer \/ HClose \/ HResub
 
 (* Terminal: the handle settled and nothing is in flight (stutters, so *)
 (* a finished run is not reported as a deadlock).                      *)
 Settled ==
-    /\ hstate \in {"Ready", "Error"}
+    /\ hstate \in {"Ready", "Error", "Close"}
     /\ rpc = "idle"
     /\ envpc = "idle"
     /\ reqs = <<>>
@@ -384,9 +592,9 @@ UnfairSpec == Init /\ [][Next]_vars
 TypeOK ==
     /\ rp \in 1..(N + 1)
     /\ applied \subseteq 1..N
-    /\ hstate \in {"None", "Init", "Ready", "Error"}
+    /\ hstate \in {"None", "Init", "Ready", "Error", "Close"}
     /\ outstanding \in 0..2
-    /\ failure \in {"none"} \cup Kinds
+    /\ failure \in {"none", "interrupted", "incomplete"} \cup Kinds
     /\ rpc \in {"idle", "loop", "fq_room", "fq_count", "fq_flag", "fq_issue",
                 "fq_ret", "poll", "end", "done"}
 
@@ -404,7 +612,21 @@ CompleteImpliesFullyApplied ==
 (* Every attempt starts from the rewound read position.                  *)
 RewindBeforeRetry == (rpc # "idle") => fromRewound
 
+(* A replay reported complete without a completing failure shape reached *)
+(* the last-confirmed snapshot: "Ready" implies every record up to the   *)
+(* log end at the attempt's start was applied (ReplayAttempt::run's       *)
+(* drained_end check in the code).                                       *)
+ReadyImpliesCaughtUp == (outcome = "complete" /\ ~completing) => caughtUp
+
+(* A late callback of an attempt that ended never moves the shared        *)
+(* cursor (nor reaches a newer attempt's queue: only Live reads enqueue). *)
+LateReadsChangeNothing == ~lateMoved
+
 (* Liveness: every attempt ends; the handle settles in Ready or Error.   *)
 AttemptEnds == (rpc # "idle") ~> (rpc = "idle")
 HandleSettles == <>(hstate \in {"Ready", "Error"})
+
+(* Liveness: a closed handle's executor becomes free (even with a lost  *)
+(* read callback outstanding).                                          *)
+CloseFreesExecutor == (hstate = "Close" /\ rpc # "idle") ~> (rpc = "idle")
 =============================================================================

@@ -477,6 +477,49 @@ fn close_during_pending_retry_wins() {
     ));
 }
 
+/// An `init` while a retry is pending starts the attempt now and cancels that
+/// retry: at most one retry timer is armed, so a later failure's backoff is
+/// never cut short by an older timer.
+#[test]
+fn init_during_a_pending_retry_replaces_the_retry_timer() {
+    let (pool, timer) = manual();
+    let log = write_log(
+        Arc::new(MemoryStore::new()),
+        "reinit",
+        LedgerConfig::default(),
+        3,
+    );
+    log.ml
+        .faults()
+        .fail_next_reads(ReadFailureKind::StorageUnavailable, 2);
+    let h = handle("reinit", &log, &pool, &timer, small_replay());
+    h.init();
+    pool.run_pending();
+    assert_eq!(h.state(), HandleState::None);
+    assert_eq!(timer.pending(), 1);
+    h.init();
+    pool.run_pending();
+    assert_eq!(h.state(), HandleState::None);
+    assert_eq!(h.stats().attempts, 2);
+    assert_eq!(
+        timer.pending(),
+        1,
+        "only the second failure's retry is armed"
+    );
+    let second_delay = *h.stats().retry_delays_ms.last().unwrap();
+    timer.advance(second_delay - 1);
+    pool.run_pending();
+    assert_eq!(
+        h.stats().attempts,
+        2,
+        "no attempt before the backoff elapsed"
+    );
+    timer.advance(1);
+    pool.run_pending();
+    assert_eq!(h.state(), HandleState::Ready);
+    assert_eq!(h.stats().attempts, 3);
+}
+
 #[test]
 fn failed_attempt_with_batching_cancels_the_flush_timer() {
     let (pool, timer) = manual();

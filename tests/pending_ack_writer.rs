@@ -74,17 +74,24 @@ fn flushes_at_512_records() {
 fn flushes_at_4_mib_and_writes_oversized_records_alone() {
     let (ml, _timer, w) = setup(batching());
     let out: Results = Default::default();
+    // n all-unacked ack_set words over positions whose batches are at most
+    // AckedPosition::MAX_BATCH_SIZE (64 * 16384) messages.
     let big = |i: u64, n: usize| {
-        PendingAckRecord::individual_ack(
-            TxnId::new(2, i),
-            vec![AckedPosition {
-                position: Position::new(4, i as i64),
-                batch_size: 64,
-                ack_set: vec![-1; n],
-            }],
-        )
+        let per = AckedPosition::MAX_BATCH_SIZE as usize / 64;
+        let positions = (0..n.div_ceil(per))
+            .map(|k| {
+                let words = per.min(n - k * per);
+                AckedPosition {
+                    position: Position::new(4, (i * 1000 + k as u64) as i64),
+                    batch_size: (64 * words) as i32,
+                    ack_set: vec![-1; words],
+                }
+            })
+            .collect();
+        PendingAckRecord::individual_ack(TxnId::new(2, i), positions)
     };
-    // ~1 MiB each (n longs of 10 varint bytes): the 4th reaches 4 MiB.
+    // ~1.1 MiB each (n unpacked words: a tag byte + 10 varint bytes): the
+    // 4th reaches 4 MiB.
     for i in 0..4 {
         append(&w, big(i, 105_000), &out);
     }

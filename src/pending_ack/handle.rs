@@ -19,8 +19,8 @@ use tracing::{error, info, warn};
 use super::backoff::{Backoff, BackoffConfig};
 use super::error::PendingAckError;
 use super::executor::{ReplayExecutor, ReplayExecutorPool};
-use super::reader::ReadDispatcher;
 use super::record::PendingAckRecord;
+use super::replay::ReadDispatcher;
 use super::replay::{ReplayAttempt, ReplayConfig, ReplayReport};
 use super::state::{PendingAckState, PendingAckSummary};
 use super::timer::{Timer, TimerId};
@@ -57,7 +57,7 @@ impl HandleState {
 }
 
 /// Settings of a [`PendingAckHandle`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct HandleConfig {
     /// Replay read pipeline.
     pub replay: ReplayConfig,
@@ -67,6 +67,22 @@ pub struct HandleConfig {
     pub writer: WriterConfig,
     /// Seed of the backoff jitter (reproducible runs).
     pub jitter_seed: u64,
+    /// Attempts in a row that may find the cursor closed and fail to reopen
+    /// it (a fenced ledger, a failing store) before the handle gives up with
+    /// [`PendingAckError::CursorClosed`]. Default 3; 0 counts as 1.
+    pub max_cursor_reopen_attempts: u32,
+}
+
+impl Default for HandleConfig {
+    fn default() -> Self {
+        Self {
+            replay: ReplayConfig::default(),
+            backoff: BackoffConfig::default(),
+            writer: WriterConfig::default(),
+            jitter_seed: 0,
+            max_cursor_reopen_attempts: 3,
+        }
+    }
 }
 
 /// Counters of a handle, for tests, the simulator and metrics.
@@ -183,6 +199,9 @@ struct Core {
     waiters: Vec<Arc<WaitCell>>,
     error: Option<PendingAckError>,
     retry_timer: Option<TimerId>,
+    /// Consecutive attempts that found the cursor closed and could not
+    /// reopen it.
+    reopen_failures: u32,
     attempt: Option<Arc<ReplayAttempt>>,
     writer: Option<Arc<BufferedWriter>>,
     last_failed_writer: Option<Arc<BufferedWriter>>,
@@ -192,7 +211,9 @@ struct Core {
 
 struct Inner {
     name: String,
-    cursor: Arc<ManagedCursor>,
+    /// The pending-ack log cursor; replaced when a closed one is reopened
+    /// through its managed ledger.
+    cursor: Mutex<Arc<ManagedCursor>>,
     executor: Arc<ReplayExecutor>,
     dispatcher: Arc<dyn ReadDispatcher>,
     timer: Arc<dyn Timer>,
@@ -246,7 +267,7 @@ impl PendingAckHandle {
         let executor = pool.executor_for(&name);
         Ok(Self {
             inner: Arc::new(Inner {
-                cursor,
+                cursor: Mutex::new(cursor),
                 executor,
                 dispatcher,
                 timer,
@@ -257,6 +278,7 @@ impl PendingAckHandle {
                     waiters: Vec::new(),
                     error: None,
                     retry_timer: None,
+                    reopen_failures: 0,
                     attempt: None,
                     writer: None,
                     last_failed_writer: None,
@@ -319,7 +341,12 @@ impl PendingAckHandle {
                 return;
             }
             c.state = HandleState::Initializing;
-            c.retry_timer = None;
+            // At most one retry timer is armed: an init ahead of the pending
+            // retry (an embedder's call) replaces it. Called by that timer,
+            // the cancel finds nothing.
+            if let Some(id) = c.retry_timer.take() {
+                self.inner.timer.cancel(id);
+            }
         }
         let me = self.clone();
         if !self
@@ -394,37 +421,60 @@ impl PendingAckHandle {
             callback(Err(PendingAckError::WriterClosed));
             return;
         };
+        // A malformed record is refused before the conflict check: the check
+        // expands batch-index ack sets, which only a validated batch_size
+        // bounds.
+        if let Err(e) = record.validate() {
+            callback(Err(e));
+            return;
+        }
+        // Fail fast on a conflict (nothing is written); a conflict that
+        // arises between this check and the append completing is reported
+        // by `apply_persisted`, and replay skips that record the same way.
+        let checked = self.inner.state.lock().check(&record);
+        if let Err(e) = checked {
+            callback(Err(e));
+            return;
+        }
         let me = self.clone();
         let rec = record.clone();
         writer.append(
             record,
-            Box::new(move |r: Result<AppendAck, PendingAckError>| {
-                if let Ok(ack) = &r {
-                    me.apply_persisted(*ack, &rec);
-                }
-                callback(r);
+            Box::new(move |r: Result<AppendAck, PendingAckError>| match r {
+                Ok(ack) => match me.apply_persisted(ack, &rec) {
+                    Ok(()) => callback(Ok(ack)),
+                    Err(e) => callback(Err(e)),
+                },
+                Err(e) => callback(Err(e)),
             }),
         );
     }
 
-    fn apply_persisted(&self, ack: AppendAck, record: &PendingAckRecord) {
-        let trim = {
+    fn apply_persisted(
+        &self,
+        ack: AppendAck,
+        record: &PendingAckRecord,
+    ) -> Result<(), PendingAckError> {
+        let (trim, applied) = {
             let mut st = self.inner.state.lock();
-            st.apply(record);
+            let applied = st.apply_checked(record).map(|_| ());
             st.index_log_entry(ack.position, std::slice::from_ref(record));
-            if ack.batch_index + 1 == ack.batch_size {
+            let trim = if ack.batch_index + 1 == ack.batch_size {
                 st.take_trim()
             } else {
                 None
-            }
+            };
+            (trim, applied)
         };
         if let Some(p) = trim {
-            if p > self.inner.cursor.mark_delete_position() {
-                if let Err(e) = self.inner.cursor.mark_delete(p) {
+            let cursor = self.cursor();
+            if p > cursor.mark_delete_position() {
+                if let Err(e) = cursor.mark_delete(p) {
                     tracing::debug!(handle = %self.inner.name, %e, "pending-ack log trim failed");
                 }
             }
         }
+        applied
     }
 
     /// Closes the handle: cancels a pending retry, interrupts a running
@@ -462,19 +512,82 @@ impl PendingAckHandle {
         info!(handle = %self.inner.name, "pending ack handle closed");
     }
 
+    /// The pending-ack log cursor the next attempt reads (a reopened one
+    /// after the original was closed).
+    pub fn cursor(&self) -> Arc<ManagedCursor> {
+        Arc::clone(&self.inner.cursor.lock())
+    }
+
+    /// The cursor for a new attempt: the current one if open; if it was
+    /// closed, a cursor of the same name reopened through its managed ledger
+    /// (recovered from the store: persisted mark-delete, read position the
+    /// entry after it), as Pulsar's retry reopens the store through its
+    /// factory. A fenced ledger cannot be reopened by this owner.
+    fn open_cursor(&self) -> Result<Arc<ManagedCursor>, String> {
+        let mut slot = self.inner.cursor.lock();
+        if !slot.is_closed() {
+            return Ok(Arc::clone(&slot));
+        }
+        let ledger = Arc::clone(slot.ledger());
+        if ledger.is_fenced() {
+            return Err(format!(
+                "managed ledger {} is fenced (owned elsewhere)",
+                ledger.name()
+            ));
+        }
+        let reopened = Arc::new(ledger.open_cursor(slot.name()).map_err(|e| e.to_string())?);
+        info!(handle = %self.inner.name, cursor = %slot.name(), mark_delete = %reopened.mark_delete_position(), "pending-ack cursor was closed; reopened through the managed ledger");
+        *slot = Arc::clone(&reopened);
+        Ok(reopened)
+    }
+
+    /// A closed cursor that could not be reopened: retried with backoff at
+    /// most [`HandleConfig::max_cursor_reopen_attempts`] attempts in a row,
+    /// then every waiter fails with [`PendingAckError::CursorClosed`].
+    fn cursor_reopen_failed(&self, reason: String) {
+        let (attempts, cursor) = {
+            let mut c = self.inner.core.lock();
+            c.reopen_failures += 1;
+            c.stats.attempts += 1;
+            (
+                c.reopen_failures,
+                self.inner.cursor.lock().name().to_string(),
+            )
+        };
+        let e = PendingAckError::CursorClosed {
+            name: self.inner.name.clone(),
+            cursor,
+            attempts,
+            reason,
+        };
+        if attempts >= self.inner.config.max_cursor_reopen_attempts.max(1) {
+            self.give_up(e);
+        } else {
+            self.schedule_retry(e);
+        }
+    }
+
     /// One replay attempt; runs on the handle's executor.
     fn run_attempt(&self) {
         let inner = &self.inner;
+        let cursor = match self.open_cursor() {
+            Ok(c) => c,
+            Err(reason) => {
+                self.cursor_reopen_failed(reason);
+                return;
+            }
+        };
+        inner.core.lock().reopen_failures = 0;
         let gen = inner.generation.fetch_add(1, Ordering::SeqCst) + 1;
         let built = ReplayAttempt::new(
             format!("{}#{gen}", inner.name),
-            Arc::clone(&inner.cursor),
+            Arc::clone(&cursor),
             Arc::clone(&inner.dispatcher),
             inner.config.replay,
         )
         .and_then(|a| {
             BufferedWriter::open(
-                Arc::clone(inner.cursor.ledger()),
+                Arc::clone(cursor.ledger()),
                 Arc::clone(&inner.timer),
                 inner.config.writer,
             )
@@ -557,6 +670,11 @@ impl PendingAckHandle {
             self.give_up(e);
             return;
         }
+        self.schedule_retry(e);
+    }
+
+    /// Back to None (unless Close) and `init` after the next backoff delay.
+    fn schedule_retry(&self, e: PendingAckError) {
         let mut c = self.inner.core.lock();
         if c.state == HandleState::Close {
             return;

@@ -1,4 +1,7 @@
-//! The asynchronous read pipeline around the (synchronous) substrate cursor.
+//! Where a replay's issued reads run: [`InlineReads`] and [`ReaderThread`],
+//! the two [`ReadDispatcher`]s the crate ships. (The job and the trait live
+//! in `replay`, which owns the attempt they complete; this file only
+//! depends on them, never the other way round.)
 //!
 //! Pulsar's `asyncReadEntries` delivers a successful read on a managed-ledger
 //! thread and a failure on whatever thread saw it, possibly the replay
@@ -13,62 +16,9 @@
 use std::collections::VecDeque;
 use std::sync::Arc;
 
-use super::replay::ReplayAttempt;
-use crate::ledger::{Entry, LedgerError};
+use super::replay::{ReadDispatcher, ReadJob};
+use crate::ledger::LedgerError;
 use crate::sync::{thread, Condvar, Mutex};
-
-/// One issued read of `max_entries` entries for one replay attempt. Exactly
-/// one of [`ReadJob::run`], [`ReadJob::complete`], [`ReadJob::fail`] must be
-/// called (each consumes the job); dropping a job unfinished leaves the
-/// attempt waiting, as a lost callback does in Pulsar (the replay loop then
-/// ends only when the cursor is closed or the handle is closed).
-#[must_use = "a read job must be finished with run, complete or fail"]
-pub struct ReadJob {
-    pub(crate) attempt: Arc<ReplayAttempt>,
-    pub(crate) max_entries: usize,
-}
-
-impl std::fmt::Debug for ReadJob {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ReadJob")
-            .field("max_entries", &self.max_entries)
-            .finish_non_exhaustive()
-    }
-}
-
-impl ReadJob {
-    /// Entries requested.
-    pub fn max_entries(&self) -> usize {
-        self.max_entries
-    }
-
-    /// Performs the read on the calling thread
-    /// ([`crate::ledger::ManagedCursor::read_entries`]) and delivers the
-    /// result to the replay.
-    pub fn run(self) {
-        match self.attempt.cursor().read_entries(self.max_entries) {
-            Ok(entries) => self.attempt.read_complete(entries),
-            Err(e) => self.attempt.read_failed(e),
-        }
-    }
-
-    /// Delivers `entries` as this read's result (`readEntriesComplete`).
-    pub fn complete(self, entries: Vec<Entry>) {
-        self.attempt.read_complete(entries);
-    }
-
-    /// Delivers `error` as this read's failure (`readEntriesFailed`).
-    pub fn fail(self, error: LedgerError) {
-        self.attempt.read_failed(error);
-    }
-}
-
-/// Where issued reads run. Called by the replay thread from `fill_queue`
-/// with no replay lock held; may finish the job before returning.
-pub trait ReadDispatcher: Send + Sync + std::fmt::Debug {
-    /// Takes responsibility for finishing `job`.
-    fn dispatch(&self, job: ReadJob);
-}
 
 /// Runs each read synchronously on the replay thread: completions and
 /// failures re-enter the replay inside `fill_queue`.

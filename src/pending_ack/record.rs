@@ -1,10 +1,4 @@
-//! Pending-ack log records and their wire format: the proto2 messages of
-//! Pulsar's `TransactionPendingAck.proto` (`PendingAckMetadataEntry`,
-//! `PendingAckMetadata`, `BatchedPendingAckMetadataEntry`) with their tags,
-//! labels and enum values, so a log entry is the bytes Pulsar's
-//! `MLPendingAckStore` writes and reads. The required `ledgerId`/`entryId`
-//! of every position are checked before decoding
-//! ([`crate::permits::presence`]).
+//! Pending-ack log records and their wire format (prost).
 //!
 //! One log entry holds either a single `PendingAckMetadataEntry` or, when the
 //! buffered writer batches, the batched form: the big-endian short magic
@@ -21,7 +15,6 @@
 use prost::Message;
 
 use super::error::PendingAckError;
-use crate::permits::presence::{check_required, RequiredSpec};
 use crate::position::Position;
 
 /// Magic short that starts a batched pending-ack log entry.
@@ -54,21 +47,21 @@ impl std::fmt::Display for TxnId {
     }
 }
 
-/// The operation a pending-ack log record records (`PendingAckOp` of
-/// Pulsar's `TransactionPendingAck.proto`: ACK = 1, COMMIT = 2, ABORT = 3).
+/// The operation a pending-ack log record records (Pulsar's `PendingAckOp`
+/// in `TransactionPendingAck.proto`: `ACK = 1`, `COMMIT = 2`, `ABORT = 3`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, prost::Enumeration)]
 #[repr(i32)]
 pub enum PendingAckOp {
-    /// A transactional acknowledgement became pending.
+    /// A transactional acknowledgement became pending (`ACK = 1`).
     Ack = 1,
-    /// The transaction committed: its pending acks take effect.
+    /// The transaction committed: its pending acks take effect (`COMMIT = 2`).
     Commit = 2,
-    /// The transaction aborted: its pending acks are dropped.
+    /// The transaction aborted: its pending acks are dropped (`ABORT = 3`).
     Abort = 3,
 }
 
-/// Individual or cumulative acknowledgement (`CommandAck.AckType`:
-/// Individual = 0, Cumulative = 1).
+/// Individual or cumulative acknowledgement (`CommandAck.AckType` in
+/// `PulsarApi.proto`: `Individual = 0`, `Cumulative = 1`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, prost::Enumeration)]
 #[repr(i32)]
 pub enum AckType {
@@ -78,74 +71,56 @@ pub enum AckType {
     Cumulative = 1,
 }
 
-/// Wire form of one acknowledged position: `message PendingAckMetadata {
-/// required uint64 ledgerId = 1; required uint64 entryId = 2; repeated int64
-/// ack_set = 3; optional int32 batch_size = 4; }` (proto2; `ack_set`
-/// unpacked on the wire, read in both forms).
+/// Wire form of one acknowledged position (proto2 `PendingAckMetadata`).
+///
+/// Presence is explicit (`Option`): a present zero is on the wire, an absent
+/// field is not. `ledgerId` and `entryId` are `required` in Pulsar's schema:
+/// the encoder always writes them and the decoder rejects their absence with
+/// [`PendingAckError::MissingField`]. `ack_set` is a proto2 `repeated int64`
+/// without `[packed = true]`: written unpacked (one tag per word), accepted
+/// packed or unpacked.
 #[derive(Clone, PartialEq, prost::Message)]
 pub struct PendingAckMetadata {
-    /// `ledgerId = 1`, required uint64 (a [`Position`] ledger id, bit for bit).
-    #[prost(uint64, required, tag = "1")]
-    pub ledger_id: u64,
-    /// `entryId = 2`, required uint64 (a [`Position`] entry id, bit for bit).
-    #[prost(uint64, required, tag = "2")]
-    pub entry_id: u64,
-    /// `ack_set = 3`: batch-index ack bits (a `BitSet` as longs); empty =
-    /// whole entry.
+    /// `required uint64 ledgerId = 1`.
+    #[prost(uint64, optional, tag = "1")]
+    pub ledger_id: Option<u64>,
+    /// `required uint64 entryId = 2`.
+    #[prost(uint64, optional, tag = "2")]
+    pub entry_id: Option<u64>,
+    /// `repeated int64 ack_set = 3` (unpacked): the batch's `BitSet` as
+    /// little-endian 64-bit words; a SET bit is an index this ack leaves
+    /// unacknowledged. Empty = the whole entry.
     #[prost(int64, repeated, packed = "false", tag = "3")]
     pub ack_set: Vec<i64>,
-    /// `batch_size = 4`: messages in the batch entry; absent = not batched.
+    /// `optional int32 batch_size = 4`.
     #[prost(int32, optional, tag = "4")]
     pub batch_size: Option<i32>,
 }
 
-/// Wire form of one pending-ack log record: `message PendingAckMetadataEntry
-/// { optional PendingAckOp pending_ack_op = 1; optional CommandAck.AckType
-/// ack_type = 2; optional uint64 txnid_least_bits = 3; optional uint64
-/// txnid_most_bits = 4; repeated PendingAckMetadata pending_ack_metadata = 5;
-/// }` (proto2: the encoder sets all four scalars, so they are on the wire
-/// also when 0; an absent one reads as its proto2 default).
+/// Wire form of one pending-ack log record (proto2 `PendingAckMetadataEntry`;
+/// every scalar field `optional`, so an explicit zero is on the wire).
 #[derive(Clone, PartialEq, prost::Message)]
 pub struct PendingAckMetadataEntry {
-    /// `pending_ack_op = 1`: [`PendingAckOp`] as i32 (absent = ACK, the
-    /// enum's first value).
+    /// `optional PendingAckOp pending_ack_op = 1`.
     #[prost(enumeration = "PendingAckOp", optional, tag = "1")]
     pub pending_ack_op: Option<i32>,
-    /// `ack_type = 2`: [`AckType`] as i32 (absent = Individual).
+    /// `optional CommandAck.AckType ack_type = 2`.
     #[prost(enumeration = "AckType", optional, tag = "2")]
     pub ack_type: Option<i32>,
-    /// `txnid_least_bits = 3`: low half of the txn id.
+    /// `optional uint64 txnid_least_bits = 3`.
     #[prost(uint64, optional, tag = "3")]
     pub txnid_least_bits: Option<u64>,
-    /// `txnid_most_bits = 4`: high half of the txn id.
+    /// `optional uint64 txnid_most_bits = 4`.
     #[prost(uint64, optional, tag = "4")]
     pub txnid_most_bits: Option<u64>,
-    /// `pending_ack_metadata = 5`: acknowledged positions (ACK records only).
+    /// `repeated PendingAckMetadata pending_ack_metadata = 5` (ACK records).
     #[prost(message, repeated, tag = "5")]
     pub pending_ack_metadata: Vec<PendingAckMetadata>,
 }
 
-/// Required fields of `PendingAckMetadata`.
-pub static PENDING_ACK_METADATA_REQUIRED: RequiredSpec = RequiredSpec {
-    message: "PendingAckMetadata",
-    required: &[(1, "ledgerId"), (2, "entryId")],
-    nested: &[],
-};
-/// Required fields below `PendingAckMetadataEntry` (its own are optional).
-pub static PENDING_ACK_METADATA_ENTRY_REQUIRED: RequiredSpec = RequiredSpec {
-    message: "PendingAckMetadataEntry",
-    required: &[],
-    nested: &[(5, true, &PENDING_ACK_METADATA_REQUIRED)],
-};
-/// Required fields below `BatchedPendingAckMetadataEntry`.
-pub static BATCHED_PENDING_ACK_METADATA_ENTRY_REQUIRED: RequiredSpec = RequiredSpec {
-    message: "BatchedPendingAckMetadataEntry",
-    required: &[],
-    nested: &[(1, true, &PENDING_ACK_METADATA_ENTRY_REQUIRED)],
-};
-
-/// Wire form of a batched entry's payload (`BatchedPendingAckMetadataEntry`),
-/// written after the magic and version shorts.
+/// Wire form of a batched entry's payload (`BatchedPendingAckMetadataEntry`:
+/// `repeated PendingAckMetadataEntry pending_ack_logs = 1`), written after
+/// the magic and version shorts.
 #[derive(Clone, PartialEq, prost::Message)]
 pub struct BatchedPendingAckMetadataEntry {
     /// The records of the batch, in append order.
@@ -154,6 +129,12 @@ pub struct BatchedPendingAckMetadataEntry {
 }
 
 /// One acknowledged position in a [`PendingAckRecord`].
+///
+/// A batch-index ack carries the batch's `ack_set` in Pulsar's convention
+/// (`java.util.BitSet.toLongArray()`: little-endian 64-bit words, trailing
+/// zero words trimmed, a SET bit is an index this ack leaves unacknowledged)
+/// and the number of messages in the batch entry (`batch_size`). An empty
+/// `ack_set` acknowledges the whole entry.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct AckedPosition {
     /// The acknowledged message's position in the topic.
@@ -165,6 +146,13 @@ pub struct AckedPosition {
 }
 
 impl AckedPosition {
+    /// Largest `batch_size` accepted (1 Mi messages). Batch-index acks cost
+    /// memory per index, so the batch size is bounded by what one entry can
+    /// hold: Pulsar's default `maxMessageSize` is 5 MiB and every batched
+    /// message takes at least 5 bytes (its 4-byte metadata size and a
+    /// non-empty `SingleMessageMetadata`), so no storable batch is larger.
+    pub const MAX_BATCH_SIZE: i32 = 1 << 20;
+
     /// A whole-entry acknowledgement of `position`.
     pub fn whole(position: Position) -> Self {
         Self {
@@ -172,6 +160,130 @@ impl AckedPosition {
             batch_size: 0,
             ack_set: Vec::new(),
         }
+    }
+
+    /// An acknowledgement of the batch indexes `acked` (each `< batch_size`)
+    /// of the batch entry at `position` holding `batch_size` messages.
+    ///
+    /// # Errors
+    /// [`PendingAckError::InvalidRecord`] if `batch_size` is not positive or
+    /// above [`AckedPosition::MAX_BATCH_SIZE`], an index is out of range, or
+    /// `acked` is empty.
+    pub fn batch_indexes(
+        position: Position,
+        batch_size: i32,
+        acked: &[u32],
+    ) -> Result<Self, PendingAckError> {
+        if batch_size <= 0 {
+            return Err(PendingAckError::InvalidRecord(format!(
+                "batch-index ack of {position} needs a positive batch_size, got {batch_size}"
+            )));
+        }
+        if batch_size > Self::MAX_BATCH_SIZE {
+            return Err(PendingAckError::InvalidRecord(format!(
+                "batch-index ack of {position}: batch_size {batch_size} exceeds {}",
+                Self::MAX_BATCH_SIZE
+            )));
+        }
+        if acked.is_empty() {
+            return Err(PendingAckError::InvalidRecord(format!(
+                "batch-index ack of {position} acknowledges no index"
+            )));
+        }
+        let n = batch_size as u32;
+        let mut words = vec![0i64; n.div_ceil(64) as usize];
+        for i in 0..n {
+            words[(i / 64) as usize] |= 1i64 << (i % 64);
+        }
+        for &i in acked {
+            if i >= n {
+                return Err(PendingAckError::InvalidRecord(format!(
+                    "batch index {i} of {position} is outside its batch of {batch_size}"
+                )));
+            }
+            words[(i / 64) as usize] &= !(1i64 << (i % 64));
+        }
+        while words.last() == Some(&0) {
+            words.pop();
+        }
+        // Every index acknowledged leaves no word: the whole entry, as Pulsar
+        // sends it.
+        Ok(Self {
+            position,
+            batch_size,
+            ack_set: words,
+        })
+    }
+
+    /// Whether this acknowledges only some batch indexes (a non-empty
+    /// `ack_set`).
+    pub fn is_batch_index_ack(&self) -> bool {
+        !self.ack_set.is_empty()
+    }
+
+    /// The batch indexes this ack acknowledges (clear bits below
+    /// `batch_size`), or `None` for a whole-entry ack.
+    pub fn acked_indexes(&self) -> Option<std::collections::BTreeSet<u32>> {
+        if self.ack_set.is_empty() {
+            return None;
+        }
+        let n = self.batch_size.max(0) as u32;
+        Some(
+            (0..n)
+                .filter(|&i| {
+                    let w = self.ack_set.get((i / 64) as usize).copied().unwrap_or(0);
+                    w & (1i64 << (i % 64)) == 0
+                })
+                .collect(),
+        )
+    }
+
+    /// `cumulative`: the position of a cumulative ACK, whose `ack_set`
+    /// Pulsar writes without a `batch_size` (`appendCumulativeAck`), so its
+    /// bits cannot be checked against one.
+    fn validate(&self, cumulative: bool) -> Result<(), PendingAckError> {
+        let p = self.position;
+        if p.ledger_id < 0 || p.entry_id < 0 {
+            return Err(PendingAckError::InvalidRecord(format!(
+                "acknowledged position {p} has a negative ledger or entry id"
+            )));
+        }
+        if self.batch_size < 0 {
+            return Err(PendingAckError::InvalidRecord(format!(
+                "acknowledged position {p} has a negative batch_size {}",
+                self.batch_size
+            )));
+        }
+        if self.batch_size > Self::MAX_BATCH_SIZE {
+            return Err(PendingAckError::InvalidRecord(format!(
+                "acknowledged position {p} has batch_size {} above {}",
+                self.batch_size,
+                Self::MAX_BATCH_SIZE
+            )));
+        }
+        if self.ack_set.is_empty() || (cumulative && self.batch_size == 0) {
+            return Ok(());
+        }
+        let n = self.batch_size as u32;
+        if n == 0 {
+            return Err(PendingAckError::InvalidRecord(format!(
+                "batch-index ack of {p} has an ack_set but no batch_size"
+            )));
+        }
+        if self.ack_set.len() > n.div_ceil(64) as usize {
+            return Err(PendingAckError::InvalidRecord(format!(
+                "batch-index ack of {p}: ack_set has {} words for a batch of {n}",
+                self.ack_set.len()
+            )));
+        }
+        let last = self.ack_set.len() - 1;
+        let bits_in_last = n - 64 * last as u32;
+        if bits_in_last < 64 && (self.ack_set[last] as u64) >> bits_in_last != 0 {
+            return Err(PendingAckError::InvalidRecord(format!(
+                "batch-index ack of {p}: ack_set sets bits at or above batch_size {n}"
+            )));
+        }
+        Ok(())
     }
 }
 
@@ -230,33 +342,47 @@ impl PendingAckRecord {
         }
     }
 
-    /// Checks the shape rules listed on [`PendingAckRecord::positions`].
+    /// Checks the shape rules listed on [`PendingAckRecord::positions`] and
+    /// each position's ids and batch-index ack set.
     ///
     /// # Errors
     /// [`PendingAckError::InvalidRecord`].
     pub fn validate(&self) -> Result<(), PendingAckError> {
         match (self.op, self.ack_type) {
             (PendingAckOp::Ack, AckType::Individual) if self.positions.is_empty() => {
-                Err(PendingAckError::InvalidRecord(format!(
+                return Err(PendingAckError::InvalidRecord(format!(
                     "individual ACK of txn {} lists no positions",
                     self.txn_id
                 )))
             }
             (PendingAckOp::Ack, AckType::Cumulative) if self.positions.len() != 1 => {
-                Err(PendingAckError::InvalidRecord(format!(
+                return Err(PendingAckError::InvalidRecord(format!(
                     "cumulative ACK of txn {} must list exactly one position, got {}",
                     self.txn_id,
                     self.positions.len()
                 )))
             }
-            _ => Ok(()),
+            (PendingAckOp::Commit | PendingAckOp::Abort, _) if !self.positions.is_empty() => {
+                return Err(PendingAckError::InvalidRecord(format!(
+                    "{:?} of txn {} must list no positions",
+                    self.op, self.txn_id
+                )))
+            }
+            _ => {}
         }
+        let cumulative = self.ack_type == AckType::Cumulative;
+        self.positions
+            .iter()
+            .try_for_each(|p| p.validate(cumulative))
     }
 
+    /// The wire message Pulsar's `MLPendingAckStore` writes for this record:
+    /// op, ack type and both txn id halves always present (explicit zeros
+    /// included); for an individual ACK every position carries `batch_size`
+    /// (0 when not batched); a cumulative ACK's position carries it only when
+    /// non-zero (Pulsar's `appendCumulativeAck` never sets it).
     pub(crate) fn to_wire(&self) -> PendingAckMetadataEntry {
-        // MLPendingAckStore sets batch_size on every position of an
-        // individual ACK (also 0) and on none of a cumulative one
-        let with_batch_size = self.ack_type == AckType::Individual;
+        let individual = self.ack_type == AckType::Individual;
         PendingAckMetadataEntry {
             pending_ack_op: Some(self.op as i32),
             ack_type: Some(self.ack_type as i32),
@@ -266,45 +392,70 @@ impl PendingAckRecord {
                 .positions
                 .iter()
                 .map(|p| PendingAckMetadata {
-                    // i64 → u64 keeps the bits: the varint on the wire is the same
-                    ledger_id: p.position.ledger_id as u64,
-                    entry_id: p.position.entry_id as u64,
+                    ledger_id: Some(p.position.ledger_id as u64),
+                    entry_id: Some(p.position.entry_id as u64),
                     ack_set: p.ack_set.clone(),
-                    batch_size: with_batch_size.then_some(p.batch_size),
+                    batch_size: (individual || p.batch_size != 0).then_some(p.batch_size),
                 })
                 .collect(),
         }
     }
 
-    fn from_wire(w: PendingAckMetadataEntry) -> Result<Self, String> {
-        // the raw values: prost's enum accessors map an unknown value to the
-        // default, which would hide it
-        let op_value = w.pending_ack_op.unwrap_or(PendingAckOp::Ack as i32);
-        let op = PendingAckOp::try_from(op_value)
-            .map_err(|_| format!("unknown pending_ack_op {op_value}"))?;
-        let ack_type_value = w.ack_type.unwrap_or(AckType::Individual as i32);
-        let ack_type = AckType::try_from(ack_type_value)
-            .map_err(|_| format!("unknown ack_type {ack_type_value}"))?;
+    fn from_wire(position: Position, w: PendingAckMetadataEntry) -> Result<Self, PendingAckError> {
+        let missing = |message: &'static str, field: &'static str| PendingAckError::MissingField {
+            position,
+            message,
+            field,
+        };
+        let bad = |reason: String| PendingAckError::Decode { position, reason };
+        const ENTRY: &str = "PendingAckMetadataEntry";
+        let op_raw = w
+            .pending_ack_op
+            .ok_or_else(|| missing(ENTRY, "pending_ack_op"))?;
+        let op = PendingAckOp::try_from(op_raw)
+            .map_err(|_| bad(format!("unknown pending_ack_op {op_raw}")))?;
+        let type_raw = w.ack_type.ok_or_else(|| missing(ENTRY, "ack_type"))?;
+        let ack_type =
+            AckType::try_from(type_raw).map_err(|_| bad(format!("unknown ack_type {type_raw}")))?;
+        let least = w
+            .txnid_least_bits
+            .ok_or_else(|| missing(ENTRY, "txnid_least_bits"))?;
+        let most = w
+            .txnid_most_bits
+            .ok_or_else(|| missing(ENTRY, "txnid_most_bits"))?;
+        let mut positions = Vec::with_capacity(w.pending_ack_metadata.len());
+        for m in w.pending_ack_metadata {
+            const META: &str = "PendingAckMetadata";
+            let ledger = m.ledger_id.ok_or_else(|| missing(META, "ledgerId"))?;
+            let entry = m.entry_id.ok_or_else(|| missing(META, "entryId"))?;
+            let to_i64 = |v: u64, what: &str| {
+                i64::try_from(v).map_err(|_| bad(format!("{what} {v} is out of range")))
+            };
+            // Pulsar writes a cumulative ACK's ack_set without batch_size.
+            if ack_type == AckType::Individual && !m.ack_set.is_empty() && m.batch_size.is_none() {
+                return Err(missing(META, "batch_size"));
+            }
+            positions.push(AckedPosition {
+                position: Position::new(to_i64(ledger, "ledgerId")?, to_i64(entry, "entryId")?),
+                batch_size: m.batch_size.unwrap_or(0),
+                ack_set: m.ack_set,
+            });
+        }
         let rec = Self {
-            txn_id: TxnId::new(w.txnid_most_bits(), w.txnid_least_bits()),
+            txn_id: TxnId::new(most, least),
             op,
             ack_type,
-            positions: w
-                .pending_ack_metadata
-                .into_iter()
-                .map(|m| AckedPosition {
-                    // u64 → i64 keeps the bits written by `to_wire`
-                    position: Position::new(m.ledger_id as i64, m.entry_id as i64),
-                    batch_size: m.batch_size.unwrap_or(0),
-                    ack_set: m.ack_set,
-                })
-                .collect(),
+            positions,
         };
-        rec.validate().map_err(|e| e.to_string())?;
+        rec.validate().map_err(|e| bad(e.to_string()))?;
         Ok(rec)
     }
 
-    /// Encodes the record as a single (non-batched) log entry.
+    /// Encodes the record as a single (non-batched) log entry, byte-identical
+    /// to what Pulsar's `MLPendingAckStore` writes for it. Call
+    /// [`PendingAckRecord::validate`] first for untrusted input (the buffered
+    /// writer does): a negative ledger/entry id would be written as its
+    /// two's-complement `uint64` and rejected on decode.
     pub fn encode(&self) -> Vec<u8> {
         self.to_wire().encode_to_vec()
     }
@@ -364,8 +515,6 @@ pub fn decode_entry(
         if version != BATCHED_ENTRY_VERSION {
             return Err(err(format!("unsupported batched entry version {version}")));
         }
-        check_required(&BATCHED_PENDING_ACK_METADATA_ENTRY_REQUIRED, &data[4..])
-            .map_err(|e| err(format!("batched entry: {e}")))?;
         let batch = BatchedPendingAckMetadataEntry::decode(&data[4..])
             .map_err(|e| err(format!("batched entry: {e}")))?;
         if batch.pending_ack_logs.is_empty() {
@@ -374,12 +523,11 @@ pub fn decode_entry(
         return batch
             .pending_ack_logs
             .into_iter()
-            .map(|w| PendingAckRecord::from_wire(w).map_err(&err))
+            .map(|w| PendingAckRecord::from_wire(position, w))
             .collect();
     }
-    check_required(&PENDING_ACK_METADATA_ENTRY_REQUIRED, data).map_err(|e| err(e.to_string()))?;
     let w = PendingAckMetadataEntry::decode(data).map_err(|e| err(e.to_string()))?;
-    Ok(vec![PendingAckRecord::from_wire(w).map_err(err)?])
+    Ok(vec![PendingAckRecord::from_wire(position, w)?])
 }
 
 #[cfg(all(test, not(any(loom, feature = "shuttle"))))]
@@ -410,86 +558,6 @@ mod tests {
         assert_eq!(encode_batch_of_encoded(&refs).unwrap(), b);
     }
 
-    /// Records are the bytes protoc writes from Pulsar's
-    /// `TransactionPendingAck.proto` (proto2): `PendingAckOp` is ACK = 1,
-    /// COMMIT = 2, ABORT = 3; op, ack type and both txn id halves are set
-    /// (so on the wire also when 0); `ack_set` is unpacked; `batch_size` is
-    /// set on every position of an individual ACK and on none of a
-    /// cumulative one (as `MLPendingAckStore` writes them).
-    #[test]
-    fn records_are_pulsar_transaction_pending_ack_bytes() {
-        let t = TxnId::new(2, 3);
-        // ACK Individual of 5:7 (whole entry: batch_size 0, on the wire)
-        let ack = PendingAckRecord::individual_ack(t, vec![AckedPosition::whole(p(5, 7))]);
-        let ack_bytes = [
-            0x08, 1, 0x10, 0, 0x18, 3, 0x20, 2, 0x2a, 6, 0x08, 5, 0x10, 7, 0x20, 0,
-        ];
-        assert_eq!(ack.encode(), ack_bytes);
-        // ACK Cumulative up to 5:7: no batch_size
-        assert_eq!(
-            PendingAckRecord::cumulative_ack(t, p(5, 7)).encode(),
-            [0x08, 1, 0x10, 1, 0x18, 3, 0x20, 2, 0x2a, 4, 0x08, 5, 0x10, 7]
-        );
-        // COMMIT Cumulative, and ABORT Individual of txn (0, 0)
-        assert_eq!(
-            PendingAckRecord::commit(t, AckType::Cumulative).encode(),
-            [0x08, 2, 0x10, 1, 0x18, 3, 0x20, 2]
-        );
-        assert_eq!(
-            PendingAckRecord::abort(TxnId::new(0, 0), AckType::Individual).encode(),
-            [0x08, 3, 0x10, 0, 0x18, 0, 0x20, 0]
-        );
-        // a batch-index ack: ack_set [5, 6] unpacked, batch_size 4
-        let batched = PendingAckRecord::individual_ack(
-            t,
-            vec![AckedPosition {
-                position: p(5, 7),
-                batch_size: 4,
-                ack_set: vec![5, 6],
-            }],
-        );
-        let batched_bytes = [
-            0x08, 1, 0x10, 0, 0x18, 3, 0x20, 2, 0x2a, 10, 0x08, 5, 0x10, 7, 0x18, 5, 0x18, 6, 0x20,
-            4,
-        ];
-        assert_eq!(batched.encode(), batched_bytes);
-        assert_eq!(
-            decode_entry(p(1, 0), &batched_bytes).unwrap(),
-            vec![batched.clone()]
-        );
-        // the packed form of ack_set decodes to the same record
-        let packed = [
-            0x08, 1, 0x10, 0, 0x18, 3, 0x20, 2, 0x2a, 10, 0x08, 5, 0x10, 7, 0x1a, 2, 5, 6, 0x20, 4,
-        ];
-        assert_eq!(decode_entry(p(1, 0), &packed).unwrap(), vec![batched]);
-        assert_eq!(decode_entry(p(1, 0), &ack_bytes).unwrap(), vec![ack]);
-    }
-
-    /// `PendingAckMetadata.ledgerId` and `entryId` are proto2 `required`: a
-    /// position without one is a typed decode error (prost alone would read
-    /// it as 0), in a single and in a batched entry.
-    #[test]
-    fn pending_ack_position_without_required_id_is_a_decode_error() {
-        let at = p(2, 5);
-        let head = [0x08, 1, 0x10, 0, 0x18, 3, 0x20, 2];
-        for (position, field) in [(&[0x10, 7][..], "ledgerId"), (&[0x08, 5][..], "entryId")] {
-            let mut single = head.to_vec();
-            single.extend_from_slice(&[0x2a, 2]);
-            single.extend_from_slice(position);
-            let mut batch = vec![0x0e, 0x01, 0x00, 0x01, 0x0a, single.len() as u8];
-            batch.extend_from_slice(&single);
-            for bytes in [single, batch] {
-                match decode_entry(at, &bytes) {
-                    Err(PendingAckError::Decode { position, reason }) => {
-                        assert_eq!(position, at);
-                        assert!(reason.contains(field), "{field}: {reason}");
-                    }
-                    other => panic!("expected missing {field}, got {other:?}"),
-                }
-            }
-        }
-    }
-
     #[test]
     fn bad_bytes_are_typed_errors() {
         let at = p(2, 5);
@@ -504,26 +572,26 @@ mod tests {
                 other => panic!("expected a decode error for {bad:?}, got {other:?}"),
             }
         }
-        // Unknown op / ack type values (also on an otherwise valid ACK record,
-        // and 0, which is not a PendingAckOp).
-        for (op, ack_type) in [(9, 0), (0, 0), (1, 5)] {
-            let mut w = PendingAckRecord::individual_ack(
-                TxnId::new(1, 1),
-                vec![AckedPosition::whole(p(3, 4))],
-            )
-            .to_wire();
-            w.pending_ack_op = Some(op);
-            w.ack_type = Some(ack_type);
-            assert!(
-                matches!(
-                    decode_entry(at, &w.encode_to_vec()),
-                    Err(PendingAckError::Decode { .. })
-                ),
-                "op {op}, ack_type {ack_type}"
-            );
-        }
+        // Unknown op value.
+        let w = PendingAckMetadataEntry {
+            pending_ack_op: Some(9),
+            ack_type: Some(0),
+            txnid_least_bits: Some(0),
+            txnid_most_bits: Some(0),
+            ..Default::default()
+        };
+        assert!(matches!(
+            decode_entry(at, &w.encode_to_vec()),
+            Err(PendingAckError::Decode { .. })
+        ));
         // An ACK with no positions is invalid.
-        let w = PendingAckMetadataEntry::default();
+        let w = PendingAckMetadataEntry {
+            pending_ack_op: Some(1),
+            ack_type: Some(0),
+            txnid_least_bits: Some(0),
+            txnid_most_bits: Some(0),
+            ..Default::default()
+        };
         assert!(decode_entry(at, &w.encode_to_vec()).is_err());
     }
 }

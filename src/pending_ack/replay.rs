@@ -20,13 +20,23 @@
 //! flag (SeqCst on both). `loom-tests/pending_ack.rs` checks this on this
 //! very code; `specs/PendingAckReplay.tla` checks the protocol.
 //!
+//! Start of an attempt: the cursor is cached and shared, so its read
+//! position may be anywhere; [`ReplayAttempt::run`] first rewinds it to the
+//! entry after the mark-delete, where the attempt's load position starts.
+//!
 //! End of an attempt ([`ReplayAttempt::run`]): the replay completes when it
-//! caught up to the last-confirmed snapshot, when nothing is readable and the
-//! queue is drained, on one of the three completing failure shapes
-//! ([`classify`]), or when a failure arrives after it caught up. Any other
-//! failure fails the attempt: the cursor is rewound to the entry after its
-//! mark-delete (entries read but not applied were released) and the error is
-//! returned unwrapped for the handle to classify.
+//! caught up to the last-confirmed snapshot, on one of the three completing
+//! failure shapes ([`classify`]), when a failure arrives after it caught up,
+//! or (auto-skip on) when nothing is readable and the queue is drained. A
+//! replay that runs dry short of the snapshot otherwise is failed with
+//! [`PendingAckError::IncompleteReplay`]: Ready implies every record up to
+//! the log end at the attempt's start was applied. Any other failure fails
+//! the attempt: `stop_replay` (entries read but not applied are released;
+//! through the read gate no later read of this attempt touches the cursor),
+//! the cursor is rewound to the entry after its mark-delete, and the error
+//! is returned unwrapped for the handle to classify. The end never waits for
+//! outstanding reads, so a lost read callback cannot hold the replay
+//! thread once the attempt is interrupted or the cursor closed.
 
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -34,11 +44,68 @@ use std::sync::Arc;
 use tracing::{debug, warn};
 
 use super::error::PendingAckError;
-use super::reader::{ReadDispatcher, ReadJob};
 use super::record::{decode_entry, PendingAckRecord};
 use crate::ledger::{Entry, LedgerError, ManagedCursor};
 use crate::position::Position;
 use crate::sync::{AtomicBool, AtomicUsize, Condvar, Mutex, Ordering};
+
+/// One issued read of `max_entries` entries for one replay attempt. Exactly
+/// one of [`ReadJob::run`], [`ReadJob::complete`], [`ReadJob::fail`] should
+/// be called (each consumes the job). A job that is dropped or finished
+/// late is a lost/late callback, as in Pulsar: the attempt waits for it
+/// until the cursor is closed or the attempt is interrupted (the handle's
+/// `close`); a late finish after the attempt ended releases its entries and
+/// changes nothing (the attempt is stopped, and [`ReadJob::run`] then does
+/// not touch the shared cursor).
+#[must_use = "a read job must be finished with run, complete or fail"]
+pub struct ReadJob {
+    attempt: Arc<ReplayAttempt>,
+    max_entries: usize,
+}
+
+impl std::fmt::Debug for ReadJob {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ReadJob")
+            .field("max_entries", &self.max_entries)
+            .finish_non_exhaustive()
+    }
+}
+
+impl ReadJob {
+    /// Entries requested.
+    pub fn max_entries(&self) -> usize {
+        self.max_entries
+    }
+
+    /// The cursor the read is for (the attempt's shared cursor).
+    pub fn cursor(&self) -> &Arc<ManagedCursor> {
+        &self.attempt.cursor
+    }
+
+    /// Performs the read on the calling thread
+    /// ([`crate::ledger::ManagedCursor::read_entries`]) and delivers the
+    /// result to the replay; if the attempt already ended, reads nothing.
+    pub fn run(self) {
+        self.attempt.run_read(self.max_entries);
+    }
+
+    /// Delivers `entries` as this read's result (`readEntriesComplete`).
+    pub fn complete(self, entries: Vec<Entry>) {
+        self.attempt.read_complete(entries);
+    }
+
+    /// Delivers `error` as this read's failure (`readEntriesFailed`).
+    pub fn fail(self, error: LedgerError) {
+        self.attempt.read_failed(error);
+    }
+}
+
+/// Where issued reads run. Called by the replay thread from `fill_queue`
+/// with no replay lock held; may finish the job before returning.
+pub trait ReadDispatcher: Send + Sync + std::fmt::Debug {
+    /// Takes responsibility for finishing `job`.
+    fn dispatch(&self, job: ReadJob);
+}
 
 /// Sizes of the replay's read pipeline.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -152,6 +219,11 @@ pub struct ReplayAttempt {
     completing_failure: Mutex<Option<LedgerError>>,
     shared: Mutex<QueueState>,
     progress: Condvar,
+    /// Held by [`ReadJob::run`] across its cursor read and delivery, and by
+    /// [`ReplayAttempt::stop_replay`] while it marks the attempt stopped: once
+    /// `stop_replay` returned, no read of this attempt moves the shared
+    /// cursor (lock order: `read_gate` before `shared`).
+    read_gate: Mutex<()>,
 }
 
 impl std::fmt::Debug for ReplayAttempt {
@@ -200,6 +272,7 @@ impl ReplayAttempt {
                 queue: VecDeque::new(),
             }),
             progress: Condvar::new(),
+            read_gate: Mutex::new(()),
         }))
     }
 
@@ -323,9 +396,35 @@ impl ReplayAttempt {
         self.wake();
     }
 
+    /// [`ReadJob::run`]: under the read gate, reads the cursor and delivers
+    /// the result, unless the attempt already stopped: then the late job only
+    /// gives back its outstanding-read count and touches nothing.
+    fn run_read(&self, max_entries: usize) {
+        let _gate = self.read_gate.lock();
+        if self.shared.lock().stopped {
+            debug!(handle = %self.name, "pending-ack replay already stopped; late read not performed");
+            self.outstanding_reads.fetch_sub(1, Ordering::SeqCst);
+            self.wake();
+            return;
+        }
+        match self.cursor.read_entries(max_entries) {
+            Ok(entries) => self.read_complete(entries),
+            Err(e) => self.read_failed(e),
+        }
+    }
+
+    /// Whether [`ReplayAttempt::stop_replay`] ran (the attempt ended).
+    pub fn is_stopped(&self) -> bool {
+        self.shared.lock().stopped
+    }
+
     /// `stopReplay()`: marks the replay stopped (later completions release
-    /// their entries) and releases everything queued. Idempotent; any thread.
+    /// their entries; a later [`ReadJob::run`] reads nothing) and releases
+    /// everything queued. Waits for a [`ReadJob::run`] in progress (bounded
+    /// by one storage read; a lost callback holds nothing). Idempotent; any
+    /// thread.
     pub fn stop_replay(&self) -> usize {
+        let _gate = self.read_gate.lock();
         let drained: Vec<Entry> = {
             let mut s = self.shared.lock();
             s.stopped = true;
@@ -349,23 +448,6 @@ impl ReplayAttempt {
             let _ = self
                 .progress
                 .wait_timeout(s, std::time::Duration::from_millis(1));
-        }
-    }
-
-    /// Waits for the in-flight read (if any) to finish before a rewind, so a
-    /// late read cannot move the read position forward again. Gives up when
-    /// the cursor is closed (its callback may never come).
-    fn quiesce(&self) {
-        loop {
-            if self.outstanding_reads.load(Ordering::SeqCst) == 0 || self.cursor.is_closed() {
-                return;
-            }
-            let s = self.shared.lock();
-            if self.outstanding_reads.load(Ordering::SeqCst) != 0 {
-                let _ = self
-                    .progress
-                    .wait_timeout(s, std::time::Duration::from_millis(1));
-            }
         }
     }
 
@@ -393,6 +475,15 @@ impl ReplayAttempt {
                     Some(error) if !caught_up => Err(self.fail(error.into())),
                     _ => {
                         let completing_failure = self.completing_failure.lock().clone();
+                        // Spec ReadyImpliesCaughtUp: a complete replay either
+                        // reached the snapshot or was ended by a completing
+                        // shape / auto-skipped data (drained_end fails the rest).
+                        debug_assert!(
+                            caught_up || completing_failure.is_some() || self.auto_skip,
+                            "pending-ack replay {} reported complete short of {}",
+                            self.name,
+                            self.lac_snapshot
+                        );
                         if let Some(error) = &completing_failure {
                             warn!(
                                 handle = %self.name,
@@ -418,8 +509,11 @@ impl ReplayAttempt {
         }
     }
 
+    /// Ends a failed attempt: `stop_replay` already ran, so no read of this
+    /// attempt can move the cursor after this rewind (a read whose callback
+    /// was lost never runs; one that runs late reads nothing). Never waits
+    /// for outstanding reads: a lost callback must not hold the executor.
     fn fail(&self, error: PendingAckError) -> PendingAckError {
-        self.quiesce();
         self.cursor.rewind();
         debug!(handle = %self.name, %error, read_position = %self.cursor.read_position(), "pending-ack replay attempt failed; cursor rewound");
         error
@@ -432,6 +526,11 @@ impl ReplayAttempt {
         if self.cursor.is_closed() {
             return Err(self.closed_error());
         }
+        // The cursor is cached and shared (a previous attempt, or anyone else
+        // holding it, may have moved its read position past entries after
+        // the mark-delete): every attempt reads from the first entry after
+        // the mark-delete, where `current` starts.
+        self.cursor.rewind();
         let mut current = self.start_position;
         let mut entries = 0u64;
         let mut records = 0u64;
@@ -445,7 +544,7 @@ impl ReplayAttempt {
                 return Ok((true, entries, records));
             }
             if !self.fill_queue() {
-                return Ok((false, entries, records));
+                return self.drained_end(current, entries, records);
             }
             match self.poll() {
                 Some(entry) => {
@@ -469,6 +568,32 @@ impl ReplayAttempt {
                 }
             }
         }
+    }
+
+    /// The loop stopped with nothing readable and the queue drained before
+    /// it reached the last-confirmed snapshot. Only a completing failure
+    /// (stored by `read_failed`) or auto-skipped non-recoverable data may
+    /// end a replay short of the snapshot; anything else would report a
+    /// partial replay as complete (spec `ReadyImpliesFullyApplied`), so the
+    /// attempt fails with [`PendingAckError::IncompleteReplay`] (retryable).
+    fn drained_end(
+        &self,
+        current: Position,
+        entries: u64,
+        records: u64,
+    ) -> Result<(bool, u64, u64), PendingAckError> {
+        let explained = self.auto_skip
+            || self.completing_failure.lock().is_some()
+            || self.attempt_failure.lock().is_some();
+        if explained {
+            return Ok((false, entries, records));
+        }
+        Err(PendingAckError::IncompleteReplay {
+            name: self.name.clone(),
+            applied_up_to: current,
+            last_confirmed: self.lac_snapshot,
+            read_position: self.cursor.read_position(),
+        })
     }
 
     fn closed_error(&self) -> PendingAckError {

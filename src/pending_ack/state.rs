@@ -11,23 +11,45 @@
 //!   already pending;
 //! * cumulative ACK — applied only past the subscription's mark-delete and
 //!   when nothing is pending or the same txn moves to a larger position;
+//!   its commit moves the mark-delete to its position, or to the entry
+//!   before it when it carries an `ack_set` (a batch entry with indexes
+//!   still unacknowledged, which the commit never deletes);
 //! * COMMIT/ABORT — looked up by txn id; a txn that is gone is a no-op.
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use super::record::{AckType, AckedPosition, PendingAckOp, PendingAckRecord, TxnId};
+use super::error::PendingAckError;
+use super::record::{AckType, PendingAckOp, PendingAckRecord, TxnId};
 use super::replay::ReplaySink;
 use crate::position::Position;
+
+/// Who holds pending individual acks on one position: a whole-entry ack by
+/// one txn, or batch indexes each held by one txn.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+struct PositionAcks {
+    whole: Option<TxnId>,
+    batch_size: i32,
+    indexes: BTreeMap<u32, TxnId>,
+}
+
+/// What a txn holds on one position: `None` = the whole entry, `Some` = these
+/// batch indexes.
+type Held = Option<BTreeSet<u32>>;
 
 /// Pending transactional acks of one subscription plus the subscription
 /// effects of committed transactions. Owned by the handle under a lock;
 /// mutated by the replay thread and by persisted appends.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PendingAckState {
-    individual: BTreeMap<TxnId, BTreeMap<Position, AckedPosition>>,
-    position_owner: BTreeMap<Position, TxnId>,
+    individual: BTreeMap<TxnId, BTreeMap<Position, Held>>,
+    position_acks: BTreeMap<Position, PositionAcks>,
     cumulative: Option<(TxnId, Position)>,
+    /// Where committing the pending cumulative ack moves the mark-delete: its
+    /// position, or the entry before it when its `ack_set` leaves batch
+    /// indexes of that entry unacknowledged (they are never deleted).
+    cumulative_commit_to: Position,
     deleted: BTreeSet<Position>,
+    deleted_indexes: BTreeMap<Position, BTreeSet<u32>>,
     mark_delete: Position,
     log_unresolved: BTreeMap<Position, BTreeSet<TxnId>>,
     txn_log_entries: BTreeMap<TxnId, BTreeSet<Position>>,
@@ -45,12 +67,18 @@ impl Default for PendingAckState {
 /// model of the log predicts), independent of bookkeeping counters.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct PendingAckSummary {
-    /// Pending individual acks: txn → positions.
+    /// Pending individual acks: txn → positions (whole-entry or some batch
+    /// indexes; see `batch_indexes`).
     pub individual: BTreeMap<TxnId, BTreeSet<Position>>,
+    /// Pending batch-index acks: txn → position → the indexes it acks.
+    pub batch_indexes: BTreeMap<TxnId, BTreeMap<Position, BTreeSet<u32>>>,
     /// The pending cumulative ack, if any.
     pub cumulative: Option<(TxnId, Position)>,
-    /// Positions deleted individually by committed transactions.
+    /// Positions deleted individually (whole entry) by committed transactions.
     pub deleted: BTreeSet<Position>,
+    /// Batch indexes deleted by committed transactions, for batch entries not
+    /// yet deleted as a whole.
+    pub deleted_batch_indexes: BTreeMap<Position, BTreeSet<u32>>,
     /// Subscription mark-delete moved by committed cumulative acks.
     pub mark_delete: Position,
 }
@@ -60,9 +88,11 @@ impl PendingAckState {
     pub fn new(mark_delete: Position) -> Self {
         Self {
             individual: BTreeMap::new(),
-            position_owner: BTreeMap::new(),
+            position_acks: BTreeMap::new(),
             cumulative: None,
+            cumulative_commit_to: mark_delete,
             deleted: BTreeSet::new(),
+            deleted_indexes: BTreeMap::new(),
             mark_delete,
             log_unresolved: BTreeMap::new(),
             txn_log_entries: BTreeMap::new(),
@@ -71,10 +101,11 @@ impl PendingAckState {
         }
     }
 
-    /// Applies one record (idempotent, see the module docs). Returns whether
-    /// it changed anything.
+    /// Applies one replayed record (idempotent, see the module docs): a
+    /// conflicting ACK is skipped whole, as Pulsar's replay does. Returns
+    /// whether it changed anything.
     pub fn apply(&mut self, record: &PendingAckRecord) -> bool {
-        let changed = self.apply_inner(record);
+        let changed = self.apply_checked(record).unwrap_or(false);
         if changed {
             self.records_applied += 1;
         } else {
@@ -83,63 +114,191 @@ impl PendingAckState {
         changed
     }
 
-    fn apply_inner(&mut self, r: &PendingAckRecord) -> bool {
+    /// Applies one record, reporting a conflicting ACK as an error and
+    /// leaving the state unchanged. `Ok(false)` is a COMMIT/ABORT of a txn
+    /// with nothing pending.
+    ///
+    /// # Errors
+    /// [`PendingAckError::AckConflict`] (see [`PendingAckState::check`]).
+    pub fn apply_checked(&mut self, record: &PendingAckRecord) -> Result<bool, PendingAckError> {
+        self.check(record)?;
+        Ok(self.apply_unchecked(record))
+    }
+
+    fn conflict(
+        r: &PendingAckRecord,
+        position: Position,
+        batch_index: Option<u32>,
+        holder: Option<TxnId>,
+    ) -> PendingAckError {
+        PendingAckError::AckConflict {
+            txn_id: r.txn_id,
+            position,
+            batch_index,
+            holder,
+        }
+    }
+
+    /// Pulsar's conflict rules for a transactional ACK (COMMIT/ABORT never
+    /// conflict):
+    ///
+    /// * individual, whole entry: the position is at/below the mark-delete,
+    ///   deleted, has a batch index deleted, or has any pending ack (whole
+    ///   or index, by any txn);
+    /// * individual, batch indexes: the position is at/below the mark-delete
+    ///   or deleted, has a whole-entry pending ack, or one of the acked
+    ///   indexes is deleted or pending (by any txn); disjoint indexes of one
+    ///   entry held by different txns do not conflict;
+    /// * cumulative: the position is at/below the mark-delete, another txn's
+    ///   cumulative ack is pending, or this txn's pending one is not below it.
+    ///
+    /// # Errors
+    /// [`PendingAckError::AckConflict`] naming the position, the index (for a
+    /// batch-index conflict) and the holding txn (`None` = already
+    /// acknowledged on the subscription).
+    pub fn check(&self, r: &PendingAckRecord) -> Result<(), PendingAckError> {
+        if r.op != PendingAckOp::Ack {
+            return Ok(());
+        }
+        if r.ack_type == AckType::Cumulative {
+            let Some(p) = r.positions.first().map(|p| p.position) else {
+                return Ok(());
+            };
+            if p <= self.mark_delete {
+                return Err(Self::conflict(r, p, None, None));
+            }
+            return match self.cumulative {
+                Some((owner, _)) if owner != r.txn_id => {
+                    Err(Self::conflict(r, p, None, Some(owner)))
+                }
+                Some((owner, q)) if p <= q => Err(Self::conflict(r, p, None, Some(owner))),
+                _ => Ok(()),
+            };
+        }
+        for ap in &r.positions {
+            let p = ap.position;
+            if p <= self.mark_delete || self.deleted.contains(&p) {
+                return Err(Self::conflict(r, p, None, None));
+            }
+            let pending = self.position_acks.get(&p);
+            if let Some(owner) = pending.and_then(|a| a.whole) {
+                return Err(Self::conflict(r, p, None, Some(owner)));
+            }
+            match ap.acked_indexes() {
+                None => {
+                    if let Some(a) = pending {
+                        if let Some((i, owner)) = a.indexes.iter().next() {
+                            return Err(Self::conflict(r, p, Some(*i), Some(*owner)));
+                        }
+                    }
+                    if let Some(i) = self.deleted_indexes.get(&p).and_then(|d| d.first()) {
+                        return Err(Self::conflict(r, p, Some(*i), None));
+                    }
+                }
+                Some(acked) => {
+                    for i in acked {
+                        if let Some(owner) = pending.and_then(|a| a.indexes.get(&i)) {
+                            return Err(Self::conflict(r, p, Some(i), Some(*owner)));
+                        }
+                        if self.deleted_indexes.get(&p).is_some_and(|d| d.contains(&i)) {
+                            return Err(Self::conflict(r, p, Some(i), None));
+                        }
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn apply_unchecked(&mut self, r: &PendingAckRecord) -> bool {
         let t = r.txn_id;
         match (r.op, r.ack_type) {
             (PendingAckOp::Ack, AckType::Individual) => {
-                let clash = r.positions.iter().any(|p| {
-                    p.position <= self.mark_delete
-                        || self.deleted.contains(&p.position)
-                        || self.position_owner.contains_key(&p.position)
-                });
-                if clash {
-                    return false;
-                }
-                let acks = self.individual.entry(t).or_default();
-                for p in &r.positions {
-                    acks.insert(p.position, p.clone());
-                    self.position_owner.insert(p.position, t);
+                let held = self.individual.entry(t).or_default();
+                for ap in &r.positions {
+                    let p = ap.position;
+                    let acks = self.position_acks.entry(p).or_default();
+                    match ap.acked_indexes() {
+                        None => {
+                            acks.whole = Some(t);
+                            held.insert(p, None);
+                        }
+                        Some(acked) => {
+                            acks.batch_size = ap.batch_size;
+                            for i in &acked {
+                                acks.indexes.insert(*i, t);
+                            }
+                            // A whole-entry hold (None) already covers every index.
+                            if let Some(set) =
+                                held.entry(p).or_insert_with(|| Some(BTreeSet::new()))
+                            {
+                                set.extend(acked);
+                            }
+                        }
+                    }
                 }
                 true
             }
-            (PendingAckOp::Ack, AckType::Cumulative) => {
-                let Some(p) = r.positions.first().map(|p| p.position) else {
-                    return false;
-                };
-                if p <= self.mark_delete {
-                    return false;
+            (PendingAckOp::Ack, AckType::Cumulative) => match r.positions.first() {
+                Some(p) => {
+                    self.cumulative = Some((t, p.position));
+                    self.cumulative_commit_to = if p.ack_set.is_empty() {
+                        p.position
+                    } else {
+                        Position::new(p.position.ledger_id, p.position.entry_id - 1)
+                    };
+                    true
                 }
-                match self.cumulative {
-                    None => {
-                        self.cumulative = Some((t, p));
-                        true
-                    }
-                    Some((owner, q)) if owner == t && p > q => {
-                        self.cumulative = Some((t, p));
-                        true
-                    }
-                    _ => false,
-                }
-            }
+                None => false,
+            },
             (op, AckType::Individual) => {
-                let Some(acks) = self.individual.remove(&t) else {
+                let Some(held) = self.individual.remove(&t) else {
                     return false;
                 };
-                for p in acks.keys() {
-                    self.position_owner.remove(p);
-                    if op == PendingAckOp::Commit {
-                        self.deleted.insert(*p);
+                for (p, what) in held {
+                    let commit = op == PendingAckOp::Commit;
+                    match what {
+                        None => {
+                            self.position_acks.remove(&p);
+                            if commit {
+                                self.deleted.insert(p);
+                                self.deleted_indexes.remove(&p);
+                            }
+                        }
+                        Some(indexes) => {
+                            let mut batch_size = 0;
+                            if let Some(a) = self.position_acks.get_mut(&p) {
+                                batch_size = a.batch_size;
+                                for i in &indexes {
+                                    a.indexes.remove(i);
+                                }
+                                if a.indexes.is_empty() && a.whole.is_none() {
+                                    self.position_acks.remove(&p);
+                                }
+                            }
+                            if commit {
+                                let d = self.deleted_indexes.entry(p).or_default();
+                                d.extend(indexes);
+                                if batch_size > 0 && d.len() >= batch_size as usize {
+                                    self.deleted_indexes.remove(&p);
+                                    self.deleted.insert(p);
+                                }
+                            }
+                        }
                     }
                 }
                 true
             }
             (op, AckType::Cumulative) => match self.cumulative {
-                Some((owner, p)) if owner == t => {
+                Some((owner, _)) if owner == t => {
                     self.cumulative = None;
+                    let p = self.cumulative_commit_to;
                     if op == PendingAckOp::Commit && p > self.mark_delete {
                         self.mark_delete = p;
                         self.deleted = self.deleted.split_off(&p);
                         self.deleted.remove(&p);
+                        self.deleted_indexes = self.deleted_indexes.split_off(&p);
+                        self.deleted_indexes.remove(&p);
                     }
                     true
                 }
@@ -209,15 +368,35 @@ impl PendingAckState {
                 .iter()
                 .map(|(t, m)| (*t, m.keys().copied().collect()))
                 .collect(),
+            batch_indexes: self
+                .individual
+                .iter()
+                .filter_map(|(t, m)| {
+                    let b: BTreeMap<Position, BTreeSet<u32>> = m
+                        .iter()
+                        .filter_map(|(p, h)| h.clone().map(|s| (*p, s)))
+                        .collect();
+                    (!b.is_empty()).then_some((*t, b))
+                })
+                .collect(),
             cumulative: self.cumulative,
             deleted: self.deleted.clone(),
+            deleted_batch_indexes: self.deleted_indexes.clone(),
             mark_delete: self.mark_delete,
         }
     }
 
-    /// The txn holding a pending individual ack on `position`, if any.
+    /// The txn holding a pending whole-entry individual ack on `position`,
+    /// if any.
     pub fn pending_owner(&self, position: Position) -> Option<TxnId> {
-        self.position_owner.get(&position).copied()
+        self.position_acks.get(&position).and_then(|a| a.whole)
+    }
+
+    /// The txn holding a pending ack of batch index `index` of `position`.
+    pub fn pending_index_owner(&self, position: Position, index: u32) -> Option<TxnId> {
+        self.position_acks
+            .get(&position)
+            .and_then(|a| a.indexes.get(&index).copied())
     }
 }
 
@@ -238,6 +417,7 @@ impl ReplaySink for PendingAckState {
 #[cfg(all(test, not(any(loom, feature = "shuttle"))))]
 mod tests {
     use super::*;
+    use crate::pending_ack::record::AckedPosition;
 
     fn p(e: i64) -> Position {
         Position::new(5, e)
