@@ -28,5 +28,7 @@ pub mod permits;
 pub mod position;
 pub mod sim;
 pub mod sync;
+#[cfg(feature = "trace")]
+pub mod trace;
 
 pub use position::{Position, PositionParseError};
