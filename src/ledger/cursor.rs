@@ -1,0 +1,479 @@
+//! A cursor over a managed ledger: read position, mark-delete position,
+//! individually deleted ranges and properties ([`ManagedCursor`]).
+
+use std::collections::BTreeMap;
+
+use super::error::LedgerError;
+use super::faults::ReadRequest;
+use super::managed_ledger::{Entry, ManagedLedger};
+use super::store::StoredLedgerInfo;
+use crate::position::Position;
+use crate::sync::Mutex;
+// `Arc<ManagedLedger>` is an ownership handle: std's Arc in every build.
+use std::sync::Arc;
+
+#[derive(Debug)]
+struct CursorState {
+    read_position: Position,
+    mark_delete: Position,
+    individually_deleted: Vec<(Position, Position)>,
+    closed: bool,
+}
+
+/// A cursor over a [`ManagedLedger`]: a read position that moves forward as
+/// entries are read, a persisted mark-delete position (every entry `<=` it is
+/// acknowledged) and persisted properties. All methods may be called from any
+/// thread; each takes the cursor's lock for its duration.
+pub struct ManagedCursor {
+    ledger: Arc<ManagedLedger>,
+    name: String,
+    state: Mutex<CursorState>,
+}
+
+impl std::fmt::Debug for ManagedCursor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let s = self.state.lock();
+        f.debug_struct("ManagedCursor")
+            .field("ledger", &self.ledger.name)
+            .field("name", &self.name)
+            .field("read_position", &s.read_position)
+            .field("mark_delete", &s.mark_delete)
+            .finish()
+    }
+}
+
+impl ManagedCursor {
+    /// A cursor of `ledger` recovered (or created) at `mark_delete`, reading
+    /// from `read_position`; called by [`ManagedLedger::open_cursor`].
+    pub(super) fn new(
+        ledger: Arc<ManagedLedger>,
+        name: String,
+        read_position: Position,
+        mark_delete: Position,
+        individually_deleted: Vec<(Position, Position)>,
+    ) -> Self {
+        Self {
+            ledger,
+            name,
+            state: Mutex::new(CursorState {
+                read_position,
+                mark_delete,
+                individually_deleted,
+                closed: false,
+            }),
+        }
+    }
+
+    /// The cursor's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The managed ledger it reads.
+    pub fn ledger(&self) -> &Arc<ManagedLedger> {
+        &self.ledger
+    }
+
+    /// The next position a read starts from.
+    pub fn read_position(&self) -> Position {
+        self.state.lock().read_position
+    }
+
+    /// The mark-delete position.
+    pub fn mark_delete_position(&self) -> Position {
+        self.state.lock().mark_delete
+    }
+
+    /// The individually deleted ranges persisted with the last mark-delete.
+    pub fn individually_deleted_ranges(&self) -> Vec<(Position, Position)> {
+        self.state.lock().individually_deleted.clone()
+    }
+
+    /// Whether an entry exists at or after the read position.
+    pub fn has_more_entries(&self) -> bool {
+        let read = self.state.lock().read_position;
+        read <= self.ledger.last_confirmed_entry()
+    }
+
+    /// Number of entries from the read position to the last confirmed entry.
+    pub fn number_of_entries_to_read(&self) -> i64 {
+        let read = self.state.lock().read_position;
+        self.ledger.entries_after(read.previous_in_ledger())
+    }
+
+    /// Reads up to `max_entries` entries from the read position and advances
+    /// the read position past them. Returns an empty vector when there is
+    /// nothing to read.
+    ///
+    /// Order of checks, as in Pulsar: closed cursor → fenced ledger →
+    /// injected fault → data. A ledger whose data is lost fails with
+    /// [`LedgerError::LedgerNotExist`] (read position unchanged) unless
+    /// auto-skip is on, in which case the read moves on to the next ledger; if
+    /// entries were already collected before reaching the lost ledger they are
+    /// returned and the failure surfaces on the next read.
+    ///
+    /// # Errors
+    /// [`LedgerError::CursorAlreadyClosed`], [`LedgerError::Fenced`], any
+    /// injected [`ReadFailureKind`](super::ReadFailureKind), [`LedgerError::LedgerNotExist`],
+    /// [`LedgerError::InvalidArgument`] for `max_entries == 0`,
+    /// [`LedgerError::Store`]. On error the read position is unchanged.
+    ///
+    /// Any `max_entries >= 1` is valid; a huge one (up to `usize::MAX`) reads
+    /// everything available.
+    pub fn read_entries(&self, max_entries: usize) -> Result<Vec<Entry>, LedgerError> {
+        if max_entries == 0 {
+            return Err(LedgerError::InvalidArgument(
+                "read_entries needs max_entries >= 1".into(),
+            ));
+        }
+        let mut cursor = self.lock_readable(max_entries)?;
+        let mut out: Vec<Entry> = Vec::new();
+        let (start, ledgers): (Position, Vec<(i64, StoredLedgerInfo)>) = {
+            let state = self.ledger.state.lock();
+            let start = state.first_valid_at_or_after(cursor.read_position);
+            let ledgers = state
+                .ledgers
+                .range(start.ledger_id..)
+                .map(|(k, v)| (*k, *v))
+                .collect();
+            (start, ledgers)
+        };
+        // Last position of the last lost ledger skipped with auto-skip on.
+        let mut skipped_to: Option<Position> = None;
+        for (id, info) in ledgers {
+            if out.len() >= max_entries {
+                break;
+            }
+            let first = if id == start.ledger_id {
+                start.entry_id.max(0)
+            } else {
+                0
+            };
+            if first >= info.entries {
+                continue;
+            }
+            if info.lost {
+                if self.ledger.config.auto_skip_non_recoverable_data {
+                    skipped_to = Some(Position::new(id, info.entries - 1));
+                    continue;
+                }
+                if out.is_empty() {
+                    return Err(LedgerError::LedgerNotExist { ledger_id: id });
+                }
+                break;
+            }
+            // Saturating: a `max_entries` beyond i64 means "all available".
+            let want = i64::try_from(max_entries - out.len()).unwrap_or(i64::MAX);
+            // want >= 1 (out.len() < max_entries), so `want - 1` cannot wrap.
+            let last = first.saturating_add(want - 1).min(info.entries - 1);
+            let rows = self.ledger.store.read(&self.ledger.name, id, first, last)?;
+            if rows.len() as i64 != last - first + 1 {
+                if out.is_empty() {
+                    return Err(LedgerError::NonRecoverableData {
+                        position: Position::new(id, first),
+                    });
+                }
+                break;
+            }
+            out.extend(rows.into_iter().map(|(e, data)| Entry {
+                position: Position::new(id, e),
+                data,
+            }));
+        }
+        if let Some(last) = out.last() {
+            cursor.read_position = self.ledger.next_valid_position(last.position);
+        } else if let Some(skipped) = skipped_to {
+            cursor.read_position = self.ledger.next_valid_position(skipped);
+        }
+        Ok(out)
+    }
+
+    /// The checks every read makes first, in Pulsar's order: closed cursor,
+    /// fenced ledger, injected fault; returns the cursor lock for the read.
+    ///
+    /// The [`ReadFaults`] policy is user code: it runs with NO lock held (the
+    /// cursor lock is released around it and taken again afterwards), so it
+    /// may call back into this cursor or the ledger. The closed check is
+    /// repeated once the lock is re-taken, as the cursor may have been closed
+    /// while the policy ran.
+    fn lock_readable(
+        &self,
+        max_entries: usize,
+    ) -> Result<crate::sync::MutexGuard<'_, CursorState>, LedgerError> {
+        let from = self.live()?.read_position;
+        if self.ledger.is_fenced() {
+            return Err(LedgerError::Fenced {
+                ledger: self.ledger.name.clone(),
+            });
+        }
+        let req = ReadRequest {
+            ledger: &self.ledger.name,
+            cursor: &self.name,
+            from,
+            max_entries,
+        };
+        if let Some(kind) = self.ledger.faults.next(&req) {
+            return Err(self.ledger.fault_error(kind, from, &self.name));
+        }
+        self.live()
+    }
+
+    /// Reads like [`ManagedCursor::read_entries`] but skips positions for
+    /// which `skip(ledger_id, entry_id)` is true without reading them
+    /// (Pulsar's `readEntriesWithSkip`, used with the lock-free deletion
+    /// hint). Within the window `[read, read + max_entries - 1]` (saturating:
+    /// a huge `max_entries` is the rest of the ledger) of the current ledger
+    /// it reads only the first contiguous run of non-skipped entries; a
+    /// window that is entirely skipped moves the read position past it and
+    /// the scan continues with the next window. Returns an empty vector
+    /// when everything up to the last confirmed entry is skipped or read.
+    ///
+    /// `skip` is called with this cursor's lock held: it must not call back
+    /// into this cursor. A `true` from `skip` means the entry is never read by
+    /// this call, so a stale "deleted" answer loses the entry for this pass
+    /// (see `cursor::is_deleted_for_read_scheduling` for the contract).
+    ///
+    /// # Errors
+    /// As [`ManagedCursor::read_entries`]. On error the read position keeps
+    /// only the progress over windows that were skipped entirely before the
+    /// failure (entries `skip` declared deleted), never past an unread entry.
+    pub fn read_entries_with_skip(
+        &self,
+        max_entries: usize,
+        mut skip: impl FnMut(i64, i64) -> bool,
+    ) -> Result<Vec<Entry>, LedgerError> {
+        if max_entries == 0 {
+            return Err(LedgerError::InvalidArgument(
+                "read_entries_with_skip needs max_entries >= 1".into(),
+            ));
+        }
+        let mut cursor = self.lock_readable(max_entries)?;
+        let mut pos = cursor.read_position;
+        loop {
+            let (start, info) = {
+                let state = self.ledger.state.lock();
+                let start = state.first_valid_at_or_after(pos);
+                (start, state.ledgers.get(&start.ledger_id).copied())
+            };
+            let Some(info) = info.filter(|i| start.entry_id >= 0 && start.entry_id < i.entries)
+            else {
+                // Past the last confirmed entry.
+                cursor.read_position = start;
+                return Ok(Vec::new());
+            };
+            // Saturating: a `max_entries` beyond i64 means "all available";
+            // max_entries >= 1, so `window - 1` cannot wrap.
+            let window = i64::try_from(max_entries).unwrap_or(i64::MAX);
+            let window_end = start
+                .entry_id
+                .saturating_add(window - 1)
+                .min(info.entries - 1);
+            let run_start = (start.entry_id..=window_end).find(|e| !skip(start.ledger_id, *e));
+            let Some(run_start) = run_start else {
+                pos = self
+                    .ledger
+                    .next_valid_position(Position::new(start.ledger_id, window_end));
+                cursor.read_position = pos;
+                continue;
+            };
+            let run_end = (run_start..=window_end)
+                .take_while(|e| !skip(start.ledger_id, *e))
+                .last()
+                .unwrap_or(run_start);
+            if info.lost {
+                if self.ledger.config.auto_skip_non_recoverable_data {
+                    pos = self
+                        .ledger
+                        .next_valid_position(Position::new(start.ledger_id, info.entries - 1));
+                    cursor.read_position = pos;
+                    continue;
+                }
+                return Err(LedgerError::LedgerNotExist {
+                    ledger_id: start.ledger_id,
+                });
+            }
+            let rows =
+                self.ledger
+                    .store
+                    .read(&self.ledger.name, start.ledger_id, run_start, run_end)?;
+            if rows.len() as i64 != run_end - run_start + 1 {
+                return Err(LedgerError::NonRecoverableData {
+                    position: Position::new(start.ledger_id, run_start),
+                });
+            }
+            cursor.read_position = self
+                .ledger
+                .next_valid_position(Position::new(start.ledger_id, run_end));
+            return Ok(rows
+                .into_iter()
+                .map(|(e, data)| Entry {
+                    position: Position::new(start.ledger_id, e),
+                    data,
+                })
+                .collect());
+        }
+    }
+
+    fn closed_error(&self) -> LedgerError {
+        LedgerError::CursorAlreadyClosed {
+            ledger: self.ledger.name.clone(),
+            cursor: self.name.clone(),
+        }
+    }
+
+    /// Moves the read position back to the first entry after the mark-delete
+    /// position (Pulsar's `rewind()`).
+    pub fn rewind(&self) {
+        let mut cursor = self.state.lock();
+        cursor.read_position = self.ledger.next_valid_position(cursor.mark_delete);
+    }
+
+    /// Persists a new mark-delete position (and no individually deleted
+    /// ranges). Moves the read position forward if it fell behind.
+    ///
+    /// `position` must be an entry of the managed ledger, or `(L, -1)` ("just
+    /// before the first entry of ledger `L`") for a ledger `L` it has.
+    ///
+    /// # Errors
+    /// [`LedgerError::MarkDeleteBackward`] if `position` is below the current
+    /// mark-delete; [`LedgerError::BeyondLastConfirmed`] past the last entry
+    /// (in position order, so `(1000, -1)` is beyond `(1, 2)` unless ledger
+    /// 1000 exists); [`LedgerError::InvalidPosition`] for an entry id below
+    /// -1, a position past the end of its ledger or in a ledger that does not
+    /// exist; [`LedgerError::CursorAlreadyClosed`]; [`LedgerError::Store`].
+    /// On error nothing changes.
+    pub fn mark_delete(&self, position: Position) -> Result<(), LedgerError> {
+        self.mark_delete_with_ranges(position, Vec::new())
+    }
+
+    /// As [`ManagedCursor::mark_delete`], also persisting the individually
+    /// deleted ranges above it (open-closed `(lower, upper]`, ascending) in the
+    /// same atomic write. Every range must be non-empty, start at or above
+    /// `position` (lower entry id `>= -1`), end at an existing entry (so not
+    /// beyond the last confirmed one), and not overlap the previous range
+    /// (adjacent ranges are accepted).
+    ///
+    /// # Errors
+    /// As [`ManagedCursor::mark_delete`], plus
+    /// [`LedgerError::InvalidDeletedRange`] for the first range that breaks
+    /// the rules above. On error nothing changes.
+    pub fn mark_delete_with_ranges(
+        &self,
+        position: Position,
+        individually_deleted: Vec<(Position, Position)>,
+    ) -> Result<(), LedgerError> {
+        let mut cursor = self.state.lock();
+        if cursor.closed {
+            return Err(self.closed_error());
+        }
+        if position < cursor.mark_delete {
+            return Err(LedgerError::MarkDeleteBackward {
+                current: cursor.mark_delete,
+                requested: position,
+            });
+        }
+        {
+            let state = self.ledger.state.lock();
+            state.check_mark_delete_position(position)?;
+            state.check_deleted_ranges(position, &individually_deleted)?;
+        }
+        self.ledger.store.save_mark_delete(
+            &self.ledger.name,
+            &self.name,
+            position,
+            &individually_deleted,
+        )?;
+        cursor.mark_delete = position;
+        cursor.individually_deleted = individually_deleted;
+        if cursor.read_position <= position {
+            cursor.read_position = self.ledger.next_valid_position(position);
+        }
+        Ok(())
+    }
+
+    /// Resets the cursor so that the next read starts at `new_read_position`
+    /// (Pulsar's `resetCursor`): the mark-delete becomes the position just
+    /// before it and may move backward or forward; individually deleted
+    /// ranges are cleared. Any position is accepted: one that holds no entry
+    /// moves to the next one that does (an entry id past the end of its
+    /// ledger, up to `i64::MAX`, moves to the next ledger), or past the last
+    /// confirmed entry when there is none.
+    ///
+    /// # Errors
+    /// [`LedgerError::CursorAlreadyClosed`]; [`LedgerError::Store`] (nothing
+    /// changes).
+    pub fn reset(&self, new_read_position: Position) -> Result<(), LedgerError> {
+        let mut cursor = self.state.lock();
+        if cursor.closed {
+            return Err(self.closed_error());
+        }
+        let read = {
+            let state = self.ledger.state.lock();
+            state.first_valid_at_or_after(new_read_position)
+        };
+        let md = read.previous_in_ledger();
+        self.ledger
+            .store
+            .save_mark_delete(&self.ledger.name, &self.name, md, &[])?;
+        cursor.mark_delete = md;
+        cursor.individually_deleted.clear();
+        cursor.read_position = read;
+        Ok(())
+    }
+
+    /// The cursor's persisted properties (string → i64), read from the store.
+    ///
+    /// # Errors
+    /// [`LedgerError::Store`].
+    pub fn properties(&self) -> Result<BTreeMap<String, i64>, LedgerError> {
+        Ok(self
+            .ledger
+            .store
+            .load_cursor(&self.ledger.name, &self.name)?
+            .map(|c| c.properties)
+            .unwrap_or_default())
+    }
+
+    /// Sets one property durably.
+    ///
+    /// # Errors
+    /// [`LedgerError::CursorAlreadyClosed`]; [`LedgerError::Store`].
+    pub fn set_property(&self, key: &str, value: i64) -> Result<(), LedgerError> {
+        let _cursor = self.live()?;
+        self.ledger
+            .store
+            .set_cursor_property(&self.ledger.name, &self.name, key, Some(value))?;
+        Ok(())
+    }
+
+    /// Removes one property durably (no error if absent).
+    ///
+    /// # Errors
+    /// [`LedgerError::CursorAlreadyClosed`]; [`LedgerError::Store`].
+    pub fn remove_property(&self, key: &str) -> Result<(), LedgerError> {
+        let _cursor = self.live()?;
+        self.ledger
+            .store
+            .set_cursor_property(&self.ledger.name, &self.name, key, None)?;
+        Ok(())
+    }
+
+    fn live(&self) -> Result<crate::sync::MutexGuard<'_, CursorState>, LedgerError> {
+        let cursor = self.state.lock();
+        if cursor.closed {
+            return Err(self.closed_error());
+        }
+        Ok(cursor)
+    }
+
+    /// Closes the cursor: every later read, mark-delete or property change
+    /// fails with [`LedgerError::CursorAlreadyClosed`]. Idempotent.
+    pub fn close(&self) {
+        self.state.lock().closed = true;
+    }
+
+    /// Whether [`ManagedCursor::close`] was called.
+    pub fn is_closed(&self) -> bool {
+        self.state.lock().closed
+    }
+}
