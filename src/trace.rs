@@ -24,6 +24,7 @@
 //! | spec                  | hooks                                 | recorded by |
 //! |-----------------------|---------------------------------------|-------------|
 //! | `DeletionLookup`      | [`deletion`] (src/cursor)             | `tests/trace_deletion.rs` (shuttle schedules) |
+//! | `LedgerCursor`        | [`ledger_cursor`] (src/ledger)        | `tests/trace_ledger_cursor.rs` (seeded random op sequences) |
 
 use std::sync::Mutex;
 
@@ -121,5 +122,38 @@ pub mod deletion {
     /// `RFinish`: the lookup returned.
     pub fn r_finish() {
         record("RFinish", json!({}));
+    }
+}
+
+/// Hooks of `specs/LedgerCursor.tla` (src/ledger). Positions are recorded as
+/// `[ledger_id, entry_id]`; the recorder flattens them to the spec's
+/// `0..MaxEntries-1` (the spec abstracts ledger rollover away).
+pub mod ledger_cursor {
+    use super::record;
+    use crate::position::Position;
+    use serde_json::json;
+
+    /// `AppendEntry`: entry `p` is confirmed (under the ledger lock).
+    pub fn append_entry(p: Position) {
+        record("AppendEntry", json!({ "p": [p.ledger_id, p.entry_id] }));
+    }
+    /// `Read(k)`: a read of at most `k` entries returned some; the read
+    /// position is now `read`.
+    pub fn read(k: usize, read: Position) {
+        record(
+            "Read",
+            json!({ "k": k, "read": [read.ledger_id, read.entry_id] }),
+        );
+    }
+    /// `MarkDelete(p)`: mark-delete persisted at `md`; read position `read`.
+    pub fn mark_delete(md: Position, read: Position) {
+        record(
+            "MarkDelete",
+            json!({ "md": [md.ledger_id, md.entry_id], "read": [read.ledger_id, read.entry_id] }),
+        );
+    }
+    /// `Rewind`: the read position moved to `read`.
+    pub fn rewind(read: Position) {
+        record("Rewind", json!({ "read": [read.ledger_id, read.entry_id] }));
     }
 }

@@ -182,6 +182,8 @@ impl ManagedCursor {
         }
         if let Some(last) = out.last() {
             cursor.read_position = self.ledger.next_valid_position(last.position);
+            #[cfg(feature = "trace")]
+            crate::trace::ledger_cursor::read(max_entries, cursor.read_position);
         } else if let Some(skipped) = skipped_to {
             cursor.read_position = self.ledger.next_valid_position(skipped);
         }
@@ -326,6 +328,8 @@ impl ManagedCursor {
     pub fn rewind(&self) {
         let mut cursor = self.state.lock();
         cursor.read_position = self.ledger.next_valid_position(cursor.mark_delete);
+        #[cfg(feature = "trace")]
+        crate::trace::ledger_cursor::rewind(cursor.read_position);
     }
 
     /// Persists a new mark-delete position (and no individually deleted
@@ -388,6 +392,8 @@ impl ManagedCursor {
         if cursor.read_position <= position {
             cursor.read_position = self.ledger.next_valid_position(position);
         }
+        #[cfg(feature = "trace")]
+        crate::trace::ledger_cursor::mark_delete(position, cursor.read_position);
         Ok(())
     }
 
