@@ -652,16 +652,14 @@ impl CursorDeletionState {
             #[cfg(feature = "trace")]
             crate::trace::deletion::r_recheck("locked");
         }
-        let deleted = {
-            let g = self.inner.read();
-            let deleted = Self::deleted_locked(&g, position);
-            // Recorded under the read lock: no writer acts in between.
-            #[cfg(feature = "trace")]
-            crate::trace::deletion::r_locked(deleted);
-            #[cfg(feature = "trace")]
-            crate::trace::deletion::r_finish();
-            deleted
-        };
+        let g = self.inner.read();
+        let deleted = Self::deleted_locked(&g, position);
+        // Recorded under the read lock: no writer acts in between.
+        #[cfg(feature = "trace")]
+        crate::trace::deletion::r_locked(deleted);
+        #[cfg(feature = "trace")]
+        crate::trace::deletion::r_finish();
+        drop(g);
         SchedulingLookup {
             deleted,
             fell_back: true,
