@@ -39,6 +39,8 @@ pub mod position;
 #[cfg(feature = "sim")]
 pub mod sim;
 pub mod sync;
+#[cfg(feature = "trace")]
+pub mod trace;
 
 pub use position::{Position, PositionParseError};
 /// The embedded database [`ledger::RedbStore`] runs on: its

@@ -447,6 +447,8 @@ impl CursorDeletionState {
             tracing::trace!(from = %g.mark_delete, to = %md, "mark-delete advanced");
             g.mark_delete = md;
             self.read_side.mark_delete.store(md);
+            #[cfg(feature = "trace")]
+            crate::trace::deletion::advance(md);
         }
         self.trim(g);
     }
@@ -531,17 +533,27 @@ impl CursorDeletionState {
         self.read_side
             .reset_epoch
             .store(epoch + 1, Ordering::Relaxed);
+        #[cfg(feature = "trace")]
+        crate::trace::deletion::reset_begin(epoch + 1);
         // Orders the odd epoch before every data write below for readers
         // that observe any of them (pairs with the reader's acquire fence).
         fence(Ordering::Release);
         g.ranges.invalidate_directory();
+        #[cfg(feature = "trace")]
+        crate::trace::deletion::reset_invalidate();
         let old = g.mark_delete;
         g.mark_delete = new_md;
         self.read_side.mark_delete.store(new_md);
+        #[cfg(feature = "trace")]
+        crate::trace::deletion::reset_mark_delete(new_md);
         g.ranges.clear();
+        #[cfg(feature = "trace")]
+        crate::trace::deletion::reset_clear();
         self.read_side
             .reset_epoch
             .store(epoch + 2, Ordering::Release);
+        #[cfg(feature = "trace")]
+        crate::trace::deletion::reset_end(epoch + 2);
         tracing::debug!(from = %old, to = %new_md, epoch = epoch + 2, "cursor reset");
         Ok(new_md)
     }
@@ -550,7 +562,10 @@ impl CursorDeletionState {
     /// below mark-delete or in an individually deleted range. Takes the
     /// cursor read lock (waits for a concurrent grouped ack or reset).
     pub fn is_message_deleted(&self, position: Position) -> bool {
-        let g = self.inner.read();
+        Self::deleted_locked(&self.inner.read(), position)
+    }
+
+    fn deleted_locked(g: &Inner, position: Position) -> bool {
         position <= g.mark_delete || g.ranges.contains(position.ledger_id, position.entry_id)
     }
 
@@ -595,14 +610,24 @@ impl CursorDeletionState {
         let position = Position::new(ledger_id, entry_id);
         let rs = &*self.read_side;
         let epoch = rs.reset_epoch.load(Ordering::Acquire);
+        #[cfg(feature = "trace")]
+        crate::trace::deletion::r_start(position, epoch);
         let mut mark_delete_seen = None;
         if epoch & 1 == 0 {
             let md = rs.mark_delete.load();
+            #[cfg(feature = "trace")]
+            crate::trace::deletion::r_mark_delete(md);
             mark_delete_seen = Some(md);
             let deleted = position <= md || rs.directory.contains(ledger_id, entry_id);
+            #[cfg(feature = "trace")]
+            crate::trace::deletion::r_lookup(deleted);
             // Seqlock read side: every load above happens before the re-read.
             fence(Ordering::Acquire);
             if rs.reset_epoch.load(Ordering::Relaxed) == epoch {
+                #[cfg(feature = "trace")]
+                crate::trace::deletion::r_recheck("done");
+                #[cfg(feature = "trace")]
+                crate::trace::deletion::r_finish();
                 return SchedulingLookup {
                     deleted,
                     fell_back: false,
@@ -610,9 +635,19 @@ impl CursorDeletionState {
                     epoch,
                 };
             }
+            #[cfg(feature = "trace")]
+            crate::trace::deletion::r_recheck("locked");
         }
+        let g = self.inner.read();
+        let deleted = Self::deleted_locked(&g, position);
+        // Recorded under the read lock: no writer acts in between.
+        #[cfg(feature = "trace")]
+        crate::trace::deletion::r_locked(deleted);
+        #[cfg(feature = "trace")]
+        crate::trace::deletion::r_finish();
+        drop(g);
         SchedulingLookup {
-            deleted: self.is_message_deleted(position),
+            deleted,
             fell_back: true,
             mark_delete_seen,
             epoch,

@@ -79,6 +79,22 @@
 //! Checks: `loom-tests/cursor.rs`, `shuttle-tests/cursor.rs`,
 //! `tests/cursor_range_set.rs` (proptest against a `BTreeSet` oracle),
 //! `specs/DeletionLookup.tla`, bench `benches/deletion_lookup.rs`.
+//!
+//! # Invariants
+//!
+//! `specs/DeletionLookup.tla`; trace validation (`specs/TraceDeletionLookup.tla`)
+//! replays shuttle schedules of this code recorded by `tests/trace_deletion.rs`
+//! through the hooks of `crate::trace::deletion` (feature `trace`), one per
+//! spec action: `Ack`, `Advance`, `ResetBegin`..`ResetEnd`, `RStart`,
+//! `RMarkDelete`, `RLookup` (= `RDirectory` + `RBits`), `RRecheck`,
+//! `RLocked`, `RFinish`.
+//!
+//! | spec invariant | maintained by | checked by |
+//! |---|---|---|
+//! | `NoStalePositive` (a "deleted" hint is deleted when returned) | [`CursorDeletionState::read_scheduling_lookup`] (epoch re-check), [`CursorDeletionState::reset`] (odd/even epoch around its writes) | loom `hint_never_stale_positive_with_backward_reset*`, shuttle `hint_random_schedules`, `hint_pct_depth3_schedules`; trace validation of 40 shuttle schedules (`.ci/check trace`); negative control `tests/trace_mutants/deletion_no_epoch_recheck.patch` rejected at `RRecheck` |
+//! | `RMarkDelete` is one atomic step (`AtomicMD`) | `PublishedMarkDelete::load` (one `AtomicU64` or one published cell) | loom `..._unpacked_mark_delete`, shuttle `negative_control_mark_delete_as_two_atomics_is_caught`; trace validation; `tests/trace_mutants/deletion_torn_mark_delete.patch` rejected at `RMarkDelete` |
+//! | `EpochOddIffResetting` | [`CursorDeletionState::reset`] (the only epoch writer, under the write lock) | trace validation (`ResetBegin`/`ResetEnd` lines carry the epoch written) |
+//! | `Deleted(p)` = `p <= md \/ InMap(p)` (the authoritative check) | [`CursorDeletionState::is_message_deleted`], [`CursorDeletionState::delete`] (`Ack`, `Advance`) | `tests/cursor_range_set.rs` (proptest vs `BTreeSet`), unit tests; trace validation (`RLocked` answers must equal the spec's `Deleted(q)`) |
 
 mod deletion;
 mod range_set;

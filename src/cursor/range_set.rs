@@ -620,7 +620,19 @@ impl PositionRangeSet {
             return Ok(0);
         }
         let (b, created) = self.bitmap_or_create(ledger_id);
-        let added = b.mutate(|bits| entries.iter().filter(|e| bits.insert(**e)).count());
+        let added = b.mutate(|bits| {
+            entries
+                .iter()
+                .filter(|e| {
+                    let inserted = bits.insert(**e);
+                    #[cfg(feature = "trace")]
+                    if inserted {
+                        crate::trace::deletion::ack(ledger_id, **e);
+                    }
+                    inserted
+                })
+                .count()
+        });
         self.directory.refresh(ledger_id, &b);
         if created {
             self.publish_directory();

@@ -1,5 +1,20 @@
 //! A cursor over a managed ledger: read position, mark-delete position,
 //! individually deleted ranges and properties ([`ManagedCursor`]).
+//!
+//! # Invariants
+//!
+//! `specs/LedgerCursor.tla`; trace validation (`specs/TraceLedgerCursor.tla`)
+//! replays seeded operation sequences recorded by
+//! `tests/trace_ledger_cursor.rs` through the hooks of
+//! `crate::trace::ledger_cursor` (feature `trace`): `AppendEntry`, `Read`,
+//! `MarkDelete`, `Rewind`.
+//!
+//! | spec invariant | maintained by | checked by |
+//! |---|---|---|
+//! | `ReadAfterMarkDelete` (read position after mark-delete) | [`ManagedCursor::mark_delete_with_ranges`] (pushes the read position past it), [`ManagedCursor::rewind`] | `tests/ledger.rs`; trace validation of 30 runs (`.ci/check trace`) |
+//! | `RewindLandsOnNext` | [`ManagedCursor::rewind`] (`next_valid_position(mark_delete)`) | `tests/ledger.rs`; trace validation; `tests/trace_mutants/ledger_cursor_rewind_to_mark_delete.patch` rejected at `Rewind` |
+//! | `MarkDeleteConfirmed`, `MarkDeleteMonotone` | [`ManagedCursor::mark_delete_with_ranges`] (`MarkDeleteBackward`, `BeyondLastConfirmed`) | `tests/ledger.rs`; trace validation |
+//! | `Read(k)` returns `read..min(read+k-1, lce)` | [`ManagedCursor::read_entries`] | `tests/ledger.rs`; trace validation (each `Read` line's new read position) |
 
 use std::collections::BTreeMap;
 
@@ -182,6 +197,8 @@ impl ManagedCursor {
         }
         if let Some(last) = out.last() {
             cursor.read_position = self.ledger.next_valid_position(last.position);
+            #[cfg(feature = "trace")]
+            crate::trace::ledger_cursor::read(max_entries, cursor.read_position);
         } else if let Some(skipped) = skipped_to {
             cursor.read_position = self.ledger.next_valid_position(skipped);
         }
@@ -326,6 +343,8 @@ impl ManagedCursor {
     pub fn rewind(&self) {
         let mut cursor = self.state.lock();
         cursor.read_position = self.ledger.next_valid_position(cursor.mark_delete);
+        #[cfg(feature = "trace")]
+        crate::trace::ledger_cursor::rewind(cursor.read_position);
     }
 
     /// Persists a new mark-delete position (and no individually deleted
@@ -388,6 +407,8 @@ impl ManagedCursor {
         if cursor.read_position <= position {
             cursor.read_position = self.ledger.next_valid_position(position);
         }
+        #[cfg(feature = "trace")]
+        crate::trace::ledger_cursor::mark_delete(position, cursor.read_position);
         Ok(())
     }
 

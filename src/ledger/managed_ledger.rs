@@ -339,6 +339,9 @@ impl ManagedLedger {
             out.extend((0..n).map(|i| Position::new(seg.ledger_id, seg.first_entry_id + i)));
             state.ledgers.entry(seg.ledger_id).or_default().entries = seg.first_entry_id + n;
         }
+        #[cfg(feature = "trace")]
+        out.iter()
+            .for_each(|p| crate::trace::ledger_cursor::append_entry(*p));
         Ok(out)
     }
 

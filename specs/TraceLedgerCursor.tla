@@ -1,0 +1,51 @@
+-------------------------- MODULE TraceLedgerCursor --------------------------
+(***************************************************************************)
+(* Trace validation of src/ledger's cursor against LedgerCursor: TLC      *)
+(* replays the lines the implementation's hooks recorded (src/trace.rs,   *)
+(* feature `trace`, one line per spec action, named after it; positions   *)
+(* flattened to entry numbers by tests/trace_ledger_cursor.rs) and        *)
+(* constrains LedgerCursor's actions to follow them. Every run in         *)
+(* TraceFile (tag `t`) is one initial state. A line the spec cannot       *)
+(* follow violates TraceFollowed (the error state's t and l name the run  *)
+(* and the first unmatched line).                                         *)
+(*                                                                         *)
+(* Observation map: AppendEntry(p) -> lce' = p; Read(k) -> read' = read;  *)
+(* MarkDelete(md) -> md' = md, read' = read; Rewind -> read' = read.      *)
+(***************************************************************************)
+EXTENDS LedgerCursor, Json, TLC, Sequences
+
+CONSTANT TraceFile   \* ndjson written by tests/trace_ledger_cursor.rs
+
+Log == ndJsonDeserialize(TraceFile)
+Runs == {Log[i].t : i \in DOMAIN Log}
+FirstOf == [k \in Runs |-> CHOOSE i \in DOMAIN Log :
+              Log[i].t = k /\ \A j \in DOMAIN Log : Log[j].t = k => i <= j]
+LastOf == [k \in Runs |-> CHOOSE i \in DOMAIN Log :
+              Log[i].t = k /\ \A j \in DOMAIN Log : Log[j].t = k => j <= i]
+
+VARIABLES t, l   \* the run replayed and its next line
+
+Line == Log[l]
+
+TraceInit == Init /\ t \in Runs /\ l = FirstOf[t]
+
+IsAppendEntry == Line.action = "AppendEntry" /\ AppendEntry /\ lce' = Line.p
+IsRead == Line.action = "Read" /\ Read(Line.k) /\ read' = Line.read
+IsMarkDelete == Line.action = "MarkDelete" /\ MarkDelete(Line.md) /\ read' = Line.read
+IsRewind == Line.action = "Rewind" /\ Rewind /\ read' = Line.read
+
+StepMatches == IsAppendEntry \/ IsRead \/ IsMarkDelete \/ IsRewind
+
+TraceNext ==
+    \/ /\ l <= LastOf[t]
+       /\ StepMatches
+       /\ l' = l + 1
+       /\ UNCHANGED t
+    \/ /\ l > LastOf[t]          \* run fully matched: stutter
+       /\ UNCHANGED <<vars, t, l>>
+
+TraceSpec == TraceInit /\ [][TraceNext]_<<vars, t, l>>
+
+(* Every line of every run is matched by a spec step.                      *)
+TraceFollowed == l <= LastOf[t] => ENABLED (StepMatches /\ l' = l + 1 /\ UNCHANGED t)
+=============================================================================

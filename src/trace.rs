@@ -1,0 +1,159 @@
+//! Trace recording for trace validation (cargo feature `trace`; the module
+//! does not exist without it, and every hook call site is
+//! `#[cfg(feature = "trace")]`, so a default build has zero cost).
+//!
+//! Trace validation checks the implementation's own executions against the
+//! TLA+ specs in `specs/`, in the style of etcd-io/raft's `tla/` folder and
+//! of CCF's "smart casual verification": each hook is named after the spec
+//! action it records and is called at the point of the code where that
+//! action takes effect (for a lock-free reader: right after the atomic load
+//! or store the action stands for, with no synchronisation operation in
+//! between, so the global order of the lines is the order of the actions).
+//! A line is one JSON object `{"action": NAME, ...}` holding the spec
+//! variables (or the action's arguments) the action observes or sets.
+//! `specs/Trace<Spec>.tla` replays a recorded file (TLC's `ndJsonDeserialize`)
+//! and constrains the spec to follow it; a line the spec cannot follow is a
+//! violation naming that line.
+//!
+//! Recording is off until [`start`] is called and after [`finish`]; while
+//! off a hook costs one uncontended lock. The log is a `std::sync::Mutex`
+//! on purpose, NOT the [`crate::sync`] facade: under shuttle or loom a
+//! facade lock would be a scheduling point and change the schedules being
+//! recorded. Recording is process-global: record one execution at a time.
+//!
+//! | spec                  | hooks                                 | recorded by |
+//! |-----------------------|---------------------------------------|-------------|
+//! | `DeletionLookup`      | [`deletion`] (src/cursor)             | `tests/trace_deletion.rs` (shuttle schedules) |
+//! | `LedgerCursor`        | [`ledger_cursor`] (src/ledger)        | `tests/trace_ledger_cursor.rs` (seeded random op sequences) |
+
+use std::sync::Mutex;
+
+static LOG: Mutex<Option<Vec<String>>> = Mutex::new(None);
+
+fn log() -> std::sync::MutexGuard<'static, Option<Vec<String>>> {
+    LOG.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Starts recording (discarding anything recorded before).
+pub fn start() {
+    *log() = Some(Vec::new());
+}
+
+/// Stops recording and returns the recorded ndjson lines, in order.
+pub fn finish() -> Vec<String> {
+    log().take().unwrap_or_default()
+}
+
+/// Appends one line `{"action": action, ..fields}` if recording.
+pub(crate) fn record(action: &'static str, fields: serde_json::Value) {
+    let mut g = log();
+    if let Some(lines) = g.as_mut() {
+        let mut obj = serde_json::Map::new();
+        obj.insert("action".into(), action.into());
+        if let serde_json::Value::Object(m) = fields {
+            obj.extend(m);
+        }
+        lines.push(serde_json::Value::Object(obj).to_string());
+    }
+}
+
+/// Hooks of `specs/DeletionLookup.tla` (src/cursor): positions are
+/// `[ledger_id, entry_id]`, epochs the reset epoch as read or written.
+pub mod deletion {
+    use super::record;
+    use crate::position::Position;
+    use serde_json::json;
+
+    fn pos(p: Position) -> serde_json::Value {
+        json!([p.ledger_id, p.entry_id])
+    }
+
+    /// `Ack(p)`: entry `p` entered its ledger's live bitmap (called under
+    /// the bitmap's write lock, so no reader sees the bit before the line).
+    pub fn ack(ledger_id: i64, entry: u32) {
+        record("Ack", json!({ "p": [ledger_id, entry] }));
+    }
+    /// `Advance(c)`: mark-delete published at `md` (forward).
+    pub fn advance(md: Position) {
+        record("Advance", json!({ "md": pos(md) }));
+    }
+    /// `ResetBegin`: the reset epoch became odd (`epoch`).
+    pub fn reset_begin(epoch: u64) {
+        record("ResetBegin", json!({ "epoch": epoch }));
+    }
+    /// `ResetInvalidate`: the empty directory was published.
+    pub fn reset_invalidate() {
+        record("ResetInvalidate", json!({}));
+    }
+    /// `ResetMarkDelete(t)`: mark-delete published at `md` (any direction).
+    pub fn reset_mark_delete(md: Position) {
+        record("ResetMarkDelete", json!({ "md": pos(md) }));
+    }
+    /// `ResetClear`: the map is cleared.
+    pub fn reset_clear() {
+        record("ResetClear", json!({}));
+    }
+    /// `ResetEnd`: the reset epoch became even again (`epoch`).
+    pub fn reset_end(epoch: u64) {
+        record("ResetEnd", json!({ "epoch": epoch }));
+    }
+    /// `RStart(q)`: a lookup of `q` read the reset epoch `e1`.
+    pub fn r_start(q: Position, e1: u64) {
+        record("RStart", json!({ "q": pos(q), "e1": e1 }));
+    }
+    /// `RMarkDelete`: the lookup read the mark-delete snapshot `rmd`.
+    pub fn r_mark_delete(rmd: Position) {
+        record("RMarkDelete", json!({ "rmd": pos(rmd) }));
+    }
+    /// `RDirectory` (+ `RBits`): the lookup computed `ans` from `rmd` and
+    /// the ledger's bitmap.
+    pub fn r_lookup(ans: bool) {
+        record("RLookup", json!({ "ans": ans }));
+    }
+    /// `RRecheck`: the epoch re-check sent the lookup to `pc`
+    /// (`"done"`: returns its answer, `"locked"`: falls back).
+    pub fn r_recheck(pc: &'static str) {
+        record("RRecheck", json!({ "pc": pc }));
+    }
+    /// `RLocked`: the locked check answered `ans` (under the read lock).
+    pub fn r_locked(ans: bool) {
+        record("RLocked", json!({ "ans": ans }));
+    }
+    /// `RFinish`: the lookup returned.
+    pub fn r_finish() {
+        record("RFinish", json!({}));
+    }
+}
+
+/// Hooks of `specs/LedgerCursor.tla` (src/ledger). Positions are recorded as
+/// `[ledger_id, entry_id]`; the recorder flattens them to the spec's
+/// `0..MaxEntries-1` (the spec abstracts ledger rollover away).
+pub mod ledger_cursor {
+    use super::record;
+    use crate::position::Position;
+    use serde_json::json;
+
+    /// `AppendEntry`: entry `p` is confirmed (under the ledger lock).
+    pub fn append_entry(p: Position) {
+        record("AppendEntry", json!({ "p": [p.ledger_id, p.entry_id] }));
+    }
+    /// `Read(k)`: a read of at most `k` entries returned some; the read
+    /// position is now `read`.
+    pub fn read(k: usize, read: Position) {
+        record(
+            "Read",
+            json!({ "k": k, "read": [read.ledger_id, read.entry_id] }),
+        );
+    }
+    /// `MarkDelete(p)`: mark-delete persisted at `md`; read position `read`.
+    pub fn mark_delete(md: Position, read: Position) {
+        record(
+            "MarkDelete",
+            json!({ "md": [md.ledger_id, md.entry_id], "read": [read.ledger_id, read.entry_id] }),
+        );
+    }
+    /// `Rewind`: the read position moved to `read`.
+    pub fn rewind(read: Position) {
+        record("Rewind", json!({ "read": [read.ledger_id, read.entry_id] }));
+    }
+}
