@@ -6,18 +6,19 @@
 //! The main simulation runs on one thread in virtual time, so reads complete
 //! instantly and no ack can race a lookup: the concurrency defects the hint
 //! exists to avoid cannot show there. This stage runs, for a bounded wall
-//! time (default 300 ms), on one cursor deletion state over eight ledgers:
+//! time (default 500 ms), on one cursor deletion state over eight ledgers:
 //!
-//! - a **writer** thread repeating rounds of: a backward reset (read
-//!   position `1:990`, so mark-delete `1:989`, un-deleting everything above
-//!   it), an explicit mark-delete to `1:999` and then across the ledger
-//!   boundary to `2:5`, and grouped acks (4 entries per group) into ledgers
+//! - a **writer** thread repeating rounds of: 32 times a backward reset
+//!   (read position `1:990`, so mark-delete `1:989`, un-deleting everything
+//!   above it) followed by an explicit mark-delete to `1:999` and then
+//!   across the ledger boundary to `2:5`; then grouped acks into ledgers
 //!   3–8 (more ledgers than the summary slots, so the published directory
-//!   is used);
-//! - a **reader** thread running the lock-free lookup
+//!   is used): entries 0–11 in groups of 4, then entries 12–299 in one large
+//!   group (a long write section on that ledger's bitmap);
+//! - two **reader** threads running the lock-free lookup
 //!   ([`CursorDeletionState::read_scheduling_lookup`]) and the post-I/O
-//!   filter ([`CursorDeletionState::filter_read_entries`]) on batches of the
-//!   ledger the writer is acking at that moment.
+//!   filter ([`CursorDeletionState::filter_read_entries`]) on entries 0–11
+//!   of the ledger the writer is acking at that moment.
 //!
 //! The oracle is kept outside the component (std atomics, written by the
 //! writer around each call):
@@ -50,8 +51,18 @@ const LEDGERS: i64 = 8;
 const ACKED_FROM: i64 = 3;
 /// Entries of the acked ledgers that the writer acks: `e % 3 != 2` below
 /// this bound (so `e % 3 == 2` stays a gap and mark-delete never swallows
-/// the ranges).
-const ACKED_BELOW: u32 = 48;
+/// the ranges): the first [`SMALL_GROUP_END`] of them in groups of 4, then
+/// the rest in one large group (a long write section on that ledger's
+/// bitmap while the reader filters the entries of the first groups).
+const ACKED_BELOW: u32 = 300;
+/// End of the entries acked in small groups (the reader's filter batch).
+const SMALL_GROUP_END: u32 = 12;
+/// Backward resets (each followed by the two mark-deletes across the
+/// ledger boundary) per writer round.
+const CROSSINGS_PER_ROUND: u32 = 32;
+/// Reader threads (more than one, so that on a loaded machine some reader
+/// is likely to run at the same instant as the writer).
+const READERS: usize = 2;
 
 /// Parameters of the stage.
 #[derive(Debug, Clone)]
@@ -63,7 +74,7 @@ pub struct HintRaceConfig {
 impl Default for HintRaceConfig {
     fn default() -> Self {
         Self {
-            duration: Duration::from_millis(300),
+            duration: Duration::from_millis(500),
         }
     }
 }
@@ -97,6 +108,20 @@ pub struct HintRaceReport {
 }
 
 impl HintRaceReport {
+    fn absorb(&mut self, r: HintRaceReport) {
+        self.lookups += r.lookups;
+        self.positives += r.positives;
+        self.fallbacks += r.fallbacks;
+        self.stale_positives += r.stale_positives;
+        self.filter_calls += r.filter_calls;
+        self.entries_filtered += r.entries_filtered;
+        self.filter_leaks += r.filter_leaks;
+        self.quiescent_disagreements += r.quiescent_disagreements;
+        if self.first_violation.is_none() {
+            self.first_violation = r.first_violation;
+        }
+    }
+
     /// Total violations.
     pub fn violations(&self) -> u64 {
         self.stale_positives + self.filter_leaks + self.quiescent_disagreements
@@ -112,6 +137,13 @@ fn key(p: Position) -> u64 {
     ((p.ledger_id as u64) << 32) | (p.entry_id + 1) as u64
 }
 
+/// Writer phase: between calls.
+const PHASE_IDLE: u64 = 0;
+/// Writer phase: inside the mark-delete across the ledger boundary.
+const PHASE_CROSSING: u64 = 1;
+/// Writer phase: inside the large ack group.
+const PHASE_LARGE_GROUP: u64 = 2;
+
 /// The external oracle: written by the writer around each call.
 struct Oracle {
     /// Global sequence for "returned before / started after".
@@ -126,6 +158,8 @@ struct Oracle {
     last_reset_start: AtomicU64,
     /// The ledger the writer is acking now.
     acking_ledger: AtomicI64,
+    /// What the writer is doing now (`PHASE_*`).
+    phase: AtomicU64,
     stop: AtomicBool,
 }
 
@@ -139,6 +173,7 @@ impl Oracle {
             max_mark_delete: AtomicU64::new(0),
             last_reset_start: AtomicU64::new(0),
             acking_ledger: AtomicI64::new(ACKED_FROM),
+            phase: AtomicU64::new(PHASE_IDLE),
             stop: AtomicBool::new(false),
         }
     }
@@ -161,39 +196,50 @@ fn layout() -> LedgerLayout {
 fn writer(state: &CursorDeletionState, oracle: &Oracle, ledger: &LedgerLayout) -> u64 {
     let p = Position::new;
     let mut rounds = 0u64;
-    let mut window = 0u32;
     while !oracle.stop.load(Ordering::Relaxed) {
-        let start = oracle.tick();
-        oracle.last_reset_start.store(start, Ordering::SeqCst);
-        // Cannot fail: 1:990 holds an entry of the fixed layout.
-        state
-            .reset(p(1, 990), ledger)
-            .expect("reset within the layout");
-        for md in [p(1, 999), p(2, 5)] {
-            oracle.max_mark_delete.fetch_max(key(md), Ordering::SeqCst);
+        for _ in 0..CROSSINGS_PER_ROUND {
+            let start = oracle.tick();
+            oracle.last_reset_start.store(start, Ordering::SeqCst);
+            // Cannot fail: 1:990 holds an entry of the fixed layout.
             state
-                .mark_delete(md, ledger)
-                .expect("mark-delete forward within the layout");
+                .reset(p(1, 990), ledger)
+                .expect("reset within the layout");
+            for md in [p(1, 999), p(2, 5)] {
+                oracle.max_mark_delete.fetch_max(key(md), Ordering::SeqCst);
+                if md.ledger_id == 2 {
+                    oracle.phase.store(PHASE_CROSSING, Ordering::SeqCst);
+                }
+                state
+                    .mark_delete(md, ledger)
+                    .expect("mark-delete forward within the layout");
+                oracle.phase.store(PHASE_IDLE, Ordering::SeqCst);
+            }
         }
         for l in ACKED_FROM..=LEDGERS {
             oracle.acking_ledger.store(l, Ordering::SeqCst);
-            let base = window % (ACKED_BELOW - 12);
-            let entries: Vec<Position> = (base..base + 12)
-                .filter(|e| e % 3 != 2)
-                .map(|e| p(l, i64::from(e)))
-                .collect();
-            for group in entries.chunks(4) {
+            let acked = |from: u32, to: u32| -> Vec<Position> {
+                (from..to)
+                    .filter(|e| e % 3 != 2)
+                    .map(|e| p(l, i64::from(e)))
+                    .collect()
+            };
+            let small = acked(0, SMALL_GROUP_END);
+            let large = acked(SMALL_GROUP_END, ACKED_BELOW);
+            for group in small.chunks(4).chain(std::iter::once(&large[..])) {
                 for q in group {
                     oracle.ever_acked[slot(*q)].store(true, Ordering::SeqCst);
                 }
+                if group.len() > 4 {
+                    oracle.phase.store(PHASE_LARGE_GROUP, Ordering::SeqCst);
+                }
                 state.delete(group, ledger).expect("ack within the layout");
+                oracle.phase.store(PHASE_IDLE, Ordering::SeqCst);
                 let done = oracle.tick();
                 for q in group {
                     oracle.ack_done[slot(*q)].store(done, Ordering::SeqCst);
                 }
             }
         }
-        window = window.wrapping_add(5);
         rounds += 1;
     }
     rounds
@@ -220,27 +266,25 @@ fn reader(state: &CursorDeletionState, oracle: &Oracle) -> HintRaceReport {
         p(6, 5),
         p(8, 0),
     ];
-    let mut i = 0usize;
-    while !oracle.stop.load(Ordering::Relaxed) {
-        for q in probes {
-            let look = state.read_scheduling_lookup(q.ledger_id, q.entry_id);
-            r.lookups += 1;
-            r.fallbacks += u64::from(look.fell_back);
-            if look.deleted {
-                r.positives += 1;
-                if !oracle.ever_deleted(q) {
-                    r.stale_positives += 1;
-                    violation(
-                        &mut r,
-                        format!("hint_race: stale positive for never-deleted {q}: {look:?}"),
-                    );
-                }
+    let lookup = |r: &mut HintRaceReport, q: Position| {
+        let look = state.read_scheduling_lookup(q.ledger_id, q.entry_id);
+        r.lookups += 1;
+        r.fallbacks += u64::from(look.fell_back);
+        if look.deleted {
+            r.positives += 1;
+            if !oracle.ever_deleted(q) {
+                r.stale_positives += 1;
+                violation(
+                    r,
+                    format!("hint_race: stale positive for never-deleted {q}: {look:?}"),
+                );
             }
         }
-        // Post-I/O filter on a batch of the ledger being acked right now.
+    };
+    // Post-I/O filter on entries 0-11 of the ledger being acked right now.
+    let filter = |r: &mut HintRaceReport| {
         let l = oracle.acking_ledger.load(Ordering::SeqCst);
-        let base = (i % 4) as i64 * 12;
-        let batch: Vec<Position> = (base..base + 12).map(|e| p(l, e)).collect();
+        let batch: Vec<Position> = (0..i64::from(SMALL_GROUP_END)).map(|e| p(l, e)).collect();
         let started = oracle.tick();
         let out = state.filter_read_entries(batch.clone(), |q| *q);
         let last_reset = oracle.last_reset_start.load(Ordering::SeqCst);
@@ -251,14 +295,28 @@ fn reader(state: &CursorDeletionState, oracle: &Oracle) -> HintRaceReport {
             if done != 0 && done < started && last_reset < done {
                 r.filter_leaks += 1;
                 violation(
-                    &mut r,
+                    r,
                     format!(
                         "hint_race: filter leak: {q} returned although its ack returned before the filter started"
                     ),
                 );
             }
         }
-        i += 1;
+    };
+    while !oracle.stop.load(Ordering::Relaxed) {
+        // While the writer is inside a call, probe what that call can break:
+        // 2:500 during the mark-delete across the ledger boundary (a torn
+        // read (2, 999) covers it), the filter during the large ack group.
+        match oracle.phase.load(Ordering::SeqCst) {
+            PHASE_CROSSING => lookup(&mut r, p(2, 500)),
+            PHASE_LARGE_GROUP => filter(&mut r),
+            _ => {
+                for q in probes {
+                    lookup(&mut r, q);
+                }
+                filter(&mut r);
+            }
+        }
     }
     r
 }
@@ -275,30 +333,35 @@ pub fn run(config: &HintRaceConfig) -> HintRaceReport {
         let (state, oracle, ledger) = (Arc::clone(&state), Arc::clone(&oracle), ledger.clone());
         std::thread::spawn(move || writer(&state, &oracle, &ledger))
     };
-    let reader_thread = {
-        let (state, oracle) = (Arc::clone(&state), Arc::clone(&oracle));
-        std::thread::spawn(move || reader(&state, &oracle))
-    };
+    let reader_threads: Vec<_> = (0..READERS)
+        .map(|_| {
+            let (state, oracle) = (Arc::clone(&state), Arc::clone(&oracle));
+            std::thread::spawn(move || reader(&state, &oracle))
+        })
+        .collect();
     let deadline = Instant::now() + config.duration;
     while Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(5));
     }
     oracle.stop.store(true, Ordering::Relaxed);
     let rounds = writer_thread.join();
-    let report = reader_thread.join();
-    let mut report = match (rounds, report) {
-        (Ok(rounds), Ok(mut r)) => {
-            r.rounds = rounds;
-            r
+    let mut report = HintRaceReport::default();
+    match rounds {
+        Ok(rounds) => report.rounds = rounds,
+        Err(_) => {
+            report.stale_positives += 1;
+            violation(&mut report, "hint_race: the writer thread panicked".into());
         }
-        (w, rd) => {
-            let mut r = rd.unwrap_or_default();
-            r.stale_positives += 1;
-            let who = if w.is_err() { "writer" } else { "reader" };
-            violation(&mut r, format!("hint_race: the {who} thread panicked"));
-            r
+    }
+    for t in reader_threads {
+        match t.join() {
+            Ok(r) => report.absorb(r),
+            Err(_) => {
+                report.stale_positives += 1;
+                violation(&mut report, "hint_race: a reader thread panicked".into());
+            }
         }
-    };
+    }
     for l in 1..=LEDGERS {
         for e in -1..i64::from(ENTRIES.min(ACKED_BELOW + 8)) {
             let hint = state.is_deleted_for_read_scheduling(l, e);

@@ -236,11 +236,11 @@ impl fmt::Display for Report {
         writeln!(f)?;
         match &self.first_violation {
             None if self.is_clean() => writeln!(f, "result: OK (no violations)"),
-            None => writeln!(f, "result: FAILED ({} violations)", c.violations()),
+            None => writeln!(f, "result: FAILED ({} violations)", self.violations),
             Some(v) => writeln!(
                 f,
                 "result: FAILED ({} violations); first: {v}",
-                c.violations()
+                self.violations
             ),
         }
     }
