@@ -317,3 +317,61 @@ fn filter_never_returns_entry_acked_before_it_pct_schedules() {
         BOUNDARY_ITERATIONS
     );
 }
+
+/// The epoch re-check, observed from a test thread. Shuttle switches threads
+/// only at its own synchronisation calls, so a flag kept in a plain
+/// `std::sync::atomic` and written right after `reset` returns (read right
+/// after the lookup returns) says exactly whether the reset had completed
+/// when the lookup's last step ran. Ledgers 1–5 each have entry 5
+/// individually deleted; ledger 5 is beyond the summary slots, so its bitmap
+/// is reached through the published directory, whose old snapshot keeps the
+/// retired bitmap (and its bits) alive after the reset. The reset moves
+/// mark-delete to 1:-1 and clears every range: 5:5 is no longer deleted,
+/// and a lookup that returns after the reset completed must say so. A
+/// lookup without the epoch re-check can take the old snapshot before the
+/// reset and read the retired bitmap after it (the mutant
+/// `cursor_no_epoch_recheck` is this check's negative control).
+fn epoch_recheck_scenario() {
+    use std::sync::atomic::{AtomicBool as StdAtomicBool, Ordering as StdOrdering};
+    let ledger = LedgerLayout::new((1..=5).map(|l| (l, 10)));
+    let ranges: Vec<(Position, Position)> = (1..=5).map(|l| (p(l, 4), p(l, 5))).collect();
+    let state = Arc::new(CursorDeletionState::recover(p(1, -1), &ranges).unwrap());
+    // Not a shuttle primitive on purpose: no scheduling point around it.
+    let reset_done = Arc::new(StdAtomicBool::new(false));
+    let resetter = {
+        let (state, reset_done) = (Arc::clone(&state), Arc::clone(&reset_done));
+        thread::spawn(move || {
+            assert_eq!(state.reset(p(1, 0), &ledger).unwrap(), p(1, -1));
+            reset_done.store(true, StdOrdering::SeqCst);
+        })
+    };
+    for q in [p(5, 5), p(4, 5), p(5, 5), p(5, 5)] {
+        let look = state.read_scheduling_lookup(q.ledger_id, q.entry_id);
+        if reset_done.load(StdOrdering::SeqCst) {
+            assert!(
+                !look.deleted,
+                "stale positive for {q}: the reset that un-deleted it completed before the lookup returned: {look:?}"
+            );
+        }
+    }
+    resetter.join().unwrap();
+    assert!(!state.is_deleted_for_read_scheduling(5, 5));
+}
+
+#[test]
+fn epoch_recheck_no_positive_after_a_completed_reset_random_schedules() {
+    let runner = Runner::new(
+        RandomScheduler::new_from_seed(RANDOM_SEED, BOUNDARY_ITERATIONS),
+        Config::new(),
+    );
+    assert_eq!(runner.run(epoch_recheck_scenario), BOUNDARY_ITERATIONS);
+}
+
+#[test]
+fn epoch_recheck_no_positive_after_a_completed_reset_pct_schedules() {
+    let runner = Runner::new(
+        PctScheduler::new_from_seed(PCT_SEED, 3, BOUNDARY_ITERATIONS),
+        Config::new(),
+    );
+    assert_eq!(runner.run(epoch_recheck_scenario), BOUNDARY_ITERATIONS);
+}
