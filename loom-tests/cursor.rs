@@ -18,7 +18,9 @@
 //! instant the call returns" separates the two, and a test thread cannot
 //! observe that instant (any witness it reads comes after the return).
 //! That stronger property is `NoStalePositive` in `specs/DeletionLookup.tla`,
-//! whose `_bug_no_epoch` cfg is caught, and model (a) below.
+//! whose `_bug_no_epoch` cfg is caught, and model (a) below; on the real
+//! code, `shuttle-tests/cursor.rs` (`epoch_recheck_*`) observes the instant
+//! (shuttle switches threads only at its own primitives).
 #![cfg(loom)]
 
 use loom::model::Builder;

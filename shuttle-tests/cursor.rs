@@ -174,3 +174,204 @@ fn negative_control_mark_delete_as_two_atomics_is_caught() {
         "unexpected failure: {msg}"
     );
 }
+
+// ---------------------------------------------------------------------------
+// Mark-delete crossing a ledger boundary, and the post-I/O filter racing
+// grouped acks on the same ledger (the real code; the mutation suite's
+// patches `cursor_torn_mark_delete` and `cursor_filter_trusts_hint` are the
+// negative controls: each makes one of these fail).
+// ---------------------------------------------------------------------------
+
+const BOUNDARY_ITERATIONS: usize = 3_000;
+
+/// A writer moves mark-delete 1:998 → 1:999 → 2:5 → 2:6 (across the ledger
+/// boundary, one explicit mark-delete each) while a reader runs lock-free
+/// lookups. Without resets deletions only grow, so every positive must be
+/// backed by the authoritative check afterwards, and 2:500 / 2:7 (never
+/// deleted) must never be reported deleted: a mark-delete read as
+/// (new ledger id, old entry id) = 2:999 would say they are.
+fn mark_delete_boundary_scenario() {
+    let ledger = LedgerLayout::new([(1, 1000), (2, 1000)]);
+    let state = Arc::new(CursorDeletionState::new(p(1, 998)).unwrap());
+    let writer = {
+        let (state, ledger) = (Arc::clone(&state), ledger.clone());
+        thread::spawn(move || {
+            for md in [p(1, 999), p(2, 5), p(2, 6)] {
+                assert_eq!(state.mark_delete(md, &ledger).unwrap(), md);
+            }
+        })
+    };
+    for _ in 0..3 {
+        for q in [p(2, 500), p(2, 7), p(2, 5), p(1, 999)] {
+            let look = state.read_scheduling_lookup(q.ledger_id, q.entry_id);
+            if look.deleted {
+                assert!(
+                    state.is_message_deleted(q),
+                    "stale positive for {q} while mark-delete crossed a ledger boundary: {look:?}"
+                );
+            }
+            if q.ledger_id == 2 && q.entry_id > 6 {
+                assert!(
+                    !look.deleted,
+                    "stale positive for never-deleted {q} (torn mark-delete?): {look:?}"
+                );
+            }
+        }
+    }
+    writer.join().unwrap();
+    assert_eq!(state.mark_delete_position(), p(2, 6));
+    assert!(!state.is_deleted_for_read_scheduling(2, 7));
+    assert!(state.is_deleted_for_read_scheduling(2, 6));
+}
+
+#[test]
+fn mark_delete_across_ledger_boundary_random_schedules() {
+    let runner = Runner::new(
+        RandomScheduler::new_from_seed(RANDOM_SEED, BOUNDARY_ITERATIONS),
+        Config::new(),
+    );
+    assert_eq!(
+        runner.run(mark_delete_boundary_scenario),
+        BOUNDARY_ITERATIONS
+    );
+}
+
+#[test]
+fn mark_delete_across_ledger_boundary_pct_schedules() {
+    let runner = Runner::new(
+        PctScheduler::new_from_seed(PCT_SEED, 3, BOUNDARY_ITERATIONS),
+        Config::new(),
+    );
+    assert_eq!(
+        runner.run(mark_delete_boundary_scenario),
+        BOUNDARY_ITERATIONS
+    );
+}
+
+/// An acker deletes 1:3, records that it returned, then keeps grouped-acking
+/// other entries of ledger 1 (holding that ledger's bitmap write lock for
+/// each group); (1,0) stays unacked so mark-delete never moves. A reader
+/// filters the read batch [1:2, 1:3, 1:4]: once the 1:3 ack has returned
+/// before the filter started, 1:3 must never come back (Pulsar's
+/// `filterReadEntries` is the correctness boundary after a read scheduled
+/// with the hint; the hint itself may say "not deleted" while a group holds
+/// the bitmap).
+fn filter_vs_grouped_acks_scenario() {
+    let ledger = LedgerLayout::new([(1, 40)]);
+    let state = Arc::new(CursorDeletionState::new(p(1, -1)).unwrap());
+    let acked_3 = Arc::new(AtomicUsize::new(0));
+    let acker = {
+        let (state, ledger, acked_3) = (Arc::clone(&state), ledger.clone(), Arc::clone(&acked_3));
+        thread::spawn(move || {
+            state.delete(&[p(1, 3)], &ledger).unwrap();
+            acked_3.store(1, Ordering::SeqCst);
+            for first in (7..31).step_by(4) {
+                let group: Vec<Position> = (first..first + 4).map(|e| p(1, e)).collect();
+                state.delete(&group, &ledger).unwrap();
+            }
+        })
+    };
+    for _ in 0..6 {
+        let acked_before = acked_3.load(Ordering::SeqCst) == 1;
+        let out = state.filter_read_entries(vec![p(1, 2), p(1, 3), p(1, 4)], |q| *q);
+        if acked_before {
+            assert_eq!(
+                out,
+                vec![p(1, 2), p(1, 4)],
+                "filter leak: 1:3 was acked before the filter started"
+            );
+        }
+        assert!(
+            out.contains(&p(1, 2)) && out.contains(&p(1, 4)),
+            "filter dropped a live entry: {out:?}"
+        );
+        thread::yield_now();
+    }
+    acker.join().unwrap();
+    assert_eq!(
+        state.filter_read_entries(vec![p(1, 2), p(1, 3), p(1, 7)], |q| *q),
+        vec![p(1, 2)]
+    );
+}
+
+#[test]
+fn filter_never_returns_entry_acked_before_it_random_schedules() {
+    let runner = Runner::new(
+        RandomScheduler::new_from_seed(RANDOM_SEED, BOUNDARY_ITERATIONS),
+        Config::new(),
+    );
+    assert_eq!(
+        runner.run(filter_vs_grouped_acks_scenario),
+        BOUNDARY_ITERATIONS
+    );
+}
+
+#[test]
+fn filter_never_returns_entry_acked_before_it_pct_schedules() {
+    let runner = Runner::new(
+        PctScheduler::new_from_seed(PCT_SEED, 3, BOUNDARY_ITERATIONS),
+        Config::new(),
+    );
+    assert_eq!(
+        runner.run(filter_vs_grouped_acks_scenario),
+        BOUNDARY_ITERATIONS
+    );
+}
+
+/// The epoch re-check, observed from a test thread. Shuttle switches threads
+/// only at its own synchronisation calls, so a flag kept in a plain
+/// `std::sync::atomic` and written right after `reset` returns (read right
+/// after the lookup returns) says exactly whether the reset had completed
+/// when the lookup's last step ran. Ledgers 1–5 each have entry 5
+/// individually deleted; ledger 5 is beyond the summary slots, so its bitmap
+/// is reached through the published directory, whose old snapshot keeps the
+/// retired bitmap (and its bits) alive after the reset. The reset moves
+/// mark-delete to 1:-1 and clears every range: 5:5 is no longer deleted,
+/// and a lookup that returns after the reset completed must say so. A
+/// lookup without the epoch re-check can take the old snapshot before the
+/// reset and read the retired bitmap after it (the mutant
+/// `cursor_no_epoch_recheck` is this check's negative control).
+fn epoch_recheck_scenario() {
+    use std::sync::atomic::{AtomicBool as StdAtomicBool, Ordering as StdOrdering};
+    let ledger = LedgerLayout::new((1..=5).map(|l| (l, 10)));
+    let ranges: Vec<(Position, Position)> = (1..=5).map(|l| (p(l, 4), p(l, 5))).collect();
+    let state = Arc::new(CursorDeletionState::recover(p(1, -1), &ranges).unwrap());
+    // Not a shuttle primitive on purpose: no scheduling point around it.
+    let reset_done = Arc::new(StdAtomicBool::new(false));
+    let resetter = {
+        let (state, reset_done) = (Arc::clone(&state), Arc::clone(&reset_done));
+        thread::spawn(move || {
+            assert_eq!(state.reset(p(1, 0), &ledger).unwrap(), p(1, -1));
+            reset_done.store(true, StdOrdering::SeqCst);
+        })
+    };
+    for q in [p(5, 5), p(4, 5), p(5, 5), p(5, 5)] {
+        let look = state.read_scheduling_lookup(q.ledger_id, q.entry_id);
+        if reset_done.load(StdOrdering::SeqCst) {
+            assert!(
+                !look.deleted,
+                "stale positive for {q}: the reset that un-deleted it completed before the lookup returned: {look:?}"
+            );
+        }
+    }
+    resetter.join().unwrap();
+    assert!(!state.is_deleted_for_read_scheduling(5, 5));
+}
+
+#[test]
+fn epoch_recheck_no_positive_after_a_completed_reset_random_schedules() {
+    let runner = Runner::new(
+        RandomScheduler::new_from_seed(RANDOM_SEED, BOUNDARY_ITERATIONS),
+        Config::new(),
+    );
+    assert_eq!(runner.run(epoch_recheck_scenario), BOUNDARY_ITERATIONS);
+}
+
+#[test]
+fn epoch_recheck_no_positive_after_a_completed_reset_pct_schedules() {
+    let runner = Runner::new(
+        PctScheduler::new_from_seed(PCT_SEED, 3, BOUNDARY_ITERATIONS),
+        Config::new(),
+    );
+    assert_eq!(runner.run(epoch_recheck_scenario), BOUNDARY_ITERATIONS);
+}

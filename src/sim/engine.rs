@@ -428,6 +428,11 @@ pub fn run(
     sim.checker
         .unfinished(unpublished, faults_not_run, virtual_ms);
     let (counts, first_violation) = sim.checker.finish(virtual_ms);
+    let hint_race = (opts.faults && workload.faults.hint_race)
+        .then(|| super::hint_race::run(&super::hint_race::HintRaceConfig::default()));
+    let hint_race_violations = hint_race.as_ref().map_or(0, |h| h.violations());
+    let first_violation =
+        first_violation.or_else(|| hint_race.as_ref().and_then(|h| h.first_violation.clone()));
     let wall_ms = started.elapsed().as_millis() as u64;
     let deliveries_per_sec = if wall_ms == 0 {
         counts.delivered as f64
@@ -440,7 +445,7 @@ pub fn run(
         data_dir: opts.data_dir.display().to_string(),
         sync: opts.sync.to_string(),
         virtual_ms: finished_at,
-        violations: counts.violations(),
+        violations: counts.violations() + hint_race_violations,
         counts,
         activity: sim.activity,
         first_violation,
@@ -448,6 +453,7 @@ pub fn run(
             wall_ms,
             deliveries_per_sec,
             peak_memory_kib: peak_memory_kib(),
+            hint_race,
         },
     })
 }

@@ -5,6 +5,9 @@
 //! - [`workload`]: presets and the TOML workload format;
 //! - [`scheduler`]: the discrete-event scheduler on virtual time;
 //! - [`engine`]: the broker-in-a-box driving the real components;
+//! - [`hint_race`]: real threads on the real cursor deletion state (the
+//!   lock-free hint and the post-I/O filter against an external oracle), the
+//!   one stage that is not single-threaded and deterministic;
 //! - [`checker`]: the independent delivery checker (loss, duplicates, order,
 //!   stalls);
 //! - [`report`]: the report (table and JSON).
@@ -15,6 +18,7 @@
 
 pub mod checker;
 pub mod engine;
+pub mod hint_race;
 pub mod report;
 pub mod scheduler;
 pub mod workload;

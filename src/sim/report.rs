@@ -5,6 +5,7 @@ use std::fmt;
 use serde::Serialize;
 
 use super::checker::CheckerCounts;
+use super::hint_race::HintRaceReport;
 
 /// Component activity during the run (what the faults exercised).
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
@@ -62,6 +63,9 @@ pub struct Activity {
 /// Wall-clock figures (excluded from determinism comparisons).
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
 pub struct Timing {
+    /// The `hint_race` stage (real threads; its counters vary with timing,
+    /// its violations are also counted in [`Report::violations`]), if run.
+    pub hint_race: Option<HintRaceReport>,
     /// Wall time of the run, ms.
     pub wall_ms: u64,
     /// Deliveries per wall-clock second.
@@ -213,6 +217,21 @@ impl fmt::Display for Report {
                 ),
             ),
         ];
+        let hint_race = t.hint_race.as_ref().map(|h| {
+            (
+                "hint_race: lookups / positives / filtered (violations)",
+                format!(
+                    "{} / {} / {} ({} stale positives, {} filter leaks, {} quiescent disagreements)",
+                    h.lookups,
+                    h.positives,
+                    h.entries_filtered,
+                    h.stale_positives,
+                    h.filter_leaks,
+                    h.quiescent_disagreements
+                ),
+            )
+        });
+        let rows: Vec<(&str, String)> = rows.into_iter().chain(hint_race).collect();
         let width = rows.iter().map(|(k, _)| k.len()).max().unwrap_or(0);
         for (k, v) in rows {
             writeln!(f, "  {k:<width$}  {v}")?;
@@ -220,11 +239,11 @@ impl fmt::Display for Report {
         writeln!(f)?;
         match &self.first_violation {
             None if self.is_clean() => writeln!(f, "result: OK (no violations)"),
-            None => writeln!(f, "result: FAILED ({} violations)", c.violations()),
+            None => writeln!(f, "result: FAILED ({} violations)", self.violations),
             Some(v) => writeln!(
                 f,
                 "result: FAILED ({} violations); first: {v}",
-                c.violations()
+                self.violations
             ),
         }
     }

@@ -50,6 +50,11 @@ pub struct Faults {
     /// delayed tracker is given the new mark-delete (trimming buckets below
     /// it). Unacknowledged messages at or below the seek are skipped.
     pub seeks: u32,
+    /// Run the `hint_race` stage after the simulation: real threads acking,
+    /// resetting and moving mark-delete across ledger boundaries on a cursor
+    /// deletion state while another runs the lock-free hint and the post-I/O
+    /// filter, checked by an external oracle (see `sim::hint_race`).
+    pub hint_race: bool,
 }
 
 impl Default for Faults {
@@ -64,6 +69,7 @@ impl Default for Faults {
             snapshot_create_failure_ratio: 0.0,
             snapshot_delete_failure_ratio: 0.0,
             seeks: 0,
+            hint_race: false,
         }
     }
 }
@@ -81,6 +87,7 @@ impl Faults {
             snapshot_create_failure_ratio: 0.0,
             snapshot_delete_failure_ratio: 0.0,
             seeks: 0,
+            hint_race: false,
         }
     }
 }
@@ -223,6 +230,10 @@ impl Workload {
                 batch_size: 10,
                 keys: 10_000,
                 publish_interval_ms: 50,
+                faults: Faults {
+                    hint_race: true,
+                    ..Faults::default()
+                },
                 ..base
             },
             // Delayed messages over many ledgers with small bucket limits so
