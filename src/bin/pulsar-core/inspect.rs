@@ -98,7 +98,7 @@ fn parse_hex(h: &str) -> Result<Vec<u8>, String> {
     if let Some((i, c)) = clean.char_indices().find(|(_, c)| !c.is_ascii_hexdigit()) {
         return Err(format!("invalid hex digit {c:?} at offset {i}"));
     }
-    if clean.len() % 2 != 0 {
+    if !clean.len().is_multiple_of(2) {
         return Err(format!(
             "hex input has an odd number of digits ({})",
             clean.len()
