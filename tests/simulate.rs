@@ -5,7 +5,18 @@
 
 use std::process::Command;
 
-use pulsar_core::sim::{run, Report, Sabotage, SimOptions, Workload};
+use pulsar_core::sim::{run, Report, Sabotage, SimOptions, Watchdog, Workload};
+
+/// Per-run watchdogs: a hang inside one event exits the test process with
+/// a livelock report within 30 s; a run past 120 s of wall time stops with
+/// a violation (no test may hang CI).
+fn test_watchdog() -> Watchdog {
+    Watchdog {
+        exit_on_hang: Some(std::time::Duration::from_secs(30)),
+        wall_limit: Some(std::time::Duration::from_secs(120)),
+        ..Watchdog::default()
+    }
+}
 
 fn small(name: &str, messages: u64) -> Workload {
     let mut w = Workload::preset(name).unwrap();
@@ -24,6 +35,7 @@ fn run_with(w: &Workload, seed: u64, faults: bool, sabotage: Option<Sabotage>) -
         data_dir: dir.path().join("data"),
         faults,
         sabotage,
+        watchdog: test_watchdog(),
     };
     run(w, &opts, None).unwrap()
 }

@@ -36,6 +36,11 @@ fn run_seed(w: &Workload, seed: u64) -> Report {
         data_dir: dir.path().join("data"),
         faults: true,
         sabotage: None,
+        watchdog: pulsar_core::sim::Watchdog {
+            exit_on_hang: Some(std::time::Duration::from_secs(30)),
+            wall_limit: Some(std::time::Duration::from_secs(120)),
+            ..Default::default()
+        },
     };
     run(w, &opts, None).unwrap()
 }

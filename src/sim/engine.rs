@@ -32,8 +32,10 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
 use super::checker::{DeliveryChecker, MessageRef, OrderCheck};
+use super::delayed_truth::DelayedTruth;
 use super::report::{peak_memory_kib, Activity, Report, Timing};
 use super::scheduler::{Scheduler, VirtualMs};
+use super::watchdog::{HangGuard, Heartbeat, Watchdog};
 use super::workload::{SubscriptionType, Workload};
 use crate::cursor::{CursorDeletionState, DeletionError};
 use crate::delayed::{
@@ -92,6 +94,10 @@ const APP_BATCH: usize = 64;
 /// acknowledged messages sends its cumulative ack at the latest this long
 /// after its last poll (the client's ack grouping time), virtual ms.
 const ACK_GROUP_MS: VirtualMs = 100;
+/// A pending-ack replay not complete this long after the broker started
+/// it (outages aside) is a violation, virtual ms (the retry backoff is at
+/// most 60 s).
+const REPLAY_BOUND_MS: VirtualMs = 150_000;
 /// A run that has not drained after this much virtual time stops (what is
 /// left is reported as lost).
 const VIRTUAL_TIME_LIMIT_MS: VirtualMs = 6 * 60 * 60 * 1000;
@@ -137,6 +143,22 @@ pub struct SimOptions {
     pub faults: bool,
     /// Self-test defect, if any.
     pub sabotage: Option<Sabotage>,
+    /// Livelock and wall-clock watchdogs.
+    pub watchdog: Watchdog,
+}
+
+impl SimOptions {
+    /// Options for a run with `seed` on `data_dir`: faults on, no sabotage,
+    /// default watchdogs (no process exit on a hang).
+    pub fn new(seed: u64, data_dir: PathBuf) -> Self {
+        Self {
+            seed,
+            data_dir,
+            faults: true,
+            sabotage: None,
+            watchdog: Watchdog::default(),
+        }
+    }
 }
 
 /// Why a run could not be carried out (not a violation: a violation is in
@@ -228,10 +250,44 @@ enum Ev {
     OutageStart,
     OutageEnd,
     StallCheck,
+    /// The operator turns the pending-ack logs' auto-skip on and reloads
+    /// the topic (after a replay gave up on non-recoverable data).
+    OperatorReload,
     /// Admin seek of subscription `sub` forward to its read position.
     Seek {
         sub: usize,
     },
+}
+
+impl Ev {
+    /// The component an event runs in, its name and subscription (for the
+    /// watchdogs' livelock report).
+    fn label(&self) -> (&'static str, &'static str, Option<usize>) {
+        match self {
+            Ev::Publish => ("producer", "Publish", None),
+            Ev::Dispatch(s) => (
+                "dispatcher (cursor, permits, delayed)",
+                "Dispatch",
+                Some(*s),
+            ),
+            Ev::Deliver { sub, .. } => ("client (permits)", "Deliver", Some(*sub)),
+            Ev::AppPoll { sub, .. } => ("client (permits)", "AppPoll", Some(*sub)),
+            Ev::Ack { sub, .. } => ("broker ack path (cursor, pending_ack)", "Ack", Some(*sub)),
+            Ev::Commit { sub, .. } => ("broker ack path (pending_ack)", "Commit", Some(*sub)),
+            Ev::AckFlush { sub, .. } => ("client (acks)", "AckFlush", Some(*sub)),
+            Ev::FlushFlows { sub, .. } => ("client (flows)", "FlushFlows", Some(*sub)),
+            Ev::Persist(s) => ("cursor persistence", "Persist", Some(*s)),
+            Ev::DelayedTick(s) => ("delayed", "DelayedTick", Some(*s)),
+            Ev::ReplayTimers => ("pending_ack replay", "ReplayTimers", None),
+            Ev::Restart => ("broker restart (recovery)", "Restart", None),
+            Ev::Reconnect { sub, .. } => ("client reconnect", "Reconnect", Some(*sub)),
+            Ev::OutageStart => ("storage", "OutageStart", None),
+            Ev::OutageEnd => ("storage", "OutageEnd", None),
+            Ev::StallCheck => ("checker", "StallCheck", None),
+            Ev::OperatorReload => ("operator reload (pending_ack)", "OperatorReload", None),
+            Ev::Seek { sub } => ("admin seek", "Seek", Some(*sub)),
+        }
+    }
 }
 
 /// Broker-side state of one subscription (dropped on restart).
@@ -335,6 +391,28 @@ struct Sim<'a> {
     finished_at: VirtualMs,
     acked_at_last_check: Vec<u64>,
     progress: Option<&'a dyn Fn(u64, u64)>,
+    heartbeat: Arc<Heartbeat>,
+    started: std::time::Instant,
+    /// Per subscription: what its delayed tracker should hold.
+    delayed_truth: Vec<DelayedTruth>,
+    /// Per subscription: pending-ack records known durable.
+    pa_truth: Vec<SharedPaTruth>,
+    /// Per subscription: what the replay in progress must find (and
+    /// whether fewer is allowed: a ledger was lost).
+    pa_expected: Vec<Option<(PaTruth, bool)>>,
+    /// Per subscription: since when its pending-ack handle is not ready.
+    pa_not_ready_since: Vec<Option<VirtualMs>>,
+    /// Per subscription: its handle's Error state was handled this lifetime.
+    pa_error_seen: Vec<bool>,
+    /// Per subscription: injected replay read failures.
+    replay_plans: Vec<Arc<std::sync::Mutex<ReplayReadPlan>>>,
+    /// Per subscription: a pending-ack ledger was lost since its last replay.
+    pa_ledger_lost: Vec<bool>,
+    /// The operator turned auto-skip on.
+    operator_auto_skip: bool,
+    operator_reload_planned: bool,
+    /// Per subscription: a replay-bound violation was reported.
+    replay_bound_reported: Vec<bool>,
 }
 
 /// Runs `workload` with `opts` and returns the report.
@@ -393,7 +471,34 @@ pub fn run(
         finished_at: 0,
         acked_at_last_check: vec![0; workload.subscriptions as usize],
         progress,
+        heartbeat: Arc::new(Heartbeat::default()),
+        started,
+        delayed_truth: (0..workload.subscriptions)
+            .map(|_| DelayedTruth::default())
+            .collect(),
+        pa_truth: (0..workload.subscriptions)
+            .map(|_| SharedPaTruth::default())
+            .collect(),
+        pa_expected: vec![None; workload.subscriptions as usize],
+        pa_not_ready_since: vec![None; workload.subscriptions as usize],
+        pa_error_seen: vec![false; workload.subscriptions as usize],
+        replay_plans: (0..workload.subscriptions)
+            .map(|_| Arc::default())
+            .collect(),
+        pa_ledger_lost: vec![false; workload.subscriptions as usize],
+        operator_auto_skip: false,
+        operator_reload_planned: false,
+        replay_bound_reported: vec![false; workload.subscriptions as usize],
     };
+    sim.checker.set_late_bound(workload.delayed_late_bound());
+    let _hang_guard = HangGuard::start(
+        Arc::clone(&sim.heartbeat),
+        opts.watchdog.exit_on_hang,
+        format!(
+            "pulsar-core simulate: workload {}, seed {}",
+            workload.name, opts.seed
+        ),
+    );
     sim.start()?;
     sim.event_loop()?;
     let virtual_ms = sim.sched.now();
@@ -424,6 +529,114 @@ pub fn run(
             peak_memory_kib: peak_memory_kib(),
         },
     })
+}
+
+/// Read faults planned for one pending-ack log's replay: read number
+/// `fail_at.0` (counted over every read of the log) fails with `fail_at.1`;
+/// from read `persistent.0` on, every read fails with `persistent.1` until
+/// the replay completes (a fence or a closed cursor does not go away by
+/// retrying).
+#[derive(Debug, Default)]
+struct ReplayReadPlan {
+    reads: u64,
+    fail_at: Option<(u64, ReadFailureKind)>,
+    persistent: Option<(u64, ReadFailureKind)>,
+    injected: u64,
+}
+
+/// Every failure class Pulsar's replay classification distinguishes.
+const REPLAY_FAILURE_KINDS: [ReadFailureKind; 6] = [
+    ReadFailureKind::StorageUnavailable,
+    ReadFailureKind::TooManyRequests,
+    ReadFailureKind::NonRecoverableData,
+    ReadFailureKind::LedgerNotExist,
+    ReadFailureKind::Fenced,
+    ReadFailureKind::CursorAlreadyClosed,
+];
+
+/// The pending-ack records of one subscription known durable (their append
+/// callback succeeded): the transactions a replay must find open.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+struct PaTruth {
+    individual: BTreeSet<TxnId>,
+    cumulative: Option<TxnId>,
+}
+
+type SharedPaTruth = Arc<std::sync::Mutex<PaTruth>>;
+
+/// An append callback that records `record` in `truth` once it is durable.
+fn pa_durable(
+    truth: &SharedPaTruth,
+    record: &PendingAckRecord,
+) -> crate::pending_ack::AppendCallback {
+    use crate::pending_ack::PendingAckOp;
+    let truth = Arc::clone(truth);
+    let txn = record.txn_id;
+    let (op, ack_type) = (record.op, record.ack_type);
+    Box::new(move |r| {
+        if r.is_err() {
+            return;
+        }
+        let mut t = truth.lock().unwrap_or_else(|e| e.into_inner());
+        match (op, ack_type) {
+            (PendingAckOp::Ack, AckType::Individual) => {
+                t.individual.insert(txn);
+            }
+            (PendingAckOp::Ack, AckType::Cumulative) => {
+                t.cumulative = Some(txn);
+            }
+            (PendingAckOp::Commit | PendingAckOp::Abort, _) => {
+                t.individual.remove(&txn);
+                if t.cumulative == Some(txn) {
+                    t.cumulative = None;
+                }
+            }
+        }
+    })
+}
+
+/// Whether a replay failure is (caused by) non-recoverable data.
+fn is_non_recoverable(e: &crate::pending_ack::PendingAckError) -> bool {
+    use crate::pending_ack::PendingAckError as E;
+    match e {
+        E::Ledger(l) => l.is_non_recoverable(),
+        E::InitFailed { cause, .. } => is_non_recoverable(cause),
+        _ => false,
+    }
+}
+
+/// Makes every read of `ledger` fail as storage-unavailable while `outage`
+/// is set (the simulated BookKeeper outage window), and injects the
+/// replay plan's failures, if any.
+fn install_read_faults(
+    ledger: &ManagedLedger,
+    outage: &Arc<AtomicBool>,
+    plan: Option<Arc<std::sync::Mutex<ReplayReadPlan>>>,
+) {
+    let outage = Arc::clone(outage);
+    ledger.faults().set_policy(move |_| {
+        if outage.load(Ordering::Relaxed) {
+            return Some(ReadFailureKind::StorageUnavailable);
+        }
+        let plan = plan.as_ref()?;
+        let mut p = plan.lock().unwrap_or_else(|e| e.into_inner());
+        p.reads += 1;
+        let n = p.reads;
+        if let Some((from, kind)) = p.persistent {
+            if n >= from {
+                p.injected += 1;
+                return Some(kind);
+            }
+        }
+        if let Some((at, kind)) = p.fail_at {
+            if n == at {
+                p.fail_at = None;
+                p.injected += 1;
+                return Some(kind);
+            }
+        }
+        None
+    });
 }
 
 /// Makes every read of `ledger` fail as storage-unavailable while `outage`
@@ -609,9 +822,17 @@ impl Sim<'_> {
                 )
                 .map_err(comp("delayed tracker recovery"))?;
                 // Pulsar's tracker reads the mark-delete from the cursor.
+                let truth = &mut self.delayed_truth[s];
                 if self.sabotage_seek.is_none() {
                     tracker.update_mark_delete(deletion.mark_delete_position());
+                    truth.mark_delete(deletion.mark_delete_position());
                 }
+                // What recovery restored is what the tracker holds now.
+                let held: Vec<(Position, u64)> = truth
+                    .ever_added()
+                    .filter(|(p, _)| tracker.contains_message(p.ledger_id, p.entry_id))
+                    .collect();
+                truth.resync(held);
                 if generation > 0 {
                     self.activity.delayed_recoveries += 1;
                 }
@@ -624,12 +845,16 @@ impl Sim<'_> {
                     format!("{TOPIC}-{name}__transaction_pending_ack"),
                     LedgerConfig {
                         max_entries_per_ledger: 50,
-                        auto_skip_non_recoverable_data: true,
+                        auto_skip_non_recoverable_data: self.pa_auto_skip(),
                     },
                     Arc::clone(&dyn_store),
                 )
                 .map_err(comp("open pending-ack log"))?;
-                install_outage(&pa_ledger, &self.outage);
+                install_read_faults(
+                    &pa_ledger,
+                    &self.outage,
+                    Some(Arc::clone(&self.replay_plans[s])),
+                );
                 let pa_cursor = Arc::new(
                     pa_ledger
                         .open_cursor(PENDING_ACK_CURSOR)
@@ -643,10 +868,23 @@ impl Sim<'_> {
                     timer.clone(),
                     HandleConfig {
                         jitter_seed: self.opts.seed,
+                        // Small reads, so a replay reads ahead of what it
+                        // applied and a failure can hit a later read.
+                        replay: crate::pending_ack::ReplayConfig {
+                            queue_capacity: 8,
+                            read_batch: 2,
+                        },
                         ..HandleConfig::default()
                     },
                 )
                 .map_err(comp("pending-ack handle"))?;
+                let expected = self.pa_truth[s]
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .clone();
+                self.pa_expected[s] = Some((expected, self.pa_ledger_lost[s]));
+                self.pa_not_ready_since[s] = Some(self.sched.now());
+                self.pa_error_seen[s] = false;
                 handle.init();
                 drop(pa_ledger);
                 (Some(handle), Some(pa_cursor))
@@ -679,6 +917,9 @@ impl Sim<'_> {
             pool,
             timer,
         });
+        for s in 0..self.w.subscriptions as usize {
+            self.check_tracker_count(s);
+        }
         self.drive_replays()?;
         Ok(())
     }
@@ -699,30 +940,90 @@ impl Sim<'_> {
         let Some(b) = self.broker.as_mut() else {
             return Ok(());
         };
+        self.heartbeat.enter("pending_ack replay");
         b.pool.run_pending();
         let mut newly_ready = Vec::new();
+        let mut reload = false;
+        let now = self.sched.now();
         for (s, sub) in b.subs.iter_mut().enumerate() {
             let Some(h) = &sub.pending_ack else { continue };
             match h.state() {
                 HandleState::Ready if !sub.ready => {
                     sub.ready = true;
                     newly_ready.push(s);
+                    self.pa_not_ready_since[s] = None;
+                    self.pa_ledger_lost[s] = false;
+                    let summary = h.summary();
+                    let stats = h.stats();
+                    // A replay reported complete holds exactly the
+                    // transactions open in the log up to its end at the
+                    // start (fewer only when it was ended by a completing
+                    // failure or a lost ledger was skipped).
+                    let found = PaTruth {
+                        individual: summary.individual.keys().copied().collect(),
+                        cumulative: summary.cumulative.map(|(t, _)| t),
+                    };
+                    let completing = stats
+                        .completed
+                        .as_ref()
+                        .and_then(|r| r.completing_failure.clone());
+                    if let Some((expected, lenient)) = self.pa_expected[s].take() {
+                        let partial_ok = lenient || completing.is_some();
+                        if completing.is_some() {
+                            self.activity.replays_ended_by_completing_failure += 1;
+                        }
+                        let subset = found.individual.is_subset(&expected.individual)
+                            && (found.cumulative.is_none()
+                                || found.cumulative == expected.cumulative);
+                        if (partial_ok && !subset) || (!partial_ok && found != expected) {
+                            let missing: Vec<String> = expected
+                                .individual
+                                .difference(&found.individual)
+                                .map(|t| format!("{t:?}"))
+                                .collect();
+                            let extra: Vec<String> = found
+                                .individual
+                                .difference(&expected.individual)
+                                .map(|t| format!("{t:?}"))
+                                .collect();
+                            self.checker.replay_violation(
+                                &sub.name,
+                                &format!(
+                                    "reported complete after {} attempts without every record up to the log's end: {} open transactions expected, {} found (missing: [{}]; unexpected: [{}]; cumulative expected {:?}, found {:?})",
+                                    stats.attempts,
+                                    expected.individual.len(),
+                                    found.individual.len(),
+                                    missing.join(", "),
+                                    extra.join(", "),
+                                    expected.cumulative,
+                                    found.cumulative
+                                ),
+                                now,
+                            );
+                        }
+                    }
+                    // From here on the broker's view is the replayed one.
+                    *self.pa_truth[s].lock().unwrap_or_else(|e| e.into_inner()) = found;
+                    {
+                        let mut plan = self.replay_plans[s]
+                            .lock()
+                            .unwrap_or_else(|e| e.into_inner());
+                        plan.persistent = None;
+                        self.activity.replay_read_failures_injected +=
+                            std::mem::take(&mut plan.injected);
+                    }
                     // Transactions left open by the restart are aborted (the
                     // coordinator timed them out): their messages are redelivered.
-                    let summary = h.summary();
                     for txn in summary.individual.keys() {
-                        h.append(
-                            PendingAckRecord::abort(*txn, AckType::Individual),
-                            Box::new(|_| {}),
-                        );
+                        let record = PendingAckRecord::abort(*txn, AckType::Individual);
+                        let durable = pa_durable(&self.pa_truth[s], &record);
+                        h.append(record, durable);
                     }
                     if let Some((txn, _)) = summary.cumulative {
-                        h.append(
-                            PendingAckRecord::abort(txn, AckType::Cumulative),
-                            Box::new(|_| {}),
-                        );
+                        let record = PendingAckRecord::abort(txn, AckType::Cumulative);
+                        let durable = pa_durable(&self.pa_truth[s], &record);
+                        h.append(record, durable);
                     }
-                    let stats = h.stats();
                     let completed_reads = stats
                         .completed
                         .as_ref()
@@ -732,12 +1033,24 @@ impl Sim<'_> {
                     self.activity.replay_reads_in_failed_attempts +=
                         stats.reads_issued.saturating_sub(completed_reads);
                 }
-                HandleState::Error => {
-                    return Err(SimError::Component(format!(
-                        "pending-ack replay of {} failed: {:?}",
-                        sub.name,
-                        h.error()
-                    )));
+                HandleState::Error if !self.pa_error_seen[s] => {
+                    self.pa_error_seen[s] = true;
+                    let error = h.error();
+                    let auto_skip = self.w.faults.pending_ack_auto_skip || self.operator_auto_skip;
+                    let expected = !auto_skip && error.as_ref().is_some_and(is_non_recoverable);
+                    if expected {
+                        // Pulsar with auto-skip off: the subscription fails to
+                        // load until an operator turns auto-skip on and
+                        // reloads the topic.
+                        self.activity.replay_gave_up_non_recoverable += 1;
+                        reload = true;
+                    } else {
+                        self.checker.replay_violation(
+                            &sub.name,
+                            &format!("gave up with {error:?} (auto-skip {auto_skip})"),
+                            now,
+                        );
+                    }
                 }
                 _ => {}
             }
@@ -747,6 +1060,36 @@ impl Sim<'_> {
         }
         for s in newly_ready {
             self.schedule_dispatch(s);
+        }
+        if reload && !self.operator_reload_planned {
+            self.operator_reload_planned = true;
+            self.faults_pending += 1;
+            self.sched.after(
+                self.w.faults.operator_auto_skip_after_ms,
+                Ev::OperatorReload,
+            );
+        }
+        Ok(())
+    }
+
+    /// Whether the pending-ack logs are opened with
+    /// `auto_skip_non_recoverable_data` (the workload's setting, or on once
+    /// the operator turned it on).
+    fn pa_auto_skip(&self) -> bool {
+        self.w.faults.pending_ack_auto_skip || self.operator_auto_skip
+    }
+
+    /// The operator turns auto-skip on and reloads the topic (a restart as
+    /// far as every component and client is concerned).
+    fn operator_reload(&mut self) -> Result<(), SimError> {
+        self.operator_auto_skip = true;
+        self.activity.operator_reloads += 1;
+        self.checker.restarted();
+        self.open_broker()?;
+        for s in 0..self.w.subscriptions as usize {
+            for c in 0..self.w.consumers_per_subscription as usize {
+                self.resubscribe_on_new_connection(s, c)?;
+            }
         }
         Ok(())
     }
@@ -831,13 +1174,48 @@ impl Sim<'_> {
     fn event_loop(&mut self) -> Result<(), SimError> {
         let expected = self.w.messages * u64::from(self.w.subscriptions);
         let mut steps: u64 = 0;
+        let mut same_time = (0, 0u64);
         while let Some((now, ev)) = self.sched.pop() {
             self.clock.set(now);
             if let Some(b) = &self.broker {
                 b.timer.advance_to(now);
             }
+            let (component, label, sub) = ev.label();
+            self.heartbeat.begin(now, component, label, sub);
             self.handle(ev)?;
+            self.heartbeat.end();
             steps += 1;
+            if same_time.0 == now {
+                same_time.1 += 1;
+                if same_time.1 > self.opts.watchdog.same_time_events {
+                    let (component, recent) = self.heartbeat.describe();
+                    self.checker.livelock(
+                        &format!(
+                            "livelock at t={now}ms in {component}: virtual time did not advance for {} events; last events: {recent}",
+                            same_time.1
+                        ),
+                        now,
+                    );
+                    break;
+                }
+            } else {
+                same_time = (now, 1);
+            }
+            if steps % 1024 == 0 {
+                if let Some(limit) = self.opts.watchdog.wall_limit {
+                    if self.started.elapsed() > limit {
+                        let (component, recent) = self.heartbeat.describe();
+                        self.checker.livelock(
+                            &format!(
+                                "wall-clock limit of {:.1}s exceeded at t={now}ms in {component}; last events: {recent}",
+                                limit.as_secs_f64()
+                            ),
+                            now,
+                        );
+                        break;
+                    }
+                }
+            }
             if steps % 4096 == 0 {
                 if let Some(p) = self.progress {
                     p(self.checker_acked(), expected);
@@ -983,6 +1361,7 @@ impl Sim<'_> {
                 Ok(())
             }
             Ev::DelayedTick(s) => {
+                self.check_overdue(s);
                 self.schedule_dispatch(s);
                 self.sched.after(self.w.delayed_tick_ms, Ev::DelayedTick(s));
                 Ok(())
@@ -1011,11 +1390,19 @@ impl Sim<'_> {
                     }
                 }
                 for s in 0..self.w.subscriptions as usize {
+                    if let Some(since) = self.pa_not_ready_since[s].as_mut() {
+                        *since = self.sched.now();
+                    }
                     self.schedule_dispatch(s);
                 }
                 Ok(())
             }
+            Ev::OperatorReload => {
+                self.faults_pending = self.faults_pending.saturating_sub(1);
+                self.operator_reload()
+            }
             Ev::StallCheck => {
+                self.check_replay_bound();
                 self.stall_check();
                 self.sched
                     .after(self.stall_check_interval(), Ev::StallCheck);
@@ -1182,6 +1569,16 @@ impl Sim<'_> {
                                 self.sabotage_done = true;
                             }
                         }
+                        let truth = &mut self.delayed_truth[s];
+                        for p in &ps {
+                            if !truth.scheduled(*p) {
+                                self.checker.tracker_violation(
+                                    &sub.name,
+                                    &format!("scheduled {p}, which it does not hold (scheduled before, or never added)"),
+                                    self.sched.now(),
+                                );
+                            }
+                        }
                         replay.extend(ps);
                     }
                     Err(e) => return Err(SimError::Component(format!("delayed: {e}"))),
@@ -1249,11 +1646,19 @@ impl Sim<'_> {
                         };
                         if deliver_at > 0 {
                             if let Some(t) = &sub.delayed {
-                                match t.add_message(
+                                let added = t.add_message(
                                     e.position.ledger_id,
                                     e.position.entry_id,
                                     deliver_at as i64,
-                                ) {
+                                );
+                                match added {
+                                    Ok(true) => {
+                                        self.delayed_truth[s].accepted(e.position, deliver_at)
+                                    }
+                                    Ok(false) => self.delayed_truth[s].declined(e.position),
+                                    Err(_) => {}
+                                }
+                                match added {
                                     Ok(true) => continue, // tracked: delivered when due
                                     Ok(false)
                                         if pending_on_consumer(&sub.dispatcher, &e.position)
@@ -1389,6 +1794,7 @@ impl Sim<'_> {
         } else if more {
             self.schedule_dispatch(s);
         }
+        self.check_tracker_count(s);
         Ok(())
     }
 
@@ -1641,10 +2047,10 @@ impl Sim<'_> {
         let now = self.sched.now();
         self.checker.ack_applied(&sub.name, acker, &messages, now);
         if let (Some(txn), Some(h)) = (txn, &sub.pending_ack) {
-            h.append(
-                PendingAckRecord::individual_ack(txn, vec![AckedPosition::whole(position)]),
-                Box::new(|_| {}),
-            );
+            let record =
+                PendingAckRecord::individual_ack(txn, vec![AckedPosition::whole(position)]);
+            let durable = pa_durable(&self.pa_truth[s], &record);
+            h.append(record, durable);
             // Transactions stay open for a while (the coordinator commits
             // later), so restarts find open ones in the pending-ack log.
             let delay = self.rng.random_range(10..=2_000);
@@ -1667,8 +2073,10 @@ impl Sim<'_> {
         if let Some(t) = &sub.delayed {
             if self.sabotage_seek.is_none() {
                 t.update_mark_delete(sub.deletion.mark_delete_position());
+                self.delayed_truth[s].mark_delete(sub.deletion.mark_delete_position());
             }
         }
+        self.check_tracker_count(s);
         self.schedule_dispatch(s);
         Ok(())
     }
@@ -1791,10 +2199,9 @@ impl Sim<'_> {
         if let (Some(txn), Some(h), None) = (txn, &sub.pending_ack, sub.open_cumulative_txn) {
             self.activity.txn_cumulative_acks += 1;
             sub.open_cumulative_txn = Some(txn);
-            h.append(
-                PendingAckRecord::cumulative_ack(txn, position),
-                Box::new(|_| {}),
-            );
+            let record = PendingAckRecord::cumulative_ack(txn, position);
+            let durable = pa_durable(&self.pa_truth[s], &record);
+            h.append(record, durable);
             let delay = self.rng.random_range(10..=2_000);
             self.sched.after(
                 delay,
@@ -1846,10 +2253,9 @@ impl Sim<'_> {
         let sub = &mut b.subs[s];
         if cumulative {
             if let Some(h) = &sub.pending_ack {
-                h.append(
-                    PendingAckRecord::commit(txn, AckType::Cumulative),
-                    Box::new(|_| {}),
-                );
+                let record = PendingAckRecord::commit(txn, AckType::Cumulative);
+                let durable = pa_durable(&self.pa_truth[s], &record);
+                h.append(record, durable);
             }
             if sub.open_cumulative_txn == Some(txn) {
                 sub.open_cumulative_txn = None;
@@ -1861,10 +2267,9 @@ impl Sim<'_> {
             return Ok(());
         }
         if let Some(h) = &sub.pending_ack {
-            h.append(
-                PendingAckRecord::commit(txn, AckType::Individual),
-                Box::new(|_| {}),
-            );
+            let record = PendingAckRecord::commit(txn, AckType::Individual);
+            let durable = pa_durable(&self.pa_truth[s], &record);
+            h.append(record, durable);
         }
         let ps: Vec<Position> = positions.iter().map(|(p, _)| *p).collect();
         sub.deletion
@@ -1940,11 +2345,12 @@ impl Sim<'_> {
     fn restart(&mut self) -> Result<(), SimError> {
         self.activity.restarts += 1;
         self.checker.restarted();
+        let mut lost = Vec::new();
         if self.w.faults.lose_pending_ack_ledger && self.activity.restarts == 1 {
             // Lose the pending-ack log's ledger holding the first record the
             // next replay needs (a deleted BookKeeper ledger).
             if let Some(b) = &self.broker {
-                for sub in &b.subs {
+                for (s, sub) in b.subs.iter().enumerate() {
                     if let Some(c) = &sub.pending_ack_cursor {
                         let next = c.ledger().next_valid_position(c.mark_delete_position());
                         if next <= c.ledger().last_confirmed_entry() {
@@ -1952,11 +2358,17 @@ impl Sim<'_> {
                                 .mark_ledger_lost(next.ledger_id)
                                 .map_err(comp("lose ledger"))?;
                             self.activity.read_failures_injected += 1;
+                            self.activity.pending_ack_ledgers_lost += 1;
+                            lost.push(s);
                         }
                     }
                 }
             }
         }
+        for s in lost {
+            self.pa_ledger_lost[s] = true;
+        }
+        self.arm_replay_read_failures();
         self.open_broker()?;
         // Every client reconnects with a new incarnation on a new connection.
         for s in 0..self.w.subscriptions as usize {
@@ -2061,6 +2473,7 @@ impl Sim<'_> {
                 self.sabotage_seek = Some((s, mark_delete));
             } else {
                 t.update_mark_delete(mark_delete);
+                self.delayed_truth[s].mark_delete(mark_delete);
                 t.trim_and_merge().map_err(comp("seek: trim"))?;
             }
         }
@@ -2085,6 +2498,115 @@ impl Sim<'_> {
         }
         self.schedule_dispatch(s);
         Ok(())
+    }
+
+    /// At a restart (the first `faults.replay_read_failures` ones), each
+    /// subscription's replay gets one read failure on a read after its
+    /// first (so entries were read ahead and not yet applied), of a class
+    /// picked from every class Pulsar's classification distinguishes; a
+    /// fence or a closed cursor then persists until the replay completes.
+    fn arm_replay_read_failures(&mut self) {
+        if !self.opts.faults
+            || self.w.txn_ack_ratio == 0.0
+            || self.activity.restarts > u64::from(self.w.faults.replay_read_failures)
+        {
+            return;
+        }
+        for s in 0..self.w.subscriptions as usize {
+            let kind = REPLAY_FAILURE_KINDS[self.rng.random_range(0..REPLAY_FAILURE_KINDS.len())];
+            let nth = self.rng.random_range(2..=3u64);
+            let mut plan = self.replay_plans[s]
+                .lock()
+                .unwrap_or_else(|e| e.into_inner());
+            let at = plan.reads + nth;
+            if matches!(
+                kind,
+                ReadFailureKind::Fenced | ReadFailureKind::CursorAlreadyClosed
+            ) {
+                plan.persistent = Some((at, kind));
+                plan.fail_at = None;
+            } else {
+                plan.fail_at = Some((at, kind));
+                plan.persistent = None;
+            }
+        }
+    }
+
+    /// A pending-ack replay must complete within the replay bound of the
+    /// broker's start (or the end of the last outage).
+    fn check_replay_bound(&mut self) {
+        let now = self.sched.now();
+        for s in 0..self.w.subscriptions as usize {
+            let Some(since) = self.pa_not_ready_since[s] else {
+                continue;
+            };
+            if self.replay_bound_reported[s] || now.saturating_sub(since) <= REPLAY_BOUND_MS {
+                continue;
+            }
+            if self.outage.load(Ordering::Relaxed)
+                || self.operator_reload_planned && self.activity.operator_reloads == 0
+            {
+                continue;
+            }
+            self.replay_bound_reported[s] = true;
+            let attempts = self
+                .broker
+                .as_ref()
+                .and_then(|b| b.subs[s].pending_ack.as_ref())
+                .map_or(0, |h| h.stats().attempts);
+            self.checker.replay_violation(
+                &format!("sub-{s}"),
+                &format!(
+                    "not complete {}ms after the broker started it ({attempts} attempts; bound {REPLAY_BOUND_MS}ms)",
+                    now - since
+                ),
+                now,
+            );
+        }
+    }
+
+    /// The delayed tracker of subscription `s` must report the count of
+    /// what it holds (see [`DelayedTruth`]); reported once per lifetime.
+    fn check_tracker_count(&mut self, s: usize) {
+        let Some(t) = self
+            .broker
+            .as_ref()
+            .and_then(|b| b.subs[s].delayed.as_ref())
+        else {
+            return;
+        };
+        let n = t.number_of_delayed_messages();
+        let truth = &mut self.delayed_truth[s];
+        if n != truth.len() && !truth.mismatch_reported {
+            truth.mismatch_reported = true;
+            let want = truth.len();
+            self.checker.tracker_violation(
+                &format!("sub-{s}"),
+                &format!("reports {n} delayed messages, holds {want} (accepted, not yet scheduled, above the mark-delete)"),
+                self.sched.now(),
+            );
+        }
+    }
+
+    /// A delayed message the tracker still holds past its delivery time plus
+    /// the late bound is late (reported once).
+    fn check_overdue(&mut self, s: usize) {
+        let now = self.sched.now();
+        let bound = self.checker.late_bound();
+        let truth = &mut self.delayed_truth[s];
+        if bound == 0 || truth.overdue_reported {
+            return;
+        }
+        if let Some((due, p)) = truth.first_due() {
+            if now > due + bound {
+                truth.overdue_reported = true;
+                self.checker.late(
+                    &format!("sub-{s}"),
+                    &format!("{p} due at {due}ms is still held by the tracker at {now}ms (bound {bound}ms)"),
+                    now,
+                );
+            }
+        }
     }
 
     fn stall_check_interval(&self) -> VirtualMs {

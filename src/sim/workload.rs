@@ -33,8 +33,9 @@ pub struct Faults {
     pub read_outages: u32,
     /// Length of one read outage, virtual ms.
     pub outage_ms: u64,
-    /// Lose the pending-ack log's first ledger once (a deleted BookKeeper
-    /// ledger), with auto-skip on for that log so the handle can recover.
+    /// Lose the pending-ack log's ledger holding the first record the next
+    /// replay needs, at the first restart (a deleted BookKeeper ledger);
+    /// what happens then depends on `pending_ack_auto_skip`.
     pub lose_pending_ack_ledger: bool,
     /// Consumer reconnects (new PIP-491 incarnation) during the run.
     pub reconnects: u32,
@@ -50,6 +51,21 @@ pub struct Faults {
     /// delayed tracker is given the new mark-delete (trimming buckets below
     /// it). Unacknowledged messages at or below the seek are skipped.
     pub seeks: u32,
+    /// Open the pending-ack logs with `auto_skip_non_recoverable_data`
+    /// (Pulsar's default is off: a replay that meets a lost ledger gives
+    /// up and the subscription fails to load until an operator turns it on
+    /// and reloads the topic, `operator_auto_skip_after_ms` later).
+    pub pending_ack_auto_skip: bool,
+    /// How long after a replay gave up on non-recoverable data the operator
+    /// turns auto-skip on and reloads the topic, virtual ms.
+    pub operator_auto_skip_after_ms: u64,
+    /// At each of the first this many restarts, each subscription's
+    /// pending-ack replay gets one read failure on its second or third read
+    /// (after entries were read ahead, not yet applied), of a class picked
+    /// from all six Pulsar distinguishes (storage unavailable, too many
+    /// requests, non-recoverable data, ledger not exist, fenced, cursor
+    /// closed; the last two persist until the replay completes).
+    pub replay_read_failures: u32,
 }
 
 impl Default for Faults {
@@ -64,6 +80,9 @@ impl Default for Faults {
             snapshot_create_failure_ratio: 0.0,
             snapshot_delete_failure_ratio: 0.0,
             seeks: 0,
+            pending_ack_auto_skip: false,
+            operator_auto_skip_after_ms: 5_000,
+            replay_read_failures: 0,
         }
     }
 }
@@ -81,6 +100,9 @@ impl Faults {
             snapshot_create_failure_ratio: 0.0,
             snapshot_delete_failure_ratio: 0.0,
             seeks: 0,
+            pending_ack_auto_skip: false,
+            operator_auto_skip_after_ms: 5_000,
+            replay_read_failures: 0,
         }
     }
 }
@@ -132,6 +154,10 @@ pub struct Workload {
     /// A consumer with backlog and free receiver queue that receives nothing
     /// for longer than this is a stall, virtual ms.
     pub stall_bound_ms: u64,
+    /// A delayed message first delivered (or still held by the tracker)
+    /// more than this after its delivery time is late, virtual ms (0 =
+    /// `stall_bound_ms + faults.outage_ms + 10 × delayed_tick_ms`).
+    pub delayed_late_bound_ms: u64,
     /// Faults.
     pub faults: Faults,
 }
@@ -158,6 +184,7 @@ impl Default for Workload {
             delayed_tick_ms: 1_000,
             publish_interval_ms: 10,
             stall_bound_ms: 30_000,
+            delayed_late_bound_ms: 0,
             faults: Faults::default(),
         }
     }
@@ -195,6 +222,16 @@ pub enum WorkloadError {
 }
 
 impl Workload {
+    /// The late bound of delayed messages (see
+    /// [`Workload::delayed_late_bound_ms`]).
+    pub fn delayed_late_bound(&self) -> u64 {
+        if self.delayed_late_bound_ms > 0 {
+            self.delayed_late_bound_ms
+        } else {
+            self.stall_bound_ms + self.faults.outage_ms + 10 * self.delayed_tick_ms
+        }
+    }
+
     /// The preset names.
     pub const PRESETS: [&'static str; 5] = [
         "fanout",
@@ -266,6 +303,7 @@ impl Workload {
                     read_outages: 2,
                     outage_ms: 10_000,
                     lose_pending_ack_ledger: true,
+                    replay_read_failures: 2,
                     ..Faults::default()
                 },
                 ..base
@@ -305,6 +343,9 @@ impl Workload {
                     read_outages: 1,
                     outage_ms: 3_000,
                     reconnects: 8,
+                    lose_pending_ack_ledger: true,
+                    pending_ack_auto_skip: true,
+                    replay_read_failures: 2,
                     ..Faults::default()
                 },
                 ..base
@@ -421,6 +462,21 @@ impl Workload {
                 100_000,
             ),
             ("faults.seeks", u64::from(self.faults.seeks), 100),
+            (
+                "faults.operator_auto_skip_after_ms",
+                self.faults.operator_auto_skip_after_ms,
+                HOUR_MS,
+            ),
+            (
+                "faults.replay_read_failures",
+                u64::from(self.faults.replay_read_failures),
+                100,
+            ),
+            (
+                "delayed_late_bound_ms",
+                self.delayed_late_bound_ms,
+                24 * HOUR_MS,
+            ),
             (
                 "cumulative_ack_every",
                 u64::from(self.cumulative_ack_every),

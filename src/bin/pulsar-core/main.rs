@@ -5,6 +5,8 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
+
+mod swarm;
 use pulsar_core::sim::{self, SimOptions, Workload};
 
 /// Model-checked Rust implementations of Apache Pulsar's bucket delayed
@@ -23,6 +25,10 @@ enum Command {
     /// components on the durable store and report loss, duplicates, disorder
     /// and stalls. Exits non-zero on any violation.
     Simulate(SimulateArgs),
+    /// Swarm testing: many small seeded simulate runs, each with its own
+    /// workload shape and random subset of fault kinds; one line per run,
+    /// stops at the first violation with the command that replays it.
+    Swarm(swarm::SwarmArgs),
 }
 
 #[derive(clap::Args, Debug)]
@@ -55,12 +61,22 @@ struct SimulateArgs {
     /// No progress bar.
     #[arg(long)]
     quiet: bool,
+    /// Watchdog: a run in which no event finishes for this many seconds of
+    /// wall time (a component spinning inside one call) prints a livelock
+    /// report and exits 1.
+    #[arg(long, default_value_t = 10)]
+    hang_secs: u64,
+    /// Watchdog: stop a run that takes longer than this many seconds of wall
+    /// time, as a violation (default: no bound).
+    #[arg(long)]
+    wall_limit_secs: Option<u64>,
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
         Command::Simulate(args) => simulate(args),
+        Command::Swarm(args) => swarm::swarm(args),
     }
 }
 
@@ -128,6 +144,11 @@ fn simulate(args: SimulateArgs) -> ExitCode {
         data_dir: data_dir.clone(),
         faults: !args.no_faults,
         sabotage: None,
+        watchdog: sim::Watchdog {
+            exit_on_hang: Some(std::time::Duration::from_secs(args.hang_secs)),
+            wall_limit: args.wall_limit_secs.map(std::time::Duration::from_secs),
+            ..sim::Watchdog::default()
+        },
     };
     let bar = (!args.quiet && std::io::stderr().is_terminal()).then(|| {
         let b = indicatif::ProgressBar::new(1);
