@@ -85,10 +85,13 @@ fn every_preset_runs_clean_with_faults() {
             }
             "txn-outage" => {
                 assert!(r.activity.replay_failed_attempts > 0, "{name}: {r}");
-                assert_eq!(
-                    r.activity.replay_reads_in_failed_attempts, r.activity.replay_failed_attempts,
-                    "{name}: exactly one read per failed replay attempt"
-                );
+                // Failures reach reads after the first of an attempt (entries
+                // read ahead, not applied), and the lost ledger with
+                // auto-skip off makes the replay give up until the operator
+                // reloads with auto-skip on.
+                assert!(r.activity.replay_read_failures_injected > 0, "{name}: {r}");
+                assert!(r.activity.replay_gave_up_non_recoverable > 0, "{name}: {r}");
+                assert_eq!(r.activity.operator_reloads, 1, "{name}: {r}");
             }
             "permit-churn" => assert!(r.activity.reconnects > 0, "{name}: {r}"),
             _ => {}

@@ -679,6 +679,17 @@ impl DeliveryChecker {
         }
     }
 
+    /// A PIP-491 rule broke on consumer `consumer` of `sub` (a debit other
+    /// than the P sent, an invalid P accepted, a consumer kept after a failed
+    /// write); counted with the permit mismatches.
+    pub fn permit_violation(&mut self, sub: &str, consumer: usize, what: &str, now_ms: u64) {
+        self.counts.permit_mismatches += 1;
+        self.violation(
+            now_ms,
+            format!("{sub}/consumer-{consumer}: permits: {what}"),
+        );
+    }
+
     /// A watchdog stopped the run (`what` names it, the component and the
     /// last events).
     pub fn livelock(&mut self, what: &str, now_ms: u64) {

@@ -72,7 +72,7 @@ use crate::pending_ack::{
     AckType, AckedPosition, ExecutorMode, HandleConfig, HandleState, InlineReads, PendingAckHandle,
     PendingAckRecord, ReplayExecutorPool, TxnId, VirtualTimer,
 };
-use crate::permits::broker::{AdmitAll, BrokerEntry};
+use crate::permits::broker::BrokerEntry;
 use crate::permits::client::{encode_entry_payload, ClientConnection, ClientConsumer, ClientFrame};
 use crate::permits::wire::{CommandMessage, MessageMetadata, SingleMessageMetadata};
 use crate::permits::{ConsumerKey, SharedDispatcher};
@@ -214,6 +214,9 @@ enum Ev {
     },
     Ack {
         sub: usize,
+        /// The client incarnation that sent it (a consumer re-created on
+        /// the same connection keeps its key).
+        incarnation: crate::permits::client::Incarnation,
         broker_generation: u64,
         key: ConsumerKey,
         position: Position,
@@ -250,6 +253,11 @@ enum Ev {
     OutageStart,
     OutageEnd,
     StallCheck,
+    /// Consumer `consumer` of `sub` is re-created on the same connection.
+    Recreate {
+        sub: usize,
+        consumer: usize,
+    },
     /// The operator turns the pending-ack logs' auto-skip on and reloads
     /// the topic (after a replay gave up on non-recoverable data).
     OperatorReload,
@@ -285,6 +293,7 @@ impl Ev {
             Ev::OutageEnd => ("storage", "OutageEnd", None),
             Ev::StallCheck => ("checker", "StallCheck", None),
             Ev::OperatorReload => ("operator reload (pending_ack)", "OperatorReload", None),
+            Ev::Recreate { sub, .. } => ("client re-creation (permits)", "Recreate", Some(*sub)),
             Ev::Seek { sub } => ("admin seek", "Seek", Some(*sub)),
         }
     }
@@ -358,6 +367,8 @@ struct ClientRt {
     /// Cumulative acks: the last entry received completely.
     cumulative_upto: Option<Position>,
     ack_flush_scheduled: bool,
+    /// A same-connection re-creation waits for the next poll.
+    recreate_pending: bool,
 }
 
 struct Sim<'a> {
@@ -595,6 +606,17 @@ fn pa_durable(
     })
 }
 
+/// The P the broker put on `command` unless the faulty-broker mode
+/// replaced it: an explicit P the broker computed is at least 1 and at most
+/// the entry's message count; anything else was injected.
+fn command_permits_sent(command: &CommandMessage, entry: &[u8]) -> Option<u32> {
+    let batch = Sim::entry_info(entry).map_or(1, |(b, _, _)| b);
+    match command.message_permits {
+        Some(p) if p == 0 || p > batch => None,
+        other => other,
+    }
+}
+
 /// Whether a replay failure is (caused by) non-recoverable data.
 fn is_non_recoverable(e: &crate::pending_ack::PendingAckError) -> bool {
     use crate::pending_ack::PendingAckError as E;
@@ -692,6 +714,7 @@ impl Sim<'_> {
                     since_cumulative: 0,
                     cumulative_upto: None,
                     ack_flush_scheduled: false,
+                    recreate_pending: false,
                 });
             }
             self.clients.push(row);
@@ -722,7 +745,16 @@ impl Sim<'_> {
         let window = ticks.saturating_mul(self.w.publish_interval_ms).max(1_000);
         let restart_at =
             |i: u32| (u128::from(window) * u128::from(i + 1) / u128::from(f.restarts + 1)) as u64;
-        self.faults_pending = f.restarts + f.read_outages + f.reconnects + f.seeks;
+        self.faults_pending =
+            f.restarts + f.read_outages + f.reconnects + f.seeks + f.same_connection_reconnects;
+        for _ in 0..f.same_connection_reconnects {
+            let at = self.rng.random_range(0..window);
+            let sub = self.rng.random_range(0..self.w.subscriptions as usize);
+            let consumer = self
+                .rng
+                .random_range(0..self.w.consumers_per_subscription as usize);
+            self.sched.at(at, Ev::Recreate { sub, consumer });
+        }
         for i in 0..f.restarts {
             self.sched.at(restart_at(i), Ev::Restart);
         }
@@ -1263,7 +1295,7 @@ impl Sim<'_> {
             match ev {
                 Ev::Publish
                 | Ev::Restart
-                | Ev::Reconnect { .. }
+                | Ev::Recreate { .. }
                 | Ev::OutageStart
                 | Ev::Seek { .. }
                 | Ev::StallCheck
@@ -1320,7 +1352,8 @@ impl Sim<'_> {
                 payload,
                 seeks_before_dispatch,
             } => {
-                if self.clients[sub][consumer].connection.id() != connection_id {
+                let connection = &self.clients[sub][consumer].connection;
+                if connection.id() != connection_id || connection.is_closed() {
                     return Ok(()); // that connection is gone: the bytes never arrive
                 }
                 self.deliver(sub, consumer, &command, &payload, seeks_before_dispatch)
@@ -1328,6 +1361,7 @@ impl Sim<'_> {
             Ev::AppPoll { sub, consumer } => self.app_poll(sub, consumer),
             Ev::Ack {
                 sub,
+                incarnation,
                 broker_generation,
                 key,
                 position,
@@ -1335,6 +1369,16 @@ impl Sim<'_> {
                 txn,
                 cumulative,
             } => {
+                let current = self
+                    .broker
+                    .as_ref()
+                    .and_then(|b| b.subs[sub].client_of(key))
+                    .map(|c| self.clients[sub][c].consumer.state().incarnation());
+                if current.is_some_and(|i| i != incarnation) {
+                    // From an incarnation closed since (same connection):
+                    // its messages were handed back for redelivery.
+                    return Ok(());
+                }
                 if cumulative {
                     self.cumulative_ack(sub, broker_generation, key, position, txn)
                 } else {
@@ -1396,6 +1440,17 @@ impl Sim<'_> {
                     self.schedule_dispatch(s);
                 }
                 Ok(())
+            }
+            Ev::Recreate { sub, consumer } => {
+                let client = &mut self.clients[sub][consumer];
+                if client.consumer.queued() > 0 && !client.connection.is_closed() {
+                    // Right after the application's next poll returned
+                    // permits, while their Flow is still queued.
+                    client.recreate_pending = true;
+                    Ok(())
+                } else {
+                    self.recreate_on_same_connection(sub, consumer)
+                }
             }
             Ev::OperatorReload => {
                 self.faults_pending = self.faults_pending.saturating_sub(1);
@@ -1723,6 +1778,7 @@ impl Sim<'_> {
         }
         // 4. Send what each consumer has permits for, in order.
         let mut deliveries = Vec::new();
+        let mut write_failed = Vec::new();
         for (&slot, queue) in sub.blocked.iter_mut() {
             let Some(&key) = sub.consumer_keys.get(&slot) else {
                 continue;
@@ -1744,25 +1800,112 @@ impl Sim<'_> {
                 .iter()
                 .map(|e| (e.entry.position, Arc::clone(&e.payload)))
                 .collect();
+            let permits_before = sub
+                .dispatcher
+                .consumer(key)
+                .map_or(0, |c| c.available_permits());
+            let reject_ratio = if self.opts.faults {
+                w.faults.admission_reject_ratio
+            } else {
+                0.0
+            };
+            let rng = &mut self.rng;
+            // Pending-ack admission (conflicts, filters): with the
+            // fault on, some entries are rejected; they are neither sent nor
+            // debited and go back for replay.
+            let mut admit = |_: ConsumerKey, _: &BrokerEntry| {
+                !(reject_ratio > 0.0 && rng.random_bool(reject_ratio))
+            };
             let d = sub
                 .dispatcher
                 .send_to_consumer(
                     key,
                     batch.into_iter().map(|e| e.entry).collect(),
-                    &mut AdmitAll,
+                    &mut admit,
                 )
                 .map_err(comp("send"))?;
+            let rejected: Vec<Position> = d
+                .not_sent
+                .iter()
+                .filter(|(_, r)| *r != crate::permits::broker::NotSentReason::AlreadyPending)
+                .map(|(p, _)| *p)
+                .collect();
+            self.activity.admission_rejections += rejected.len() as u64;
+            for p in &rejected {
+                // Replayed after later entries: exempt from the order check.
+                let batch = payloads
+                    .get(p)
+                    .and_then(|b| Self::entry_info(b))
+                    .map_or(1, |x| x.0);
+                for batch_index in 0..batch {
+                    self.checker.exempt_from_order(
+                        &sub.name,
+                        MessageRef {
+                            position: *p,
+                            batch_index,
+                        },
+                    );
+                }
+            }
+            // PIP-491: the consumer is debited exactly the P its commands carry.
+            let permits_after = sub
+                .dispatcher
+                .consumer(key)
+                .map_or(0, |c| c.available_permits());
+            let sent_p: i64 = d
+                .commands
+                .iter()
+                .map(|c| i64::from(c.message_permits.unwrap_or(0)))
+                .sum();
+            if permits_before - permits_after != sent_p {
+                self.checker.permit_violation(
+                    &sub.name,
+                    slot,
+                    &format!(
+                        "debited {} permits for commands carrying {sent_p} ({} entries rejected by admission)",
+                        permits_before - permits_after,
+                        rejected.len()
+                    ),
+                    self.sched.now(),
+                );
+            }
+            let write_fails = self.opts.faults
+                && d.write_id.is_some()
+                && w.faults.write_failure_ratio > 0.0
+                && self.rng.random_bool(w.faults.write_failure_ratio);
+            if let Some(id) = d.write_id {
+                let outcome = if write_fails {
+                    Err("injected asynchronous write failure".to_string())
+                } else {
+                    Ok(())
+                };
+                sub.dispatcher
+                    .on_write_complete(id, outcome)
+                    .map_err(comp("write complete"))?;
+            }
+            if write_fails {
+                // The write failed: nothing reached the client, the broker
+                // must have removed the consumer (its messages go back for
+                // redelivery) and the client reconnects.
+                self.activity.write_failure_removals += 1;
+                if sub.dispatcher.consumer(key).is_some() {
+                    self.checker.permit_violation(
+                        &sub.name,
+                        slot,
+                        "an asynchronous write failure left the consumer registered",
+                        self.sched.now(),
+                    );
+                } else {
+                    write_failed.push(slot);
+                }
+                continue;
+            }
             for cmd in d.commands {
                 let pos = Position::new(
                     cmd.message_id.ledger_id as i64,
                     cmd.message_id.entry_id as i64,
                 );
                 deliveries.push((slot, key.connection_id, cmd, Arc::clone(&payloads[&pos])));
-            }
-            if let Some(id) = d.write_id {
-                sub.dispatcher
-                    .on_write_complete(id, Ok(()))
-                    .map_err(comp("write complete"))?;
             }
         }
         // Go on only while this pass made progress: otherwise the next Flow,
@@ -1773,6 +1916,16 @@ impl Sim<'_> {
             && (sub.cursor.has_more_entries() || sub.blocked.values().any(|q| !q.is_empty()));
         let retry_after_error = read_error;
         let seeks_before_dispatch = self.seeks_done[s];
+        for slot in write_failed {
+            self.faults_pending += 1;
+            self.sched.after(
+                NET_MS,
+                Ev::Reconnect {
+                    sub: s,
+                    consumer: slot,
+                },
+            );
+        }
         for (slot, connection_id, command, payload) in deliveries {
             self.sched.after(
                 NET_MS,
@@ -1829,11 +1982,53 @@ impl Sim<'_> {
         } else {
             payload
         };
+        // Faulty-broker mode: an invalid explicit P (0, or above the batch's
+        // message count); the client must close the connection and return
+        // no credit for it.
+        let mut faulty;
+        let command = if self.opts.faults
+            && self.w.faults.invalid_permits_ratio > 0.0
+            && self.rng.random_bool(self.w.faults.invalid_permits_ratio)
+        {
+            faulty = command.clone();
+            let batch = Self::entry_info(original).map_or(1, |(b, _, _)| b);
+            faulty.message_permits = Some(if self.rng.random_bool(0.5) {
+                0
+            } else {
+                batch + 1
+            });
+            &faulty
+        } else {
+            command
+        };
+        let invalid_p = command.message_permits != command_permits_sent(command, original);
         let client = &mut self.clients[s][c];
         let outcome = client
             .consumer
             .handle_message(command, payload)
             .map_err(comp("handle message"))?;
+        if invalid_p {
+            if client.connection.is_closed() {
+                self.activity.invalid_permit_closes += 1;
+                self.faults_pending += 1;
+                self.sched.after(
+                    NET_MS,
+                    Ev::Reconnect {
+                        sub: s,
+                        consumer: c,
+                    },
+                );
+            } else {
+                let p = command.message_permits;
+                self.checker.permit_violation(
+                    &format!("sub-{s}"),
+                    c,
+                    &format!("the client accepted invalid message_permits {p:?} without closing the connection"),
+                    self.sched.now(),
+                );
+            }
+            return Ok(());
+        }
         if corrupt {
             // Pulsar's client acks a corrupted entry with a validation error
             // and the broker drops it. Here the corruption happens in transit
@@ -1902,6 +2097,9 @@ impl Sim<'_> {
         {
             let client = &mut self.clients[s][c];
             client.poll_scheduled = false;
+            if client.connection.is_closed() {
+                return Ok(()); // reconnecting: the new incarnation starts empty
+            }
             for _ in 0..APP_BATCH {
                 let Some(msg) = client.consumer.receive() else {
                     break;
@@ -1985,6 +2183,7 @@ impl Sim<'_> {
                 );
             }
         }
+        let incarnation = self.clients[s][c].consumer.state().incarnation();
         if let Some(key) = key {
             for (position, messages) in acks {
                 let txn = self.maybe_txn();
@@ -1992,6 +2191,7 @@ impl Sim<'_> {
                     NET_MS,
                     Ev::Ack {
                         sub: s,
+                        incarnation,
                         broker_generation,
                         key,
                         position,
@@ -2001,6 +2201,9 @@ impl Sim<'_> {
                     },
                 );
             }
+        }
+        if std::mem::take(&mut self.clients[s][c].recreate_pending) {
+            return self.recreate_on_same_connection(s, c);
         }
         if cumulative_every > 0 {
             let client = &mut self.clients[s][c];
@@ -2132,10 +2335,12 @@ impl Sim<'_> {
             }
         }
         let txn = self.maybe_txn();
+        let incarnation = self.clients[s][c].consumer.state().incarnation();
         self.sched.after(
             NET_MS,
             Ev::Ack {
                 sub: s,
+                incarnation,
                 broker_generation,
                 key,
                 position,
@@ -2396,6 +2601,42 @@ impl Sim<'_> {
             .map_err(comp("resubscribe"))?;
         client.connection = connection;
         self.connect_consumer(s, c)
+    }
+
+    /// Client `c` of subscription `s` closes its consumer and subscribes
+    /// again with the same id on the same connection (Pulsar's pooled
+    /// connection), with Flow requests of the old incarnation still queued:
+    /// the connection's revalidation must drop them. The broker removes the
+    /// old consumer (its messages go back for redelivery) and adds the new.
+    fn recreate_on_same_connection(&mut self, s: usize, c: usize) -> Result<(), SimError> {
+        self.faults_pending = self.faults_pending.saturating_sub(1);
+        if self.clients[s][c].connection.is_closed() {
+            return Ok(()); // a reconnect on a new connection is on its way
+        }
+        self.activity.same_connection_recreations += 1;
+        self.checker.consumer_reconnected(&format!("sub-{s}"), c);
+        if let Some(b) = self.broker.as_mut() {
+            let sub = &mut b.subs[s];
+            if let Some(key) = sub.consumer_keys.remove(&c) {
+                let _ = sub.dispatcher.remove_consumer(key);
+                if let Some(q) = sub.blocked.remove(&c) {
+                    sub.redeliver.extend(q.iter().map(|e| e.entry.position));
+                }
+            }
+        }
+        let client = &mut self.clients[s][c];
+        client.in_progress.clear();
+        client.dispatch_seeks.clear();
+        client.since_cumulative = 0;
+        client.cumulative_upto = None;
+        let connection = crate::sync::Arc::clone(&client.connection);
+        client
+            .consumer
+            .resubscribe(connection)
+            .map_err(comp("resubscribe on the same connection"))?;
+        self.connect_consumer(s, c)?;
+        self.schedule_dispatch(s);
+        Ok(())
     }
 
     fn reconnect(&mut self, s: usize, c: usize) -> Result<(), SimError> {

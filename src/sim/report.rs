@@ -70,6 +70,14 @@ pub struct Activity {
     pub operator_reloads: u64,
     /// Pending-ack ledgers lost.
     pub pending_ack_ledgers_lost: u64,
+    /// Entries pending-ack admission rejected (neither sent nor debited).
+    pub admission_rejections: u64,
+    /// Consumers removed after an injected asynchronous write failure.
+    pub write_failure_removals: u64,
+    /// Connections the client closed on an invalid explicit P (faulty broker).
+    pub invalid_permit_closes: u64,
+    /// Consumers re-created on the same connection (queued Flow across it).
+    pub same_connection_recreations: u64,
 }
 
 /// Wall-clock figures (excluded from determinism comparisons).
@@ -132,7 +140,7 @@ impl fmt::Display for Report {
         )?;
         writeln!(f, "data dir: {}", self.data_dir)?;
         writeln!(f)?;
-        let rows: [(&str, String); 31] = [
+        let rows: [(&str, String); 32] = [
             ("published", c.published.to_string()),
             ("delivered", c.delivered.to_string()),
             ("acked", c.acked.to_string()),
@@ -222,6 +230,16 @@ impl fmt::Display for Report {
                 ),
             ),
             ("corrupted batches", a.corrupted_batches.to_string()),
+            (
+                "admission rejections / write-failure removals / invalid-P closes / same-connection re-creations",
+                format!(
+                    "{} / {} / {} / {}",
+                    a.admission_rejections,
+                    a.write_failure_removals,
+                    a.invalid_permit_closes,
+                    a.same_connection_recreations
+                ),
+            ),
             ("flows", a.flows.to_string()),
             (
                 "reads skipped by hint / filtered after read",

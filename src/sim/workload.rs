@@ -66,6 +66,23 @@ pub struct Faults {
     /// requests, non-recoverable data, ledger not exist, fenced, cursor
     /// closed; the last two persist until the replay completes).
     pub replay_read_failures: u32,
+    /// Faulty-broker mode: fraction of deliveries whose `message_permits`
+    /// is replaced by an invalid value (0, or above the batch's message
+    /// count); the client must close the connection without credit (and
+    /// reconnects).
+    pub invalid_permits_ratio: f64,
+    /// Fraction of entries pending-ack admission rejects (Pulsar: a
+    /// transaction conflict or a filter): neither sent nor debited, replayed.
+    pub admission_reject_ratio: f64,
+    /// Fraction of dispatches whose asynchronous write fails: the broker
+    /// must remove the consumer (its messages are redelivered) and the
+    /// client reconnects.
+    pub write_failure_ratio: f64,
+    /// Consumer re-creations on the same connection (Pulsar's pooled
+    /// connection): the consumer closes and subscribes again with the same
+    /// id right after its application returned permits whose Flow is still
+    /// queued; that Flow must not credit the new incarnation.
+    pub same_connection_reconnects: u32,
 }
 
 impl Default for Faults {
@@ -83,6 +100,10 @@ impl Default for Faults {
             pending_ack_auto_skip: false,
             operator_auto_skip_after_ms: 5_000,
             replay_read_failures: 0,
+            invalid_permits_ratio: 0.0,
+            admission_reject_ratio: 0.0,
+            write_failure_ratio: 0.0,
+            same_connection_reconnects: 0,
         }
     }
 }
@@ -103,6 +124,10 @@ impl Faults {
             pending_ack_auto_skip: false,
             operator_auto_skip_after_ms: 5_000,
             replay_read_failures: 0,
+            invalid_permits_ratio: 0.0,
+            admission_reject_ratio: 0.0,
+            write_failure_ratio: 0.0,
+            same_connection_reconnects: 0,
         }
     }
 }
@@ -304,6 +329,7 @@ impl Workload {
                     outage_ms: 10_000,
                     lose_pending_ack_ledger: true,
                     replay_read_failures: 2,
+                    admission_reject_ratio: 0.01,
                     ..Faults::default()
                 },
                 ..base
@@ -321,6 +347,10 @@ impl Workload {
                 faults: Faults {
                     reconnects: 20,
                     corrupted_batch_ratio: 0.02,
+                    same_connection_reconnects: 10,
+                    invalid_permits_ratio: 0.005,
+                    admission_reject_ratio: 0.01,
+                    write_failure_ratio: 0.005,
                     ..Faults::default()
                 },
                 ..base
@@ -473,6 +503,11 @@ impl Workload {
                 100,
             ),
             (
+                "faults.same_connection_reconnects",
+                u64::from(self.faults.same_connection_reconnects),
+                100_000,
+            ),
+            (
                 "delayed_late_bound_ms",
                 self.delayed_late_bound_ms,
                 24 * HOUR_MS,
@@ -506,6 +541,18 @@ impl Workload {
             (
                 "faults.snapshot_delete_failure_ratio",
                 self.faults.snapshot_delete_failure_ratio,
+            ),
+            (
+                "faults.invalid_permits_ratio",
+                self.faults.invalid_permits_ratio,
+            ),
+            (
+                "faults.admission_reject_ratio",
+                self.faults.admission_reject_ratio,
+            ),
+            (
+                "faults.write_failure_ratio",
+                self.faults.write_failure_ratio,
             ),
         ] {
             if !ratio(r) {
