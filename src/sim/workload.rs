@@ -299,8 +299,8 @@ impl Workload {
                 batch_size: 1,
                 delayed_ratio: 0.8,
                 max_delay_ms: 60_000,
-                max_entries_per_ledger: 500,
-                delayed_min_index_count_per_bucket: 200,
+                max_entries_per_ledger: 200,
+                delayed_min_index_count_per_bucket: 100,
                 delayed_max_num_buckets: 4,
                 delayed_tick_ms: 100,
                 faults: Faults {
