@@ -2784,7 +2784,13 @@ impl Sim<'_> {
             return;
         }
         for s in 0..self.w.subscriptions as usize {
-            let kind = REPLAY_FAILURE_KINDS[self.rng.random_range(0..REPLAY_FAILURE_KINDS.len())];
+            // Half transient (the attempt fails, rewinds and retries),
+            // half one of the four other classes.
+            let kind = if self.rng.random_bool(0.5) {
+                REPLAY_FAILURE_KINDS[self.rng.random_range(0..2)]
+            } else {
+                REPLAY_FAILURE_KINDS[self.rng.random_range(2..REPLAY_FAILURE_KINDS.len())]
+            };
             let nth = self.rng.random_range(2..=3u64);
             let mut plan = self.replay_plans[s]
                 .lock()
