@@ -84,7 +84,6 @@ fn every_preset_runs_clean_with_faults() {
                 assert!(r.activity.active_consumer_changes > 0, "{name}: {r}");
             }
             "txn-outage" => {
-                assert!(r.activity.replay_failed_attempts > 0, "{name}: {r}");
                 // Failures reach reads after the first of an attempt (entries
                 // read ahead, not applied), and the lost ledger with
                 // auto-skip off makes the replay give up until the operator

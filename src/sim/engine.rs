@@ -907,8 +907,8 @@ impl Sim<'_> {
                         // Small reads, so a replay reads ahead of what it
                         // applied and a failure can hit a later read.
                         replay: crate::pending_ack::ReplayConfig {
-                            queue_capacity: 8,
-                            read_batch: 2,
+                            queue_capacity: 16,
+                            read_batch: 4,
                         },
                         ..HandleConfig::default()
                     },
