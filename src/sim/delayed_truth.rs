@@ -69,10 +69,6 @@ impl DelayedTruth {
         for (p, d) in std::mem::replace(&mut self.held, above) {
             self.by_due.remove(&(d, p));
         }
-        let above = self
-            .ever
-            .split_off(&Position::new(md.ledger_id, md.entry_id + 1));
-        self.ever = above;
     }
 
     /// Messages the tracker should hold.
@@ -90,8 +86,10 @@ impl DelayedTruth {
         self.by_due.first().copied()
     }
 
-    /// Every position the tracker accepted above the last mark-delete, with
-    /// its delivery time.
+    /// Every position the tracker ever accepted, with its delivery time (kept
+    /// below the mark-delete too: a restart recovers the mark-delete last
+    /// persisted, which may be below the one the crashed broker had given the
+    /// tracker, and the recovered tracker rightly holds what lies between).
     pub fn ever_added(&self) -> impl Iterator<Item = (Position, u64)> + '_ {
         self.ever.iter().map(|(p, d)| (*p, *d))
     }
