@@ -5,7 +5,18 @@
 
 use std::process::Command;
 
-use pulsar_core::sim::{run, Report, Sabotage, SimOptions, Workload};
+use pulsar_core::sim::{run, Report, Sabotage, SimOptions, Watchdog, Workload};
+
+/// Per-run watchdogs: a hang inside one event exits the test process with
+/// a livelock report within 30 s; a run past 120 s of wall time stops with
+/// a violation (no test may hang CI).
+fn test_watchdog() -> Watchdog {
+    Watchdog {
+        exit_on_hang: Some(std::time::Duration::from_secs(30)),
+        wall_limit: Some(std::time::Duration::from_secs(120)),
+        ..Watchdog::default()
+    }
+}
 
 fn small(name: &str, messages: u64) -> Workload {
     let mut w = Workload::preset(name).unwrap();
@@ -25,6 +36,7 @@ fn run_with(w: &Workload, seed: u64, faults: bool, sabotage: Option<Sabotage>) -
         faults,
         sabotage,
         sync: pulsar_core::ledger::SyncMode::Immediate,
+        watchdog: test_watchdog(),
     };
     run(w, &opts, None).unwrap()
 }
@@ -73,11 +85,13 @@ fn every_preset_runs_clean_with_faults() {
                 assert!(r.activity.active_consumer_changes > 0, "{name}: {r}");
             }
             "txn-outage" => {
-                assert!(r.activity.replay_failed_attempts > 0, "{name}: {r}");
-                assert_eq!(
-                    r.activity.replay_reads_in_failed_attempts, r.activity.replay_failed_attempts,
-                    "{name}: exactly one read per failed replay attempt"
-                );
+                // Failures reach reads after the first of an attempt (entries
+                // read ahead, not applied), and the lost ledger with
+                // auto-skip off makes the replay give up until the operator
+                // reloads with auto-skip on.
+                assert!(r.activity.replay_read_failures_injected > 0, "{name}: {r}");
+                assert!(r.activity.replay_gave_up_non_recoverable > 0, "{name}: {r}");
+                assert_eq!(r.activity.operator_reloads, 1, "{name}: {r}");
             }
             "permit-churn" => assert!(r.activity.reconnects > 0, "{name}: {r}"),
             _ => {}

@@ -37,6 +37,11 @@ fn run_seed(w: &Workload, seed: u64) -> Report {
         faults: true,
         sabotage: None,
         sync: pulsar_core::ledger::SyncMode::Immediate,
+        watchdog: pulsar_core::sim::Watchdog {
+            exit_on_hang: Some(std::time::Duration::from_secs(30)),
+            wall_limit: Some(std::time::Duration::from_secs(120)),
+            ..Default::default()
+        },
     };
     run(w, &opts, None).unwrap()
 }

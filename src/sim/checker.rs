@@ -188,6 +188,21 @@ pub struct CheckerCounts {
     /// Messages not published, plus planned faults not run, when the run hit
     /// its virtual-time limit (a cut-short run proves nothing).
     pub unfinished: u64,
+    /// Delayed messages first delivered later than their delivery time plus
+    /// the late bound, or still waiting in the tracker past it (a tracker
+    /// that lost or delayed an index, even if a later re-read repairs it).
+    pub late_deliveries: u64,
+    /// Delayed tracker steps after which its reported count differs from the
+    /// truth (messages it accepted and has not yet scheduled), or in which
+    /// it scheduled a position it did not hold (twice, or never added).
+    pub tracker_violations: u64,
+    /// Pending-ack replays reported complete whose state differs from the
+    /// log's records up to its end at the start, or that did not complete
+    /// within the replay bound.
+    pub replay_violations: u64,
+    /// Watchdog stops: virtual time did not advance for too many events, or
+    /// the wall-clock bound was exceeded.
+    pub livelocks: u64,
 }
 
 impl CheckerCounts {
@@ -202,6 +217,10 @@ impl CheckerCounts {
             + self.stalls
             + self.permit_mismatches
             + self.unfinished
+            + self.late_deliveries
+            + self.tracker_violations
+            + self.replay_violations
+            + self.livelocks
     }
 }
 
@@ -218,6 +237,9 @@ pub struct DeliveryChecker {
     first_violation: Option<String>,
     /// Delayed deliveries may come this many ms early (`tick` in non-strict mode).
     early_tolerance_ms: u64,
+    /// A delayed message first delivered more than this after its delivery
+    /// time is late (0 = no bound).
+    late_bound_ms: u64,
     /// Which order is guaranteed and so checked.
     order: OrderCheck,
 }
@@ -243,8 +265,20 @@ impl DeliveryChecker {
             counts: CheckerCounts::default(),
             first_violation: None,
             early_tolerance_ms,
+            late_bound_ms: 0,
             order,
         }
+    }
+
+    /// Sets the late bound: a delayed message first delivered more than
+    /// `ms` after its delivery time is a violation (0 = no bound).
+    pub fn set_late_bound(&mut self, ms: u64) {
+        self.late_bound_ms = ms;
+    }
+
+    /// The late bound (see [`DeliveryChecker::set_late_bound`]).
+    pub fn late_bound(&self) -> u64 {
+        self.late_bound_ms
     }
 
     fn violation(&mut self, at_ms: u64, what: String) {
@@ -395,6 +429,18 @@ impl DeliveryChecker {
             self.counts.duplicates_allowed += 1;
         }
         if p.deliver_at_ms > 0 {
+            if first_time && self.late_bound_ms > 0 && now_ms > p.deliver_at_ms + self.late_bound_ms
+            {
+                self.counts.late_deliveries += 1;
+                let bound = self.late_bound_ms;
+                self.violation(
+                    now_ms,
+                    format!(
+                        "{sub}: late delayed message: {msg} first delivered at {now_ms}ms, due at {}ms (bound {bound}ms)",
+                        p.deliver_at_ms
+                    ),
+                );
+            }
             if now_ms + self.early_tolerance_ms < p.deliver_at_ms {
                 self.counts.early_deliveries += 1;
                 self.violation(
@@ -631,6 +677,49 @@ impl DeliveryChecker {
         if let (Some(s), Some(i)) = (self.subs.get_mut(sub), self.index.get(&msg)) {
             s.order_exempt.insert(*i as usize);
         }
+    }
+
+    /// A PIP-491 rule broke on consumer `consumer` of `sub` (a debit other
+    /// than the P sent, an invalid P accepted, a consumer kept after a failed
+    /// write); counted with the permit mismatches.
+    pub fn permit_violation(&mut self, sub: &str, consumer: usize, what: &str, now_ms: u64) {
+        self.counts.permit_mismatches += 1;
+        self.violation(
+            now_ms,
+            format!("{sub}/consumer-{consumer}: permits: {what}"),
+        );
+    }
+
+    /// A watchdog stopped the run (`what` names it, the component and the
+    /// last events).
+    pub fn livelock(&mut self, what: &str, now_ms: u64) {
+        self.counts.livelocks += 1;
+        self.violation(now_ms, what.to_string());
+    }
+
+    /// The delayed tracker of `sub` broke the count rule (`what` says how).
+    pub fn tracker_violation(&mut self, sub: &str, what: &str, now_ms: u64) {
+        self.counts.tracker_violations += 1;
+        self.violation(now_ms, format!("{sub}: delayed tracker: {what}"));
+    }
+
+    /// A delayed message of `sub` is late (`what` says which and by how much).
+    pub fn late(&mut self, sub: &str, what: &str, now_ms: u64) {
+        self.counts.late_deliveries += 1;
+        self.violation(now_ms, format!("{sub}: late delayed message: {what}"));
+    }
+
+    /// The pending-ack replay of `sub` broke the replay rule.
+    pub fn replay_violation(&mut self, sub: &str, what: &str, now_ms: u64) {
+        self.counts.replay_violations += 1;
+        self.violation(now_ms, format!("{sub}: pending-ack replay: {what}"));
+    }
+
+    /// The delivery time of published message `msg` (0 if immediate or unknown).
+    pub fn deliver_at(&self, msg: MessageRef) -> u64 {
+        self.index
+            .get(&msg)
+            .map_or(0, |i| self.published[*i as usize].1.deliver_at_ms)
     }
 
     /// The run stopped at its virtual-time limit with `unpublished` messages

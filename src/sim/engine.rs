@@ -32,8 +32,10 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
 use super::checker::{DeliveryChecker, MessageRef, OrderCheck};
+use super::delayed_truth::DelayedTruth;
 use super::report::{peak_memory_kib, Activity, Report, Timing};
 use super::scheduler::{Scheduler, VirtualMs};
+use super::watchdog::{HangGuard, Heartbeat, Watchdog};
 use super::workload::{SubscriptionType, Workload};
 use crate::cursor::{CursorDeletionState, DeletionError};
 use crate::delayed::{
@@ -70,7 +72,7 @@ use crate::pending_ack::{
     AckType, AckedPosition, ExecutorMode, HandleConfig, HandleState, InlineReads, PendingAckHandle,
     PendingAckRecord, ReplayExecutorPool, TxnId, VirtualTimer,
 };
-use crate::permits::broker::{AdmitAll, BrokerEntry};
+use crate::permits::broker::BrokerEntry;
 use crate::permits::client::{encode_entry_payload, ClientConnection, ClientConsumer, ClientFrame};
 use crate::permits::wire::{CommandMessage, MessageMetadata, SingleMessageMetadata};
 use crate::permits::{ConsumerKey, SharedDispatcher};
@@ -92,6 +94,10 @@ const APP_BATCH: usize = 64;
 /// acknowledged messages sends its cumulative ack at the latest this long
 /// after its last poll (the client's ack grouping time), virtual ms.
 const ACK_GROUP_MS: VirtualMs = 100;
+/// A pending-ack replay not complete this long after the broker started
+/// it (outages aside) is a violation, virtual ms (the retry backoff is at
+/// most 60 s).
+const REPLAY_BOUND_MS: VirtualMs = 150_000;
 /// A run that has not drained after this much virtual time stops (what is
 /// left is reported as lost).
 const VIRTUAL_TIME_LIMIT_MS: VirtualMs = 6 * 60 * 60 * 1000;
@@ -142,6 +148,23 @@ pub struct SimOptions {
     /// commits durable too, so both modes give the same report; only
     /// `Immediate` would survive a real crash or power loss.
     pub sync: SyncMode,
+    /// Livelock and wall-clock watchdogs.
+    pub watchdog: Watchdog,
+}
+
+impl SimOptions {
+    /// Options for a run with `seed` on `data_dir`: faults on, no sabotage,
+    /// default watchdogs (no process exit on a hang).
+    pub fn new(seed: u64, data_dir: PathBuf) -> Self {
+        Self {
+            seed,
+            data_dir,
+            faults: true,
+            sabotage: None,
+            sync: SyncMode::Immediate,
+            watchdog: Watchdog::default(),
+        }
+    }
 }
 
 /// Why a run could not be carried out (not a violation: a violation is in
@@ -186,6 +209,10 @@ enum Ev {
         consumer: usize,
         /// The connection the broker wrote the command to.
         connection_id: u64,
+        /// The client incarnation registered when the broker wrote it (a
+        /// consumer re-created on the same connection drops frames of its
+        /// closed predecessor: the connection is ordered).
+        incarnation: crate::permits::client::Incarnation,
         command: CommandMessage,
         payload: Arc<Vec<u8>>,
         /// Seeks completed on the subscription when the broker dispatched it.
@@ -197,6 +224,9 @@ enum Ev {
     },
     Ack {
         sub: usize,
+        /// The client incarnation that sent it (a consumer re-created on
+        /// the same connection keeps its key).
+        incarnation: crate::permits::client::Incarnation,
         broker_generation: u64,
         key: ConsumerKey,
         position: Position,
@@ -233,10 +263,50 @@ enum Ev {
     OutageStart,
     OutageEnd,
     StallCheck,
+    /// Consumer `consumer` of `sub` is re-created on the same connection.
+    Recreate {
+        sub: usize,
+        consumer: usize,
+    },
+    /// The operator turns the pending-ack logs' auto-skip on and reloads
+    /// the topic (after a replay gave up on non-recoverable data).
+    OperatorReload,
     /// Admin seek of subscription `sub` forward to its read position.
     Seek {
         sub: usize,
     },
+}
+
+impl Ev {
+    /// The component an event runs in, its name and subscription (for the
+    /// watchdogs' livelock report).
+    fn label(&self) -> (&'static str, &'static str, Option<usize>) {
+        match self {
+            Ev::Publish => ("producer", "Publish", None),
+            Ev::Dispatch(s) => (
+                "dispatcher (cursor, permits, delayed)",
+                "Dispatch",
+                Some(*s),
+            ),
+            Ev::Deliver { sub, .. } => ("client (permits)", "Deliver", Some(*sub)),
+            Ev::AppPoll { sub, .. } => ("client (permits)", "AppPoll", Some(*sub)),
+            Ev::Ack { sub, .. } => ("broker ack path (cursor, pending_ack)", "Ack", Some(*sub)),
+            Ev::Commit { sub, .. } => ("broker ack path (pending_ack)", "Commit", Some(*sub)),
+            Ev::AckFlush { sub, .. } => ("client (acks)", "AckFlush", Some(*sub)),
+            Ev::FlushFlows { sub, .. } => ("client (flows)", "FlushFlows", Some(*sub)),
+            Ev::Persist(s) => ("cursor persistence", "Persist", Some(*s)),
+            Ev::DelayedTick(s) => ("delayed", "DelayedTick", Some(*s)),
+            Ev::ReplayTimers => ("pending_ack replay", "ReplayTimers", None),
+            Ev::Restart => ("broker restart (recovery)", "Restart", None),
+            Ev::Reconnect { sub, .. } => ("client reconnect", "Reconnect", Some(*sub)),
+            Ev::OutageStart => ("storage", "OutageStart", None),
+            Ev::OutageEnd => ("storage", "OutageEnd", None),
+            Ev::StallCheck => ("checker", "StallCheck", None),
+            Ev::OperatorReload => ("operator reload (pending_ack)", "OperatorReload", None),
+            Ev::Recreate { sub, .. } => ("client re-creation (permits)", "Recreate", Some(*sub)),
+            Ev::Seek { sub } => ("admin seek", "Seek", Some(*sub)),
+        }
+    }
 }
 
 /// Broker-side state of one subscription (dropped on restart).
@@ -307,6 +377,8 @@ struct ClientRt {
     /// Cumulative acks: the last entry received completely.
     cumulative_upto: Option<Position>,
     ack_flush_scheduled: bool,
+    /// A same-connection re-creation waits for the next poll.
+    recreate_pending: bool,
 }
 
 struct Sim<'a> {
@@ -340,6 +412,28 @@ struct Sim<'a> {
     finished_at: VirtualMs,
     acked_at_last_check: Vec<u64>,
     progress: Option<&'a dyn Fn(u64, u64)>,
+    heartbeat: Arc<Heartbeat>,
+    started: std::time::Instant,
+    /// Per subscription: what its delayed tracker should hold.
+    delayed_truth: Vec<DelayedTruth>,
+    /// Per subscription: pending-ack records known durable.
+    pa_truth: Vec<SharedPaTruth>,
+    /// Per subscription: what the replay in progress must find (and
+    /// whether fewer is allowed: a ledger was lost).
+    pa_expected: Vec<Option<(PaTruth, bool)>>,
+    /// Per subscription: since when its pending-ack handle is not ready.
+    pa_not_ready_since: Vec<Option<VirtualMs>>,
+    /// Per subscription: its handle's Error state was handled this lifetime.
+    pa_error_seen: Vec<bool>,
+    /// Per subscription: injected replay read failures.
+    replay_plans: Vec<Arc<std::sync::Mutex<ReplayReadPlan>>>,
+    /// Per subscription: a pending-ack ledger was lost since its last replay.
+    pa_ledger_lost: Vec<bool>,
+    /// The operator turned auto-skip on.
+    operator_auto_skip: bool,
+    operator_reload_planned: bool,
+    /// Per subscription: a replay-bound violation was reported.
+    replay_bound_reported: Vec<bool>,
 }
 
 /// Runs `workload` with `opts` and returns the report.
@@ -418,7 +512,34 @@ pub fn run(
         finished_at: 0,
         acked_at_last_check: vec![0; workload.subscriptions as usize],
         progress,
+        heartbeat: Arc::new(Heartbeat::default()),
+        started,
+        delayed_truth: (0..workload.subscriptions)
+            .map(|_| DelayedTruth::default())
+            .collect(),
+        pa_truth: (0..workload.subscriptions)
+            .map(|_| SharedPaTruth::default())
+            .collect(),
+        pa_expected: vec![None; workload.subscriptions as usize],
+        pa_not_ready_since: vec![None; workload.subscriptions as usize],
+        pa_error_seen: vec![false; workload.subscriptions as usize],
+        replay_plans: (0..workload.subscriptions)
+            .map(|_| Arc::default())
+            .collect(),
+        pa_ledger_lost: vec![false; workload.subscriptions as usize],
+        operator_auto_skip: false,
+        operator_reload_planned: false,
+        replay_bound_reported: vec![false; workload.subscriptions as usize],
     };
+    sim.checker.set_late_bound(workload.delayed_late_bound());
+    let _hang_guard = HangGuard::start(
+        Arc::clone(&sim.heartbeat),
+        opts.watchdog.exit_on_hang,
+        format!(
+            "pulsar-core simulate: workload {}, seed {}",
+            workload.name, opts.seed
+        ),
+    );
     sim.start()?;
     sim.event_loop()?;
     let virtual_ms = sim.sched.now();
@@ -456,6 +577,125 @@ pub fn run(
             hint_race,
         },
     })
+}
+
+/// Read faults planned for one pending-ack log's replay: read number
+/// `fail_at.0` (counted over every read of the log) fails with `fail_at.1`;
+/// from read `persistent.0` on, every read fails with `persistent.1` until
+/// the replay completes (a fence or a closed cursor does not go away by
+/// retrying).
+#[derive(Debug, Default)]
+struct ReplayReadPlan {
+    reads: u64,
+    fail_at: Option<(u64, ReadFailureKind)>,
+    persistent: Option<(u64, ReadFailureKind)>,
+    injected: u64,
+}
+
+/// Every failure class Pulsar's replay classification distinguishes.
+const REPLAY_FAILURE_KINDS: [ReadFailureKind; 6] = [
+    ReadFailureKind::StorageUnavailable,
+    ReadFailureKind::TooManyRequests,
+    ReadFailureKind::NonRecoverableData,
+    ReadFailureKind::LedgerNotExist,
+    ReadFailureKind::Fenced,
+    ReadFailureKind::CursorAlreadyClosed,
+];
+
+/// The pending-ack records of one subscription known durable (their append
+/// callback succeeded): the transactions a replay must find open.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+struct PaTruth {
+    individual: BTreeSet<TxnId>,
+    cumulative: Option<TxnId>,
+}
+
+type SharedPaTruth = Arc<std::sync::Mutex<PaTruth>>;
+
+/// An append callback that records `record` in `truth` once it is durable.
+fn pa_durable(
+    truth: &SharedPaTruth,
+    record: &PendingAckRecord,
+) -> crate::pending_ack::AppendCallback {
+    use crate::pending_ack::PendingAckOp;
+    let truth = Arc::clone(truth);
+    let txn = record.txn_id;
+    let (op, ack_type) = (record.op, record.ack_type);
+    Box::new(move |r| {
+        if r.is_err() {
+            return;
+        }
+        let mut t = truth.lock().unwrap_or_else(|e| e.into_inner());
+        match (op, ack_type) {
+            (PendingAckOp::Ack, AckType::Individual) => {
+                t.individual.insert(txn);
+            }
+            (PendingAckOp::Ack, AckType::Cumulative) => {
+                t.cumulative = Some(txn);
+            }
+            (PendingAckOp::Commit | PendingAckOp::Abort, _) => {
+                t.individual.remove(&txn);
+                if t.cumulative == Some(txn) {
+                    t.cumulative = None;
+                }
+            }
+        }
+    })
+}
+
+/// The P the broker put on `command` unless the faulty-broker mode
+/// replaced it: an explicit P the broker computed is at least 1 and at most
+/// the entry's message count; anything else was injected.
+fn command_permits_sent(command: &CommandMessage, entry: &[u8]) -> Option<u32> {
+    let batch = Sim::entry_info(entry).map_or(1, |(b, _, _)| b);
+    match command.message_permits {
+        Some(p) if p == 0 || p > batch => None,
+        other => other,
+    }
+}
+
+/// Whether a replay failure is (caused by) non-recoverable data.
+fn is_non_recoverable(e: &crate::pending_ack::PendingAckError) -> bool {
+    use crate::pending_ack::PendingAckError as E;
+    match e {
+        E::Ledger(l) => l.is_non_recoverable(),
+        E::InitFailed { cause, .. } => is_non_recoverable(cause),
+        _ => false,
+    }
+}
+
+/// Makes every read of `ledger` fail as storage-unavailable while `outage`
+/// is set (the simulated BookKeeper outage window), and injects the
+/// replay plan's failures, if any.
+fn install_read_faults(
+    ledger: &ManagedLedger,
+    outage: &Arc<AtomicBool>,
+    plan: Option<Arc<std::sync::Mutex<ReplayReadPlan>>>,
+) {
+    let outage = Arc::clone(outage);
+    ledger.faults().set_policy(move |_| {
+        if outage.load(Ordering::Relaxed) {
+            return Some(ReadFailureKind::StorageUnavailable);
+        }
+        let plan = plan.as_ref()?;
+        let mut p = plan.lock().unwrap_or_else(|e| e.into_inner());
+        p.reads += 1;
+        let n = p.reads;
+        if let Some((from, kind)) = p.persistent {
+            if n >= from {
+                p.injected += 1;
+                return Some(kind);
+            }
+        }
+        if let Some((at, kind)) = p.fail_at {
+            if n == at {
+                p.fail_at = None;
+                p.injected += 1;
+                return Some(kind);
+            }
+        }
+        None
+    });
 }
 
 /// Makes every read of `ledger` fail as storage-unavailable while `outage`
@@ -511,6 +751,7 @@ impl Sim<'_> {
                     since_cumulative: 0,
                     cumulative_upto: None,
                     ack_flush_scheduled: false,
+                    recreate_pending: false,
                 });
             }
             self.clients.push(row);
@@ -541,7 +782,16 @@ impl Sim<'_> {
         let window = ticks.saturating_mul(self.w.publish_interval_ms).max(1_000);
         let restart_at =
             |i: u32| (u128::from(window) * u128::from(i + 1) / u128::from(f.restarts + 1)) as u64;
-        self.faults_pending = f.restarts + f.read_outages + f.reconnects + f.seeks;
+        self.faults_pending =
+            f.restarts + f.read_outages + f.reconnects + f.seeks + f.same_connection_reconnects;
+        for _ in 0..f.same_connection_reconnects {
+            let at = self.rng.random_range(0..window);
+            let sub = self.rng.random_range(0..self.w.subscriptions as usize);
+            let consumer = self
+                .rng
+                .random_range(0..self.w.consumers_per_subscription as usize);
+            self.sched.at(at, Ev::Recreate { sub, consumer });
+        }
         for i in 0..f.restarts {
             self.sched.at(restart_at(i), Ev::Restart);
         }
@@ -643,9 +893,17 @@ impl Sim<'_> {
                 )
                 .map_err(comp("delayed tracker recovery"))?;
                 // Pulsar's tracker reads the mark-delete from the cursor.
+                let truth = &mut self.delayed_truth[s];
                 if self.sabotage_seek.is_none() {
                     tracker.update_mark_delete(deletion.mark_delete_position());
+                    truth.mark_delete(deletion.mark_delete_position());
                 }
+                // What recovery restored is what the tracker holds now.
+                let held: Vec<(Position, u64)> = truth
+                    .ever_added()
+                    .filter(|(p, _)| tracker.contains_message(p.ledger_id, p.entry_id))
+                    .collect();
+                truth.resync(held);
                 if generation > 0 {
                     self.activity.delayed_recoveries += 1;
                 }
@@ -658,12 +916,16 @@ impl Sim<'_> {
                     format!("{TOPIC}-{name}__transaction_pending_ack"),
                     LedgerConfig {
                         max_entries_per_ledger: 50,
-                        auto_skip_non_recoverable_data: true,
+                        auto_skip_non_recoverable_data: self.pa_auto_skip(),
                     },
                     Arc::clone(&dyn_store),
                 )
                 .map_err(comp("open pending-ack log"))?;
-                install_outage(&pa_ledger, &self.outage);
+                install_read_faults(
+                    &pa_ledger,
+                    &self.outage,
+                    Some(Arc::clone(&self.replay_plans[s])),
+                );
                 let pa_cursor = Arc::new(
                     pa_ledger
                         .open_cursor(PENDING_ACK_CURSOR)
@@ -677,10 +939,23 @@ impl Sim<'_> {
                     timer.clone(),
                     HandleConfig {
                         jitter_seed: self.opts.seed,
+                        // Small reads, so a replay reads ahead of what it
+                        // applied and a failure can hit a later read.
+                        replay: crate::pending_ack::ReplayConfig {
+                            queue_capacity: 16,
+                            read_batch: 4,
+                        },
                         ..HandleConfig::default()
                     },
                 )
                 .map_err(comp("pending-ack handle"))?;
+                let expected = self.pa_truth[s]
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .clone();
+                self.pa_expected[s] = Some((expected, self.pa_ledger_lost[s]));
+                self.pa_not_ready_since[s] = Some(self.sched.now());
+                self.pa_error_seen[s] = false;
                 handle.init();
                 drop(pa_ledger);
                 (Some(handle), Some(pa_cursor))
@@ -713,6 +988,9 @@ impl Sim<'_> {
             pool,
             timer,
         });
+        for s in 0..self.w.subscriptions as usize {
+            self.check_tracker_count(s);
+        }
         self.drive_replays()?;
         Ok(())
     }
@@ -733,30 +1011,109 @@ impl Sim<'_> {
         let Some(b) = self.broker.as_mut() else {
             return Ok(());
         };
+        self.heartbeat.enter("pending_ack replay");
         b.pool.run_pending();
         let mut newly_ready = Vec::new();
+        let mut reload = false;
+        let now = self.sched.now();
         for (s, sub) in b.subs.iter_mut().enumerate() {
             let Some(h) = &sub.pending_ack else { continue };
             match h.state() {
                 HandleState::Ready if !sub.ready => {
                     sub.ready = true;
                     newly_ready.push(s);
+                    self.pa_not_ready_since[s] = None;
+                    self.pa_ledger_lost[s] = false;
+                    let summary = h.summary();
+                    let stats = h.stats();
+                    // A replay reported complete holds exactly the
+                    // transactions open in the log up to its end at the
+                    // start (fewer only when it was ended by a completing
+                    // failure or a lost ledger was skipped).
+                    let found = PaTruth {
+                        individual: summary.individual.keys().copied().collect(),
+                        cumulative: summary.cumulative.map(|(t, _)| t),
+                    };
+                    let completing = stats
+                        .completed
+                        .as_ref()
+                        .and_then(|r| r.completing_failure.clone());
+                    if let Some((_, lenient)) = self.pa_expected[s].take() {
+                        // What is durable now: no append happens while the
+                        // subscription replays, and records the crashed
+                        // broker's writer flushed on close may report
+                        // durable only after the replay started.
+                        let expected = self.pa_truth[s]
+                            .lock()
+                            .unwrap_or_else(|e| e.into_inner())
+                            .clone();
+                        if completing.is_some() {
+                            self.activity.replays_ended_by_completing_failure += 1;
+                        }
+                        let subset = found.individual.is_subset(&expected.individual)
+                            && (found.cumulative.is_none()
+                                || found.cumulative == expected.cumulative);
+                        // A replay ended by a completing failure read a prefix
+                        // of the log (Pulsar accepts it as complete): it may
+                        // miss commits of transactions it found, so nothing
+                        // is checked then. A skipped lost ledger only drops
+                        // transactions.
+                        let bad = if completing.is_some() {
+                            false
+                        } else if lenient {
+                            !subset
+                        } else {
+                            found != expected
+                        };
+                        if bad {
+                            let missing: Vec<String> = expected
+                                .individual
+                                .difference(&found.individual)
+                                .map(|t| format!("{t:?}"))
+                                .collect();
+                            let extra: Vec<String> = found
+                                .individual
+                                .difference(&expected.individual)
+                                .map(|t| format!("{t:?}"))
+                                .collect();
+                            self.checker.replay_violation(
+                                &sub.name,
+                                &format!(
+                                    "reported complete after {} attempts without every record up to the log's end: {} open transactions expected, {} found (missing: [{}]; unexpected: [{}]; cumulative expected {:?}, found {:?})",
+                                    stats.attempts,
+                                    expected.individual.len(),
+                                    found.individual.len(),
+                                    missing.join(", "),
+                                    extra.join(", "),
+                                    expected.cumulative,
+                                    found.cumulative
+                                ),
+                                now,
+                            );
+                        }
+                    }
+                    // From here on the broker's view is the replayed one.
+                    *self.pa_truth[s].lock().unwrap_or_else(|e| e.into_inner()) = found;
+                    {
+                        let mut plan = self.replay_plans[s]
+                            .lock()
+                            .unwrap_or_else(|e| e.into_inner());
+                        plan.persistent = None;
+                        self.activity.replay_read_failures_injected +=
+                            std::mem::take(&mut plan.injected);
+                    }
                     // Transactions left open by the restart are aborted (the
                     // coordinator timed them out): their messages are redelivered.
-                    let summary = h.summary();
                     for txn in summary.individual.keys() {
-                        h.append(
-                            PendingAckRecord::abort(*txn, AckType::Individual),
-                            Box::new(|_| {}),
-                        );
+                        let record = PendingAckRecord::abort(*txn, AckType::Individual);
+                        let durable = pa_durable(&self.pa_truth[s], &record);
+                        h.append(record, durable);
                     }
                     if let Some((txn, _)) = summary.cumulative {
-                        h.append(
-                            PendingAckRecord::abort(txn, AckType::Cumulative),
-                            Box::new(|_| {}),
-                        );
+                        let record = PendingAckRecord::abort(txn, AckType::Cumulative);
+                        let durable = pa_durable(&self.pa_truth[s], &record);
+                        h.append(record, durable);
                     }
-                    let stats = h.stats();
                     let completed_reads = stats
                         .completed
                         .as_ref()
@@ -766,12 +1123,24 @@ impl Sim<'_> {
                     self.activity.replay_reads_in_failed_attempts +=
                         stats.reads_issued.saturating_sub(completed_reads);
                 }
-                HandleState::Error => {
-                    return Err(SimError::Component(format!(
-                        "pending-ack replay of {} failed: {:?}",
-                        sub.name,
-                        h.error()
-                    )));
+                HandleState::Error if !self.pa_error_seen[s] => {
+                    self.pa_error_seen[s] = true;
+                    let error = h.error();
+                    let auto_skip = self.w.faults.pending_ack_auto_skip || self.operator_auto_skip;
+                    let expected = !auto_skip && error.as_ref().is_some_and(is_non_recoverable);
+                    if expected {
+                        // Pulsar with auto-skip off: the subscription fails to
+                        // load until an operator turns auto-skip on and
+                        // reloads the topic.
+                        self.activity.replay_gave_up_non_recoverable += 1;
+                        reload = true;
+                    } else {
+                        self.checker.replay_violation(
+                            &sub.name,
+                            &format!("gave up with {error:?} (auto-skip {auto_skip})"),
+                            now,
+                        );
+                    }
                 }
                 _ => {}
             }
@@ -781,6 +1150,36 @@ impl Sim<'_> {
         }
         for s in newly_ready {
             self.schedule_dispatch(s);
+        }
+        if reload && !self.operator_reload_planned {
+            self.operator_reload_planned = true;
+            self.faults_pending += 1;
+            self.sched.after(
+                self.w.faults.operator_auto_skip_after_ms,
+                Ev::OperatorReload,
+            );
+        }
+        Ok(())
+    }
+
+    /// Whether the pending-ack logs are opened with
+    /// `auto_skip_non_recoverable_data` (the workload's setting, or on once
+    /// the operator turned it on).
+    fn pa_auto_skip(&self) -> bool {
+        self.w.faults.pending_ack_auto_skip || self.operator_auto_skip
+    }
+
+    /// The operator turns auto-skip on and reloads the topic (a restart as
+    /// far as every component and client is concerned).
+    fn operator_reload(&mut self) -> Result<(), SimError> {
+        self.operator_auto_skip = true;
+        self.activity.operator_reloads += 1;
+        self.checker.restarted();
+        self.open_broker()?;
+        for s in 0..self.w.subscriptions as usize {
+            for c in 0..self.w.consumers_per_subscription as usize {
+                self.resubscribe_on_new_connection(s, c)?;
+            }
         }
         Ok(())
     }
@@ -865,13 +1264,48 @@ impl Sim<'_> {
     fn event_loop(&mut self) -> Result<(), SimError> {
         let expected = self.w.messages * u64::from(self.w.subscriptions);
         let mut steps: u64 = 0;
+        let mut same_time = (0, 0u64);
         while let Some((now, ev)) = self.sched.pop() {
             self.clock.set(now);
             if let Some(b) = &self.broker {
                 b.timer.advance_to(now);
             }
+            let (component, label, sub) = ev.label();
+            self.heartbeat.begin(now, component, label, sub);
             self.handle(ev)?;
+            self.heartbeat.end();
             steps += 1;
+            if same_time.0 == now {
+                same_time.1 += 1;
+                if same_time.1 > self.opts.watchdog.same_time_events {
+                    let (component, recent) = self.heartbeat.describe();
+                    self.checker.livelock(
+                        &format!(
+                            "livelock at t={now}ms in {component}: virtual time did not advance for {} events; last events: {recent}",
+                            same_time.1
+                        ),
+                        now,
+                    );
+                    break;
+                }
+            } else {
+                same_time = (now, 1);
+            }
+            if steps.is_multiple_of(1024) {
+                if let Some(limit) = self.opts.watchdog.wall_limit {
+                    if self.started.elapsed() > limit {
+                        let (component, recent) = self.heartbeat.describe();
+                        self.checker.livelock(
+                            &format!(
+                                "wall-clock limit of {:.1}s exceeded at t={now}ms in {component}; last events: {recent}",
+                                limit.as_secs_f64()
+                            ),
+                            now,
+                        );
+                        break;
+                    }
+                }
+            }
             if steps.is_multiple_of(4096) {
                 if let Some(p) = self.progress {
                     p(self.checker_acked(), expected);
@@ -919,7 +1353,7 @@ impl Sim<'_> {
             match ev {
                 Ev::Publish
                 | Ev::Restart
-                | Ev::Reconnect { .. }
+                | Ev::Recreate { .. }
                 | Ev::OutageStart
                 | Ev::Seek { .. }
                 | Ev::StallCheck
@@ -972,11 +1406,17 @@ impl Sim<'_> {
                 sub,
                 consumer,
                 connection_id,
+                incarnation,
                 command,
                 payload,
                 seeks_before_dispatch,
             } => {
-                if self.clients[sub][consumer].connection.id() != connection_id {
+                let client = &self.clients[sub][consumer];
+                let connection = &client.connection;
+                if connection.id() != connection_id
+                    || connection.is_closed()
+                    || client.consumer.state().incarnation() != incarnation
+                {
                     return Ok(()); // that connection is gone: the bytes never arrive
                 }
                 self.deliver(sub, consumer, &command, &payload, seeks_before_dispatch)
@@ -984,6 +1424,7 @@ impl Sim<'_> {
             Ev::AppPoll { sub, consumer } => self.app_poll(sub, consumer),
             Ev::Ack {
                 sub,
+                incarnation,
                 broker_generation,
                 key,
                 position,
@@ -991,6 +1432,16 @@ impl Sim<'_> {
                 txn,
                 cumulative,
             } => {
+                let current = self
+                    .broker
+                    .as_ref()
+                    .and_then(|b| b.subs[sub].client_of(key))
+                    .map(|c| self.clients[sub][c].consumer.state().incarnation());
+                if current.is_some_and(|i| i != incarnation) {
+                    // From an incarnation closed since (same connection):
+                    // its messages were handed back for redelivery.
+                    return Ok(());
+                }
                 if cumulative {
                     self.cumulative_ack(sub, broker_generation, key, position, txn)
                 } else {
@@ -1017,6 +1468,7 @@ impl Sim<'_> {
                 Ok(())
             }
             Ev::DelayedTick(s) => {
+                self.check_overdue(s);
                 self.schedule_dispatch(s);
                 self.sched.after(self.w.delayed_tick_ms, Ev::DelayedTick(s));
                 Ok(())
@@ -1045,11 +1497,30 @@ impl Sim<'_> {
                     }
                 }
                 for s in 0..self.w.subscriptions as usize {
+                    if let Some(since) = self.pa_not_ready_since[s].as_mut() {
+                        *since = self.sched.now();
+                    }
                     self.schedule_dispatch(s);
                 }
                 Ok(())
             }
+            Ev::Recreate { sub, consumer } => {
+                let client = &mut self.clients[sub][consumer];
+                if client.consumer.queued() > 0 && !client.connection.is_closed() {
+                    // Right after the application's next poll returned
+                    // permits, while their Flow is still queued.
+                    client.recreate_pending = true;
+                    Ok(())
+                } else {
+                    self.recreate_on_same_connection(sub, consumer)
+                }
+            }
+            Ev::OperatorReload => {
+                self.faults_pending = self.faults_pending.saturating_sub(1);
+                self.operator_reload()
+            }
             Ev::StallCheck => {
+                self.check_replay_bound();
                 self.stall_check();
                 self.sched
                     .after(self.stall_check_interval(), Ev::StallCheck);
@@ -1215,6 +1686,16 @@ impl Sim<'_> {
                                 self.sabotage_done = true;
                             }
                         }
+                        let truth = &mut self.delayed_truth[s];
+                        for p in &ps {
+                            if !truth.scheduled(*p) {
+                                self.checker.tracker_violation(
+                                    &sub.name,
+                                    &format!("scheduled {p}, which it does not hold (scheduled before, or never added)"),
+                                    self.sched.now(),
+                                );
+                            }
+                        }
                         replay.extend(ps);
                     }
                     Err(e) => return Err(SimError::Component(format!("delayed: {e}"))),
@@ -1282,11 +1763,19 @@ impl Sim<'_> {
                         };
                         if deliver_at > 0 {
                             if let Some(t) = &sub.delayed {
-                                match t.add_message(
+                                let added = t.add_message(
                                     e.position.ledger_id,
                                     e.position.entry_id,
                                     deliver_at as i64,
-                                ) {
+                                );
+                                match added {
+                                    Ok(true) => {
+                                        self.delayed_truth[s].accepted(e.position, deliver_at)
+                                    }
+                                    Ok(false) => self.delayed_truth[s].declined(e.position),
+                                    Err(_) => {}
+                                }
+                                match added {
                                     Ok(true) => continue, // tracked: delivered when due
                                     Ok(false)
                                         if pending_on_consumer(&sub.dispatcher, &e.position)
@@ -1351,6 +1840,7 @@ impl Sim<'_> {
         }
         // 4. Send what each consumer has permits for, in order.
         let mut deliveries = Vec::new();
+        let mut write_failed = Vec::new();
         for (&slot, queue) in sub.blocked.iter_mut() {
             let Some(&key) = sub.consumer_keys.get(&slot) else {
                 continue;
@@ -1372,25 +1862,112 @@ impl Sim<'_> {
                 .iter()
                 .map(|e| (e.entry.position, Arc::clone(&e.payload)))
                 .collect();
+            let permits_before = sub
+                .dispatcher
+                .consumer(key)
+                .map_or(0, |c| c.available_permits());
+            let reject_ratio = if self.opts.faults {
+                w.faults.admission_reject_ratio
+            } else {
+                0.0
+            };
+            let rng = &mut self.rng;
+            // Pending-ack admission (conflicts, filters): with the
+            // fault on, some entries are rejected; they are neither sent nor
+            // debited and go back for replay.
+            let mut admit = |_: ConsumerKey, _: &BrokerEntry| {
+                !(reject_ratio > 0.0 && rng.random_bool(reject_ratio))
+            };
             let d = sub
                 .dispatcher
                 .send_to_consumer(
                     key,
                     batch.into_iter().map(|e| e.entry).collect(),
-                    &mut AdmitAll,
+                    &mut admit,
                 )
                 .map_err(comp("send"))?;
+            let rejected: Vec<Position> = d
+                .not_sent
+                .iter()
+                .filter(|(_, r)| *r != crate::permits::broker::NotSentReason::AlreadyPending)
+                .map(|(p, _)| *p)
+                .collect();
+            self.activity.admission_rejections += rejected.len() as u64;
+            for p in &rejected {
+                // Replayed after later entries: exempt from the order check.
+                let batch = payloads
+                    .get(p)
+                    .and_then(|b| Self::entry_info(b))
+                    .map_or(1, |x| x.0);
+                for batch_index in 0..batch {
+                    self.checker.exempt_from_order(
+                        &sub.name,
+                        MessageRef {
+                            position: *p,
+                            batch_index,
+                        },
+                    );
+                }
+            }
+            // PIP-491: the consumer is debited exactly the P its commands carry.
+            let permits_after = sub
+                .dispatcher
+                .consumer(key)
+                .map_or(0, |c| c.available_permits());
+            let sent_p: i64 = d
+                .commands
+                .iter()
+                .map(|c| i64::from(c.message_permits.unwrap_or(0)))
+                .sum();
+            if permits_before - permits_after != sent_p {
+                self.checker.permit_violation(
+                    &sub.name,
+                    slot,
+                    &format!(
+                        "debited {} permits for commands carrying {sent_p} ({} entries rejected by admission)",
+                        permits_before - permits_after,
+                        rejected.len()
+                    ),
+                    self.sched.now(),
+                );
+            }
+            let write_fails = self.opts.faults
+                && d.write_id.is_some()
+                && w.faults.write_failure_ratio > 0.0
+                && self.rng.random_bool(w.faults.write_failure_ratio);
+            if let Some(id) = d.write_id {
+                let outcome = if write_fails {
+                    Err("injected asynchronous write failure".to_string())
+                } else {
+                    Ok(())
+                };
+                sub.dispatcher
+                    .on_write_complete(id, outcome)
+                    .map_err(comp("write complete"))?;
+            }
+            if write_fails {
+                // The write failed: nothing reached the client, the broker
+                // must have removed the consumer (its messages go back for
+                // redelivery) and the client reconnects.
+                self.activity.write_failure_removals += 1;
+                if sub.dispatcher.consumer(key).is_some() {
+                    self.checker.permit_violation(
+                        &sub.name,
+                        slot,
+                        "an asynchronous write failure left the consumer registered",
+                        self.sched.now(),
+                    );
+                } else {
+                    write_failed.push(slot);
+                }
+                continue;
+            }
             for cmd in d.commands {
                 let pos = Position::new(
                     cmd.message_id.ledger_id as i64,
                     cmd.message_id.entry_id as i64,
                 );
                 deliveries.push((slot, key.connection_id, cmd, Arc::clone(&payloads[&pos])));
-            }
-            if let Some(id) = d.write_id {
-                sub.dispatcher
-                    .on_write_complete(id, Ok(()))
-                    .map_err(comp("write complete"))?;
             }
         }
         // Go on only while this pass made progress: otherwise the next Flow,
@@ -1401,13 +1978,25 @@ impl Sim<'_> {
             && (sub.cursor.has_more_entries() || sub.blocked.values().any(|q| !q.is_empty()));
         let retry_after_error = read_error;
         let seeks_before_dispatch = self.seeks_done[s];
+        for slot in write_failed {
+            self.faults_pending += 1;
+            self.sched.after(
+                NET_MS,
+                Ev::Reconnect {
+                    sub: s,
+                    consumer: slot,
+                },
+            );
+        }
         for (slot, connection_id, command, payload) in deliveries {
+            let incarnation = self.clients[s][slot].consumer.state().incarnation();
             self.sched.after(
                 NET_MS,
                 Ev::Deliver {
                     sub: s,
                     consumer: slot,
                     connection_id,
+                    incarnation,
                     command,
                     payload,
                     seeks_before_dispatch,
@@ -1422,6 +2011,7 @@ impl Sim<'_> {
         } else if more {
             self.schedule_dispatch(s);
         }
+        self.check_tracker_count(s);
         Ok(())
     }
 
@@ -1456,6 +2046,26 @@ impl Sim<'_> {
         } else {
             payload
         };
+        // Faulty-broker mode: an invalid explicit P (0, or above the batch's
+        // message count); the client must close the connection and return
+        // no credit for it.
+        let mut faulty;
+        let command = if self.opts.faults
+            && self.w.faults.invalid_permits_ratio > 0.0
+            && self.rng.random_bool(self.w.faults.invalid_permits_ratio)
+        {
+            faulty = command.clone();
+            let batch = Self::entry_info(original).map_or(1, |(b, _, _)| b);
+            faulty.message_permits = Some(if self.rng.random_bool(0.5) {
+                0
+            } else {
+                batch + 1
+            });
+            &faulty
+        } else {
+            command
+        };
+        let invalid_p = command.message_permits != command_permits_sent(command, original);
         // The broker writes a real Pulsar payload frame; the client decodes it.
         let frame_bytes = crate::permits::frame::encode_payload_frame(
             &crate::permits::wire::Command::Message(command.clone()).into_base(),
@@ -1466,6 +2076,28 @@ impl Sim<'_> {
             .consumer
             .handle_frame(&frame_bytes, crate::permits::frame::DEFAULT_MAX_FRAME_SIZE)
             .map_err(comp("handle message"))?;
+        if invalid_p {
+            if client.connection.is_closed() {
+                self.activity.invalid_permit_closes += 1;
+                self.faults_pending += 1;
+                self.sched.after(
+                    NET_MS,
+                    Ev::Reconnect {
+                        sub: s,
+                        consumer: c,
+                    },
+                );
+            } else {
+                let p = command.message_permits;
+                self.checker.permit_violation(
+                    &format!("sub-{s}"),
+                    c,
+                    &format!("the client accepted invalid message_permits {p:?} without closing the connection"),
+                    self.sched.now(),
+                );
+            }
+            return Ok(());
+        }
         if corrupt {
             // Pulsar's client acks a corrupted entry with a validation error
             // and the broker drops it. Here the corruption happens in transit
@@ -1534,6 +2166,9 @@ impl Sim<'_> {
         {
             let client = &mut self.clients[s][c];
             client.poll_scheduled = false;
+            if client.connection.is_closed() {
+                return Ok(()); // reconnecting: the new incarnation starts empty
+            }
             for _ in 0..APP_BATCH {
                 let Some(msg) = client.consumer.receive() else {
                     break;
@@ -1617,6 +2252,7 @@ impl Sim<'_> {
                 );
             }
         }
+        let incarnation = self.clients[s][c].consumer.state().incarnation();
         if let Some(key) = key {
             for (position, messages) in acks {
                 let txn = self.maybe_txn();
@@ -1624,6 +2260,7 @@ impl Sim<'_> {
                     NET_MS,
                     Ev::Ack {
                         sub: s,
+                        incarnation,
                         broker_generation,
                         key,
                         position,
@@ -1633,6 +2270,9 @@ impl Sim<'_> {
                     },
                 );
             }
+        }
+        if std::mem::take(&mut self.clients[s][c].recreate_pending) {
+            return self.recreate_on_same_connection(s, c);
         }
         if cumulative_every > 0 {
             let client = &mut self.clients[s][c];
@@ -1679,10 +2319,10 @@ impl Sim<'_> {
         let now = self.sched.now();
         self.checker.ack_applied(&sub.name, acker, &messages, now);
         if let (Some(txn), Some(h)) = (txn, &sub.pending_ack) {
-            h.append(
-                PendingAckRecord::individual_ack(txn, vec![AckedPosition::whole(position)]),
-                Box::new(|_| {}),
-            );
+            let record =
+                PendingAckRecord::individual_ack(txn, vec![AckedPosition::whole(position)]);
+            let durable = pa_durable(&self.pa_truth[s], &record);
+            h.append(record, durable);
             // Transactions stay open for a while (the coordinator commits
             // later), so restarts find open ones in the pending-ack log.
             let delay = self.rng.random_range(10..=2_000);
@@ -1705,8 +2345,10 @@ impl Sim<'_> {
         if let Some(t) = &sub.delayed {
             if self.sabotage_seek.is_none() {
                 t.update_mark_delete(sub.deletion.mark_delete_position());
+                self.delayed_truth[s].mark_delete(sub.deletion.mark_delete_position());
             }
         }
+        self.check_tracker_count(s);
         self.schedule_dispatch(s);
         Ok(())
     }
@@ -1762,10 +2404,12 @@ impl Sim<'_> {
             }
         }
         let txn = self.maybe_txn();
+        let incarnation = self.clients[s][c].consumer.state().incarnation();
         self.sched.after(
             NET_MS,
             Ev::Ack {
                 sub: s,
+                incarnation,
                 broker_generation,
                 key,
                 position,
@@ -1829,10 +2473,9 @@ impl Sim<'_> {
         if let (Some(txn), Some(h), None) = (txn, &sub.pending_ack, sub.open_cumulative_txn) {
             self.activity.txn_cumulative_acks += 1;
             sub.open_cumulative_txn = Some(txn);
-            h.append(
-                PendingAckRecord::cumulative_ack(txn, position),
-                Box::new(|_| {}),
-            );
+            let record = PendingAckRecord::cumulative_ack(txn, position);
+            let durable = pa_durable(&self.pa_truth[s], &record);
+            h.append(record, durable);
             let delay = self.rng.random_range(10..=2_000);
             self.sched.after(
                 delay,
@@ -1884,10 +2527,9 @@ impl Sim<'_> {
         let sub = &mut b.subs[s];
         if cumulative {
             if let Some(h) = &sub.pending_ack {
-                h.append(
-                    PendingAckRecord::commit(txn, AckType::Cumulative),
-                    Box::new(|_| {}),
-                );
+                let record = PendingAckRecord::commit(txn, AckType::Cumulative);
+                let durable = pa_durable(&self.pa_truth[s], &record);
+                h.append(record, durable);
             }
             if sub.open_cumulative_txn == Some(txn) {
                 sub.open_cumulative_txn = None;
@@ -1899,10 +2541,9 @@ impl Sim<'_> {
             return Ok(());
         }
         if let Some(h) = &sub.pending_ack {
-            h.append(
-                PendingAckRecord::commit(txn, AckType::Individual),
-                Box::new(|_| {}),
-            );
+            let record = PendingAckRecord::commit(txn, AckType::Individual);
+            let durable = pa_durable(&self.pa_truth[s], &record);
+            h.append(record, durable);
         }
         let ps: Vec<Position> = positions.iter().map(|(p, _)| *p).collect();
         sub.deletion
@@ -1996,11 +2637,12 @@ impl Sim<'_> {
     fn restart(&mut self) -> Result<(), SimError> {
         self.activity.restarts += 1;
         self.checker.restarted();
+        let mut lost = Vec::new();
         if self.w.faults.lose_pending_ack_ledger && self.activity.restarts == 1 {
             // Lose the pending-ack log's ledger holding the first record the
             // next replay needs (a deleted BookKeeper ledger).
             if let Some(b) = &self.broker {
-                for sub in &b.subs {
+                for (s, sub) in b.subs.iter().enumerate() {
                     if let Some(c) = &sub.pending_ack_cursor {
                         let next = c.ledger().next_valid_position(c.mark_delete_position());
                         if next <= c.ledger().last_confirmed_entry() {
@@ -2008,11 +2650,17 @@ impl Sim<'_> {
                                 .mark_ledger_lost(next.ledger_id)
                                 .map_err(comp("lose ledger"))?;
                             self.activity.read_failures_injected += 1;
+                            self.activity.pending_ack_ledgers_lost += 1;
+                            lost.push(s);
                         }
                     }
                 }
             }
         }
+        for s in lost {
+            self.pa_ledger_lost[s] = true;
+        }
+        self.arm_replay_read_failures();
         self.open_broker()?;
         // Every client reconnects with a new incarnation on a new connection.
         for s in 0..self.w.subscriptions as usize {
@@ -2040,6 +2688,42 @@ impl Sim<'_> {
             .map_err(comp("resubscribe"))?;
         client.connection = connection;
         self.connect_consumer(s, c)
+    }
+
+    /// Client `c` of subscription `s` closes its consumer and subscribes
+    /// again with the same id on the same connection (Pulsar's pooled
+    /// connection), with Flow requests of the old incarnation still queued:
+    /// the connection's revalidation must drop them. The broker removes the
+    /// old consumer (its messages go back for redelivery) and adds the new.
+    fn recreate_on_same_connection(&mut self, s: usize, c: usize) -> Result<(), SimError> {
+        self.faults_pending = self.faults_pending.saturating_sub(1);
+        if self.clients[s][c].connection.is_closed() {
+            return Ok(()); // a reconnect on a new connection is on its way
+        }
+        self.activity.same_connection_recreations += 1;
+        self.checker.consumer_reconnected(&format!("sub-{s}"), c);
+        if let Some(b) = self.broker.as_mut() {
+            let sub = &mut b.subs[s];
+            if let Some(key) = sub.consumer_keys.remove(&c) {
+                let _ = sub.dispatcher.remove_consumer(key);
+                if let Some(q) = sub.blocked.remove(&c) {
+                    sub.redeliver.extend(q.iter().map(|e| e.entry.position));
+                }
+            }
+        }
+        let client = &mut self.clients[s][c];
+        client.in_progress.clear();
+        client.dispatch_seeks.clear();
+        client.since_cumulative = 0;
+        client.cumulative_upto = None;
+        let connection = crate::sync::Arc::clone(&client.connection);
+        client
+            .consumer
+            .resubscribe(connection)
+            .map_err(comp("resubscribe on the same connection"))?;
+        self.connect_consumer(s, c)?;
+        self.schedule_dispatch(s);
+        Ok(())
     }
 
     fn reconnect(&mut self, s: usize, c: usize) -> Result<(), SimError> {
@@ -2117,6 +2801,7 @@ impl Sim<'_> {
                 self.sabotage_seek = Some((s, mark_delete));
             } else {
                 t.update_mark_delete(mark_delete);
+                self.delayed_truth[s].mark_delete(mark_delete);
                 t.trim_and_merge().map_err(comp("seek: trim"))?;
             }
         }
@@ -2141,6 +2826,121 @@ impl Sim<'_> {
         }
         self.schedule_dispatch(s);
         Ok(())
+    }
+
+    /// At a restart (the first `faults.replay_read_failures` ones), each
+    /// subscription's replay gets one read failure on a read after its
+    /// first (so entries were read ahead and not yet applied), of a class
+    /// picked from every class Pulsar's classification distinguishes; a
+    /// fence or a closed cursor then persists until the replay completes.
+    fn arm_replay_read_failures(&mut self) {
+        if !self.opts.faults
+            || self.w.txn_ack_ratio == 0.0
+            || self.activity.restarts > u64::from(self.w.faults.replay_read_failures)
+        {
+            return;
+        }
+        for s in 0..self.w.subscriptions as usize {
+            // Half transient (the attempt fails, rewinds and retries),
+            // half one of the four other classes.
+            let kind = if self.rng.random_bool(0.5) {
+                REPLAY_FAILURE_KINDS[self.rng.random_range(0..2)]
+            } else {
+                REPLAY_FAILURE_KINDS[self.rng.random_range(2..REPLAY_FAILURE_KINDS.len())]
+            };
+            let nth = self.rng.random_range(2..=3u64);
+            let mut plan = self.replay_plans[s]
+                .lock()
+                .unwrap_or_else(|e| e.into_inner());
+            let at = plan.reads + nth;
+            if matches!(
+                kind,
+                ReadFailureKind::Fenced | ReadFailureKind::CursorAlreadyClosed
+            ) {
+                plan.persistent = Some((at, kind));
+                plan.fail_at = None;
+            } else {
+                plan.fail_at = Some((at, kind));
+                plan.persistent = None;
+            }
+        }
+    }
+
+    /// A pending-ack replay must complete within the replay bound of the
+    /// broker's start (or the end of the last outage).
+    fn check_replay_bound(&mut self) {
+        let now = self.sched.now();
+        for s in 0..self.w.subscriptions as usize {
+            let Some(since) = self.pa_not_ready_since[s] else {
+                continue;
+            };
+            if self.replay_bound_reported[s] || now.saturating_sub(since) <= REPLAY_BOUND_MS {
+                continue;
+            }
+            if self.outage.load(Ordering::Relaxed)
+                || self.operator_reload_planned && self.activity.operator_reloads == 0
+            {
+                continue;
+            }
+            self.replay_bound_reported[s] = true;
+            let attempts = self
+                .broker
+                .as_ref()
+                .and_then(|b| b.subs[s].pending_ack.as_ref())
+                .map_or(0, |h| h.stats().attempts);
+            self.checker.replay_violation(
+                &format!("sub-{s}"),
+                &format!(
+                    "not complete {}ms after the broker started it ({attempts} attempts; bound {REPLAY_BOUND_MS}ms)",
+                    now - since
+                ),
+                now,
+            );
+        }
+    }
+
+    /// The delayed tracker of subscription `s` must report the count of
+    /// what it holds (see [`DelayedTruth`]); reported once per lifetime.
+    fn check_tracker_count(&mut self, s: usize) {
+        let Some(t) = self
+            .broker
+            .as_ref()
+            .and_then(|b| b.subs[s].delayed.as_ref())
+        else {
+            return;
+        };
+        let n = t.number_of_delayed_messages();
+        let truth = &mut self.delayed_truth[s];
+        if n != truth.len() && !truth.mismatch_reported {
+            truth.mismatch_reported = true;
+            let want = truth.len();
+            self.checker.tracker_violation(
+                &format!("sub-{s}"),
+                &format!("reports {n} delayed messages, holds {want} (accepted, not yet scheduled, above the mark-delete)"),
+                self.sched.now(),
+            );
+        }
+    }
+
+    /// A delayed message the tracker still holds past its delivery time plus
+    /// the late bound is late (reported once).
+    fn check_overdue(&mut self, s: usize) {
+        let now = self.sched.now();
+        let bound = self.checker.late_bound();
+        let truth = &mut self.delayed_truth[s];
+        if bound == 0 || truth.overdue_reported {
+            return;
+        }
+        if let Some((due, p)) = truth.first_due() {
+            if now > due + bound {
+                truth.overdue_reported = true;
+                self.checker.late(
+                    &format!("sub-{s}"),
+                    &format!("{p} due at {due}ms is still held by the tracker at {now}ms (bound {bound}ms)"),
+                    now,
+                );
+            }
+        }
     }
 
     fn stall_check_interval(&self) -> VirtualMs {

@@ -8,21 +8,26 @@
 //! - [`hint_race`]: real threads on the real cursor deletion state (the
 //!   lock-free hint and the post-I/O filter against an external oracle), the
 //!   one stage that is not single-threaded and deterministic;
+//! - [`delayed_truth`]: what the delayed tracker should hold (its count rule);
 //! - [`checker`]: the independent delivery checker (loss, duplicates, order,
 //!   stalls);
-//! - [`report`]: the report (table and JSON).
+//! - [`report`]: the report (table and JSON);
+//! - [`watchdog`]: livelock and wall-clock watchdogs.
 //!
 //! Determinism: one thread, virtual time, one seeded RNG, ordered maps
 //! wherever iteration order matters: the same seed and workload give the
 //! same report (wall-clock figures aside).
 
 pub mod checker;
+pub mod delayed_truth;
 pub mod engine;
 pub mod hint_race;
 pub mod report;
 pub mod scheduler;
+pub mod watchdog;
 pub mod workload;
 
 pub use engine::{run, Sabotage, SimError, SimOptions};
 pub use report::Report;
+pub use watchdog::Watchdog;
 pub use workload::{Faults, SubscriptionType, Workload, WorkloadError};

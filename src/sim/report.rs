@@ -58,6 +58,27 @@ pub struct Activity {
     pub reads_skipped_by_hint: u64,
     /// Entries dropped by the locked post-I/O filter (stale negatives).
     pub entries_filtered_after_read: u64,
+    /// Read failures injected into pending-ack replays after an earlier
+    /// read of the attempt succeeded (every class).
+    pub replay_read_failures_injected: u64,
+    /// Replays ended by a completing failure (fenced, closed cursor,
+    /// non-recoverable data with auto-skip on).
+    pub replays_ended_by_completing_failure: u64,
+    /// Replays that gave up on non-recoverable data with auto-skip off
+    /// (Pulsar's default: the subscription fails to load).
+    pub replay_gave_up_non_recoverable: u64,
+    /// Operator reloads with auto-skip turned on after such a give-up.
+    pub operator_reloads: u64,
+    /// Pending-ack ledgers lost.
+    pub pending_ack_ledgers_lost: u64,
+    /// Entries pending-ack admission rejected (neither sent nor debited).
+    pub admission_rejections: u64,
+    /// Consumers removed after an injected asynchronous write failure.
+    pub write_failure_removals: u64,
+    /// Connections the client closed on an invalid explicit P (faulty broker).
+    pub invalid_permit_closes: u64,
+    /// Consumers re-created on the same connection (queued Flow across it).
+    pub same_connection_recreations: u64,
 }
 
 /// Wall-clock figures (excluded from determinism comparisons).
@@ -126,7 +147,7 @@ impl fmt::Display for Report {
         )?;
         writeln!(f, "data dir: {} (sync: {})", self.data_dir, self.sync)?;
         writeln!(f)?;
-        let rows: [(&str, String); 26] = [
+        let rows: [(&str, String); 32] = [
             ("published", c.published.to_string()),
             ("delivered", c.delivered.to_string()),
             ("acked", c.acked.to_string()),
@@ -150,6 +171,16 @@ impl fmt::Display for Report {
                 c.permit_mismatches.to_string(),
             ),
             ("unfinished (time limit)", c.unfinished.to_string()),
+            ("late delayed messages", c.late_deliveries.to_string()),
+            (
+                "delayed tracker violations",
+                c.tracker_violations.to_string(),
+            ),
+            (
+                "pending-ack replay violations",
+                c.replay_violations.to_string(),
+            ),
+            ("livelocks (watchdog)", c.livelocks.to_string()),
             (
                 "restarts / reconnects",
                 format!("{} / {}", a.restarts, a.reconnects),
@@ -195,7 +226,27 @@ impl fmt::Display for Report {
                     a.bucket_seals, a.bucket_merges, a.bucket_trims, a.delayed_recoveries
                 ),
             ),
+            (
+                "replay read failures after read-ahead / completing / gave up, reloads",
+                format!(
+                    "{} / {} / {}, {}",
+                    a.replay_read_failures_injected,
+                    a.replays_ended_by_completing_failure,
+                    a.replay_gave_up_non_recoverable,
+                    a.operator_reloads
+                ),
+            ),
             ("corrupted batches", a.corrupted_batches.to_string()),
+            (
+                "admission rejections / write-failure removals / invalid-P closes / same-connection re-creations",
+                format!(
+                    "{} / {} / {} / {}",
+                    a.admission_rejections,
+                    a.write_failure_removals,
+                    a.invalid_permit_closes,
+                    a.same_connection_recreations
+                ),
+            ),
             ("flows", a.flows.to_string()),
             (
                 "reads skipped by hint / filtered after read",

@@ -33,8 +33,9 @@ pub struct Faults {
     pub read_outages: u32,
     /// Length of one read outage, virtual ms.
     pub outage_ms: u64,
-    /// Lose the pending-ack log's first ledger once (a deleted BookKeeper
-    /// ledger), with auto-skip on for that log so the handle can recover.
+    /// Lose the pending-ack log's ledger holding the first record the next
+    /// replay needs, at the first restart (a deleted BookKeeper ledger);
+    /// what happens then depends on `pending_ack_auto_skip`.
     pub lose_pending_ack_ledger: bool,
     /// Consumer reconnects (new PIP-491 incarnation) during the run.
     pub reconnects: u32,
@@ -55,6 +56,38 @@ pub struct Faults {
     /// deletion state while another runs the lock-free hint and the post-I/O
     /// filter, checked by an external oracle (see `sim::hint_race`).
     pub hint_race: bool,
+    /// Open the pending-ack logs with `auto_skip_non_recoverable_data`
+    /// (Pulsar's default is off: a replay that meets a lost ledger gives
+    /// up and the subscription fails to load until an operator turns it on
+    /// and reloads the topic, `operator_auto_skip_after_ms` later).
+    pub pending_ack_auto_skip: bool,
+    /// How long after a replay gave up on non-recoverable data the operator
+    /// turns auto-skip on and reloads the topic, virtual ms.
+    pub operator_auto_skip_after_ms: u64,
+    /// At each of the first this many restarts, each subscription's
+    /// pending-ack replay gets one read failure on its second or third read
+    /// (after entries were read ahead, not yet applied), of a class picked
+    /// from all six Pulsar distinguishes (storage unavailable, too many
+    /// requests, non-recoverable data, ledger not exist, fenced, cursor
+    /// closed; the last two persist until the replay completes).
+    pub replay_read_failures: u32,
+    /// Faulty-broker mode: fraction of deliveries whose `message_permits`
+    /// is replaced by an invalid value (0, or above the batch's message
+    /// count); the client must close the connection without credit (and
+    /// reconnects).
+    pub invalid_permits_ratio: f64,
+    /// Fraction of entries pending-ack admission rejects (Pulsar: a
+    /// transaction conflict or a filter): neither sent nor debited, replayed.
+    pub admission_reject_ratio: f64,
+    /// Fraction of dispatches whose asynchronous write fails: the broker
+    /// must remove the consumer (its messages are redelivered) and the
+    /// client reconnects.
+    pub write_failure_ratio: f64,
+    /// Consumer re-creations on the same connection (Pulsar's pooled
+    /// connection): the consumer closes and subscribes again with the same
+    /// id right after its application returned permits whose Flow is still
+    /// queued; that Flow must not credit the new incarnation.
+    pub same_connection_reconnects: u32,
 }
 
 impl Default for Faults {
@@ -70,6 +103,13 @@ impl Default for Faults {
             snapshot_delete_failure_ratio: 0.0,
             seeks: 0,
             hint_race: false,
+            pending_ack_auto_skip: false,
+            operator_auto_skip_after_ms: 5_000,
+            replay_read_failures: 0,
+            invalid_permits_ratio: 0.0,
+            admission_reject_ratio: 0.0,
+            write_failure_ratio: 0.0,
+            same_connection_reconnects: 0,
         }
     }
 }
@@ -88,6 +128,13 @@ impl Faults {
             snapshot_delete_failure_ratio: 0.0,
             seeks: 0,
             hint_race: false,
+            pending_ack_auto_skip: false,
+            operator_auto_skip_after_ms: 5_000,
+            replay_read_failures: 0,
+            invalid_permits_ratio: 0.0,
+            admission_reject_ratio: 0.0,
+            write_failure_ratio: 0.0,
+            same_connection_reconnects: 0,
         }
     }
 }
@@ -139,6 +186,10 @@ pub struct Workload {
     /// A consumer with backlog and free receiver queue that receives nothing
     /// for longer than this is a stall, virtual ms.
     pub stall_bound_ms: u64,
+    /// A delayed message first delivered (or still held by the tracker)
+    /// more than this after its delivery time is late, virtual ms (0 =
+    /// `stall_bound_ms + faults.outage_ms + 10 × delayed_tick_ms`).
+    pub delayed_late_bound_ms: u64,
     /// Faults.
     pub faults: Faults,
 }
@@ -165,6 +216,7 @@ impl Default for Workload {
             delayed_tick_ms: 1_000,
             publish_interval_ms: 10,
             stall_bound_ms: 30_000,
+            delayed_late_bound_ms: 0,
             faults: Faults::default(),
         }
     }
@@ -202,6 +254,16 @@ pub enum WorkloadError {
 }
 
 impl Workload {
+    /// The late bound of delayed messages (see
+    /// [`Workload::delayed_late_bound_ms`]).
+    pub fn delayed_late_bound(&self) -> u64 {
+        if self.delayed_late_bound_ms > 0 {
+            self.delayed_late_bound_ms
+        } else {
+            self.stall_bound_ms + self.faults.outage_ms + 10 * self.delayed_tick_ms
+        }
+    }
+
     /// The preset names.
     pub const PRESETS: [&'static str; 5] = [
         "fanout",
@@ -248,8 +310,8 @@ impl Workload {
                 batch_size: 1,
                 delayed_ratio: 0.8,
                 max_delay_ms: 60_000,
-                max_entries_per_ledger: 500,
-                delayed_min_index_count_per_bucket: 200,
+                max_entries_per_ledger: 200,
+                delayed_min_index_count_per_bucket: 100,
                 delayed_max_num_buckets: 4,
                 delayed_tick_ms: 100,
                 faults: Faults {
@@ -277,6 +339,8 @@ impl Workload {
                     read_outages: 2,
                     outage_ms: 10_000,
                     lose_pending_ack_ledger: true,
+                    replay_read_failures: 2,
+                    admission_reject_ratio: 0.01,
                     ..Faults::default()
                 },
                 ..base
@@ -294,6 +358,10 @@ impl Workload {
                 faults: Faults {
                     reconnects: 20,
                     corrupted_batch_ratio: 0.02,
+                    same_connection_reconnects: 10,
+                    invalid_permits_ratio: 0.005,
+                    admission_reject_ratio: 0.01,
+                    write_failure_ratio: 0.005,
                     ..Faults::default()
                 },
                 ..base
@@ -316,6 +384,9 @@ impl Workload {
                     read_outages: 1,
                     outage_ms: 3_000,
                     reconnects: 8,
+                    lose_pending_ack_ledger: true,
+                    pending_ack_auto_skip: true,
+                    replay_read_failures: 2,
                     ..Faults::default()
                 },
                 ..base
@@ -433,6 +504,26 @@ impl Workload {
             ),
             ("faults.seeks", u64::from(self.faults.seeks), 100),
             (
+                "faults.operator_auto_skip_after_ms",
+                self.faults.operator_auto_skip_after_ms,
+                HOUR_MS,
+            ),
+            (
+                "faults.replay_read_failures",
+                u64::from(self.faults.replay_read_failures),
+                100,
+            ),
+            (
+                "faults.same_connection_reconnects",
+                u64::from(self.faults.same_connection_reconnects),
+                100_000,
+            ),
+            (
+                "delayed_late_bound_ms",
+                self.delayed_late_bound_ms,
+                24 * HOUR_MS,
+            ),
+            (
                 "cumulative_ack_every",
                 u64::from(self.cumulative_ack_every),
                 1_000_000,
@@ -461,6 +552,18 @@ impl Workload {
             (
                 "faults.snapshot_delete_failure_ratio",
                 self.faults.snapshot_delete_failure_ratio,
+            ),
+            (
+                "faults.invalid_permits_ratio",
+                self.faults.invalid_permits_ratio,
+            ),
+            (
+                "faults.admission_reject_ratio",
+                self.faults.admission_reject_ratio,
+            ),
+            (
+                "faults.write_failure_ratio",
+                self.faults.write_failure_ratio,
             ),
         ] {
             if !ratio(r) {

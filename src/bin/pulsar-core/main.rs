@@ -17,6 +17,7 @@ use pulsar_core::ledger::SyncMode;
 
 mod inspect;
 mod verify;
+mod swarm;
 use pulsar_core::sim::{self, SimOptions, Workload};
 
 use data_dir::DataDir;
@@ -60,6 +61,10 @@ enum Command {
     /// Check a kept data dir's invariants (opened read-only); exits 1 with
     /// the list of violations.
     Verify(verify::VerifyArgs),
+    /// Swarm testing: many small seeded simulate runs, each with its own
+    /// workload shape and random subset of fault kinds; one line per run,
+    /// stops at the first violation with the command that replays it.
+    Swarm(swarm::SwarmArgs),
 }
 
 #[derive(clap::Args, Debug)]
@@ -94,6 +99,15 @@ struct SimulateArgs {
     /// stderr every 10 s).
     #[arg(long)]
     quiet: bool,
+    /// Watchdog: a run in which no event finishes for this many seconds of
+    /// wall time (a component spinning inside one call) prints a livelock
+    /// report and exits 1.
+    #[arg(long, default_value_t = 10)]
+    hang_secs: u64,
+    /// Watchdog: stop a run that takes longer than this many seconds of wall
+    /// time, as a violation (default: no bound).
+    #[arg(long)]
+    wall_limit_secs: Option<u64>,
     /// How the store commits. `always`: every commit is fsynced (a restart
     /// after a crash or power loss finds every acknowledged operation).
     /// `deferred`: commits reach the disk only when the store is closed; the
@@ -130,6 +144,7 @@ fn main() -> ExitCode {
         Command::Simulate(args) => simulate(args),
         Command::Inspect(args) => inspect::run(args),
         Command::Verify(args) => verify::run(args),
+        Command::Swarm(args) => swarm::swarm(args),
     }
 }
 
@@ -208,6 +223,11 @@ fn simulate(args: SimulateArgs) -> ExitCode {
         faults: !args.no_faults,
         sabotage: None,
         sync: args.sync.into(),
+        watchdog: sim::Watchdog {
+            exit_on_hang: Some(std::time::Duration::from_secs(args.hang_secs)),
+            wall_limit: args.wall_limit_secs.map(std::time::Duration::from_secs),
+            ..sim::Watchdog::default()
+        },
     };
     let progress = Progress::new(args.quiet);
     let on_progress = |done: u64, total: u64| progress.update(done, total);

@@ -1,0 +1,277 @@
+//! `pulsar-core swarm`: swarm testing. Many small seeded runs, each with a
+//! workload shape and a random subset of fault kinds drawn from its seed;
+//! one line (or JSON object) per run; stops at the first violation and
+//! prints the exact command that replays it.
+
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+use pulsar_core::sim::{self, Faults, SimOptions, SubscriptionType, Watchdog, Workload};
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+
+/// Arguments of `pulsar-core swarm`.
+#[derive(clap::Args, Debug)]
+pub struct SwarmArgs {
+    /// Seeds to run, inclusive: `A..B` (e.g. `1..10000`) or one seed `A`.
+    #[arg(long, default_value = "1..100")]
+    seeds: String,
+    /// Run only the seeds `s` with `s % n == i` (`i/n`, 0-based), so a
+    /// batch engine (a Kubernetes Indexed Job, a CI matrix) can spread one
+    /// range over `n` machines.
+    #[arg(long)]
+    shard: Option<String>,
+    /// One JSON object per run on stdout (and a JSON summary).
+    #[arg(long)]
+    json: bool,
+    /// Keep going after a violation (default: stop at the first).
+    #[arg(long)]
+    keep_going: bool,
+}
+
+/// Parses `A..B` or `A` into an inclusive range.
+fn parse_seeds(s: &str) -> Result<(u64, u64), String> {
+    let (a, b) = match s.split_once("..") {
+        Some((a, b)) => (a, b.trim_start_matches('=')),
+        None => (s, s),
+    };
+    let a: u64 = a
+        .trim()
+        .parse()
+        .map_err(|_| format!("bad --seeds {s:?}: expected A..B"))?;
+    let b: u64 = b
+        .trim()
+        .parse()
+        .map_err(|_| format!("bad --seeds {s:?}: expected A..B"))?;
+    if b < a {
+        return Err(format!("bad --seeds {s:?}: B < A"));
+    }
+    Ok((a, b))
+}
+
+/// Parses `i/n` (0 <= i < n).
+fn parse_shard(s: &str) -> Result<(u64, u64), String> {
+    let bad = || format!("bad --shard {s:?}: expected i/n with 0 <= i < n");
+    let (i, n) = s.split_once('/').ok_or_else(bad)?;
+    let i: u64 = i.trim().parse().map_err(|_| bad())?;
+    let n: u64 = n.trim().parse().map_err(|_| bad())?;
+    if n == 0 || i >= n {
+        return Err(bad());
+    }
+    Ok((i, n))
+}
+
+/// The workload of swarm run `seed`: a small shape and a random subset of
+/// the fault kinds (each on with probability 1/2), all drawn from `seed`.
+pub fn swarm_workload(seed: u64) -> Workload {
+    let mut r = ChaCha8Rng::seed_from_u64(seed ^ 0x5157_4152_4d00_0000);
+    let subscription_type = match r.random_range(0..3) {
+        0 => SubscriptionType::KeyShared,
+        1 => SubscriptionType::Shared,
+        _ => SubscriptionType::Failover,
+    };
+    let failover = subscription_type == SubscriptionType::Failover;
+    let delayed = !failover && r.random_bool(0.5);
+    let txn = r.random_bool(0.5);
+    let mut w = Workload {
+        name: format!("swarm-{seed}"),
+        subscription_type,
+        ..Workload::default()
+    };
+    let mut f = Faults::none();
+    f.restarts = if r.random_bool(0.5) {
+        r.random_range(1..=2)
+    } else {
+        0
+    };
+    if r.random_bool(0.5) {
+        f.read_outages = 1;
+        f.outage_ms = r.random_range(200..=5_000);
+    }
+    if r.random_bool(0.5) {
+        f.reconnects = r.random_range(1..=8);
+    }
+    if !failover && r.random_bool(0.3) {
+        f.corrupted_batch_ratio = 0.02;
+    }
+    if delayed && r.random_bool(0.5) {
+        f.snapshot_create_failure_ratio = 0.05;
+        f.snapshot_delete_failure_ratio = 0.05;
+    }
+    if delayed && r.random_bool(0.5) {
+        f.seeks = r.random_range(1..=2);
+    }
+    if txn {
+        f.lose_pending_ack_ledger = f.restarts > 0 && r.random_bool(0.5);
+        f.pending_ack_auto_skip = r.random_bool(0.5);
+        f.replay_read_failures = if r.random_bool(0.5) { f.restarts } else { 0 };
+    }
+    w.producers = r.random_range(1..=10);
+    w.subscriptions = r.random_range(1..=3);
+    w.consumers_per_subscription = r.random_range(1..=4);
+    w.messages = r.random_range(200..=2_000);
+    w.batch_size = if r.random_bool(0.5) {
+        1
+    } else {
+        r.random_range(2..=10)
+    };
+    w.keys = r.random_range(1..=50);
+    w.receiver_queue_size = [10, 100, 1_000][r.random_range(0..3)];
+    w.max_entries_per_ledger = [20, 100, 1_000][r.random_range(0..3)];
+    if delayed {
+        w.delayed_ratio = [0.2, 0.8][r.random_range(0..2)];
+        w.max_delay_ms = r.random_range(1_000..=20_000);
+        w.delayed_min_index_count_per_bucket = r.random_range(20..=200);
+        w.delayed_max_num_buckets = r.random_range(2..=6);
+        w.delayed_tick_ms = 100;
+    }
+    if txn {
+        w.txn_ack_ratio = [0.3, 0.5][r.random_range(0..2)];
+    }
+    if failover && r.random_bool(0.5) {
+        w.cumulative_ack_every = r.random_range(10..=200);
+    }
+    w.publish_interval_ms = r.random_range(5..=50);
+    w.faults = f;
+    w
+}
+
+/// Runs the swarm.
+pub fn swarm(args: SwarmArgs) -> ExitCode {
+    let (a, b) = match parse_seeds(&args.seeds) {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let (i, n) = match args.shard.as_deref().map(parse_shard).transpose() {
+        Ok(s) => s.unwrap_or((0, 1)),
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let started = Instant::now();
+    let mut runs = 0u64;
+    let mut failed = 0u64;
+    let mut first_failure: Option<u64> = None;
+    for seed in (a..=b).filter(|s| s % n == i) {
+        let w = swarm_workload(seed);
+        let dir = match tempfile_dir(seed) {
+            Ok(d) => d,
+            Err(e) => {
+                eprintln!("error: {e}");
+                return ExitCode::from(2);
+            }
+        };
+        let opts = SimOptions {
+            watchdog: Watchdog {
+                exit_on_hang: Some(Duration::from_secs(10)),
+                wall_limit: Some(Duration::from_secs(60)),
+                ..Watchdog::default()
+            },
+            ..SimOptions::new(seed, dir.clone())
+        };
+        let result = sim::run(&w, &opts, None);
+        let _ = std::fs::remove_dir_all(&dir);
+        runs += 1;
+        let report = match result {
+            Ok(r) => r,
+            Err(e) => {
+                eprintln!("error: swarm seed {seed}: {e}");
+                return ExitCode::from(2);
+            }
+        };
+        let clean = report.is_clean();
+        if args.json {
+            let line = serde_json::json!({
+                "seed": seed,
+                "clean": clean,
+                "violations": report.violations,
+                "first_violation": report.first_violation,
+                "wall_ms": report.timing.wall_ms,
+                "virtual_ms": report.virtual_ms,
+                "workload": w,
+            });
+            println!("{line}");
+        } else {
+            println!(
+                "seed {seed}: {} ({} violations) {:?} subs={} consumers={} messages={} faults: restarts={} outages={} reconnects={} seeks={} lost-ledger={} auto-skip={} replay-read-failures={} delayed={} txn={}",
+                if clean { "ok" } else { "FAILED" },
+                report.violations,
+                w.subscription_type,
+                w.subscriptions,
+                w.consumers_per_subscription,
+                w.messages,
+                w.faults.restarts,
+                w.faults.read_outages,
+                w.faults.reconnects,
+                w.faults.seeks,
+                w.faults.lose_pending_ack_ledger,
+                w.faults.pending_ack_auto_skip,
+                w.faults.replay_read_failures,
+                w.delayed_ratio,
+                w.txn_ack_ratio,
+            );
+        }
+        if !clean {
+            failed += 1;
+            first_failure.get_or_insert(seed);
+            eprintln!(
+                "violation at seed {seed}: {}\nreplay with: pulsar-core swarm --seeds {seed}..{seed}",
+                report.first_violation.as_deref().unwrap_or("(see counts)")
+            );
+            if !args.keep_going {
+                break;
+            }
+        }
+    }
+    let secs = started.elapsed().as_secs_f64().max(1e-9);
+    let per_sec = runs as f64 / secs;
+    if args.json {
+        eprintln!(
+            "{}",
+            serde_json::json!({"runs": runs, "failed": failed, "runs_per_sec": per_sec, "first_failed_seed": first_failure})
+        );
+    } else {
+        eprintln!("swarm: {runs} runs, {failed} failed, {per_sec:.2} runs/s ({secs:.1} s)");
+    }
+    if failed > 0 {
+        ExitCode::from(1)
+    } else {
+        ExitCode::SUCCESS
+    }
+}
+
+fn tempfile_dir(seed: u64) -> Result<std::path::PathBuf, String> {
+    let tmp = std::env::temp_dir();
+    if !tmp.is_dir() {
+        return Err(format!("the temp dir {} does not exist", tmp.display()));
+    }
+    Ok(tmp.join(format!("pulsar-core-swarm-{}-{seed}", std::process::id())))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn swarm_workloads_are_valid_and_deterministic() {
+        for seed in 0..500 {
+            let w = swarm_workload(seed);
+            w.validate().unwrap_or_else(|e| panic!("seed {seed}: {e}"));
+            assert_eq!(w, swarm_workload(seed));
+        }
+    }
+
+    #[test]
+    fn seeds_and_shards_parse() {
+        assert_eq!(parse_seeds("1..10"), Ok((1, 10)));
+        assert_eq!(parse_seeds("7"), Ok((7, 7)));
+        assert!(parse_seeds("9..1").is_err());
+        assert_eq!(parse_shard("2/4"), Ok((2, 4)));
+        assert!(parse_shard("4/4").is_err());
+        assert!(parse_shard("x").is_err());
+    }
+}

@@ -1,0 +1,173 @@
+//! Watchdogs of a simulation run: a hang is a failure with a name.
+//!
+//! - **Virtual time stuck** (in the event loop): more than
+//!   [`Watchdog::same_time_events`] events in a row at one virtual
+//!   millisecond is a livelock (something reschedules itself at "now"
+//!   forever); the run stops with a violation naming the component of the
+//!   last events.
+//! - **Wall-clock bound** (in the event loop): a run past
+//!   [`Watchdog::wall_limit`] stops with a violation.
+//! - **Hang inside one event** (a watchdog thread): a component that spins
+//!   inside a single call (e.g. a replay loop re-issuing a failing read) never
+//!   returns to the event loop, so neither check above runs. With
+//!   [`Watchdog::exit_on_hang`] set, a thread watching the loop's
+//!   [`Heartbeat`] prints a livelock report (component, virtual time, last
+//!   events) and exits the process with status 1 when no event finished for
+//!   that long (the CLI and the test suite set it).
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+/// Watchdog bounds of one run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Watchdog {
+    /// Events in a row at the same virtual millisecond before the run is
+    /// stopped as a livelock. Default 2,000,000 (a busy default run handles
+    /// well under 100,000 events in one millisecond).
+    pub same_time_events: u64,
+    /// Wall-clock bound of the whole run (default none).
+    pub wall_limit: Option<Duration>,
+    /// If set, a run in which no event finishes for this long prints a
+    /// livelock report and exits the process with status 1 (default none:
+    /// a library caller keeps control of its process).
+    pub exit_on_hang: Option<Duration>,
+}
+
+impl Default for Watchdog {
+    fn default() -> Self {
+        Self {
+            same_time_events: 2_000_000,
+            wall_limit: None,
+            exit_on_hang: None,
+        }
+    }
+}
+
+/// Number of recent events kept for a livelock report.
+const RECENT: usize = 12;
+
+/// What the event loop is doing, shared with the hang watchdog thread.
+#[derive(Debug, Default)]
+pub struct Heartbeat {
+    events_done: AtomicU64,
+    now_ms: AtomicU64,
+    stop: AtomicBool,
+    state: Mutex<HeartbeatState>,
+}
+
+#[derive(Debug, Default)]
+struct HeartbeatState {
+    /// Component currently running.
+    component: &'static str,
+    /// (virtual ms, event label, subscription) of the last events, oldest first.
+    recent: std::collections::VecDeque<(u64, &'static str, Option<usize>)>,
+}
+
+impl Heartbeat {
+    /// An event `label` of `component` starts at virtual `now_ms`.
+    pub fn begin(
+        &self,
+        now_ms: u64,
+        component: &'static str,
+        label: &'static str,
+        sub: Option<usize>,
+    ) {
+        self.now_ms.store(now_ms, Ordering::Relaxed);
+        let mut s = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        s.component = component;
+        if s.recent.len() == RECENT {
+            s.recent.pop_front();
+        }
+        s.recent.push_back((now_ms, label, sub));
+    }
+
+    /// The component running changes inside an event (e.g. a restart starts
+    /// the pending-ack replay).
+    pub fn enter(&self, component: &'static str) {
+        self.state
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .component = component;
+    }
+
+    /// The current event finished.
+    pub fn end(&self) {
+        self.events_done.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// The component running and the recent events, for a report.
+    pub fn describe(&self) -> (&'static str, String) {
+        let s = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        let recent = s
+            .recent
+            .iter()
+            .map(|(t, l, sub)| match sub {
+                Some(s) => format!("t={t}ms {l}(sub-{s})"),
+                None => format!("t={t}ms {l}"),
+            })
+            .collect::<Vec<_>>()
+            .join("; ");
+        (s.component, recent)
+    }
+
+    fn stop(&self) {
+        self.stop.store(true, Ordering::Relaxed);
+    }
+}
+
+/// The hang watchdog thread of one run; stops when dropped.
+pub struct HangGuard {
+    heartbeat: Arc<Heartbeat>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl HangGuard {
+    /// Starts watching `heartbeat` if `exit_on_hang` is set: when no event
+    /// finishes for that long, prints `header` and the livelock report on
+    /// stdout and stderr and exits the process with status 1.
+    pub fn start(
+        heartbeat: Arc<Heartbeat>,
+        exit_on_hang: Option<Duration>,
+        header: String,
+    ) -> Self {
+        let thread = exit_on_hang.map(|limit| {
+            let hb = Arc::clone(&heartbeat);
+            std::thread::spawn(move || {
+                let tick = Duration::from_millis(50).min(limit);
+                let mut last = hb.events_done.load(Ordering::Relaxed);
+                let mut since = std::time::Instant::now();
+                while !hb.stop.load(Ordering::Relaxed) {
+                    std::thread::sleep(tick);
+                    let done = hb.events_done.load(Ordering::Relaxed);
+                    if done != last {
+                        last = done;
+                        since = std::time::Instant::now();
+                        continue;
+                    }
+                    if since.elapsed() >= limit {
+                        let (component, recent) = hb.describe();
+                        let now = hb.now_ms.load(Ordering::Relaxed);
+                        let msg = format!(
+                            "{header}\nresult: FAILED (1 violations); first: t={now}ms: livelock at t={now}ms in {component}: no event finished for {:.1}s of wall time (virtual time stopped); last events: {recent}",
+                            since.elapsed().as_secs_f64()
+                        );
+                        println!("{msg}");
+                        eprintln!("{msg}");
+                        std::process::exit(1);
+                    }
+                }
+            })
+        });
+        Self { heartbeat, thread }
+    }
+}
+
+impl Drop for HangGuard {
+    fn drop(&mut self) {
+        self.heartbeat.stop();
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
