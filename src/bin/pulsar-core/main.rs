@@ -16,8 +16,8 @@ use clap::{Parser, Subcommand, ValueEnum};
 use pulsar_core::ledger::SyncMode;
 
 mod inspect;
-mod verify;
 mod swarm;
+mod verify;
 use pulsar_core::sim::{self, SimOptions, Workload};
 
 use data_dir::DataDir;
