@@ -453,11 +453,8 @@ struct Sim<'a> {
 /// let mut workload = Workload::resolve("permit-churn")?;
 /// workload.messages = 200;
 /// let opts = SimOptions {
-///     seed: 7,
-///     data_dir: dir.path().join("data"),
-///     faults: true,
-///     sabotage: None,
 ///     sync: SyncMode::Deferred,
+///     ..SimOptions::new(7, dir.path().join("data"))
 /// };
 /// let report = run(&workload, &opts, None)?;
 /// assert!(report.is_clean(), "{report}");
