@@ -2045,11 +2045,16 @@ impl Sim<'_> {
         };
         // Faulty-broker mode: an invalid explicit P (0, or above the batch's
         // message count); the client must close the connection and return
-        // no credit for it.
+        // no credit for it. Only on a payload the client can read: a
+        // corrupted batch has no metadata to check P against, so the client
+        // returns the P it was sent (PIP-491) and cannot tell it is wrong.
+        // (The draw happens either way, so the run's random sequence does
+        // not depend on the corruption.)
         let mut faulty;
         let command = if self.opts.faults
             && self.w.faults.invalid_permits_ratio > 0.0
             && self.rng.random_bool(self.w.faults.invalid_permits_ratio)
+            && !corrupt
         {
             faulty = command.clone();
             let batch = Self::entry_info(original).map_or(1, |(b, _, _)| b);
