@@ -232,6 +232,9 @@ pub struct SchedulingLookup {
 struct Inner {
     mark_delete: Position,
     ranges: PositionRangeSet,
+    /// Partially acknowledged batch entries above mark-delete: position →
+    /// ack-set words (set bit = batch index not yet acknowledged).
+    batch_ack_sets: BTreeMap<Position, Vec<i64>>,
 }
 
 /// A cursor's deletion state: the mark-delete position and the individually
@@ -326,6 +329,7 @@ impl CursorDeletionState {
             inner: CachePadded::new(RwLock::new(Inner {
                 mark_delete,
                 ranges: set,
+                batch_ack_sets: BTreeMap::new(),
             })),
             read_side: CachePadded::new(ReadSide {
                 reset_epoch: AtomicU64::new(0),
@@ -430,6 +434,12 @@ impl CursorDeletionState {
         g.ranges
             .remove_at_most(md.ledger_id, md.entry_id)
             .expect("mark-delete is a valid bound");
+        if g.batch_ack_sets
+            .first_key_value()
+            .is_some_and(|(p, _)| *p <= md)
+        {
+            g.batch_ack_sets = g.batch_ack_sets.split_off(&md.next_in_ledger());
+        }
     }
 
     /// Moves mark-delete to `candidate` (≥ current), extended through
@@ -528,6 +538,31 @@ impl CursorDeletionState {
         let new_md = ledger
             .next_valid_position(requested_md)
             .previous_in_ledger();
+        let (old, epoch) = self.replace_under_reset_epoch(&mut g, new_md, |ranges| {
+            ranges.clear();
+            Ok(())
+        })?;
+        tracing::debug!(from = %old, to = %new_md, epoch, "cursor reset");
+        Ok(new_md)
+    }
+
+    /// The reset bracket (Pulsar's `internalResetCursor` align step), shared
+    /// by [`reset`](Self::reset) and [`restore`](Self::restore), the two
+    /// operations that may un-delete positions. Under the write lock `g`:
+    /// epoch → odd, release fence, directory invalidated, mark-delete
+    /// published, `fill` replaces the ranges (after they are cleared),
+    /// batch ack sets cleared, epoch → even (release). Returns the old
+    /// mark-delete and the final (even) epoch.
+    ///
+    /// `fill` must not fail after changing anything: it runs with the set
+    /// already cleared, and an error from it leaves the set empty with the
+    /// new mark-delete (callers validate before calling).
+    fn replace_under_reset_epoch(
+        &self,
+        g: &mut Inner,
+        new_md: Position,
+        fill: impl FnOnce(&mut PositionRangeSet) -> Result<(), RangeSetError>,
+    ) -> Result<(Position, u64), DeletionError> {
         // Single writer: the epoch is only written here, under the write lock.
         let epoch = self.read_side.reset_epoch.load(Ordering::Relaxed);
         self.read_side
@@ -547,6 +582,8 @@ impl CursorDeletionState {
         #[cfg(feature = "trace")]
         crate::trace::deletion::reset_mark_delete(new_md);
         g.ranges.clear();
+        g.batch_ack_sets.clear();
+        let filled = fill(&mut g.ranges);
         #[cfg(feature = "trace")]
         crate::trace::deletion::reset_clear();
         self.read_side
@@ -554,8 +591,8 @@ impl CursorDeletionState {
             .store(epoch + 2, Ordering::Release);
         #[cfg(feature = "trace")]
         crate::trace::deletion::reset_end(epoch + 2);
-        tracing::debug!(from = %old, to = %new_md, epoch = epoch + 2, "cursor reset");
-        Ok(new_md)
+        filled?;
+        Ok((old, epoch + 2))
     }
 
     /// Authoritative check (Pulsar's `isMessageDeleted`): `position` is at or
@@ -691,3 +728,6 @@ impl CursorDeletionState {
         entries
     }
 }
+
+mod skip;
+mod state_io;

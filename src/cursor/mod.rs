@@ -96,14 +96,18 @@
 //! | `EpochOddIffResetting` | [`CursorDeletionState::reset`] (the only epoch writer, under the write lock) | trace validation (`ResetBegin`/`ResetEnd` lines carry the epoch written) |
 //! | `Deleted(p)` = `p <= md \/ InMap(p)` (the authoritative check) | [`CursorDeletionState::is_message_deleted`], [`CursorDeletionState::delete`] (`Ack`, `Advance`) | `tests/cursor_range_set.rs` (proptest vs `BTreeSet`), unit tests; trace validation (`RLocked` answers must equal the spec's `Deleted(q)`) |
 
+pub mod compact;
 mod deletion;
+pub mod position_info;
 mod range_set;
+mod snapshot;
 
 pub use deletion::{
     CursorDeletionState, DeleteOutcome, DeletionError, LedgerLayout, LedgerTopology,
     SchedulingLookup,
 };
 pub use range_set::{DeletionDirectory, PositionRangeSet, RangeSetError};
+pub use snapshot::DeletionSnapshot;
 
 #[cfg(all(test, not(any(loom, feature = "shuttle"))))]
 mod tests;

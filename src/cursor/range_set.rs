@@ -857,6 +857,105 @@ impl PositionRangeSet {
     }
 }
 
+impl PositionRangeSet {
+    /// A copy of every ledger's bitmap (ledger id → deleted entries), taken
+    /// under each bitmap's read lock; empty bitmaps are left out.
+    pub fn to_bitmaps(&self) -> BTreeMap<i64, RoaringBitmap> {
+        self.ledgers
+            .iter()
+            .filter_map(|(l, b)| {
+                let bits = b.bits.read();
+                (!bits.is_empty()).then(|| (*l, bits.clone()))
+            })
+            .collect()
+    }
+
+    /// Replaces the whole content with `bitmaps` (ledger id → deleted
+    /// entries; Pulsar's `build(Map<Long, long[]>)`): the directory is
+    /// invalidated, the map replaced, the new directory published.
+    ///
+    /// # Errors
+    /// [`RangeSetError::NegativeLedgerId`] for a ledger id below 0; the set
+    /// is unchanged on error.
+    pub fn rebuild_from_bitmaps(
+        &mut self,
+        bitmaps: BTreeMap<i64, RoaringBitmap>,
+    ) -> Result<(), RangeSetError> {
+        if let Some((l, _)) = bitmaps.iter().find(|(l, _)| **l < 0) {
+            return Err(RangeSetError::NegativeLedgerId {
+                ledger_id: *l,
+                entry_id: 0,
+            });
+        }
+        self.clear();
+        for (l, bits) in bitmaps {
+            if bits.is_empty() {
+                continue;
+            }
+            let (b, _) = self.bitmap_or_create(l);
+            b.mutate(|dst| *dst = bits);
+            self.directory.refresh(l, &b);
+        }
+        self.publish_directory();
+        Ok(())
+    }
+
+    /// Number of deleted entries in the closed window `[lower, upper]`
+    /// (Pulsar's `cardinality(lowerKey, lowerValue, upperKey, upperValue)`),
+    /// summed over the ledgers it spans; `0` for an empty window.
+    pub fn cardinality_between(&self, lower: Position, upper: Position) -> u64 {
+        if lower > upper {
+            return 0;
+        }
+        let clamp = |e: i64| e.clamp(0, i64::from(u32::MAX)) as u32;
+        self.ledgers
+            .range(lower.ledger_id..=upper.ledger_id)
+            .map(|(l, b)| {
+                let bits = b.bits.read();
+                let from = if *l == lower.ledger_id {
+                    if lower.entry_id > i64::from(u32::MAX) {
+                        return 0;
+                    }
+                    clamp(lower.entry_id)
+                } else {
+                    0
+                };
+                let to = if *l == upper.ledger_id {
+                    if upper.entry_id < 0 {
+                        return 0;
+                    }
+                    clamp(upper.entry_id)
+                } else {
+                    u32::MAX
+                };
+                if from > to {
+                    0
+                } else {
+                    bits.range_cardinality(from..=to)
+                }
+            })
+            .sum()
+    }
+
+    /// The maximal range `(lower, upper]` containing `p` (Pulsar's
+    /// `rangeContaining`), or `None` if `p` is not in the set.
+    pub fn range_containing(&self, p: Position) -> Option<(Position, Position)> {
+        let e = u32::try_from(p.entry_id).ok()?;
+        let b = self.ledgers.get(&p.ledger_id)?;
+        let bits = b.bits.read();
+        if !bits.contains(e) {
+            return None;
+        }
+        let end = *bits.range(e..).next_range()?.end();
+        // The run's first entry: one past the highest absent entry below e.
+        let start = match bits.range(..e).next_range_back() {
+            Some(r) if *r.end() + 1 == e => *r.start(),
+            _ => e,
+        };
+        Some(run_to_range(p.ledger_id, start..=end))
+    }
+}
+
 fn run_to_range(ledger_id: i64, run: std::ops::RangeInclusive<u32>) -> (Position, Position) {
     (
         Position::new(ledger_id, i64::from(*run.start()) - 1),
