@@ -99,6 +99,9 @@ pub trait LedgerTopology {
     /// The first position strictly after `p` that holds an entry, or the
     /// position just past the last confirmed entry.
     fn next_valid_position(&self, p: Position) -> Position;
+    /// Every ledger as `(ledger_id, entries)` (entries `0..entries`),
+    /// ascending by ledger id; used to count positions (skip, nth entry).
+    fn ledger_entries(&self) -> Vec<(i64, i64)>;
 }
 
 impl LedgerTopology for ManagedLedger {
@@ -107,6 +110,9 @@ impl LedgerTopology for ManagedLedger {
     }
     fn next_valid_position(&self, p: Position) -> Position {
         ManagedLedger::next_valid_position(self, p)
+    }
+    fn ledger_entries(&self) -> Vec<(i64, i64)> {
+        ManagedLedger::ledgers(self)
     }
 }
 
@@ -158,6 +164,13 @@ impl LedgerTopology for LedgerLayout {
             }
         }
         self.last_confirmed_entry().next_in_ledger()
+    }
+
+    fn ledger_entries(&self) -> Vec<(i64, i64)> {
+        self.ledgers
+            .iter()
+            .map(|(l, n)| (*l, i64::from(*n)))
+            .collect()
     }
 }
 
@@ -731,3 +744,5 @@ impl CursorDeletionState {
 
 mod skip;
 mod state_io;
+
+pub use skip::SkipMode;

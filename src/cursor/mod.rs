@@ -100,13 +100,15 @@ pub mod compact;
 mod deletion;
 pub mod position_info;
 mod range_set;
+mod read_skip;
 mod snapshot;
 
 pub use deletion::{
     CursorDeletionState, DeleteOutcome, DeletionError, LedgerLayout, LedgerTopology,
-    SchedulingLookup,
+    SchedulingLookup, SkipMode,
 };
 pub use range_set::{DeletionDirectory, PositionRangeSet, RangeSetError};
+pub use read_skip::SkipDeleted;
 pub use snapshot::DeletionSnapshot;
 
 #[cfg(all(test, not(any(loom, feature = "shuttle"))))]

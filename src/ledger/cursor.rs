@@ -22,10 +22,49 @@ use super::error::LedgerError;
 use super::faults::ReadRequest;
 use super::managed_ledger::{Entry, ManagedLedger};
 use super::store::StoredLedgerInfo;
+use crate::cursor::{compact, CursorDeletionState};
 use crate::position::Position;
 use crate::sync::Mutex;
 // `Arc<ManagedLedger>` is an ownership handle: std's Arc in every build.
 use std::sync::Arc;
+
+/// What [`ManagedCursor::persist_deletion_state`] wrote.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PersistedDeletionState {
+    /// The persisted mark-delete position.
+    pub mark_delete: Position,
+    /// Individually deleted entries persisted (entries, not ranges).
+    pub deleted_entries: u64,
+    /// Partially acknowledged batch entries persisted.
+    pub batch_entries: usize,
+    /// Size of the compact form in bytes.
+    pub bytes: usize,
+    /// Number of store rows (chunks) it occupies.
+    pub chunks: usize,
+}
+
+/// What [`ManagedCursor::read_entries_with_skip_runs`] asks before reading.
+pub trait ReadSkip {
+    /// Whether `(ledger_id, entry_id)` may be skipped without reading it.
+    fn skip(&mut self, ledger_id: i64, entry_id: i64) -> bool;
+    /// Asked after [`skip`](Self::skip) answered `true` for `entry_id`: the
+    /// last entry id (≥ `entry_id`) of the run of `ledger_id`'s entries
+    /// starting there that may all be skipped, if known (`i64::MAX`: the
+    /// rest of the ledger). `None` (the default): one entry at a time.
+    fn skipped_run_end(&mut self, ledger_id: i64, entry_id: i64) -> Option<i64> {
+        let _ = (ledger_id, entry_id);
+        None
+    }
+}
+
+/// A plain predicate as a [`ReadSkip`] (no run ends).
+struct SkipFn<F>(F);
+
+impl<F: FnMut(i64, i64) -> bool> ReadSkip for SkipFn<F> {
+    fn skip(&mut self, ledger_id: i64, entry_id: i64) -> bool {
+        (self.0)(ledger_id, entry_id)
+    }
+}
 
 #[derive(Debug)]
 struct CursorState {
@@ -257,7 +296,29 @@ impl ManagedCursor {
     pub fn read_entries_with_skip(
         &self,
         max_entries: usize,
-        mut skip: impl FnMut(i64, i64) -> bool,
+        skip: impl FnMut(i64, i64) -> bool,
+    ) -> Result<Vec<Entry>, LedgerError> {
+        self.read_entries_with_skip_runs(max_entries, &mut SkipFn(skip))
+    }
+
+    /// As [`ManagedCursor::read_entries_with_skip`], with a [`ReadSkip`]
+    /// that may also report where a skipped run ends: after `skip` answers
+    /// `true` for entry `e`, [`ReadSkip::skipped_run_end`] is asked once and
+    /// the scan jumps past the run it reports (Pulsar's PR #26299 hop to
+    /// the end of the containing deleted range), so a window behind a long
+    /// deleted run costs one `skip` and one run query per run instead of
+    /// one `skip` per entry. A run that ends beyond the window moves the
+    /// read position past the whole run. With
+    /// [`SkipDeleted`](crate::cursor::SkipDeleted) the work per call is
+    /// O(deleted runs crossed + entries read), each run query a short
+    /// deletion-state read lock (never held across the walk).
+    ///
+    /// # Errors
+    /// As [`ManagedCursor::read_entries_with_skip`].
+    pub fn read_entries_with_skip_runs(
+        &self,
+        max_entries: usize,
+        skip: &mut dyn ReadSkip,
     ) -> Result<Vec<Entry>, LedgerError> {
         if max_entries == 0 {
             return Err(LedgerError::InvalidArgument(
@@ -285,16 +346,34 @@ impl ManagedCursor {
                 .entry_id
                 .saturating_add(window - 1)
                 .min(info.entries - 1);
-            let run_start = (start.entry_id..=window_end).find(|e| !skip(start.ledger_id, *e));
+            // The first entry of the window `skip` keeps, hopping over each
+            // skipped run as far as `skipped_run_end` reports it.
+            let mut e = start.entry_id;
+            let mut skipped_through = window_end;
+            let run_start = loop {
+                if e > window_end {
+                    break None;
+                }
+                if !skip.skip(start.ledger_id, e) {
+                    break Some(e);
+                }
+                // Clamped to the ledger, so `end + 1` cannot overflow.
+                let end = skip
+                    .skipped_run_end(start.ledger_id, e)
+                    .unwrap_or(e)
+                    .clamp(e, info.entries - 1);
+                skipped_through = skipped_through.max(end);
+                e = end + 1;
+            };
             let Some(run_start) = run_start else {
                 pos = self
                     .ledger
-                    .next_valid_position(Position::new(start.ledger_id, window_end));
+                    .next_valid_position(Position::new(start.ledger_id, skipped_through));
                 cursor.read_position = pos;
                 continue;
             };
             let run_end = (run_start..=window_end)
-                .take_while(|e| !skip(start.ledger_id, *e))
+                .take_while(|e| !skip.skip(start.ledger_id, *e))
                 .last()
                 .unwrap_or(run_start);
             if info.lost {
@@ -328,6 +407,153 @@ impl ManagedCursor {
                     data,
                 })
                 .collect());
+        }
+    }
+
+    /// Persists `state` (mark-delete, every individually deleted entry and
+    /// batch ack set) together with `property_updates` (`Some` sets,
+    /// `None` removes) in ONE atomic store write, in the crate's compact
+    /// form ([`crate::cursor::compact`], chunks of
+    /// [`DEFAULT_CHUNK_BYTES`](crate::cursor::compact::DEFAULT_CHUNK_BYTES)):
+    /// exact at any number of ranges (no Pulsar-style cap). The snapshot is
+    /// taken under the state's read lock, so a grouped ack is wholly in it
+    /// or not. Replaces the legacy range record; afterwards
+    /// [`ManagedCursor::individually_deleted_ranges`] is empty and the
+    /// state is read back with [`ManagedCursor::recover_deletion_state`].
+    /// Moves the read position past mark-delete if it fell behind.
+    ///
+    /// Pulsar's counterpart: `ManagedCursorImpl.persistPositionToLedger`
+    /// (mark-delete + `individualDeletedMessages` +
+    /// `batchedEntryDeletionIndexInfo` + properties in one `PositionInfo`).
+    ///
+    /// # Errors
+    /// [`LedgerError::CursorAlreadyClosed`]; [`LedgerError::MarkDeleteBackward`]
+    /// if the state's mark-delete is below the persisted one (after a
+    /// [`CursorDeletionState::reset`] call [`ManagedCursor::reset`] first);
+    /// [`LedgerError::InvalidPosition`] for a mark-delete the ledger does not
+    /// hold; [`LedgerError::InvalidDeletedRange`] for a deleted entry or
+    /// batch position in a ledger it lacks or past its end;
+    /// [`LedgerError::Store`]. On error nothing is written.
+    pub fn persist_deletion_state(
+        &self,
+        state: &CursorDeletionState,
+        property_updates: &[(&str, Option<i64>)],
+    ) -> Result<PersistedDeletionState, LedgerError> {
+        self.persist_deletion_state_chunked(state, property_updates, compact::DEFAULT_CHUNK_BYTES)
+    }
+
+    /// As [`ManagedCursor::persist_deletion_state`] with chunks of at most
+    /// `chunk_bytes` bytes (≥ 1).
+    ///
+    /// # Errors
+    /// As [`ManagedCursor::persist_deletion_state`].
+    pub fn persist_deletion_state_chunked(
+        &self,
+        state: &CursorDeletionState,
+        property_updates: &[(&str, Option<i64>)],
+        chunk_bytes: usize,
+    ) -> Result<PersistedDeletionState, LedgerError> {
+        let snapshot = state.snapshot();
+        let mut cursor = self.live()?;
+        let md = snapshot.mark_delete;
+        if md < cursor.mark_delete {
+            return Err(LedgerError::MarkDeleteBackward {
+                current: cursor.mark_delete,
+                requested: md,
+            });
+        }
+        {
+            let ledger_state = self.ledger.state.lock();
+            ledger_state.check_mark_delete_position(md)?;
+            for (l, bits) in &snapshot.ledgers {
+                let (Some(min), Some(max)) = (bits.min(), bits.max()) else {
+                    continue;
+                };
+                let entries = ledger_state.ledgers.get(l).map_or(0, |i| i.entries);
+                if i64::from(max) >= entries {
+                    return Err(LedgerError::InvalidDeletedRange {
+                        lower: Position::new(*l, i64::from(min) - 1),
+                        upper: Position::new(*l, i64::from(max)),
+                        reason: format!("ledger {l} holds {entries} entries"),
+                    });
+                }
+            }
+            for p in snapshot.batch_ack_sets.keys() {
+                let entries = ledger_state
+                    .ledgers
+                    .get(&p.ledger_id)
+                    .map_or(0, |i| i.entries);
+                if p.entry_id >= entries {
+                    return Err(LedgerError::InvalidDeletedRange {
+                        lower: p.previous_in_ledger(),
+                        upper: *p,
+                        reason: format!(
+                            "batch position beyond ledger {} ({entries} entries)",
+                            p.ledger_id
+                        ),
+                    });
+                }
+            }
+        }
+        let chunks = compact::encode(&snapshot, chunk_bytes);
+        self.ledger.store.save_deletion_state(
+            &self.ledger.name,
+            &self.name,
+            md,
+            &chunks,
+            property_updates,
+        )?;
+        cursor.mark_delete = md;
+        cursor.individually_deleted.clear();
+        if cursor.read_position <= md {
+            cursor.read_position = self.ledger.next_valid_position(md);
+        }
+        Ok(PersistedDeletionState {
+            mark_delete: md,
+            deleted_entries: snapshot.deleted_entries(),
+            batch_entries: snapshot.batch_ack_sets.len(),
+            bytes: chunks.iter().map(Vec::len).sum(),
+            chunks: chunks.len(),
+        })
+    }
+
+    /// The persisted deletion state as a live [`CursorDeletionState`]
+    /// (directory published, epoch 0): the compact state written by
+    /// [`ManagedCursor::persist_deletion_state`] if the last persisted
+    /// mark-delete came with it, else the mark-delete and ranges of
+    /// [`ManagedCursor::mark_delete_with_ranges`] (Pulsar's cursor recovery).
+    ///
+    /// # Errors
+    /// [`LedgerError::Store`] (a damaged compact state, or one whose
+    /// mark-delete disagrees with the cursor record, is
+    /// [`StoreError::Corrupt`](super::StoreError::Corrupt)).
+    pub fn recover_deletion_state(&self) -> Result<CursorDeletionState, LedgerError> {
+        let md = self.state.lock().mark_delete;
+        let corrupt = |what: String| {
+            LedgerError::Store(super::StoreError::Corrupt(format!(
+                "cursor {} of {}: {what}",
+                self.name, self.ledger.name
+            )))
+        };
+        match self
+            .ledger
+            .store
+            .load_deletion_state(&self.ledger.name, &self.name)?
+        {
+            Some(chunks) => {
+                let snapshot = compact::decode(&chunks).map_err(|e| corrupt(e.to_string()))?;
+                if snapshot.mark_delete != md {
+                    return Err(corrupt(format!(
+                        "compact deletion state has mark-delete {}, the cursor record {md}",
+                        snapshot.mark_delete
+                    )));
+                }
+                CursorDeletionState::from_snapshot(snapshot).map_err(|e| corrupt(e.to_string()))
+            }
+            None => {
+                let ranges = self.state.lock().individually_deleted.clone();
+                CursorDeletionState::recover(md, &ranges).map_err(|e| corrupt(e.to_string()))
+            }
         }
     }
 

@@ -64,7 +64,7 @@ mod faults;
 mod managed_ledger;
 mod store;
 
-pub use cursor::ManagedCursor;
+pub use cursor::{ManagedCursor, PersistedDeletionState, ReadSkip};
 pub use error::{LedgerError, ReadFailureKind, StoreError};
 pub use faults::{ReadFaults, ReadRequest};
 pub use managed_ledger::{Entry, LedgerConfig, ManagedLedger};

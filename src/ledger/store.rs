@@ -103,6 +103,28 @@ pub trait LedgerStore: Send + Sync + std::fmt::Debug {
     ) -> Result<(), StoreError>;
     /// Lists the cursors persisted for managed ledger `name`.
     fn list_cursors(&self, name: &str) -> Result<Vec<String>, StoreError>;
+    /// Persists cursor `cursor`'s whole deletion state in ONE atomic write:
+    /// the mark-delete position, the compact deletion-state chunks
+    /// ([`crate::cursor::compact`], replacing any earlier chunks and the
+    /// legacy range record) and the property updates (`Some` sets, `None`
+    /// removes). A crash shows either all of it or the previous state.
+    fn save_deletion_state(
+        &self,
+        name: &str,
+        cursor: &str,
+        mark_delete: Position,
+        chunks: &[Vec<u8>],
+        property_updates: &[(&str, Option<i64>)],
+    ) -> Result<(), StoreError>;
+    /// The compact deletion-state chunks saved by
+    /// [`LedgerStore::save_deletion_state`], in order, or `None` if the
+    /// cursor's last mark-delete was saved without them
+    /// ([`LedgerStore::save_mark_delete`] drops them).
+    fn load_deletion_state(
+        &self,
+        name: &str,
+        cursor: &str,
+    ) -> Result<Option<Vec<Vec<u8>>>, StoreError>;
 }
 
 // ---------------------------------------------------------------- in-memory
@@ -112,6 +134,7 @@ struct MemoryInner {
     ledgers: BTreeMap<String, StoredLedger>,
     entries: BTreeMap<(String, i64, i64), Vec<u8>>,
     cursors: BTreeMap<(String, String), StoredCursor>,
+    deletion_chunks: BTreeMap<(String, String), Vec<Vec<u8>>>,
 }
 
 /// In-memory [`LedgerStore`] for tests: nothing survives the process.
@@ -244,7 +267,57 @@ impl LedgerStore for MemoryStore {
             });
         c.mark_delete = mark_delete;
         c.individually_deleted = individually_deleted.to_vec();
+        inner
+            .deletion_chunks
+            .remove(&(name.to_string(), cursor.to_string()));
         Ok(())
+    }
+
+    fn save_deletion_state(
+        &self,
+        name: &str,
+        cursor: &str,
+        mark_delete: Position,
+        chunks: &[Vec<u8>],
+        property_updates: &[(&str, Option<i64>)],
+    ) -> Result<(), StoreError> {
+        let mut inner = self.inner.lock();
+        let key = (name.to_string(), cursor.to_string());
+        let c = inner
+            .cursors
+            .entry(key.clone())
+            .or_insert_with(|| StoredCursor {
+                mark_delete,
+                properties: BTreeMap::new(),
+                individually_deleted: Vec::new(),
+            });
+        c.mark_delete = mark_delete;
+        c.individually_deleted.clear();
+        for (k, v) in property_updates {
+            match v {
+                Some(v) => {
+                    c.properties.insert((*k).to_string(), *v);
+                }
+                None => {
+                    c.properties.remove(*k);
+                }
+            }
+        }
+        inner.deletion_chunks.insert(key, chunks.to_vec());
+        Ok(())
+    }
+
+    fn load_deletion_state(
+        &self,
+        name: &str,
+        cursor: &str,
+    ) -> Result<Option<Vec<Vec<u8>>>, StoreError> {
+        Ok(self
+            .inner
+            .lock()
+            .deletion_chunks
+            .get(&(name.to_string(), cursor.to_string()))
+            .cloned())
     }
 
     fn set_cursor_property(
@@ -302,6 +375,10 @@ const CURSOR_PROPERTIES: TableDefinition<(&str, &str, &str), i64> =
 /// i64 quadruples `(lower.ledger, lower.entry, upper.ledger, upper.entry)`.
 const CURSOR_RANGES: TableDefinition<(&str, &str), &[u8]> =
     TableDefinition::new("ml_cursor_individually_deleted");
+/// `(managed ledger, cursor, chunk index) → chunk` of the compact deletion
+/// state ([`crate::cursor::compact`]); chunk indexes `0..n`, no gaps.
+const CURSOR_DELETION_CHUNKS: TableDefinition<(&str, &str, u32), &[u8]> =
+    TableDefinition::new("ml_cursor_deletion_chunks");
 
 /// How hard [`RedbStore`] commits.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -376,6 +453,7 @@ impl RedbStore {
             txn.open_table(CURSOR_MARK_DELETE)?;
             txn.open_table(CURSOR_PROPERTIES)?;
             txn.open_table(CURSOR_RANGES)?;
+            txn.open_table(CURSOR_DELETION_CHUNKS)?;
             txn.commit()?;
             Ok(store)
         })
@@ -507,6 +585,23 @@ fn contained<T>(
             )))
         }
     }
+}
+
+/// Removes every deletion-state chunk of one cursor.
+fn remove_chunks(
+    table: &mut redb::Table<'_, (&'static str, &'static str, u32), &'static [u8]>,
+    name: &str,
+    cursor: &str,
+) -> Result<(), StoreError> {
+    let mut indexes = Vec::new();
+    for row in table.range((name, cursor, 0u32)..=(name, cursor, u32::MAX))? {
+        let (k, _) = row?;
+        indexes.push(k.value().2);
+    }
+    for i in indexes {
+        table.remove((name, cursor, i))?;
+    }
+    Ok(())
 }
 
 fn encode_ranges(ranges: &[(Position, Position)]) -> Vec<u8> {
@@ -679,9 +774,70 @@ impl LedgerStore for RedbStore {
                 let mut ranges = txn.open_table(CURSOR_RANGES)?;
                 let encoded = encode_ranges(individually_deleted);
                 ranges.insert((name, cursor), encoded.as_slice())?;
+                let mut chunks = txn.open_table(CURSOR_DELETION_CHUNKS)?;
+                remove_chunks(&mut chunks, name, cursor)?;
             }
             txn.commit()?;
             Ok(())
+        })
+    }
+
+    fn save_deletion_state(
+        &self,
+        name: &str,
+        cursor: &str,
+        mark_delete: Position,
+        chunks: &[Vec<u8>],
+        property_updates: &[(&str, Option<i64>)],
+    ) -> Result<(), StoreError> {
+        let count = u32::try_from(chunks.len()).map_err(|_| {
+            StoreError::Backend(format!("{} deletion-state chunks exceed u32", chunks.len()))
+        })?;
+        contained("save_deletion_state", || {
+            let txn = self.begin()?;
+            {
+                let mut md = txn.open_table(CURSOR_MARK_DELETE)?;
+                md.insert(
+                    (name, cursor),
+                    (mark_delete.ledger_id, mark_delete.entry_id),
+                )?;
+                let mut ranges = txn.open_table(CURSOR_RANGES)?;
+                ranges.insert((name, cursor), [].as_slice())?;
+                let mut table = txn.open_table(CURSOR_DELETION_CHUNKS)?;
+                remove_chunks(&mut table, name, cursor)?;
+                for (i, chunk) in (0..count).zip(chunks) {
+                    table.insert((name, cursor, i), chunk.as_slice())?;
+                }
+            }
+            for (k, v) in property_updates {
+                Self::set_cursor_property_in(&txn, name, cursor, k, *v)?;
+            }
+            txn.commit()?;
+            Ok(())
+        })
+    }
+
+    fn load_deletion_state(
+        &self,
+        name: &str,
+        cursor: &str,
+    ) -> Result<Option<Vec<Vec<u8>>>, StoreError> {
+        contained("load_deletion_state", || {
+            let txn = self.db.begin_read()?;
+            let t = txn.open_table(CURSOR_DELETION_CHUNKS)?;
+            let mut out = Vec::new();
+            for row in t.range((name, cursor, 0u32)..=(name, cursor, u32::MAX))? {
+                let (k, v) = row?;
+                let (_, _, i) = k.value();
+                if i as usize != out.len() {
+                    return Err(StoreError::Corrupt(format!(
+                        "cursor {cursor} of {name}: deletion-state chunk {} missing",
+                        out.len()
+                    )));
+                }
+                out.push(v.value().to_vec());
+            }
+            Ok((!out.is_empty()).then_some(out))
         })
     }
 

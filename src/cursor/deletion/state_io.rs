@@ -4,7 +4,6 @@
 use super::{CursorDeletionState, DeletionError};
 use crate::cursor::range_set::RangeSetError;
 use crate::cursor::snapshot::DeletionSnapshot;
-use crate::position::Position;
 
 fn check_snapshot(snapshot: &DeletionSnapshot) -> Result<(), DeletionError> {
     super::validate_bound(snapshot.mark_delete)?;
@@ -52,9 +51,16 @@ impl CursorDeletionState {
     /// [`DeletionError::RangeSet`] for a mark-delete entry id other than
     /// -1 or a u32, a negative ledger id, or a batch position that is not
     /// an entry.
-    pub fn from_snapshot(snapshot: DeletionSnapshot) -> Result<Self, DeletionError> {
-        let state = Self::new(Position::new(0, -1))?;
-        state.restore(snapshot)?;
+    pub fn from_snapshot(mut snapshot: DeletionSnapshot) -> Result<Self, DeletionError> {
+        check_snapshot(&snapshot)?;
+        snapshot.normalize();
+        let state = Self::new(snapshot.mark_delete)?;
+        {
+            // No other thread can reach `state` yet: no epoch bracket needed.
+            let mut g = state.inner.write();
+            g.ranges.rebuild_from_bitmaps(snapshot.ledgers)?;
+            g.batch_ack_sets = snapshot.batch_ack_sets;
+        }
         Ok(state)
     }
 
