@@ -372,7 +372,8 @@ impl ManagedCursor {
                 cursor.read_position = pos;
                 continue;
             };
-            let run_end = (run_start..=window_end)
+            // `run_start` was already asked; the run goes on from the next entry.
+            let run_end = (run_start + 1..=window_end)
                 .take_while(|e| !skip.skip(start.ledger_id, *e))
                 .last()
                 .unwrap_or(run_start);
