@@ -420,6 +420,12 @@ impl CursorDeletionState {
                 .expect("validated ledger id");
         }
         let already_deleted = positions.len() - newly_deleted;
+        if !g.batch_ack_sets.is_empty() {
+            // A whole-entry ack supersedes a partial batch ack.
+            for p in positions {
+                g.batch_ack_sets.remove(p);
+            }
+        }
         while let Some((lower, upper)) = g.ranges.first_range() {
             let md = g.mark_delete;
             if upper <= md {
@@ -742,7 +748,9 @@ impl CursorDeletionState {
     }
 }
 
+mod batch;
 mod skip;
 mod state_io;
 
+pub use batch::BatchAckOutcome;
 pub use skip::SkipMode;

@@ -104,8 +104,8 @@ mod read_skip;
 mod snapshot;
 
 pub use deletion::{
-    CursorDeletionState, DeleteOutcome, DeletionError, LedgerLayout, LedgerTopology,
-    SchedulingLookup, SkipMode,
+    BatchAckOutcome, CursorDeletionState, DeleteOutcome, DeletionError, LedgerLayout,
+    LedgerTopology, SchedulingLookup, SkipMode,
 };
 pub use range_set::{DeletionDirectory, PositionRangeSet, RangeSetError};
 pub use read_skip::SkipDeleted;
