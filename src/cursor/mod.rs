@@ -16,6 +16,26 @@
 //!   [`filter_read_entries`](CursorDeletionState::filter_read_entries), and
 //!   the lock-free hint
 //!   [`is_deleted_for_read_scheduling`](CursorDeletionState::is_deleted_for_read_scheduling).
+//! - Persistence: [`DeletionSnapshot`] (taken by
+//!   [`CursorDeletionState::snapshot`] under the read lock, installed by
+//!   [`CursorDeletionState::from_snapshot`] / [`CursorDeletionState::restore`],
+//!   the latter inside the reset epoch bracket because it may un-delete);
+//!   [`position_info`]: Pulsar's `PositionInfo` bytes in both forms (caps
+//!   reported as [`position_info::PositionInfoError::CapExceeded`], never
+//!   applied silently); [`compact`]: the crate's exact, chunked Roaring form,
+//!   persisted atomically with the cursor's properties by
+//!   [`ManagedCursor::persist_deletion_state`](crate::ledger::ManagedCursor::persist_deletion_state)
+//!   and read back by
+//!   [`ManagedCursor::recover_deletion_state`](crate::ledger::ManagedCursor::recover_deletion_state).
+//! - Batch indexes ([`CursorDeletionState::delete_batch_indexes`],
+//!   [`CursorDeletionState::filter_read_entries_with_ack_sets`]) and
+//!   position arithmetic ([`CursorDeletionState::skip_entries`],
+//!   [`CursorDeletionState::nth_undeleted`],
+//!   [`CursorDeletionState::cardinality_between`],
+//!   [`CursorDeletionState::range_containing`],
+//!   [`CursorDeletionState::deleted_run_end`]); [`SkipDeleted`] is the
+//!   read-scheduling predicate that hops over deleted runs in
+//!   [`ManagedCursor::read_entries_with_skip_runs`](crate::ledger::ManagedCursor::read_entries_with_skip_runs).
 //!
 //! # The hint and the reset epoch
 //!
@@ -95,6 +115,12 @@
 //! | `RMarkDelete` is one atomic step (`AtomicMD`) | `PublishedMarkDelete::load` (one `AtomicU64` or one published cell) | loom `..._unpacked_mark_delete`, shuttle `negative_control_mark_delete_as_two_atomics_is_caught`; trace validation; `tests/trace_mutants/deletion_torn_mark_delete.patch` rejected at `RMarkDelete` |
 //! | `EpochOddIffResetting` | [`CursorDeletionState::reset`] (the only epoch writer, under the write lock) | trace validation (`ResetBegin`/`ResetEnd` lines carry the epoch written) |
 //! | `Deleted(p)` = `p <= md \/ InMap(p)` (the authoritative check) | [`CursorDeletionState::is_message_deleted`], [`CursorDeletionState::delete`] (`Ack`, `Advance`) | `tests/cursor_range_set.rs` (proptest vs `BTreeSet`), unit tests; trace validation (`RLocked` answers must equal the spec's `Deleted(q)`) |
+//! | Restore = the acknowledged set (every persisted form restores the snapshot exactly, or fails typed) | [`CursorDeletionState::snapshot`], [`CursorDeletionState::from_snapshot`], [`compact::encode`] / [`compact::decode`], [`position_info::encode_position_info`] / [`position_info::decode_position_info`] | `tests/cursor_persist.rs` (restart through `ManagedCursor` on redb, > 10 k ranges; 50 M-entry backlogs), `tests/cursor_position_info.rs` (golden bytes, proptest both forms), `tests/cursor_batch.rs` |
+//! | No silent cap (a form that cannot hold the state refuses it) | [`position_info::to_message`] (`CapExceeded`) | `tests/cursor_position_info.rs::exceeding_pulsars_cap_is_reported_not_truncated`, `tests/cursor_persist.rs` |
+//! | A restore that moves mark-delete backward is bracketed like a reset (`NoStalePositive`) | [`CursorDeletionState::restore`] (shares the reset bracket) | the reset checks above (same code path) |
+//! | Skip / nth / cardinality / range agree with `Deleted(p)` | [`CursorDeletionState::skip_entries`], [`CursorDeletionState::nth_undeleted`], [`CursorDeletionState::cardinality_between`], [`CursorDeletionState::range_containing`], [`CursorDeletionState::deleted_run_end`] | `tests/cursor_skip.rs` (proptest vs `BTreeSet`) |
+//! | The skip scan works per deleted run, not per deleted entry | [`ManagedCursor::read_entries_with_skip_runs`](crate::ledger::ManagedCursor::read_entries_with_skip_runs) + [`SkipDeleted`] | `tests/cursor_skip.rs` (300 k-entry run: 1 run query, 4 hint lookups) |
+//! | A batch ack never un-acknowledges an index; an empty ack set deletes the entry | [`CursorDeletionState::delete_batch_indexes`] | `tests/cursor_batch.rs` |
 
 pub mod compact;
 mod deletion;
