@@ -306,3 +306,44 @@ fn backlog_of_50m_entries_random_acks_restores_from_message_ranges() {
     let bytes = encode_position_info(&s, UNCAPPED_RANGES, &[]).unwrap();
     assert_eq!(decode_position_info(&bytes).unwrap().snapshot, s);
 }
+
+#[test]
+fn restore_replaces_the_state_inside_the_reset_epoch_bracket() {
+    // Seven ledgers: more than the directory's four summary slots, so the
+    // published-cell path of the hint is exercised too.
+    let layout = LedgerLayout::new((1..=7).map(|l| (l, 100)));
+    let state = CursorDeletionState::new(Position::new(1, -1)).unwrap();
+    let acked: Vec<Position> = (1..=7)
+        .flat_map(|l| (0..50).map(move |e| Position::new(l, e * 2)))
+        .collect();
+    state.delete(&acked, &layout).unwrap();
+    let before = state.snapshot();
+    // A snapshot with mark-delete moved backward and other bits.
+    let mut other = DeletionSnapshot::new(Position::new(1, -1));
+    for l in 2..=7 {
+        other
+            .ledgers
+            .insert(l, RoaringBitmap::from_iter([1u32, 3, 99]));
+    }
+    other
+        .batch_ack_sets
+        .insert(Position::new(7, 5), vec![0b110]);
+    let epoch = state.reset_epoch();
+    state.restore(other.clone()).unwrap();
+    assert_eq!(state.reset_epoch(), epoch + 2);
+    assert_eq!(state.snapshot(), other);
+    for l in 1..=7 {
+        for e in 0..100 {
+            let want = other.is_deleted(Position::new(l, e));
+            assert_eq!(state.is_deleted_for_read_scheduling(l, e), want, "{l}:{e}");
+            assert_eq!(state.is_message_deleted(Position::new(l, e)), want);
+        }
+    }
+    // Invalid snapshots are refused and leave the state unchanged.
+    let mut bad = other.clone();
+    bad.ledgers.insert(-3, RoaringBitmap::from_iter([1u32]));
+    assert!(state.restore(bad).is_err());
+    assert_eq!(state.snapshot(), other);
+    state.restore(before.clone()).unwrap();
+    assert_eq!(state.snapshot(), before);
+}

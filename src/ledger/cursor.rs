@@ -138,7 +138,10 @@ impl ManagedCursor {
         self.state.lock().mark_delete
     }
 
-    /// The individually deleted ranges persisted with the last mark-delete.
+    /// The individually deleted ranges persisted with the last mark-delete
+    /// by [`ManagedCursor::mark_delete_with_ranges`] (empty after
+    /// [`ManagedCursor::persist_deletion_state`], whose state is read back
+    /// with [`ManagedCursor::recover_deletion_state`]).
     pub fn individually_deleted_ranges(&self) -> Vec<(Position, Position)> {
         self.state.lock().individually_deleted.clone()
     }
