@@ -4,7 +4,7 @@
 //! backlog (ledgers of 50,000 entries) with random (each entry acked with
 //! probability ½) and striped (every 10th entry unacked) patterns. The
 //! size table at 10 k / 1 M / 30 M is printed by
-//! `cargo run --release --example cursor_persist_sizes`.
+//! `cargo run --release --example cursor_persist_sizes -- --full`.
 //!
 //! Run: `cargo bench --bench cursor_persist -- --warm-up-time 1 --measurement-time 2`.
 
