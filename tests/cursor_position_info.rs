@@ -288,3 +288,40 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn managed_cursor_info_for_the_metadata_store() {
+    use pulsar_core::cursor::position_info::{
+        decode_managed_cursor_info, encode_managed_cursor_info,
+    };
+    // cursorsLedgerId -1 (ten bytes), mark-delete 5:0 as optional fields 2
+    // and 3 (explicit zero written), one range (5:1, 5:2] as field 4 (22),
+    // lastActive 1 as field 6 (30 01).
+    let s = snapshot(Position::new(5, 0), &[(5, 2)]);
+    let want = hex("08 ff ff ff ff ff ff ff ff ff 01 10 05 18 00 \
+         22 0c 0a 04 08 05 10 01 12 04 08 05 10 02 30 01");
+    assert_eq!(
+        encode_managed_cursor_info(&s, -1, 10_000, &[], Some(1)).unwrap(),
+        want
+    );
+    let (ledger, decoded) = decode_managed_cursor_info(&want).unwrap();
+    assert_eq!(ledger, -1);
+    assert_eq!(decoded.unwrap().snapshot, s);
+    // Without a mark-delete the record points at its cursor ledger.
+    assert_eq!(
+        decode_managed_cursor_info(&hex("08 07")).unwrap(),
+        (7, None)
+    );
+    // cursorsLedgerId is required.
+    assert!(matches!(
+        decode_managed_cursor_info(&hex("10 05 18 00")),
+        Err(PositionInfoError::Presence(
+            PresenceError::MissingRequired { .. }
+        ))
+    ));
+    // The metadata-store cap is reported too.
+    assert!(matches!(
+        encode_managed_cursor_info(&s, -1, 0, &[], None),
+        Err(PositionInfoError::CapExceeded { .. })
+    ));
+}

@@ -11,6 +11,9 @@
 //!   words (`toLongArray()`: word `i` bit `j` ⇔ entry `64·i + j` deleted,
 //!   trailing zero words dropped) as unpacked `repeated int64 values = 2`.
 //!
+//! The metadata-store record `ManagedCursorInfo` (range form only) is
+//! [`encode_managed_cursor_info`] / [`decode_managed_cursor_info`].
+//!
 //! Batch-index deletions are `repeated BatchedEntryDeletionIndexInfo
 //! batchedEntryDeletionIndexInfo = 5` (position + unpacked `deleteSet`
 //! words), cursor properties `repeated LongProperty properties = 4`.
@@ -31,6 +34,12 @@
 //! | `BatchedEntryDeletionIndexInfo` | `position` (NestedPositionInfo) | 1 | required |
 //! | | `deleteSet` (int64, unpacked) | 2 | repeated |
 //! | `LongProperty` | `name` (string), `value` (int64) | 1, 2 | required |
+//! | `ManagedCursorInfo` | `cursorsLedgerId` (int64) | 1 | required |
+//! | | `markDeleteLedgerId`, `markDeleteEntryId` (int64) | 2, 3 | optional |
+//! | | `individualDeletedMessages`, `properties` | 4, 5 | repeated |
+//! | | `lastActive` (int64) | 6 | optional |
+//! | | `batchedEntryDeletionIndexInfo`, `cursorProperties` (StringProperty) | 7, 8 | repeated |
+//! | `StringProperty` | `name`, `value` (string) | 1, 2 | required |
 //!
 //! # Caps are reported, never applied silently
 //!
@@ -138,6 +147,68 @@ pub struct PositionInfo {
     #[prost(message, repeated, tag = "6")]
     pub individual_deleted_message_ranges: Vec<LongListMap>,
 }
+
+/// `StringProperty`: a named string cursor property.
+#[derive(Clone, PartialEq, Eq, Message)]
+pub struct StringProperty {
+    /// `required string name = 1`.
+    #[prost(string, required, tag = "1")]
+    pub name: String,
+    /// `required string value = 2`.
+    #[prost(string, required, tag = "2")]
+    pub value: String,
+}
+
+/// `ManagedCursorInfo`: the cursor record Pulsar keeps in the metadata
+/// store (ZooKeeper / etcd / Oxia). The deletion state there has only the
+/// `MessageRange` form, capped by
+/// `managedLedgerMaxUnackedRangesToPersistInMetadataStore`.
+#[derive(Clone, PartialEq, Eq, Message)]
+pub struct ManagedCursorInfo {
+    /// `required int64 cursorsLedgerId = 1` (-1: the mark-delete below is
+    /// authoritative, no cursor ledger).
+    #[prost(int64, required, tag = "1")]
+    pub cursors_ledger_id: i64,
+    /// `optional int64 markDeleteLedgerId = 2`.
+    #[prost(int64, optional, tag = "2")]
+    pub mark_delete_ledger_id: Option<i64>,
+    /// `optional int64 markDeleteEntryId = 3`.
+    #[prost(int64, optional, tag = "3")]
+    pub mark_delete_entry_id: Option<i64>,
+    /// `repeated MessageRange individualDeletedMessages = 4`.
+    #[prost(message, repeated, tag = "4")]
+    pub individual_deleted_messages: Vec<MessageRange>,
+    /// `repeated LongProperty properties = 5`.
+    #[prost(message, repeated, tag = "5")]
+    pub properties: Vec<LongProperty>,
+    /// `optional int64 lastActive = 6` (ms since the epoch).
+    #[prost(int64, optional, tag = "6")]
+    pub last_active: Option<i64>,
+    /// `repeated BatchedEntryDeletionIndexInfo batchedEntryDeletionIndexInfo = 7`.
+    #[prost(message, repeated, tag = "7")]
+    pub batched_entry_deletion_index_info: Vec<BatchedEntryDeletionIndexInfo>,
+    /// `repeated StringProperty cursorProperties = 8`.
+    #[prost(message, repeated, tag = "8")]
+    pub cursor_properties: Vec<StringProperty>,
+}
+
+/// Required fields of `StringProperty`.
+pub static STRING_PROPERTY: RequiredSpec = RequiredSpec {
+    message: "StringProperty",
+    required: &[(1, "name"), (2, "value")],
+    nested: &[],
+};
+/// Required fields of `ManagedCursorInfo` (recursively).
+pub static MANAGED_CURSOR_INFO: RequiredSpec = RequiredSpec {
+    message: "ManagedCursorInfo",
+    required: &[(1, "cursorsLedgerId")],
+    nested: &[
+        (4, true, &MESSAGE_RANGE),
+        (5, true, &LONG_PROPERTY),
+        (7, true, &BATCHED_ENTRY_DELETION_INDEX_INFO),
+        (8, true, &STRING_PROPERTY),
+    ],
+};
 
 /// Required fields of `NestedPositionInfo`.
 pub static NESTED_POSITION_INFO: RequiredSpec = RequiredSpec {
@@ -481,4 +552,67 @@ pub fn from_message(info: &PositionInfo) -> Result<DecodedPositionInfo, Position
             .map(|p| (p.name.clone(), p.value))
             .collect(),
     })
+}
+
+/// Encodes `snapshot` as Pulsar's metadata-store `ManagedCursorInfo`
+/// (`cursorsLedgerId`, mark-delete, ranges, properties, batch ack sets;
+/// `lastActive` when given). Only the `MessageRange` form exists there.
+///
+/// # Errors
+/// [`PositionInfoError::CapExceeded`] for more than `max_ranges` ranges
+/// (Pulsar's `managedLedgerMaxUnackedRangesToPersistInMetadataStore`).
+pub fn encode_managed_cursor_info(
+    snapshot: &DeletionSnapshot,
+    cursors_ledger_id: i64,
+    max_ranges: usize,
+    properties: &[(String, i64)],
+    last_active: Option<i64>,
+) -> Result<Vec<u8>, PositionInfoError> {
+    let info = to_message(
+        snapshot,
+        PulsarForm::MessageRanges { max_ranges },
+        properties,
+    )?;
+    Ok(ManagedCursorInfo {
+        cursors_ledger_id,
+        mark_delete_ledger_id: Some(info.ledger_id),
+        mark_delete_entry_id: Some(info.entry_id),
+        individual_deleted_messages: info.individual_deleted_messages,
+        properties: info.properties,
+        last_active,
+        batched_entry_deletion_index_info: info.batched_entry_deletion_index_info,
+        cursor_properties: Vec::new(),
+    }
+    .encode_to_vec())
+}
+
+/// Decodes a `ManagedCursorInfo`: the cursor ledger id and, when the
+/// record carries a mark-delete, the deletion state (a record without
+/// `markDeleteLedgerId`/`markDeleteEntryId` points at its cursor ledger
+/// for the state: `None`).
+///
+/// # Errors
+/// As [`decode_position_info`].
+pub fn decode_managed_cursor_info(
+    bytes: &[u8],
+) -> Result<(i64, Option<DecodedPositionInfo>), PositionInfoError> {
+    check_required(&MANAGED_CURSOR_INFO, bytes)?;
+    let info =
+        ManagedCursorInfo::decode(bytes).map_err(|e| PositionInfoError::Decode(e.to_string()))?;
+    let (Some(ledger_id), Some(entry_id)) = (info.mark_delete_ledger_id, info.mark_delete_entry_id)
+    else {
+        return Ok((info.cursors_ledger_id, None));
+    };
+    let as_position_info = PositionInfo {
+        ledger_id,
+        entry_id,
+        individual_deleted_messages: info.individual_deleted_messages,
+        properties: info.properties,
+        batched_entry_deletion_index_info: info.batched_entry_deletion_index_info,
+        individual_deleted_message_ranges: Vec::new(),
+    };
+    Ok((
+        info.cursors_ledger_id,
+        Some(from_message(&as_position_info)?),
+    ))
 }
