@@ -211,7 +211,7 @@ fn a_damaged_compact_chunk_is_a_typed_corrupt_error() {
 }
 
 /// 5 ledgers × 10 M entries; `random` acks each entry with probability
-/// 1/2 (~25 M ranges), otherwise runs of random length (~25 k ranges).
+/// 1/2 (~12.5 M ranges), otherwise runs of random length (~12.5 k ranges).
 fn backlog_50m(random: bool) -> (DeletionSnapshot, LedgerLayout) {
     let mut rng = ChaCha8Rng::seed_from_u64(50);
     let per_ledger = 10_000_000u32;
@@ -296,11 +296,11 @@ fn backlog_of_50m_entries_striped_acks_restores_exactly_from_every_form() {
     every_pulsar_form_restores(&s);
 }
 
-/// The MessageRange form of the random 50 M backlog (~25 M ranges, several
+/// The MessageRange form of the random 50 M backlog (~12.5 M ranges, a few
 /// hundred MB of protobuf): run with `cargo test --release --test
 /// cursor_persist -- --ignored`.
 #[test]
-#[ignore = "25 M MessageRanges: minutes in a debug build"]
+#[ignore = "12.5 M MessageRanges: minutes in a debug build"]
 fn backlog_of_50m_entries_random_acks_restores_from_message_ranges() {
     let (s, _) = backlog_50m(true);
     let bytes = encode_position_info(&s, UNCAPPED_RANGES, &[]).unwrap();
