@@ -154,7 +154,8 @@ def consumer_loop(client, topic, sub, sub_type, name, ev, stop, behaviour):
     kwargs = dict(consumer_type=sub_type, consumer_name=name,
                   initial_position=pulsar.InitialPosition.Earliest,
                   receiver_queue_size=50,
-                  negative_ack_redelivery_delay_ms=200)
+                  negative_ack_redelivery_delay_ms=200,
+                  batch_index_ack_enabled=behaviour.get("batch_index_ack", False))
     cons = client.subscribe(topic, sub, **kwargs)
     rnd = random.Random(hash(name) & 0xffff)
     held = []
@@ -172,7 +173,7 @@ def consumer_loop(client, topic, sub, sub_type, name, ev, stop, behaviour):
             continue
         body = json.loads(m.data())
         received += 1
-        ev.write(kind="recv", sub=sub, c=name, mid=str(m.message_id()), p=body["p"], seq=body["seq"],
+        ev.write(kind="recv", sub=sub, bia=behaviour.get("batch_index_ack", False), c=name, mid=str(m.message_id()), p=body["p"], seq=body["seq"],
                  key=body["key"], delay=body["delay"], redelivery=m.redelivery_count(),
                  publish=m.publish_timestamp())
         r = rnd.random()
@@ -235,7 +236,7 @@ def main():
                            logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Warn))
     stop = threading.Event()
     subs = [
-        ("ks", pulsar.ConsumerType.KeyShared, 3, {"nack": 0.03, "hold": 0.2}),
+        ("ks", pulsar.ConsumerType.KeyShared, 3, {"nack": 0.03, "hold": 0.2, "batch_index_ack": True}),
         ("sh", pulsar.ConsumerType.Shared, 3, {"nack": 0.05, "hold": 0.2, "close_after": 60}),
         ("fo", pulsar.ConsumerType.Failover, 2, {"hold": 0.1}),
     ]

@@ -221,7 +221,8 @@ impl Broker {
     pub fn write_ledger(&self, topic: &str, sub: &str, c: &SubConsumer, end: &str) {
         let Some(f) = &self.permit_ledger else { return };
         let line = format!(
-            "{{\"incarnation\":{},\"connection_id\":{},\"consumer_id\":{},\"topic\":{:?},\"subscription\":{:?},\"granted\":{},\"debited\":{},\"available\":{},\"min_available\":{},\"commands\":{},\"unacked\":{},\"end\":{:?}}}\n",
+            "{{\"boot\":{},\"incarnation\":{},\"connection_id\":{},\"consumer_id\":{},\"topic\":{:?},\"subscription\":{:?},\"granted\":{},\"debited\":{},\"available\":{},\"min_available\":{},\"commands\":{},\"unacked\":{},\"end\":{:?}}}\n",
+            std::process::id(),
             c.incarnation,
             c.key.connection_id,
             c.key.consumer_id,
@@ -369,6 +370,9 @@ pub struct Subscription {
     redelivery_count: HashMap<Position, u32>,
     /// Remaining (unacknowledged) batch indexes of partially acked batches.
     batch_remaining: HashMap<Position, Vec<i64>>,
+    /// Batch size B of every entry delivered and not yet deleted (an ack's
+    /// `MessageIdData.batch_size` is optional and the C++ client omits it).
+    batch_sizes: HashMap<Position, u32>,
     /// Attached consumers.
     pub consumers: Vec<SubConsumer>,
     round_robin: usize,
@@ -425,6 +429,7 @@ impl Subscription {
             inflight: HashMap::new(),
             redelivery_count: HashMap::new(),
             batch_remaining: HashMap::new(),
+            batch_sizes: HashMap::new(),
             consumers: Vec::new(),
             round_robin: 0,
         })
@@ -512,15 +517,26 @@ impl Subscription {
         for id in ids {
             let p = Position::new(id.ledger_id as i64, id.entry_id as i64);
             if !cumulative && !id.ack_set.is_empty() {
-                let size = id.batch_size.unwrap_or(0).max(0) as u32;
+                let size = match self.batch_sizes.get(&p) {
+                    Some(b) => *b,
+                    None => match ml.read_positions(&[p]) {
+                        Ok(e) => e
+                            .first()
+                            .and_then(|e| entry_info(&e.data).ok())
+                            .map(|i| i.batch_size)
+                            .ok_or_else(|| format!("ack_set for unreadable entry {p}"))?,
+                        Err(e) => return Err(format!("ack_set for entry {p}: {e}")),
+                    },
+                };
+                self.batch_sizes.insert(p, size);
                 let rem = self
                     .batch_remaining
                     .entry(p)
-                    .or_insert_with(|| wire::ack_set_from_indexes(0..size.max(1)));
+                    .or_insert_with(|| wire::ack_set_from_indexes(0..size));
                 for (i, w) in rem.iter_mut().enumerate() {
                     *w &= id.ack_set.get(i).copied().unwrap_or(0);
                 }
-                if wire::popcount_below(rem, size.max(1)) > 0 {
+                if wire::popcount_below(rem, size) > 0 {
                     continue;
                 }
             }
@@ -553,6 +569,8 @@ impl Subscription {
         self.batch_remaining
             .retain(|p, _| !self.deletion.is_message_deleted(*p));
         self.redelivery_count
+            .retain(|p, _| !self.deletion.is_message_deleted(*p));
+        self.batch_sizes
             .retain(|p, _| !self.deletion.is_message_deleted(*p));
         self.dispatch(ml);
         Ok(())
@@ -724,6 +742,7 @@ impl Subscription {
                 tracing::warn!(error = %e, consumer = ?c.key, "MESSAGE write failed; connection closes");
             }
             self.inflight.insert(p, info.key_hash);
+            self.batch_sizes.insert(p, info.batch_size);
             *self.redelivery_count.entry(p).or_insert(0) += 1;
             // The count sent is the number of earlier deliveries.
             sent_any = true;

@@ -1,5 +1,7 @@
 //! Frame recording (`serve --record-frames FILE`): one line per frame in
-//! either direction, `DIR CONN PAYLOAD_LEN HEX(BaseCommand)`, so a checker
+//! either direction, `DIR BOOT CONN PAYLOAD_LEN HEX(BaseCommand)`
+//! (BOOT is the server's process id, so connection ids of a restarted
+//! server stay distinct), so a checker
 //! can decode every command the server read and wrote (the payload bytes
 //! are not kept, only their length).
 
@@ -26,6 +28,8 @@ impl Recorder {
     pub fn record(&self, dir: &str, conn: u64, command: &[u8], payload_len: usize) {
         let mut line = String::with_capacity(command.len() * 2 + 32);
         line.push_str(dir);
+        line.push(' ');
+        line.push_str(&std::process::id().to_string());
         line.push(' ');
         line.push_str(&conn.to_string());
         line.push(' ');
