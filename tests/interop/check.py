@@ -87,6 +87,13 @@ def main(workdir):
         recvs = [e for e in events if e.get("sub") == sub and e["kind"] == "recv"]
         acks = [e for e in events if e.get("sub") == sub and e["kind"] == "ack"]
         nacks = {(e["c"], e["mid"]) for e in events if e.get("sub") == sub and e["kind"] == "nack"}
+        taint_t = defaultdict(list)  # entry -> times a message of it was nacked / abandoned
+        for e in events:
+            if e.get("sub") == sub and e["kind"] == "nack":
+                taint_t[parse_mid(e["mid"])].append(e["t"])
+            if e.get("sub") == sub and e["kind"] == "close_unacked":
+                for m in e["mids"]:
+                    taint_t[parse_mid(m)].append(e["t"])
         closed_unacked = set()
         resub_t = defaultdict(list)
         for e in events:
@@ -133,11 +140,15 @@ def main(workdir):
                 at = ack_t.get(pk)
                 bia = prev.get("bia", False)
                 ok = (pk in nacks or pk in closed_unacked or at is None or at > cur["t"]
-                      # batch-index acks: the client's grouped ack (100 ms)
-                      # may reach the broker after the redelivery it races.
-                      or (parse_mid(prev["mid"]) in tainted and (not bia or at > cur["t"] - 500))
-                      or any(at - 1000 <= kt and kt < cur["t"] for kt in kills)
-                      or cur["redelivery"] > 0 and at is None)
+                      # batch-index acks: an ack the client made 300 ms or more
+                      # before the nack (grouped acks flush every 100 ms, the
+                      # nack's redelivery request goes out 200 ms after it)
+                      # reached the broker first and must be honoured.
+                      or (not bia and parse_mid(prev["mid"]) in tainted)
+                      or (bia and any(at > tn - 300 and tn < cur["t"]
+                                      for tn in taint_t[parse_mid(prev["mid"])]))
+                      # acks in flight at a kill -9 may be lost with it
+                      or any(at - 1000 <= kt < cur["t"] for kt in kills))
                 if ok:
                     allowed += 1
                 else:
@@ -220,7 +231,7 @@ def main(workdir):
     for line in open(os.path.join(workdir, "permit-ledger.jsonl")):
         e = json.loads(line)
         k = (e["boot"], e["connection_id"], e["consumer_id"])
-        (snap if e["end"] == "snapshot" else final)[k] = e
+        (snap if e["end"] in ("snapshot", "subscribed") else final)[k] = e
     ledger = dict(snap)
     ledger.update(final)
     balanced = 0

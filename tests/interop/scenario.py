@@ -60,6 +60,8 @@ class Server:
              "--permit-ledger", os.path.join(self.workdir, "permit-ledger.jsonl"),
              "--record-frames", os.path.join(self.workdir, "frames.txt")],
             stdout=log, stderr=log, env=env)
+        with open(os.path.join(self.workdir, "serve.pid"), "w") as f:
+            f.write(str(self.proc.pid))
         deadline = time.time() + 20
         while time.time() < deadline:
             try:

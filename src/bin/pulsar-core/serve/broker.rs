@@ -213,6 +213,9 @@ impl Broker {
                     .sort_by(|a, b| (a.priority, &a.name).cmp(&(b.priority, &b.name)));
             }
             tracing::info!(topic = %topic.name, subscription, ?key, incarnation, sub_type, "consumer subscribed");
+            if let Some(c) = s.consumers.iter().find(|c| c.key == key) {
+                self.write_ledger(&topic.name, subscription, c, "subscribed");
+            }
         }
         Ok(sub)
     }
