@@ -259,14 +259,31 @@ def main(workdir):
     for k in sorted(missing)[:10]:
         fail(f"incarnation {k} subscribed but has no permit-ledger line")
 
-    # --- server logs: no connection closed for a bad frame ---
+    # --- probes, and server logs: only the probes' connections were closed
+    # for a bad frame, each with its reason; no panic ---
+    probes = [e for e in events if e["kind"] == "probe"]
+    if not probes:
+        fail("no malformed-frame probe ran")
+    for e in probes:
+        if not e["ok"]:
+            fail(f"probe {e['name']}: the server did not answer/close as expected")
+    expected = [e["reason"] for e in probes if e["reason"]]
+    closed = []
     for name in sorted(os.listdir(workdir)):
         if name.startswith("serve-") and name.endswith(".log"):
             for line in open(os.path.join(workdir, name), errors="replace"):
                 if "connection closed" in line and "reason=" in line and "i/o" not in line:
-                    fail(f"{name}: {line.strip()}")
+                    closed.append(line.strip())
                 if "panicked" in line:
                     fail(f"{name}: {line.strip()}")
+    for reason in expected:
+        hit = [l for l in closed if reason in l]
+        if not hit:
+            fail(f"server log lacks a connection closed for {reason!r}")
+        else:
+            closed.remove(hit[0])
+    for l in closed:
+        fail(f"connection closed by the server outside the probes: {l}")
 
     rows = ["| subscription | confirmed | delivered | distinct | lost | redelivered (allowed) | delayed (early) | order violations | acks | nacks |",
             "|---|---|---|---|---|---|---|---|---|---|"]
@@ -276,6 +293,8 @@ def main(workdir):
     tot_g = sum(e["granted"] for e in ledger.values())
     tot_d = sum(e["debited"] for e in ledger.values())
     tot_a = sum(e["available"] for e in ledger.values())
+    rows.append("")
+    rows.append(f"probes: {sum(e['ok'] for e in probes)}/{len(probes)} (unsupported command -> CommandError with its request_id; oversized frame, inconsistent sizes, missing required field -> that connection closed with the logged reason)")
     rows.append("")
     rows.append("| consumer incarnations | balanced | checked against frames | Σ Flow permits | Σ message_permits | Σ available | MESSAGE frames | with field 6 | kills | unconfirmed sends | ack validation errors |")
     rows.append("|---|---|---|---|---|---|---|---|---|---|---|")

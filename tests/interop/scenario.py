@@ -208,6 +208,80 @@ def consumer_loop(client, topic, sub, sub_type, name, ev, stop, behaviour):
     cons.close()
 
 
+# --- raw-socket probes: malformed frames close only their connection ---
+
+def _varint(v):
+    out = bytearray()
+    while True:
+        b = v & 0x7F
+        v >>= 7
+        out.append(b | (0x80 if v else 0))
+        if not v:
+            return bytes(out)
+
+
+def _field(tag, value):
+    if isinstance(value, int):
+        return _varint(tag << 3) + _varint(value)
+    return _varint(tag << 3 | 2) + _varint(len(value)) + value
+
+
+def _frame(cmd):
+    return (len(cmd) + 4).to_bytes(4, "big") + len(cmd).to_bytes(4, "big") + cmd
+
+
+def _connect():
+    return _frame(_field(1, 2) + _field(2, _field(1, b"interop-probe") + _field(4, 19)))
+
+
+def _read_frame(sock):
+    def exact(n):
+        buf = b""
+        while len(buf) < n:
+            chunk = sock.recv(n - len(buf))
+            if not chunk:
+                return None
+            buf += chunk
+        return buf
+    head = exact(4)
+    if head is None:
+        return None
+    body = exact(int.from_bytes(head, "big"))
+    if body is None:
+        return None
+    n = int.from_bytes(body[:4], "big")
+    return body[4:4 + n]
+
+
+def probes(port, ev):
+    """Each probe: (name, frames after CONNECT, expected reply type or None
+    for "the server closes the connection", reason the server must log)."""
+    cases = [
+        ("unsupported-seek", [_frame(_field(1, 28) + _field(28, _field(1, 1) + _field(2, 77)))], 14, None),
+        ("frame-too-large", [(0x7FFFFFF0).to_bytes(4, "big")], None, "exceeds the limit"),
+        ("command-size-exceeds-frame", [(8).to_bytes(4, "big") + (100).to_bytes(4, "big") + b"\0\0\0\0"], None, "exceeds total_size"),
+        ("ack-missing-required-ack_type", [_frame(_field(1, 10) + _field(10, _field(1, 1)))], None, "lacks required field 2"),
+    ]
+    for name, frames, expect, reason in cases:
+        sock = socket.create_connection(("127.0.0.1", port), timeout=5)
+        sock.sendall(_connect())
+        connected = _read_frame(sock)
+        ok = connected is not None and connected[:2] == bytes([0x08, 3])
+        for f in frames:
+            sock.sendall(f)
+        try:
+            reply = _read_frame(sock)
+        except (ConnectionResetError, socket.timeout):
+            reply = None
+        if expect is None:
+            ok = ok and reply is None
+        else:
+            # ERROR(14) whose request_id is 77
+            ok = ok and reply is not None and reply[:2] == bytes([0x08, expect]) and _field(1, 77) in reply
+        sock.close()
+        ev.write(kind="probe", name=name, ok=ok, reason=reason)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--binary", required=True)
@@ -233,6 +307,7 @@ def main():
     ev = Events(os.path.join(a.workdir, "events.jsonl"))
     server = Server(a.binary, a.workdir, port)
     server.start()
+    probes(port, ev)
     topic = f"persistent://public/default/interop-{int(time.time())}"
     client = pulsar.Client(f"pulsar://127.0.0.1:{port}", operation_timeout_seconds=30,
                            logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Warn))

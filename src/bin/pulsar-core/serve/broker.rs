@@ -333,7 +333,8 @@ fn key_hash(key: &[u8]) -> u32 {
 /// Reads the `MessageMetadata` of a stored entry (`[0x0e02 …]? [0x0e01][crc]?
 /// [size][MessageMetadata]…`).
 fn entry_info(data: &[u8]) -> Result<EntryInfo, String> {
-    let parsed = pulsar_core::permits::frame::parse_entry_payload(data).map_err(|e| e.to_string())?;
+    let parsed =
+        pulsar_core::permits::frame::parse_entry_payload(data).map_err(|e| e.to_string())?;
     let meta_len = data.len() - parsed.payload.len();
     let mut at = 0usize;
     if data.get(0..2) == Some(&[0x0e, 0x02]) {
@@ -397,7 +398,9 @@ impl Subscription {
                     .mark_delete(ml.last_confirmed_entry())
                     .map_err(comp)?;
             }
-            cursor.set_property(CREATED_PROPERTY, now_ms()).map_err(comp)?;
+            cursor
+                .set_property(CREATED_PROPERTY, now_ms())
+                .map_err(comp)?;
         }
         let deletion = CursorDeletionState::recover(
             cursor.mark_delete_position(),
@@ -453,7 +456,12 @@ impl Subscription {
     }
 
     /// Applies a Flow.
-    pub fn flow(&mut self, ml: &ManagedLedger, key: ConsumerKey, permits: u32) -> Result<(), String> {
+    pub fn flow(
+        &mut self,
+        ml: &ManagedLedger,
+        key: ConsumerKey,
+        permits: u32,
+    ) -> Result<(), String> {
         let c = self
             .consumer_mut(key)
             .ok_or_else(|| format!("Flow for unknown consumer {key:?}"))?;
@@ -546,11 +554,15 @@ impl Subscription {
             full.push(p);
         }
         if cumulative {
-            let Some(&p) = full.iter().max() else { return Ok(()) };
+            let Some(&p) = full.iter().max() else {
+                return Ok(());
+            };
             if p <= self.deletion.mark_delete_position() {
                 return Ok(());
             }
-            self.deletion.mark_delete(p, ml).map_err(|e| e.to_string())?;
+            self.deletion
+                .mark_delete(p, ml)
+                .map_err(|e| e.to_string())?;
         } else if !full.is_empty() {
             self.deletion.delete(&full, ml).map_err(|e| e.to_string())?;
         }
@@ -562,13 +574,21 @@ impl Subscription {
         // Settle pending acks of every consumer for what is now deleted.
         let deleted = |p: &Position| self.deletion.is_message_deleted(*p);
         for c in &mut self.consumers {
-            let done: Vec<Position> = c.permits.pending_acks().keys().copied().filter(deleted).collect();
+            let done: Vec<Position> = c
+                .permits
+                .pending_acks()
+                .keys()
+                .copied()
+                .filter(deleted)
+                .collect();
             for p in done {
                 let _ = c.permits.acknowledge(p);
             }
         }
-        self.inflight.retain(|p, _| !self.deletion.is_message_deleted(*p));
-        self.replay.retain(|p, _| !self.deletion.is_message_deleted(*p));
+        self.inflight
+            .retain(|p, _| !self.deletion.is_message_deleted(*p));
+        self.replay
+            .retain(|p, _| !self.deletion.is_message_deleted(*p));
         self.batch_remaining
             .retain(|p, _| !self.deletion.is_message_deleted(*p));
         self.redelivery_count
@@ -622,7 +642,8 @@ impl Subscription {
             let mut progressed = false;
             // 1. replay
             if !self.replay.is_empty() {
-                let positions: Vec<Position> = self.replay.keys().take(READ_BATCH).copied().collect();
+                let positions: Vec<Position> =
+                    self.replay.keys().take(READ_BATCH).copied().collect();
                 for p in &positions {
                     self.replay.remove(p);
                 }
@@ -642,9 +663,9 @@ impl Subscription {
             if self.total_permits() > 0 {
                 let n = (self.total_permits() as usize).clamp(1, READ_BATCH);
                 let deletion = &self.deletion;
-                let read = self
-                    .cursor
-                    .read_entries_with_skip(n, |l, e| deletion.is_deleted_for_read_scheduling(l, e));
+                let read = self.cursor.read_entries_with_skip(n, |l, e| {
+                    deletion.is_deleted_for_read_scheduling(l, e)
+                });
                 match read {
                     Ok(entries) if !entries.is_empty() => {
                         let entries = self.deletion.filter_read_entries(entries, |e| e.position);
@@ -696,7 +717,11 @@ impl Subscription {
                 Ok(i) => i,
                 Err(e) => {
                     tracing::warn!(position = %entry.position, error = %e, "entry metadata unreadable; delivering as one message");
-                    EntryInfo { batch_size: 1, key_hash: 0, deliver_at: None }
+                    EntryInfo {
+                        batch_size: 1,
+                        key_hash: 0,
+                        deliver_at: None,
+                    }
                 }
             };
             let p = entry.position;
@@ -704,15 +729,24 @@ impl Subscription {
                 if let Some(t) = info.deliver_at.filter(|t| *t > now) {
                     match self.tracker.add_message(p.ledger_id, p.entry_id, t) {
                         Ok(_) => continue,
-                        Err(e) => tracing::warn!(error = %e, position = %p, "delayed tracker refused; delivering now"),
+                        Err(e) => {
+                            tracing::warn!(error = %e, position = %p, "delayed tracker refused; delivering now")
+                        }
                     }
                 }
             }
             // A key with entries waiting in replay keeps its order: new
             // entries of that key wait behind them.
             let blocked = self.sub_type == 3
-                && self.replay.iter().any(|(q, h)| *h == info.key_hash && *q < p);
-            let pick = if blocked { None } else { self.pick(info.key_hash) };
+                && self
+                    .replay
+                    .iter()
+                    .any(|(q, h)| *h == info.key_hash && *q < p);
+            let pick = if blocked {
+                None
+            } else {
+                self.pick(info.key_hash)
+            };
             let Some(idx) = pick else {
                 self.replay.insert(p, info.key_hash);
                 continue;
@@ -721,7 +755,11 @@ impl Subscription {
             let redelivery = self.redelivery_count.get(&p).copied().unwrap_or(0);
             let c = &mut self.consumers[idx];
             let dispatch = c.permits.send_messages(
-                vec![BrokerEntry { position: p, batch_size: info.batch_size, ack_set }],
+                vec![BrokerEntry {
+                    position: p,
+                    batch_size: info.batch_size,
+                    ack_set,
+                }],
                 &mut AdmitAll,
                 0,
             );

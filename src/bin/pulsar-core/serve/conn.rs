@@ -62,7 +62,10 @@ impl ConnWriter {
     /// Writes one frame `[total][cmd size][cmd][payload]`.
     pub fn send(&self, cmd: &ServeCommand, payload: &[u8]) -> std::io::Result<()> {
         if self.closed.load(Ordering::Acquire) {
-            return Err(std::io::Error::new(ErrorKind::NotConnected, "connection closed"));
+            return Err(std::io::Error::new(
+                ErrorKind::NotConnected,
+                "connection closed",
+            ));
         }
         let body = cmd.encode_to_vec();
         if let Some(r) = &self.recorder {
@@ -191,7 +194,11 @@ impl Conn {
         tracing::info!(conn = self.writer.id, request_id, error, %message, "CommandError");
         self.reply(ServeCommand {
             r#type: ty::ERROR,
-            error: Some(proto::CommandError { request_id, error, message }),
+            error: Some(proto::CommandError {
+                request_id,
+                error,
+                message,
+            }),
             ..Default::default()
         })
     }
@@ -300,9 +307,17 @@ impl Conn {
                         let name = p
                             .producer_name
                             .filter(|n| !n.is_empty())
-                            .unwrap_or_else(|| format!("serve-{}-{}", self.writer.id, p.producer_id));
+                            .unwrap_or_else(|| {
+                                format!("serve-{}-{}", self.writer.id, p.producer_id)
+                            });
                         tracing::info!(conn = self.writer.id, topic = %topic.name, producer = %name, "producer");
-                        self.producers.insert(p.producer_id, ProducerRef { topic, name: name.clone() });
+                        self.producers.insert(
+                            p.producer_id,
+                            ProducerRef {
+                                topic,
+                                name: name.clone(),
+                            },
+                        );
                         self.reply(ServeCommand {
                             r#type: ty::PRODUCER_SUCCESS,
                             producer_success: Some(proto::CommandProducerSuccess {
@@ -338,7 +353,11 @@ impl Conn {
                 self.require(raw, ty::FLOW, &[1, 2])?;
                 let f = cmd.flow.unwrap_or_default();
                 let Some(c) = self.consumers.get(&f.consumer_id) else {
-                    tracing::warn!(conn = self.writer.id, consumer_id = f.consumer_id, "Flow for an unknown consumer ignored");
+                    tracing::warn!(
+                        conn = self.writer.id,
+                        consumer_id = f.consumer_id,
+                        "Flow for an unknown consumer ignored"
+                    );
                     return Ok(());
                 };
                 let key = self.key(f.consumer_id);
@@ -409,7 +428,11 @@ impl Conn {
                 self.require(raw, ty::GET_LAST_MESSAGE_ID, &[1, 2])?;
                 let g = cmd.get_last_message_id.unwrap_or_default();
                 let Some(c) = self.consumers.get(&g.id) else {
-                    return self.error(g.request_id, server_error::CONSUMER_NOT_FOUND, format!("consumer {} not found", g.id));
+                    return self.error(
+                        g.request_id,
+                        server_error::CONSUMER_NOT_FOUND,
+                        format!("consumer {} not found", g.id),
+                    );
                 };
                 let last = c.topic.ml.last_confirmed_entry();
                 let md = lock(&c.sub).mark_delete();
@@ -452,7 +475,11 @@ impl Conn {
                         self.error(request_id, server_error::UNSUPPORTED_VERSION_ERROR, name)
                     }
                     None => {
-                        tracing::warn!(conn = self.writer.id, ty = other, "unsupported command without a request id ignored");
+                        tracing::warn!(
+                            conn = self.writer.id,
+                            ty = other,
+                            "unsupported command without a request id ignored"
+                        );
                         Ok(())
                     }
                 }
@@ -469,10 +496,18 @@ impl Conn {
     }
 
     fn key(&self, consumer_id: u64) -> ConsumerKey {
-        ConsumerKey { connection_id: self.writer.id, consumer_id }
+        ConsumerKey {
+            connection_id: self.writer.id,
+            consumer_id,
+        }
     }
 
-    fn send_error(&self, s: &proto::CommandSend, error: i32, message: String) -> Result<(), ConnError> {
+    fn send_error(
+        &self,
+        s: &proto::CommandSend,
+        error: i32,
+        message: String,
+    ) -> Result<(), ConnError> {
         tracing::warn!(conn = self.writer.id, producer_id = s.producer_id, sequence_id = s.sequence_id, %message, "SendError");
         self.reply(ServeCommand {
             r#type: ty::SEND_ERROR,
@@ -488,16 +523,32 @@ impl Conn {
 
     fn handle_send(&mut self, s: proto::CommandSend, payload: &[u8]) -> Result<(), ConnError> {
         let Some(p) = self.producers.get(&s.producer_id) else {
-            return self.send_error(&s, server_error::TOPIC_NOT_FOUND, format!("producer {} not found", s.producer_id));
+            return self.send_error(
+                &s,
+                server_error::TOPIC_NOT_FOUND,
+                format!("producer {} not found", s.producer_id),
+            );
         };
         if s.is_chunk == Some(true) {
-            return self.send_error(&s, server_error::NOT_ALLOWED_ERROR, "chunked messages are not supported".into());
+            return self.send_error(
+                &s,
+                server_error::NOT_ALLOWED_ERROR,
+                "chunked messages are not supported".into(),
+            );
         }
         if s.txnid_most_bits.unwrap_or(0) != 0 || s.txnid_least_bits.unwrap_or(0) != 0 {
-            return self.send_error(&s, server_error::NOT_ALLOWED_ERROR, "transactions are not supported".into());
+            return self.send_error(
+                &s,
+                server_error::NOT_ALLOWED_ERROR,
+                "transactions are not supported".into(),
+            );
         }
         if let Err(e) = parse_entry_payload(payload) {
-            return self.send_error(&s, server_error::CHECKSUM_ERROR, format!("bad entry payload: {e}"));
+            return self.send_error(
+                &s,
+                server_error::CHECKSUM_ERROR,
+                format!("bad entry payload: {e}"),
+            );
         }
         let topic = Arc::clone(&p.topic);
         let pos = match topic.ml.append(payload) {
@@ -528,10 +579,18 @@ impl Conn {
             return self.success(s.request_id);
         }
         if s.durable == Some(false) {
-            return self.error(s.request_id, server_error::NOT_ALLOWED_ERROR, "non-durable subscriptions (readers) are not supported".into());
+            return self.error(
+                s.request_id,
+                server_error::NOT_ALLOWED_ERROR,
+                "non-durable subscriptions (readers) are not supported".into(),
+            );
         }
         if !(0..=3).contains(&s.sub_type) {
-            return self.error(s.request_id, server_error::NOT_ALLOWED_ERROR, format!("unknown subType {}", s.sub_type));
+            return self.error(
+                s.request_id,
+                server_error::NOT_ALLOWED_ERROR,
+                format!("unknown subType {}", s.sub_type),
+            );
         }
         let topic = match self.broker.topic(&s.topic) {
             Ok(t) => t,
@@ -551,22 +610,37 @@ impl Conn {
         );
         match result {
             Ok(sub) => {
-                self.consumers.insert(s.consumer_id, ConsumerRef { topic, sub });
+                self.consumers
+                    .insert(s.consumer_id, ConsumerRef { topic, sub });
                 self.success(s.request_id)
             }
-            Err(e @ BrokerError::ConsumerBusy(_)) | Err(e @ BrokerError::InvalidTopic(_)) | Err(e @ BrokerError::Component(_)) => {
+            Err(e @ BrokerError::ConsumerBusy(_))
+            | Err(e @ BrokerError::InvalidTopic(_))
+            | Err(e @ BrokerError::Component(_)) => {
                 self.error(s.request_id, e.server_error(), e.to_string())
             }
         }
     }
 
     fn drop_consumer(&mut self, consumer_id: u64, end: &str) {
-        let Some(c) = self.consumers.remove(&consumer_id) else { return };
+        let Some(c) = self.consumers.remove(&consumer_id) else {
+            return;
+        };
         let key = self.key(consumer_id);
         let mut sub = lock(&c.sub);
         if let Some(removed) = sub.remove_consumer(&c.topic.ml, key) {
-            self.broker.write_ledger(&c.topic.name, sub.name(), &removed, end);
-            tracing::info!(conn = self.writer.id, ?key, incarnation = removed.incarnation, granted = removed.granted, debited = removed.debited, available = removed.permits.available_permits(), end, "consumer removed");
+            self.broker
+                .write_ledger(&c.topic.name, sub.name(), &removed, end);
+            tracing::info!(
+                conn = self.writer.id,
+                ?key,
+                incarnation = removed.incarnation,
+                granted = removed.granted,
+                debited = removed.debited,
+                available = removed.permits.available_permits(),
+                end,
+                "consumer removed"
+            );
         }
     }
 

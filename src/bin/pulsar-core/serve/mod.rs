@@ -81,8 +81,8 @@ fn serve(args: ServeArgs) -> Result<(), String> {
         .map(open_append)
         .transpose()?
         .map(|f| Arc::new(Recorder::new(f)));
-    let listener =
-        TcpListener::bind(&args.listen).map_err(|e| format!("cannot listen on {}: {e}", args.listen))?;
+    let listener = TcpListener::bind(&args.listen)
+        .map_err(|e| format!("cannot listen on {}: {e}", args.listen))?;
     let local = listener.local_addr().map_err(|e| e.to_string())?;
     listener.set_nonblocking(true).map_err(|e| e.to_string())?;
     let advertised = args
@@ -121,7 +121,9 @@ fn serve(args: ServeArgs) -> Result<(), String> {
                             {
                                 tracing::info!(conn = id, "connection closed by the client")
                             }
-                            other => tracing::warn!(conn = id, reason = %other, "connection closed"),
+                            other => {
+                                tracing::warn!(conn = id, reason = %other, "connection closed")
+                            }
                         }
                     });
                 if let Err(e) = spawned {
