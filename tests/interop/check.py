@@ -57,6 +57,11 @@ def fields(b):
     return out
 
 
+def parse_mid3(s):
+    m = re.match(r"\((\d+),(\d+),(-?\d+),(-?\d+)\)", s)
+    return (int(m.group(1)), int(m.group(2)), int(m.group(4))) if m else None
+
+
 def parse_mid(s):
     m = re.match(r"\((\d+),(\d+),(-?\d+),(-?\d+)\)", s)
     return (int(m.group(1)), int(m.group(2))) if m else None
@@ -91,15 +96,17 @@ def main(workdir):
         for e in events:
             if e.get("sub") == sub and e["kind"] == "nack":
                 taint_t[parse_mid(e["mid"])].append(e["t"])
-            if e.get("sub") == sub and e["kind"] == "close_unacked":
+            if e.get("sub") == sub and e["kind"] in ("close_unacked", "abandon"):
                 for m in e["mids"]:
                     taint_t[parse_mid(m)].append(e["t"])
         closed_unacked = set()
         resub_t = defaultdict(list)
         for e in events:
-            if e.get("sub") == sub and e["kind"] == "close_unacked":
+            if e.get("sub") == sub and e["kind"] in ("close_unacked", "abandon"):
                 for m in e["mids"]:
                     closed_unacked.add((e["c"], m))
+                # a new incarnation (close + subscribe) or a new consumer
+                # epoch (redeliver everything) starts a new order segment
                 resub_t[e["c"]].append(e["t"])
         # Without batch-index acks a redelivered entry brings back every
         # message of its batch, also the acknowledged ones (Pulsar's
@@ -108,6 +115,17 @@ def main(workdir):
         ack_t = {}
         for e in acks:
             ack_t.setdefault((e["c"], e["mid"]), e["t"])
+        # A cumulative ack acknowledges every message up to its id.
+        cums = [(e["t"], parse_mid3(e["mid"])) for e in events
+                if e.get("sub") == sub and e["kind"] == "ack_cum"]
+        for r in recvs:
+            pos = parse_mid3(r["mid"])
+            ts = [t for t, c in cums if c >= pos and t >= r["t"]]
+            if ts:
+                ack_t.setdefault((r["c"], r["mid"]), min(ts))
+        delay_applies = any(e["kind"] == "sub" and e["sub"] == sub and
+                            e["type"] in ("ConsumerType.Shared", "ConsumerType.KeyShared")
+                            for e in events)
         got = defaultdict(list)
         for r in recvs:
             got[(r["p"], r["seq"])].append(r)
@@ -126,7 +144,7 @@ def main(workdir):
         delayed = 0
         for r in recvs:
             s = sent.get((r["p"], r["seq"]))
-            if s and s["deliver_at"]:
+            if s and s["deliver_at"] and delay_applies:
                 delayed += 1
                 if r["t"] < s["deliver_at"]:
                     early += 1
@@ -161,7 +179,7 @@ def main(workdir):
             k = (r["p"], r["seq"])
             first = k not in first_seen
             first_seen.add(k)
-            if not first or r["delay"] or r["redelivery"]:
+            if not first or (r["delay"] and delay_applies) or r["redelivery"]:
                 continue
             inc = (r["c"], segment(r["t"]), sum(1 for t in resub_t[r["c"]] if t < r["t"]))
             lk = (inc, r["p"], r["key"])
@@ -172,7 +190,7 @@ def main(workdir):
         # Key_Shared: a key goes to one consumer at a time (per incarnation set)
         table[sub] = dict(confirmed=len(confirmed), delivered=len(recvs), distinct=len(got),
                           lost=len(lost), redelivered=redelivered, allowed=allowed,
-                          delayed=delayed, early=early, disorder=disorder, acks=len(acks),
+                          delayed=delayed, early=early, disorder=disorder, acks=len(acks) + len(cums),
                           nacks=len(nacks))
 
     # --- frames ---
@@ -294,7 +312,7 @@ def main(workdir):
     tot_d = sum(e["debited"] for e in ledger.values())
     tot_a = sum(e["available"] for e in ledger.values())
     rows.append("")
-    rows.append(f"probes: {sum(e['ok'] for e in probes)}/{len(probes)} (unsupported command -> CommandError with its request_id; oversized frame, inconsistent sizes, missing required field -> that connection closed with the logged reason)")
+    rows.append(f"probes: {sum(e['ok'] for e in probes)}/{len(probes)} (PING -> PONG; unsupported command -> CommandError with its request_id; oversized frame, inconsistent sizes, missing required field -> that connection closed with the logged reason)")
     rows.append("")
     rows.append("| consumer incarnations | balanced | checked against frames | Σ Flow permits | Σ message_permits | Σ available | MESSAGE frames | with field 6 | kills | unconfirmed sends | ack validation errors |")
     rows.append("|---|---|---|---|---|---|---|---|---|---|---|")

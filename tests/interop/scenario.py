@@ -159,6 +159,7 @@ def consumer_loop(client, topic, sub, sub_type, name, ev, stop, behaviour):
                   negative_ack_redelivery_delay_ms=200,
                   batch_index_ack_enabled=behaviour.get("batch_index_ack", False))
     cons = client.subscribe(topic, sub, **kwargs)
+    ev.write(kind="sub", sub=sub, c=name, type=str(sub_type))
     rnd = random.Random(hash(name) & 0xffff)
     held = []
     received = 0
@@ -167,7 +168,11 @@ def consumer_loop(client, topic, sub, sub_type, name, ev, stop, behaviour):
         try:
             m = cons.receive(200)
         except pulsar.Timeout:
-            if held:
+            if held and behaviour.get("cumulative"):
+                cons.acknowledge_cumulative(held[-1])
+                ev.write(kind="ack_cum", sub=sub, c=name, mid=str(m.message_id()))
+                held = []
+            elif held:
                 for h in reversed(held):
                     cons.acknowledge(h)
                     ev.write(kind="ack", sub=sub, c=name, mid=str(h.message_id()))
@@ -179,6 +184,20 @@ def consumer_loop(client, topic, sub, sub_type, name, ev, stop, behaviour):
                  key=body["key"], delay=body["delay"], redelivery=m.redelivery_count(),
                  publish=m.publish_timestamp())
         r = rnd.random()
+        if behaviour.get("cumulative"):
+            held.append(m)
+            if received % 25 == 0 and not behaviour.get("redelivered"):
+                # Exclusive/Failover redelivery of everything unacknowledged
+                # (no ids; the consumer epoch goes up).
+                behaviour["redelivered"] = True
+                ev.write(kind="abandon", sub=sub, c=name, mids=[str(h.message_id()) for h in held])
+                cons.redeliver_unacknowledged_messages()
+                held = []
+            elif len(held) >= behaviour["cumulative"]:
+                cons.acknowledge_cumulative(m)
+                ev.write(kind="ack_cum", sub=sub, c=name, mid=str(m.message_id()))
+                held = []
+            continue
         if close_after and received == close_after:
             # Leave this one and the held ones unacknowledged; closing the
             # consumer hands them to the others.
@@ -201,6 +220,10 @@ def consumer_loop(client, topic, sub, sub_type, name, ev, stop, behaviour):
         else:
             cons.acknowledge(m)
             ev.write(kind="ack", sub=sub, c=name, mid=str(m.message_id()))
+    if held and behaviour.get("cumulative"):
+        cons.acknowledge_cumulative(held[-1])
+        ev.write(kind="ack_cum", sub=sub, c=name, mid=str(held[-1].message_id()))
+        held = []
     for h in held:
         cons.acknowledge(h)
         ev.write(kind="ack", sub=sub, c=name, mid=str(h.message_id()))
@@ -257,6 +280,7 @@ def probes(port, ev):
     """Each probe: (name, frames after CONNECT, expected reply type or None
     for "the server closes the connection", reason the server must log)."""
     cases = [
+        ("ping-pong", [_frame(_field(1, 18) + _field(18, b""))], 19, None),
         ("unsupported-seek", [_frame(_field(1, 28) + _field(28, _field(1, 1) + _field(2, 77)))], 14, None),
         ("frame-too-large", [(0x7FFFFFF0).to_bytes(4, "big")], None, "exceeds the limit"),
         ("command-size-exceeds-frame", [(8).to_bytes(4, "big") + (100).to_bytes(4, "big") + b"\0\0\0\0"], None, "exceeds total_size"),
@@ -277,7 +301,9 @@ def probes(port, ev):
             ok = ok and reply is None
         else:
             # ERROR(14) whose request_id is 77
-            ok = ok and reply is not None and reply[:2] == bytes([0x08, expect]) and _field(1, 77) in reply
+            ok = ok and reply is not None and reply[:2] == bytes([0x08, expect])
+            if expect == 14:
+                ok = ok and _field(1, 77) in reply
         sock.close()
         ev.write(kind="probe", name=name, ok=ok, reason=reason)
 
@@ -316,6 +342,7 @@ def main():
         ("ks", pulsar.ConsumerType.KeyShared, 3, {"nack": 0.03, "hold": 0.2, "batch_index_ack": True}),
         ("sh", pulsar.ConsumerType.Shared, 3, {"nack": 0.05, "hold": 0.2, "close_after": 60}),
         ("fo", pulsar.ConsumerType.Failover, 2, {"hold": 0.1}),
+        ("ex", pulsar.ConsumerType.Exclusive, 1, {"cumulative": 10}),
     ]
     threads = []
     for sub, st, n, beh in subs:
@@ -372,6 +399,7 @@ def main():
 def delivery_complete(path, subs):
     confirmed, acked = set(), {s: set() for s in subs}
     mids = {}
+    cum = {}
     with open(path) as f:
         for line in f:
             e = json.loads(line)
@@ -383,7 +411,17 @@ def delivery_complete(path, subs):
                 k = mids.get((e["sub"], e["mid"]))
                 if k:
                     acked[e["sub"]].add(k)
+            elif e["kind"] == "ack_cum":
+                cum[e["sub"]] = max(cum.get(e["sub"], (0, 0, 0)), _pos(e["mid"]))
+    for (sub, mid), k in mids.items():
+        if sub in cum and _pos(mid) <= cum[sub]:
+            acked[sub].add(k)
     return confirmed and all(confirmed <= acked[s] for s in subs)
+
+
+def _pos(mid):
+    l, e, _, b = mid.strip("()").split(",")
+    return (int(l), int(e), int(b))
 
 
 if __name__ == "__main__":

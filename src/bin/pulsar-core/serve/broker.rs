@@ -554,6 +554,16 @@ impl Subscription {
             full.push(p);
         }
         if cumulative {
+            // A cumulative ack inside a batch (batch-index acks on) carries
+            // the batch's remaining indexes: everything before the entry is
+            // acknowledged, the entry itself only partially.
+            if let Some(id) = ids.first().filter(|id| !id.ack_set.is_empty()) {
+                let p = Position::new(id.ledger_id as i64, id.entry_id as i64);
+                if !self.deletion.is_message_deleted(p) {
+                    self.batch_remaining.insert(p, id.ack_set.clone());
+                }
+                full = vec![p.previous_in_ledger()];
+            }
             let Some(&p) = full.iter().max() else {
                 return Ok(());
             };
@@ -725,7 +735,9 @@ impl Subscription {
                 }
             };
             let p = entry.position;
-            if !due {
+            // Pulsar applies deliver_at_time only on Shared and Key_Shared
+            // subscriptions; Exclusive/Failover dispatch in order at once.
+            if !due && (self.sub_type == 1 || self.sub_type == 3) {
                 if let Some(t) = info.deliver_at.filter(|t| *t > now) {
                     match self.tracker.add_message(p.ledger_id, p.entry_id, t) {
                         Ok(_) => continue,
