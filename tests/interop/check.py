@@ -165,8 +165,11 @@ def main(workdir):
                       or (not bia and parse_mid(prev["mid"]) in tainted)
                       or (bia and any(at > tn - 300 and tn < cur["t"]
                                       for tn in taint_t[parse_mid(prev["mid"])]))
-                      # acks in flight at a kill -9 may be lost with it
-                      or any(at - 1000 <= kt < cur["t"] for kt in kills))
+                      # acks in flight at a kill -9, or made while the server
+                      # was down (until the client reconnected: restart + 3 s),
+                      # are lost with the connection
+                      or any(kt - 1000 <= at <= rt + 3000 and kt < cur["t"]
+                             for kt, rt in zip(kills, restarts)))
                 if ok:
                     allowed += 1
                 else:
