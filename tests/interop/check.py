@@ -116,8 +116,20 @@ def main(workdir):
         for e in acks:
             ack_t.setdefault((e["c"], e["mid"]), e["t"])
         # A cumulative ack acknowledges every message up to its id.
-        cums = [(e["t"], parse_mid3(e["mid"])) for e in events
-                if e.get("sub") == sub and e["kind"] == "ack_cum"]
+        # Without batch-index acks, a cumulative ack on a message inside a
+        # batch reaches the broker as an ack of the entry before (the batch
+        # stays unacknowledged until its last message is covered).
+        batch_len = defaultdict(int)
+        for r in recvs:
+            l, e, b = parse_mid3(r["mid"])
+            batch_len[(l, e)] = max(batch_len[(l, e)], b + 1)
+        cums = []
+        for e in events:
+            if e.get("sub") == sub and e["kind"] == "ack_cum":
+                l, en, b = parse_mid3(e["mid"])
+                if 0 <= b < batch_len[(l, en)] - 1:
+                    l, en, b = l, en - 1, 1 << 30
+                cums.append((e["t"], (l, en, b)))
         for r in recvs:
             pos = parse_mid3(r["mid"])
             ts = [t for t, c in cums if c >= pos and t >= r["t"]]

@@ -394,6 +394,8 @@ def main():
     rc = server.stop()
     ev.write(kind="stopped", rc=rc)
     print(f"scenario finished; serve exited {rc}")
+    if rc != 0:
+        sys.exit(f"serve exited {rc} on SIGTERM (a clean shutdown exits 0)")
 
 
 def delivery_complete(path, subs):
