@@ -803,3 +803,52 @@ impl Subscription {
         sent_any
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use pulsar_core::permits::frame::encode_entry_payload;
+    use pulsar_core::permits::wire::{MessageMetadata, SingleMessageMetadata};
+
+    #[test]
+    fn topic_names_normalise_to_persistent() {
+        assert_eq!(
+            normalize_topic("t").unwrap(),
+            "persistent://public/default/t"
+        );
+        assert_eq!(normalize_topic("a/b/c").unwrap(), "persistent://a/b/c");
+        assert!(normalize_topic("non-persistent://a/b/c").is_err());
+        assert!(normalize_topic("persistent://a//c").is_err());
+        assert!(normalize_topic("").is_err());
+    }
+
+    #[test]
+    fn entry_metadata_gives_batch_size_and_rejects_corruption() {
+        let meta = MessageMetadata {
+            producer_name: "p".into(),
+            sequence_id: 1,
+            publish_time: 2,
+            num_messages_in_batch: Some(3),
+        };
+        let one = |b: &[u8]| {
+            (
+                SingleMessageMetadata {
+                    payload_size: b.len() as i32,
+                    ..Default::default()
+                },
+                b.to_vec(),
+            )
+        };
+        let bytes = encode_entry_payload(&meta, &[one(b"a"), one(b"b"), one(b"c")]);
+        let info = entry_info(&bytes).unwrap();
+        assert_eq!(info.batch_size, 3);
+        assert_eq!(info.deliver_at, None);
+        let mut bad = bytes.clone();
+        let last = bad.len() - 1;
+        bad[last] ^= 0xff;
+        assert!(
+            entry_info(&bad).is_err(),
+            "checksum mismatch must be an error"
+        );
+    }
+}

@@ -591,3 +591,66 @@ pub fn has_required(base: &[u8], outer: u32, required: &[u32]) -> Result<(), Str
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn base_with(ty: i32, inner: Vec<u8>) -> Vec<u8> {
+        let mut b = vec![0x08, ty as u8];
+        let key = ((ty as u32) << 3) | 2;
+        if key < 0x80 {
+            b.push(key as u8);
+        } else {
+            b.push((key as u8 & 0x7f) | 0x80);
+            b.push((key >> 7) as u8);
+        }
+        b.push(inner.len() as u8);
+        b.extend(inner);
+        b
+    }
+
+    #[test]
+    fn a_missing_required_field_is_named() {
+        // CommandAck with consumer_id (1) but no ack_type (2).
+        let raw = base_with(10, vec![0x08, 0x01]);
+        let err = has_required(&raw, 10, &[1, 2]).unwrap_err();
+        assert!(err.contains("lacks required field 2"), "{err}");
+        assert!(has_required(&raw, 10, &[1]).is_ok());
+        // The command field itself absent.
+        assert!(has_required(&[0x08, 10], 10, &[1])
+            .unwrap_err()
+            .contains("lacks field 10"));
+    }
+
+    #[test]
+    fn an_unsupported_command_reports_its_request_id() {
+        // CommandSeek: consumer_id = 1, request_id = 77.
+        let raw = base_with(28, vec![0x08, 0x01, 0x10, 77]);
+        let tag = request_id_tag(28).unwrap();
+        assert_eq!(nested_varint(&raw, 28, tag), Some(77));
+        assert_eq!(request_id_tag(18), None);
+        // Truncated bytes are None, not a panic.
+        assert_eq!(nested_varint(&raw[..raw.len() - 1], 28, tag), None);
+    }
+
+    #[test]
+    fn protoc_presence_optional_zero_is_on_the_wire() {
+        let cmd = ServeCommand {
+            r#type: ty::PARTITIONED_METADATA_RESPONSE,
+            partition_metadata_response: Some(CommandPartitionedTopicMetadataResponse {
+                partitions: Some(0),
+                request_id: 5,
+                response: Some(0),
+                error: None,
+                message: None,
+            }),
+            ..Default::default()
+        };
+        // type=22, field 22 {partitions=0, request_id=5, response=0}
+        assert_eq!(
+            cmd.encode_to_vec(),
+            vec![0x08, 22, 0xb2, 0x01, 6, 0x08, 0, 0x10, 5, 0x18, 0]
+        );
+    }
+}
