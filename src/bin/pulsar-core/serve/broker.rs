@@ -652,8 +652,21 @@ impl Subscription {
             let mut progressed = false;
             // 1. replay
             if !self.replay.is_empty() {
-                let positions: Vec<Position> =
-                    self.replay.keys().take(READ_BATCH).copied().collect();
+                // Key_Shared: only entries whose consumer has permits, so
+                // entries of a stalled consumer do not starve the others.
+                let n = self.consumers.len();
+                let consumers = &self.consumers;
+                let key_shared = self.sub_type == 3;
+                let ready = |h: u32| {
+                    !key_shared || consumers[(h as usize) % n].permits.available_permits() > 0
+                };
+                let positions: Vec<Position> = self
+                    .replay
+                    .iter()
+                    .filter(|(_, h)| ready(**h))
+                    .map(|(p, _)| *p)
+                    .take(READ_BATCH)
+                    .collect();
                 for p in &positions {
                     self.replay.remove(p);
                 }
