@@ -215,6 +215,8 @@ def main(workdir):
     p_cmds = defaultdict(int)
     flow_sum = defaultdict(int)
     sub_of = {}
+    sub_req = {}  # (boot, conn, request_id) of a SUBSCRIBE -> its consumer key
+    refused = set()  # SUBSCRIBEs answered with ERROR (no incarnation)
     sent_ids = defaultdict(set)
     validation_errors = 0
     for line in open(frames_path):
@@ -244,6 +246,12 @@ def main(workdir):
         elif d == "in" and ty == 4:
             m = fields(f[4][0])
             sub_of[key + (m[4][0],)] = m[2][0].decode()
+            sub_req[key + (m[5][0],)] = key + (m[4][0],)
+        elif d == "out" and ty == 14:
+            m = fields(f[14][0])
+            refused_key = sub_req.pop(key + (m[1][0],), None)
+            if refused_key:
+                refused.add(refused_key)
         elif d == "in" and ty == 10:
             m = fields(f[10][0])
             if 4 in m:
@@ -287,13 +295,16 @@ def main(workdir):
                 fail(f"incarnation {k}: MESSAGE frames carry P sum {p_sum.get(k, 0)}, ledger debited {d}")
             if p_cmds.get(k, 0) != e["commands"]:
                 fail(f"incarnation {k}: {p_cmds.get(k, 0)} MESSAGE frames, ledger counts {e['commands']}")
-    subscribed = set(sub_of)
+    subscribed = set(sub_of) - refused
     missing = subscribed - set(ledger)
     for k in sorted(missing)[:10]:
         fail(f"incarnation {k} subscribed but has no permit-ledger line")
 
     # --- probes, and server logs: only the probes' connections were closed
     # for a bad frame, each with its reason; no panic ---
+    busy = [e for e in events if e["kind"] == "exclusive_busy"]
+    if not busy or not all(e["ok"] for e in busy):
+        fail(f"a second Exclusive consumer was not refused with ConsumerBusy: {busy}")
     probes = [e for e in events if e["kind"] == "probe"]
     if not probes:
         fail("no malformed-frame probe ran")

@@ -355,6 +355,14 @@ def main():
             t.start()
             threads.append(t)
     time.sleep(1.0)  # subscriptions exist before the first message
+    # A second consumer on the Exclusive subscription is refused (ConsumerBusy).
+    try:
+        extra = client.subscribe(topic, "ex", consumer_type=pulsar.ConsumerType.Exclusive,
+                                 consumer_name="ex-intruder")
+        extra.close()
+        ev.write(kind="exclusive_busy", ok=False, error="subscribed")
+    except Exception as e:  # the client raises pulsar.ConsumerBusy
+        ev.write(kind="exclusive_busy", ok="ConsumerBusy" in type(e).__name__ + str(e), error=repr(e))
     nprod = a.producers + 1  # the last one sends the delayed messages
     at_half = Barrier(nprod)
     halfway, resume = threading.Event(), threading.Event()
