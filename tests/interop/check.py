@@ -202,11 +202,39 @@ def main(workdir):
                 disorder += 1
                 fail(f"{sub}: key {r['key']} out of order at {r['c']}: seq {r['seq']} after {last[lk]}")
             last[lk] = max(last.get(lk, -1), r["seq"])
-        # Key_Shared: a key goes to one consumer at a time (per incarnation set)
+        # Key_Shared: a key is held by one consumer at a time. A consumer
+        # holds a message from its receipt until it acks, nacks or abandons
+        # it; another consumer must not receive that key meanwhile (a kill
+        # resets the broker's view, so holdings do not span one).
+        key_overlap = 0
+        if any(e["kind"] == "sub" and e["sub"] == sub and e["type"] == "ConsumerType.KeyShared"
+               for e in events):
+            ends = {}
+            for e in events:
+                if e.get("sub") == sub and e["kind"] in ("ack", "nack"):
+                    ends.setdefault((e["c"], e["mid"]), []).append(e["t"])
+                if e.get("sub") == sub and e["kind"] in ("close_unacked", "abandon"):
+                    for m in e["mids"]:
+                        ends.setdefault((e["c"], m), []).append(e["t"])
+            holds = defaultdict(list)  # (p, key) -> [(consumer, start, end)]
+            for r in recvs:
+                later = [t for t in ends.get((r["c"], r["mid"]), []) if t >= r["t"]]
+                end = min(later) if later else float("inf")
+                nxt = [k for k in kills if k > r["t"]]
+                if nxt:
+                    end = min(end, nxt[0])
+                holds[(r["p"], r["key"])].append((r["c"], r["t"], end))
+            for k, hs in holds.items():
+                for c, t, _ in hs:
+                    other = [(c2, t2, e2) for c2, t2, e2 in hs if c2 != c and t2 < t < e2]
+                    if other:
+                        key_overlap += 1
+                        if key_overlap <= 5:
+                            fail(f"{sub}: key {k[1]} received by {c} at {t} while {other[0][0]} still held it (since {other[0][1]})")
         table[sub] = dict(confirmed=len(confirmed), delivered=len(recvs), distinct=len(got),
                           lost=len(lost), redelivered=redelivered, allowed=allowed,
                           delayed=delayed, early=early, disorder=disorder, acks=len(acks) + len(cums),
-                          nacks=len(nacks))
+                          nacks=len(nacks), key_overlap=key_overlap)
 
     # --- frames ---
     frames_path = os.path.join(workdir, "frames.txt")

@@ -140,7 +140,28 @@ def redeliver_acked(work):
     write_events(work, evs)
 
 
+def share_key(work):
+    """A Key_Shared message of a held key handed to a second consumer."""
+    evs = events(work)
+    ks = {e["sub"] for e in evs if e["kind"] == "sub" and e["type"] == "ConsumerType.KeyShared"}
+    names = sorted({e["c"] for e in evs if e["kind"] == "sub" and e["sub"] in ks})
+    acked_at = {}
+    for e in evs:
+        if e["kind"] == "ack":
+            acked_at.setdefault((e["sub"], e["c"], e["mid"]), e["t"])
+    recvs = [e for e in evs if e["kind"] == "recv" and e["sub"] in ks]
+    for i, a in enumerate(recvs):
+        held_until = acked_at.get((a["sub"], a["c"], a["mid"]), float("inf"))
+        for b in recvs[i + 1:]:
+            if (b["c"] == a["c"] and (b["p"], b["key"]) == (a["p"], a["key"])
+                    and a["t"] < b["t"] < held_until):
+                b["c"] = next(n for n in names if n != a["c"])
+                write_events(work, evs)
+                return
+
+
 CONTROLS = [
+    ("a Key_Shared key held by two consumers", share_key, "still held it"),
     ("a confirmed message never delivered", drop_delivery, "never delivered"),
     ("a MESSAGE without message_permits", strip_message_permits, "lacks message_permits"),
     ("a permit ledger that does not balance", unbalance_ledger, "!= debited"),

@@ -636,6 +636,17 @@ impl Subscription {
         }
     }
 
+    fn key_held_elsewhere(&self, key_hash: u32, idx: usize) -> bool {
+        self.inflight.iter().any(|(p, h)| {
+            *h == key_hash
+                && self
+                    .consumers
+                    .iter()
+                    .enumerate()
+                    .any(|(j, c)| j != idx && c.permits.pending_acks().contains_key(p))
+        })
+    }
+
     fn total_permits(&self) -> i64 {
         self.consumers
             .iter()
@@ -772,6 +783,11 @@ impl Subscription {
             } else {
                 self.pick(info.key_hash)
             };
+            // Key_Shared: a key is held by one consumer at a time; when the
+            // consumer set changed, the key waits until the consumer still
+            // holding unacknowledged entries of it acknowledges them.
+            let pick = pick
+                .filter(|&idx| self.sub_type != 3 || !self.key_held_elsewhere(info.key_hash, idx));
             let Some(idx) = pick else {
                 self.replay.insert(p, info.key_hash);
                 continue;
