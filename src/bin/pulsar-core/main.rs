@@ -16,6 +16,7 @@ use clap::{Parser, Subcommand, ValueEnum};
 use pulsar_core::ledger::SyncMode;
 
 mod inspect;
+mod serve;
 mod swarm;
 mod verify;
 use pulsar_core::sim::{self, SimOptions, Workload};
@@ -65,6 +66,10 @@ enum Command {
     /// workload shape and random subset of fault kinds; one line per run,
     /// stops at the first violation with the command that replays it.
     Swarm(swarm::SwarmArgs),
+    /// Serve Pulsar's binary protocol on a loopback (or given) address: a
+    /// single node with non-partitioned persistent topics on the redb store,
+    /// for the official Pulsar clients. Runs until SIGINT/SIGTERM.
+    Serve(serve::ServeArgs),
 }
 
 #[derive(clap::Args, Debug)]
@@ -145,6 +150,7 @@ fn main() -> ExitCode {
         Command::Inspect(args) => inspect::run(args),
         Command::Verify(args) => verify::run(args),
         Command::Swarm(args) => swarm::swarm(args),
+        Command::Serve(args) => serve::run(args),
     }
 }
 

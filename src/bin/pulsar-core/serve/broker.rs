@@ -1,0 +1,883 @@
+//! Topics, subscriptions and dispatch of `pulsar-core serve`, on the
+//! library's components:
+//!
+//! | concern | component |
+//! |---|---|
+//! | entries, durable cursors (mark-delete + individually deleted ranges) | `ledger::ManagedLedger` / `ManagedCursor` on one `RedbStore` |
+//! | acknowledged state, read-scheduling hint, post-I/O filter | `cursor::CursorDeletionState` (`is_deleted_for_read_scheduling` as the skip predicate of `read_entries_with_skip`, `filter_read_entries` after the read) |
+//! | `deliver_at_time` | `delayed::BucketDelayedDeliveryTracker` (strict, snapshots in the same redb file) |
+//! | permits, P per command (`message_permits`), unacked count | `permits::broker::Consumer::send_messages` |
+//!
+//! Locks: `Broker::topics` → `Topic::subscriptions` → one `Subscription`
+//! → a connection's writer. Dispatch runs with the subscription locked and
+//! writes MESSAGE frames under it, so the permit state, the pending acks and
+//! the frames sent agree at every point.
+
+use std::collections::{BTreeMap, HashMap};
+use std::io::Write;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use prost::Message;
+use pulsar_core::cursor::CursorDeletionState;
+use pulsar_core::delayed::{
+    BucketDelayedDeliveryTracker, BucketTrackerConfig, RedbSnapshotStorage, SystemClock,
+};
+use pulsar_core::ledger::{Entry, LedgerConfig, ManagedCursor, ManagedLedger, RedbStore};
+use pulsar_core::permits::broker::{AdmitAll, BrokerEntry, Consumer, ConsumerKey};
+use pulsar_core::permits::wire::{self, MessageIdData};
+use pulsar_core::Position;
+
+use super::conn::ConnWriter;
+use super::proto::{ty, DispatchMetadata, ServeCommand};
+
+/// Cursor property marking a subscription the server created (so a
+/// recovered cursor is not mistaken for a new `Latest` one).
+const CREATED_PROPERTY: &str = "serve.created";
+/// Entries read from the cursor (or replayed) per dispatch round.
+const READ_BATCH: usize = 100;
+
+/// Errors of broker operations, answered to the client as `CommandError`.
+#[derive(Debug, thiserror::Error)]
+pub enum BrokerError {
+    /// Storage or component failure.
+    #[error("{0}")]
+    Component(String),
+    /// Topic name not `persistent://tenant/namespace/topic`.
+    #[error("invalid topic name {0:?}: expected persistent://tenant/namespace/topic")]
+    InvalidTopic(String),
+    /// Exclusive subscription already has a consumer, or sub type mismatch.
+    #[error("{0}")]
+    ConsumerBusy(String),
+}
+
+impl BrokerError {
+    /// The `ServerError` value.
+    pub fn server_error(&self) -> i32 {
+        use super::proto::server_error as e;
+        match self {
+            BrokerError::Component(_) => e::PERSISTENCE_ERROR,
+            BrokerError::InvalidTopic(_) => e::INVALID_TOPIC_NAME,
+            BrokerError::ConsumerBusy(_) => e::CONSUMER_BUSY,
+        }
+    }
+}
+
+fn comp(e: impl std::fmt::Display) -> BrokerError {
+    BrokerError::Component(e.to_string())
+}
+
+/// Current wall time in epoch milliseconds.
+pub fn now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0)
+}
+
+/// Normalises `my-topic` / `public/default/my-topic` to
+/// `persistent://public/default/my-topic`.
+pub fn normalize_topic(name: &str) -> Result<String, BrokerError> {
+    if let Some(rest) = name.strip_prefix("persistent://") {
+        if rest.split('/').count() == 3 && rest.split('/').all(|p| !p.is_empty()) {
+            return Ok(name.to_string());
+        }
+        return Err(BrokerError::InvalidTopic(name.into()));
+    }
+    if name.contains("://") {
+        return Err(BrokerError::InvalidTopic(name.into()));
+    }
+    match name.split('/').count() {
+        1 if !name.is_empty() => Ok(format!("persistent://public/default/{name}")),
+        3 if name.split('/').all(|p| !p.is_empty()) => Ok(format!("persistent://{name}")),
+        _ => Err(BrokerError::InvalidTopic(name.into())),
+    }
+}
+
+/// The single node: its store and topics.
+pub struct Broker {
+    store: RedbStore,
+    topics: Mutex<HashMap<String, Arc<Topic>>>,
+    next_incarnation: AtomicU64,
+    permit_ledger: Option<Mutex<std::fs::File>>,
+}
+
+/// Locks a mutex, recovering it from a panicked holder (a panic in one
+/// connection's thread must not take the node down).
+pub fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+impl Broker {
+    /// A broker on `store`; `permit_ledger` receives one JSON line per
+    /// consumer incarnation when it ends (and periodic snapshots).
+    pub fn new(store: RedbStore, permit_ledger: Option<std::fs::File>) -> Self {
+        Self {
+            store,
+            topics: Mutex::new(HashMap::new()),
+            next_incarnation: AtomicU64::new(1),
+            permit_ledger: permit_ledger.map(Mutex::new),
+        }
+    }
+
+    /// Opens (or recovers) topic `name` (normalised).
+    pub fn topic(&self, name: &str) -> Result<Arc<Topic>, BrokerError> {
+        let name = normalize_topic(name)?;
+        let mut topics = lock(&self.topics);
+        if let Some(t) = topics.get(&name) {
+            return Ok(Arc::clone(t));
+        }
+        let ml = ManagedLedger::open(
+            name.clone(),
+            LedgerConfig::default(),
+            Arc::new(self.store.clone()),
+        )
+        .map_err(comp)?;
+        let t = Arc::new(Topic {
+            name: name.clone(),
+            ml,
+            subscriptions: Mutex::new(HashMap::new()),
+        });
+        topics.insert(name, Arc::clone(&t));
+        Ok(t)
+    }
+
+    /// Every open topic.
+    pub fn topics(&self) -> Vec<Arc<Topic>> {
+        lock(&self.topics).values().cloned().collect()
+    }
+
+    /// Subscribes a consumer; returns its subscription.
+    #[allow(clippy::too_many_arguments)]
+    pub fn subscribe(
+        &self,
+        topic: &Arc<Topic>,
+        subscription: &str,
+        sub_type: i32,
+        earliest: bool,
+        key: ConsumerKey,
+        epoch: u64,
+        name: String,
+        priority: i32,
+        conn: Arc<ConnWriter>,
+    ) -> Result<Arc<Mutex<Subscription>>, BrokerError> {
+        let sub = {
+            let mut subs = lock(&topic.subscriptions);
+            match subs.get(subscription) {
+                Some(s) => Arc::clone(s),
+                None => {
+                    let s = Arc::new(Mutex::new(Subscription::open(
+                        &self.store,
+                        &topic.ml,
+                        subscription,
+                        sub_type,
+                        earliest,
+                    )?));
+                    subs.insert(subscription.to_string(), Arc::clone(&s));
+                    s
+                }
+            }
+        };
+        {
+            let mut s = lock(&sub);
+            if s.consumers.is_empty() {
+                s.sub_type = sub_type;
+            } else if s.sub_type != sub_type {
+                return Err(BrokerError::ConsumerBusy(format!(
+                    "subscription {subscription} has type {}, not {}",
+                    s.sub_type, sub_type
+                )));
+            } else if sub_type == 0 {
+                return Err(BrokerError::ConsumerBusy(format!(
+                    "exclusive subscription {subscription} already has a consumer"
+                )));
+            }
+            let incarnation = self.next_incarnation.fetch_add(1, Ordering::Relaxed);
+            s.consumers.push(SubConsumer {
+                key,
+                incarnation,
+                epoch,
+                name,
+                priority,
+                conn,
+                permits: Consumer::new(key, epoch),
+                granted: 0,
+                debited: 0,
+                commands: 0,
+                min_available: 0,
+                redeliveries: 0,
+            });
+            if s.sub_type == 2 {
+                s.consumers
+                    .sort_by(|a, b| (a.priority, &a.name).cmp(&(b.priority, &b.name)));
+            }
+            tracing::info!(topic = %topic.name, subscription, ?key, incarnation, sub_type, "consumer subscribed");
+            if let Some(c) = s.consumers.iter().find(|c| c.key == key) {
+                self.write_ledger(&topic.name, subscription, c, "subscribed");
+            }
+        }
+        Ok(sub)
+    }
+
+    /// Writes one permit-ledger line for consumer incarnation `c`.
+    pub fn write_ledger(&self, topic: &str, sub: &str, c: &SubConsumer, end: &str) {
+        let Some(f) = &self.permit_ledger else { return };
+        let line = format!(
+            "{{\"boot\":{},\"incarnation\":{},\"connection_id\":{},\"consumer_id\":{},\"topic\":{:?},\"subscription\":{:?},\"granted\":{},\"debited\":{},\"available\":{},\"min_available\":{},\"commands\":{},\"unacked\":{},\"end\":{:?}}}\n",
+            std::process::id(),
+            c.incarnation,
+            c.key.connection_id,
+            c.key.consumer_id,
+            topic,
+            sub,
+            c.granted,
+            c.debited,
+            c.permits.available_permits(),
+            c.min_available,
+            c.commands,
+            c.permits.unacked_messages(),
+            end
+        );
+        let mut f = lock(f);
+        if let Err(e) = f.write_all(line.as_bytes()).and_then(|()| f.flush()) {
+            tracing::error!(error = %e, "cannot write the permit ledger");
+        }
+    }
+
+    /// Snapshots every live incarnation into the permit ledger.
+    pub fn snapshot_ledger(&self, end: &str) {
+        for t in self.topics() {
+            let subs: Vec<_> = lock(&t.subscriptions)
+                .iter()
+                .map(|(n, s)| (n.clone(), Arc::clone(s)))
+                .collect();
+            for (name, s) in subs {
+                let s = lock(&s);
+                for c in &s.consumers {
+                    self.write_ledger(&t.name, &name, c, end);
+                }
+            }
+        }
+    }
+
+    /// Runs dispatch on every subscription (the delayed-delivery timer).
+    pub fn dispatch_all(&self) {
+        for t in self.topics() {
+            let subs: Vec<_> = lock(&t.subscriptions).values().cloned().collect();
+            for s in subs {
+                let mut s = lock(&s);
+                if !s.consumers.is_empty() && s.tracker.has_message_available() {
+                    s.dispatch(&t.ml);
+                }
+            }
+        }
+    }
+}
+
+/// One topic: its managed ledger and subscriptions.
+pub struct Topic {
+    /// `persistent://tenant/namespace/topic`.
+    pub name: String,
+    /// Its managed ledger.
+    pub ml: Arc<ManagedLedger>,
+    /// Subscriptions by name.
+    pub subscriptions: Mutex<HashMap<String, Arc<Mutex<Subscription>>>>,
+}
+
+/// A consumer incarnation attached to a subscription.
+pub struct SubConsumer {
+    /// (connection, consumer id).
+    pub key: ConsumerKey,
+    /// Unique per subscribe, across connections.
+    pub incarnation: u64,
+    /// `consumer_epoch` the client last announced.
+    pub epoch: u64,
+    name: String,
+    priority: i32,
+    conn: Arc<ConnWriter>,
+    /// The library's permit state of this incarnation.
+    pub permits: Consumer,
+    /// Σ Flow permits received.
+    pub granted: u64,
+    /// Σ `message_permits` of the MESSAGE commands sent.
+    pub debited: u64,
+    /// MESSAGE commands sent.
+    pub commands: u64,
+    /// Lowest available balance observed.
+    pub min_available: i64,
+    /// Redelivery requests received.
+    pub redeliveries: u64,
+}
+
+/// What dispatch needs from an entry's metadata.
+struct EntryInfo {
+    batch_size: u32,
+    key_hash: u32,
+    deliver_at: Option<i64>,
+}
+
+fn key_hash(key: &[u8]) -> u32 {
+    // Murmur3-like finaliser over FNV-1a: stable across restarts.
+    let mut h: u32 = 0x811c_9dc5;
+    for b in key {
+        h ^= u32::from(*b);
+        h = h.wrapping_mul(0x0100_0193);
+    }
+    h ^= h >> 16;
+    h = h.wrapping_mul(0x85eb_ca6b);
+    h ^= h >> 13;
+    h
+}
+
+/// Reads the `MessageMetadata` of a stored entry (`[0x0e02 …]? [0x0e01][crc]?
+/// [size][MessageMetadata]…`).
+fn entry_info(data: &[u8]) -> Result<EntryInfo, String> {
+    let parsed =
+        pulsar_core::permits::frame::parse_entry_payload(data).map_err(|e| e.to_string())?;
+    let meta_len = data.len() - parsed.payload.len();
+    let mut at = 0usize;
+    if data.get(0..2) == Some(&[0x0e, 0x02]) {
+        let n = u32::from_be_bytes(data[2..6].try_into().map_err(|_| "short")?) as usize;
+        at = 6 + n;
+    }
+    if data.get(at..at + 2) == Some(&[0x0e, 0x01]) {
+        at += 6;
+    }
+    let meta = data.get(at + 4..meta_len).ok_or("metadata out of range")?;
+    let m = DispatchMetadata::decode(meta).map_err(|e| e.to_string())?;
+    let batch = m.num_messages_in_batch.unwrap_or(1);
+    let key = m
+        .ordering_key
+        .clone()
+        .or_else(|| m.partition_key.clone().map(String::into_bytes));
+    Ok(EntryInfo {
+        batch_size: u32::try_from(batch.max(1)).unwrap_or(1),
+        key_hash: key.as_deref().map(key_hash).unwrap_or(0),
+        deliver_at: m.deliver_at_time,
+    })
+}
+
+/// One subscription: durable cursor, deletion state, delayed tracker,
+/// replay set and consumers.
+pub struct Subscription {
+    name: String,
+    /// 0 Exclusive, 1 Shared, 2 Failover, 3 Key_Shared.
+    pub sub_type: i32,
+    cursor: ManagedCursor,
+    deletion: CursorDeletionState,
+    tracker: BucketDelayedDeliveryTracker,
+    /// Entries to (re)deliver before new reads, with their key hash.
+    replay: BTreeMap<Position, u32>,
+    /// Key hash of every entry delivered and not acknowledged.
+    inflight: HashMap<Position, u32>,
+    redelivery_count: HashMap<Position, u32>,
+    /// Remaining (unacknowledged) batch indexes of partially acked batches.
+    batch_remaining: HashMap<Position, Vec<i64>>,
+    /// Batch size B of every entry delivered and not yet deleted (an ack's
+    /// `MessageIdData.batch_size` is optional and the C++ client omits it).
+    batch_sizes: HashMap<Position, u32>,
+    /// Attached consumers.
+    pub consumers: Vec<SubConsumer>,
+    round_robin: usize,
+}
+
+impl Subscription {
+    fn open(
+        store: &RedbStore,
+        ml: &Arc<ManagedLedger>,
+        name: &str,
+        sub_type: i32,
+        earliest: bool,
+    ) -> Result<Self, BrokerError> {
+        let cursor = ml.open_cursor(name).map_err(comp)?;
+        let props = cursor.properties().map_err(comp)?;
+        if !props.contains_key(CREATED_PROPERTY) {
+            if !earliest {
+                cursor
+                    .mark_delete(ml.last_confirmed_entry())
+                    .map_err(comp)?;
+            }
+            cursor
+                .set_property(CREATED_PROPERTY, now_ms())
+                .map_err(comp)?;
+        }
+        let deletion = CursorDeletionState::recover(
+            cursor.mark_delete_position(),
+            &cursor.individually_deleted_ranges(),
+        )
+        .map_err(comp)?;
+        let storage = RedbSnapshotStorage::new(store.clone(), ml.name(), name).map_err(comp)?;
+        let config = BucketTrackerConfig {
+            tick_time_ms: 100,
+            deliver_at_time_strict: true,
+            ..BucketTrackerConfig::default()
+        };
+        let tracker =
+            BucketDelayedDeliveryTracker::new(config, Arc::new(storage), Arc::new(SystemClock))
+                .map_err(comp)?;
+        tracker.update_mark_delete(deletion.mark_delete_position());
+        tracing::info!(
+            topic = ml.name(),
+            subscription = name,
+            mark_delete = %deletion.mark_delete_position(),
+            ranges = deletion.individually_deleted_ranges().len(),
+            delayed = tracker.number_of_delayed_messages(),
+            "subscription opened"
+        );
+        Ok(Self {
+            name: name.to_string(),
+            sub_type,
+            cursor,
+            deletion,
+            tracker,
+            replay: BTreeMap::new(),
+            inflight: HashMap::new(),
+            redelivery_count: HashMap::new(),
+            batch_remaining: HashMap::new(),
+            batch_sizes: HashMap::new(),
+            consumers: Vec::new(),
+            round_robin: 0,
+        })
+    }
+
+    /// The subscription name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The mark-delete position.
+    pub fn mark_delete(&self) -> Position {
+        self.deletion.mark_delete_position()
+    }
+
+    fn consumer_mut(&mut self, key: ConsumerKey) -> Option<&mut SubConsumer> {
+        self.consumers.iter_mut().find(|c| c.key == key)
+    }
+
+    /// Applies a Flow.
+    pub fn flow(
+        &mut self,
+        ml: &ManagedLedger,
+        key: ConsumerKey,
+        permits: u32,
+    ) -> Result<(), String> {
+        let c = self
+            .consumer_mut(key)
+            .ok_or_else(|| format!("Flow for unknown consumer {key:?}"))?;
+        c.permits.flow_permits(permits).map_err(|e| e.to_string())?;
+        c.granted += u64::from(permits);
+        self.dispatch(ml);
+        Ok(())
+    }
+
+    /// Removes consumer `key`; its unacknowledged entries go to replay.
+    pub fn remove_consumer(&mut self, ml: &ManagedLedger, key: ConsumerKey) -> Option<SubConsumer> {
+        let idx = self.consumers.iter().position(|c| c.key == key)?;
+        let c = self.consumers.remove(idx);
+        for (p, _) in c.permits.pending_acks().iter() {
+            let h = self.inflight.remove(p).unwrap_or(0);
+            self.replay.insert(*p, h);
+        }
+        self.dispatch(ml);
+        Some(c)
+    }
+
+    /// Redelivers `positions` of consumer `key` (all its pending when empty).
+    pub fn redeliver(
+        &mut self,
+        ml: &ManagedLedger,
+        key: ConsumerKey,
+        positions: &[Position],
+        epoch: Option<u64>,
+    ) {
+        let Some(c) = self.consumers.iter_mut().find(|c| c.key == key) else {
+            return;
+        };
+        if let Some(e) = epoch {
+            c.epoch = c.epoch.max(e);
+        }
+        c.redeliveries += 1;
+        let targets: Vec<Position> = if positions.is_empty() {
+            c.permits.pending_acks().keys().copied().collect()
+        } else {
+            positions.to_vec()
+        };
+        let mut moved = Vec::new();
+        for p in targets {
+            if c.permits.acknowledge(p).is_ok() {
+                moved.push(p);
+            }
+        }
+        for p in moved {
+            let h = self.inflight.remove(&p).unwrap_or(0);
+            self.replay.insert(p, h);
+        }
+        self.dispatch(ml);
+    }
+
+    /// Acknowledges `ids` (individual, with batch-index `ack_set`) or
+    /// cumulatively up to the first id.
+    pub fn ack(
+        &mut self,
+        ml: &ManagedLedger,
+        cumulative: bool,
+        ids: &[MessageIdData],
+    ) -> Result<(), String> {
+        let mut full = Vec::new();
+        for id in ids {
+            let p = Position::new(id.ledger_id as i64, id.entry_id as i64);
+            if !cumulative && !id.ack_set.is_empty() {
+                let size = match self.batch_sizes.get(&p) {
+                    Some(b) => *b,
+                    None => match ml.read_positions(&[p]) {
+                        Ok(e) => e
+                            .first()
+                            .and_then(|e| entry_info(&e.data).ok())
+                            .map(|i| i.batch_size)
+                            .ok_or_else(|| format!("ack_set for unreadable entry {p}"))?,
+                        Err(e) => return Err(format!("ack_set for entry {p}: {e}")),
+                    },
+                };
+                self.batch_sizes.insert(p, size);
+                let rem = self
+                    .batch_remaining
+                    .entry(p)
+                    .or_insert_with(|| wire::ack_set_from_indexes(0..size));
+                for (i, w) in rem.iter_mut().enumerate() {
+                    *w &= id.ack_set.get(i).copied().unwrap_or(0);
+                }
+                if wire::popcount_below(rem, size) > 0 {
+                    continue;
+                }
+            }
+            full.push(p);
+        }
+        if cumulative {
+            // A cumulative ack inside a batch (batch-index acks on) carries
+            // the batch's remaining indexes: everything before the entry is
+            // acknowledged, the entry itself only partially.
+            if let Some(id) = ids.first().filter(|id| !id.ack_set.is_empty()) {
+                let p = Position::new(id.ledger_id as i64, id.entry_id as i64);
+                if !self.deletion.is_message_deleted(p) {
+                    self.batch_remaining.insert(p, id.ack_set.clone());
+                }
+                full = vec![p.previous_in_ledger()];
+            }
+            let Some(&p) = full.iter().max() else {
+                return Ok(());
+            };
+            if p <= self.deletion.mark_delete_position() {
+                return Ok(());
+            }
+            self.deletion
+                .mark_delete(p, ml)
+                .map_err(|e| e.to_string())?;
+        } else if !full.is_empty() {
+            self.deletion.delete(&full, ml).map_err(|e| e.to_string())?;
+        }
+        let md = self.deletion.mark_delete_position();
+        self.cursor
+            .mark_delete_with_ranges(md, self.deletion.individually_deleted_ranges())
+            .map_err(|e| e.to_string())?;
+        self.tracker.update_mark_delete(md);
+        // Settle pending acks of every consumer for what is now deleted.
+        let deleted = |p: &Position| self.deletion.is_message_deleted(*p);
+        for c in &mut self.consumers {
+            let done: Vec<Position> = c
+                .permits
+                .pending_acks()
+                .keys()
+                .copied()
+                .filter(deleted)
+                .collect();
+            for p in done {
+                let _ = c.permits.acknowledge(p);
+            }
+        }
+        self.inflight
+            .retain(|p, _| !self.deletion.is_message_deleted(*p));
+        self.replay
+            .retain(|p, _| !self.deletion.is_message_deleted(*p));
+        self.batch_remaining
+            .retain(|p, _| !self.deletion.is_message_deleted(*p));
+        self.redelivery_count
+            .retain(|p, _| !self.deletion.is_message_deleted(*p));
+        self.batch_sizes
+            .retain(|p, _| !self.deletion.is_message_deleted(*p));
+        self.dispatch(ml);
+        Ok(())
+    }
+
+    /// Picks the consumer for an entry with `key_hash`; `None` when it has no
+    /// permits (the entry waits in replay).
+    fn pick(&mut self, key_hash: u32) -> Option<usize> {
+        let n = self.consumers.len();
+        if n == 0 {
+            return None;
+        }
+        let has = |c: &SubConsumer| c.permits.available_permits() > 0;
+        match self.sub_type {
+            1 => {
+                for i in 0..n {
+                    let idx = (self.round_robin + i) % n;
+                    if has(&self.consumers[idx]) {
+                        self.round_robin = (idx + 1) % n;
+                        return Some(idx);
+                    }
+                }
+                None
+            }
+            3 => {
+                let idx = (key_hash as usize) % n;
+                has(&self.consumers[idx]).then_some(idx)
+            }
+            _ => has(&self.consumers[0]).then_some(0),
+        }
+    }
+
+    fn key_held_elsewhere(&self, key_hash: u32, idx: usize) -> bool {
+        self.inflight.iter().any(|(p, h)| {
+            *h == key_hash
+                && self
+                    .consumers
+                    .iter()
+                    .enumerate()
+                    .any(|(j, c)| j != idx && c.permits.pending_acks().contains_key(p))
+        })
+    }
+
+    fn total_permits(&self) -> i64 {
+        self.consumers
+            .iter()
+            .map(|c| c.permits.available_permits().max(0))
+            .sum()
+    }
+
+    /// Sends what the consumers have permits for: replay first, then due
+    /// delayed entries, then new entries from the cursor.
+    pub fn dispatch(&mut self, ml: &ManagedLedger) {
+        let mut rounds = 0;
+        while self.total_permits() > 0 && rounds < 1000 {
+            rounds += 1;
+            let mut progressed = false;
+            // 1. replay
+            if !self.replay.is_empty() {
+                // Key_Shared: only entries whose consumer has permits, so
+                // entries of a stalled consumer do not starve the others.
+                let n = self.consumers.len();
+                let consumers = &self.consumers;
+                let key_shared = self.sub_type == 3;
+                let ready = |h: u32| {
+                    !key_shared || consumers[(h as usize) % n].permits.available_permits() > 0
+                };
+                let positions: Vec<Position> = self
+                    .replay
+                    .iter()
+                    .filter(|(_, h)| ready(**h))
+                    .map(|(p, _)| *p)
+                    .take(READ_BATCH)
+                    .collect();
+                for p in &positions {
+                    self.replay.remove(p);
+                }
+                progressed |= self.deliver_positions(ml, &positions, true);
+            }
+            // 2. delayed entries whose time has come
+            if self.total_permits() > 0 && self.tracker.has_message_available() {
+                match self.tracker.get_scheduled_messages(READ_BATCH) {
+                    Ok(positions) if !positions.is_empty() => {
+                        progressed |= self.deliver_positions(ml, &positions, true);
+                    }
+                    Ok(_) => {}
+                    Err(e) => tracing::error!(error = %e, "delayed tracker"),
+                }
+            }
+            // 3. new entries
+            if self.total_permits() > 0 {
+                let n = (self.total_permits() as usize).clamp(1, READ_BATCH);
+                let deletion = &self.deletion;
+                let read = self.cursor.read_entries_with_skip(n, |l, e| {
+                    deletion.is_deleted_for_read_scheduling(l, e)
+                });
+                match read {
+                    Ok(entries) if !entries.is_empty() => {
+                        let entries = self.deletion.filter_read_entries(entries, |e| e.position);
+                        progressed |= self.deliver_entries(entries, false);
+                        if self.cursor.has_more_entries() {
+                            progressed = true;
+                        }
+                    }
+                    Ok(_) => {}
+                    Err(e) => {
+                        tracing::error!(error = %e, subscription = %self.name, "cursor read failed");
+                        break;
+                    }
+                }
+            }
+            if !progressed {
+                break;
+            }
+        }
+    }
+
+    fn deliver_positions(&mut self, ml: &ManagedLedger, positions: &[Position], due: bool) -> bool {
+        let live: Vec<Position> = positions
+            .iter()
+            .copied()
+            .filter(|p| !self.deletion.is_message_deleted(*p))
+            .collect();
+        if live.is_empty() {
+            return false;
+        }
+        match ml.read_positions(&live) {
+            Ok(entries) => self.deliver_entries(entries, due),
+            Err(e) => {
+                tracing::error!(error = %e, "replay read failed");
+                for p in live {
+                    self.replay.insert(p, 0);
+                }
+                false
+            }
+        }
+    }
+
+    /// Routes entries to consumers; returns whether any was sent.
+    fn deliver_entries(&mut self, entries: Vec<Entry>, due: bool) -> bool {
+        let mut sent_any = false;
+        let now = now_ms();
+        for entry in entries {
+            let info = match entry_info(&entry.data) {
+                Ok(i) => i,
+                Err(e) => {
+                    tracing::warn!(position = %entry.position, error = %e, "entry metadata unreadable; delivering as one message");
+                    EntryInfo {
+                        batch_size: 1,
+                        key_hash: 0,
+                        deliver_at: None,
+                    }
+                }
+            };
+            let p = entry.position;
+            // Pulsar applies deliver_at_time only on Shared and Key_Shared
+            // subscriptions; Exclusive/Failover dispatch in order at once.
+            if !due && (self.sub_type == 1 || self.sub_type == 3) {
+                if let Some(t) = info.deliver_at.filter(|t| *t > now) {
+                    match self.tracker.add_message(p.ledger_id, p.entry_id, t) {
+                        Ok(_) => continue,
+                        Err(e) => {
+                            tracing::warn!(error = %e, position = %p, "delayed tracker refused; delivering now")
+                        }
+                    }
+                }
+            }
+            // A key with entries waiting in replay keeps its order: new
+            // entries of that key wait behind them.
+            let blocked = self.sub_type == 3
+                && self
+                    .replay
+                    .iter()
+                    .any(|(q, h)| *h == info.key_hash && *q < p);
+            let pick = if blocked {
+                None
+            } else {
+                self.pick(info.key_hash)
+            };
+            // Key_Shared: a key is held by one consumer at a time; when the
+            // consumer set changed, the key waits until the consumer still
+            // holding unacknowledged entries of it acknowledges them.
+            let pick = pick
+                .filter(|&idx| self.sub_type != 3 || !self.key_held_elsewhere(info.key_hash, idx));
+            let Some(idx) = pick else {
+                self.replay.insert(p, info.key_hash);
+                continue;
+            };
+            let ack_set = self.batch_remaining.get(&p).cloned().unwrap_or_default();
+            let redelivery = self.redelivery_count.get(&p).copied().unwrap_or(0);
+            let c = &mut self.consumers[idx];
+            let dispatch = c.permits.send_messages(
+                vec![BrokerEntry {
+                    position: p,
+                    batch_size: info.batch_size,
+                    ack_set,
+                }],
+                &mut AdmitAll,
+                0,
+            );
+            let Some(mut cmd) = dispatch.commands.into_iter().next() else {
+                tracing::debug!(position = %p, not_sent = ?dispatch.not_sent, "entry not sent");
+                continue;
+            };
+            let permits = u64::from(dispatch.result.total_permits());
+            cmd.consumer_epoch = Some(c.epoch);
+            cmd.redelivery_count = Some(redelivery);
+            cmd.message_id.partition = Some(-1);
+            let base = ServeCommand {
+                r#type: ty::MESSAGE,
+                message: Some(cmd),
+                ..Default::default()
+            };
+            c.debited += permits;
+            c.commands += 1;
+            c.min_available = c.min_available.min(c.permits.available_permits());
+            if let Err(e) = c.conn.send(&base, &entry.data) {
+                tracing::warn!(error = %e, consumer = ?c.key, "MESSAGE write failed; connection closes");
+            }
+            self.inflight.insert(p, info.key_hash);
+            self.batch_sizes.insert(p, info.batch_size);
+            *self.redelivery_count.entry(p).or_insert(0) += 1;
+            // The count sent is the number of earlier deliveries.
+            sent_any = true;
+        }
+        sent_any
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use pulsar_core::permits::frame::encode_entry_payload;
+    use pulsar_core::permits::wire::{MessageMetadata, SingleMessageMetadata};
+
+    #[test]
+    fn topic_names_normalise_to_persistent() {
+        assert_eq!(
+            normalize_topic("t").unwrap(),
+            "persistent://public/default/t"
+        );
+        assert_eq!(normalize_topic("a/b/c").unwrap(), "persistent://a/b/c");
+        assert!(normalize_topic("non-persistent://a/b/c").is_err());
+        assert!(normalize_topic("persistent://a//c").is_err());
+        assert!(normalize_topic("").is_err());
+    }
+
+    #[test]
+    fn entry_metadata_gives_batch_size_and_rejects_corruption() {
+        let meta = MessageMetadata {
+            producer_name: "p".into(),
+            sequence_id: 1,
+            publish_time: 2,
+            num_messages_in_batch: Some(3),
+        };
+        let one = |b: &[u8]| {
+            (
+                SingleMessageMetadata {
+                    payload_size: b.len() as i32,
+                    ..Default::default()
+                },
+                b.to_vec(),
+            )
+        };
+        let bytes = encode_entry_payload(&meta, &[one(b"a"), one(b"b"), one(b"c")]);
+        let info = entry_info(&bytes).unwrap();
+        assert_eq!(info.batch_size, 3);
+        assert_eq!(info.deliver_at, None);
+        let mut bad = bytes.clone();
+        let last = bad.len() - 1;
+        bad[last] ^= 0xff;
+        assert!(
+            entry_info(&bad).is_err(),
+            "checksum mismatch must be an error"
+        );
+    }
+}
