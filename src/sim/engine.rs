@@ -32,6 +32,7 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
 use super::checker::{DeliveryChecker, MessageRef, OrderCheck};
+use super::delayed_storage::ObservedStorage;
 use super::delayed_truth::DelayedTruth;
 use super::report::{peak_memory_kib, Activity, Report, Timing};
 use super::scheduler::{Scheduler, VirtualMs};
@@ -874,7 +875,10 @@ impl Sim<'_> {
                     .map_err(comp("snapshot storage"))?;
                 let faulty = Arc::new(FaultyStorage::new(redb));
                 self.snapshot_faults.push(Arc::clone(&faulty));
-                let storage: Arc<dyn BucketSnapshotStorage> = faulty;
+                let storage: Arc<dyn BucketSnapshotStorage> = Arc::new(ObservedStorage::new(
+                    faulty,
+                    self.delayed_truth[s].snapshot_log(),
+                ));
                 let tracker = BucketDelayedDeliveryTracker::new(
                     BucketTrackerConfig {
                         tick_time_ms: self.w.delayed_tick_ms,
@@ -894,6 +898,13 @@ impl Sim<'_> {
                 if self.sabotage_seek.is_none() {
                     tracker.update_mark_delete(deletion.mark_delete_position());
                     truth.mark_delete(deletion.mark_delete_position());
+                }
+                let cutoff = self.sched.now() + self.w.delayed_tick_ms;
+                if let Some(what) = truth.check_recovery(cutoff, |p| {
+                    tracker.contains_message(p.ledger_id, p.entry_id)
+                }) {
+                    self.checker
+                        .tracker_violation(&name, &what, self.sched.now());
                 }
                 // What recovery restored is what the tracker holds now.
                 let held: Vec<(Position, u64)> = truth
@@ -1765,6 +1776,13 @@ impl Sim<'_> {
                                     e.position.entry_id,
                                     deliver_at as i64,
                                 );
+                                for what in self.delayed_truth[s].apply_snapshot_events() {
+                                    self.checker.tracker_violation(
+                                        &sub.name,
+                                        &what,
+                                        self.sched.now(),
+                                    );
+                                }
                                 match added {
                                     Ok(true) => {
                                         self.delayed_truth[s].accepted(e.position, deliver_at)
@@ -2811,6 +2829,7 @@ impl Sim<'_> {
         let name = sub.name.clone();
         self.activity.seeks += 1;
         self.seeks_done[s] = self.checker.seek_completed(&name, mark_delete, now);
+        self.check_tracker_count(s);
         for c in 0..self.w.consumers_per_subscription as usize {
             self.resubscribe_on_new_connection(s, c)?;
         }
@@ -2913,6 +2932,10 @@ impl Sim<'_> {
         };
         let n = t.number_of_delayed_messages();
         let truth = &mut self.delayed_truth[s];
+        for what in truth.apply_snapshot_events() {
+            self.checker
+                .tracker_violation(&format!("sub-{s}"), &what, self.sched.now());
+        }
         if n != truth.len() && !truth.mismatch_reported {
             truth.mismatch_reported = true;
             let want = truth.len();
