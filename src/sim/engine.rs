@@ -276,6 +276,12 @@ enum Ev {
     Seek {
         sub: usize,
     },
+    /// Every consumer of `sub` reconnects; the dispatcher rewinds.
+    Rewind {
+        sub: usize,
+    },
+    /// The broker's clock steps forward.
+    ClockJump,
 }
 
 impl Ev {
@@ -306,6 +312,8 @@ impl Ev {
             Ev::OperatorReload => ("operator reload (pending_ack)", "OperatorReload", None),
             Ev::Recreate { sub, .. } => ("client re-creation (permits)", "Recreate", Some(*sub)),
             Ev::Seek { sub } => ("admin seek", "Seek", Some(*sub)),
+            Ev::Rewind { sub } => ("dispatcher rewind (delayed)", "Rewind", Some(*sub)),
+            Ev::ClockJump => ("broker clock (delayed)", "ClockJump", None),
         }
     }
 }
@@ -394,6 +402,9 @@ struct Sim<'a> {
     next_connection_id: u64,
     outage: Arc<AtomicBool>,
     clock: Arc<ManualClock>,
+    /// How far the broker's clock (the delayed tracker's) runs ahead of
+    /// virtual time (the producers' clock): the sum of the clock jumps.
+    broker_clock_offset_ms: u64,
     snapshot_faults: Vec<Arc<FaultyStorage<RedbSnapshotStorage>>>,
     published: u64,
     producer_seq: Vec<u64>,
@@ -499,6 +510,7 @@ pub fn run(
         next_connection_id: 1,
         outage: Arc::new(AtomicBool::new(false)),
         clock: Arc::new(ManualClock::new(0)),
+        broker_clock_offset_ms: 0,
         snapshot_faults: Vec::new(),
         published: 0,
         producer_seq: vec![0; workload.producers as usize],
@@ -780,8 +792,30 @@ impl Sim<'_> {
         let window = ticks.saturating_mul(self.w.publish_interval_ms).max(1_000);
         let restart_at =
             |i: u32| (u128::from(window) * u128::from(i + 1) / u128::from(f.restarts + 1)) as u64;
-        self.faults_pending =
-            f.restarts + f.read_outages + f.reconnects + f.seeks + f.same_connection_reconnects;
+        self.faults_pending = f.restarts
+            + f.read_outages
+            + f.reconnects
+            + f.seeks
+            + f.same_connection_reconnects
+            + f.rewinds
+            + f.clock_jumps;
+        // Clock jumps and rewinds spread over the window, 250 ms before the
+        // seeks (a seek drops what the tracker holds) and off the restarts;
+        // rewind i comes right after clock jump i, at
+        // the same instant (events at one instant run in planning order),
+        // before the dispatcher has drained what the jump made due.
+        let spread = |i: u32, n: u32| {
+            (u128::from(window) * (2 * u128::from(i) + 1) / (2 * u128::from(n.max(1)))) as u64
+        };
+        for i in 0..f.clock_jumps {
+            self.sched
+                .at(spread(i, f.clock_jumps).saturating_sub(100), Ev::ClockJump);
+        }
+        for i in 0..f.rewinds {
+            let sub = i as usize % self.w.subscriptions as usize;
+            self.sched
+                .at(spread(i, f.rewinds).saturating_sub(100), Ev::Rewind { sub });
+        }
         for _ in 0..f.same_connection_reconnects {
             let at = self.rng.random_range(0..window);
             let sub = self.rng.random_range(0..self.w.subscriptions as usize);
@@ -899,7 +933,8 @@ impl Sim<'_> {
                     tracker.update_mark_delete(deletion.mark_delete_position());
                     truth.mark_delete(deletion.mark_delete_position());
                 }
-                let cutoff = self.sched.now() + self.w.delayed_tick_ms;
+                let cutoff =
+                    self.sched.now() + self.broker_clock_offset_ms + self.w.delayed_tick_ms;
                 if let Some(what) = truth.check_recovery(cutoff, |p| {
                     tracker.contains_message(p.ledger_id, p.entry_id)
                 }) {
@@ -1274,7 +1309,7 @@ impl Sim<'_> {
         let mut steps: u64 = 0;
         let mut same_time = (0, 0u64);
         while let Some((now, ev)) = self.sched.pop() {
-            self.clock.set(now);
+            self.clock.set(now + self.broker_clock_offset_ms);
             if let Some(b) = &self.broker {
                 b.timer.advance_to(now);
             }
@@ -1357,13 +1392,15 @@ impl Sim<'_> {
             if now > deadline {
                 break;
             }
-            self.clock.set(now);
+            self.clock.set(now + self.broker_clock_offset_ms);
             match ev {
                 Ev::Publish
                 | Ev::Restart
                 | Ev::Recreate { .. }
                 | Ev::OutageStart
                 | Ev::Seek { .. }
+                | Ev::Rewind { .. }
+                | Ev::ClockJump
                 | Ev::StallCheck
                 | Ev::DelayedTick(_)
                 | Ev::Persist(_) => {}
@@ -1469,6 +1506,12 @@ impl Sim<'_> {
                 Ok(())
             }
             Ev::Seek { sub } => self.seek(sub),
+            Ev::Rewind { sub } => self.rewind(sub),
+            Ev::ClockJump => {
+                self.faults_pending = self.faults_pending.saturating_sub(1);
+                self.clock_jump();
+                Ok(())
+            }
             Ev::FlushFlows { sub, consumer } => self.flush_flows(sub, consumer),
             Ev::Persist(s) => {
                 self.persist(s)?;
@@ -1683,9 +1726,14 @@ impl Sim<'_> {
         // Sabotage only: one position the tracker schedules from below the
         // seek it was not told about skips the deletion check below.
         let mut unchecked: Option<Position> = None;
+        // As Pulsar's `readMoreEntries`: no read without permits, and the
+        // tracker is asked for at most as many messages as the consumers
+        // have permits for (the rest stay tracked until the next read).
+        let permits_now = sub.dispatcher.total_available_permits();
         if let Some(t) = &sub.delayed {
-            if t.has_message_available() {
-                match t.get_scheduled_messages(MAX_READ_ENTRIES) {
+            if permits_now > 0 && t.has_message_available() {
+                let n = (permits_now as usize).min(MAX_READ_ENTRIES);
+                match t.get_scheduled_messages(n) {
                     Ok(ps) => {
                         if let Some((_, seek_md)) = self.sabotage_seek.filter(|(ss, _)| *ss == s) {
                             if let Some(p) = ps.iter().find(|p| **p <= seek_md) {
@@ -2847,6 +2895,52 @@ impl Sim<'_> {
         }
         self.schedule_dispatch(s);
         Ok(())
+    }
+
+    /// Every consumer of subscription `s` disconnects and subscribes again on
+    /// a new connection (new incarnations; what they had pending goes back
+    /// for redelivery). The first one back finds no consumer on the
+    /// dispatcher, which (Pulsar's `addConsumer` on an empty consumer set)
+    /// rewinds the cursor to the mark-delete and clears its redelivery set:
+    /// everything unacknowledged is read again. The bucket delayed tracker is
+    /// kept as it is, so the re-read re-adds messages it still tracks.
+    fn rewind(&mut self, s: usize) -> Result<(), SimError> {
+        let ready = self.broker.as_ref().is_some_and(|b| b.subs[s].ready);
+        if !ready {
+            self.sched.after(100, Ev::Rewind { sub: s });
+            return Ok(());
+        }
+        self.faults_pending = self.faults_pending.saturating_sub(1);
+        self.activity.rewinds += 1;
+        let name = format!("sub-{s}");
+        for c in 0..self.w.consumers_per_subscription as usize {
+            self.checker.consumer_reconnected(&name, c);
+            self.resubscribe_on_new_connection(s, c)?;
+        }
+        if let Some(b) = self.broker.as_mut() {
+            let sub = &mut b.subs[s];
+            sub.cursor.rewind();
+            sub.blocked.clear();
+            sub.redeliver.clear();
+            sub.dispatcher.take_replay();
+        }
+        tracing::debug!(sub = %name, "consumer-set rewind");
+        self.check_tracker_count(s);
+        self.schedule_dispatch(s);
+        Ok(())
+    }
+
+    /// The broker's clock steps `faults.clock_jump_ms` forward.
+    fn clock_jump(&mut self) {
+        let ms = self.w.faults.clock_jump_ms;
+        self.broker_clock_offset_ms += ms;
+        self.clock
+            .set(self.sched.now() + self.broker_clock_offset_ms);
+        self.checker.allow_early(ms);
+        self.activity.clock_jumps += 1;
+        for s in 0..self.w.subscriptions as usize {
+            self.schedule_dispatch(s);
+        }
     }
 
     /// At a restart (the first `faults.replay_read_failures` ones), each
