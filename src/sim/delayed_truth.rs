@@ -147,7 +147,7 @@ impl DelayedTruth {
                             .collect();
                         if let Some(p) = lost.first() {
                             violations.push(format!(
-                                "merged snapshot {id} lost {} index(es) it still held in source snapshots {replaces:?} (first {p}): after a restart they are never recovered",
+                                "merge lost held indexes: merged snapshot {id} lacks {} index(es) the tracker still held in its source snapshots {replaces:?} (first {p}); after a restart they are never recovered",
                                 lost.len()
                             ));
                         }
@@ -158,7 +158,7 @@ impl DelayedTruth {
                             .collect();
                         if let Some(p) = stale.first() {
                             violations.push(format!(
-                                "merged snapshot {id} persists {} index(es) it no longer holds (dispatched or acknowledged; first {p}): a restart would deliver them again",
+                                "merge persisted dispatched indexes: merged snapshot {id} persists {} index(es) the tracker no longer holds (dispatched or acknowledged; first {p}); a restart would deliver them again",
                                 stale.len()
                             ));
                         }
@@ -201,7 +201,7 @@ impl DelayedTruth {
             .collect();
         let (p, due, id) = missing.first()?;
         Some(format!(
-            "recovery did not restore {} held index(es) sealed in live snapshots (first {p}, due {due}ms, snapshot {id})",
+            "recovery lost held indexes: {} index(es) the crashed tracker held, sealed in live snapshots and not yet due, are not tracked after recovery (first {p}, due {due}ms, snapshot {id})",
             missing.len()
         ))
     }

@@ -25,7 +25,7 @@ impl Sim<'_> {
             let want = truth.len();
             self.checker.tracker_violation(
                 &format!("sub-{s}"),
-                &format!("reports {n} delayed messages, holds {want} (accepted, not yet scheduled, above the mark-delete)"),
+                &format!("count mismatch: reports {n} delayed messages, holds {want} (accepted, not yet scheduled, above the mark-delete)"),
                 self.sched.now(),
             );
         }
