@@ -217,3 +217,55 @@ impl DelayedTruth {
         self.mismatch_reported = false;
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn created(t: &DelayedTruth, id: i64, ps: &[(Position, u64)], replaces: Vec<i64>) {
+        t.snapshot_log()
+            .lock()
+            .unwrap()
+            .push(SnapshotEvent::Created {
+                id,
+                positions: ps.iter().copied().collect(),
+                replaces,
+            });
+    }
+
+    #[test]
+    fn merge_and_recovery_rules_fail_on_a_lost_or_stale_index() {
+        let (a, b, c) = (
+            (Position::new(1, 0), 100),
+            (Position::new(1, 1), 200),
+            (Position::new(2, 0), 300),
+        );
+        let mut t = DelayedTruth::default();
+        for (p, d) in [a, b, c] {
+            t.accepted(p, d);
+        }
+        created(&t, 1, &[a, b], vec![]);
+        created(&t, 2, &[c], vec![]);
+        assert!(t.apply_snapshot_events().is_empty(), "seals are not merges");
+        assert!(t.scheduled(a.0));
+        // A correct merge: what is still held, nothing dispatched.
+        created(&t, 3, &[b, c], vec![1, 2]);
+        assert!(t.apply_snapshot_events().is_empty());
+        // One that loses a held index and persists a dispatched one.
+        created(&t, 4, &[a, c], vec![3]);
+        let v = t.apply_snapshot_events();
+        assert_eq!(v.len(), 2, "{v:?}");
+        assert!(v[0].starts_with("merge lost held indexes"), "{v:?}");
+        assert!(
+            v[1].starts_with("merge persisted dispatched indexes"),
+            "{v:?}"
+        );
+        // Recovery must restore c (held, sealed in snapshot 4, due later)...
+        assert!(t.check_recovery(150, |_| true).is_none());
+        let miss = t.check_recovery(150, |p| p != c.0).unwrap();
+        assert!(miss.starts_with("recovery lost held indexes"), "{miss}");
+        // ...but not b (held, in no live snapshot) nor what is due already.
+        assert!(t.check_recovery(150, |p| p == c.0).is_none());
+        assert!(t.check_recovery(300, |_| false).is_none());
+    }
+}
