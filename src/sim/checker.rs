@@ -697,6 +697,12 @@ impl DeliveryChecker {
         self.violation(now_ms, what.to_string());
     }
 
+    /// The broker's clock jumped `ms` forward: from now on delayed messages
+    /// may come that much earlier (by the producers' clock) too.
+    pub fn allow_early(&mut self, ms: u64) {
+        self.early_tolerance_ms = self.early_tolerance_ms.saturating_add(ms);
+    }
+
     /// The delayed tracker of `sub` broke the count rule (`what` says how).
     pub fn tracker_violation(&mut self, sub: &str, what: &str, now_ms: u64) {
         self.counts.tracker_violations += 1;

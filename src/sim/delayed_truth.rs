@@ -16,9 +16,22 @@
 //! A restart drops the tracker; the recovered one is re-synchronised from
 //! [`DelayedTruth::ever_added`] through `contains_message` (what recovery
 //! restored), and its count must match that.
+//!
+//! The truth also remembers which indexes are sealed into a live bucket
+//! snapshot (from the committed creates and deletes the
+//! [`ObservedStorage`](super::delayed_storage::ObservedStorage) logs), so a
+//! restart cannot hide a loss behind the cursor's re-read:
+//!
+//! - a merge must persist exactly what the tracker still held of its
+//!   sources, and nothing it no longer holds (dispatched or acknowledged
+//!   indexes are not persisted again, or a restart replays them);
+//! - a recovery must restore every index the crashed tracker held that is
+//!   sealed in a live snapshot, above the recovered mark-delete and not yet
+//!   due (seed 000: recovery restores into the runtime index).
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use super::delayed_storage::{self, SnapshotEvent, SnapshotLog};
 use crate::position::Position;
 
 /// The truth for one subscription's tracker.
@@ -31,6 +44,10 @@ pub struct DelayedTruth {
     pub mismatch_reported: bool,
     /// An overdue message was reported (reported once).
     pub overdue_reported: bool,
+    /// Live snapshot id → the positions it persists (with delivery times).
+    persisted: BTreeMap<i64, BTreeSet<(Position, u64)>>,
+    /// Where the subscription's observed snapshot storage logs.
+    log: SnapshotLog,
 }
 
 impl DelayedTruth {
@@ -94,6 +111,101 @@ impl DelayedTruth {
         self.ever.iter().map(|(p, d)| (*p, *d))
     }
 
+    /// The log the subscription's
+    /// [`ObservedStorage`](super::delayed_storage::ObservedStorage) appends
+    /// to (the same for every broker lifetime: snapshots outlive a restart).
+    pub fn snapshot_log(&self) -> SnapshotLog {
+        SnapshotLog::clone(&self.log)
+    }
+
+    /// Applies the storage changes logged since the last call, against what
+    /// the tracker holds now (call it right after each tracker call, before
+    /// recording that call's result). Returns a description of each merge
+    /// that broke the merge rule.
+    pub fn apply_snapshot_events(&mut self) -> Vec<String> {
+        let mut violations = Vec::new();
+        for ev in delayed_storage::drain(&self.log) {
+            match ev {
+                SnapshotEvent::Created {
+                    id,
+                    positions,
+                    replaces,
+                } => {
+                    if !replaces.is_empty() {
+                        let sources: BTreeSet<Position> = replaces
+                            .iter()
+                            .filter_map(|r| self.persisted.remove(r))
+                            .flatten()
+                            .map(|(p, _)| p)
+                            .collect();
+                        let merged: BTreeSet<Position> =
+                            positions.iter().map(|(p, _)| *p).collect();
+                        let lost: Vec<Position> = sources
+                            .iter()
+                            .filter(|p| self.held.contains_key(p) && !merged.contains(p))
+                            .copied()
+                            .collect();
+                        if let Some(p) = lost.first() {
+                            violations.push(format!(
+                                "merge lost held indexes: merged snapshot {id} lacks {} index(es) the tracker still held in its source snapshots {replaces:?} (first {p}); after a restart they are never recovered",
+                                lost.len()
+                            ));
+                        }
+                        let stale: Vec<Position> = merged
+                            .iter()
+                            .filter(|p| !self.held.contains_key(p))
+                            .copied()
+                            .collect();
+                        if let Some(p) = stale.first() {
+                            violations.push(format!(
+                                "merge persisted dispatched indexes: merged snapshot {id} persists {} index(es) the tracker no longer holds (dispatched or acknowledged; first {p}); a restart would deliver them again",
+                                stale.len()
+                            ));
+                        }
+                    }
+                    self.persisted.insert(id, positions);
+                }
+                SnapshotEvent::Deleted { id } => {
+                    self.persisted.remove(&id);
+                }
+            }
+        }
+        violations
+    }
+
+    /// A new tracker recovered from the snapshots: every position the
+    /// crashed tracker held (the truth before [`resync`](Self::resync);
+    /// [`mark_delete`](Self::mark_delete) with the recovered mark-delete
+    /// first) that a live snapshot persists and that is due after `cutoff_ms`
+    /// must be tracked again (`contains`). Returns a description of the
+    /// first one missing, with how many are.
+    pub fn check_recovery(
+        &mut self,
+        cutoff_ms: u64,
+        contains: impl Fn(Position) -> bool,
+    ) -> Option<String> {
+        // Recovery's own cleanup (expired, enclosed, dangling snapshots).
+        let merge_violations = self.apply_snapshot_events();
+        debug_assert!(merge_violations.is_empty(), "recovery merges nothing");
+        let sealed: BTreeMap<Position, i64> = self
+            .persisted
+            .iter()
+            .flat_map(|(id, ps)| ps.iter().map(move |(p, _)| (*p, *id)))
+            .collect();
+        let missing: Vec<(Position, u64, i64)> = self
+            .held
+            .iter()
+            .filter(|(_, due)| **due > cutoff_ms)
+            .filter_map(|(p, due)| sealed.get(p).map(|id| (*p, *due, *id)))
+            .filter(|(p, _, _)| !contains(*p))
+            .collect();
+        let (p, due, id) = missing.first()?;
+        Some(format!(
+            "recovery lost held indexes: {} index(es) the crashed tracker held, sealed in live snapshots and not yet due, are not tracked after recovery (first {p}, due {due}ms, snapshot {id})",
+            missing.len()
+        ))
+    }
+
     /// After a restart: the recovered tracker holds exactly `held`.
     pub fn resync(&mut self, held: Vec<(Position, u64)>) {
         self.held.clear();
@@ -103,5 +215,57 @@ impl DelayedTruth {
             self.by_due.insert((d, p));
         }
         self.mismatch_reported = false;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn created(t: &DelayedTruth, id: i64, ps: &[(Position, u64)], replaces: Vec<i64>) {
+        t.snapshot_log()
+            .lock()
+            .unwrap()
+            .push(SnapshotEvent::Created {
+                id,
+                positions: ps.iter().copied().collect(),
+                replaces,
+            });
+    }
+
+    #[test]
+    fn merge_and_recovery_rules_fail_on_a_lost_or_stale_index() {
+        let (a, b, c) = (
+            (Position::new(1, 0), 100),
+            (Position::new(1, 1), 200),
+            (Position::new(2, 0), 300),
+        );
+        let mut t = DelayedTruth::default();
+        for (p, d) in [a, b, c] {
+            t.accepted(p, d);
+        }
+        created(&t, 1, &[a, b], vec![]);
+        created(&t, 2, &[c], vec![]);
+        assert!(t.apply_snapshot_events().is_empty(), "seals are not merges");
+        assert!(t.scheduled(a.0));
+        // A correct merge: what is still held, nothing dispatched.
+        created(&t, 3, &[b, c], vec![1, 2]);
+        assert!(t.apply_snapshot_events().is_empty());
+        // One that loses a held index and persists a dispatched one.
+        created(&t, 4, &[a, c], vec![3]);
+        let v = t.apply_snapshot_events();
+        assert_eq!(v.len(), 2, "{v:?}");
+        assert!(v[0].starts_with("merge lost held indexes"), "{v:?}");
+        assert!(
+            v[1].starts_with("merge persisted dispatched indexes"),
+            "{v:?}"
+        );
+        // Recovery must restore c (held, sealed in snapshot 4, due later)...
+        assert!(t.check_recovery(150, |_| true).is_none());
+        let miss = t.check_recovery(150, |p| p != c.0).unwrap();
+        assert!(miss.starts_with("recovery lost held indexes"), "{miss}");
+        // ...but not b (held, in no live snapshot) nor what is due already.
+        assert!(t.check_recovery(150, |p| p == c.0).is_none());
+        assert!(t.check_recovery(300, |_| false).is_none());
     }
 }

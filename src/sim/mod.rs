@@ -8,7 +8,9 @@
 //! - [`hint_race`]: real threads on the real cursor deletion state (the
 //!   lock-free hint and the post-I/O filter against an external oracle), the
 //!   one stage that is not single-threaded and deterministic;
-//! - [`delayed_truth`]: what the delayed tracker should hold (its count rule);
+//! - [`delayed_truth`]: what the delayed tracker should hold (its count rule,
+//!   and what its merges and recoveries must keep);
+//! - [`delayed_storage`]: the snapshot storage as the checker observes it;
 //! - [`checker`]: the independent delivery checker (loss, duplicates, order,
 //!   stalls);
 //! - [`report`]: the report (table and JSON);
@@ -19,6 +21,7 @@
 //! same report (wall-clock figures aside).
 
 pub mod checker;
+pub mod delayed_storage;
 pub mod delayed_truth;
 pub mod engine;
 pub mod hint_race;

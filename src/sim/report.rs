@@ -42,6 +42,10 @@ pub struct Activity {
     pub bucket_trims: u64,
     /// Delayed-tracker recoveries from snapshots.
     pub delayed_recoveries: u64,
+    /// Consumer-set rewinds (cursor back to the mark-delete, tracker kept).
+    pub rewinds: u64,
+    /// Forward jumps of the broker's clock.
+    pub clock_jumps: u64,
     /// Snapshot create/delete failures injected.
     pub snapshot_failures_injected: u64,
     /// Pending-ack replay attempts that failed.
@@ -147,7 +151,7 @@ impl fmt::Display for Report {
         )?;
         writeln!(f, "data dir: {} (sync: {})", self.data_dir, self.sync)?;
         writeln!(f)?;
-        let rows: [(&str, String); 32] = [
+        let rows: [(&str, String); 33] = [
             ("published", c.published.to_string()),
             ("delivered", c.delivered.to_string()),
             ("acked", c.acked.to_string()),
@@ -225,6 +229,10 @@ impl fmt::Display for Report {
                     "{} / {} / {} / {}",
                     a.bucket_seals, a.bucket_merges, a.bucket_trims, a.delayed_recoveries
                 ),
+            ),
+            (
+                "consumer-set rewinds / broker clock jumps",
+                format!("{} / {}", a.rewinds, a.clock_jumps),
             ),
             (
                 "replay read failures after read-ahead / completing / gave up, reloads",

@@ -88,6 +88,26 @@ pub struct Faults {
     /// id right after its application returned permits whose Flow is still
     /// queued; that Flow must not credit the new incarnation.
     pub same_connection_reconnects: u32,
+    /// Consumer-set rewinds: every consumer of one subscription disconnects
+    /// and subscribes again; the first to come back finds the dispatcher
+    /// without consumers, so it rewinds the cursor to the mark-delete (Pulsar
+    /// `PersistentDispatcherMultipleConsumers.addConsumer`) and clears its
+    /// redelivery set, while the bucket delayed tracker keeps what it holds
+    /// (Pulsar clears only the in-memory tracker). The re-read re-adds every
+    /// unacknowledged delayed message: a tracked one not yet due is a
+    /// duplicate add, a tracked one already due is an expired re-add. Each
+    /// rewind is planned right after the clock jump of the same number (same
+    /// instant), so the re-read meets messages the jump made due while still
+    /// tracked.
+    pub rewinds: u32,
+    /// Forward steps of the broker's clock (an NTP step correction or a VM
+    /// resumed after a pause), each `clock_jump_ms` long: the delayed tracker
+    /// finds many messages due at once and delivers them over several reads
+    /// (measured against the producers' clock they come up to the sum of
+    /// the jumps early, which the checker allows).
+    pub clock_jumps: u32,
+    /// Length of one clock jump, virtual ms.
+    pub clock_jump_ms: u64,
 }
 
 impl Default for Faults {
@@ -110,6 +130,9 @@ impl Default for Faults {
             admission_reject_ratio: 0.0,
             write_failure_ratio: 0.0,
             same_connection_reconnects: 0,
+            rewinds: 0,
+            clock_jumps: 0,
+            clock_jump_ms: 10_000,
         }
     }
 }
@@ -135,6 +158,9 @@ impl Faults {
             admission_reject_ratio: 0.0,
             write_failure_ratio: 0.0,
             same_connection_reconnects: 0,
+            rewinds: 0,
+            clock_jumps: 0,
+            clock_jump_ms: 10_000,
         }
     }
 }
@@ -318,6 +344,9 @@ impl Workload {
                     snapshot_create_failure_ratio: 0.05,
                     snapshot_delete_failure_ratio: 0.05,
                     seeks: 2,
+                    rewinds: 2,
+                    clock_jumps: 2,
+                    clock_jump_ms: 15_000,
                     ..Faults::default()
                 },
                 ..base
@@ -492,6 +521,13 @@ impl Workload {
             ("stall_bound_ms", self.stall_bound_ms, 24 * HOUR_MS),
             ("faults.outage_ms", self.faults.outage_ms, HOUR_MS),
             ("faults.restarts", u64::from(self.faults.restarts), 100),
+            ("faults.rewinds", u64::from(self.faults.rewinds), 100),
+            (
+                "faults.clock_jumps",
+                u64::from(self.faults.clock_jumps),
+                100,
+            ),
+            ("faults.clock_jump_ms", self.faults.clock_jump_ms, HOUR_MS),
             (
                 "faults.read_outages",
                 u64::from(self.faults.read_outages),
@@ -582,6 +618,11 @@ impl Workload {
         if failover && self.delayed_ratio > 0.0 {
             return unsupported(
                 "delayed_ratio > 0 with subscription_type = \"failover\": Pulsar delivers delayed messages only on Shared and Key_Shared subscriptions",
+            );
+        }
+        if failover && self.faults.rewinds > 0 {
+            return unsupported(
+                "faults.rewinds > 0 with subscription_type = \"failover\": the consumer-set rewind is the Shared / Key_Shared dispatcher's (PersistentDispatcherMultipleConsumers)",
             );
         }
         if !failover && self.cumulative_ack_every > 0 {

@@ -1,0 +1,211 @@
+//! Broker ack path: individual and cumulative acks into the cursor deletion
+//! state, transactional acks through the pending-ack log first, commits.
+
+use super::*;
+
+impl Sim<'_> {
+    pub(super) fn ack(
+        &mut self,
+        s: SubIdx,
+        broker_generation: u64,
+        key: ConsumerKey,
+        position: Position,
+        messages: Vec<MessageRef>,
+        txn: Option<TxnId>,
+    ) -> Result<(), SimError> {
+        let Some(b) = self.broker.as_mut() else {
+            return Ok(());
+        };
+        if b.generation != broker_generation {
+            return Ok(()); // sent to a broker that has since restarted: lost
+        }
+        let sub = &mut b.subs[s];
+        if sub.dispatcher.consumer(key).is_none() {
+            // Sent on a connection since closed: never processed (Pulsar
+            // drops a closed connection's unread frames). The message was
+            // handed back for redelivery when the consumer went away.
+            return Ok(());
+        }
+        let _ = sub.dispatcher.acknowledge(key, position);
+        let acker = sub.client_of(key).map_or(usize::MAX, |c| c.0);
+        let now = self.sched.now();
+        self.checker.ack_applied(&sub.name, acker, &messages, now);
+        if let (Some(txn), Some(h)) = (txn, &sub.pending_ack) {
+            let record =
+                PendingAckRecord::individual_ack(txn, vec![AckedPosition::whole(position)]);
+            let durable = pa_durable(&self.pa_truth[s], &record);
+            h.append(record, durable);
+            // Transactions stay open for a while (the coordinator commits
+            // later), so restarts find open ones in the pending-ack log.
+            let delay = self.rng.random_range(10..=2_000);
+            self.sched.after(
+                delay,
+                Ev::Commit {
+                    sub: s,
+                    broker_generation,
+                    txn,
+                    positions: vec![(position, messages)],
+                    cumulative: false,
+                },
+            );
+            return Ok(());
+        }
+        sub.deletion
+            .delete(&[position], b.ledger.as_ref())
+            .map_err(comp("ack"))?;
+        sub.unpersisted.extend(messages);
+        if let Some(t) = &sub.delayed {
+            if self.sabotage_seek.is_none() {
+                t.update_mark_delete(sub.deletion.mark_delete_position());
+                self.delayed_truth[s].mark_delete(sub.deletion.mark_delete_position());
+            }
+        }
+        self.check_tracker_count(s);
+        self.schedule_dispatch(s);
+        Ok(())
+    }
+
+    /// A new transaction for the next ack, with probability `txn_ack_ratio`.
+    pub(super) fn maybe_txn(&mut self) -> Option<TxnId> {
+        (self.w.txn_ack_ratio > 0.0 && self.rng.random_bool(self.w.txn_ack_ratio)).then(|| {
+            self.next_txn += 1;
+            TxnId::new(0, self.next_txn)
+        })
+    }
+
+    /// The broker applies a cumulative ack up to `position` (Failover): the
+    /// consumer's pending messages up to it are settled, then either the
+    /// pending-ack store logs it for transaction `txn` or the cursor's
+    /// mark-delete moves. As Pulsar's pending-ack handle, a transactional
+    /// cumulative ack while another transaction's cumulative ack is still
+    /// pending is rejected (a transaction conflict): nothing changes and the
+    /// client acks that range again later.
+    pub(super) fn cumulative_ack(
+        &mut self,
+        s: SubIdx,
+        broker_generation: u64,
+        key: ConsumerKey,
+        position: Position,
+        txn: Option<TxnId>,
+    ) -> Result<(), SimError> {
+        let now = self.sched.now();
+        let Some(b) = self.broker.as_mut() else {
+            return Ok(());
+        };
+        if b.generation != broker_generation {
+            return Ok(()); // sent to a broker that has since restarted: lost
+        }
+        let sub = &mut b.subs[s];
+        let Some(consumer) = sub.dispatcher.consumer(key) else {
+            return Ok(()); // sent on a connection since closed: never processed
+        };
+        if let (Some(txn), Some(_), Some(open)) = (txn, &sub.pending_ack, sub.open_cumulative_txn) {
+            if open != txn {
+                self.activity.txn_cumulative_conflicts += 1;
+                if let Some(c) = sub.client_of(key) {
+                    let client = &mut self.clients[s][c];
+                    client.cumulative_upto = client.cumulative_upto.max(Some(position));
+                    self.schedule_ack_flush(s, c);
+                }
+                return Ok(());
+            }
+        }
+        let settled: Vec<Position> = consumer
+            .pending_acks()
+            .range(..=position)
+            .map(|(p, _)| *p)
+            .collect();
+        for p in settled {
+            let _ = sub.dispatcher.acknowledge(key, p);
+        }
+        // The checker knows consumers by their stable client index.
+        let acker = sub.client_of(key).map_or(usize::MAX, |c| c.0);
+        self.checker
+            .cumulative_ack_applied(&sub.name, acker, position, now);
+        self.activity.cumulative_acks += 1;
+        if let (Some(txn), Some(h), None) = (txn, &sub.pending_ack, sub.open_cumulative_txn) {
+            self.activity.txn_cumulative_acks += 1;
+            sub.open_cumulative_txn = Some(txn);
+            let record = PendingAckRecord::cumulative_ack(txn, position);
+            let durable = pa_durable(&self.pa_truth[s], &record);
+            h.append(record, durable);
+            let delay = self.rng.random_range(10..=2_000);
+            self.sched.after(
+                delay,
+                Ev::Commit {
+                    sub: s,
+                    broker_generation,
+                    txn,
+                    positions: vec![(position, Vec::new())],
+                    cumulative: true,
+                },
+            );
+            return Ok(());
+        }
+        Self::apply_cumulative(sub, position, b.ledger.as_ref())?;
+        self.schedule_dispatch(s);
+        Ok(())
+    }
+
+    /// Moves the subscription's mark-delete to `position` (a stale
+    /// cumulative ack below it is a no-op) and remembers it for the checker
+    /// until persisted.
+    pub(super) fn apply_cumulative(
+        sub: &mut SubRt,
+        position: Position,
+        ledger: &ManagedLedger,
+    ) -> Result<(), SimError> {
+        match sub.deletion.mark_delete(position, ledger) {
+            Ok(_) | Err(DeletionError::MarkDeleteBackward { .. }) => {}
+            Err(e) => return Err(SimError::Component(format!("cumulative ack: {e}"))),
+        }
+        sub.unpersisted_cumulative = sub.unpersisted_cumulative.max(Some(position));
+        Ok(())
+    }
+
+    pub(super) fn commit(
+        &mut self,
+        s: SubIdx,
+        broker_generation: u64,
+        txn: TxnId,
+        positions: Vec<(Position, Vec<MessageRef>)>,
+        cumulative: bool,
+    ) -> Result<(), SimError> {
+        let Some(b) = self.broker.as_mut() else {
+            return Ok(());
+        };
+        if b.generation != broker_generation {
+            return Ok(()); // the transaction was aborted by the restart
+        }
+        let sub = &mut b.subs[s];
+        if cumulative {
+            if let Some(h) = &sub.pending_ack {
+                let record = PendingAckRecord::commit(txn, AckType::Cumulative);
+                let durable = pa_durable(&self.pa_truth[s], &record);
+                h.append(record, durable);
+            }
+            if sub.open_cumulative_txn == Some(txn) {
+                sub.open_cumulative_txn = None;
+            }
+            for (position, _) in positions {
+                Self::apply_cumulative(sub, position, b.ledger.as_ref())?;
+            }
+            self.schedule_dispatch(s);
+            return Ok(());
+        }
+        if let Some(h) = &sub.pending_ack {
+            let record = PendingAckRecord::commit(txn, AckType::Individual);
+            let durable = pa_durable(&self.pa_truth[s], &record);
+            h.append(record, durable);
+        }
+        let ps: Vec<Position> = positions.iter().map(|(p, _)| *p).collect();
+        sub.deletion
+            .delete(&ps, b.ledger.as_ref())
+            .map_err(comp("commit ack"))?;
+        for (_, refs) in positions {
+            sub.unpersisted.extend(refs);
+        }
+        self.schedule_dispatch(s);
+        Ok(())
+    }
+}

@@ -1,0 +1,418 @@
+//! The dispatcher: redeliveries and due delayed messages, new reads with the
+//! lock-free scheduling hint and the locked post-I/O filter, routing
+//! (Key_Shared, Failover, Shared), and sending with PIP-491 permits
+//! (admission, write completion).
+
+use super::*;
+
+pub(super) fn hash_key(key: u32) -> u32 {
+    // A fixed 32-bit mix (murmur3 finalizer) onto Key_Shared's 0..65536 ring.
+    let mut h = key;
+    h ^= h >> 16;
+    h = h.wrapping_mul(0x85eb_ca6b);
+    h ^= h >> 13;
+    h = h.wrapping_mul(0xc2b2_ae35);
+    h ^= h >> 16;
+    h % 65_536
+}
+
+impl Sim<'_> {
+    pub(super) fn dispatch(&mut self, s: SubIdx) -> Result<(), SimError> {
+        let w = self.w;
+        if self.opts.faults {
+            if let Some(f) = self.snapshot_faults.get(s.0) {
+                let create = u32::from(
+                    w.faults.snapshot_create_failure_ratio > 0.0
+                        && self.rng.random_bool(w.faults.snapshot_create_failure_ratio),
+                );
+                let delete = u32::from(
+                    w.faults.snapshot_delete_failure_ratio > 0.0
+                        && self.rng.random_bool(w.faults.snapshot_delete_failure_ratio),
+                );
+                if create + delete > 0 {
+                    self.activity.snapshot_failures_injected += u64::from(create + delete);
+                    f.arm(FaultPlan {
+                        create,
+                        read: 0,
+                        delete,
+                    });
+                }
+            }
+        }
+        let Some(b) = self.broker.as_mut() else {
+            return Ok(());
+        };
+        let sub = &mut b.subs[s];
+        sub.dispatch_scheduled = false;
+        if !sub.ready || sub.consumer_keys.is_empty() {
+            return Ok(());
+        }
+        let mut to_route: Vec<SimEntry> = Vec::new();
+        let mut read_error = false;
+        // 1. Redeliveries (removed consumers, unsent) and due delayed messages.
+        let mut replay: BTreeSet<Position> = std::mem::take(&mut sub.redeliver);
+        let mut handed_back = sub.dispatcher.take_replay();
+        if self.opts.sabotage == Some(Sabotage::DropFailoverHandover)
+            && !self.sabotage_done
+            && self.activity.active_consumer_changes > 0
+            && !handed_back.is_empty()
+        {
+            self.sabotage_done = true;
+            handed_back.clear();
+        }
+        replay.extend(handed_back);
+        // Sabotage only: one position the tracker schedules from below the
+        // seek it was not told about skips the deletion check below.
+        let mut unchecked: Option<Position> = None;
+        // As Pulsar's `readMoreEntries`: no read without permits, and the
+        // tracker is asked for at most as many messages as the consumers
+        // have permits for (the rest stay tracked until the next read).
+        let permits_now = sub.dispatcher.total_available_permits();
+        if let Some(t) = &sub.delayed {
+            if permits_now > 0 && t.has_message_available() {
+                let n = (permits_now as usize).min(MAX_READ_ENTRIES);
+                match t.get_scheduled_messages(n) {
+                    Ok(ps) => {
+                        if let Some((_, seek_md)) = self.sabotage_seek.filter(|(ss, _)| *ss == s) {
+                            if let Some(p) = ps.iter().find(|p| **p <= seek_md) {
+                                unchecked = Some(*p);
+                                self.sabotage_seek = None;
+                                self.sabotage_done = true;
+                            }
+                        }
+                        let truth = &mut self.delayed_truth[s];
+                        for p in &ps {
+                            if !truth.scheduled(*p) {
+                                self.checker.tracker_violation(
+                                    &sub.name,
+                                    &format!("scheduled {p}, which it does not hold (scheduled before, or never added)"),
+                                    self.sched.now(),
+                                );
+                            }
+                        }
+                        replay.extend(ps);
+                    }
+                    Err(e) => return Err(SimError::Component(format!("delayed: {e}"))),
+                }
+            }
+        }
+        // Never send an entry that is already out on a consumer and not yet
+        // acknowledged (a due delayed message can reach the dispatcher twice
+        // in one lifetime: from the tracker and from the cursor's re-read
+        // after a restart).
+        let pending_on_consumer = |d: &SharedDispatcher, p: &Position| {
+            d.consumers().any(|c| c.pending_acks().contains_key(p))
+        };
+        let replay: Vec<Position> = replay
+            .into_iter()
+            .filter(|p| Some(*p) == unchecked || !sub.deletion.is_message_deleted(*p))
+            .filter(|p| !pending_on_consumer(&sub.dispatcher, p))
+            .filter(|p| {
+                !sub.blocked
+                    .values()
+                    .any(|q| q.iter().any(|r| r.entry.position == *p))
+            })
+            .collect();
+        if !replay.is_empty() {
+            match b.ledger.read_positions(&replay) {
+                Ok(entries) => {
+                    for e in entries {
+                        if let Some((batch, key, _)) = Self::entry_info(&e.data) {
+                            to_route.push(SimEntry::new(e.position, batch, key, e.data));
+                        }
+                    }
+                }
+                Err(LedgerError::StorageUnavailable { .. }) => {
+                    // put them back; retry after the outage
+                    sub.redeliver.extend(replay);
+                    read_error = true;
+                }
+                Err(e) => return Err(SimError::Component(format!("replay read: {e}"))),
+            }
+        }
+        // 2. New entries, as many as the consumers have permits for.
+        let blocked: usize = sub.blocked.values().map(|q| q.len()).sum();
+        let permits = sub.dispatcher.total_available_permits();
+        if !read_error && permits > 0 && blocked < 1_000 {
+            let n = (permits as usize).clamp(1, MAX_READ_ENTRIES);
+            let deletion = &sub.deletion;
+            let mut skipped = 0u64;
+            let read = sub.cursor.read_entries_with_skip(n, |l, e| {
+                let d = deletion.is_deleted_for_read_scheduling(l, e);
+                skipped += u64::from(d);
+                d
+            });
+            self.activity.reads_skipped_by_hint += skipped;
+            match read {
+                Ok(entries) => {
+                    let before = entries.len();
+                    let entries = sub.deletion.filter_read_entries(entries, |e| e.position);
+                    self.activity.entries_filtered_after_read += (before - entries.len()) as u64;
+                    for e in entries {
+                        let Some((batch, key, deliver_at)) = Self::entry_info(&e.data) else {
+                            return Err(SimError::Component(format!(
+                                "undecodable entry at {}",
+                                e.position
+                            )));
+                        };
+                        if deliver_at > 0 {
+                            if let Some(t) = &sub.delayed {
+                                let added = t.add_message(
+                                    e.position.ledger_id,
+                                    e.position.entry_id,
+                                    deliver_at as i64,
+                                );
+                                for what in self.delayed_truth[s].apply_snapshot_events() {
+                                    self.checker.tracker_violation(
+                                        &sub.name,
+                                        &what,
+                                        self.sched.now(),
+                                    );
+                                }
+                                match added {
+                                    Ok(true) => {
+                                        self.delayed_truth[s].accepted(e.position, deliver_at)
+                                    }
+                                    Ok(false) => self.delayed_truth[s].declined(e.position),
+                                    Err(_) => {}
+                                }
+                                match added {
+                                    Ok(true) => continue, // tracked: delivered when due
+                                    Ok(false)
+                                        if pending_on_consumer(&sub.dispatcher, &e.position)
+                                            || to_route
+                                                .iter()
+                                                .any(|r| r.entry.position == e.position)
+                                            || sub.blocked.values().any(|q| {
+                                                q.iter().any(|r| r.entry.position == e.position)
+                                            }) =>
+                                    {
+                                        continue; // already on its way via the tracker
+                                    }
+                                    Ok(false) => {} // due already: dispatch now
+                                    Err(err) => {
+                                        return Err(SimError::Component(format!(
+                                            "delayed add: {err}"
+                                        )))
+                                    }
+                                }
+                            }
+                        }
+                        to_route.push(SimEntry::new(e.position, batch, key, e.data));
+                    }
+                }
+                Err(LedgerError::StorageUnavailable { .. }) => read_error = true,
+                Err(e) => return Err(SimError::Component(format!("read: {e}"))),
+            }
+        }
+        // 3. Route: Key_Shared by hash range, Shared by permits.
+        let slots: Vec<ConsumerIdx> = sub.consumer_keys.keys().copied().collect();
+        let routed = to_route.len();
+        for e in to_route {
+            let slot = match w.subscription_type {
+                SubscriptionType::KeyShared => {
+                    let h = hash_key(e.key) as usize;
+                    let n = w.consumers_per_subscription as usize;
+                    slots[(h * n / 65_536).min(slots.len() - 1)]
+                }
+                SubscriptionType::Failover => sub
+                    .failover_order
+                    .iter()
+                    .copied()
+                    .find(|c| sub.consumer_keys.contains_key(c))
+                    .unwrap_or(slots[0]),
+                SubscriptionType::Shared => {
+                    let mut best = slots[0];
+                    let mut best_permits = i64::MIN;
+                    for &c in &slots {
+                        let p = sub
+                            .dispatcher
+                            .consumer(sub.consumer_keys[&c])
+                            .map_or(i64::MIN, |x| x.available_permits());
+                        if p > best_permits {
+                            best = c;
+                            best_permits = p;
+                        }
+                    }
+                    best
+                }
+            };
+            sub.blocked.entry(slot).or_default().push_back(e);
+        }
+        // 4. Send what each consumer has permits for, in order.
+        let mut deliveries = Vec::new();
+        let mut write_failed = Vec::new();
+        for (&slot, queue) in sub.blocked.iter_mut() {
+            let Some(&key) = sub.consumer_keys.get(&slot) else {
+                continue;
+            };
+            let mut batch = Vec::new();
+            let mut budget = sub
+                .dispatcher
+                .consumer(key)
+                .map_or(0, |c| c.available_permits());
+            while budget > 0 {
+                let Some(e) = queue.pop_front() else { break };
+                budget -= i64::from(e.entry.candidate_permits());
+                batch.push(e);
+            }
+            if batch.is_empty() {
+                continue;
+            }
+            let payloads: BTreeMap<Position, Arc<Vec<u8>>> = batch
+                .iter()
+                .map(|e| (e.entry.position, Arc::clone(&e.payload)))
+                .collect();
+            let permits_before = sub
+                .dispatcher
+                .consumer(key)
+                .map_or(0, |c| c.available_permits());
+            let reject_ratio = if self.opts.faults {
+                w.faults.admission_reject_ratio
+            } else {
+                0.0
+            };
+            let rng = &mut self.rng;
+            // Pending-ack admission (conflicts, filters): with the
+            // fault on, some entries are rejected; they are neither sent nor
+            // debited and go back for replay.
+            let mut admit = |_: ConsumerKey, _: &BrokerEntry| {
+                !(reject_ratio > 0.0 && rng.random_bool(reject_ratio))
+            };
+            let d = sub
+                .dispatcher
+                .send_to_consumer(
+                    key,
+                    batch.into_iter().map(|e| e.entry).collect(),
+                    &mut admit,
+                )
+                .map_err(comp("send"))?;
+            let rejected: Vec<Position> = d
+                .not_sent
+                .iter()
+                .filter(|(_, r)| *r != crate::permits::broker::NotSentReason::AlreadyPending)
+                .map(|(p, _)| *p)
+                .collect();
+            self.activity.admission_rejections += rejected.len() as u64;
+            for p in &rejected {
+                // Replayed after later entries: exempt from the order check.
+                let batch = payloads
+                    .get(p)
+                    .and_then(|b| Self::entry_info(b))
+                    .map_or(1, |x| x.0);
+                for batch_index in 0..batch {
+                    self.checker.exempt_from_order(
+                        &sub.name,
+                        MessageRef {
+                            position: *p,
+                            batch_index,
+                        },
+                    );
+                }
+            }
+            // PIP-491: the consumer is debited exactly the P its commands carry.
+            let permits_after = sub
+                .dispatcher
+                .consumer(key)
+                .map_or(0, |c| c.available_permits());
+            let sent_p: i64 = d
+                .commands
+                .iter()
+                .map(|c| i64::from(c.message_permits.unwrap_or(0)))
+                .sum();
+            if permits_before - permits_after != sent_p {
+                self.checker.permit_violation(
+                    &sub.name,
+                    slot.0,
+                    &format!(
+                        "debited {} permits for commands carrying {sent_p} ({} entries rejected by admission)",
+                        permits_before - permits_after,
+                        rejected.len()
+                    ),
+                    self.sched.now(),
+                );
+            }
+            let write_fails = self.opts.faults
+                && d.write_id.is_some()
+                && w.faults.write_failure_ratio > 0.0
+                && self.rng.random_bool(w.faults.write_failure_ratio);
+            if let Some(id) = d.write_id {
+                let outcome = if write_fails {
+                    Err("injected asynchronous write failure".to_string())
+                } else {
+                    Ok(())
+                };
+                sub.dispatcher
+                    .on_write_complete(id, outcome)
+                    .map_err(comp("write complete"))?;
+            }
+            if write_fails {
+                // The write failed: nothing reached the client, the broker
+                // must have removed the consumer (its messages go back for
+                // redelivery) and the client reconnects.
+                self.activity.write_failure_removals += 1;
+                if sub.dispatcher.consumer(key).is_some() {
+                    self.checker.permit_violation(
+                        &sub.name,
+                        slot.0,
+                        "an asynchronous write failure left the consumer registered",
+                        self.sched.now(),
+                    );
+                } else {
+                    write_failed.push(slot);
+                }
+                continue;
+            }
+            for cmd in d.commands {
+                let pos = Position::new(
+                    cmd.message_id.ledger_id as i64,
+                    cmd.message_id.entry_id as i64,
+                );
+                deliveries.push((slot, key.connection_id, cmd, Arc::clone(&payloads[&pos])));
+            }
+        }
+        // Go on only while this pass made progress: otherwise the next Flow,
+        // ack, publish or tick schedules the dispatcher again.
+        let more = !read_error
+            && (routed > 0 || !deliveries.is_empty())
+            && sub.dispatcher.total_available_permits() > 0
+            && (sub.cursor.has_more_entries() || sub.blocked.values().any(|q| !q.is_empty()));
+        let retry_after_error = read_error;
+        let seeks_before_dispatch = self.seeks_done[s];
+        for slot in write_failed {
+            self.faults_pending += 1;
+            self.sched.after(
+                NET_MS,
+                Ev::Reconnect {
+                    sub: s,
+                    consumer: slot,
+                },
+            );
+        }
+        for (slot, connection_id, command, payload) in deliveries {
+            let incarnation = self.clients[s][slot].consumer.state().incarnation();
+            self.sched.after(
+                NET_MS,
+                Ev::Deliver {
+                    sub: s,
+                    consumer: slot,
+                    connection_id,
+                    incarnation,
+                    command,
+                    payload,
+                    seeks_before_dispatch,
+                },
+            );
+        }
+        if retry_after_error {
+            self.sched.after(100, Ev::Dispatch(s));
+            if let Some(b) = self.broker.as_mut() {
+                b.subs[s].dispatch_scheduled = true;
+            }
+        } else if more {
+            self.schedule_dispatch(s);
+        }
+        self.check_tracker_count(s);
+        Ok(())
+    }
+}

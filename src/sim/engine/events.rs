@@ -1,0 +1,120 @@
+//! The events the scheduler runs, and the label each gives the watchdogs.
+
+use super::*;
+
+#[derive(Debug)]
+pub(super) enum Ev {
+    Publish,
+    Dispatch(SubIdx),
+    Deliver {
+        sub: SubIdx,
+        consumer: ConsumerIdx,
+        /// The connection the broker wrote the command to.
+        connection_id: u64,
+        /// The client incarnation registered when the broker wrote it (a
+        /// consumer re-created on the same connection drops frames of its
+        /// closed predecessor: the connection is ordered).
+        incarnation: crate::permits::client::Incarnation,
+        command: CommandMessage,
+        payload: Arc<Vec<u8>>,
+        /// Seeks completed on the subscription when the broker dispatched it.
+        seeks_before_dispatch: u32,
+    },
+    AppPoll {
+        sub: SubIdx,
+        consumer: ConsumerIdx,
+    },
+    Ack {
+        sub: SubIdx,
+        /// The client incarnation that sent it (a consumer re-created on
+        /// the same connection keeps its key).
+        incarnation: crate::permits::client::Incarnation,
+        broker_generation: u64,
+        key: ConsumerKey,
+        position: Position,
+        messages: Vec<MessageRef>,
+        txn: Option<TxnId>,
+        /// A cumulative ack up to `position` (Failover).
+        cumulative: bool,
+    },
+    Commit {
+        sub: SubIdx,
+        broker_generation: u64,
+        txn: TxnId,
+        positions: Vec<(Position, Vec<MessageRef>)>,
+        /// The transaction's ack is cumulative (up to its one position).
+        cumulative: bool,
+    },
+    /// A Failover consumer sends its pending cumulative ack (ack grouping).
+    AckFlush {
+        sub: SubIdx,
+        consumer: ConsumerIdx,
+    },
+    FlushFlows {
+        sub: SubIdx,
+        consumer: ConsumerIdx,
+    },
+    Persist(SubIdx),
+    DelayedTick(SubIdx),
+    ReplayTimers,
+    Restart,
+    Reconnect {
+        sub: SubIdx,
+        consumer: ConsumerIdx,
+    },
+    OutageStart,
+    OutageEnd,
+    StallCheck,
+    /// Consumer `consumer` of `sub` is re-created on the same connection.
+    Recreate {
+        sub: SubIdx,
+        consumer: ConsumerIdx,
+    },
+    /// The operator turns the pending-ack logs' auto-skip on and reloads
+    /// the topic (after a replay gave up on non-recoverable data).
+    OperatorReload,
+    /// Admin seek of subscription `sub` forward to its read position.
+    Seek {
+        sub: SubIdx,
+    },
+    /// Every consumer of `sub` reconnects; the dispatcher rewinds.
+    Rewind {
+        sub: SubIdx,
+    },
+    /// The broker's clock steps forward.
+    ClockJump,
+}
+
+impl Ev {
+    /// The component an event runs in, its name and subscription (for the
+    /// watchdogs' livelock report).
+    pub(super) fn label(&self) -> (&'static str, &'static str, Option<usize>) {
+        match self {
+            Ev::Publish => ("producer", "Publish", None),
+            Ev::Dispatch(s) => (
+                "dispatcher (cursor, permits, delayed)",
+                "Dispatch",
+                Some(s.0),
+            ),
+            Ev::Deliver { sub, .. } => ("client (permits)", "Deliver", Some(sub.0)),
+            Ev::AppPoll { sub, .. } => ("client (permits)", "AppPoll", Some(sub.0)),
+            Ev::Ack { sub, .. } => ("broker ack path (cursor, pending_ack)", "Ack", Some(sub.0)),
+            Ev::Commit { sub, .. } => ("broker ack path (pending_ack)", "Commit", Some(sub.0)),
+            Ev::AckFlush { sub, .. } => ("client (acks)", "AckFlush", Some(sub.0)),
+            Ev::FlushFlows { sub, .. } => ("client (flows)", "FlushFlows", Some(sub.0)),
+            Ev::Persist(s) => ("cursor persistence", "Persist", Some(s.0)),
+            Ev::DelayedTick(s) => ("delayed", "DelayedTick", Some(s.0)),
+            Ev::ReplayTimers => ("pending_ack replay", "ReplayTimers", None),
+            Ev::Restart => ("broker restart (recovery)", "Restart", None),
+            Ev::Reconnect { sub, .. } => ("client reconnect", "Reconnect", Some(sub.0)),
+            Ev::OutageStart => ("storage", "OutageStart", None),
+            Ev::OutageEnd => ("storage", "OutageEnd", None),
+            Ev::StallCheck => ("checker", "StallCheck", None),
+            Ev::OperatorReload => ("operator reload (pending_ack)", "OperatorReload", None),
+            Ev::Recreate { sub, .. } => ("client re-creation (permits)", "Recreate", Some(sub.0)),
+            Ev::Seek { sub } => ("admin seek", "Seek", Some(sub.0)),
+            Ev::Rewind { sub } => ("dispatcher rewind (delayed)", "Rewind", Some(sub.0)),
+            Ev::ClockJump => ("broker clock (delayed)", "ClockJump", None),
+        }
+    }
+}

@@ -1,0 +1,828 @@
+//! The broker-in-a-box: one topic on the durable store, its subscriptions,
+//! consumers and clients, driven by the discrete-event [`Scheduler`] on
+//! virtual time. Every step goes through the crate's real components:
+//!
+//! - producers append batch entries to the topic's [`ManagedLedger`] on the
+//!   redb store;
+//! - each subscription's dispatcher schedules reads with
+//!   [`CursorDeletionState::is_deleted_for_read_scheduling`] (through
+//!   [`ManagedCursor::read_entries_with_skip`]) and filters with the locked
+//!   [`CursorDeletionState::filter_read_entries`];
+//! - delayed messages go through the [`BucketDelayedDeliveryTracker`] with
+//!   snapshots in the same redb file;
+//! - deliveries carry `message_permits` from the broker side
+//!   ([`SharedDispatcher`]) and clients account with [`ClientConsumer`];
+//! - acknowledgements go into the cursor deletion state (individual acks,
+//!   and on Failover cumulative acks through its mark-delete path) and, for
+//!   transactions, through the [`PendingAckHandle`]'s log first;
+//! - an admin seek resets a subscription's [`ManagedCursor`] and
+//!   [`CursorDeletionState`] forward (Pulsar's reset cursor), reconnects its
+//!   consumers and gives the delayed tracker the new mark-delete, so its
+//!   trim path runs;
+//! - a restart drops everything in memory and recovers cursor, delayed
+//!   tracker and pending-ack state (replay included) from the store.
+//!
+//! Layout: this file holds the run's state (`Sim`), the event loop and the
+//! event handler; `broker` (open, recover, publish, persist), `dispatch`
+//! (the dispatcher's phases), `acks` (the broker's ack path), `client`
+//! (deliveries, polls, Flow), `replay` (pending-ack replay and its rules),
+//! `faults` (plan, outage, restart, reconnect, re-creation, seek),
+//! `checks` (tracker count, overdue, stalls), `events` and `ids`
+//! (subscription and consumer indexes).
+
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use prost::Message as _;
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+
+use super::checker::{DeliveryChecker, MessageRef, OrderCheck};
+use super::delayed_storage::ObservedStorage;
+use super::delayed_truth::DelayedTruth;
+use super::report::{peak_memory_kib, Activity, Report, Timing};
+use super::scheduler::{Scheduler, VirtualMs};
+use super::watchdog::{HangGuard, Heartbeat, Watchdog};
+use super::workload::{SubscriptionType, Workload};
+use crate::cursor::{CursorDeletionState, DeletionError};
+use crate::delayed::{
+    BucketDelayedDeliveryTracker, BucketSnapshotStorage, BucketTrackerConfig, FaultPlan,
+    FaultyStorage, ManualClock, RecoveryPolicy, RedbSnapshotStorage,
+};
+use crate::ledger::{
+    LedgerConfig, LedgerError, LedgerStore, ManagedCursor, ManagedLedger, ReadFailureKind,
+    RedbStore, SyncMode,
+};
+use crate::pending_ack::{
+    AckType, AckedPosition, ExecutorMode, HandleConfig, HandleState, InlineReads, PendingAckHandle,
+    PendingAckRecord, ReplayExecutorPool, TxnId, VirtualTimer,
+};
+use crate::permits::broker::BrokerEntry;
+use crate::permits::client::{encode_entry_payload, ClientConnection, ClientConsumer, ClientFrame};
+use crate::permits::wire::{CommandMessage, MessageMetadata, SingleMessageMetadata};
+use crate::permits::{ConsumerKey, SharedDispatcher};
+use crate::position::Position;
+
+mod acks;
+mod broker;
+mod checks;
+mod client;
+mod delayed_faults;
+mod dispatch;
+mod events;
+mod faults;
+mod ids;
+mod replay;
+
+use events::Ev;
+use faults::install_outage;
+use ids::{ConsumerIdx, SubIdx};
+use replay::{install_read_faults, pa_durable, PaTruth, ReplayReadPlan, SharedPaTruth};
+
+/// An entry on its way to a consumer: the permit view, its key and bytes.
+#[derive(Debug, Clone)]
+struct SimEntry {
+    entry: BrokerEntry,
+    key: u32,
+    payload: Arc<Vec<u8>>,
+}
+
+impl SimEntry {
+    fn new(position: Position, batch_size: u32, key: u32, payload: Vec<u8>) -> Self {
+        Self {
+            entry: BrokerEntry {
+                position,
+                batch_size,
+                ack_set: Vec::new(),
+            },
+            key,
+            payload: Arc::new(payload),
+        }
+    }
+}
+
+const TOPIC: &str = "persistent://public/default/sim";
+const PENDING_ACK_CURSOR: &str = "__pending_ack_state";
+/// Network latency between broker and client, virtual ms.
+const NET_MS: VirtualMs = 1;
+/// Largest read a dispatcher issues, entries.
+const MAX_READ_ENTRIES: usize = 100;
+/// Mark-delete persistence interval, virtual ms.
+const PERSIST_INTERVAL_MS: VirtualMs = 200;
+/// Application poll interval, virtual ms.
+const APP_POLL_MS: VirtualMs = 2;
+/// Messages an application processes per poll.
+const APP_BATCH: usize = 64;
+/// Failover with cumulative acks: a consumer with received but not yet
+/// acknowledged messages sends its cumulative ack at the latest this long
+/// after its last poll (the client's ack grouping time), virtual ms.
+const ACK_GROUP_MS: VirtualMs = 100;
+/// A pending-ack replay not complete this long after the broker started
+/// it (outages aside) is a violation, virtual ms (the retry backoff is at
+/// most 60 s).
+const REPLAY_BOUND_MS: VirtualMs = 150_000;
+/// A run that has not drained after this much virtual time stops (what is
+/// left is reported as lost).
+const VIRTUAL_TIME_LIMIT_MS: VirtualMs = 6 * 60 * 60 * 1000;
+
+/// A deliberate defect for checking that the checker catches it (used by the
+/// self-test; never enabled by the CLI).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Sabotage {
+    /// The client silently drops one message (never delivered, never acked).
+    DropOneDelivery,
+    /// The client hands one message to the application twice.
+    DeliverOneTwice,
+    /// The client returns one permit too few once.
+    ReturnOnePermitTooFew,
+    /// The client stops returning permits altogether (the broker runs dry
+    /// while the client's queue is empty: a stall).
+    StopReturningPermits,
+    /// At the first seek on a subscription with a delayed tracker, the
+    /// tracker is not given the new mark-delete (nothing is trimmed, its
+    /// indexes below the seek stay tracked) and the first position it then
+    /// schedules from below the seek is dispatched without the cursor's
+    /// deletion check (a tracker that keeps delivering trimmed indexes).
+    DeliverOneTrimmedMessage,
+    /// A Failover consumer's first cumulative ack for which a next entry
+    /// exists goes one entry past the last one the application received (it
+    /// acknowledges a message it was never given).
+    CumulativeAckOnePastReceived,
+    /// After the first Failover active-consumer change, the first non-empty
+    /// set of messages the dispatcher hands back from a removed consumer
+    /// (the old active consumer's unacknowledged, delivered messages) is
+    /// dropped instead of redelivered to the new active one.
+    DropFailoverHandover,
+}
+
+/// Options of one run besides the workload.
+#[derive(Debug, Clone)]
+pub struct SimOptions {
+    /// RNG seed: same seed (and workload), same report.
+    pub seed: u64,
+    /// Directory of the redb store.
+    pub data_dir: PathBuf,
+    /// Inject the workload's faults (restarts, outages, …).
+    pub faults: bool,
+    /// Self-test defect, if any.
+    pub sabotage: Option<Sabotage>,
+    /// How the store commits ([`SyncMode::Immediate`]: fsync every commit).
+    /// A simulated restart closes the store cleanly, which makes deferred
+    /// commits durable too, so both modes give the same report; only
+    /// `Immediate` would survive a real crash or power loss.
+    pub sync: SyncMode,
+    /// Livelock and wall-clock watchdogs.
+    pub watchdog: Watchdog,
+}
+
+impl SimOptions {
+    /// Options for a run with `seed` on `data_dir`: faults on, no sabotage,
+    /// default watchdogs (no process exit on a hang).
+    pub fn new(seed: u64, data_dir: PathBuf) -> Self {
+        Self {
+            seed,
+            data_dir,
+            faults: true,
+            sabotage: None,
+            sync: SyncMode::Immediate,
+            watchdog: Watchdog::default(),
+        }
+    }
+}
+
+/// Why a run could not be carried out (not a violation: a violation is in
+/// the report).
+#[derive(Debug, thiserror::Error)]
+pub enum SimError {
+    /// The data directory cannot be created or written.
+    #[error("data dir {path}: {reason}")]
+    DataDir {
+        /// The directory.
+        path: String,
+        /// What failed.
+        reason: String,
+    },
+    /// The store or a component failed in a way the run cannot continue from.
+    #[error("simulation aborted: {0}")]
+    Component(String),
+}
+
+fn comp<E: std::fmt::Display>(what: &'static str) -> impl Fn(E) -> SimError {
+    move |e| SimError::Component(format!("{what}: {e}"))
+}
+
+/// The application payload of one message: who published it, its key and
+/// when it may be delivered.
+#[derive(Clone, PartialEq, prost::Message)]
+struct SimPayload {
+    #[prost(uint32, tag = "1")]
+    producer: u32,
+    #[prost(uint32, tag = "2")]
+    key: u32,
+    #[prost(uint64, tag = "3")]
+    deliver_at_ms: u64,
+}
+
+/// Broker-side state of one subscription (dropped on restart).
+struct SubRt {
+    name: String,
+    cursor: ManagedCursor,
+    deletion: CursorDeletionState,
+    dispatcher: SharedDispatcher,
+    delayed: Option<BucketDelayedDeliveryTracker>,
+    pending_ack: Option<PendingAckHandle>,
+    pending_ack_cursor: Option<Arc<ManagedCursor>>,
+    /// Key_Shared: entries routed to a consumer without permits, in order.
+    blocked: BTreeMap<ConsumerIdx, VecDeque<SimEntry>>,
+    /// Positions to redeliver that the dispatcher's own replay set does not
+    /// hold (read failed during an outage, corrupted on the client).
+    redeliver: BTreeSet<Position>,
+    /// Consumer slot → broker consumer key.
+    consumer_keys: BTreeMap<ConsumerIdx, ConsumerKey>,
+    /// Acks applied in memory, not yet persisted: acknowledged (for the
+    /// checker) once the mark-delete + ranges reach the store.
+    unpersisted: Vec<MessageRef>,
+    /// Highest cumulative ack applied in memory, not yet persisted.
+    unpersisted_cumulative: Option<Position>,
+    /// Failover: consumer slots in subscribe order; the first is active.
+    failover_order: Vec<ConsumerIdx>,
+    /// The transaction holding the pending cumulative ack, if any (Pulsar
+    /// allows one at a time per subscription).
+    open_cumulative_txn: Option<TxnId>,
+    dispatch_scheduled: bool,
+    ready: bool,
+}
+
+impl SubRt {
+    /// The client index (the checker's stable consumer id) of the broker
+    /// consumer `key`, if it is still connected.
+    fn client_of(&self, key: ConsumerKey) -> Option<ConsumerIdx> {
+        self.consumer_keys
+            .iter()
+            .find(|(_, k)| **k == key)
+            .map(|(c, _)| *c)
+    }
+}
+
+struct Broker {
+    generation: u64,
+    ledger: Arc<ManagedLedger>,
+    subs: Vec<SubRt>,
+    pool: Arc<ReplayExecutorPool>,
+    timer: Arc<VirtualTimer>,
+}
+
+/// Client side of one consumer (survives broker restarts; reconnects).
+struct ClientRt {
+    connection: crate::sync::Arc<ClientConnection>,
+    consumer: ClientConsumer,
+    /// Messages of the entry being processed: position → (remaining, refs).
+    in_progress: BTreeMap<Position, (u32, Vec<MessageRef>)>,
+    last_delivery_ms: VirtualMs,
+    /// Since when this consumer has had backlog and free receiver queue
+    /// without a delivery (the stall clock), if it has.
+    stall_since: Option<VirtualMs>,
+    poll_scheduled: bool,
+    /// Entry → seeks completed on the subscription when the broker
+    /// dispatched it (kept only once a seek happened; absent = 0).
+    dispatch_seeks: BTreeMap<Position, u32>,
+    /// Cumulative acks: messages received since the last one.
+    since_cumulative: u32,
+    /// Cumulative acks: the last entry received completely.
+    cumulative_upto: Option<Position>,
+    ack_flush_scheduled: bool,
+    /// A same-connection re-creation waits for the next poll.
+    recreate_pending: bool,
+}
+
+struct Sim<'a> {
+    w: &'a Workload,
+    opts: &'a SimOptions,
+    rng: ChaCha8Rng,
+    sched: Scheduler<Ev>,
+    checker: DeliveryChecker,
+    activity: Activity,
+    broker: Option<Broker>,
+    clients: Vec<Vec<ClientRt>>,
+    next_connection_id: u64,
+    outage: Arc<AtomicBool>,
+    clock: Arc<ManualClock>,
+    /// How far the broker's clock (the delayed tracker's) runs ahead of
+    /// virtual time (the producers' clock): the sum of the clock jumps.
+    broker_clock_offset_ms: u64,
+    snapshot_faults: Vec<Arc<FaultyStorage<RedbSnapshotStorage>>>,
+    published: u64,
+    producer_seq: Vec<u64>,
+    next_txn: u64,
+    sabotage_done: bool,
+    /// [`Sabotage::DeliverOneTrimmedMessage`] armed: (subscription, the
+    /// seek's mark-delete).
+    sabotage_seek: Option<(SubIdx, Position)>,
+    /// Per subscription: seeks completed (stamped on every dispatch).
+    seeks_done: Vec<u32>,
+    /// Fault events (restart, reconnect, outage end) still to come: a run
+    /// does not end before its faults happened.
+    faults_pending: u32,
+    /// Virtual time at which the workload finished (everything published,
+    /// planned faults run, every message acknowledged) or the time limit
+    /// stopped it; the drain that follows does not count.
+    finished_at: VirtualMs,
+    acked_at_last_check: Vec<u64>,
+    progress: Option<&'a dyn Fn(u64, u64)>,
+    heartbeat: Arc<Heartbeat>,
+    started: std::time::Instant,
+    /// Per subscription: what its delayed tracker should hold.
+    delayed_truth: Vec<DelayedTruth>,
+    /// Per subscription: pending-ack records known durable.
+    pa_truth: Vec<SharedPaTruth>,
+    /// Per subscription: what the replay in progress must find (and
+    /// whether fewer is allowed: a ledger was lost).
+    pa_expected: Vec<Option<(PaTruth, bool)>>,
+    /// Per subscription: since when its pending-ack handle is not ready.
+    pa_not_ready_since: Vec<Option<VirtualMs>>,
+    /// Per subscription: its handle's Error state was handled this lifetime.
+    pa_error_seen: Vec<bool>,
+    /// Per subscription: injected replay read failures.
+    replay_plans: Vec<Arc<std::sync::Mutex<ReplayReadPlan>>>,
+    /// Per subscription: a pending-ack ledger was lost since its last replay.
+    pa_ledger_lost: Vec<bool>,
+    /// The operator turned auto-skip on.
+    operator_auto_skip: bool,
+    operator_reload_planned: bool,
+    /// Per subscription: a replay-bound violation was reported.
+    replay_bound_reported: Vec<bool>,
+}
+
+/// Runs `workload` with `opts` and returns the report.
+///
+/// `progress(done, total)` is called now and then with acknowledged and
+/// expected acknowledgements (for a progress bar).
+///
+/// # Errors
+/// [`SimError`] if the data dir is unusable or a component fails in a way
+/// the run cannot continue from (violations are reported, not errors).
+///
+/// ```
+/// use pulsar_core::ledger::SyncMode;
+/// use pulsar_core::sim::{run, SimOptions, Workload};
+///
+/// let dir = tempfile::tempdir()?;
+/// let mut workload = Workload::resolve("permit-churn")?;
+/// workload.messages = 200;
+/// let opts = SimOptions {
+///     sync: SyncMode::Deferred,
+///     ..SimOptions::new(7, dir.path().join("data"))
+/// };
+/// let report = run(&workload, &opts, None)?;
+/// assert!(report.is_clean(), "{report}");
+/// assert_eq!(report.counts.published, 200);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub fn run(
+    workload: &Workload,
+    opts: &SimOptions,
+    progress: Option<&dyn Fn(u64, u64)>,
+) -> Result<Report, SimError> {
+    workload
+        .validate()
+        .map_err(|e| SimError::Component(e.to_string()))?;
+    std::fs::create_dir_all(&opts.data_dir).map_err(|e| SimError::DataDir {
+        path: opts.data_dir.display().to_string(),
+        reason: e.to_string(),
+    })?;
+    let started = std::time::Instant::now();
+    let subs: Vec<String> = (0..workload.subscriptions)
+        .map(|i| format!("sub-{i}"))
+        .collect();
+    let tolerance = workload.delayed_tick_ms;
+    let mut sim = Sim {
+        w: workload,
+        opts,
+        rng: ChaCha8Rng::seed_from_u64(opts.seed),
+        sched: Scheduler::new(),
+        checker: DeliveryChecker::new(
+            subs,
+            tolerance,
+            match workload.subscription_type {
+                SubscriptionType::KeyShared => OrderCheck::PerKey,
+                SubscriptionType::Failover => OrderCheck::Total,
+                SubscriptionType::Shared => OrderCheck::None,
+            },
+        ),
+        activity: Activity::default(),
+        broker: None,
+        clients: Vec::new(),
+        next_connection_id: 1,
+        outage: Arc::new(AtomicBool::new(false)),
+        clock: Arc::new(ManualClock::new(0)),
+        broker_clock_offset_ms: 0,
+        snapshot_faults: Vec::new(),
+        published: 0,
+        producer_seq: vec![0; workload.producers as usize],
+        next_txn: 1,
+        sabotage_done: false,
+        sabotage_seek: None,
+        seeks_done: vec![0; workload.subscriptions as usize],
+        faults_pending: 0,
+        finished_at: 0,
+        acked_at_last_check: vec![0; workload.subscriptions as usize],
+        progress,
+        heartbeat: Arc::new(Heartbeat::default()),
+        started,
+        delayed_truth: (0..workload.subscriptions)
+            .map(|_| DelayedTruth::default())
+            .collect(),
+        pa_truth: (0..workload.subscriptions)
+            .map(|_| SharedPaTruth::default())
+            .collect(),
+        pa_expected: vec![None; workload.subscriptions as usize],
+        pa_not_ready_since: vec![None; workload.subscriptions as usize],
+        pa_error_seen: vec![false; workload.subscriptions as usize],
+        replay_plans: (0..workload.subscriptions)
+            .map(|_| Arc::default())
+            .collect(),
+        pa_ledger_lost: vec![false; workload.subscriptions as usize],
+        operator_auto_skip: false,
+        operator_reload_planned: false,
+        replay_bound_reported: vec![false; workload.subscriptions as usize],
+    };
+    sim.checker.set_late_bound(workload.delayed_late_bound());
+    let _hang_guard = HangGuard::start(
+        Arc::clone(&sim.heartbeat),
+        opts.watchdog.exit_on_hang,
+        format!(
+            "pulsar-core simulate: workload {}, seed {}",
+            workload.name, opts.seed
+        ),
+    );
+    sim.start()?;
+    sim.event_loop()?;
+    let virtual_ms = sim.sched.now();
+    let finished_at = sim.finished_at;
+    let unpublished = workload.messages.saturating_sub(sim.published);
+    let faults_not_run = u64::from(sim.faults_pending);
+    sim.checker
+        .unfinished(unpublished, faults_not_run, virtual_ms);
+    let (counts, first_violation) = sim.checker.finish(virtual_ms);
+    let hint_race = (opts.faults && workload.faults.hint_race)
+        .then(|| super::hint_race::run(&super::hint_race::HintRaceConfig::default()));
+    let hint_race_violations = hint_race.as_ref().map_or(0, |h| h.violations());
+    let first_violation =
+        first_violation.or_else(|| hint_race.as_ref().and_then(|h| h.first_violation.clone()));
+    let wall_ms = started.elapsed().as_millis() as u64;
+    let deliveries_per_sec = if wall_ms == 0 {
+        counts.delivered as f64
+    } else {
+        counts.delivered as f64 * 1000.0 / wall_ms as f64
+    };
+    Ok(Report {
+        workload: workload.name.clone(),
+        seed: opts.seed,
+        data_dir: opts.data_dir.display().to_string(),
+        sync: opts.sync.to_string(),
+        virtual_ms: finished_at,
+        violations: counts.violations() + hint_race_violations,
+        counts,
+        activity: sim.activity,
+        first_violation,
+        timing: Timing {
+            wall_ms,
+            deliveries_per_sec,
+            peak_memory_kib: peak_memory_kib(),
+            hint_race,
+        },
+    })
+}
+
+impl Sim<'_> {
+    fn store_path(&self) -> PathBuf {
+        self.opts.data_dir.join("pulsar-core.redb")
+    }
+
+    fn start(&mut self) -> Result<(), SimError> {
+        self.open_broker()?;
+        // Clients subscribe.
+        for s in SubIdx::all(self.w.subscriptions) {
+            let mut row = Vec::new();
+            for c in ConsumerIdx::all(self.w.consumers_per_subscription) {
+                let connection =
+                    crate::sync::Arc::new(ClientConnection::new(self.next_connection_id));
+                self.next_connection_id += 1;
+                let consumer = ClientConsumer::subscribe(
+                    crate::sync::Arc::clone(&connection),
+                    c.0 as u64,
+                    self.w.receiver_queue_size,
+                )
+                .map_err(comp("subscribe"))?;
+                row.push(ClientRt {
+                    connection,
+                    consumer,
+                    in_progress: BTreeMap::new(),
+                    last_delivery_ms: 0,
+                    stall_since: None,
+                    poll_scheduled: false,
+                    dispatch_seeks: BTreeMap::new(),
+                    since_cumulative: 0,
+                    cumulative_upto: None,
+                    ack_flush_scheduled: false,
+                    recreate_pending: false,
+                });
+            }
+            self.clients.push(row);
+            for c in ConsumerIdx::all(self.w.consumers_per_subscription) {
+                self.connect_consumer(s, c)?;
+            }
+        }
+        self.sched.after(0, Ev::Publish);
+        for s in SubIdx::all(self.w.subscriptions) {
+            self.sched.after(PERSIST_INTERVAL_MS, Ev::Persist(s));
+            if self.w.delayed_ratio > 0.0 {
+                self.sched.after(self.w.delayed_tick_ms, Ev::DelayedTick(s));
+            }
+        }
+        self.sched
+            .after(self.stall_check_interval(), Ev::StallCheck);
+        if self.opts.faults {
+            self.plan_faults();
+        }
+        Ok(())
+    }
+
+    fn event_loop(&mut self) -> Result<(), SimError> {
+        let expected = self.w.messages * u64::from(self.w.subscriptions);
+        let mut steps: u64 = 0;
+        let mut same_time = (0, 0u64);
+        while let Some((now, ev)) = self.sched.pop() {
+            self.clock.set(now + self.broker_clock_offset_ms);
+            if let Some(b) = &self.broker {
+                b.timer.advance_to(now);
+            }
+            let (component, label, sub) = ev.label();
+            self.heartbeat.begin(now, component, label, sub);
+            self.handle(ev)?;
+            self.heartbeat.end();
+            steps += 1;
+            if same_time.0 == now {
+                same_time.1 += 1;
+                if same_time.1 > self.opts.watchdog.same_time_events {
+                    let (component, recent) = self.heartbeat.describe();
+                    self.checker.livelock(
+                        &format!(
+                            "livelock at t={now}ms in {component}: virtual time did not advance for {} events; last events: {recent}",
+                            same_time.1
+                        ),
+                        now,
+                    );
+                    break;
+                }
+            } else {
+                same_time = (now, 1);
+            }
+            if steps.is_multiple_of(1024) {
+                if let Some(limit) = self.opts.watchdog.wall_limit {
+                    if self.started.elapsed() > limit {
+                        let (component, recent) = self.heartbeat.describe();
+                        self.checker.livelock(
+                            &format!(
+                                "wall-clock limit of {:.1}s exceeded at t={now}ms in {component}; last events: {recent}",
+                                limit.as_secs_f64()
+                            ),
+                            now,
+                        );
+                        break;
+                    }
+                }
+            }
+            if steps.is_multiple_of(4096) {
+                if let Some(p) = self.progress {
+                    p(self.checker_acked(), expected);
+                }
+            }
+            if self.published >= self.w.messages
+                && self.faults_pending == 0
+                && self.checker.all_acked()
+            {
+                break;
+            }
+            if now > VIRTUAL_TIME_LIMIT_MS {
+                break;
+            }
+        }
+        self.finished_at = self.sched.now();
+        self.drain_and_check_permits()?;
+        // Persist what was acknowledged (a clean shutdown).
+        for s in SubIdx::all(self.w.subscriptions) {
+            self.persist(s)?;
+        }
+        if let Some(b) = self.broker.take() {
+            self.collect_tracker_stats(&b);
+            self.broker = Some(b);
+        }
+        if let Some(p) = self.progress {
+            p(self.checker_acked(), expected);
+        }
+        Ok(())
+    }
+
+    /// Lets in-flight deliveries, acks and Flows settle (no new publishes or
+    /// faults), flushes every client's residual credit, then checks that each
+    /// current broker consumer holds exactly its receiver queue of permits.
+    fn drain_and_check_permits(&mut self) -> Result<(), SimError> {
+        if !self.checker.all_acked() {
+            return Ok(()); // lost messages are already the reported violation
+        }
+        let deadline = self.sched.now() + 10_000;
+        while let Some((now, ev)) = self.sched.pop() {
+            if now > deadline {
+                break;
+            }
+            self.clock.set(now + self.broker_clock_offset_ms);
+            match ev {
+                Ev::Publish
+                | Ev::Restart
+                | Ev::Recreate { .. }
+                | Ev::OutageStart
+                | Ev::Seek { .. }
+                | Ev::Rewind { .. }
+                | Ev::ClockJump
+                | Ev::StallCheck
+                | Ev::DelayedTick(_)
+                | Ev::Persist(_) => {}
+                other => self.handle(other)?,
+            }
+        }
+        for s in SubIdx::all(self.w.subscriptions) {
+            for c in ConsumerIdx::all(self.w.consumers_per_subscription) {
+                let id = self.clients[s][c].consumer.consumer_id();
+                self.clients[s][c]
+                    .connection
+                    .flush_residual(id)
+                    .map_err(comp("flush residual"))?;
+                self.flush_flows(s, c)?;
+                let permits = self.broker.as_ref().and_then(|b| {
+                    let key = b.subs[s].consumer_keys.get(&c)?;
+                    b.subs[s]
+                        .dispatcher
+                        .consumer(*key)
+                        .map(|x| x.available_permits())
+                });
+                if let Some(permits) = permits {
+                    let now = self.sched.now();
+                    self.checker.permit_balance(
+                        &format!("sub-{s}"),
+                        c.0,
+                        permits,
+                        i64::from(self.w.receiver_queue_size),
+                        now,
+                    );
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn checker_acked(&self) -> u64 {
+        // The checker owns the count; the report carries it. This is only
+        // for the progress bar.
+        self.acked_at_last_check.iter().sum()
+    }
+
+    fn handle(&mut self, ev: Ev) -> Result<(), SimError> {
+        match ev {
+            Ev::Publish => self.publish(),
+            Ev::Dispatch(s) => self.dispatch(s),
+            Ev::Deliver {
+                sub,
+                consumer,
+                connection_id,
+                incarnation,
+                command,
+                payload,
+                seeks_before_dispatch,
+            } => {
+                let client = &self.clients[sub][consumer];
+                let connection = &client.connection;
+                if connection.id() != connection_id
+                    || connection.is_closed()
+                    || client.consumer.state().incarnation() != incarnation
+                {
+                    return Ok(()); // that connection is gone: the bytes never arrive
+                }
+                self.deliver(sub, consumer, &command, &payload, seeks_before_dispatch)
+            }
+            Ev::AppPoll { sub, consumer } => self.app_poll(sub, consumer),
+            Ev::Ack {
+                sub,
+                incarnation,
+                broker_generation,
+                key,
+                position,
+                messages,
+                txn,
+                cumulative,
+            } => {
+                let current = self
+                    .broker
+                    .as_ref()
+                    .and_then(|b| b.subs[sub].client_of(key))
+                    .map(|c| self.clients[sub][c].consumer.state().incarnation());
+                if current.is_some_and(|i| i != incarnation) {
+                    // From an incarnation closed since (same connection):
+                    // its messages were handed back for redelivery.
+                    return Ok(());
+                }
+                if cumulative {
+                    self.cumulative_ack(sub, broker_generation, key, position, txn)
+                } else {
+                    self.ack(sub, broker_generation, key, position, messages, txn)
+                }
+            }
+            Ev::Commit {
+                sub,
+                broker_generation,
+                txn,
+                positions,
+                cumulative,
+            } => self.commit(sub, broker_generation, txn, positions, cumulative),
+            Ev::AckFlush { sub, consumer } => {
+                self.clients[sub][consumer].ack_flush_scheduled = false;
+                self.send_cumulative_ack(sub, consumer);
+                Ok(())
+            }
+            Ev::Seek { sub } => self.seek(sub),
+            Ev::Rewind { sub } => self.rewind(sub),
+            Ev::ClockJump => {
+                self.faults_pending = self.faults_pending.saturating_sub(1);
+                self.clock_jump();
+                Ok(())
+            }
+            Ev::FlushFlows { sub, consumer } => self.flush_flows(sub, consumer),
+            Ev::Persist(s) => {
+                self.persist(s)?;
+                self.sched.after(PERSIST_INTERVAL_MS, Ev::Persist(s));
+                Ok(())
+            }
+            Ev::DelayedTick(s) => {
+                self.check_overdue(s);
+                self.schedule_dispatch(s);
+                self.sched.after(self.w.delayed_tick_ms, Ev::DelayedTick(s));
+                Ok(())
+            }
+            Ev::ReplayTimers => self.drive_replays(),
+            Ev::Restart => {
+                self.faults_pending = self.faults_pending.saturating_sub(1);
+                self.restart()
+            }
+            Ev::Reconnect { sub, consumer } => {
+                self.faults_pending = self.faults_pending.saturating_sub(1);
+                self.reconnect(sub, consumer)
+            }
+            Ev::OutageStart => {
+                self.outage.store(true, Ordering::Relaxed);
+                self.activity.read_failures_injected += 1;
+                Ok(())
+            }
+            Ev::OutageEnd => {
+                self.faults_pending = self.faults_pending.saturating_sub(1);
+                self.outage.store(false, Ordering::Relaxed);
+                // The injected outage is not a stall: the stall clocks restart.
+                for row in &mut self.clients {
+                    for c in row {
+                        c.stall_since = None;
+                    }
+                }
+                for s in SubIdx::all(self.w.subscriptions) {
+                    if let Some(since) = self.pa_not_ready_since[s].as_mut() {
+                        *since = self.sched.now();
+                    }
+                    self.schedule_dispatch(s);
+                }
+                Ok(())
+            }
+            Ev::Recreate { sub, consumer } => {
+                let client = &mut self.clients[sub][consumer];
+                if client.consumer.queued() > 0 && !client.connection.is_closed() {
+                    // Right after the application's next poll returned
+                    // permits, while their Flow is still queued.
+                    client.recreate_pending = true;
+                    Ok(())
+                } else {
+                    self.recreate_on_same_connection(sub, consumer)
+                }
+            }
+            Ev::OperatorReload => {
+                self.faults_pending = self.faults_pending.saturating_sub(1);
+                self.operator_reload()
+            }
+            Ev::StallCheck => {
+                self.check_replay_bound();
+                self.stall_check();
+                self.sched
+                    .after(self.stall_check_interval(), Ev::StallCheck);
+                Ok(())
+            }
+        }
+    }
+}

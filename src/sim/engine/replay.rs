@@ -1,0 +1,364 @@
+//! Pending-ack replay: the truth a replay must find, the injected read
+//! failures, driving the handles' replay work, and the replay rules.
+
+use super::*;
+
+/// Read faults planned for one pending-ack log's replay: read number
+/// `fail_at.0` (counted over every read of the log) fails with `fail_at.1`;
+/// from read `persistent.0` on, every read fails with `persistent.1` until
+/// the replay completes (a fence or a closed cursor does not go away by
+/// retrying).
+#[derive(Debug, Default)]
+pub(super) struct ReplayReadPlan {
+    reads: u64,
+    fail_at: Option<(u64, ReadFailureKind)>,
+    persistent: Option<(u64, ReadFailureKind)>,
+    injected: u64,
+}
+
+/// Every failure class Pulsar's replay classification distinguishes.
+pub(super) const REPLAY_FAILURE_KINDS: [ReadFailureKind; 6] = [
+    ReadFailureKind::StorageUnavailable,
+    ReadFailureKind::TooManyRequests,
+    ReadFailureKind::NonRecoverableData,
+    ReadFailureKind::LedgerNotExist,
+    ReadFailureKind::Fenced,
+    ReadFailureKind::CursorAlreadyClosed,
+];
+
+/// The pending-ack records of one subscription known durable (their append
+/// callback succeeded): the transactions a replay must find open.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub(super) struct PaTruth {
+    individual: BTreeSet<TxnId>,
+    cumulative: Option<TxnId>,
+}
+
+pub(super) type SharedPaTruth = Arc<std::sync::Mutex<PaTruth>>;
+
+/// An append callback that records `record` in `truth` once it is durable.
+pub(super) fn pa_durable(
+    truth: &SharedPaTruth,
+    record: &PendingAckRecord,
+) -> crate::pending_ack::AppendCallback {
+    use crate::pending_ack::PendingAckOp;
+    let truth = Arc::clone(truth);
+    let txn = record.txn_id;
+    let (op, ack_type) = (record.op, record.ack_type);
+    Box::new(move |r| {
+        if r.is_err() {
+            return;
+        }
+        let mut t = truth.lock().unwrap_or_else(|e| e.into_inner());
+        match (op, ack_type) {
+            (PendingAckOp::Ack, AckType::Individual) => {
+                t.individual.insert(txn);
+            }
+            (PendingAckOp::Ack, AckType::Cumulative) => {
+                t.cumulative = Some(txn);
+            }
+            (PendingAckOp::Commit | PendingAckOp::Abort, _) => {
+                t.individual.remove(&txn);
+                if t.cumulative == Some(txn) {
+                    t.cumulative = None;
+                }
+            }
+        }
+    })
+}
+
+/// Whether a replay failure is (caused by) non-recoverable data.
+pub(super) fn is_non_recoverable(e: &crate::pending_ack::PendingAckError) -> bool {
+    use crate::pending_ack::PendingAckError as E;
+    match e {
+        E::Ledger(l) => l.is_non_recoverable(),
+        E::InitFailed { cause, .. } => is_non_recoverable(cause),
+        _ => false,
+    }
+}
+
+/// Makes every read of `ledger` fail as storage-unavailable while `outage`
+/// is set (the simulated BookKeeper outage window), and injects the
+/// replay plan's failures, if any.
+pub(super) fn install_read_faults(
+    ledger: &ManagedLedger,
+    outage: &Arc<AtomicBool>,
+    plan: Option<Arc<std::sync::Mutex<ReplayReadPlan>>>,
+) {
+    let outage = Arc::clone(outage);
+    ledger.faults().set_policy(move |_| {
+        if outage.load(Ordering::Relaxed) {
+            return Some(ReadFailureKind::StorageUnavailable);
+        }
+        let plan = plan.as_ref()?;
+        let mut p = plan.lock().unwrap_or_else(|e| e.into_inner());
+        p.reads += 1;
+        let n = p.reads;
+        if let Some((from, kind)) = p.persistent {
+            if n >= from {
+                p.injected += 1;
+                return Some(kind);
+            }
+        }
+        if let Some((at, kind)) = p.fail_at {
+            if n == at {
+                p.fail_at = None;
+                p.injected += 1;
+                return Some(kind);
+            }
+        }
+        None
+    });
+}
+
+impl Sim<'_> {
+    /// Runs queued replay work and schedules the next retry timer.
+    pub(super) fn drive_replays(&mut self) -> Result<(), SimError> {
+        let Some(b) = self.broker.as_mut() else {
+            return Ok(());
+        };
+        self.heartbeat.enter("pending_ack replay");
+        b.pool.run_pending();
+        let mut newly_ready = Vec::new();
+        let mut reload = false;
+        let now = self.sched.now();
+        for (s, sub) in b.subs.iter_mut().enumerate() {
+            let s = SubIdx(s);
+            let Some(h) = &sub.pending_ack else { continue };
+            match h.state() {
+                HandleState::Ready if !sub.ready => {
+                    sub.ready = true;
+                    newly_ready.push(s);
+                    self.pa_not_ready_since[s] = None;
+                    self.pa_ledger_lost[s] = false;
+                    let summary = h.summary();
+                    let stats = h.stats();
+                    // A replay reported complete holds exactly the
+                    // transactions open in the log up to its end at the
+                    // start (fewer only when it was ended by a completing
+                    // failure or a lost ledger was skipped).
+                    let found = PaTruth {
+                        individual: summary.individual.keys().copied().collect(),
+                        cumulative: summary.cumulative.map(|(t, _)| t),
+                    };
+                    let completing = stats
+                        .completed
+                        .as_ref()
+                        .and_then(|r| r.completing_failure.clone());
+                    if let Some((_, lenient)) = self.pa_expected[s].take() {
+                        // What is durable now: no append happens while the
+                        // subscription replays, and records the crashed
+                        // broker's writer flushed on close may report
+                        // durable only after the replay started.
+                        let expected = self.pa_truth[s]
+                            .lock()
+                            .unwrap_or_else(|e| e.into_inner())
+                            .clone();
+                        if completing.is_some() {
+                            self.activity.replays_ended_by_completing_failure += 1;
+                        }
+                        let subset = found.individual.is_subset(&expected.individual)
+                            && (found.cumulative.is_none()
+                                || found.cumulative == expected.cumulative);
+                        // A replay ended by a completing failure read a prefix
+                        // of the log (Pulsar accepts it as complete): it may
+                        // miss commits of transactions it found, so nothing
+                        // is checked then. A skipped lost ledger only drops
+                        // transactions.
+                        let bad = if completing.is_some() {
+                            false
+                        } else if lenient {
+                            !subset
+                        } else {
+                            found != expected
+                        };
+                        if bad {
+                            let missing: Vec<String> = expected
+                                .individual
+                                .difference(&found.individual)
+                                .map(|t| format!("{t:?}"))
+                                .collect();
+                            let extra: Vec<String> = found
+                                .individual
+                                .difference(&expected.individual)
+                                .map(|t| format!("{t:?}"))
+                                .collect();
+                            self.checker.replay_violation(
+                                &sub.name,
+                                &format!(
+                                    "reported complete after {} attempts without every record up to the log's end: {} open transactions expected, {} found (missing: [{}]; unexpected: [{}]; cumulative expected {:?}, found {:?})",
+                                    stats.attempts,
+                                    expected.individual.len(),
+                                    found.individual.len(),
+                                    missing.join(", "),
+                                    extra.join(", "),
+                                    expected.cumulative,
+                                    found.cumulative
+                                ),
+                                now,
+                            );
+                        }
+                    }
+                    // From here on the broker's view is the replayed one.
+                    *self.pa_truth[s].lock().unwrap_or_else(|e| e.into_inner()) = found;
+                    {
+                        let mut plan = self.replay_plans[s]
+                            .lock()
+                            .unwrap_or_else(|e| e.into_inner());
+                        plan.persistent = None;
+                        self.activity.replay_read_failures_injected +=
+                            std::mem::take(&mut plan.injected);
+                    }
+                    // Transactions left open by the restart are aborted (the
+                    // coordinator timed them out): their messages are redelivered.
+                    for txn in summary.individual.keys() {
+                        let record = PendingAckRecord::abort(*txn, AckType::Individual);
+                        let durable = pa_durable(&self.pa_truth[s], &record);
+                        h.append(record, durable);
+                    }
+                    if let Some((txn, _)) = summary.cumulative {
+                        let record = PendingAckRecord::abort(txn, AckType::Cumulative);
+                        let durable = pa_durable(&self.pa_truth[s], &record);
+                        h.append(record, durable);
+                    }
+                    let completed_reads = stats
+                        .completed
+                        .as_ref()
+                        .map_or(0, |r| r.reads_issued as u64);
+                    self.activity.replays_completed += 1;
+                    self.activity.replay_failed_attempts += stats.attempts.saturating_sub(1);
+                    self.activity.replay_reads_in_failed_attempts +=
+                        stats.reads_issued.saturating_sub(completed_reads);
+                }
+                HandleState::Error if !self.pa_error_seen[s] => {
+                    self.pa_error_seen[s] = true;
+                    let error = h.error();
+                    let auto_skip = self.w.faults.pending_ack_auto_skip || self.operator_auto_skip;
+                    let expected = !auto_skip && error.as_ref().is_some_and(is_non_recoverable);
+                    if expected {
+                        // Pulsar with auto-skip off: the subscription fails to
+                        // load until an operator turns auto-skip on and
+                        // reloads the topic.
+                        self.activity.replay_gave_up_non_recoverable += 1;
+                        reload = true;
+                    } else {
+                        self.checker.replay_violation(
+                            &sub.name,
+                            &format!("gave up with {error:?} (auto-skip {auto_skip})"),
+                            now,
+                        );
+                    }
+                }
+                _ => {}
+            }
+        }
+        if let Some(due) = b.timer.next_due_ms() {
+            self.sched.at(due, Ev::ReplayTimers);
+        }
+        for s in newly_ready {
+            self.schedule_dispatch(s);
+        }
+        if reload && !self.operator_reload_planned {
+            self.operator_reload_planned = true;
+            self.faults_pending += 1;
+            self.sched.after(
+                self.w.faults.operator_auto_skip_after_ms,
+                Ev::OperatorReload,
+            );
+        }
+        Ok(())
+    }
+
+    /// Whether the pending-ack logs are opened with
+    /// `auto_skip_non_recoverable_data` (the workload's setting, or on once
+    /// the operator turned it on).
+    pub(super) fn pa_auto_skip(&self) -> bool {
+        self.w.faults.pending_ack_auto_skip || self.operator_auto_skip
+    }
+
+    /// The operator turns auto-skip on and reloads the topic (a restart as
+    /// far as every component and client is concerned).
+    pub(super) fn operator_reload(&mut self) -> Result<(), SimError> {
+        self.operator_auto_skip = true;
+        self.activity.operator_reloads += 1;
+        self.checker.restarted();
+        self.open_broker()?;
+        for s in SubIdx::all(self.w.subscriptions) {
+            for c in ConsumerIdx::all(self.w.consumers_per_subscription) {
+                self.resubscribe_on_new_connection(s, c)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// At a restart (the first `faults.replay_read_failures` ones), each
+    /// subscription's replay gets one read failure on a read after its
+    /// first (so entries were read ahead and not yet applied), of a class
+    /// picked from every class Pulsar's classification distinguishes; a
+    /// fence or a closed cursor then persists until the replay completes.
+    pub(super) fn arm_replay_read_failures(&mut self) {
+        if !self.opts.faults
+            || self.w.txn_ack_ratio == 0.0
+            || self.activity.restarts > u64::from(self.w.faults.replay_read_failures)
+        {
+            return;
+        }
+        for s in SubIdx::all(self.w.subscriptions) {
+            // Half transient (the attempt fails, rewinds and retries),
+            // half one of the four other classes.
+            let kind = if self.rng.random_bool(0.5) {
+                REPLAY_FAILURE_KINDS[self.rng.random_range(0..2)]
+            } else {
+                REPLAY_FAILURE_KINDS[self.rng.random_range(2..REPLAY_FAILURE_KINDS.len())]
+            };
+            let nth = self.rng.random_range(2..=3u64);
+            let mut plan = self.replay_plans[s]
+                .lock()
+                .unwrap_or_else(|e| e.into_inner());
+            let at = plan.reads + nth;
+            if matches!(
+                kind,
+                ReadFailureKind::Fenced | ReadFailureKind::CursorAlreadyClosed
+            ) {
+                plan.persistent = Some((at, kind));
+                plan.fail_at = None;
+            } else {
+                plan.fail_at = Some((at, kind));
+                plan.persistent = None;
+            }
+        }
+    }
+
+    /// A pending-ack replay must complete within the replay bound of the
+    /// broker's start (or the end of the last outage).
+    pub(super) fn check_replay_bound(&mut self) {
+        let now = self.sched.now();
+        for s in SubIdx::all(self.w.subscriptions) {
+            let Some(since) = self.pa_not_ready_since[s] else {
+                continue;
+            };
+            if self.replay_bound_reported[s] || now.saturating_sub(since) <= REPLAY_BOUND_MS {
+                continue;
+            }
+            if self.outage.load(Ordering::Relaxed)
+                || self.operator_reload_planned && self.activity.operator_reloads == 0
+            {
+                continue;
+            }
+            self.replay_bound_reported[s] = true;
+            let attempts = self
+                .broker
+                .as_ref()
+                .and_then(|b| b.subs[s].pending_ack.as_ref())
+                .map_or(0, |h| h.stats().attempts);
+            self.checker.replay_violation(
+                &format!("sub-{s}"),
+                &format!(
+                    "not complete {}ms after the broker started it ({attempts} attempts; bound {REPLAY_BOUND_MS}ms)",
+                    now - since
+                ),
+                now,
+            );
+        }
+    }
+}
