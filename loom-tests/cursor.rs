@@ -12,7 +12,7 @@
 //! owner check.
 //!
 //! What these assertions cannot see: deleting the epoch re-check from the
-//! real code passes them (tried). Reset publishes the empty directory
+//! real code passes them. Reset publishes the empty directory
 //! before it moves mark-delete, so every positive a lookup can compute is
 //! true in the state before or after the reset; only "still true at the
 //! instant the call returns" separates the two, and a test thread cannot
