@@ -40,7 +40,7 @@ use super::workload::{SubscriptionType, Workload};
 use crate::cursor::{CursorDeletionState, DeletionError};
 use crate::delayed::{
     BucketDelayedDeliveryTracker, BucketSnapshotStorage, BucketTrackerConfig, FaultPlan,
-    FaultyStorage, ManualClock, RecoveryPolicy, RedbSnapshotStorage,
+    FaultyStorage, RecoveryPolicy, RedbSnapshotStorage, VirtualClock as ManualClock,
 };
 
 /// An entry on its way to a consumer: the permit view, its key and bytes.
