@@ -24,10 +24,10 @@
 #![cfg(loom)]
 
 use loom::model::Builder;
-use pulsar_core::cursor::{CursorDeletionState, LedgerLayout};
-use pulsar_core::sync::{
+use pulsar_core::__model::sync::{
     fence, thread, Arc, AtomicBool, AtomicI64, AtomicU64, AtomicUsize, Ordering,
 };
+use pulsar_core::cursor::{CursorDeletionState, LedgerLayout};
 use pulsar_core::Position;
 
 fn p(l: i64, e: i64) -> Position {

@@ -12,12 +12,13 @@
 use std::collections::VecDeque;
 use std::sync::Arc;
 
+use pulsar_core::__model::pending_ack::ReplayAttempt;
+use pulsar_core::__model::sync::{thread, AtomicBool, AtomicUsize, Condvar, Mutex, Ordering};
 use pulsar_core::ledger::{Entry, LedgerConfig, LedgerError, ManagedLedger, MemoryStore};
 use pulsar_core::pending_ack::{
     AckedPosition, PendingAckError, PendingAckRecord, PendingAckState, ReadDispatcher, ReadJob,
-    ReplayAttempt, ReplayConfig, TxnId,
+    ReplayConfig, TxnId,
 };
-use pulsar_core::sync::{thread, AtomicBool, AtomicUsize, Condvar, Mutex, Ordering};
 use pulsar_core::Position;
 
 /// Hands the first `expected` issued reads to the callback thread (the

@@ -18,8 +18,8 @@
 //! loom must find the interleaving where A's Flow follows B's Subscribe.
 #![cfg(loom)]
 
+use pulsar_core::__model::sync::{thread, Arc, AtomicU64, Mutex, Ordering};
 use pulsar_core::permits::client::{ClientConnection, ClientFrame, Incarnation, ReturnOutcome};
-use pulsar_core::sync::{thread, Arc, AtomicU64, Mutex, Ordering};
 
 const RQ: u32 = 2; // threshold 1: every return drains into a Flow request
 

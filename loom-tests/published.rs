@@ -3,7 +3,7 @@
 //! was observed by the same thread.
 #![cfg(loom)]
 
-use pulsar_core::sync::{thread, Arc, Published};
+use pulsar_core::__model::sync::{thread, Arc, Published};
 
 #[test]
 fn published_cell_is_monotonic_and_never_invents_values() {
@@ -58,7 +58,7 @@ fn rcu_never_loses_an_update() {
 /// loom must find the interleaving where a reader sees a torn pair, i.e. a
 /// value that was never published.
 mod torn_pair_model {
-    use pulsar_core::sync::{AtomicU32, Ordering};
+    use pulsar_core::__model::sync::{AtomicU32, Ordering};
 
     pub struct TwoAtomics {
         hi: AtomicU32,

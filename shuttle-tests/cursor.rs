@@ -13,8 +13,8 @@
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
+use pulsar_core::__model::sync::{thread, Arc, AtomicI64, AtomicUsize, Mutex, Ordering};
 use pulsar_core::cursor::{CursorDeletionState, LedgerLayout};
-use pulsar_core::sync::{thread, Arc, AtomicI64, AtomicUsize, Mutex, Ordering};
 use pulsar_core::Position;
 use shuttle::scheduler::{PctScheduler, RandomScheduler};
 use shuttle::{Config, Runner};

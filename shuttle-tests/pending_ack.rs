@@ -13,9 +13,9 @@
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
+use pulsar_core::__model::sync::{thread, AtomicBool, AtomicUsize, Ordering};
 use pulsar_core::ledger::{LedgerConfig, ManagedLedger, MemoryStore, ReadFailureKind};
 use pulsar_core::pending_ack::*;
-use pulsar_core::sync::{thread, AtomicBool, AtomicUsize, Ordering};
 use pulsar_core::Position;
 use shuttle::rand::RngCore;
 

@@ -27,6 +27,7 @@
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
+use pulsar_core::__model::sync::{thread, Arc, AtomicU64, Mutex, Ordering};
 use pulsar_core::permits::broker::{BrokerEntry, BrokerPermitError, ConsumerKey, SharedDispatcher};
 use pulsar_core::permits::client::{
     encode_entry_payload, ClientConnection, ClientConsumer, ClientFrame, CloseReason,
@@ -35,7 +36,6 @@ use pulsar_core::permits::client::{
 use pulsar_core::permits::wire::{
     ack_set_from_indexes, CommandMessage, MessageMetadata, SingleMessageMetadata,
 };
-use pulsar_core::sync::{thread, Arc, AtomicU64, Mutex, Ordering};
 use pulsar_core::Position;
 use shuttle::rand::{thread_rng, Rng};
 

@@ -2,7 +2,7 @@
 //! schedules: readers never see an unpublished value and never go backwards.
 #![cfg(feature = "shuttle")]
 
-use pulsar_core::sync::{thread, Arc, Published};
+use pulsar_core::__model::sync::{thread, Arc, Published};
 
 fn scenario() {
     let cell = Arc::new(Published::new(0u32));
@@ -49,7 +49,7 @@ fn published_cell_pct() {
 /// atomic stores. shuttle's random scheduler must find a reader that sees
 /// the torn pair (6, 100), which was never published.
 fn torn_pair_scenario() {
-    use pulsar_core::sync::{AtomicU32, Ordering};
+    use pulsar_core::__model::sync::{AtomicU32, Ordering};
     let hi = Arc::new(AtomicU32::new(5));
     let lo = Arc::new(AtomicU32::new(100));
     let writer = {

@@ -25,7 +25,7 @@ use pulsar_core::permits::client::{
 use pulsar_core::permits::wire::{
     self, CommandFlow, CommandMessage, MessageIdData, MessageMetadata, SingleMessageMetadata,
 };
-use pulsar_core::sync::Arc;
+use std::sync::Arc;
 
 /// Reference: deliverable indexes below B, bit by bit.
 fn reference_deliverable(ack_set: &[i64], b: u32) -> BTreeSet<u32> {

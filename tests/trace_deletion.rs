@@ -14,8 +14,8 @@
 use std::io::Write;
 use std::sync::Mutex as StdMutex;
 
+use pulsar_core::__model::sync::{thread, Arc};
 use pulsar_core::cursor::{CursorDeletionState, LedgerLayout};
-use pulsar_core::sync::{thread, Arc};
 use pulsar_core::{trace, Position};
 use shuttle::scheduler::RandomScheduler;
 use shuttle::{Config, Runner};
