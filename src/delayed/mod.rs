@@ -139,7 +139,8 @@ pub use snapshot::{
     IndexEntry, SnapshotMetadata, SnapshotSegment, SnapshotSegmentMetadata, BUCKET_KEY_PREFIX,
 };
 pub use storage::{
-    BucketSnapshotStorage, FaultPlan, FaultyStorage, MemorySnapshotStorage, RedbSnapshotStorage,
+    BucketSnapshotStorage, FaultPlan, FaultyStorage, MemorySnapshotStorage, RawSnapshotEntries,
+    RedbSnapshotStorage, SNAPSHOT_ENTRIES_TABLE,
 };
 pub use tracker::{BucketDelayedDeliveryTracker, TrackerStats};
 
