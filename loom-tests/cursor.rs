@@ -30,9 +30,9 @@ use pulsar_core::__model::sync::{
 use pulsar_core::cursor::{CursorDeletionState, LedgerLayout};
 use pulsar_core::Position;
 
-fn p(l: i64, e: i64) -> Position {
-    Position::new(l, e)
-}
+#[path = "../tests/common/mod.rs"]
+mod common;
+use common::p;
 
 static EXECUTIONS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
 

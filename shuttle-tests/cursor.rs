@@ -23,9 +23,9 @@ const ITERATIONS: usize = 10_000;
 const RANDOM_SEED: u64 = 0x0004_4614_f94b;
 const PCT_SEED: u64 = 0x0004_f218_5b4e;
 
-fn p(l: i64, e: i64) -> Position {
-    Position::new(l, e)
-}
+#[path = "../tests/common/mod.rs"]
+mod common;
+use common::p;
 
 fn scenario() {
     let ledger = LedgerLayout::new([(1, 12), (2, 12)]);

@@ -53,6 +53,14 @@ pub mod __model;
 pub(crate) use __model::sync;
 
 pub use position::{Position, PositionParseError};
+
+// The unit tests share the integration tests' helpers (tests/common/mod.rs),
+// which name the crate `pulsar_core`.
+#[cfg(test)]
+extern crate self as pulsar_core;
+#[cfg(test)]
+#[path = "../tests/common/mod.rs"]
+mod test_support;
 /// The embedded database [`ledger::RedbStore`] runs on: its
 /// [`ledger::RedbStore::database`] and [`ledger::RedbStore::begin`] hand out
 /// `redb` types, so embedders use this version of redb.

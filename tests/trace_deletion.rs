@@ -29,9 +29,8 @@ const ENTRIES: u32 = 4;
 
 static TRACES: StdMutex<Vec<Vec<String>>> = StdMutex::new(Vec::new());
 
-fn p(l: i64, e: i64) -> Position {
-    Position::new(l, e)
-}
+mod common;
+use common::p;
 
 fn scenario() {
     trace::start();

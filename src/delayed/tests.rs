@@ -41,9 +41,7 @@ impl Fixture {
     }
 }
 
-fn p(l: i64, e: i64) -> Position {
-    Position::new(l, e)
-}
+use crate::test_support::p;
 
 fn drain(t: &BucketDelayedDeliveryTracker) -> Vec<Position> {
     let mut all = Vec::new();

@@ -528,9 +528,7 @@ pub fn decode_entry(
 mod tests {
     use super::*;
 
-    fn p(l: i64, e: i64) -> Position {
-        Position::new(l, e)
-    }
+    use crate::test_support::p;
 
     #[test]
     fn single_and_batched_round_trip() {
