@@ -89,6 +89,47 @@ fn log_with(entries: i64) -> Arc<pulsar_core::ledger::ManagedCursor> {
     Arc::new(ml.open_cursor("__pending_ack_state").expect("cursor"))
 }
 
+/// A replay attempt over a log of `entries` records whose first `reads`
+/// reads are handed to the callback thread; one entry per read.
+fn attempt_over(
+    entries: i64,
+    reads: usize,
+) -> (
+    Arc<pulsar_core::ledger::ManagedCursor>,
+    Arc<HandOff>,
+    Arc<ReplayAttempt>,
+) {
+    let cursor = log_with(entries);
+    let handoff = HandOff::new(reads);
+    let attempt = ReplayAttempt::new(
+        "pa",
+        Arc::clone(&cursor),
+        handoff.clone(),
+        ReplayConfig {
+            queue_capacity: 4,
+            read_batch: 1,
+        },
+    )
+    .expect("config");
+    (cursor, handoff, attempt)
+}
+
+/// Runs `scenario` in every interleaving (preemption bound 3) and prints how
+/// many loom explored.
+fn explore(name: &str, scenario: impl Fn() + Sync + Send + 'static) {
+    use std::sync::atomic::{AtomicUsize as StdAtomicUsize, Ordering as StdOrdering};
+    let executions = std::sync::Arc::new(StdAtomicUsize::new(0));
+    let counter = std::sync::Arc::clone(&executions);
+    builder().check(move || {
+        counter.fetch_add(1, StdOrdering::Relaxed);
+        scenario();
+    });
+    println!(
+        "LOOM {name}: {} interleavings",
+        executions.load(StdOrdering::Relaxed)
+    );
+}
+
 fn unavailable() -> LedgerError {
     LedgerError::StorageUnavailable {
         reason: "bookie down".into(),
@@ -99,20 +140,8 @@ fn unavailable() -> LedgerError {
 /// is issued, the attempt fails with the stored error, the cursor rewound.
 #[test]
 fn failed_attempt_issues_exactly_one_read() {
-    builder().check(|| {
-        ITER1.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let cursor = log_with(2);
-        let handoff = HandOff::new(1);
-        let attempt = ReplayAttempt::new(
-            "pa",
-            Arc::clone(&cursor),
-            handoff.clone(),
-            ReplayConfig {
-                queue_capacity: 4,
-                read_batch: 1,
-            },
-        )
-        .expect("config");
+    explore("failed_attempt_issues_exactly_one_read", || {
+        let (cursor, handoff, attempt) = attempt_over(2, 1);
         let failer = {
             let handoff = Arc::clone(&handoff);
             thread::spawn(move || handoff.take().fail(unavailable()))
@@ -136,66 +165,44 @@ fn failed_attempt_issues_exactly_one_read() {
         );
         assert_eq!(cursor.read_position(), Position::new(1, 0), "rewound");
     });
-    println!(
-        "LOOM failed_attempt_issues_exactly_one_read: {} interleavings",
-        ITER1.load(std::sync::atomic::Ordering::Relaxed)
-    );
 }
-
-static ITER1: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
-static ITER2: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
 
 /// First read completes (enqueue then decrement) on the callback thread,
 /// second fails: two reads, never a third, never reported complete.
 #[test]
 fn read_after_completion_then_failure_ends_the_attempt() {
-    builder().check(|| {
-        ITER2.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let cursor = log_with(3);
-        let handoff = HandOff::new(2);
-        let attempt = ReplayAttempt::new(
-            "pa",
-            Arc::clone(&cursor),
-            handoff.clone(),
-            ReplayConfig {
-                queue_capacity: 4,
-                read_batch: 1,
-            },
-        )
-        .expect("config");
-        let callbacks = {
-            let handoff = Arc::clone(&handoff);
-            thread::spawn(move || {
-                let first = handoff.take();
-                let entry = Entry {
-                    position: Position::new(1, 0),
-                    data: PendingAckRecord::individual_ack(
-                        TxnId::new(0, 0),
-                        vec![AckedPosition::whole(Position::new(9, 0))],
-                    )
-                    .encode(),
-                };
-                first.complete(vec![entry]);
-                handoff.take().fail(unavailable());
-            })
-        };
-        let mut state = PendingAckState::default();
-        let r = attempt.run(&mut state);
-        callbacks.join().expect("callback thread");
-        assert!(r.is_err(), "never reported complete: {r:?}");
-        assert_eq!(
-            handoff.dispatched.load(Ordering::SeqCst),
-            2,
-            "no read after the failure"
-        );
-    });
-    println!(
-        "LOOM read_after_completion_then_failure_ends_the_attempt: {} interleavings",
-        ITER2.load(std::sync::atomic::Ordering::Relaxed)
+    explore(
+        "read_after_completion_then_failure_ends_the_attempt",
+        || {
+            let (_cursor, handoff, attempt) = attempt_over(3, 2);
+            let callbacks = {
+                let handoff = Arc::clone(&handoff);
+                thread::spawn(move || {
+                    let first = handoff.take();
+                    let entry = Entry {
+                        position: Position::new(1, 0),
+                        data: PendingAckRecord::individual_ack(
+                            TxnId::new(0, 0),
+                            vec![AckedPosition::whole(Position::new(9, 0))],
+                        )
+                        .encode(),
+                    };
+                    first.complete(vec![entry]);
+                    handoff.take().fail(unavailable());
+                })
+            };
+            let mut state = PendingAckState::default();
+            let r = attempt.run(&mut state);
+            callbacks.join().expect("callback thread");
+            assert!(r.is_err(), "never reported complete: {r:?}");
+            assert_eq!(
+                handoff.dispatched.load(Ordering::SeqCst),
+                2,
+                "no read after the failure"
+            );
+        },
     );
 }
-
-static ITER3: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
 
 /// Every read succeeds on the callback thread: the "nothing readable and
 /// queue drained" end must see the last read's entries (read_complete
@@ -203,20 +210,8 @@ static ITER3: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::n
 /// counter), so the replay applies every entry.
 #[test]
 fn drained_check_never_loses_the_last_read() {
-    builder().check(|| {
-        ITER3.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let cursor = log_with(2);
-        let handoff = HandOff::new(2);
-        let attempt = ReplayAttempt::new(
-            "pa",
-            Arc::clone(&cursor),
-            handoff.clone(),
-            ReplayConfig {
-                queue_capacity: 4,
-                read_batch: 1,
-            },
-        )
-        .expect("config");
+    explore("drained_check_never_loses_the_last_read", || {
+        let (_cursor, handoff, attempt) = attempt_over(2, 2);
         let callbacks = {
             let handoff = Arc::clone(&handoff);
             thread::spawn(move || {
@@ -231,10 +226,6 @@ fn drained_check_never_loses_the_last_read() {
         let report = r.expect("replay completes");
         assert_eq!(report.entries_applied, 2, "every entry applied: {report:?}");
     });
-    println!(
-        "LOOM drained_check_never_loses_the_last_read: {} interleavings",
-        ITER3.load(std::sync::atomic::Ordering::Relaxed)
-    );
 }
 
 // ------------------------------------------------------------------------
@@ -250,6 +241,9 @@ struct ReversedModel {
 
 impl ReversedModel {
     fn fill_queue(&self) -> bool {
+        // The two arms load the same atomics in opposite orders: the order
+        // is the point (loads are not commutative across threads).
+        #[allow(clippy::if_same_then_else)]
         let may_read = if self.reader_reversed {
             self.readable.load(Ordering::SeqCst) && self.outstanding.load(Ordering::SeqCst) == 0
         } else {
@@ -313,28 +307,14 @@ fn negative_control_writer_order_reversed_is_caught() {
     reversed(false);
 }
 
-static ITER_LATE: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
-
 /// A lost read's late `ReadJob::run` races `stop_replay` (the attempt ended
 /// by close while the read was outstanding): once `stop_replay` returned, the
 /// shared cursor's read position never moves again and nothing is queued
 /// (spec `LateReadsChangeNothing`; the read gate).
 #[test]
 fn late_read_after_stop_never_moves_the_cursor() {
-    builder().check(|| {
-        ITER_LATE.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let cursor = log_with(2);
-        let handoff = HandOff::new(1);
-        let attempt = ReplayAttempt::new(
-            "pa",
-            Arc::clone(&cursor),
-            handoff.clone(),
-            ReplayConfig {
-                queue_capacity: 4,
-                read_batch: 1,
-            },
-        )
-        .expect("config");
+    explore("late_read_after_stop_never_moves_the_cursor", || {
+        let (cursor, handoff, attempt) = attempt_over(2, 1);
         assert!(attempt.fill_queue(), "the first read is issued");
         let job = handoff.take();
         let late = thread::spawn(move || job.run());
@@ -348,10 +328,6 @@ fn late_read_after_stop_never_moves_the_cursor() {
         );
         assert_eq!(attempt.queued(), 0, "late entries are released");
     });
-    println!(
-        "LOOM late_read_after_stop_never_moves_the_cursor: {} interleavings",
-        ITER_LATE.load(std::sync::atomic::Ordering::Relaxed)
-    );
 }
 
 /// Test-only model of a late read WITHOUT the gate: it checks "stopped",
