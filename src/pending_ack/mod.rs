@@ -83,7 +83,9 @@ pub use error::PendingAckError;
 pub use executor::{ExecutorMode, ExecutorTask, ReplayExecutor, ReplayExecutorPool};
 pub use handle::{HandleConfig, HandleState, HandleStats, PendingAckHandle, ReadyWaiter};
 pub use reader::{InlineReads, ReaderThread};
-pub use record::{AckType, AckedPosition, PendingAckOp, PendingAckRecord, TxnId};
+pub use record::{
+    decode_entry, encode_batch, AckType, AckedPosition, PendingAckOp, PendingAckRecord, TxnId,
+};
 pub use replay::{
     classify, FailureDisposition, ReadDispatcher, ReadJob, ReplayConfig, ReplayReport, ReplaySink,
 };
