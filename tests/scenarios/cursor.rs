@@ -25,9 +25,9 @@
 //! instant under shuttle (which switches threads only at its own
 //! primitives).
 
-use pulsar_core::__model::sync::{
-    fence, thread, Arc, AtomicBool, AtomicI64, AtomicU64, AtomicUsize, Ordering, RwLock,
-};
+#[cfg(loom)]
+use pulsar_core::__model::sync::{fence, AtomicBool, AtomicU64};
+use pulsar_core::__model::sync::{thread, Arc, AtomicI64, AtomicUsize, Ordering, RwLock};
 use pulsar_core::cursor::{CursorDeletionState, LedgerLayout};
 use pulsar_core::Position;
 
@@ -141,6 +141,7 @@ pub fn positive_implies_deleted_without_reset() {
     assert!(!state.is_deleted_for_read_scheduling(2, 3));
 }
 
+#[cfg(loom)] // loom only: needs weak memory
 /// Model of a reset that un-deletes entry 7 of a single ledger: before, md = 4
 /// and the published bitmap has bit 7; the reset invalidates the directory
 /// (bit gone for new readers) and moves md back to 2.
@@ -152,6 +153,7 @@ pub struct ResetModel {
     bit7_published: AtomicBool,
 }
 
+#[cfg(loom)] // loom only: needs weak memory
 impl ResetModel {
     fn new() -> Self {
         Self {
@@ -187,6 +189,7 @@ impl ResetModel {
     }
 }
 
+#[cfg(loom)] // loom only: needs weak memory
 /// `recheck: false` is negative control (a): it must fail with "mixed view".
 /// Loom only: the reordering it needs (md seen new, bit seen old, though
 /// the bit is cleared first) exists only in loom's weak-memory model.
@@ -272,6 +275,7 @@ pub fn slot_reuse_model(check_owner: bool) {
     }
 }
 
+#[cfg(not(loom))] // shuttle only
 /// Shuttle only (too many threads and steps for loom's exhaustive search):
 /// 3 ack threads doing grouped acks (mark-delete advances through contiguous
 /// ranges, acks into two ledgers), a reset thread doing occasional resets
@@ -354,6 +358,7 @@ pub fn grouped_acks_with_resets() {
     assert_eq!(state.reset_epoch(), 4);
 }
 
+#[cfg(not(loom))] // shuttle only
 /// Shuttle only. A writer moves mark-delete 1:998 → 1:999 → 2:5 → 2:6 (across the ledger
 /// boundary, one explicit mark-delete each) while a reader runs lock-free
 /// lookups. Without resets deletions only grow, so every positive must be
@@ -394,6 +399,7 @@ pub fn mark_delete_across_ledger_boundary() {
     assert!(state.is_deleted_for_read_scheduling(2, 6));
 }
 
+#[cfg(not(loom))] // shuttle only
 /// Shuttle only (six grouped acks against six filters).
 /// An acker deletes 1:3, records that it returned, then keeps grouped-acking
 /// other entries of ledger 1 (holding that ledger's bitmap write lock for
@@ -441,6 +447,7 @@ pub fn filter_vs_grouped_acks() {
     );
 }
 
+#[cfg(not(loom))] // shuttle only
 /// Shuttle only. The epoch re-check, observed from a test thread. Shuttle switches threads
 /// only at its own synchronisation calls, so a flag kept in a plain
 /// `std::sync::atomic` and written right after `reset` returns (read right
