@@ -19,7 +19,7 @@ use std::sync::{Arc, Mutex};
 use prost::Message;
 use pulsar_core::delayed::{
     BucketDelayedDeliveryTracker, BucketSnapshotStorage, BucketTrackerConfig, DelayedError,
-    ManualClock, SnapshotMetadata, SnapshotSegment,
+    SnapshotMetadata, SnapshotSegment, VirtualClock,
 };
 
 struct Counting;
@@ -154,7 +154,7 @@ fn report(n: u64) {
         next: Mutex::new(0),
         keys: Mutex::new(BTreeMap::new()),
     });
-    let clock = Arc::new(ManualClock::new(0));
+    let clock = Arc::new(VirtualClock::new(0));
     let before = live();
     let t =
         BucketDelayedDeliveryTracker::new(BucketTrackerConfig::default(), storage.clone(), clock)

@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 
 use criterion::{BatchSize, Criterion, Throughput};
 use pulsar_core::delayed::{
-    BucketDelayedDeliveryTracker, BucketTrackerConfig, ManualClock, MemorySnapshotStorage,
+    BucketDelayedDeliveryTracker, BucketTrackerConfig, MemorySnapshotStorage, VirtualClock,
 };
 
 const N: u64 = 1_000_000;
@@ -29,8 +29,8 @@ fn message(i: u64) -> (i64, i64, i64) {
     (ledger, entry, at)
 }
 
-fn tracker() -> (BucketDelayedDeliveryTracker, Arc<ManualClock>) {
-    let clock = Arc::new(ManualClock::new(0));
+fn tracker() -> (BucketDelayedDeliveryTracker, Arc<VirtualClock>) {
+    let clock = Arc::new(VirtualClock::new(0));
     let t = BucketDelayedDeliveryTracker::new(
         BucketTrackerConfig::default(),
         Arc::new(MemorySnapshotStorage::new()),
@@ -47,7 +47,7 @@ fn fill(t: &BucketDelayedDeliveryTracker) {
     }
 }
 
-fn drain(t: &BucketDelayedDeliveryTracker, clock: &ManualClock) -> usize {
+fn drain(t: &BucketDelayedDeliveryTracker, clock: &VirtualClock) -> usize {
     clock.set(10_000_000);
     let mut n = 0;
     loop {

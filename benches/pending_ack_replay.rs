@@ -7,6 +7,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use criterion::{criterion_group, Criterion};
+use pulsar_core::__model::pending_ack::ReplayAttempt;
 use pulsar_core::ledger::{LedgerConfig, ManagedCursor, ManagedLedger, MemoryStore};
 use pulsar_core::pending_ack::record::encode_batch;
 use pulsar_core::pending_ack::*;

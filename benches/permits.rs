@@ -17,9 +17,9 @@ use std::sync::Mutex as StdMutex;
 use std::time::{Duration, Instant};
 
 use criterion::Criterion;
+use pulsar_core::__model::sync::Arc;
 use pulsar_core::permits::client::ClientConnection;
 use pulsar_core::permits::ConsumerPermitState;
-use pulsar_core::sync::Arc;
 
 const RQ: u32 = 1000;
 const RETURNS: u32 = 1000;

@@ -7,13 +7,13 @@
 use std::sync::Arc;
 
 use pulsar_core::delayed::{
-    BucketDelayedDeliveryTracker, BucketTrackerConfig, ManualClock, RedbSnapshotStorage,
+    BucketDelayedDeliveryTracker, BucketTrackerConfig, RedbSnapshotStorage, VirtualClock,
 };
 use pulsar_core::ledger::RedbStore;
 
 fn tracker(
     path: &std::path::Path,
-    clock: Arc<ManualClock>,
+    clock: Arc<VirtualClock>,
 ) -> Result<BucketDelayedDeliveryTracker, Box<dyn std::error::Error>> {
     let store = RedbStore::open(path)?;
     let storage = Arc::new(RedbSnapshotStorage::new(
@@ -32,7 +32,7 @@ fn tracker(
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let dir = tempfile::tempdir()?;
     let path = dir.path().join("store.redb");
-    let clock = Arc::new(ManualClock::new(1_000));
+    let clock = Arc::new(VirtualClock::new(1_000));
     {
         let t = tracker(&path, Arc::clone(&clock))?;
         // Ledgers 1..=3 with 5 entries each, each due 100 ms after the

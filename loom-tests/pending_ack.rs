@@ -1,381 +1,75 @@
-//! loom: the pending-ack replay's read pipeline orderings (seed 001), on the
-//! crate's REAL `ReplayAttempt::run` / `fill_queue` / `read_complete` /
-//! `read_failed` through `crate::sync`: the replay thread races a
-//! read-callback thread, and a failed attempt issues exactly one read after
-//! which nothing more is read.
-//!
-//! Negative control: a test-only model of the reversed orders (reader loads
-//! `is_readable` before the counter; writer decrements before clearing the
-//! flag) must be caught by loom.
+//! loom: the pending-ack replay's read-pipeline scenarios of
+//! `tests/scenarios/pending_ack.rs` (shared with `shuttle-tests/pending_ack.rs`)
+//! in every interleaving (preemption bound 3), with their negative controls.
 #![cfg(loom)]
 
-use std::collections::VecDeque;
-use std::sync::Arc;
+#[path = "../tests/scenarios/pending_ack.rs"]
+mod replay;
 
-use pulsar_core::ledger::{Entry, LedgerConfig, LedgerError, ManagedLedger, MemoryStore};
-use pulsar_core::pending_ack::{
-    AckedPosition, PendingAckError, PendingAckRecord, PendingAckState, ReadDispatcher, ReadJob,
-    ReplayAttempt, ReplayConfig, TxnId,
-};
-use pulsar_core::sync::{thread, AtomicBool, AtomicUsize, Condvar, Mutex, Ordering};
-use pulsar_core::Position;
-
-/// Hands the first `expected` issued reads to the callback thread (the
-/// managed-ledger thread); any read beyond them (a bug) fails synchronously
-/// on the replay thread, so the attempt still ends and the read-count
-/// assertion reports it.
-struct HandOff {
-    jobs: Mutex<VecDeque<ReadJob>>,
-    ready: Condvar,
-    dispatched: AtomicUsize,
-    expected: usize,
-}
-
-impl std::fmt::Debug for HandOff {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("HandOff")
-    }
-}
-
-impl ReadDispatcher for HandOff {
-    fn dispatch(&self, job: ReadJob) {
-        if self.dispatched.fetch_add(1, Ordering::SeqCst) >= self.expected {
-            job.fail(unavailable());
-            return;
-        }
-        self.jobs.lock().push_back(job);
-        self.ready.notify_all();
-    }
-}
-
-impl HandOff {
-    fn new(expected: usize) -> Arc<Self> {
-        Arc::new(Self {
-            jobs: Mutex::new(VecDeque::new()),
-            ready: Condvar::new(),
-            dispatched: AtomicUsize::new(0),
-            expected,
-        })
-    }
-
-    fn take(&self) -> ReadJob {
-        let mut q = self.jobs.lock();
-        loop {
-            if let Some(j) = q.pop_front() {
-                return j;
-            }
-            q = self.ready.wait(q);
-        }
-    }
-}
-
-fn builder() -> loom::model::Builder {
+/// Runs `scenario` in every interleaving (preemption bound 3) and prints how
+/// many loom explored.
+fn explore(name: &str, scenario: impl Fn() + Sync + Send + 'static) {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let executions = std::sync::Arc::new(AtomicUsize::new(0));
+    let counter = std::sync::Arc::clone(&executions);
     let mut b = loom::model::Builder::new();
     b.preemption_bound = Some(3);
-    b
+    b.check(move || {
+        counter.fetch_add(1, Ordering::Relaxed);
+        scenario();
+    });
+    println!(
+        "LOOM {name}: {} interleavings",
+        executions.load(Ordering::Relaxed)
+    );
 }
 
-fn log_with(entries: i64) -> Arc<pulsar_core::ledger::ManagedCursor> {
-    let ml = ManagedLedger::open("pa", LedgerConfig::default(), Arc::new(MemoryStore::new()))
-        .expect("valid ledger");
-    for i in 0..entries {
-        let r = PendingAckRecord::individual_ack(
-            TxnId::new(0, i as u64),
-            vec![AckedPosition::whole(Position::new(9, i))],
-        );
-        ml.append(&r.encode()).expect("append");
-    }
-    Arc::new(ml.open_cursor("__pending_ack_state").expect("cursor"))
-}
-
-fn unavailable() -> LedgerError {
-    LedgerError::StorageUnavailable {
-        reason: "bookie down".into(),
-    }
-}
-
-/// Replay thread vs failure thread: the only read fails; exactly one read
-/// is issued, the attempt fails with the stored error, the cursor rewound.
 #[test]
 fn failed_attempt_issues_exactly_one_read() {
-    builder().check(|| {
-        ITER1.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let cursor = log_with(2);
-        let handoff = HandOff::new(1);
-        let attempt = ReplayAttempt::new(
-            "pa",
-            Arc::clone(&cursor),
-            handoff.clone(),
-            ReplayConfig {
-                queue_capacity: 4,
-                read_batch: 1,
-            },
-        )
-        .expect("config");
-        let failer = {
-            let handoff = Arc::clone(&handoff);
-            thread::spawn(move || handoff.take().fail(unavailable()))
-        };
-        let mut state = PendingAckState::default();
-        let r = attempt.run(&mut state);
-        failer.join().expect("failure thread");
-        assert!(
-            matches!(
-                r,
-                Err(PendingAckError::Ledger(
-                    LedgerError::StorageUnavailable { .. }
-                ))
-            ),
-            "attempt must fail with the stored failure: {r:?}"
-        );
-        assert_eq!(
-            handoff.dispatched.load(Ordering::SeqCst),
-            1,
-            "exactly one read per failed attempt"
-        );
-        assert_eq!(cursor.read_position(), Position::new(1, 0), "rewound");
-    });
-    println!(
-        "LOOM failed_attempt_issues_exactly_one_read: {} interleavings",
-        ITER1.load(std::sync::atomic::Ordering::Relaxed)
+    explore(
+        "failed_attempt_issues_exactly_one_read",
+        replay::failed_attempt_issues_exactly_one_read,
     );
 }
 
-static ITER1: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
-static ITER2: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
-
-/// First read completes (enqueue then decrement) on the callback thread,
-/// second fails: two reads, never a third, never reported complete.
 #[test]
 fn read_after_completion_then_failure_ends_the_attempt() {
-    builder().check(|| {
-        ITER2.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let cursor = log_with(3);
-        let handoff = HandOff::new(2);
-        let attempt = ReplayAttempt::new(
-            "pa",
-            Arc::clone(&cursor),
-            handoff.clone(),
-            ReplayConfig {
-                queue_capacity: 4,
-                read_batch: 1,
-            },
-        )
-        .expect("config");
-        let callbacks = {
-            let handoff = Arc::clone(&handoff);
-            thread::spawn(move || {
-                let first = handoff.take();
-                let entry = Entry {
-                    position: Position::new(1, 0),
-                    data: PendingAckRecord::individual_ack(
-                        TxnId::new(0, 0),
-                        vec![AckedPosition::whole(Position::new(9, 0))],
-                    )
-                    .encode(),
-                };
-                first.complete(vec![entry]);
-                handoff.take().fail(unavailable());
-            })
-        };
-        let mut state = PendingAckState::default();
-        let r = attempt.run(&mut state);
-        callbacks.join().expect("callback thread");
-        assert!(r.is_err(), "never reported complete: {r:?}");
-        assert_eq!(
-            handoff.dispatched.load(Ordering::SeqCst),
-            2,
-            "no read after the failure"
-        );
-    });
-    println!(
-        "LOOM read_after_completion_then_failure_ends_the_attempt: {} interleavings",
-        ITER2.load(std::sync::atomic::Ordering::Relaxed)
+    explore(
+        "read_after_completion_then_failure_ends_the_attempt",
+        replay::read_after_completion_then_failure_ends_the_attempt,
     );
 }
 
-static ITER3: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
-
-/// Every read succeeds on the callback thread: the "nothing readable and
-/// queue drained" end must see the last read's entries (read_complete
-/// enqueues BEFORE it decrements, and fill_queue checks the queue AFTER the
-/// counter), so the replay applies every entry.
 #[test]
 fn drained_check_never_loses_the_last_read() {
-    builder().check(|| {
-        ITER3.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let cursor = log_with(2);
-        let handoff = HandOff::new(2);
-        let attempt = ReplayAttempt::new(
-            "pa",
-            Arc::clone(&cursor),
-            handoff.clone(),
-            ReplayConfig {
-                queue_capacity: 4,
-                read_batch: 1,
-            },
-        )
-        .expect("config");
-        let callbacks = {
-            let handoff = Arc::clone(&handoff);
-            thread::spawn(move || {
-                // Real reads through the cursor (they move its read position).
-                handoff.take().run();
-                handoff.take().run();
-            })
-        };
-        let mut state = PendingAckState::default();
-        let r = attempt.run(&mut state);
-        callbacks.join().expect("callback thread");
-        let report = r.expect("replay completes");
-        assert_eq!(report.entries_applied, 2, "every entry applied: {report:?}");
-    });
-    println!(
-        "LOOM drained_check_never_loses_the_last_read: {} interleavings",
-        ITER3.load(std::sync::atomic::Ordering::Relaxed)
+    explore(
+        "drained_check_never_loses_the_last_read",
+        replay::drained_check_never_loses_the_last_read,
     );
 }
 
-// ------------------------------------------------------------------------
-// Negative control: a TEST-ONLY model of the reversed orders. It is not the
-// crate's code; it exists to show loom catches the bug the ordering fixes.
-
-struct ReversedModel {
-    outstanding: AtomicUsize,
-    readable: AtomicBool,
-    reads: AtomicUsize,
-    reader_reversed: bool,
-}
-
-impl ReversedModel {
-    fn fill_queue(&self) -> bool {
-        let may_read = if self.reader_reversed {
-            self.readable.load(Ordering::SeqCst) && self.outstanding.load(Ordering::SeqCst) == 0
-        } else {
-            self.outstanding.load(Ordering::SeqCst) == 0 && self.readable.load(Ordering::SeqCst)
-        };
-        if may_read {
-            self.outstanding.fetch_add(1, Ordering::SeqCst);
-            self.reads.fetch_add(1, Ordering::SeqCst);
-        }
-        self.readable.load(Ordering::SeqCst)
-    }
-
-    fn read_failed(&self) {
-        if self.reader_reversed {
-            self.readable.store(false, Ordering::SeqCst);
-            self.outstanding.fetch_sub(1, Ordering::SeqCst);
-        } else {
-            // writer reversed: decrement BEFORE clearing the flag
-            self.outstanding.fetch_sub(1, Ordering::SeqCst);
-            self.readable.store(false, Ordering::SeqCst);
-        }
-    }
-}
-
-fn reversed(reader_reversed: bool) {
-    builder().check(move || {
-        let m = Arc::new(ReversedModel {
-            outstanding: AtomicUsize::new(1),
-            readable: AtomicBool::new(true),
-            reads: AtomicUsize::new(1),
-            reader_reversed,
-        });
-        let failer = {
-            let m = Arc::clone(&m);
-            thread::spawn(move || m.read_failed())
-        };
-        for _ in 0..3 {
-            if !m.fill_queue() {
-                break;
-            }
-            thread::yield_now();
-        }
-        failer.join().expect("failure thread");
-        assert_eq!(
-            m.reads.load(Ordering::SeqCst),
-            1,
-            "a read was issued after the failure"
-        );
-    });
+#[test]
+fn late_read_after_stop_never_moves_the_cursor() {
+    explore(
+        "late_read_after_stop_never_moves_the_cursor",
+        replay::late_read_after_stop_never_moves_the_cursor,
+    );
 }
 
 #[test]
 #[should_panic(expected = "a read was issued after the failure")]
 fn negative_control_reader_order_reversed_is_caught() {
-    reversed(true);
+    explore("reader order reversed", || replay::reversed(true));
 }
 
 #[test]
 #[should_panic(expected = "a read was issued after the failure")]
 fn negative_control_writer_order_reversed_is_caught() {
-    reversed(false);
+    explore("writer order reversed", || replay::reversed(false));
 }
 
-static ITER_LATE: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
-
-/// A lost read's late `ReadJob::run` races `stop_replay` (the attempt ended
-/// by close while the read was outstanding): once `stop_replay` returned, the
-/// shared cursor's read position never moves again and nothing is queued
-/// (spec `LateReadsChangeNothing`; the read gate).
-#[test]
-fn late_read_after_stop_never_moves_the_cursor() {
-    builder().check(|| {
-        ITER_LATE.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let cursor = log_with(2);
-        let handoff = HandOff::new(1);
-        let attempt = ReplayAttempt::new(
-            "pa",
-            Arc::clone(&cursor),
-            handoff.clone(),
-            ReplayConfig {
-                queue_capacity: 4,
-                read_batch: 1,
-            },
-        )
-        .expect("config");
-        assert!(attempt.fill_queue(), "the first read is issued");
-        let job = handoff.take();
-        let late = thread::spawn(move || job.run());
-        attempt.stop_replay();
-        let after_stop = cursor.read_position();
-        late.join().expect("late callback thread");
-        assert_eq!(
-            cursor.read_position(),
-            after_stop,
-            "a late read moved the cursor after stop_replay"
-        );
-        assert_eq!(attempt.queued(), 0, "late entries are released");
-    });
-    println!(
-        "LOOM late_read_after_stop_never_moves_the_cursor: {} interleavings",
-        ITER_LATE.load(std::sync::atomic::Ordering::Relaxed)
-    );
-}
-
-/// Test-only model of a late read WITHOUT the gate: it checks "stopped",
-/// then reads (moves the position) as a separate step.
 #[test]
 #[should_panic(expected = "a late read moved the cursor after stop_replay")]
 fn negative_control_late_read_without_gate_is_caught() {
-    builder().check(|| {
-        let stopped = Arc::new(AtomicBool::new(false));
-        let position = Arc::new(AtomicUsize::new(0));
-        let late = {
-            let (stopped, position) = (Arc::clone(&stopped), Arc::clone(&position));
-            thread::spawn(move || {
-                if !stopped.load(Ordering::SeqCst) {
-                    position.fetch_add(1, Ordering::SeqCst);
-                }
-            })
-        };
-        stopped.store(true, Ordering::SeqCst);
-        let after_stop = position.load(Ordering::SeqCst);
-        late.join().expect("late thread");
-        assert_eq!(
-            position.load(Ordering::SeqCst),
-            after_stop,
-            "a late read moved the cursor after stop_replay"
-        );
-    });
+    explore("late read without gate", replay::late_read_without_gate);
 }

@@ -6,16 +6,22 @@
 //! replay was not cut short by a completing failure holds exactly the log's
 //! content (checked against a reference model).
 //!
-//! Negative control: a test-only model of the reversed read/failure
-//! ordering, under the same scheduler, must be caught.
+//! This multi-handle world runs under shuttle only (its failures come from
+//! shuttle's scheduler RNG). The read-pipeline scenarios of
+//! `tests/scenarios/pending_ack.rs`, shared with `loom-tests/pending_ack.rs`,
+//! run here too, with their negative controls (the reversed read/failure
+//! orderings, a late read without the read gate).
 #![cfg(feature = "shuttle")]
+
+#[path = "../tests/scenarios/pending_ack.rs"]
+mod replay;
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
+use pulsar_core::__model::sync::{thread, AtomicUsize, Ordering};
 use pulsar_core::ledger::{LedgerConfig, ManagedLedger, MemoryStore, ReadFailureKind};
 use pulsar_core::pending_ack::*;
-use pulsar_core::sync::{thread, AtomicBool, AtomicUsize, Ordering};
 use pulsar_core::Position;
 use shuttle::rand::RngCore;
 
@@ -211,42 +217,52 @@ fn handles_on_one_executor_pct() {
 }
 
 // ------------------------------------------------------------------------
-// Negative control: TEST-ONLY model of the reversed reader order (flag
-// before counter). Not the crate's code; shows the scheduler finds the
-// extra read the real ordering prevents.
+// The read-pipeline scenarios shared with loom (tests/scenarios/pending_ack.rs)
+// and their negative controls.
 
-fn reversed_model() {
-    let outstanding = Arc::new(AtomicUsize::new(1));
-    let readable = Arc::new(AtomicBool::new(true));
-    let reads = Arc::new(AtomicUsize::new(1));
-    let failer = {
-        let (o, r) = (Arc::clone(&outstanding), Arc::clone(&readable));
-        thread::spawn(move || {
-            r.store(false, Ordering::SeqCst);
-            o.fetch_sub(1, Ordering::SeqCst);
-        })
-    };
-    for _ in 0..3 {
-        let flag = readable.load(Ordering::SeqCst);
-        thread::yield_now();
-        if flag && outstanding.load(Ordering::SeqCst) == 0 {
-            outstanding.fetch_add(1, Ordering::SeqCst);
-            reads.fetch_add(1, Ordering::SeqCst);
-        }
-        if !readable.load(Ordering::SeqCst) {
-            break;
-        }
-    }
-    failer.join().unwrap();
-    assert_eq!(
-        reads.load(Ordering::SeqCst),
-        1,
-        "a read was issued after the failure"
-    );
+const SHARED_ITERATIONS: usize = 2_000;
+
+/// `scenario` under random, then PCT depth-3, schedules (fixed seed).
+fn random_and_pct(scenario: fn()) {
+    shuttle::check_random_with_seed(scenario, SEED, SHARED_ITERATIONS);
+    let scheduler = shuttle::scheduler::PctScheduler::new_from_seed(SEED, 3, SHARED_ITERATIONS);
+    shuttle::Runner::new(scheduler, shuttle::Config::new()).run(scenario);
+}
+
+#[test]
+fn failed_attempt_issues_exactly_one_read() {
+    random_and_pct(replay::failed_attempt_issues_exactly_one_read);
+}
+
+#[test]
+fn read_after_completion_then_failure_ends_the_attempt() {
+    random_and_pct(replay::read_after_completion_then_failure_ends_the_attempt);
+}
+
+#[test]
+fn drained_check_never_loses_the_last_read() {
+    random_and_pct(replay::drained_check_never_loses_the_last_read);
+}
+
+#[test]
+fn late_read_after_stop_never_moves_the_cursor() {
+    random_and_pct(replay::late_read_after_stop_never_moves_the_cursor);
 }
 
 #[test]
 #[should_panic(expected = "a read was issued after the failure")]
-fn negative_control_reversed_order_is_caught() {
-    shuttle::check_random_with_seed(reversed_model, SEED, 2_000);
+fn negative_control_reader_order_reversed_is_caught() {
+    shuttle::check_random_with_seed(|| replay::reversed(true), SEED, SHARED_ITERATIONS);
+}
+
+#[test]
+#[should_panic(expected = "a read was issued after the failure")]
+fn negative_control_writer_order_reversed_is_caught() {
+    shuttle::check_random_with_seed(|| replay::reversed(false), SEED, SHARED_ITERATIONS);
+}
+
+#[test]
+#[should_panic(expected = "a late read moved the cursor after stop_replay")]
+fn negative_control_late_read_without_gate_is_caught() {
+    shuttle::check_random_with_seed(replay::late_read_without_gate, SEED, SHARED_ITERATIONS);
 }

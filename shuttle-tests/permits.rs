@@ -23,10 +23,19 @@
 //! Negative control: a test-only model whose permit accumulator is shared
 //! across incarnations (not replaced on recreate); shuttle must find the
 //! schedule where the broker ends with more than the receiver queue.
+//!
+//! This end-to-end world draws its choices from shuttle's scheduler RNG, so
+//! it runs under shuttle only. The smaller replacement scenario of
+//! `tests/scenarios/permits.rs` (and its negative control) runs here and
+//! under loom (`loom-tests/permits.rs`).
 #![cfg(feature = "shuttle")]
+
+#[path = "../tests/scenarios/permits.rs"]
+mod shared;
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
+use pulsar_core::__model::sync::{thread, Arc, AtomicU64, Mutex, Ordering};
 use pulsar_core::permits::broker::{BrokerEntry, BrokerPermitError, ConsumerKey, SharedDispatcher};
 use pulsar_core::permits::client::{
     encode_entry_payload, ClientConnection, ClientConsumer, ClientFrame, CloseReason,
@@ -35,7 +44,6 @@ use pulsar_core::permits::client::{
 use pulsar_core::permits::wire::{
     ack_set_from_indexes, CommandMessage, MessageMetadata, SingleMessageMetadata,
 };
-use pulsar_core::sync::{thread, Arc, AtomicU64, Mutex, Ordering};
 use pulsar_core::Position;
 use shuttle::rand::{thread_rng, Rng};
 
@@ -564,6 +572,24 @@ fn permits_conserved_random() {
 fn permits_conserved_pct() {
     shuttle::check_pct(scenario, ITERATIONS, 3);
     stats::report("after pct (cumulative)");
+}
+
+/// The scenario shared with loom: a consumer replacement racing two
+/// application threads' returns and the connection task's Flow writes.
+#[test]
+fn flow_never_crosses_incarnations_random() {
+    shuttle::check_random(shared::replacement_during_returns, ITERATIONS);
+}
+
+#[test]
+fn flow_never_crosses_incarnations_pct() {
+    shuttle::check_pct(shared::replacement_during_returns, ITERATIONS, 3);
+}
+
+#[test]
+#[should_panic(expected = "old incarnation Flow written after replacement's Subscribe")]
+fn negative_control_flow_without_revalidation_crosses_incarnations() {
+    shuttle::check_pct(shared::flow_without_revalidation, ITERATIONS, 3);
 }
 
 // ---------------------------------------------------------------------------

@@ -7,7 +7,6 @@
 //!
 //! | module | Pulsar seed | what it is |
 //! |---|---|---|
-//! | [`sync`] | — | the only place that chooses std / loom / shuttle primitives |
 //! | [`position`] | — | `Position` (ledger_id, entry_id) |
 //! | [`ledger`] | — | managed-ledger substrate: ledgers, entries, cursors, durable store |
 //! | [`cursor`] | 004 | individually deleted ranges (roaring per ledger) and the lock-free read-scheduling hint |
@@ -15,6 +14,10 @@
 //! | [`delayed`] | 000 | bucket delayed delivery tracker with durable snapshots |
 //! | [`permits`] | 003 | PIP-491 exact permit accounting: `message_permits` on the wire, broker finalisation, client budget, per-incarnation accumulator |
 //! | `sim` (feature `sim`) | all | `pulsar-core simulate`: the broker-in-a-box on the real components, fault injection, independent delivery checker |
+//!
+//! All synchronisation goes through one facade (`src/sync.rs`, the only place
+//! that chooses std / loom / shuttle primitives); in every build but the
+//! model-checking ones its `Arc` is `std::sync::Arc`.
 //!
 //! Every public fallible operation returns a typed error; bad input never
 //! panics and leaves state unchanged.
@@ -38,11 +41,26 @@ pub mod permits;
 pub mod position;
 #[cfg(feature = "sim")]
 pub mod sim;
-pub mod sync;
 #[cfg(feature = "trace")]
 pub mod trace;
 
+// The model-checking internals (not public API; see src/model.rs). The
+// synchronisation facade lives there because the loom/shuttle test crates
+// build their threads with it; the components import it as `crate::sync`.
+#[doc(hidden)]
+#[path = "model.rs"]
+pub mod __model;
+pub(crate) use __model::sync;
+
 pub use position::{Position, PositionParseError};
+
+// The unit tests share the integration tests' helpers (tests/common/mod.rs),
+// which name the crate `pulsar_core`.
+#[cfg(test)]
+extern crate self as pulsar_core;
+#[cfg(test)]
+#[path = "../tests/common/mod.rs"]
+mod test_support;
 /// The embedded database [`ledger::RedbStore`] runs on: its
 /// [`ledger::RedbStore::database`] and [`ledger::RedbStore::begin`] hand out
 /// `redb` types, so embedders use this version of redb.

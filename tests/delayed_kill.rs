@@ -14,8 +14,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use pulsar_core::delayed::{
-    BucketDelayedDeliveryTracker, BucketTrackerConfig, ManualClock, RecoveryPolicy,
-    RedbSnapshotStorage,
+    BucketDelayedDeliveryTracker, BucketTrackerConfig, RecoveryPolicy, RedbSnapshotStorage,
+    VirtualClock,
 };
 use pulsar_core::ledger::RedbStore;
 use pulsar_core::Position;
@@ -44,7 +44,7 @@ fn config() -> BucketTrackerConfig {
     }
 }
 
-fn open(dir: &std::path::Path, clock: Arc<ManualClock>) -> BucketDelayedDeliveryTracker {
+fn open(dir: &std::path::Path, clock: Arc<VirtualClock>) -> BucketDelayedDeliveryTracker {
     let store = RedbStore::open(dir.join("delayed.redb")).expect("open redb");
     let storage = Arc::new(
         RedbSnapshotStorage::new(store, "persistent://t/ns/topic", "sub").expect("tables"),
@@ -54,7 +54,7 @@ fn open(dir: &std::path::Path, clock: Arc<ManualClock>) -> BucketDelayedDelivery
 
 /// Child: run the workload until killed.
 fn child(dir: &str) -> ! {
-    let clock = Arc::new(ManualClock::new(0));
+    let clock = Arc::new(VirtualClock::new(0));
     let tracker = open(std::path::Path::new(dir), clock.clone());
     println!("ready");
     for i in 0..N {
@@ -134,7 +134,7 @@ fn process_kill_loses_nothing_and_counts_right() {
 
         // Restart at an arbitrary time and let the dispatcher re-read.
         let restart = rng.random_range(0..END_CLOCK);
-        let clock = Arc::new(ManualClock::new(restart));
+        let clock = Arc::new(VirtualClock::new(restart));
         let tracker = open(dir.path(), clock.clone());
         tracker
             .verify_invariants()

@@ -22,8 +22,8 @@ use std::sync::Arc;
 
 use proptest::prelude::*;
 use pulsar_core::delayed::{
-    BucketDelayedDeliveryTracker, BucketTrackerConfig, FaultPlan, FaultyStorage, ManualClock,
-    MemorySnapshotStorage, RecoveryPolicy,
+    BucketDelayedDeliveryTracker, BucketTrackerConfig, FaultPlan, FaultyStorage,
+    MemorySnapshotStorage, RecoveryPolicy, VirtualClock,
 };
 use pulsar_core::Position;
 
@@ -79,7 +79,7 @@ fn config(max_num_buckets: i64) -> BucketTrackerConfig {
 }
 
 struct Harness {
-    clock: Arc<ManualClock>,
+    clock: Arc<VirtualClock>,
     storage: Arc<FaultyStorage<Arc<MemorySnapshotStorage>>>,
     tracker: BucketDelayedDeliveryTracker,
     config: BucketTrackerConfig,
@@ -98,7 +98,7 @@ struct Harness {
 
 impl Harness {
     fn new(max_num_buckets: i64) -> Self {
-        let clock = Arc::new(ManualClock::new(1000));
+        let clock = Arc::new(VirtualClock::new(1000));
         let storage = Arc::new(FaultyStorage::new(Arc::new(MemorySnapshotStorage::new())));
         let config = config(max_num_buckets);
         let tracker =

@@ -391,6 +391,45 @@ impl ReadDispatcher for LosesCallbacks {
     }
 }
 
+/// A pending-ack log on a redb store whose handle `h1` (named `handle`)
+/// reads through [`LosesCallbacks`], on a one-thread executor pool.
+struct LostCallback {
+    _dir: tempfile::TempDir,
+    ml: Arc<ManagedLedger>,
+    cursor: Arc<ManagedCursor>,
+    pending: Vec<Position>,
+    pool: Arc<ReplayExecutorPool>,
+    timer: Arc<VirtualTimer>,
+    lost: Arc<LosesCallbacks>,
+    h1: PendingAckHandle,
+}
+
+fn lost_callback(log: &str, handle: &str) -> LostCallback {
+    let dir = tempfile::tempdir().unwrap();
+    let (ml, cursor, pending) = redb_log(&dir, log);
+    let pool = ReplayExecutorPool::new(1, ExecutorMode::Threads).unwrap();
+    let timer = Arc::new(VirtualTimer::new());
+    let lost = Arc::new(LosesCallbacks::default());
+    let h1 = new_handle(
+        handle,
+        &cursor,
+        &pool,
+        &timer,
+        Arc::clone(&lost) as Arc<dyn ReadDispatcher>,
+        HandleConfig::default(),
+    );
+    LostCallback {
+        _dir: dir,
+        ml,
+        cursor,
+        pending,
+        pool,
+        timer,
+        lost,
+        h1,
+    }
+}
+
 fn wait_until(what: &str, mut f: impl FnMut() -> bool) {
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
     while !f() {
@@ -404,19 +443,16 @@ fn wait_until(what: &str, mut f: impl FnMut() -> bool) {
 
 #[test]
 fn close_with_a_lost_read_callback_frees_the_executor_and_a_late_callback_changes_nothing() {
-    let dir = tempfile::tempdir().unwrap();
-    let (_ml, cursor, pending) = redb_log(&dir, "lost-callback");
-    let pool = ReplayExecutorPool::new(1, ExecutorMode::Threads).unwrap();
-    let timer = Arc::new(VirtualTimer::new());
-    let lost = Arc::new(LosesCallbacks::default());
-    let h1 = new_handle(
-        "lost",
-        &cursor,
-        &pool,
-        &timer,
-        Arc::clone(&lost) as Arc<dyn ReadDispatcher>,
-        HandleConfig::default(),
-    );
+    let LostCallback {
+        _dir,
+        cursor,
+        pending,
+        pool,
+        timer,
+        lost,
+        h1,
+        ..
+    } = lost_callback("lost-callback", "lost");
     let w1 = h1.ready_waiter();
     h1.init();
     wait_until("the first read to be issued and lost", || {
@@ -478,19 +514,14 @@ fn close_with_a_lost_read_callback_frees_the_executor_and_a_late_callback_change
 
 #[test]
 fn late_entries_of_a_closed_attempt_are_released_not_applied() {
-    let dir = tempfile::tempdir().unwrap();
-    let (ml, cursor, _pending) = redb_log(&dir, "late-entries");
-    let pool = ReplayExecutorPool::new(1, ExecutorMode::Threads).unwrap();
-    let timer = Arc::new(VirtualTimer::new());
-    let lost = Arc::new(LosesCallbacks::default());
-    let h1 = new_handle(
-        "late",
-        &cursor,
-        &pool,
-        &timer,
-        Arc::clone(&lost) as Arc<dyn ReadDispatcher>,
-        HandleConfig::default(),
-    );
+    let LostCallback {
+        _dir,
+        ml,
+        pool,
+        lost,
+        h1,
+        ..
+    } = lost_callback("late-entries", "late");
     h1.init();
     wait_until("the read to be lost", || !lost.0.lock().unwrap().is_empty());
     h1.close();

@@ -25,7 +25,7 @@ use pulsar_core::permits::client::{
 use pulsar_core::permits::wire::{
     self, CommandFlow, CommandMessage, MessageIdData, MessageMetadata, SingleMessageMetadata,
 };
-use pulsar_core::sync::Arc;
+use std::sync::Arc;
 
 /// Reference: deliverable indexes below B, bit by bit.
 fn reference_deliverable(ack_set: &[i64], b: u32) -> BTreeSet<u32> {
@@ -313,7 +313,8 @@ fn broker_op() -> impl Strategy<Value = BrokerOp> {
 proptest! {
     #![proptest_config(ProptestConfig { cases: 300, ..ProptestConfig::default() })]
 
-    /// Broker accounting (P1) against a reference model: per consumer a
+    /// Broker accounting (one pending P per position, unacked == Σ P)
+    /// against a reference model: per consumer a
     /// `BTreeMap<Position, P>` of pending acks, a permit balance and the
     /// replay set. A position is sent at most once while pending (also when
     /// it appears twice in one call); unacked == Σ pending P; consumer and

@@ -18,7 +18,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use pulsar_core::delayed::{
-    BucketDelayedDeliveryTracker, BucketTrackerConfig, ManualClock, RedbSnapshotStorage,
+    BucketDelayedDeliveryTracker, BucketTrackerConfig, RedbSnapshotStorage, VirtualClock,
 };
 use pulsar_core::ledger::{LedgerConfig, LedgerStore, ManagedLedger, RedbStore};
 use pulsar_core::Position;
@@ -82,7 +82,7 @@ fn delayed_tracker(store: &RedbStore) -> Result<BucketDelayedDeliveryTracker, St
     BucketDelayedDeliveryTracker::new(
         delayed_config(),
         Arc::new(storage),
-        Arc::new(ManualClock::new(0)),
+        Arc::new(VirtualClock::new(0)),
     )
     .map_err(|e| e.to_string())
 }

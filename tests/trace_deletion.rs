@@ -14,8 +14,8 @@
 use std::io::Write;
 use std::sync::Mutex as StdMutex;
 
+use pulsar_core::__model::sync::{thread, Arc};
 use pulsar_core::cursor::{CursorDeletionState, LedgerLayout};
-use pulsar_core::sync::{thread, Arc};
 use pulsar_core::{trace, Position};
 use shuttle::scheduler::RandomScheduler;
 use shuttle::{Config, Runner};
@@ -29,9 +29,8 @@ const ENTRIES: u32 = 4;
 
 static TRACES: StdMutex<Vec<Vec<String>>> = StdMutex::new(Vec::new());
 
-fn p(l: i64, e: i64) -> Position {
-    Position::new(l, e)
-}
+mod common;
+use common::p;
 
 fn scenario() {
     trace::start();

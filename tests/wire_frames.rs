@@ -4,8 +4,10 @@
 //!
 //! Case count: `PULSAR_CORE_FUZZ_CASES` (default 10 000 in a debug build,
 //! 100 000 in release: `cargo test --release --test wire_frames`).
+#![cfg(not(any(loom, feature = "shuttle")))]
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use prost::Message;
 use rand::{Rng, SeedableRng};
@@ -26,7 +28,6 @@ use pulsar_core::permits::wire::{
     self, Command, CommandFlow, CommandMessage, MessageIdData, MessageMetadata,
     SingleMessageMetadata, BASE_COMMAND,
 };
-use pulsar_core::sync::Arc;
 
 /// Bitwise CRC32C (Castagnoli, reflected polynomial 0x82F63B78): the
 /// reference the golden frames are checked against.

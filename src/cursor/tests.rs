@@ -3,9 +3,7 @@
 use super::*;
 use crate::Position;
 
-fn p(l: i64, e: i64) -> Position {
-    Position::new(l, e)
-}
+use crate::test_support::p;
 
 #[test]
 fn adjacent_acks_coalesce_into_one_open_closed_range() {

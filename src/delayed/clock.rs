@@ -22,14 +22,17 @@ impl Clock for SystemClock {
     }
 }
 
-/// A manually advanced clock for tests and simulations. Any thread may call
-/// [`ManualClock::set`] / [`ManualClock::advance`]; reads are atomic.
+/// A clock on virtual time for tests and simulations: it reads what the
+/// owner last set. Any thread may call [`VirtualClock::set`] /
+/// [`VirtualClock::advance`]; reads are atomic. The delayed tracker's
+/// counterpart of the pending-ack `VirtualTimer` (same "virtual time" naming;
+/// the tracker only reads time, it schedules nothing).
 #[derive(Debug, Default)]
-pub struct ManualClock {
+pub struct VirtualClock {
     now: AtomicU64,
 }
 
-impl ManualClock {
+impl VirtualClock {
     /// A clock reading `now_ms`.
     pub fn new(now_ms: u64) -> Self {
         Self {
@@ -48,7 +51,7 @@ impl ManualClock {
     }
 }
 
-impl Clock for ManualClock {
+impl Clock for VirtualClock {
     fn now_ms(&self) -> u64 {
         self.now.load(Ordering::SeqCst)
     }

@@ -102,11 +102,11 @@
 //! ```
 //! use std::sync::Arc;
 //! use pulsar_core::delayed::{
-//!     BucketDelayedDeliveryTracker, BucketTrackerConfig, ManualClock, MemorySnapshotStorage,
+//!     BucketDelayedDeliveryTracker, BucketTrackerConfig, VirtualClock, MemorySnapshotStorage,
 //! };
 //! use pulsar_core::Position;
 //!
-//! let clock = Arc::new(ManualClock::new(1_000));
+//! let clock = Arc::new(VirtualClock::new(1_000));
 //! let storage = Arc::new(MemorySnapshotStorage::new());
 //! let config = BucketTrackerConfig { tick_time_ms: 1, ..BucketTrackerConfig::default() };
 //! let tracker = BucketDelayedDeliveryTracker::new(config, storage, clock.clone())?;
@@ -130,7 +130,7 @@ mod storage;
 mod tracker;
 
 pub use bucket::{BucketContext, ImmutableBucket, MutableBucket};
-pub use clock::{Clock, ManualClock, SystemClock};
+pub use clock::{Clock, SystemClock, VirtualClock};
 pub use config::{BucketTrackerConfig, RecoveryPolicy};
 pub use error::DelayedError;
 pub use index::BucketDelayedMessageIndex;
@@ -139,7 +139,8 @@ pub use snapshot::{
     IndexEntry, SnapshotMetadata, SnapshotSegment, SnapshotSegmentMetadata, BUCKET_KEY_PREFIX,
 };
 pub use storage::{
-    BucketSnapshotStorage, FaultPlan, FaultyStorage, MemorySnapshotStorage, RedbSnapshotStorage,
+    BucketSnapshotStorage, FaultPlan, FaultyStorage, MemorySnapshotStorage, RawSnapshotEntries,
+    RedbSnapshotStorage, SNAPSHOT_ENTRIES_TABLE,
 };
 pub use tracker::{BucketDelayedDeliveryTracker, TrackerStats};
 

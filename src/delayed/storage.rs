@@ -261,9 +261,18 @@ impl BucketSnapshotStorage for MemorySnapshotStorage {
 
 // ---------------------------------------------------------------- redb
 
+/// Name of the redb table [`RedbSnapshotStorage`] keeps its snapshot
+/// entries in: `(snapshot id, entry id) → encoded entry` (entry 0 is the
+/// `SnapshotMetadata`, entry `n ≥ 1` segment `n`).
+pub const SNAPSHOT_ENTRIES_TABLE: &str = "delayed_bucket_snapshot_entries";
+
+/// The raw snapshot entries of a store: `snapshot id → [(entry id, encoded
+/// bytes)]`, entries in key order ([`RedbSnapshotStorage::read_only_entries`]).
+pub type RawSnapshotEntries = BTreeMap<i64, Vec<(u64, Vec<u8>)>>;
+
 /// `(snapshot id, entry id) → encoded entry`.
 const SNAPSHOT_ENTRIES: TableDefinition<(i64, u64), &[u8]> =
-    TableDefinition::new("delayed_bucket_snapshot_entries");
+    TableDefinition::new(SNAPSHOT_ENTRIES_TABLE);
 /// `"next" → last assigned snapshot id`.
 const SNAPSHOT_SEQ: TableDefinition<&str, i64> =
     TableDefinition::new("delayed_bucket_snapshot_seq");
@@ -306,6 +315,46 @@ impl RedbSnapshotStorage {
             store,
             managed_ledger: managed_ledger.into(),
             cursor: cursor.into(),
+        })
+    }
+
+    /// Every snapshot entry of a store opened read-only (for example the
+    /// database [`RedbStore::read_only_contents`] returns), as `snapshot id
+    /// → [(entry id, encoded bytes)]` in key order; no table is created, so
+    /// the file is unchanged. A store without the table has no snapshots.
+    ///
+    /// # Errors
+    /// [`DelayedError::Storage`] if the table cannot be read, also when redb
+    /// panics on a damaged file (the panic is contained here).
+    pub fn read_only_entries(
+        db: &redb::ReadOnlyDatabase,
+    ) -> Result<RawSnapshotEntries, DelayedError> {
+        let read = || -> Result<_, DelayedError> {
+            let op = "read_only_entries";
+            let mut out = RawSnapshotEntries::new();
+            let txn = db.begin_read().map_err(be(op))?;
+            let t = match txn.open_table(SNAPSHOT_ENTRIES) {
+                Ok(t) => t,
+                Err(redb::TableError::TableDoesNotExist(_)) => return Ok(out),
+                Err(e) => return Err(DelayedError::storage(op, e)),
+            };
+            for row in t.iter().map_err(be(op))? {
+                let (k, v) = row.map_err(be(op))?;
+                let (id, entry) = k.value();
+                out.entry(id).or_default().push((entry, v.value().to_vec()));
+            }
+            Ok(out)
+        };
+        std::panic::catch_unwind(std::panic::AssertUnwindSafe(read)).unwrap_or_else(|panic| {
+            let what = panic
+                .downcast_ref::<&str>()
+                .map(|s| (*s).to_string())
+                .or_else(|| panic.downcast_ref::<String>().cloned())
+                .unwrap_or_else(|| "no message".into());
+            Err(DelayedError::storage(
+                "read_only_entries",
+                format!("the store file is damaged: {what}"),
+            ))
         })
     }
 

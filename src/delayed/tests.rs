@@ -18,7 +18,7 @@ fn cfg() -> BucketTrackerConfig {
 }
 
 struct Fixture {
-    clock: Arc<ManualClock>,
+    clock: Arc<VirtualClock>,
     mem: Arc<MemorySnapshotStorage>,
     faulty: Arc<FaultyStorage<Arc<MemorySnapshotStorage>>>,
 }
@@ -27,7 +27,7 @@ impl Fixture {
     fn new() -> Self {
         let mem = Arc::new(MemorySnapshotStorage::new());
         Self {
-            clock: Arc::new(ManualClock::new(0)),
+            clock: Arc::new(VirtualClock::new(0)),
             faulty: Arc::new(FaultyStorage::new(mem.clone())),
             mem,
         }
@@ -41,9 +41,7 @@ impl Fixture {
     }
 }
 
-fn p(l: i64, e: i64) -> Position {
-    Position::new(l, e)
-}
+use crate::test_support::p;
 
 fn drain(t: &BucketDelayedDeliveryTracker) -> Vec<Position> {
     let mut all = Vec::new();
@@ -443,7 +441,7 @@ fn redb_storage_roundtrip_is_atomic_with_cursor_property() {
     let dir = tempfile::tempdir().unwrap();
     let store = crate::ledger::RedbStore::open(dir.path().join("db.redb")).unwrap();
     let storage = Arc::new(RedbSnapshotStorage::new(store.clone(), "ml", "sub").unwrap());
-    let clock = Arc::new(ManualClock::new(0));
+    let clock = Arc::new(VirtualClock::new(0));
     let t = BucketDelayedDeliveryTracker::new(cfg(), storage.clone(), clock.clone()).unwrap();
     for (l, e, ts) in [
         (1, 0, 10),

@@ -904,11 +904,22 @@ impl RedbStore {
     /// [`StoreError::Backend`] if the file cannot be opened read-only (not
     /// a redb file, locked by a writer, needs repair) or a table has another
     /// type; [`StoreError::Corrupt`] for an undecodable ranges record.
+    /// redb's panics on a damaged file are contained: they become
+    /// [`StoreError::Corrupt`].
     pub fn read_only_contents(
         path: impl AsRef<Path>,
         keep_entries: &dyn Fn(&str) -> bool,
     ) -> Result<(StoreContents, redb::ReadOnlyDatabase), StoreError> {
-        let db = redb::ReadOnlyDatabase::open(path.as_ref())?;
+        contained("read_only_contents", || {
+            Self::read_only_contents_uncontained(path.as_ref(), keep_entries)
+        })
+    }
+
+    fn read_only_contents_uncontained(
+        path: &Path,
+        keep_entries: &dyn Fn(&str) -> bool,
+    ) -> Result<(StoreContents, redb::ReadOnlyDatabase), StoreError> {
+        let db = redb::ReadOnlyDatabase::open(path)?;
         let mut out = StoreContents::default();
         {
             let txn = db.begin_read()?;

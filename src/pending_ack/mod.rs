@@ -10,7 +10,8 @@
 //!   keyed by [`TxnId`]) in Pulsar's `TransactionPendingAck.proto` bytes
 //!   (proto2 presence, unpacked `ack_set`), single and batched (`0x0e01`,
 //!   version 1).
-//! - [`ReplayAttempt`]: one attempt's read pipeline (`fill_queue`,
+//! - `ReplayAttempt` (internal; the models reach it through the hidden
+//!   `pulsar_core::__model`): one attempt's read pipeline (`fill_queue`,
 //!   `read_complete`, `read_failed`, `stop_replay`) and end-of-attempt
 //!   rules; [`classify`] decides which failures complete the replay.
 //! - [`ReadDispatcher`]: where issued reads run: [`InlineReads`] (the
@@ -50,12 +51,12 @@
 //!
 //! | spec invariant / property | enforced by | tests |
 //! |---|---|---|
-//! | `NoReadAfterFailure` (PendingAckReplay) | [`ReplayAttempt::fill_queue`] (counter before flag), [`ReplayAttempt::read_failed`] (flag before counter) | `loom-tests/pending_ack.rs` `failed_attempt_issues_exactly_one_read`, negative controls `negative_control_*_reversed_is_caught` |
+//! | `NoReadAfterFailure` (PendingAckReplay) | `ReplayAttempt::fill_queue` (counter before flag), `ReplayAttempt::read_failed` (flag before counter) | `loom-tests/pending_ack.rs` `failed_attempt_issues_exactly_one_read`, negative controls `negative_control_*_reversed_is_caught` |
 //! | `CompleteImpliesFullyApplied` | `ReplayAttempt::run` (a stored failure before catching up fails the attempt), fresh drained check in `fill_queue` | `loom-tests/pending_ack.rs` `drained_check_never_loses_the_last_read`; `tests/pending_ack_scenarios.rs` `failed_attempt_rewinds_so_the_retry_applies_every_record` |
 //! | `RewindBeforeRetry` | `ReplayAttempt::run` (rewind at attempt start and on failure) | `tests/pending_ack_paths.rs` `reused_cursor_with_read_position_past_the_log_replays_from_the_mark_delete` |
 //! | `ReadyImpliesCaughtUp` | `ReplayAttempt::run` → `drained_end` ([`PendingAckError::IncompleteReplay`]) | `tests/pending_ack_paths.rs` `an_attempt_that_runs_dry_short_of_the_log_end_is_never_ready` |
-//! | `LateReadsChangeNothing` | [`ReadJob::run`] under the attempt's read gate, [`ReplayAttempt::stop_replay`] | `tests/pending_ack_paths.rs` `close_with_a_lost_read_callback_frees_the_executor_and_a_late_callback_changes_nothing`, `late_entries_of_a_closed_attempt_are_released_not_applied`; `loom-tests/pending_ack.rs` `late_read_after_stop_never_moves_the_cursor` (negative control `negative_control_late_read_without_gate_is_caught`) |
-//! | `CloseFreesExecutor`, `AttemptEnds` | [`PendingAckHandle::close`] → [`ReplayAttempt::interrupt`]; the failure path never waits for outstanding reads | same as above; `shuttle-tests/pending_ack.rs` |
+//! | `LateReadsChangeNothing` | [`ReadJob::run`] under the attempt's read gate, `ReplayAttempt::stop_replay` | `tests/pending_ack_paths.rs` `close_with_a_lost_read_callback_frees_the_executor_and_a_late_callback_changes_nothing`, `late_entries_of_a_closed_attempt_are_released_not_applied`; `loom-tests/pending_ack.rs` `late_read_after_stop_never_moves_the_cursor` (negative control `negative_control_late_read_without_gate_is_caught`) |
+//! | `CloseFreesExecutor`, `AttemptEnds` | [`PendingAckHandle::close`] → `ReplayAttempt::interrupt`; the failure path never waits for outstanding reads | same as above; `shuttle-tests/pending_ack.rs` |
 //! | `HandleSettles` | [`PendingAckHandle`] retry/give-up; closed cursor reopened or given up after [`HandleConfig::max_cursor_reopen_attempts`] | `tests/pending_ack_paths.rs` `closed_cursor_is_reopened_through_the_managed_ledger_on_the_redb_store`, `closed_cursor_that_cannot_reopen_fails_waiters_after_a_bounded_number_of_attempts` |
 //! | `RefusedOnlyOnConflict`, `PendingKeptUntilResolved`, `NoPendingDeleted` (PendingAckReplayBatch) | [`PendingAckState::check`], [`PendingAckState::apply_checked`] | `tests/pending_ack_paths.rs` `disjoint_batch_indexes_of_one_entry_by_two_txns_are_both_pending`, `replay_of_batch_index_acks_rebuilds_the_same_state`; `tests/pending_ack_batch_model.rs` (proptest vs a reference model) |
 //! | log bytes = protoc's for `TransactionPendingAck.proto` | [`record::PendingAckRecord::encode`], [`record::encode_batch`], [`record::decode_entry`] | `tests/pending_ack_wire.rs` (golden bytes per record kind and value class) |
@@ -72,7 +73,7 @@ mod executor;
 mod handle;
 mod reader;
 pub mod record;
-mod replay;
+pub(crate) mod replay;
 mod state;
 mod timer;
 mod writer;
@@ -82,10 +83,11 @@ pub use error::PendingAckError;
 pub use executor::{ExecutorMode, ExecutorTask, ReplayExecutor, ReplayExecutorPool};
 pub use handle::{HandleConfig, HandleState, HandleStats, PendingAckHandle, ReadyWaiter};
 pub use reader::{InlineReads, ReaderThread};
-pub use record::{AckType, AckedPosition, PendingAckOp, PendingAckRecord, TxnId};
+pub use record::{
+    decode_entry, encode_batch, AckType, AckedPosition, PendingAckOp, PendingAckRecord, TxnId,
+};
 pub use replay::{
-    classify, FailureDisposition, ReadDispatcher, ReadJob, ReplayAttempt, ReplayConfig,
-    ReplayReport, ReplaySink,
+    classify, FailureDisposition, ReadDispatcher, ReadJob, ReplayConfig, ReplayReport, ReplaySink,
 };
 pub use state::{PendingAckState, PendingAckSummary};
 #[cfg(not(any(loom, feature = "shuttle")))]

@@ -60,16 +60,10 @@ pub enum PendingAckOp {
     Abort = 3,
 }
 
-/// Individual or cumulative acknowledgement (`CommandAck.AckType` in
-/// `PulsarApi.proto`: `Individual = 0`, `Cumulative = 1`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, prost::Enumeration)]
-#[repr(i32)]
-pub enum AckType {
-    /// Acknowledges exactly the listed positions.
-    Individual = 0,
-    /// Acknowledges everything up to and including the position.
-    Cumulative = 1,
-}
+/// Individual or cumulative acknowledgement: `TransactionPendingAck.proto`
+/// imports `PulsarApi.proto`'s `CommandAck.AckType`, so this is the one
+/// definition in [`crate::permits::wire`].
+pub use crate::permits::wire::AckType;
 
 /// Wire form of one acknowledged position (proto2 `PendingAckMetadata`).
 ///
@@ -534,9 +528,7 @@ pub fn decode_entry(
 mod tests {
     use super::*;
 
-    fn p(l: i64, e: i64) -> Position {
-        Position::new(l, e)
-    }
+    use crate::test_support::p;
 
     #[test]
     fn single_and_batched_round_trip() {

@@ -341,8 +341,8 @@ impl ReplayAttempt {
                 // The emptiness check must be FRESH (after the counter load):
                 // the last read's entries are enqueued before its decrement,
                 // so seeing 0 above guarantees they are visible here. The
-                // room snapshot taken at the top may predate them (a bug
-                // shuttle found and loom's drained_check test pins).
+                // room snapshot taken at the top may predate them (loom's
+                // drained_check_never_loses_the_last_read pins this order).
                 self.is_readable.store(false, Ordering::SeqCst);
             }
         }

@@ -419,8 +419,9 @@ mod tests {
     use super::*;
     use crate::pending_ack::record::AckedPosition;
 
+    /// Ledger 5 holds every position of these tests.
     fn p(e: i64) -> Position {
-        Position::new(5, e)
+        crate::test_support::p(5, e)
     }
 
     #[test]

@@ -895,7 +895,8 @@ mod tests {
         );
     }
 
-    /// P1 regression: the same position twice in one send is sent (and
+    /// A position is pending at most once: the same position twice in one
+    /// send is sent (and
     /// debited, and made pending) once; the copy is refused as already
     /// pending, like a position still pending from an earlier send, and is
     /// not put back for replay. unacked == Σ P of pending acks throughout.

@@ -48,7 +48,12 @@ pub mod frame;
 pub mod presence;
 pub mod wire;
 
-pub use broker::{BrokerPermitError, Consumer, ConsumerKey, SendMessagesResult, SharedDispatcher};
+// The broker side's consumer is `BrokerConsumer` here, next to the client's
+// `ClientConsumer` (`broker::Consumer` is Pulsar's name inside the module).
+pub use broker::{
+    AdmitAll, BrokerEntry, BrokerPermitError, Consumer as BrokerConsumer, ConsumerKey, Dispatch,
+    SendMessagesResult, SharedDispatcher,
+};
 pub use client::{
     ClientConnection, ClientConsumer, CommandBudget, ConsumerPermitState, PermitProtocolError,
 };

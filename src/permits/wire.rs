@@ -194,13 +194,16 @@ pub struct SingleMessageMetadata {
     pub compacted_out: Option<bool>,
 }
 
-/// `CommandAck.AckType`.
+/// `CommandAck.AckType` (`PulsarApi.proto`), also the `ack_type` of the
+/// pending-ack log (`TransactionPendingAck.proto` imports it;
+/// [`crate::pending_ack::AckType`] is this type).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, prost::Enumeration)]
 #[repr(i32)]
 pub enum AckType {
-    /// `Individual = 0`.
+    /// `Individual = 0`: acknowledges exactly the listed positions.
     Individual = 0,
-    /// `Cumulative = 1`.
+    /// `Cumulative = 1`: acknowledges everything up to and including the
+    /// position.
     Cumulative = 1,
 }
 

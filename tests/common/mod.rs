@@ -1,4 +1,6 @@
-//! Helpers shared by the integration tests (`mod common;` in each test file).
+//! Helpers shared by every test crate: the integration tests (`mod common;`),
+//! the loom and shuttle models (`#[path = "../tests/common/mod.rs"] mod
+//! common;`) and the library's unit tests (`crate::test_support`).
 // Each test crate uses a subset of the helpers.
 #![allow(dead_code)]
 

@@ -7,13 +7,13 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use clap::{Args, Subcommand};
-use redb::ReadableDatabase;
 use serde_json::{json, Map, Value};
 
 use pulsar_core::delayed::snapshot::{
     decode_bitmap, decode_metadata, decode_segment, decode_segment_bitmaps, parse_bucket_key,
     SnapshotMetadata, SnapshotSegment,
 };
+use pulsar_core::delayed::RedbSnapshotStorage;
 use pulsar_core::ledger::{RedbStore, StoreContents};
 use pulsar_core::pending_ack::record::decode_entry;
 use pulsar_core::pending_ack::{AckType, PendingAckOp, PendingAckRecord, PendingAckState};
@@ -27,9 +27,6 @@ pub const STORE_FILE: &str = "pulsar-core.redb";
 pub const PENDING_ACK_SUFFIX: &str = "__transaction_pending_ack";
 /// The pending-ack log's own cursor (its mark-delete is where replay starts).
 pub const PENDING_ACK_CURSOR: &str = "__pending_ack_state";
-/// The delayed-delivery snapshot table (`delayed::RedbSnapshotStorage`).
-const SNAPSHOT_ENTRIES: redb::TableDefinition<(i64, u64), &[u8]> =
-    redb::TableDefinition::new("delayed_bucket_snapshot_entries");
 
 #[derive(Args, Debug)]
 pub struct InspectArgs {
@@ -385,10 +382,10 @@ pub fn store_path(dir: &Path) -> PathBuf {
 /// Opens and reads a store read-only.
 ///
 /// # Errors
-/// A message when the file is missing, not a redb database, or corrupt:
-/// redb panics on some corrupted pages instead of returning an error, so the
-/// read runs under `catch_unwind` (the default panic hook silenced for it)
-/// and such a panic becomes this error.
+/// A message when the file is missing, not a redb database, or corrupt (the
+/// library turns redb's panics on a damaged file into typed errors; the
+/// default panic hook, which would still print redb's message as if this
+/// command had crashed, is silenced while the store is read).
 pub fn load_store(dir: &Path) -> Result<LoadedStore, String> {
     let path = store_path(dir);
     if !path.is_file() {
@@ -396,19 +393,9 @@ pub fn load_store(dir: &Path) -> Result<LoadedStore, String> {
     }
     let hook = std::panic::take_hook();
     std::panic::set_hook(Box::new(|_| {}));
-    let read = std::panic::catch_unwind(|| load_store_file(&path));
+    let read = load_store_file(&path);
     std::panic::set_hook(hook);
-    read.unwrap_or_else(|panic| {
-        let what = panic
-            .downcast_ref::<String>()
-            .map(String::as_str)
-            .or_else(|| panic.downcast_ref::<&str>().copied())
-            .unwrap_or("unknown failure");
-        Err(format!(
-            "cannot read {}: the store file is corrupt ({what})",
-            path.display()
-        ))
-    })
+    read
 }
 
 fn load_store_file(path: &Path) -> Result<LoadedStore, String> {
@@ -416,24 +403,8 @@ fn load_store_file(path: &Path) -> Result<LoadedStore, String> {
     let keep = |name: &str| name.ends_with(PENDING_ACK_SUFFIX);
     let (contents, db) = RedbStore::read_only_contents(&path, &keep)
         .map_err(|e| format!("cannot open {} read-only: {e}", path.display()))?;
-    // snapshot table
-    let mut snapshots: BTreeMap<i64, Vec<(u64, Vec<u8>)>> = BTreeMap::new();
-    let txn = db.begin_read().map_err(|e| e.to_string())?;
-    match txn.open_table(SNAPSHOT_ENTRIES) {
-        Ok(t) => {
-            let rows = redb::ReadableTable::iter(&t).map_err(|e| e.to_string())?;
-            for row in rows {
-                let (k, v) = row.map_err(|e| e.to_string())?;
-                let (id, e) = k.value();
-                snapshots
-                    .entry(id)
-                    .or_default()
-                    .push((e, v.value().to_vec()));
-            }
-        }
-        Err(redb::TableError::TableDoesNotExist(_)) => {}
-        Err(e) => return Err(format!("snapshot table: {e}")),
-    }
+    let snapshots = RedbSnapshotStorage::read_only_entries(&db)
+        .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
     let mut buckets = Vec::new();
     let mut referenced = BTreeSet::new();
     for ((ml, cursor), c) in &contents.cursors {

@@ -431,7 +431,8 @@ fn flow_drains_at_half_queue_and_is_revalidated_on_same_connection_recreate() {
     assert_eq!(flows(&conn2.take_outbox()), vec![(r.incarnation, 4)]);
 }
 
-/// P2 regression: Subscribe succeeds once per incarnation, so the
+/// The receiver queue is granted once per incarnation: Subscribe succeeds
+/// once, so the
 /// receiver queue is granted once; a second call is a typed error that
 /// writes nothing and changes nothing.
 #[test]

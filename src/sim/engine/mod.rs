@@ -49,7 +49,7 @@ use super::workload::{SubscriptionType, Workload};
 use crate::cursor::{CursorDeletionState, DeletionError};
 use crate::delayed::{
     BucketDelayedDeliveryTracker, BucketSnapshotStorage, BucketTrackerConfig, FaultPlan,
-    FaultyStorage, ManualClock, RecoveryPolicy, RedbSnapshotStorage,
+    FaultyStorage, VirtualClock, RecoveryPolicy, RedbSnapshotStorage,
 };
 use crate::ledger::{
     LedgerConfig, LedgerError, LedgerStore, ManagedCursor, ManagedLedger, ReadFailureKind,
@@ -308,7 +308,7 @@ struct Sim<'a> {
     clients: Vec<Vec<ClientRt>>,
     next_connection_id: u64,
     outage: Arc<AtomicBool>,
-    clock: Arc<ManualClock>,
+    clock: Arc<VirtualClock>,
     /// How far the broker's clock (the delayed tracker's) runs ahead of
     /// virtual time (the producers' clock): the sum of the clock jumps.
     broker_clock_offset_ms: u64,
@@ -416,7 +416,7 @@ pub fn run(
         clients: Vec::new(),
         next_connection_id: 1,
         outage: Arc::new(AtomicBool::new(false)),
-        clock: Arc::new(ManualClock::new(0)),
+        clock: Arc::new(VirtualClock::new(0)),
         broker_clock_offset_ms: 0,
         snapshot_faults: Vec::new(),
         published: 0,
