@@ -157,3 +157,91 @@ pub mod ledger_cursor {
         record("Rewind", json!({ "read": [read.ledger_id, read.entry_id] }));
     }
 }
+
+/// Hooks of `specs/PendingAckReplay.tla` (src/pending_ack): one line per
+/// spec action, at the code point where it takes effect. Read positions are
+/// recorded as `[ledger_id, entry_id]`; the recorder maps them to the spec's
+/// entry numbers `1..N+1` (the log's entries in order; N+1 past the end).
+pub mod pending_ack {
+    use super::record;
+    use crate::position::Position;
+    use serde_json::json;
+
+    fn pos(p: Position) -> serde_json::Value {
+        json!([p.ledger_id, p.entry_id])
+    }
+
+    /// `HStart`: an attempt started and rewound the cursor to `rp`.
+    pub fn h_start(rp: Position) {
+        record("HStart", json!({ "rp": pos(rp) }));
+    }
+    /// `RLoop`: the loop head went to `"end"` (interrupted or caught up)
+    /// or `"fq_room"` (fill the queue).
+    pub fn r_loop(to: &'static str) {
+        record("RLoop", json!({ "to": to }));
+    }
+    /// `FqRoom`: `queued` entries were queued; `room` for another batch.
+    pub fn fq_room(queued: usize, room: bool) {
+        record("FqRoom", json!({ "queued": queued, "room": room }));
+    }
+    /// `FqCount` (R1): the outstanding-read counter loaded as `outstanding`.
+    pub fn fq_count(outstanding: usize) {
+        record("FqCount", json!({ "outstanding": outstanding }));
+    }
+    /// `FqFlag` (R2): `is_readable` loaded as `readable`.
+    pub fn fq_flag(readable: bool) {
+        record("FqFlag", json!({ "readable": readable }));
+    }
+    /// `FqIssue`: a read was issued (`issued`), or the cursor had no more
+    /// entries (and `is_readable` was cleared if the queue was empty).
+    pub fn fq_issue(issued: bool) {
+        record("FqIssue", json!({ "issued": issued }));
+    }
+    /// `FqRet`: `fill_queue` returned `readable`.
+    pub fn fq_ret(readable: bool) {
+        record("FqRet", json!({ "readable": readable }));
+    }
+    /// `Poll`: the queue's head `entry` was applied (`None`: queue empty).
+    pub fn poll(entry: Option<Position>) {
+        record("Poll", json!({ "entry": entry.map(pos) }));
+    }
+    /// `REnd`: the attempt ended `outcome` (`"complete"` / `"failed"`),
+    /// leaving the cursor's read position at `rp`.
+    pub fn r_end(outcome: &'static str, rp: Position) {
+        record("REnd", json!({ "outcome": outcome, "rp": pos(rp) }));
+    }
+    /// `EnvTake`: an issued read is performed (its job runs).
+    pub fn env_take() {
+        record("EnvTake", json!({}));
+    }
+    /// `ReadOk`: the read moved the cursor to `rp` and `queued` entries are
+    /// queued now (nothing enqueued if the attempt had stopped).
+    pub fn read_ok(rp: Position, queued: usize) {
+        record("ReadOk", json!({ "rp": pos(rp), "queued": queued }));
+    }
+    /// `ReadFail(k)` (W1): the read failed with `error`, classified and
+    /// stored; `k` is the spec's kind: `"nonrec"` (non-recoverable data),
+    /// `"completing"` (fenced, cursor closed), `"transient"` (the rest).
+    pub fn read_fail(error: &crate::ledger::LedgerError) {
+        use crate::ledger::LedgerError;
+        let k = match error {
+            e if e.is_non_recoverable() => "nonrec",
+            LedgerError::Fenced { .. } | LedgerError::CursorAlreadyClosed { .. } => "completing",
+            _ => "transient",
+        };
+        record("ReadFail", json!({ "k": k }));
+    }
+    /// `EnvFinish`: the callback's step `w`: `"w2"` (`is_readable`
+    /// cleared), `"w3"` (a failure's decrement), `"dec"` (a completion's).
+    pub fn env_finish(w: &'static str) {
+        record("EnvFinish", json!({ "w": w }));
+    }
+    /// `HDone`: the attempt's end reached the handle, now in `state`.
+    pub fn h_done(state: &'static str) {
+        record("HDone", json!({ "state": state }));
+    }
+    /// `HTimer`: the retry timer fired (None -> Initializing).
+    pub fn h_timer() {
+        record("HTimer", json!({}));
+    }
+}
