@@ -25,6 +25,10 @@
 //! |-----------------------|---------------------------------------|-------------|
 //! | `DeletionLookup`      | [`deletion`] (src/cursor)             | `tests/trace_deletion.rs` (shuttle schedules) |
 //! | `LedgerCursor`        | [`ledger_cursor`] (src/ledger)        | `tests/trace_ledger_cursor.rs` (seeded random op sequences) |
+//! | `PendingAckReplay`    | [`pending_ack`] (src/pending_ack)     | `tests/trace_pending_ack.rs` (handle runs: manual executor, virtual timer, inline reads, injected read failures) |
+//!
+//! `bash .ci/trace [SPEC...]` records and validates; the negative controls
+//! are the mutants with a `# trace:` line (`tests/mutants/README.md`).
 
 use std::sync::Mutex;
 
