@@ -249,3 +249,54 @@ pub mod pending_ack {
         record("HTimer", json!({}));
     }
 }
+
+/// Hooks of `specs/PermitConservation.tla` (src/permits): the broker's
+/// dispatcher and the client's per-incarnation permit state. Incarnations
+/// are the client's serials on the connection (1, 2, ...), as the spec's.
+pub mod permits {
+    use super::record;
+    use serde_json::json;
+
+    /// `BrokerSend(p)`: one command finalised with P = `p` and debited.
+    pub fn broker_send(p: u32) {
+        record("BrokerSend", json!({ "p": p }));
+    }
+    /// `BrokerRecv` of a Subscribe: the consumer is registered with 0 permits.
+    pub fn broker_recv_subscribe() {
+        record("BrokerRecv", json!({ "f": "sub" }));
+    }
+    /// `BrokerRecv` of a CloseConsumer: the registered consumer (if any) is
+    /// removed.
+    pub fn broker_recv_close() {
+        record("BrokerRecv", json!({ "f": "close" }));
+    }
+    /// `BrokerRecv` of a Flow of `n` permits (credited to the consumer
+    /// registered now, if any).
+    pub fn broker_recv_flow(n: u32) {
+        record("BrokerRecv", json!({ "f": "flow", "n": n }));
+    }
+    /// `ClientReceive`: a command was settled by the current incarnation
+    /// with `d` messages handed off (`stale`: discarded as a replaced
+    /// incarnation's, nothing settled).
+    pub fn client_receive(d: u32, stale: bool) {
+        record("ClientReceive", json!({ "d": d, "stale": stale }));
+    }
+    /// `AppReturn(i)`: a dequeued message of incarnation `i` returned its permit.
+    pub fn app_return(i: u64) {
+        record("AppReturn", json!({ "i": i }));
+    }
+    /// `Drain`: the accumulator was swapped to 0 into a Flow request of `n`.
+    pub fn drain(n: u32) {
+        record("Drain", json!({ "n": n }));
+    }
+    /// `ConnTaskWrite`: the connection task took a Flow request of `n`
+    /// and wrote it (`written`) or dropped it as stale.
+    pub fn conn_task_write(n: u32, written: bool) {
+        record("ConnTaskWrite", json!({ "n": n, "written": written }));
+    }
+    /// `Replace`: a new incarnation replaced the current one on the same
+    /// connection (CloseConsumer + Subscribe written; old credit abandoned).
+    pub fn replace() {
+        record("Replace", json!({}));
+    }
+}
