@@ -4,7 +4,7 @@
 //! between them, driven by fixed-seed random interleavings of the spec's
 //! actions: the broker sends commands of P = 1..=3 (batches with some
 //! messages compacted out, so a command hands off d <= P messages and
-//! returns P - d itself) while its consumer has permits, processes the
+//! returns P - d itself; one in ten corrupted, returning all P) while its consumer has permits, processes the
 //! client's frames (Subscribe, CloseConsumer, Flow), the client settles
 //! commands and the Subscribe success (its initial grant), the application
 //! dequeues messages, the connection task writes Flow requests, and the
@@ -87,7 +87,13 @@ fn run(seed: u64) -> Vec<String> {
                             (smm, vec![i as u8])
                         })
                         .collect();
-                    let payload = encode_entry_payload(&md, &msgs);
+                    let mut payload = encode_entry_payload(&md, &msgs);
+                    if rng.random_bool(0.1) {
+                        // corrupted in transit: checksum mismatch, the
+                        // command returns its P itself (d = 0)
+                        let last = payload.len() - 1;
+                        payload[last] ^= 0xff;
+                    }
                     let entry = BrokerEntry {
                         position: Position::new(7, next_entry),
                         batch_size: p,
@@ -115,6 +121,8 @@ fn run(seed: u64) -> Vec<String> {
                     Some(ClientFrame::Flow { command, .. }) => {
                         let _ = broker.consumer_flow(key, command.message_permits);
                     }
+                    // the corrupted entry's ack: no permit effect (outside the spec)
+                    Some(ClientFrame::AckValidationError { .. }) => {}
                     Some(other) => panic!("unexpected client frame {other:?}"),
                     None => {}
                 }
