@@ -20,7 +20,8 @@
 
 use std::io::Write;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::{mpsc, Arc};
+use std::time::Duration;
 
 use pulsar_core::ledger::{LedgerConfig, ManagedLedger, MemoryStore, ReadFailureKind};
 use pulsar_core::pending_ack::*;
@@ -120,8 +121,38 @@ fn runs() -> Vec<Run> {
     v
 }
 
-/// Records one run; returns its lines (spec terms) and the handle's end state.
-fn record(r: Run) -> (Vec<Value>, HandleState) {
+/// What a recorded run maps its hook lines with: the log's positions in
+/// order and the cursor's read position (entry number) at the start.
+struct Layout {
+    log: Vec<Position>,
+    start_rp: usize,
+}
+
+/// Wall-clock bound of one run (a healthy one takes milliseconds): a replay
+/// that never ends (a failed read that does not end the attempt re-issues it
+/// forever) is cut off, and the lines recorded so far are still written
+/// for TLC to judge before the test fails with a named livelock.
+const WATCHDOG: Duration = Duration::from_secs(10);
+
+/// Records one run on a helper thread under [`WATCHDOG`]; returns its lines
+/// (spec terms) and the handle's end state (`None`: cut off).
+fn record(r: Run) -> (Vec<Value>, Option<HandleState>) {
+    let (setup_tx, setup_rx) = mpsc::channel();
+    let (done_tx, done_rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        let state = drive(r, &setup_tx);
+        let _ = done_tx.send((trace::finish(), state));
+    });
+    let layout: Layout = setup_rx.recv().expect("the run's setup failed");
+    let (lines, state) = match done_rx.recv_timeout(WATCHDOG) {
+        Ok((lines, state)) => (lines, Some(state)),
+        Err(_) => (trace::finish(), None),
+    };
+    (to_spec(r, &layout, lines), state)
+}
+
+/// Sets the run up, reports its [`Layout`], records it; returns the end state.
+fn drive(r: Run, setup: &mpsc::Sender<Layout>) -> HandleState {
     let cfg = LedgerConfig {
         max_entries_per_ledger: r.per_ledger as u32,
         auto_skip_non_recoverable_data: r.auto_skip,
@@ -175,14 +206,9 @@ fn record(r: Run) -> (Vec<Value>, HandleState) {
         config,
     )
     .unwrap();
-    let index = |p: &Value| -> usize {
-        let p = Position::new(p[0].as_i64().unwrap(), p[1].as_i64().unwrap());
-        1 + log.iter().filter(|q| **q < p).count()
-    };
-    let start_rp = index(&json!([
-        cursor.read_position().ledger_id,
-        cursor.read_position().entry_id
-    ]));
+    let rp = cursor.read_position();
+    let start_rp = 1 + log.iter().filter(|q| **q < rp).count();
+    setup.send(Layout { log, start_rp }).unwrap();
     // The spec's initial state is already Initializing: record from here.
     h.init();
     trace::start();
@@ -192,9 +218,17 @@ fn record(r: Run) -> (Vec<Value>, HandleState) {
             break;
         }
     }
-    let lines = trace::finish();
+    h.state()
+}
+
+/// The run's hook lines in spec terms, after its `Init` line.
+fn to_spec(r: Run, layout: &Layout, lines: Vec<String>) -> Vec<Value> {
+    let index = |p: &Value| -> usize {
+        let p = Position::new(p[0].as_i64().unwrap(), p[1].as_i64().unwrap());
+        1 + layout.log.iter().filter(|q| **q < p).count()
+    };
     let mut out = vec![json!({
-        "action": "Init", "lost": r.lost, "autoSkip": r.auto_skip, "rp": start_rp
+        "action": "Init", "lost": r.lost, "autoSkip": r.auto_skip, "rp": layout.start_rp
     })];
     for l in lines {
         let mut v: Value = serde_json::from_str(&l).unwrap();
@@ -214,7 +248,7 @@ fn record(r: Run) -> (Vec<Value>, HandleState) {
         }
         out.push(v);
     }
-    (out, h.state())
+    out
 }
 
 #[test]
@@ -227,17 +261,25 @@ fn record_pending_ack_replay_traces() {
     let all = runs();
     for (k, r) in all.iter().enumerate() {
         let (lines, state) = record(*r);
-        assert!(lines.len() > 5, "run {r:?} recorded almost nothing");
-        settled += usize::from(matches!(state, HandleState::Ready | HandleState::Error));
-        for v in lines {
+        for v in &lines {
             let mut line = serde_json::Map::new();
             line.insert("t".into(), Value::from(k + 1));
             line.extend(v.as_object().unwrap().clone());
             writeln!(out, "{}", Value::Object(line)).unwrap();
             steps += 1;
         }
+        out.flush().unwrap();
+        let Some(state) = state else {
+            panic!(
+                "replay livelock: run {} ({r:?}) did not settle within {WATCHDOG:?}; \
+                 its {} lines so far are in {path}",
+                k + 1,
+                lines.len()
+            );
+        };
+        assert!(lines.len() > 5, "run {r:?} recorded almost nothing");
+        settled += usize::from(matches!(state, HandleState::Ready | HandleState::Error));
     }
-    out.flush().unwrap();
     eprintln!(
         "recorded {} traces, {steps} steps ({settled} settled Ready/Error): {path}",
         all.len()
