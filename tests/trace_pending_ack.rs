@@ -130,9 +130,11 @@ struct Layout {
 
 /// Wall-clock bound of one run (a healthy one takes milliseconds): a replay
 /// that never ends (a failed read that does not end the attempt re-issues it
-/// forever) is cut off, and the lines recorded so far are still written
+/// forever) is cut off, and the first lines it recorded are still written
 /// for TLC to judge before the test fails with a named livelock.
-const WATCHDOG: Duration = Duration::from_secs(10);
+const WATCHDOG: Duration = Duration::from_secs(5);
+/// Lines kept of a run cut off by the watchdog.
+const CUT_OFF_LINES: usize = 2_000;
 
 /// Records one run on a helper thread under [`WATCHDOG`]; returns its lines
 /// (spec terms) and the handle's end state (`None`: cut off).
@@ -146,7 +148,12 @@ fn record(r: Run) -> (Vec<Value>, Option<HandleState>) {
     let layout: Layout = setup_rx.recv().expect("the run's setup failed");
     let (lines, state) = match done_rx.recv_timeout(WATCHDOG) {
         Ok((lines, state)) => (lines, Some(state)),
-        Err(_) => (trace::finish(), None),
+        Err(_) => {
+            // A spinning replay records fast: keep a prefix TLC can load.
+            let mut lines = trace::finish();
+            lines.truncate(CUT_OFF_LINES);
+            (lines, None)
+        }
     };
     (to_spec(r, &layout, lines), state)
 }
