@@ -25,6 +25,10 @@
 //! |-----------------------|---------------------------------------|-------------|
 //! | `DeletionLookup`      | [`deletion`] (src/cursor)             | `tests/trace_deletion.rs` (shuttle schedules) |
 //! | `LedgerCursor`        | [`ledger_cursor`] (src/ledger)        | `tests/trace_ledger_cursor.rs` (seeded random op sequences) |
+//! | `PendingAckReplay`    | [`pending_ack`] (src/pending_ack)     | `tests/trace_pending_ack.rs` (handle runs: manual executor, virtual timer, inline reads, injected read failures) |
+//!
+//! `bash .ci/trace [SPEC...]` records and validates; the negative controls
+//! are the mutants with a `# trace:` line (`tests/mutants/README.md`).
 
 use std::sync::Mutex;
 
@@ -155,5 +159,144 @@ pub mod ledger_cursor {
     /// `Rewind`: the read position moved to `read`.
     pub fn rewind(read: Position) {
         record("Rewind", json!({ "read": [read.ledger_id, read.entry_id] }));
+    }
+}
+
+/// Hooks of `specs/PendingAckReplay.tla` (src/pending_ack): one line per
+/// spec action, at the code point where it takes effect. Read positions are
+/// recorded as `[ledger_id, entry_id]`; the recorder maps them to the spec's
+/// entry numbers `1..N+1` (the log's entries in order; N+1 past the end).
+pub mod pending_ack {
+    use super::record;
+    use crate::position::Position;
+    use serde_json::json;
+
+    fn pos(p: Position) -> serde_json::Value {
+        json!([p.ledger_id, p.entry_id])
+    }
+
+    /// `HStart`: an attempt started and rewound the cursor to `rp`.
+    pub fn h_start(rp: Position) {
+        record("HStart", json!({ "rp": pos(rp) }));
+    }
+    /// `RLoop`: the loop head went to `"end"` (interrupted or caught up)
+    /// or `"fq_room"` (fill the queue).
+    pub fn r_loop(to: &'static str) {
+        record("RLoop", json!({ "to": to }));
+    }
+    /// `FqRoom`: `queued` entries were queued; `room` for another batch.
+    pub fn fq_room(queued: usize, room: bool) {
+        record("FqRoom", json!({ "queued": queued, "room": room }));
+    }
+    /// `FqCount` (R1): the outstanding-read counter loaded as `outstanding`.
+    pub fn fq_count(outstanding: usize) {
+        record("FqCount", json!({ "outstanding": outstanding }));
+    }
+    /// `FqFlag` (R2): `is_readable` loaded as `readable`.
+    pub fn fq_flag(readable: bool) {
+        record("FqFlag", json!({ "readable": readable }));
+    }
+    /// `FqIssue`: a read was issued (`issued`), or the cursor had no more
+    /// entries (and `is_readable` was cleared if the queue was empty).
+    pub fn fq_issue(issued: bool) {
+        record("FqIssue", json!({ "issued": issued }));
+    }
+    /// `FqRet`: `fill_queue` returned `readable`.
+    pub fn fq_ret(readable: bool) {
+        record("FqRet", json!({ "readable": readable }));
+    }
+    /// `Poll`: the queue's head `entry` was applied (`None`: queue empty).
+    pub fn poll(entry: Option<Position>) {
+        record("Poll", json!({ "entry": entry.map(pos) }));
+    }
+    /// `REnd`: the attempt ended `outcome` (`"complete"` / `"failed"`),
+    /// leaving the cursor's read position at `rp`.
+    pub fn r_end(outcome: &'static str, rp: Position) {
+        record("REnd", json!({ "outcome": outcome, "rp": pos(rp) }));
+    }
+    /// `EnvTake`: an issued read is performed (its job runs).
+    pub fn env_take() {
+        record("EnvTake", json!({}));
+    }
+    /// `ReadOk`: the read moved the cursor to `rp` and `queued` entries are
+    /// queued now (nothing enqueued if the attempt had stopped).
+    pub fn read_ok(rp: Position, queued: usize) {
+        record("ReadOk", json!({ "rp": pos(rp), "queued": queued }));
+    }
+    /// `ReadFail(k)` (W1): the read failed with `error`, classified and
+    /// stored; `k` is the spec's kind: `"nonrec"` (non-recoverable data),
+    /// `"completing"` (fenced, cursor closed), `"transient"` (the rest).
+    pub fn read_fail(error: &crate::ledger::LedgerError) {
+        use crate::ledger::LedgerError;
+        let k = match error {
+            e if e.is_non_recoverable() => "nonrec",
+            LedgerError::Fenced { .. } | LedgerError::CursorAlreadyClosed { .. } => "completing",
+            _ => "transient",
+        };
+        record("ReadFail", json!({ "k": k }));
+    }
+    /// `EnvFinish`: the callback's step `w`: `"w2"` (`is_readable`
+    /// cleared), `"w3"` (a failure's decrement), `"dec"` (a completion's).
+    pub fn env_finish(w: &'static str) {
+        record("EnvFinish", json!({ "w": w }));
+    }
+    /// `HDone`: the attempt's end reached the handle, now in `state`.
+    pub fn h_done(state: &'static str) {
+        record("HDone", json!({ "state": state }));
+    }
+    /// `HTimer`: the retry timer fired (None -> Initializing).
+    pub fn h_timer() {
+        record("HTimer", json!({}));
+    }
+}
+
+/// Hooks of `specs/PermitConservation.tla` (src/permits): the broker's
+/// dispatcher and the client's per-incarnation permit state. Incarnations
+/// are the client's serials on the connection (1, 2, ...), as the spec's.
+pub mod permits {
+    use super::record;
+    use serde_json::json;
+
+    /// `BrokerSend(p)`: one command finalised with P = `p` and debited.
+    pub fn broker_send(p: u32) {
+        record("BrokerSend", json!({ "p": p }));
+    }
+    /// `BrokerRecv` of a Subscribe: the consumer is registered with 0 permits.
+    pub fn broker_recv_subscribe() {
+        record("BrokerRecv", json!({ "f": "sub" }));
+    }
+    /// `BrokerRecv` of a CloseConsumer: the registered consumer (if any) is
+    /// removed.
+    pub fn broker_recv_close() {
+        record("BrokerRecv", json!({ "f": "close" }));
+    }
+    /// `BrokerRecv` of a Flow of `n` permits (credited to the consumer
+    /// registered now, if any).
+    pub fn broker_recv_flow(n: u32) {
+        record("BrokerRecv", json!({ "f": "flow", "n": n }));
+    }
+    /// `ClientReceive`: a command was settled by the current incarnation
+    /// with `d` messages handed off (`stale`: discarded as a replaced
+    /// incarnation's, nothing settled).
+    pub fn client_receive(d: u32, stale: bool) {
+        record("ClientReceive", json!({ "d": d, "stale": stale }));
+    }
+    /// `AppReturn(i)`: a dequeued message of incarnation `i` returned its permit.
+    pub fn app_return(i: u64) {
+        record("AppReturn", json!({ "i": i }));
+    }
+    /// `Drain`: the accumulator was swapped to 0 into a Flow request of `n`.
+    pub fn drain(n: u32) {
+        record("Drain", json!({ "n": n }));
+    }
+    /// `ConnTaskWrite`: the connection task took a Flow request of `n`
+    /// and wrote it (`written`) or dropped it as stale.
+    pub fn conn_task_write(n: u32, written: bool) {
+        record("ConnTaskWrite", json!({ "n": n, "written": written }));
+    }
+    /// `Replace`: a new incarnation replaced the current one on the same
+    /// connection (CloseConsumer + Subscribe written; old credit abandoned).
+    pub fn replace() {
+        record("Replace", json!({}));
     }
 }

@@ -27,6 +27,14 @@
 //! - the `skip` predicate of [`ManagedCursor::read_entries_with_skip`] runs
 //!   with that cursor's lock held and must not call back into that cursor.
 //!
+//! # Invariants
+//!
+//! | spec invariant (`LedgerCursor`) | maintained by | tests | traces |
+//! |---|---|---|---|
+//! | `ReadAfterMarkDelete`: the read position is after the mark-delete | [`ManagedCursor::read_entries`], [`ManagedCursor::mark_delete`] (moves the read position along) | `tests/ledger.rs` `mark_delete_rewind_and_reset`, `append_rolls_over_and_reads_in_order` | `specs/TraceLedgerCursor.tla` on `tests/trace_ledger_cursor.rs`'s runs (`Read`/`MarkDelete` pin the read position) |
+//! | `MarkDeleteConfirmed`, `MarkDeleteMonotone`: mark-delete only on confirmed entries, never backward (except [`ManagedCursor::reset`]) | [`ManagedCursor::mark_delete`] | `tests/ledger.rs` `l2_mark_delete_rejects_invalid_positions_and_ranges` | same traces (`MarkDelete` pins the position) |
+//! | `RewindLandsOnNext`: rewind lands on the entry after the mark-delete | [`ManagedCursor::rewind`] | `tests/ledger.rs` `mark_delete_rewind_and_reset` | same traces (`Rewind`; trace-only mutant `ledger_cursor_rewind_to_mark_delete` is rejected) |
+//!
 //! ```
 //! use std::sync::Arc;
 //! use pulsar_core::ledger::{LedgerConfig, ManagedLedger, RedbStore, StoreError};

@@ -341,6 +341,8 @@ impl PendingAckHandle {
                 return;
             }
             c.state = HandleState::Initializing;
+            #[cfg(feature = "trace")]
+            crate::trace::pending_ack::h_timer();
             // At most one retry timer is armed: an init ahead of the pending
             // retry (an embedder's call) replaces it. Called by that timer,
             // the cancel finds nothing.
@@ -638,6 +640,8 @@ impl PendingAckHandle {
                 self.exception_handle(e);
             }
         }
+        #[cfg(feature = "trace")]
+        crate::trace::pending_ack::h_done(self.state().name());
     }
 
     fn replay_complete(&self, report: ReplayReport) {

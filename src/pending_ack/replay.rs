@@ -326,13 +326,16 @@ impl ReplayAttempt {
     /// none and the queue is empty. Returns `is_readable`. Replay thread only.
     pub fn fill_queue(self: &Arc<Self>) -> bool {
         let queued = self.shared.lock().queue.len();
-        if queued + self.config.read_batch < self.config.queue_capacity
-            && self.outstanding_reads.load(Ordering::SeqCst) == 0
-            && self.is_readable.load(Ordering::SeqCst)
-        {
-            if self.cursor.has_more_entries() {
+        let room = queued + self.config.read_batch < self.config.queue_capacity;
+        #[cfg(feature = "trace")]
+        crate::trace::pending_ack::fq_room(queued, room);
+        if room && self.no_outstanding_read() && self.readable_for_fill() {
+            let more = self.cursor.has_more_entries();
+            if more {
                 self.outstanding_reads.fetch_add(1, Ordering::SeqCst);
                 self.reads_issued.fetch_add(1, Ordering::SeqCst);
+                #[cfg(feature = "trace")]
+                crate::trace::pending_ack::fq_issue(true);
                 self.dispatcher.dispatch(ReadJob {
                     attempt: Arc::clone(self),
                     max_entries: self.config.read_batch,
@@ -345,8 +348,31 @@ impl ReplayAttempt {
                 // drained_check_never_loses_the_last_read pins this order).
                 self.is_readable.store(false, Ordering::SeqCst);
             }
+            #[cfg(feature = "trace")]
+            if !more {
+                crate::trace::pending_ack::fq_issue(false);
+            }
         }
-        self.is_readable.load(Ordering::SeqCst)
+        let readable = self.is_readable.load(Ordering::SeqCst);
+        #[cfg(feature = "trace")]
+        crate::trace::pending_ack::fq_ret(readable);
+        readable
+    }
+
+    /// `fill_queue`'s first load (R1): no read is outstanding.
+    fn no_outstanding_read(&self) -> bool {
+        let outstanding = self.outstanding_reads.load(Ordering::SeqCst);
+        #[cfg(feature = "trace")]
+        crate::trace::pending_ack::fq_count(outstanding);
+        outstanding == 0
+    }
+
+    /// `fill_queue`'s second load (R2), only after R1 saw no outstanding read.
+    fn readable_for_fill(&self) -> bool {
+        let readable = self.is_readable.load(Ordering::SeqCst);
+        #[cfg(feature = "trace")]
+        crate::trace::pending_ack::fq_flag(readable);
+        readable
     }
 
     /// `readEntriesComplete`: enqueues `entries` (or releases them if the
@@ -356,6 +382,11 @@ impl ReplayAttempt {
     pub fn read_complete(&self, entries: Vec<Entry>) {
         let released = {
             let mut s = self.shared.lock();
+            #[cfg(feature = "trace")]
+            crate::trace::pending_ack::read_ok(
+                self.cursor.read_position(),
+                s.queue.len() + if s.stopped { 0 } else { entries.len() },
+            );
             if s.stopped {
                 entries
             } else {
@@ -368,6 +399,8 @@ impl ReplayAttempt {
         }
         drop(released);
         self.outstanding_reads.fetch_sub(1, Ordering::SeqCst);
+        #[cfg(feature = "trace")]
+        crate::trace::pending_ack::env_finish("dec");
         self.wake();
     }
 
@@ -376,6 +409,8 @@ impl ReplayAttempt {
     /// (W2); THEN the outstanding counter is decremented (W3). Any thread,
     /// including the replay thread inside `fill_queue`.
     pub fn read_failed(&self, error: LedgerError) {
+        #[cfg(feature = "trace")]
+        crate::trace::pending_ack::read_fail(&error);
         match classify(&error, self.auto_skip) {
             FailureDisposition::FailsAttempt => {
                 debug!(handle = %self.name, %error, "pending-ack log read failed; ending this replay attempt");
@@ -392,7 +427,11 @@ impl ReplayAttempt {
             }
         }
         self.is_readable.store(false, Ordering::SeqCst);
+        #[cfg(feature = "trace")]
+        crate::trace::pending_ack::env_finish("w2");
         self.outstanding_reads.fetch_sub(1, Ordering::SeqCst);
+        #[cfg(feature = "trace")]
+        crate::trace::pending_ack::env_finish("w3");
         self.wake();
     }
 
@@ -401,9 +440,15 @@ impl ReplayAttempt {
     /// gives back its outstanding-read count and touches nothing.
     fn run_read(&self, max_entries: usize) {
         let _gate = self.read_gate.lock();
+        #[cfg(feature = "trace")]
+        crate::trace::pending_ack::env_take();
         if self.shared.lock().stopped {
             debug!(handle = %self.name, "pending-ack replay already stopped; late read not performed");
+            #[cfg(feature = "trace")]
+            crate::trace::pending_ack::read_ok(self.cursor.read_position(), 0);
             self.outstanding_reads.fetch_sub(1, Ordering::SeqCst);
+            #[cfg(feature = "trace")]
+            crate::trace::pending_ack::env_finish("dec");
             self.wake();
             return;
         }
@@ -495,6 +540,8 @@ impl ReplayAttempt {
                                 "pending-ack replay ended by a read failure that completes the replay"
                             );
                         }
+                        #[cfg(feature = "trace")]
+                        crate::trace::pending_ack::r_end("complete", self.cursor.read_position());
                         Ok(ReplayReport {
                             entries_applied,
                             records_applied,
@@ -515,6 +562,8 @@ impl ReplayAttempt {
     /// for outstanding reads: a lost callback must not hold the executor.
     fn fail(&self, error: PendingAckError) -> PendingAckError {
         self.cursor.rewind();
+        #[cfg(feature = "trace")]
+        crate::trace::pending_ack::r_end("failed", self.cursor.read_position());
         debug!(handle = %self.name, %error, read_position = %self.cursor.read_position(), "pending-ack replay attempt failed; cursor rewound");
         error
     }
@@ -531,22 +580,33 @@ impl ReplayAttempt {
         // the mark-delete): every attempt reads from the first entry after
         // the mark-delete, where `current` starts.
         self.cursor.rewind();
+        #[cfg(feature = "trace")]
+        crate::trace::pending_ack::h_start(self.cursor.read_position());
         let mut current = self.start_position;
         let mut entries = 0u64;
         let mut records = 0u64;
         loop {
             if self.interrupted.load(Ordering::SeqCst) {
+                #[cfg(feature = "trace")]
+                crate::trace::pending_ack::r_loop("end");
                 return Err(PendingAckError::Interrupted {
                     name: self.name.clone(),
                 });
             }
             if self.lac_snapshot <= current {
+                #[cfg(feature = "trace")]
+                crate::trace::pending_ack::r_loop("end");
                 return Ok((true, entries, records));
             }
+            #[cfg(feature = "trace")]
+            crate::trace::pending_ack::r_loop("fq_room");
             if !self.fill_queue() {
                 return self.drained_end(current, entries, records);
             }
-            match self.poll() {
+            let polled = self.poll();
+            #[cfg(feature = "trace")]
+            crate::trace::pending_ack::poll(polled.as_ref().map(|e| e.position));
+            match polled {
                 Some(entry) => {
                     current = entry.position;
                     let decoded = decode_entry(entry.position, &entry.data)?;

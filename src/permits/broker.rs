@@ -445,6 +445,8 @@ impl Consumer {
         for (i, entry) in entries.into_iter().enumerate() {
             let Some(p) = result.permits(i) else { continue };
             self.pending.insert(entry.position, p);
+            #[cfg(feature = "trace")]
+            crate::trace::permits::broker_send(p);
             let full = entry.ack_set.is_empty()
                 || wire::popcount_below(&entry.ack_set, entry.batch_size) == entry.batch_size;
             commands.push(CommandMessage {
@@ -529,6 +531,8 @@ impl SharedDispatcher {
             return Err(BrokerPermitError::DuplicateConsumer(key));
         }
         self.consumers.insert(key, Consumer::new(key, epoch));
+        #[cfg(feature = "trace")]
+        crate::trace::permits::broker_recv_subscribe();
         Ok(())
     }
 
@@ -558,6 +562,8 @@ impl SharedDispatcher {
         key: ConsumerKey,
         permits: u32,
     ) -> Result<(), BrokerPermitError> {
+        #[cfg(feature = "trace")]
+        crate::trace::permits::broker_recv_flow(permits);
         let c = self
             .consumers
             .get_mut(&key)
@@ -649,6 +655,8 @@ impl SharedDispatcher {
         &mut self,
         key: ConsumerKey,
     ) -> Result<RemovedConsumer, BrokerPermitError> {
+        #[cfg(feature = "trace")]
+        crate::trace::permits::broker_recv_close();
         let c = self
             .consumers
             .remove(&key)

@@ -36,6 +36,10 @@ impl PermitToken {
     /// # Errors
     /// [`PermitProtocolError::AccumulatorOverflow`] (the connection closes).
     pub fn release(mut self) -> Result<ReturnOutcome, PermitProtocolError> {
+        #[cfg(feature = "trace")]
+        if let Some(s) = &self.state {
+            crate::trace::permits::app_return(s.incarnation().serial);
+        }
         match self.state.take() {
             Some(s) => s.return_permits(1),
             None => Ok(ReturnOutcome::Stale),
@@ -46,6 +50,8 @@ impl PermitToken {
 impl Drop for PermitToken {
     fn drop(&mut self) {
         if let Some(s) = self.state.take() {
+            #[cfg(feature = "trace")]
+            crate::trace::permits::app_return(s.incarnation().serial);
             if let Err(e) = s.return_permits(1) {
                 tracing::error!(%e, "permit return on drop failed");
             }
@@ -295,6 +301,8 @@ impl ClientConsumer {
         returned: u32,
         kind: CommandOutcomeKind,
     ) -> CommandOutcome {
+        #[cfg(feature = "trace")]
+        crate::trace::permits::client_receive(delivered, false);
         if returned > 0 {
             if let Err(e) = self.state.return_permits(returned) {
                 return self.protocol_error(e);
@@ -390,6 +398,8 @@ impl ClientConsumer {
         if self.state.is_closed() || !self.state.flow_enabled.load(Ordering::Acquire) {
             // a replaced incarnation, or a command the broker sent to the
             // previous incarnation before it saw our Subscribe
+            #[cfg(feature = "trace")]
+            crate::trace::permits::client_receive(0, true);
             return Ok(CommandOutcome {
                 permits: 0,
                 delivered: 0,

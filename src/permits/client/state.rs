@@ -158,6 +158,8 @@ impl ConsumerPermitState {
                     incarnation: self.incarnation,
                     permits: flow_requested,
                 });
+                #[cfg(feature = "trace")]
+                crate::trace::permits::drain(flow_requested);
             }
         }
         Ok(ReturnOutcome::Accepted { flow_requested })
@@ -390,6 +392,8 @@ impl ClientConnection {
                 consumer_id,
                 incarnation: old.incarnation,
             });
+            #[cfg(feature = "trace")]
+            crate::trace::permits::replace();
         }
         let incarnation = Incarnation {
             connection_id: self.id,
@@ -521,9 +525,13 @@ impl ClientConnection {
                     },
                 });
                 report.written.push((req.incarnation, req.permits));
+                #[cfg(feature = "trace")]
+                crate::trace::permits::conn_task_write(req.permits, true);
             } else {
                 tracing::debug!(incarnation = ?req.incarnation, permits = req.permits, "dropping stale Flow");
                 report.dropped.push((req.incarnation, req.permits));
+                #[cfg(feature = "trace")]
+                crate::trace::permits::conn_task_write(req.permits, false);
             }
         }
         report

@@ -1,0 +1,67 @@
+---------------------- MODULE TracePermitConservation ----------------------
+(***************************************************************************)
+(* Trace validation of src/permits against PermitConservation: TLC replays *)
+(* the lines the implementation's hooks recorded (src/trace.rs, feature    *)
+(* `trace`, one line per spec action, named after it) from the runs of     *)
+(* tests/trace_permits.rs (the real SharedDispatcher and ClientConsumer,   *)
+(* FIFO channels in the test) and constrains PermitConservation's actions  *)
+(* to follow them. Every run in TraceFile (tag `t`) is one initial state.  *)
+(* A line the spec cannot follow violates TraceFollowed (the error state's *)
+(* t and l name the run and the first unmatched line); a followed step     *)
+(* that breaks Conservation, NoExcessCredit or NoStaleCredit violates it.  *)
+(*                                                                         *)
+(* Observation map: BrokerSend(p); BrokerRecv(f, n): the head frame's kind *)
+(* (and a Flow's permits); ClientReceive(d, stale): d messages handed off  *)
+(* by the current incarnation, or discarded as a replaced one's;           *)
+(* AppReturn(i); Drain(n): acc[inc] = n; ConnTaskWrite(n, written): the    *)
+(* head request's permits and whether it was written; Replace.             *)
+(***************************************************************************)
+EXTENDS PermitConservation, Json, TLC
+
+CONSTANT TraceFile   \* ndjson written by tests/trace_permits.rs
+
+Log == ndJsonDeserialize(TraceFile)
+Runs == {Log[i].t : i \in DOMAIN Log}
+FirstOf == [k \in Runs |-> CHOOSE i \in DOMAIN Log :
+              Log[i].t = k /\ \A j \in DOMAIN Log : Log[j].t = k => i <= j]
+LastOf == [k \in Runs |-> CHOOSE i \in DOMAIN Log :
+              Log[i].t = k /\ \A j \in DOMAIN Log : Log[j].t = k => j <= i]
+
+VARIABLES t, l   \* the run replayed and its next line
+
+Line == Log[l]
+
+TraceInit == Init /\ t \in Runs /\ l = FirstOf[t]
+
+Is(a) == Line.action = a
+
+IsBrokerSend == Is("BrokerSend") /\ BrokerSend(Line.p)
+IsBrokerRecv == Is("BrokerRecv") /\ chan # <<>> /\ Head(chan).t = Line.f
+                /\ (Line.f = "flow" => Head(chan).n = Line.n) /\ BrokerRecv
+IsClientReceive == Is("ClientReceive") /\ down # <<>>
+                   /\ IF Head(down).i = inc
+                         THEN ~Line.stale /\ ClientReceive /\ held'[inc] = held[inc] + Line.d
+                         ELSE Line.stale /\ ClientReceive
+IsAppReturn == Is("AppReturn") /\ AppReturn(Line.i)
+IsDrain == Is("Drain") /\ acc[inc] = Line.n /\ Drain
+IsConnTaskWrite == Is("ConnTaskWrite") /\ pend # <<>> /\ Head(pend).n = Line.n
+                   /\ WriteAllowed(Head(pend).i) = Line.written /\ ConnTaskWrite
+IsReplace == Is("Replace") /\ Replace
+
+StepMatches ==
+    \/ IsBrokerSend \/ IsBrokerRecv \/ IsClientReceive \/ IsAppReturn
+    \/ IsDrain \/ IsConnTaskWrite \/ IsReplace
+
+TraceNext ==
+    \/ /\ l <= LastOf[t]
+       /\ StepMatches
+       /\ l' = l + 1
+       /\ UNCHANGED t
+    \/ /\ l > LastOf[t]          \* run fully matched: stutter
+       /\ UNCHANGED <<vars, t, l>>
+
+TraceSpec == TraceInit /\ [][TraceNext]_<<vars, t, l>>
+
+(* Every line of every run is matched by a spec step.                      *)
+TraceFollowed == l <= LastOf[t] => ENABLED (StepMatches /\ l' = l + 1 /\ UNCHANGED t)
+=============================================================================
