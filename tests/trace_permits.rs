@@ -27,7 +27,7 @@ use pulsar_core::permits::client::{
     encode_entry_payload, ClientConnection, ClientConsumer, ClientFrame, Incarnation,
 };
 use pulsar_core::permits::wire::{CommandMessage, MessageMetadata, SingleMessageMetadata};
-use pulsar_core::sync::Arc;
+use std::sync::Arc;
 use pulsar_core::{trace, Position};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
