@@ -27,11 +27,11 @@ use pulsar_core::permits::client::{
     encode_entry_payload, ClientConnection, ClientConsumer, ClientFrame, Incarnation,
 };
 use pulsar_core::permits::wire::{CommandMessage, MessageMetadata, SingleMessageMetadata};
-use std::sync::Arc;
 use pulsar_core::{trace, Position};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use serde_json::Value;
+use std::sync::Arc;
 
 const RUNS: u64 = 40;
 const STEPS: usize = 120;

@@ -49,7 +49,7 @@ use super::workload::{SubscriptionType, Workload};
 use crate::cursor::{CursorDeletionState, DeletionError};
 use crate::delayed::{
     BucketDelayedDeliveryTracker, BucketSnapshotStorage, BucketTrackerConfig, FaultPlan,
-    FaultyStorage, VirtualClock, RecoveryPolicy, RedbSnapshotStorage,
+    FaultyStorage, RecoveryPolicy, RedbSnapshotStorage, VirtualClock,
 };
 use crate::ledger::{
     LedgerConfig, LedgerError, LedgerStore, ManagedCursor, ManagedLedger, ReadFailureKind,
