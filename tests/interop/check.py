@@ -366,7 +366,7 @@ def main(workdir):
     tot_d = sum(e["debited"] for e in ledger.values())
     tot_a = sum(e["available"] for e in ledger.values())
     rows.append("")
-    rows.append(f"probes: {sum(e['ok'] for e in probes)}/{len(probes)} (PING -> PONG; unsupported command -> CommandError with its request_id; oversized frame, inconsistent sizes, missing required field -> that connection closed with the logged reason)")
+    rows.append(f"probes: {sum(e['ok'] for e in probes)}/{len(probes)} (PING -> PONG; unsupported command -> CommandError with its request_id; oversized frame, inconsistent sizes, missing required field, unknown command type, undecodable BaseCommand -> that connection closed with the logged reason)")
     rows.append("")
     rows.append("| consumer incarnations | balanced | checked against frames | Σ Flow permits | Σ message_permits | Σ available | MESSAGE frames | with field 6 | kills | unconfirmed sends | ack validation errors |")
     rows.append("|---|---|---|---|---|---|---|---|---|---|---|")

@@ -209,6 +209,12 @@ impl Conn {
 
     fn handle(&mut self, cmd: ServeCommand, raw: &[u8], payload: &[u8]) -> Result<(), ConnError> {
         tracing::debug!(conn = self.writer.id, ty = cmd.r#type, "command");
+        if !proto::is_command_type(cmd.r#type) {
+            return Err(ConnError::Malformed(format!(
+                "command type {} is not a BaseCommand.Type value",
+                cmd.r#type
+            )));
+        }
         if !self.connected && cmd.r#type != ty::CONNECT {
             return Err(ConnError::Protocol(format!(
                 "command type {} before CONNECT",

@@ -480,6 +480,14 @@ pub struct ServeCommand {
     pub ack_response: Option<CommandAckResponse>,
 }
 
+/// Whether `ty` is a value of `BaseCommand.Type` (CONNECT = 2 ..
+/// GET_OR_CREATE_SCHEMA_RESPONSE = 40, NEW_TXN = 50 .. TOPIC_MIGRATED = 68).
+/// `type` is a proto2 required enum: Pulsar's decoder treats any other value
+/// as the field missing and closes the connection.
+pub fn is_command_type(ty: i32) -> bool {
+    matches!(ty, 2..=40 | 50..=68)
+}
+
 /// Field number of `request_id` inside the command carried by `BaseCommand`
 /// field `ty`, for commands the server does not implement, so its
 /// `CommandError` names the request (`None`: the command has no request id).
@@ -608,6 +616,16 @@ mod tests {
         b.push(inner.len() as u8);
         b.extend(inner);
         b
+    }
+
+    #[test]
+    fn only_base_command_type_values_are_command_types() {
+        for ty in [2, 18, 40, 50, 68] {
+            assert!(is_command_type(ty), "{ty}");
+        }
+        for ty in [-1, 0, 1, 41, 49, 69, 999] {
+            assert!(!is_command_type(ty), "{ty}");
+        }
     }
 
     #[test]
