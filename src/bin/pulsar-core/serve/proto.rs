@@ -380,6 +380,12 @@ pub struct DispatchMetadata {
     /// `partition_key = 6`.
     #[prost(string, optional, tag = "6")]
     pub partition_key: Option<String>,
+    /// `compression = 8` (`CompressionType`, 0 = NONE).
+    #[prost(int32, optional, tag = "8")]
+    pub compression: Option<i32>,
+    /// `uncompressed_size = 9`.
+    #[prost(uint32, optional, tag = "9")]
+    pub uncompressed_size: Option<u32>,
     /// `num_messages_in_batch = 11`, default 1.
     #[prost(int32, optional, tag = "11", default = "1")]
     pub num_messages_in_batch: Option<i32>,
