@@ -536,6 +536,25 @@ impl Subscription {
         self.dispatch(ml);
     }
 
+    /// Batch size B of the entry at `p` (recorded at delivery, else read
+    /// from the ledger); an error, with no state changed, for a position
+    /// the ledger does not hold or an entry whose metadata is unreadable.
+    fn batch_size_of(&mut self, ml: &ManagedLedger, p: Position) -> Result<u32, String> {
+        if let Some(b) = self.batch_sizes.get(&p) {
+            return Ok(*b);
+        }
+        let size = match ml.read_positions(&[p]) {
+            Ok(e) => e
+                .first()
+                .and_then(|e| entry_info(&e.data).ok())
+                .map(|i| i.batch_size)
+                .ok_or_else(|| format!("ack_set for unreadable entry {p}"))?,
+            Err(e) => return Err(format!("ack_set for entry {p}: {e}")),
+        };
+        self.batch_sizes.insert(p, size);
+        Ok(size)
+    }
+
     /// Acknowledges `ids` (individual, with batch-index `ack_set`) or
     /// cumulatively up to the first id.
     pub fn ack(
@@ -548,18 +567,7 @@ impl Subscription {
         for id in ids {
             let p = Position::new(id.ledger_id as i64, id.entry_id as i64);
             if !cumulative && !id.ack_set.is_empty() {
-                let size = match self.batch_sizes.get(&p) {
-                    Some(b) => *b,
-                    None => match ml.read_positions(&[p]) {
-                        Ok(e) => e
-                            .first()
-                            .and_then(|e| entry_info(&e.data).ok())
-                            .map(|i| i.batch_size)
-                            .ok_or_else(|| format!("ack_set for unreadable entry {p}"))?,
-                        Err(e) => return Err(format!("ack_set for entry {p}: {e}")),
-                    },
-                };
-                self.batch_sizes.insert(p, size);
+                let size = self.batch_size_of(ml, p)?;
                 let rem = self
                     .batch_remaining
                     .entry(p)
@@ -580,7 +588,13 @@ impl Subscription {
             if let Some(id) = ids.first().filter(|id| !id.ack_set.is_empty()) {
                 let p = Position::new(id.ledger_id as i64, id.entry_id as i64);
                 if !self.deletion.is_message_deleted(p) {
-                    self.batch_remaining.insert(p, id.ack_set.clone());
+                    // The entry must exist (its B read from it) and the kept
+                    // set covers B indexes only: a peer's ack_set never
+                    // grows the state beyond the entries' own sizes.
+                    let size = self.batch_size_of(ml, p)?;
+                    let mut remaining = id.ack_set.clone();
+                    remaining.truncate((size as usize).div_ceil(64));
+                    self.batch_remaining.insert(p, remaining);
                 }
                 full = vec![p.previous_in_ledger()];
             }
