@@ -126,11 +126,15 @@ def deliver_early(work):
 def redeliver_acked(work):
     evs = events(work)
     # a subscription without nacks or abandoned messages (nothing excuses a
-    # redelivery there), a message acked before any kill
+    # redelivery there)
     noisy = {e["sub"] for e in evs if e["kind"] in ("nack", "close_unacked", "abandon")}
     first_kill = min([e["t"] for e in evs if e["kind"] == "kill"] or [float("inf")])
+    last_restart = max([e["t"] for e in evs if e["kind"] == "restart"] or [float("-inf")])
+    # an ack outside every kill window (kill - 1 s .. restart + 3 s), which
+    # nothing excuses
     acked = {(e["sub"], e["c"], e["mid"]) for e in evs
-             if e["kind"] == "ack" and e["sub"] not in noisy and e["t"] < first_kill - 1000}
+             if e["kind"] == "ack" and e["sub"] not in noisy
+             and (e["t"] < first_kill - 1000 or e["t"] > last_restart + 3000)}
     last_t = max(e["t"] for e in evs)
     for e in evs:
         if e["kind"] == "recv" and (e["sub"], e["c"], e["mid"]) in acked:

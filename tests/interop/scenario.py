@@ -285,6 +285,8 @@ def probes(port, ev):
         ("frame-too-large", [(0x7FFFFFF0).to_bytes(4, "big")], None, "exceeds the limit"),
         ("command-size-exceeds-frame", [(8).to_bytes(4, "big") + (100).to_bytes(4, "big") + b"\0\0\0\0"], None, "exceeds total_size"),
         ("ack-missing-required-ack_type", [_frame(_field(1, 10) + _field(10, _field(1, 1)))], None, "lacks required field 2"),
+        ("unknown-command-type", [_frame(_field(1, 999))], None, "not a BaseCommand.Type value"),
+        ("garbage-protobuf", [_frame(b"\xff\xff\xff\xff\xff")], None, "BaseCommand:"),
     ]
     for name, frames, expect, reason in cases:
         sock = socket.create_connection(("127.0.0.1", port), timeout=5)

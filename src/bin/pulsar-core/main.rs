@@ -144,7 +144,13 @@ impl From<SyncChoice> for SyncMode {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    init_logging();
+    // serve reports why it closed a connection at WARN: a server operator
+    // sees it without RUST_LOG; the offline commands stay at errors only.
+    init_logging(if matches!(cli.command, Command::Serve(_)) {
+        "warn"
+    } else {
+        "error"
+    });
     match cli.command {
         Command::Simulate(args) => simulate(args),
         Command::Inspect(args) => inspect::run(args),
@@ -154,12 +160,13 @@ fn main() -> ExitCode {
     }
 }
 
-/// Log lines to stderr, filtered by `RUST_LOG` (default: errors only; the
-/// components' warnings in a simulation are their reactions to the injected
-/// faults, shown with `RUST_LOG=warn`). Colours only on a terminal.
-fn init_logging() {
+/// Log lines to stderr, filtered by `RUST_LOG` (default `default_filter`:
+/// errors only for the offline commands, where the components' warnings in a
+/// simulation are their reactions to the injected faults, shown with
+/// `RUST_LOG=warn`; warnings for `serve`). Colours only on a terminal.
+fn init_logging(default_filter: &str) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("error"));
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_filter));
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)

@@ -311,7 +311,7 @@ pub struct SubConsumer {
 }
 
 /// What dispatch needs from an entry's metadata.
-struct EntryInfo {
+pub struct EntryInfo {
     batch_size: u32,
     key_hash: u32,
     deliver_at: Option<i64>,
@@ -330,9 +330,14 @@ fn key_hash(key: &[u8]) -> u32 {
     h
 }
 
+/// Smallest encoding of one message inside a batch payload: its 4-byte
+/// metadata size and a `SingleMessageMetadata` holding only the required
+/// `payload_size` (key + 1-byte varint), with an empty payload.
+const MIN_BATCHED_MESSAGE_BYTES: usize = 6;
+
 /// Reads the `MessageMetadata` of a stored entry (`[0x0e02 …]? [0x0e01][crc]?
 /// [size][MessageMetadata]…`).
-fn entry_info(data: &[u8]) -> Result<EntryInfo, String> {
+pub fn entry_info(data: &[u8]) -> Result<EntryInfo, String> {
     let parsed =
         pulsar_core::permits::frame::parse_entry_payload(data).map_err(|e| e.to_string())?;
     let meta_len = data.len() - parsed.payload.len();
@@ -347,6 +352,21 @@ fn entry_info(data: &[u8]) -> Result<EntryInfo, String> {
     let meta = data.get(at + 4..meta_len).ok_or("metadata out of range")?;
     let m = DispatchMetadata::decode(meta).map_err(|e| e.to_string())?;
     let batch = m.num_messages_in_batch.unwrap_or(1);
+    // Each message of a batch takes at least MIN_BATCHED_MESSAGE_BYTES of the
+    // payload: a count the payload cannot hold is corrupt, and trusting it
+    // would size ack sets and permits from a peer's number.
+    // A compressed batch holds `uncompressed_size` bytes once inflated,
+    // bounded like any frame.
+    let batch_bytes = match m.compression {
+        Some(c) if c != 0 => (m.uncompressed_size.unwrap_or(0) as usize)
+            .min(pulsar_core::permits::frame::DEFAULT_MAX_FRAME_SIZE),
+        _ => parsed.payload.len(),
+    };
+    if batch > 1 && (batch as usize).saturating_mul(MIN_BATCHED_MESSAGE_BYTES) > batch_bytes {
+        return Err(format!(
+            "num_messages_in_batch {batch} exceeds what a {batch_bytes}-byte batch payload can hold"
+        ));
+    }
     let key = m
         .ordering_key
         .clone()
@@ -516,6 +536,25 @@ impl Subscription {
         self.dispatch(ml);
     }
 
+    /// Batch size B of the entry at `p` (recorded at delivery, else read
+    /// from the ledger); an error, with no state changed, for a position
+    /// the ledger does not hold or an entry whose metadata is unreadable.
+    fn batch_size_of(&mut self, ml: &ManagedLedger, p: Position) -> Result<u32, String> {
+        if let Some(b) = self.batch_sizes.get(&p) {
+            return Ok(*b);
+        }
+        let size = match ml.read_positions(&[p]) {
+            Ok(e) => e
+                .first()
+                .and_then(|e| entry_info(&e.data).ok())
+                .map(|i| i.batch_size)
+                .ok_or_else(|| format!("ack_set for unreadable entry {p}"))?,
+            Err(e) => return Err(format!("ack_set for entry {p}: {e}")),
+        };
+        self.batch_sizes.insert(p, size);
+        Ok(size)
+    }
+
     /// Acknowledges `ids` (individual, with batch-index `ack_set`) or
     /// cumulatively up to the first id.
     pub fn ack(
@@ -528,18 +567,7 @@ impl Subscription {
         for id in ids {
             let p = Position::new(id.ledger_id as i64, id.entry_id as i64);
             if !cumulative && !id.ack_set.is_empty() {
-                let size = match self.batch_sizes.get(&p) {
-                    Some(b) => *b,
-                    None => match ml.read_positions(&[p]) {
-                        Ok(e) => e
-                            .first()
-                            .and_then(|e| entry_info(&e.data).ok())
-                            .map(|i| i.batch_size)
-                            .ok_or_else(|| format!("ack_set for unreadable entry {p}"))?,
-                        Err(e) => return Err(format!("ack_set for entry {p}: {e}")),
-                    },
-                };
-                self.batch_sizes.insert(p, size);
+                let size = self.batch_size_of(ml, p)?;
                 let rem = self
                     .batch_remaining
                     .entry(p)
@@ -560,7 +588,13 @@ impl Subscription {
             if let Some(id) = ids.first().filter(|id| !id.ack_set.is_empty()) {
                 let p = Position::new(id.ledger_id as i64, id.entry_id as i64);
                 if !self.deletion.is_message_deleted(p) {
-                    self.batch_remaining.insert(p, id.ack_set.clone());
+                    // The entry must exist (its B read from it) and the kept
+                    // set covers B indexes only: a peer's ack_set never
+                    // grows the state beyond the entries' own sizes.
+                    let size = self.batch_size_of(ml, p)?;
+                    let mut remaining = id.ack_set.clone();
+                    remaining.truncate((size as usize).div_ceil(64));
+                    self.batch_remaining.insert(p, remaining);
                 }
                 full = vec![p.previous_in_ledger()];
             }
@@ -879,5 +913,33 @@ mod tests {
             entry_info(&bad).is_err(),
             "checksum mismatch must be an error"
         );
+    }
+
+    #[test]
+    fn a_batch_count_the_payload_cannot_hold_is_rejected() {
+        let meta = |n| MessageMetadata {
+            producer_name: "p".into(),
+            sequence_id: 1,
+            publish_time: 2,
+            num_messages_in_batch: Some(n),
+        };
+        let one = || {
+            (
+                SingleMessageMetadata {
+                    payload_size: 0,
+                    ..Default::default()
+                },
+                Vec::new(),
+            )
+        };
+        // Three smallest messages: 3 x 6 bytes hold a count of 3 exactly.
+        let ok = encode_entry_payload(&meta(3), &[one(), one(), one()]);
+        assert_eq!(entry_info(&ok).unwrap().batch_size, 3);
+        // The same bytes claiming 4 or i32::MAX messages are corrupt.
+        for n in [4, i32::MAX] {
+            let bad = encode_entry_payload(&meta(n), &[one(), one(), one()]);
+            let err = entry_info(&bad).err().expect("count above the payload");
+            assert!(err.contains("num_messages_in_batch"), "{err}");
+        }
     }
 }

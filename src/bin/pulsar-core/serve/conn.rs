@@ -21,7 +21,7 @@ use pulsar_core::permits::frame::{parse_entry_payload, DEFAULT_MAX_FRAME_SIZE};
 use pulsar_core::permits::wire::MessageIdData;
 use pulsar_core::Position;
 
-use super::broker::{lock, Broker, BrokerError, Subscription, Topic};
+use super::broker::{entry_info, lock, Broker, BrokerError, Subscription, Topic};
 use super::proto::{self, server_error, ty, ServeCommand};
 use super::record::Recorder;
 
@@ -209,6 +209,12 @@ impl Conn {
 
     fn handle(&mut self, cmd: ServeCommand, raw: &[u8], payload: &[u8]) -> Result<(), ConnError> {
         tracing::debug!(conn = self.writer.id, ty = cmd.r#type, "command");
+        if !proto::is_command_type(cmd.r#type) {
+            return Err(ConnError::Malformed(format!(
+                "command type {} is not a BaseCommand.Type value",
+                cmd.r#type
+            )));
+        }
         if !self.connected && cmd.r#type != ty::CONNECT {
             return Err(ConnError::Protocol(format!(
                 "command type {} before CONNECT",
@@ -548,6 +554,13 @@ impl Conn {
                 &s,
                 server_error::CHECKSUM_ERROR,
                 format!("bad entry payload: {e}"),
+            );
+        }
+        if let Err(e) = entry_info(payload) {
+            return self.send_error(
+                &s,
+                server_error::NOT_ALLOWED_ERROR,
+                format!("bad message metadata: {e}"),
             );
         }
         let topic = Arc::clone(&p.topic);

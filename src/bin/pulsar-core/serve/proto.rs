@@ -380,6 +380,12 @@ pub struct DispatchMetadata {
     /// `partition_key = 6`.
     #[prost(string, optional, tag = "6")]
     pub partition_key: Option<String>,
+    /// `compression = 8` (`CompressionType`, 0 = NONE).
+    #[prost(int32, optional, tag = "8")]
+    pub compression: Option<i32>,
+    /// `uncompressed_size = 9`.
+    #[prost(uint32, optional, tag = "9")]
+    pub uncompressed_size: Option<u32>,
     /// `num_messages_in_batch = 11`, default 1.
     #[prost(int32, optional, tag = "11", default = "1")]
     pub num_messages_in_batch: Option<i32>,
@@ -478,6 +484,14 @@ pub struct ServeCommand {
     #[prost(message, optional, tag = "38")]
     #[allow(missing_docs)]
     pub ack_response: Option<CommandAckResponse>,
+}
+
+/// Whether `ty` is a value of `BaseCommand.Type` (CONNECT = 2 ..
+/// GET_OR_CREATE_SCHEMA_RESPONSE = 40, NEW_TXN = 50 .. TOPIC_MIGRATED = 68).
+/// `type` is a proto2 required enum: Pulsar's decoder treats any other value
+/// as the field missing and closes the connection.
+pub fn is_command_type(ty: i32) -> bool {
+    matches!(ty, 2..=40 | 50..=68)
 }
 
 /// Field number of `request_id` inside the command carried by `BaseCommand`
@@ -608,6 +622,16 @@ mod tests {
         b.push(inner.len() as u8);
         b.extend(inner);
         b
+    }
+
+    #[test]
+    fn only_base_command_type_values_are_command_types() {
+        for ty in [2, 18, 40, 50, 68] {
+            assert!(is_command_type(ty), "{ty}");
+        }
+        for ty in [-1, 0, 1, 41, 49, 69, 999] {
+            assert!(!is_command_type(ty), "{ty}");
+        }
     }
 
     #[test]
