@@ -11,7 +11,7 @@
 //! | [`BaseCommand`] | type (1, req), subscribe (4), message (9), ack (10), flow (11), success (13), close_consumer (16), ping (18), pong (19), redeliverUnacknowledgedMessages (20) |
 //! | [`CommandMessage`] | consumer_id (1, req), message_id (2, req), redelivery_count (3, default 0), ack_set (4, repeated int64), consumer_epoch (5), message_permits (6, PIP-491) |
 //! | [`CommandFlow`] | consumer_id (1, req), messagePermits (2, req) |
-//! | [`CommandSubscribe`] | topic (1, req), subscription (2, req), subType (3, req), consumer_id (4, req), request_id (5, req), consumer_name (6) |
+//! | [`CommandSubscribe`] | topic (1, req), subscription (2, req), subType (3, req), consumer_id (4, req), request_id (5, req), consumer_name (6), priority_level (7), durable (8), initialPosition (13), keySharedMeta (17: keySharedMode 1, req), consumer_epoch (19) |
 //! | [`CommandAck`] | consumer_id (1, req), ack_type (2, req), message_id (3, repeated), validation_error (4), txnid_least_bits (6), txnid_most_bits (7), request_id (8) |
 //! | [`CommandSuccess`] | request_id (1, req) |
 //! | [`CommandCloseConsumer`] | consumer_id (1, req), request_id (2, req) |
@@ -221,8 +221,20 @@ pub enum SubType {
     KeyShared = 3,
 }
 
-/// `CommandSubscribe`, reduced to its required fields and `consumer_name`
-/// (the other optional fields are skipped on decode).
+/// `KeySharedMeta` (in `CommandSubscribe.keySharedMeta`), reduced to its
+/// required mode (`hashRanges` = 3 and `allowOutOfOrderDelivery` = 4 are
+/// skipped on decode; a `hashRanges` entry is still checked for its required
+/// fields).
+#[derive(Clone, PartialEq, Eq, Message)]
+pub struct KeySharedMeta {
+    /// `keySharedMode = 1`, required enum (AUTO_SPLIT = 0, STICKY = 1).
+    #[prost(int32, required, tag = "1")]
+    pub key_shared_mode: i32,
+}
+
+/// `CommandSubscribe`: its required fields and the optional ones a broker
+/// reads to place the consumer (the others are skipped on decode; `None` is
+/// absent on the wire).
 #[derive(Clone, PartialEq, Eq, Message)]
 pub struct CommandSubscribe {
     /// `topic = 1`, required string.
@@ -243,6 +255,21 @@ pub struct CommandSubscribe {
     /// `consumer_name = 6`, optional string.
     #[prost(string, optional, tag = "6")]
     pub consumer_name: Option<String>,
+    /// `priority_level = 7`, optional int32.
+    #[prost(int32, optional, tag = "7")]
+    pub priority_level: Option<i32>,
+    /// `durable = 8`, optional bool, default true.
+    #[prost(bool, optional, tag = "8", default = "true")]
+    pub durable: Option<bool>,
+    /// `initialPosition = 13`, optional enum, default Latest (0); Earliest = 1.
+    #[prost(int32, optional, tag = "13", default = "0")]
+    pub initial_position: Option<i32>,
+    /// `keySharedMeta = 17`, optional.
+    #[prost(message, optional, tag = "17")]
+    pub key_shared_meta: Option<KeySharedMeta>,
+    /// `consumer_epoch = 19`, optional uint64.
+    #[prost(uint64, optional, tag = "19")]
+    pub consumer_epoch: Option<u64>,
 }
 
 /// `CommandAck`: an acknowledgment, or (with `validation_error`) the report
@@ -591,7 +618,20 @@ pub static COMMAND_SUBSCRIBE: RequiredSpec = RequiredSpec {
         (9, false, &MESSAGE_ID_DATA),
         (10, true, &KEY_VALUE),
         (12, false, &SCHEMA),
+        (17, false, &KEY_SHARED_META),
     ],
+};
+/// Required fields of `KeySharedMeta`.
+pub static KEY_SHARED_META: RequiredSpec = RequiredSpec {
+    message: "KeySharedMeta",
+    required: &[(1, "keySharedMode")],
+    nested: &[(3, true, &INT_RANGE)],
+};
+/// Required fields of `IntRange` (in `KeySharedMeta.hashRanges`).
+pub static INT_RANGE: RequiredSpec = RequiredSpec {
+    message: "IntRange",
+    required: &[(1, "start"), (2, "end")],
+    nested: &[],
 };
 /// Required fields of `CommandAck`.
 pub static COMMAND_ACK: RequiredSpec = RequiredSpec {
@@ -1068,6 +1108,24 @@ mod tests {
         missing(
             decode_base_command(&base(&with(&sub, &[0x62, 5, 0x0a, 1, b'n', 0x1a, 0]))),
             "type",
+        );
+        // CommandSubscribe.keySharedMeta (17) {keySharedMode 1 required,
+        // hashRanges 3: IntRange {start 1, end 2} required}
+        assert!(decode_base_command(&base(&with(
+            &sub,
+            &[0x8a, 0x01, 8, 0x08, 1, 0x1a, 4, 0x08, 0, 0x10, 5]
+        )))
+        .is_ok());
+        missing(
+            decode_base_command(&base(&with(&sub, &[0x8a, 0x01, 2, 0x20, 1]))),
+            "keySharedMode",
+        );
+        missing(
+            decode_base_command(&base(&with(
+                &sub,
+                &[0x8a, 0x01, 6, 0x08, 1, 0x1a, 2, 0x08, 0],
+            ))),
+            "end",
         );
         // CommandAck.properties (5) KeyLongValue {key, value}
         let ack = [0x08, 10, 0x52, 9, 0x08, 1, 0x10, 0, 0x2a, 3, 0x0a, 1, b'k'];

@@ -12,8 +12,9 @@
 //! client that omits one gets a typed error, never a guess.
 
 use prost::Message;
-use pulsar_core::permits::wire::{
-    CommandAck, CommandFlow, CommandMessage, CommandRedeliverUnacknowledgedMessages, MessageIdData,
+pub use pulsar_core::permits::wire::{
+    CommandAck, CommandFlow, CommandMessage, CommandRedeliverUnacknowledgedMessages,
+    CommandSubscribe, CommandSuccess, MessageIdData,
 };
 
 /// `BaseCommand.Type` values used by the server (the value equals the
@@ -87,52 +88,6 @@ pub struct CommandConnected {
     /// `max_message_size = 3`, optional int32.
     #[prost(int32, optional, tag = "3")]
     pub max_message_size: Option<i32>,
-}
-
-/// `KeySharedMeta` (only the mode is read).
-#[derive(Clone, PartialEq, Message)]
-pub struct KeySharedMeta {
-    /// `keySharedMode = 1`, required enum (AUTO_SPLIT = 0, STICKY = 1).
-    #[prost(int32, required, tag = "1")]
-    pub key_shared_mode: i32,
-}
-
-/// `CommandSubscribe` (the fields the server reads).
-#[derive(Clone, PartialEq, Message)]
-pub struct CommandSubscribe {
-    /// `topic = 1`, required.
-    #[prost(string, required, tag = "1")]
-    pub topic: String,
-    /// `subscription = 2`, required.
-    #[prost(string, required, tag = "2")]
-    pub subscription: String,
-    /// `subType = 3`, required (Exclusive 0, Shared 1, Failover 2, Key_Shared 3).
-    #[prost(int32, required, tag = "3")]
-    pub sub_type: i32,
-    /// `consumer_id = 4`, required.
-    #[prost(uint64, required, tag = "4")]
-    pub consumer_id: u64,
-    /// `request_id = 5`, required.
-    #[prost(uint64, required, tag = "5")]
-    pub request_id: u64,
-    /// `consumer_name = 6`.
-    #[prost(string, optional, tag = "6")]
-    pub consumer_name: Option<String>,
-    /// `priority_level = 7`.
-    #[prost(int32, optional, tag = "7")]
-    pub priority_level: Option<i32>,
-    /// `durable = 8`, default true.
-    #[prost(bool, optional, tag = "8", default = "true")]
-    pub durable: Option<bool>,
-    /// `initialPosition = 13`, default Latest (0); Earliest = 1.
-    #[prost(int32, optional, tag = "13", default = "0")]
-    pub initial_position: Option<i32>,
-    /// `keySharedMeta = 17`.
-    #[prost(message, optional, tag = "17")]
-    pub key_shared_meta: Option<KeySharedMeta>,
-    /// `consumer_epoch = 19`.
-    #[prost(uint64, optional, tag = "19")]
-    pub consumer_epoch: Option<u64>,
 }
 
 /// `CommandPartitionedTopicMetadata`.
@@ -289,14 +244,6 @@ pub struct CommandSendError {
     /// `message = 4`, required.
     #[prost(string, required, tag = "4")]
     pub message: String,
-}
-
-/// `CommandSuccess`.
-#[derive(Clone, PartialEq, Message)]
-pub struct CommandSuccess {
-    /// `request_id = 1`, required.
-    #[prost(uint64, required, tag = "1")]
-    pub request_id: u64,
 }
 
 /// `CommandError`.
