@@ -106,6 +106,20 @@ pub fn swarm_workload(seed: u64) -> Workload {
         f.pending_ack_auto_skip = r.random_bool(0.5);
         f.replay_read_failures = if r.random_bool(0.5) { f.restarts } else { 0 };
     }
+    if !failover && r.random_bool(0.3) {
+        // Faulty broker: invalid explicit P, and P = 0 on corrupted batches.
+        f.invalid_permits_ratio = 0.005;
+        f.zero_permits_on_corrupted_ratio = 0.25;
+    }
+    if r.random_bool(0.3) {
+        f.admission_reject_ratio = 0.01;
+    }
+    if r.random_bool(0.3) {
+        f.write_failure_ratio = 0.005;
+    }
+    if r.random_bool(0.3) {
+        f.same_connection_reconnects = r.random_range(1..=4);
+    }
     w.producers = r.random_range(1..=10);
     w.subscriptions = r.random_range(1..=3);
     w.consumers_per_subscription = r.random_range(1..=4);
