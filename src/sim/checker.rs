@@ -902,7 +902,7 @@ mod tests {
         assert!(first.unwrap().contains("covers undelivered"));
     }
 
-    /// F3: a standby's reconnect must not license a duplicate to, or reset
+    /// Per-consumer duplicates across reconnects: a standby's reconnect must not license a duplicate to, or reset
     /// the order progress of, the active consumer (Failover).
     #[test]
     fn unrelated_reconnect_allows_no_duplicate_or_disorder() {
@@ -926,7 +926,7 @@ mod tests {
         assert!(first.unwrap().contains("delivered twice to consumer-0"));
     }
 
-    /// F3 on Shared: consumer 1's reconnect does not allow a duplicate to
+    /// The same on Shared: consumer 1's reconnect does not allow a duplicate to
     /// consumer 0 of what consumer 0 received, nor a copy to consumer 1 of
     /// what consumer 0 still holds; it does allow redelivering consumer 1's.
     #[test]
@@ -947,7 +947,7 @@ mod tests {
         assert!(first.unwrap().contains("delivered twice to consumer-0"));
     }
 
-    /// F4: a replay after a failover must come in order (Failover) and a
+    /// Redelivery order: a replay after a failover must come in order (Failover) and a
     /// Key_Shared key's replay before newer messages of that key.
     #[test]
     fn redeliveries_are_order_checked() {
@@ -999,7 +999,7 @@ mod tests {
         assert_eq!(counts.duplicates_allowed, 2);
     }
 
-    /// F2: after a failover the new active consumer's cumulative ack must
+    /// Cumulative acks cover only delivered messages: after a failover the new active consumer's cumulative ack must
     /// not cover the old active consumer's messages it never received.
     #[test]
     fn cumulative_ack_must_cover_only_this_consumers_deliveries() {

@@ -83,6 +83,9 @@ pub struct Activity {
     pub invalid_permit_closes: u64,
     /// Consumers re-created on the same connection (queued Flow across it).
     pub same_connection_recreations: u64,
+    /// Flow requests of a closed incarnation that the connection task's
+    /// revalidation dropped (queued across a same-connection re-creation).
+    pub stale_flows_dropped: u64,
 }
 
 /// Wall-clock figures (excluded from determinism comparisons).
@@ -255,7 +258,10 @@ impl fmt::Display for Report {
                     a.same_connection_recreations
                 ),
             ),
-            ("flows", a.flows.to_string()),
+            (
+                "flows / stale Flows dropped",
+                format!("{} / {}", a.flows, a.stale_flows_dropped),
+            ),
             (
                 "reads skipped by hint / filtered after read",
                 format!(

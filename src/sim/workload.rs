@@ -76,6 +76,12 @@ pub struct Faults {
     /// count); the client must close the connection without credit (and
     /// reconnects).
     pub invalid_permits_ratio: f64,
+    /// Faulty-broker mode on corrupted batches: fraction of the deliveries
+    /// whose batch the client finds corrupted (`corrupted_batch_ratio`)
+    /// that carry `message_permits = 0`. The client cannot read the batch,
+    /// so it resolves P from the command alone; 0 is invalid there too and
+    /// it must close the connection without credit (and reconnects).
+    pub zero_permits_on_corrupted_ratio: f64,
     /// Fraction of entries pending-ack admission rejects (Pulsar: a
     /// transaction conflict or a filter): neither sent nor debited, replayed.
     pub admission_reject_ratio: f64,
@@ -127,6 +133,7 @@ impl Default for Faults {
             operator_auto_skip_after_ms: 5_000,
             replay_read_failures: 0,
             invalid_permits_ratio: 0.0,
+            zero_permits_on_corrupted_ratio: 0.0,
             admission_reject_ratio: 0.0,
             write_failure_ratio: 0.0,
             same_connection_reconnects: 0,
@@ -155,6 +162,7 @@ impl Faults {
             operator_auto_skip_after_ms: 5_000,
             replay_read_failures: 0,
             invalid_permits_ratio: 0.0,
+            zero_permits_on_corrupted_ratio: 0.0,
             admission_reject_ratio: 0.0,
             write_failure_ratio: 0.0,
             same_connection_reconnects: 0,
@@ -389,6 +397,7 @@ impl Workload {
                     corrupted_batch_ratio: 0.02,
                     same_connection_reconnects: 10,
                     invalid_permits_ratio: 0.005,
+                    zero_permits_on_corrupted_ratio: 0.25,
                     admission_reject_ratio: 0.01,
                     write_failure_ratio: 0.005,
                     ..Faults::default()
@@ -592,6 +601,10 @@ impl Workload {
             (
                 "faults.invalid_permits_ratio",
                 self.faults.invalid_permits_ratio,
+            ),
+            (
+                "faults.zero_permits_on_corrupted_ratio",
+                self.faults.zero_permits_on_corrupted_ratio,
             ),
             (
                 "faults.admission_reject_ratio",

@@ -68,6 +68,20 @@ impl Sim<'_> {
                 batch + 1
             });
             &faulty
+        } else if self.opts.faults
+            && corrupt
+            && self.w.faults.zero_permits_on_corrupted_ratio > 0.0
+            && self
+                .rng
+                .random_bool(self.w.faults.zero_permits_on_corrupted_ratio)
+        {
+            // Faulty-broker mode on a corrupted batch: P = 0 is invalid
+            // without any metadata (the client resolves P from the command
+            // alone when the payload cannot be parsed), so the client must
+            // close the connection here too.
+            faulty = command.clone();
+            faulty.message_permits = Some(0);
+            &faulty
         } else {
             command
         };
@@ -168,6 +182,7 @@ impl Sim<'_> {
             .as_ref()
             .and_then(|b| b.subs[s].consumer_keys.get(&c).copied());
         let mut acks = Vec::new();
+        let mut flow_queued = false;
         let cumulative_every = self.w.cumulative_ack_every;
         {
             let client = &mut self.clients[s][c];
@@ -222,7 +237,14 @@ impl Sim<'_> {
                 client.last_delivery_ms = now;
                 client.stall_since = None;
                 if release {
-                    msg.release_permit().map_err(comp("permit return"))?;
+                    let returned = msg.release_permit().map_err(comp("permit return"))?;
+                    if matches!(
+                        returned,
+                        crate::permits::client::ReturnOutcome::Accepted { flow_requested }
+                            if flow_requested > 0
+                    ) {
+                        flow_queued = true;
+                    }
                 } else {
                     std::mem::forget(msg.token);
                 }
@@ -277,7 +299,11 @@ impl Sim<'_> {
                 );
             }
         }
-        if std::mem::take(&mut self.clients[s][c].recreate_pending) {
+        // A pending same-connection re-creation happens right after a poll
+        // that queued a Flow (so that Flow is queued across it).
+        let client = &mut self.clients[s][c];
+        if client.recreate_pending > 0 && flow_queued {
+            client.recreate_pending -= 1;
             return self.recreate_on_same_connection(s, c);
         }
         if cumulative_every > 0 {
@@ -361,15 +387,36 @@ impl Sim<'_> {
     /// identity revalidation), then the broker reads the connection's frames.
     pub(super) fn flush_flows(&mut self, s: SubIdx, c: ConsumerIdx) -> Result<(), SimError> {
         let client = &self.clients[s][c];
-        client.connection.flush_flows();
+        let flushed = client.connection.flush_flows();
+        self.activity.stale_flows_dropped += flushed.dropped.len() as u64;
         let frames = client.connection.take_outbox();
         let connection_id = client.connection.id();
+        let current = client.consumer.state().incarnation();
         let Some(b) = self.broker.as_mut() else {
             return Ok(());
         };
         let mut any = false;
         for frame in frames {
-            if let ClientFrame::Flow { command, .. } = frame {
+            if let ClientFrame::Flow {
+                command,
+                incarnation,
+            } = frame
+            {
+                // PIP-491: credit is scoped to one incarnation. A Flow of
+                // an incarnation closed since (re-created on this same
+                // connection, so the broker cannot tell) would credit its
+                // replacement with permits it never used.
+                if incarnation != current {
+                    self.checker.permit_violation(
+                        &format!("sub-{s}"),
+                        c.0,
+                        &format!(
+                            "a Flow of {} permits from closed incarnation {incarnation:?} reached its replacement {current:?} on the same connection",
+                            command.message_permits
+                        ),
+                        self.sched.now(),
+                    );
+                }
                 // The client writes a real FLOW frame; the broker decodes it.
                 let bytes = crate::permits::frame::encode_simple_frame(
                     &crate::permits::wire::Command::Flow(command).into_base(),

@@ -69,6 +69,9 @@ pub(super) enum Ev {
     Recreate {
         sub: SubIdx,
         consumer: ConsumerIdx,
+        /// The planned re-creation's deadline (it waits for a poll that
+        /// queues a Flow, at most until then).
+        deadline: bool,
     },
     /// The operator turns the pending-ack logs' auto-skip on and reloads
     /// the topic (after a replay gave up on non-recoverable data).

@@ -39,7 +39,14 @@ impl Sim<'_> {
                 self.rng
                     .random_range(0..self.w.consumers_per_subscription as usize),
             );
-            self.sched.at(at, Ev::Recreate { sub, consumer });
+            self.sched.at(
+                at,
+                Ev::Recreate {
+                    sub,
+                    consumer,
+                    deadline: false,
+                },
+            );
         }
         for i in 0..f.restarts {
             self.sched.at(restart_at(i), Ev::Restart);

@@ -119,6 +119,9 @@ const APP_BATCH: usize = 64;
 /// acknowledged messages sends its cumulative ack at the latest this long
 /// after its last poll (the client's ack grouping time), virtual ms.
 const ACK_GROUP_MS: VirtualMs = 100;
+/// A planned same-connection re-creation waits at most this long for a poll
+/// that queues a Flow, virtual ms.
+const RECREATE_DEADLINE_MS: VirtualMs = 5_000;
 /// A pending-ack replay not complete this long after the broker started
 /// it (outages aside) is a violation, virtual ms (the retry backoff is at
 /// most 60 s).
@@ -293,8 +296,9 @@ struct ClientRt {
     /// Cumulative acks: the last entry received completely.
     cumulative_upto: Option<Position>,
     ack_flush_scheduled: bool,
-    /// A same-connection re-creation waits for the next poll.
-    recreate_pending: bool,
+    /// Same-connection re-creations waiting for a poll that queues a Flow
+    /// (or their deadline).
+    recreate_pending: u32,
 }
 
 struct Sim<'a> {
@@ -527,7 +531,7 @@ impl Sim<'_> {
                     since_cumulative: 0,
                     cumulative_upto: None,
                     ack_flush_scheduled: false,
-                    recreate_pending: false,
+                    recreate_pending: 0,
                 });
             }
             self.clients.push(row);
@@ -801,16 +805,39 @@ impl Sim<'_> {
                 }
                 Ok(())
             }
-            Ev::Recreate { sub, consumer } => {
-                let client = &mut self.clients[sub][consumer];
-                if client.consumer.queued() > 0 && !client.connection.is_closed() {
-                    // Right after the application's next poll returned
-                    // permits, while their Flow is still queued.
-                    client.recreate_pending = true;
-                    Ok(())
-                } else {
-                    self.recreate_on_same_connection(sub, consumer)
+            Ev::Recreate {
+                sub,
+                consumer,
+                deadline: false,
+            } => {
+                if self.clients[sub][consumer].connection.is_closed() {
+                    return self.recreate_on_same_connection(sub, consumer);
                 }
+                // Right after a poll of the application that queued a Flow
+                // (so the Flow is queued across the re-creation), at the
+                // latest at the deadline.
+                self.clients[sub][consumer].recreate_pending += 1;
+                self.sched.after(
+                    RECREATE_DEADLINE_MS,
+                    Ev::Recreate {
+                        sub,
+                        consumer,
+                        deadline: true,
+                    },
+                );
+                Ok(())
+            }
+            Ev::Recreate {
+                sub,
+                consumer,
+                deadline: true,
+            } => {
+                let client = &mut self.clients[sub][consumer];
+                if client.recreate_pending == 0 {
+                    return Ok(()); // a poll did it
+                }
+                client.recreate_pending -= 1;
+                self.recreate_on_same_connection(sub, consumer)
             }
             Ev::OperatorReload => {
                 self.faults_pending = self.faults_pending.saturating_sub(1);
