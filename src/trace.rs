@@ -300,3 +300,73 @@ pub mod permits {
         record("Replace", json!({}));
     }
 }
+
+/// Hooks of `specs/BucketMerge.tla` (src/delayed): one line per spec
+/// action, at the point of the tracker (under its lock) where the action
+/// takes effect. A position is recorded as its ledger id (the spec has one
+/// entry per ledger; `tests/trace_bucket_merge.rs` adds entry 0 of each
+/// ledger). Every line carries `st`, the tracker's state after the action
+/// mapped to the spec's variables: `clock`, `index` (tracked ledgers),
+/// `counter`, `queue` (the shared queue's ledgers, one per entry), `mheap`
+/// (the mutable bucket's ledgers) and `buckets` (`[lo, hi, cur]` per
+/// in-memory immutable bucket: its range and loaded segment).
+pub mod bucket_merge {
+    use super::record;
+    use serde_json::{json, Value};
+
+    /// `Add`: `add_message` of ledger `p`: tracked in the mutable bucket or
+    /// the shared queue (`due` false), or already due and untracked (`due`).
+    pub fn add(p: i64, due: bool, st: Value) {
+        record("Add", json!({ "p": p, "due": due, "st": st }));
+    }
+    /// `MoveDue`: due mutable-bucket entries moved to the shared queue.
+    pub fn move_due(st: Value) {
+        record("MoveDue", json!({ "st": st }));
+    }
+    /// `Seal(k)`: the mutable bucket became a persisted bucket whose
+    /// snapshot holds `segs` (each segment's ledgers, in heap order).
+    pub fn seal(segs: Value, st: Value) {
+        record("Seal", json!({ "segs": segs, "st": st }));
+    }
+    /// `SealFail`: the mutable bucket's entries went to the shared queue
+    /// unpersisted (snapshot create failed, or its range overlaps a bucket).
+    pub fn seal_fail(st: Value) {
+        record("SealFail", json!({ "st": st }));
+    }
+    /// `Pop` / `PopOrphan`: the queue head `p` was popped (`orphan`: below
+    /// the mark-delete ledger); `delivered`: returned to the dispatcher.
+    pub fn pop(p: i64, orphan: bool, delivered: bool, st: Value) {
+        record(
+            "Pop",
+            json!({ "p": p, "orphan": orphan, "delivered": delivered, "st": st }),
+        );
+    }
+    /// `LoadNextSegment(s, deleteOk)`: bucket `lo` loaded its next segment,
+    /// or was retired after its last one (`delete_ok`: its snapshot delete
+    /// succeeded).
+    pub fn load_next_segment(lo: i64, delete_ok: bool, st: Value) {
+        record(
+            "LoadNextSegment",
+            json!({ "lo": lo, "deleteOk": delete_ok, "st": st }),
+        );
+    }
+    /// `Merge(s1, s2, k)`: the buckets starting at `srcs` were replaced by
+    /// one snapshot holding `segs` (`[]`: nothing kept, sources retired).
+    pub fn merge(srcs: Vec<i64>, segs: Value, st: Value) {
+        record("Merge", json!({ "srcs": srcs, "segs": segs, "st": st }));
+    }
+    /// `Trim(s)`: bucket `lo` (wholly below the mark-delete) was deleted and
+    /// its frozen bitmap untracked.
+    pub fn trim(lo: i64, st: Value) {
+        record("Trim", json!({ "lo": lo, "st": st }));
+    }
+    /// `Ack`: the mark-delete moved; `md` is the first live ledger.
+    pub fn ack(md: i64, st: Value) {
+        record("Ack", json!({ "md": md, "st": st }));
+    }
+    /// `CrashRecover` (first half): a new tracker recovered the committed
+    /// buckets; the dispatcher's re-read (`Add` lines) follows.
+    pub fn recover(st: Value) {
+        record("Recover", json!({ "st": st }));
+    }
+}

@@ -80,6 +80,14 @@ impl MutableBucket {
         self.heap.is_empty()
     }
 
+    /// The ledgers of the heap's indexes, ascending (for the trace hooks).
+    #[cfg(feature = "trace")]
+    pub(crate) fn ledgers(&self) -> Vec<i64> {
+        let mut v: Vec<i64> = self.heap.iter().map(|r| r.0.ledger_id).collect();
+        v.sort_unstable();
+        v
+    }
+
     /// The earliest index, if any.
     pub fn peek(&self) -> Option<IndexEntry> {
         self.heap.peek().map(|r| r.0)

@@ -116,6 +116,16 @@ impl BucketDelayedMessageIndex {
         removed
     }
 
+    /// The ledgers of the tracked positions, one per position, ascending
+    /// (for the trace hooks).
+    #[cfg(feature = "trace")]
+    pub(crate) fn ledgers(&self) -> Vec<i64> {
+        self.bitmaps
+            .iter()
+            .flat_map(|(l, bm)| std::iter::repeat_n(*l, bm.len() as usize))
+            .collect()
+    }
+
     /// Number of tracked positions (Pulsar `getNumberOfDelayedMessages`).
     pub fn len(&self) -> u64 {
         self.count

@@ -52,10 +52,14 @@ impl BucketDelayedDeliveryTracker {
             // tracked lies there: `update_mark_delete` untracked it), so the
             // count only holds what will be delivered.
             inner.index.untrack(ledger_id, entry);
+            #[cfg(feature = "trace")]
+            crate::trace::bucket_merge::add(ledger_id, true, self.trace_state(&inner));
             self.debug_check(&inner);
             return Ok(false);
         }
         if inner.index.contains(ledger_id, entry) {
+            #[cfg(feature = "trace")]
+            crate::trace::bucket_merge::add(ledger_id, false, self.trace_state(&inner));
             return Ok(true);
         }
         let idx = IndexEntry {
@@ -86,6 +90,8 @@ impl BucketDelayedDeliveryTracker {
                 } = &mut *inner;
                 let (_, rest) = mutable.take_sorted();
                 shared_queue.extend(rest.into_iter().map(Reverse));
+                #[cfg(feature = "trace")]
+                crate::trace::bucket_merge::seal_fail(self.trace_state(&inner));
             }
         } else if !exist_bucket
             && ledger_id > mctx.end_ledger_id
@@ -102,6 +108,8 @@ impl BucketDelayedDeliveryTracker {
             inner.shared_queue.push(Reverse(idx));
         }
         inner.index.track(ledger_id, entry);
+        #[cfg(feature = "trace")]
+        crate::trace::bucket_merge::add(ledger_id, false, self.trace_state(&inner));
         self.debug_check(&inner);
         Ok(true)
     }

@@ -28,6 +28,8 @@ impl BucketDelayedDeliveryTracker {
         }
         let cutoff = self.cutoff();
         let first_live = inner.mark_delete.map(|p| p.ledger_id);
+        #[cfg(feature = "trace")]
+        let moved_from = inner.mutable.len();
         {
             let Inner {
                 mutable,
@@ -35,6 +37,10 @@ impl BucketDelayedDeliveryTracker {
                 ..
             } = &mut *inner;
             mutable.move_due(cutoff, |i| shared_queue.push(Reverse(i)));
+        }
+        #[cfg(feature = "trace")]
+        if inner.mutable.len() != moved_from {
+            crate::trace::bucket_merge::move_due(self.trace_state(&inner));
         }
         let mut out = Vec::new();
         let mut n = max;
@@ -58,10 +64,19 @@ impl BucketDelayedDeliveryTracker {
             }
             inner.shared_queue.pop();
             let tracked = inner.index.untrack(head.ledger_id, head.entry_id);
+            #[cfg(feature = "trace")]
+            let delivered_before = out.len();
             if tracked && !orphan {
                 out.push(Position::new(head.ledger_id, i64::from(head.entry_id)));
                 n -= 1;
             }
+            #[cfg(feature = "trace")]
+            crate::trace::bucket_merge::pop(
+                head.ledger_id,
+                orphan,
+                out.len() > delivered_before,
+                self.trace_state(&inner),
+            );
         }
         out.sort_unstable();
         self.debug_check(&inner);

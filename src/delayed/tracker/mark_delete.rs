@@ -24,7 +24,7 @@ impl BucketDelayedDeliveryTracker {
     pub fn update_mark_delete(&self, position: Position) {
         let mut inner = self.inner.lock();
         if inner.mark_delete.is_none_or(|p| position > p) {
-            Self::set_mark_delete(&mut inner, position);
+            self.set_mark_delete(&mut inner, position);
         }
         self.debug_check(&inner);
     }
@@ -43,14 +43,16 @@ impl BucketDelayedDeliveryTracker {
     /// re-reads from the new read position.
     pub fn reset_mark_delete(&self, position: Position) {
         let mut inner = self.inner.lock();
-        Self::set_mark_delete(&mut inner, position);
+        self.set_mark_delete(&mut inner, position);
         self.debug_check(&inner);
     }
 
-    pub(super) fn set_mark_delete(inner: &mut Inner, position: Position) {
+    pub(super) fn set_mark_delete(&self, inner: &mut Inner, position: Position) {
         inner.mark_delete = Some(position);
         inner
             .index
             .untrack_up_to(position.ledger_id, position.entry_id);
+        #[cfg(feature = "trace")]
+        crate::trace::bucket_merge::ack(position.ledger_id, self.trace_state(inner));
     }
 }

@@ -202,6 +202,40 @@ impl BucketDelayedDeliveryTracker {
         }
     }
 
+    /// The tracker's state in `specs/BucketMerge.tla`'s terms, for the
+    /// trace hooks ([`crate::trace::bucket_merge`]; positions as ledgers).
+    #[cfg(feature = "trace")]
+    fn trace_state(&self, inner: &Inner) -> serde_json::Value {
+        let mut queue: Vec<i64> = inner.shared_queue.iter().map(|r| r.0.ledger_id).collect();
+        queue.sort_unstable();
+        let buckets: Vec<[i64; 3]> = inner
+            .immutable
+            .values()
+            .map(|b| {
+                let cur = i64::try_from(b.current_segment_entry_id).unwrap_or(i64::MAX);
+                [b.ctx.start_ledger_id, b.ctx.end_ledger_id, cur]
+            })
+            .collect();
+        serde_json::json!({
+            "clock": self.clock.now_ms(),
+            "index": inner.index.ledgers(),
+            "counter": inner.index.len(),
+            "queue": queue,
+            "mheap": inner.mutable.ledgers(),
+            "buckets": buckets,
+        })
+    }
+
+    /// Each segment's ledgers, in heap order (for the trace hooks).
+    #[cfg(feature = "trace")]
+    fn trace_segments(segments: &[CutSegment]) -> serde_json::Value {
+        let v: Vec<Vec<i64>> = segments
+            .iter()
+            .map(|s| s.indexes.iter().map(|i| i.ledger_id).collect())
+            .collect();
+        serde_json::json!(v)
+    }
+
     fn debug_check(&self, inner: &Inner) {
         debug_assert!(
             inner.index.check(),

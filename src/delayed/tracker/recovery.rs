@@ -70,6 +70,8 @@ impl BucketDelayedDeliveryTracker {
                 Err(e) => return Err(e),
             }
         }
+        #[cfg(feature = "trace")]
+        crate::trace::bucket_merge::recover(self.trace_state(inner));
         Ok(())
     }
 

@@ -24,7 +24,9 @@ impl BucketDelayedDeliveryTracker {
         );
         if next > last {
             Self::remove_bucket(inner, start);
-            self.delete_with_retries(inner, id, &key);
+            let _deleted = self.delete_with_retries(inner, id, &key);
+            #[cfg(feature = "trace")]
+            crate::trace::bucket_merge::load_next_segment(start, _deleted, self.trace_state(inner));
             return true;
         }
         match self.read_segment(id, next) {
@@ -34,6 +36,8 @@ impl BucketDelayedDeliveryTracker {
                 }
                 Self::install_segment(inner, start, indexes);
                 inner.stats.segment_loads += 1;
+                #[cfg(feature = "trace")]
+                crate::trace::bucket_merge::load_next_segment(start, true, self.trace_state(inner));
                 true
             }
             Err(

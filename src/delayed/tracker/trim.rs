@@ -51,6 +51,8 @@ impl BucketDelayedDeliveryTracker {
                 }
             }
             inner.stats.trimmed_buckets += 1;
+            #[cfg(feature = "trace")]
+            crate::trace::bucket_merge::trim(start, self.trace_state(inner));
             trimmed += 1;
         }
         trimmed
