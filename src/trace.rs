@@ -26,6 +26,8 @@
 //! | `DeletionLookup`      | [`deletion`] (src/cursor)             | `tests/trace_deletion.rs` (shuttle schedules) |
 //! | `LedgerCursor`        | [`ledger_cursor`] (src/ledger)        | `tests/trace_ledger_cursor.rs` (seeded random op sequences) |
 //! | `PendingAckReplay`    | [`pending_ack`] (src/pending_ack)     | `tests/trace_pending_ack.rs` (handle runs: manual executor, virtual timer, inline reads, injected read failures) |
+//! | `PermitConservation`  | [`permits`] (src/permits)             | `tests/trace_permits.rs` |
+//! | `BucketMerge`         | [`bucket_merge`] (src/delayed)        | `tests/trace_bucket_merge.rs` (seeded op sequences: add, tick, deliver, ack, trim + merge, restart + re-read) |
 //!
 //! `bash .ci/trace [SPEC...]` records and validates; the negative controls
 //! are the mutants with a `# trace:` line (`tests/mutants/README.md`).
