@@ -3,8 +3,8 @@
 //! sequences (add the next message, advance the virtual clock by 1 ms,
 //! `get_scheduled_messages`, acknowledge the first unacknowledged delivered
 //! message, `trim_and_merge`, crash + recovery + the dispatcher's re-read
-//! from the mark-delete), on one `MemorySnapshotStorage` shared across the
-//! restarts. The hook lines (src/trace.rs, `bucket_merge`) carry the
+//! from the mark-delete, make the next snapshot create or delete fail), on
+//! one `FaultyStorage<MemorySnapshotStorage>` shared across the restarts. The hook lines (src/trace.rs, `bucket_merge`) carry the
 //! tracker's state in the spec's terms; this recorder adds the environment's
 //! lines: `Init` (the spec's constants: delivery times `ts`, `maxT`,
 //! `maxIdx`), `Tick` (the clock moved), `ReReadDone` (the re-read after a
@@ -31,7 +31,8 @@ use std::io::Write;
 use std::sync::Arc;
 
 use pulsar_core::delayed::{
-    BucketDelayedDeliveryTracker, BucketTrackerConfig, MemorySnapshotStorage, VirtualClock,
+    BucketDelayedDeliveryTracker, BucketTrackerConfig, FaultPlan, FaultyStorage,
+    MemorySnapshotStorage, VirtualClock,
 };
 use pulsar_core::{trace, Position};
 use rand::{Rng, SeedableRng};
@@ -49,6 +50,9 @@ const MAX_T: u64 = 9;
 const MAX_IDX: i64 = 2;
 /// Restarts per run: at most the trace cfg's MaxCrashes.
 const MAX_CRASHES: usize = 1;
+/// Injected failures that make one snapshot create or delete fail after the
+/// tracker's retries (1 + `STORAGE_RETRIES`).
+const FAIL_ONE: u32 = 4;
 
 fn config(k: i64, min_count: u64) -> BucketTrackerConfig {
     BucketTrackerConfig {
@@ -67,7 +71,7 @@ fn run(seed: u64) -> Vec<Value> {
     let k = if rng.random_bool(0.7) { 1 } else { MAX_IDX };
     let min_count = 2;
     let clock = Arc::new(VirtualClock::new(0));
-    let storage = Arc::new(MemorySnapshotStorage::new());
+    let storage = Arc::new(FaultyStorage::new(MemorySnapshotStorage::new()));
     let mut tracker =
         BucketDelayedDeliveryTracker::new(config(k, min_count), storage.clone(), clock.clone())
             .unwrap();
@@ -140,6 +144,21 @@ fn run(seed: u64) -> Vec<Value> {
                 }
                 flush(&mut lines);
                 lines.push(json!({ "action": "ReReadDone" }));
+            }
+            19 => {
+                // The next snapshot create (seal or merge) or delete fails.
+                let plan = if rng.random_bool(0.5) {
+                    FaultPlan {
+                        create: FAIL_ONE,
+                        ..FaultPlan::default()
+                    }
+                } else {
+                    FaultPlan {
+                        delete: FAIL_ONE,
+                        ..FaultPlan::default()
+                    }
+                };
+                storage.arm(plan);
             }
             _ => {}
         }
