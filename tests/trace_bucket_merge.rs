@@ -77,7 +77,7 @@ fn run(seed: u64) -> Vec<Value> {
             .unwrap();
     let mut lines: Vec<Value> =
         vec![json!({ "action": "Init", "ts": TS, "maxT": MAX_T, "maxIdx": MAX_IDX })];
-    let mut flush = |lines: &mut Vec<Value>| {
+    let flush = |lines: &mut Vec<Value>| {
         lines.extend(
             trace::finish()
                 .iter()
