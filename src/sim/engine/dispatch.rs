@@ -100,8 +100,11 @@ impl Sim<'_> {
         // acknowledged (a due delayed message can reach the dispatcher twice
         // in one lifetime: from the tracker and from the cursor's re-read
         // after a restart).
+        // Nor one acknowledged in a transaction not yet committed: the
+        // pending-ack handle holds it until the commit deletes it.
+        let txn_acked = &sub.txn_acked;
         let pending_on_consumer = |d: &SharedDispatcher, p: &Position| {
-            d.consumers().any(|c| c.pending_acks().contains_key(p))
+            txn_acked.contains(p) || d.consumers().any(|c| c.pending_acks().contains_key(p))
         };
         let replay: Vec<Position> = replay
             .into_iter()
