@@ -276,11 +276,23 @@ impl Sim<'_> {
                 0.0
             };
             let rng = &mut self.rng;
+            // Failover dispatches in order to its one active consumer (as
+            // Pulsar's single-active-consumer dispatcher, which rewinds
+            // rather than replaying one entry after later ones): after a
+            // rejected entry nothing later goes out in this pass, so a
+            // cumulative ack never covers an entry waiting for replay.
+            let ordered = w.subscription_type == SubscriptionType::Failover;
+            let mut rejected_one = false;
             // Pending-ack admission (conflicts, filters): with the
             // fault on, some entries are rejected; they are neither sent nor
             // debited and go back for replay.
             let mut admit = |_: ConsumerKey, _: &BrokerEntry| {
-                !(reject_ratio > 0.0 && rng.random_bool(reject_ratio))
+                if ordered && rejected_one {
+                    return false;
+                }
+                let reject = reject_ratio > 0.0 && rng.random_bool(reject_ratio);
+                rejected_one |= reject;
+                !reject
             };
             let d = sub
                 .dispatcher
@@ -297,7 +309,13 @@ impl Sim<'_> {
                 .map(|(p, _)| *p)
                 .collect();
             self.activity.admission_rejections += rejected.len() as u64;
-            for p in &rejected {
+            if ordered && !rejected.is_empty() {
+                // What was routed behind the rejected entry goes back with
+                // it, so the replay (in position order) comes first.
+                sub.redeliver
+                    .extend(queue.drain(..).map(|e| e.entry.position));
+            }
+            for p in rejected.iter().filter(|_| !ordered) {
                 // Replayed after later entries: exempt from the order check.
                 let batch = payloads
                     .get(p)
