@@ -90,7 +90,14 @@ impl Sim<'_> {
                                 );
                             }
                         }
-                        replay.extend(ps);
+                        // A due message the tracker brings back while a
+                        // transaction acknowledged it (it was dispatched from
+                        // the cursor's re-read) stays with the pending-ack
+                        // handle. Only the tracker's and the re-read's
+                        // copies are filtered so: an entry the dispatcher
+                        // itself hands back for replay while a transaction
+                        // holds it is still delivered (and caught).
+                        replay.extend(ps.into_iter().filter(|p| !sub.txn_acked.contains(p)));
                     }
                     Err(e) => return Err(SimError::Component(format!("delayed: {e}"))),
                 }
@@ -100,11 +107,8 @@ impl Sim<'_> {
         // acknowledged (a due delayed message can reach the dispatcher twice
         // in one lifetime: from the tracker and from the cursor's re-read
         // after a restart).
-        // Nor one acknowledged in a transaction not yet committed: the
-        // pending-ack handle holds it until the commit deletes it.
-        let txn_acked = &sub.txn_acked;
         let pending_on_consumer = |d: &SharedDispatcher, p: &Position| {
-            txn_acked.contains(p) || d.consumers().any(|c| c.pending_acks().contains_key(p))
+            d.consumers().any(|c| c.pending_acks().contains_key(p))
         };
         let replay: Vec<Position> = replay
             .into_iter()
@@ -182,7 +186,11 @@ impl Sim<'_> {
                                 match added {
                                     Ok(true) => continue, // tracked: delivered when due
                                     Ok(false)
-                                        if pending_on_consumer(&sub.dispatcher, &e.position)
+                                        if sub.txn_acked.contains(&e.position)
+                                            || pending_on_consumer(
+                                                &sub.dispatcher,
+                                                &e.position,
+                                            )
                                             || to_route
                                                 .iter()
                                                 .any(|r| r.entry.position == e.position)

@@ -257,10 +257,9 @@ struct SubRt {
     /// Entries acknowledged individually in a transaction not yet committed:
     /// the consumer no longer holds them (Pulsar's `Consumer` drops a
     /// transactional ack's position from its pending acks) but the
-    /// pending-ack handle does, so the dispatcher must not hand them to any
-    /// consumer (a due delayed message the tracker and a cursor re-read both
-    /// bring back would otherwise go to a second consumer while the first
-    /// one's transaction still holds it).
+    /// pending-ack handle does, so a due delayed message the tracker and a
+    /// cursor re-read both bring back is not dispatched a second time to
+    /// another consumer while the first one's transaction still holds it.
     txn_acked: BTreeSet<Position>,
     dispatch_scheduled: bool,
     ready: bool,
