@@ -111,19 +111,17 @@ pub fn swarm_workload(seed: u64) -> Workload {
         f.invalid_permits_ratio = 0.005;
         f.zero_permits_on_corrupted_ratio = 0.25;
     }
-    // Not on Failover (as in the presets): an entry admission rejected is
-    // replayed after later ones, which a cumulative ack would cover. Not
-    // with delayed delivery either (no preset combines them yet): swarm
-    // seeds 84 (same-connection re-creation) and 180 (write failure) with
-    // delayed messages report a redelivery to another consumer the checker
-    // was not told about, not yet diagnosed.
-    if !failover && !delayed && r.random_bool(0.3) {
+    // Admission rejections, write failures and same-connection
+    // re-creations combine with delayed delivery; admission rejections with
+    // Failover too (a rejected entry holds back what was routed after it,
+    // as Failover's ordered dispatch does).
+    if r.random_bool(0.3) {
         f.admission_reject_ratio = 0.01;
     }
-    if !failover && !delayed && r.random_bool(0.3) {
+    if !failover && r.random_bool(0.3) {
         f.write_failure_ratio = 0.005;
     }
-    if !failover && !delayed && r.random_bool(0.3) {
+    if !failover && r.random_bool(0.3) {
         f.same_connection_reconnects = r.random_range(1..=4);
     }
     w.producers = r.random_range(1..=10);

@@ -35,6 +35,7 @@ impl Sim<'_> {
                 PendingAckRecord::individual_ack(txn, vec![AckedPosition::whole(position)]);
             let durable = pa_durable(&self.pa_truth[s], &record);
             h.append(record, durable);
+            sub.txn_acked.insert(position);
             // Transactions stay open for a while (the coordinator commits
             // later), so restarts find open ones in the pending-ack log.
             let delay = self.rng.random_range(10..=2_000);
@@ -202,6 +203,9 @@ impl Sim<'_> {
         sub.deletion
             .delete(&ps, b.ledger.as_ref())
             .map_err(comp("commit ack"))?;
+        for p in &ps {
+            sub.txn_acked.remove(p);
+        }
         for (_, refs) in positions {
             sub.unpersisted.extend(refs);
         }

@@ -166,6 +166,7 @@ impl Sim<'_> {
                 unpersisted_cumulative: None,
                 failover_order: Vec::new(),
                 open_cumulative_txn: None,
+                txn_acked: BTreeSet::new(),
                 dispatch_scheduled: false,
             });
         }

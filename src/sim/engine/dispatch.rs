@@ -90,7 +90,14 @@ impl Sim<'_> {
                                 );
                             }
                         }
-                        replay.extend(ps);
+                        // A due message the tracker brings back while a
+                        // transaction acknowledged it (it was dispatched from
+                        // the cursor's re-read) stays with the pending-ack
+                        // handle. Only the tracker's and the re-read's
+                        // copies are filtered so: an entry the dispatcher
+                        // itself hands back for replay while a transaction
+                        // holds it is still delivered (and caught).
+                        replay.extend(ps.into_iter().filter(|p| !sub.txn_acked.contains(p)));
                     }
                     Err(e) => return Err(SimError::Component(format!("delayed: {e}"))),
                 }
@@ -179,7 +186,11 @@ impl Sim<'_> {
                                 match added {
                                     Ok(true) => continue, // tracked: delivered when due
                                     Ok(false)
-                                        if pending_on_consumer(&sub.dispatcher, &e.position)
+                                        if sub.txn_acked.contains(&e.position)
+                                            || pending_on_consumer(
+                                                &sub.dispatcher,
+                                                &e.position,
+                                            )
                                             || to_route
                                                 .iter()
                                                 .any(|r| r.entry.position == e.position)
@@ -273,11 +284,23 @@ impl Sim<'_> {
                 0.0
             };
             let rng = &mut self.rng;
+            // Failover dispatches in order to its one active consumer (as
+            // Pulsar's single-active-consumer dispatcher, which rewinds
+            // rather than replaying one entry after later ones): after a
+            // rejected entry nothing later goes out in this pass, so a
+            // cumulative ack never covers an entry waiting for replay.
+            let ordered = w.subscription_type == SubscriptionType::Failover;
+            let mut rejected_one = false;
             // Pending-ack admission (conflicts, filters): with the
             // fault on, some entries are rejected; they are neither sent nor
             // debited and go back for replay.
             let mut admit = |_: ConsumerKey, _: &BrokerEntry| {
-                !(reject_ratio > 0.0 && rng.random_bool(reject_ratio))
+                if ordered && rejected_one {
+                    return false;
+                }
+                let reject = reject_ratio > 0.0 && rng.random_bool(reject_ratio);
+                rejected_one |= reject;
+                !reject
             };
             let d = sub
                 .dispatcher
@@ -294,7 +317,13 @@ impl Sim<'_> {
                 .map(|(p, _)| *p)
                 .collect();
             self.activity.admission_rejections += rejected.len() as u64;
-            for p in &rejected {
+            if ordered && !rejected.is_empty() {
+                // What was routed behind the rejected entry goes back with
+                // it, so the replay (in position order) comes first.
+                sub.redeliver
+                    .extend(queue.drain(..).map(|e| e.entry.position));
+            }
+            for p in rejected.iter().filter(|_| !ordered) {
                 // Replayed after later entries: exempt from the order check.
                 let batch = payloads
                     .get(p)

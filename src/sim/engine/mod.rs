@@ -254,6 +254,13 @@ struct SubRt {
     /// The transaction holding the pending cumulative ack, if any (Pulsar
     /// allows one at a time per subscription).
     open_cumulative_txn: Option<TxnId>,
+    /// Entries acknowledged individually in a transaction not yet committed:
+    /// the consumer no longer holds them (Pulsar's `Consumer` drops a
+    /// transactional ack's position from its pending acks) but the
+    /// pending-ack handle does, so a due delayed message the tracker and a
+    /// cursor re-read both bring back is not dispatched a second time to
+    /// another consumer while the first one's transaction still holds it.
+    txn_acked: BTreeSet<Position>,
     dispatch_scheduled: bool,
     ready: bool,
 }
