@@ -141,6 +141,18 @@ def redeliver_acked(work):
             dup = dict(e, t=last_t + 1, redelivery=0)
             evs.append(dup)
             break
+    else:
+        # every ack of a quiet subscription fell inside the kill window (a
+        # fast run): after the run, a consumer of that subscription receives
+        # a message, acknowledges it, and the message is delivered again
+        nacked = {e["mid"] for e in evs if e["kind"] == "nack"}
+        recv = next(e for e in evs if e["kind"] == "recv" and e["sub"] not in noisy
+                    and e["mid"] not in nacked)
+        c = recv["c"] + "-after-run"
+        t = max(last_t, last_restart) + 10_000
+        evs.append(dict(recv, c=c, t=t, redelivery=0))
+        evs.append({"kind": "ack", "sub": recv["sub"], "c": c, "mid": recv["mid"], "t": t + 1})
+        evs.append(dict(recv, t=t + 2, redelivery=1))
     write_events(work, evs)
 
 
