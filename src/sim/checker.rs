@@ -14,8 +14,20 @@
 //! current incarnation, early delayed deliveries and stalls. Consumers are
 //! named by a stable id (the client's index); each reconnect starts a new
 //! incarnation of it. It shares no state with the components it checks.
+//!
+//! Memory is bounded by the live window, not by the run: a message
+//! acknowledged on every subscription can no longer change any count or
+//! violation except as "redelivered after its ack" (an ack is final for the
+//! checker: only persisted acks are recorded, and no restart, seek, rewind
+//! or reconnect makes an acknowledged message deliverable again). So the
+//! checker keeps dense per-message state only from the oldest message some
+//! subscription has not acknowledged onwards (the window), and for the
+//! retired prefix only which messages were published, as runs of entries
+//! (ledger, entry range, batch size). Skipped-by-seek messages stay in the
+//! window (a later ack or a delivery dispatched after the seek still
+//! matters). The report is the same as with whole-run state.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 
 use serde::Serialize;
 
@@ -65,16 +77,18 @@ struct Published {
     deliver_at_ms: u64,
 }
 
-/// Per subscription, indexed by the message's publish index (dense: the
-/// checker holds ~5 bytes per message and subscription, so a 20-million
-/// delivery fan-out fits in memory).
+/// Per subscription. `delivered` and `acked` are indexed by the message's
+/// publish index minus the checker's retired count (`base`): ~5 bytes per
+/// message and subscription in the live window.
 #[derive(Debug, Default)]
 struct SubState {
-    /// Publish index → consumer incarnation (token) of its last delivery + 1
-    /// (0 = never delivered).
-    delivered: Vec<u32>,
-    /// Publish index → NOT_ACKED / ACKED (persisted) / SKIPPED (by a seek).
-    acked: Vec<u8>,
+    /// Publish index − base → consumer incarnation (token) of its last
+    /// delivery + 1 (0 = never delivered).
+    delivered: VecDeque<u32>,
+    /// Publish index − base → NOT_ACKED / ACKED (persisted) / SKIPPED (by a seek).
+    acked: VecDeque<u8>,
+    /// Publish indexes below this are ACKED on this subscription (absolute).
+    acked_prefix: usize,
     acked_count: u64,
     skipped_count: u64,
     /// Mark-delete after each completed seek, in seek order (forward only).
@@ -102,8 +116,8 @@ struct SubState {
     /// replays included.
     token_progress: HashMap<u32, HashMap<u32, u64>>,
     /// Publish indexes exempt from the per-key order check (replayed after
-    /// a corrupted delivery).
-    order_exempt: std::collections::HashSet<usize>,
+    /// a corrupted delivery); pruned below the retired count.
+    order_exempt: BTreeSet<usize>,
 }
 
 impl SubState {
@@ -224,13 +238,104 @@ impl CheckerCounts {
     }
 }
 
+/// Consecutive retired entries of one ledger with the same batch size.
+#[derive(Debug, Clone, Copy)]
+struct RetiredRun {
+    ledger_id: i64,
+    first_entry: i64,
+    last_entry: i64,
+    batch_size: u32,
+}
+
+/// The retired prefix of the published messages (acknowledged on every
+/// subscription): only which messages they were, run-length encoded by
+/// entry, so a late event about one of them is judged as before.
+#[derive(Debug, Default)]
+struct Retired {
+    /// Complete entries, in position order.
+    runs: Vec<RetiredRun>,
+    /// The last entry retired so far and how many of its messages.
+    open: Option<(Position, u32)>,
+}
+
+impl Retired {
+    /// Retires message `m` (in publish order).
+    fn push(&mut self, m: MessageRef) {
+        match &mut self.open {
+            Some((p, n)) if *p == m.position => *n = (*n).max(m.batch_index + 1),
+            _ => {
+                self.close();
+                self.open = Some((m.position, m.batch_index + 1));
+            }
+        }
+    }
+
+    /// Moves the open entry into the runs.
+    fn close(&mut self) {
+        let Some((p, n)) = self.open.take() else {
+            return;
+        };
+        if let Some(r) = self.runs.last_mut() {
+            if r.ledger_id == p.ledger_id && r.last_entry + 1 == p.entry_id && r.batch_size == n {
+                r.last_entry = p.entry_id;
+                return;
+            }
+        }
+        self.runs.push(RetiredRun {
+            ledger_id: p.ledger_id,
+            first_entry: p.entry_id,
+            last_entry: p.entry_id,
+            batch_size: n,
+        });
+    }
+
+    /// Whether `m` was published and retired.
+    fn contains(&self, m: MessageRef) -> bool {
+        if let Some((p, n)) = self.open {
+            if p == m.position {
+                return m.batch_index < n;
+            }
+        }
+        let key = (m.position.ledger_id, m.position.entry_id);
+        let i = self
+            .runs
+            .partition_point(|r| (r.ledger_id, r.first_entry) <= key);
+        i > 0 && {
+            let r = self.runs[i - 1];
+            r.ledger_id == key.0 && key.1 <= r.last_entry && m.batch_index < r.batch_size
+        }
+    }
+}
+
+/// Where a message stands for the checker.
+#[derive(Debug, Clone, Copy)]
+enum Lookup {
+    /// In the window at this absolute publish index.
+    Live(usize),
+    /// Published and acknowledged on every subscription (forgotten).
+    Retired,
+    /// Never published.
+    Unknown,
+}
+
+/// Retire acknowledged messages after this many acks.
+const RETIRE_EVERY: u32 = 4096;
+
 /// Records events and checks them (see the module docs). Single-threaded:
 /// the simulator's event loop owns it.
 #[derive(Debug)]
 pub struct DeliveryChecker {
-    /// Message → publish index into `published`.
-    index: HashMap<MessageRef, u32>,
-    published: Vec<(MessageRef, Published)>,
+    /// Message in the window → absolute publish index.
+    index: HashMap<MessageRef, usize>,
+    /// The window: messages from publish index `base` on.
+    published: VecDeque<(MessageRef, Published)>,
+    /// Messages retired (publish indexes below `base`).
+    base: usize,
+    retired: Retired,
+    /// Acks recorded since the last retirement pass.
+    acks_since_retire: u32,
+    /// Retire after this many acks ([`RETIRE_EVERY`]; tests vary it).
+    retire_every: u32,
     next_key_seq: HashMap<u32, u64>,
     subs: BTreeMap<String, SubState>,
     counts: CheckerCounts,
@@ -256,7 +361,11 @@ impl DeliveryChecker {
     ) -> Self {
         Self {
             index: HashMap::new(),
-            published: Vec::new(),
+            published: VecDeque::new(),
+            base: 0,
+            retired: Retired::default(),
+            acks_since_retire: 0,
+            retire_every: RETIRE_EVERY,
             next_key_seq: HashMap::new(),
             subs: subscriptions
                 .into_iter()
@@ -281,6 +390,63 @@ impl DeliveryChecker {
         self.late_bound_ms
     }
 
+    /// Where `msg` stands (window index, retired, or never published).
+    fn lookup(&self, msg: &MessageRef) -> Lookup {
+        match self.index.get(msg) {
+            Some(i) => Lookup::Live(*i),
+            None if self.retired.contains(*msg) => Lookup::Retired,
+            None => Lookup::Unknown,
+        }
+    }
+
+    /// Absolute publish index one past the last message at or below `upto`
+    /// (at least `base`: every retired message is acknowledged everywhere,
+    /// so range scans need not distinguish below it).
+    fn end_at_or_below(&self, upto: Position) -> usize {
+        self.base + self.published.partition_point(|(m, _)| m.position <= upto)
+    }
+
+    /// Forgets the window's prefix that is acknowledged on every
+    /// subscription (see the module docs).
+    fn retire(&mut self) {
+        self.acks_since_retire = 0;
+        let base = self.base;
+        let mut upto = usize::MAX;
+        for s in self.subs.values_mut() {
+            let mut p = s.acked_prefix.max(base);
+            while s.acked.get(p - base) == Some(&ACKED) {
+                p += 1;
+            }
+            s.acked_prefix = p;
+            upto = upto.min(p);
+        }
+        if upto == usize::MAX || upto <= base {
+            return;
+        }
+        let n = upto - base;
+        for (m, _) in self.published.drain(..n) {
+            self.index.remove(&m);
+            self.retired.push(m);
+        }
+        for s in self.subs.values_mut() {
+            s.delivered.drain(..n);
+            s.acked.drain(..n);
+            s.order_exempt = s.order_exempt.split_off(&upto);
+            s.seek_scan_from = s.seek_scan_from.max(upto);
+            s.cumulative_checked_to = s.cumulative_checked_to.max(upto);
+            s.cumulative_acked_to = s.cumulative_acked_to.max(upto);
+        }
+        self.base = upto;
+    }
+
+    /// Counts one recorded ack; retires now and then.
+    fn ack_recorded(&mut self) {
+        self.acks_since_retire += 1;
+        if self.acks_since_retire >= self.retire_every {
+            self.retire();
+        }
+    }
+
     fn violation(&mut self, at_ms: u64, what: String) {
         if self.first_violation.is_none() {
             self.first_violation = Some(format!("t={at_ms}ms: {what}"));
@@ -293,9 +459,9 @@ impl DeliveryChecker {
     pub fn published(&mut self, msg: MessageRef, key: u32, deliver_at_ms: u64) {
         let seq = self.next_key_seq.entry(key).or_insert(0);
         *seq += 1;
-        let idx = self.published.len() as u32;
+        let idx = self.base + self.published.len();
         self.index.insert(msg, idx);
-        self.published.push((
+        self.published.push_back((
             msg,
             Published {
                 key,
@@ -304,8 +470,8 @@ impl DeliveryChecker {
             },
         ));
         for s in self.subs.values_mut() {
-            s.delivered.push(0);
-            s.acked.push(NOT_ACKED);
+            s.delivered.push_back(0);
+            s.acked.push_back(NOT_ACKED);
         }
         self.counts.published += 1;
     }
@@ -333,9 +499,8 @@ impl DeliveryChecker {
     /// redelivery generation). Returns the number of seeks completed on
     /// `sub`, the value later deliveries dispatched after it carry.
     pub fn seek_completed(&mut self, sub: &str, mark_delete: Position, now_ms: u64) -> u32 {
-        let end = self
-            .published
-            .partition_point(|(m, _)| m.position <= mark_delete);
+        let end = self.end_at_or_below(mark_delete);
+        let base = self.base;
         let Some(s) = self.subs.get_mut(sub) else {
             self.counts.invalid_events += 1;
             self.violation(now_ms, format!("seek on unknown subscription {sub}"));
@@ -350,7 +515,10 @@ impl DeliveryChecker {
             );
             return done;
         }
-        for state in &mut s.acked[s.seek_scan_from.min(end)..end] {
+        for state in s
+            .acked
+            .range_mut(s.seek_scan_from.clamp(base, end) - base..end - base)
+        {
             if *state == NOT_ACKED {
                 *state = SKIPPED;
                 s.skipped_count += 1;
@@ -378,17 +546,18 @@ impl DeliveryChecker {
         seeks_before_dispatch: u32,
     ) {
         self.counts.delivered += 1;
-        let Some(idx) = self.index.get(&msg).map(|i| *i as usize) else {
+        let found = self.lookup(&msg);
+        if let Lookup::Unknown = found {
             self.counts.invalid_events += 1;
             self.violation(now_ms, format!("{sub}: delivered unknown message {msg}"));
             return;
-        };
+        }
+        let base = self.base;
         let Some(s) = self.subs.get_mut(sub) else {
             self.counts.invalid_events += 1;
             self.violation(now_ms, format!("delivery on unknown subscription {sub}"));
             return;
         };
-        let p = self.published[idx].1;
         let epoch = s.epoch;
         let token = s.token(consumer);
         if let Some(seek) = (seeks_before_dispatch as usize)
@@ -407,12 +576,17 @@ impl DeliveryChecker {
                 return;
             }
         }
-        if s.acked[idx] == ACKED {
-            self.counts.duplicate_violations += 1;
-            self.violation(now_ms, format!("{sub}: {msg} redelivered after its ack"));
-            return;
-        }
-        let prev = std::mem::replace(&mut s.delivered[idx], token + 1);
+        // A retired message is acknowledged on every subscription.
+        let idx = match found {
+            Lookup::Live(i) if s.acked[i - base] != ACKED => i,
+            _ => {
+                self.counts.duplicate_violations += 1;
+                self.violation(now_ms, format!("{sub}: {msg} redelivered after its ack"));
+                return;
+            }
+        };
+        let p = self.published[idx - base].1;
+        let prev = std::mem::replace(&mut s.delivered[idx - base], token + 1);
         let first_time = prev == 0;
         if !first_time {
             let (holder, live) = s.tokens[(prev - 1) as usize];
@@ -509,17 +683,29 @@ impl DeliveryChecker {
 
     /// `msg` was acknowledged on `sub` (the ack reached the cursor).
     pub fn acked(&mut self, sub: &str, msg: MessageRef, now_ms: u64) {
-        let idx = self.index.get(&msg).map(|i| *i as usize);
-        let delivered =
-            idx.is_some_and(|i| self.subs.get(sub).is_some_and(|s| s.delivered[i] != 0));
-        let (Some(idx), true) = (idx, delivered) else {
-            self.counts.invalid_events += 1;
-            self.violation(now_ms, format!("{sub}: ack of undelivered {msg}"));
-            return;
+        let base = self.base;
+        let known = self.subs.contains_key(sub);
+        let idx = match self.lookup(&msg) {
+            // Acknowledged (so delivered) on every subscription already.
+            Lookup::Retired if known => return,
+            Lookup::Live(i)
+                if self
+                    .subs
+                    .get(sub)
+                    .is_some_and(|s| s.delivered[i - base] != 0) =>
+            {
+                i
+            }
+            _ => {
+                self.counts.invalid_events += 1;
+                self.violation(now_ms, format!("{sub}: ack of undelivered {msg}"));
+                return;
+            }
         };
         if let Some(s) = self.subs.get_mut(sub) {
-            Self::mark_acked(s, idx, &mut self.counts);
+            Self::mark_acked(s, idx - base, &mut self.counts);
         }
+        self.ack_recorded();
     }
 
     /// The broker applied an individual ack from consumer `consumer` of
@@ -535,13 +721,14 @@ impl DeliveryChecker {
             return;
         };
         let token = s.token(consumer) + 1;
+        let base = self.base;
         let mut first = None;
         let mut bad = 0;
         for msg in msgs {
-            let ok = self.index.get(msg).is_some_and(|i| {
-                let i = *i as usize;
-                s.delivered[i] == token || s.acked[i] != NOT_ACKED
-            });
+            let ok = match self.index.get(msg) {
+                Some(i) => s.delivered[i - base] == token || s.acked[i - base] != NOT_ACKED,
+                None => self.retired.contains(*msg),
+            };
             if !ok {
                 bad += 1;
                 first.get_or_insert(*msg);
@@ -556,6 +743,7 @@ impl DeliveryChecker {
         }
     }
 
+    /// Marks window index `idx` (absolute − base) acknowledged on `s`.
     fn mark_acked(s: &mut SubState, idx: usize, counts: &mut CheckerCounts) {
         match std::mem::replace(&mut s.acked[idx], ACKED) {
             ACKED => {}
@@ -584,7 +772,8 @@ impl DeliveryChecker {
         upto: Position,
         now_ms: u64,
     ) {
-        let end = self.published.partition_point(|(m, _)| m.position <= upto);
+        let end = self.end_at_or_below(upto);
+        let base = self.base;
         let Some(s) = self.subs.get_mut(sub) else {
             self.counts.invalid_events += 1;
             self.violation(
@@ -593,11 +782,11 @@ impl DeliveryChecker {
             );
             return;
         };
-        let from = s.cumulative_checked_to.min(end);
+        let from = s.cumulative_checked_to.clamp(base, end) - base;
         let token = s.token(consumer) + 1;
         let mut first = None;
         let mut bad = 0;
-        for i in from..end {
+        for i in from..end - base {
             if s.delivered[i] != token && s.acked[i] == NOT_ACKED {
                 bad += 1;
                 first.get_or_insert(i);
@@ -626,17 +815,25 @@ impl DeliveryChecker {
     /// stays unacknowledged: it was reported when the ack was applied).
     /// Returns how many messages it newly acknowledged.
     pub fn cumulative_acked(&mut self, sub: &str, upto: Position) -> u64 {
-        let end = self.published.partition_point(|(m, _)| m.position <= upto);
+        let end = self.end_at_or_below(upto);
+        let base = self.base;
         let before = self.counts.acked;
         if let Some(s) = self.subs.get_mut(sub) {
-            for i in s.cumulative_acked_to.min(end)..end {
+            for i in s.cumulative_acked_to.clamp(base, end) - base..end - base {
                 if s.delivered[i] != 0 {
                     Self::mark_acked(s, i, &mut self.counts);
                 }
             }
             s.cumulative_acked_to = s.cumulative_acked_to.max(end);
         }
-        self.counts.acked - before
+        let newly = self.counts.acked - before;
+        self.acks_since_retire = self
+            .acks_since_retire
+            .saturating_add(u32::try_from(newly).unwrap_or(u32::MAX));
+        if self.acks_since_retire >= self.retire_every {
+            self.retire();
+        }
+        newly
     }
 
     /// A consumer of `sub` with backlog and free receiver queue received
@@ -674,8 +871,10 @@ impl DeliveryChecker {
     /// failed before reaching the application): exempt it from the per-key
     /// order check.
     pub fn exempt_from_order(&mut self, sub: &str, msg: MessageRef) {
+        // A retired message is never order-checked again (any delivery of
+        // it is a redelivery after its ack).
         if let (Some(s), Some(i)) = (self.subs.get_mut(sub), self.index.get(&msg)) {
-            s.order_exempt.insert(*i as usize);
+            s.order_exempt.insert(*i);
         }
     }
 
@@ -721,11 +920,13 @@ impl DeliveryChecker {
         self.violation(now_ms, format!("{sub}: pending-ack replay: {what}"));
     }
 
-    /// The delivery time of published message `msg` (0 if immediate or unknown).
+    /// The delivery time of published message `msg` (0 if immediate,
+    /// unknown, or already acknowledged on every subscription and so
+    /// forgotten).
     pub fn deliver_at(&self, msg: MessageRef) -> u64 {
         self.index
             .get(&msg)
-            .map_or(0, |i| self.published[*i as usize].1.deliver_at_ms)
+            .map_or(0, |i| self.published[*i - self.base].1.deliver_at_ms)
     }
 
     /// The run stopped at its virtual-time limit with `unpublished` messages
@@ -745,7 +946,7 @@ impl DeliveryChecker {
     /// Whether every published message is acknowledged (or skipped by a
     /// seek) on every subscription.
     pub fn all_acked(&self) -> bool {
-        let n = self.published.len() as u64;
+        let n = self.counts.published;
         self.subs
             .values()
             .all(|s| s.acked_count + s.skipped_count == n)
@@ -757,6 +958,8 @@ impl DeliveryChecker {
         let mut first_lost = None;
         let mut lost = 0;
         let mut skipped = 0;
+        // Retired messages are acknowledged everywhere: only the window
+        // can hold lost ones.
         for (name, s) in &self.subs {
             skipped += s.skipped_count;
             for (i, (msg, _)) in self.published.iter().enumerate() {
@@ -786,6 +989,166 @@ mod tests {
             position: Position::new(1, e),
             batch_index: 0,
         }
+    }
+
+    /// Forgetting acknowledged messages changes nothing: random event
+    /// sequences (acks, duplicates, restarts, reconnects, seeks, cumulative
+    /// acks, unknown messages) give the same counts and first violation with
+    /// retirement after every ack as with none, and the window shrinks.
+    #[test]
+    fn retiring_acknowledged_messages_keeps_the_report() {
+        use rand::{Rng, SeedableRng};
+        let mut retired = 0;
+        for seed in 0..300u64 {
+            for order in [OrderCheck::None, OrderCheck::PerKey, OrderCheck::Total] {
+                let mut r = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
+                let subs = ["a".to_string(), "b".to_string()];
+                let mut eager = DeliveryChecker::new(subs.clone(), 0, order);
+                eager.retire_every = 1;
+                let mut never = DeliveryChecker::new(subs, 0, order);
+                never.retire_every = u32::MAX;
+                let mut next_entry = 0i64;
+                let mut published: Vec<MessageRef> = Vec::new();
+                let mut seeks = 0u32;
+                for _ in 0..400 {
+                    let now = r.random_range(0..1_000u64);
+                    let sub = ["a", "b", "c"][r.random_range(0..3)];
+                    let consumer = r.random_range(0..3usize);
+                    let pick = |r: &mut rand_chacha::ChaCha8Rng, p: &[MessageRef]| {
+                        if p.is_empty() || r.random_bool(0.05) {
+                            MessageRef {
+                                position: Position::new(
+                                    1 + r.random_range(0..2),
+                                    r.random_range(0..60),
+                                ),
+                                batch_index: r.random_range(0..4),
+                            }
+                        } else {
+                            // Mostly recent messages, sometimes old ones.
+                            let n = p.len();
+                            let back = if r.random_bool(0.8) {
+                                r.random_range(0..n.min(8))
+                            } else {
+                                r.random_range(0..n)
+                            };
+                            p[n - 1 - back]
+                        }
+                    };
+                    match r.random_range(0..100) {
+                        0..=19 => {
+                            let batch = r.random_range(1..4u32);
+                            let ledger = 1 + next_entry / 40;
+                            for b in 0..batch {
+                                let m = MessageRef {
+                                    position: Position::new(ledger, next_entry % 40),
+                                    batch_index: b,
+                                };
+                                let key = r.random_range(0..3);
+                                let due = if r.random_bool(0.1) {
+                                    r.random_range(0..1_000)
+                                } else {
+                                    0
+                                };
+                                eager.published(m, key, due);
+                                never.published(m, key, due);
+                                published.push(m);
+                            }
+                            next_entry += 1 + i64::from(r.random_bool(0.1));
+                        }
+                        20..=54 => {
+                            let m = pick(&mut r, &published);
+                            eager.delivered(sub, consumer, m, now, seeks);
+                            never.delivered(sub, consumer, m, now, seeks);
+                            if r.random_bool(0.6) {
+                                eager.acked(sub, m, now);
+                                never.acked(sub, m, now);
+                            }
+                        }
+                        55..=79 => {
+                            let m = pick(&mut r, &published);
+                            eager.ack_applied(sub, consumer, &[m], now);
+                            never.ack_applied(sub, consumer, &[m], now);
+                            eager.acked(sub, m, now);
+                            never.acked(sub, m, now);
+                        }
+                        80..=84 => {
+                            let m = pick(&mut r, &published);
+                            eager.cumulative_ack_applied(sub, consumer, m.position, now);
+                            never.cumulative_ack_applied(sub, consumer, m.position, now);
+                            assert_eq!(
+                                eager.cumulative_acked(sub, m.position),
+                                never.cumulative_acked(sub, m.position)
+                            );
+                        }
+                        85..=89 => {
+                            eager.consumer_reconnected(sub, consumer);
+                            never.consumer_reconnected(sub, consumer);
+                        }
+                        90..=92 => {
+                            eager.restarted();
+                            never.restarted();
+                        }
+                        93..=95 => {
+                            let m = pick(&mut r, &published);
+                            eager.exempt_from_order(sub, m);
+                            never.exempt_from_order(sub, m);
+                        }
+                        _ => {
+                            let m = pick(&mut r, &published);
+                            let a = eager.seek_completed(sub, m.position, now);
+                            assert_eq!(a, never.seek_completed(sub, m.position, now));
+                            seeks = seeks.max(a);
+                        }
+                    }
+                    assert_eq!(eager.all_acked(), never.all_acked());
+                    assert_eq!(eager.counts, never.counts, "seed {seed}");
+                }
+                // Acknowledge everything delivered, then re-deliver the oldest.
+                for m in published.clone() {
+                    for s in ["a", "b"] {
+                        eager.delivered(s, 9, m, 2_000, 0);
+                        never.delivered(s, 9, m, 2_000, 0);
+                        eager.acked(s, m, 2_000);
+                        never.acked(s, m, 2_000);
+                    }
+                }
+                if let Some(m) = published.first() {
+                    eager.delivered("a", 0, *m, 2_001, seeks);
+                    never.delivered("a", 0, *m, 2_001, seeks);
+                }
+                assert!(never.base == 0 && eager.base <= published.len());
+                retired += eager.base;
+                let (e, ef) = eager.finish(3_000);
+                let (n, nf) = never.finish(3_000);
+                assert_eq!(e, n, "seed {seed} {order:?}");
+                assert_eq!(ef, nf, "seed {seed} {order:?}");
+            }
+        }
+        assert!(
+            retired > 1_000,
+            "the sequences exercise retirement: {retired}"
+        );
+    }
+
+    /// A long clean run keeps only the unacknowledged window.
+    #[test]
+    fn window_is_bounded_by_the_unacknowledged_messages() {
+        let mut c = DeliveryChecker::new(["s".to_string(), "t".to_string()], 0, OrderCheck::PerKey);
+        c.retire_every = 16;
+        for e in 0..100_000 {
+            c.published(m(e), (e % 7) as u32, 0);
+            for s in ["s", "t"] {
+                c.delivered(s, 0, m(e), 1, 0);
+                c.acked(s, m(e), 2);
+            }
+            assert!(c.published.len() <= 17, "window {}", c.published.len());
+        }
+        c.delivered("s", 0, m(3), 3, 0); // forgotten, still a duplicate
+        c.delivered("s", 0, m(100_000), 3, 0); // never published
+        let (counts, first) = c.finish(4);
+        assert_eq!(counts.duplicate_violations, 1);
+        assert_eq!(counts.invalid_events, 1);
+        assert!(first.unwrap().contains("1:3#0 redelivered after its ack"));
     }
 
     #[test]

@@ -138,7 +138,13 @@ impl HangGuard {
                 let mut last = hb.events_done.load(Ordering::Relaxed);
                 let mut since = std::time::Instant::now();
                 while !hb.stop.load(Ordering::Relaxed) {
-                    std::thread::sleep(tick);
+                    // Parked rather than asleep: dropping the guard unparks
+                    // it, so a finished run does not wait out the tick
+                    // (a swarm runs thousands of short runs).
+                    std::thread::park_timeout(tick);
+                    if hb.stop.load(Ordering::Relaxed) {
+                        break;
+                    }
                     let done = hb.events_done.load(Ordering::Relaxed);
                     if done != last {
                         last = done;
@@ -167,6 +173,7 @@ impl Drop for HangGuard {
     fn drop(&mut self) {
         self.heartbeat.stop();
         if let Some(t) = self.thread.take() {
+            t.thread().unpark();
             let _ = t.join();
         }
     }

@@ -2,11 +2,21 @@
 //! workload shape and a random subset of fault kinds drawn from its seed;
 //! one line (or JSON object) per run; stops at the first violation and
 //! prints the exact command that replays it.
+//!
+//! Runs are independent (own store directory, own RNG), so `--jobs N`
+//! worker threads each take the next seed and run it; lines are printed in
+//! seed order, and a stop at a violation stops at the lowest failing seed,
+//! so the output is the same for any `--jobs`. The summary gives runs/s,
+//! deliveries/s and simulated time per wall time.
 
+use std::collections::BTreeMap;
 use std::process::ExitCode;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use pulsar_core::sim::{self, Faults, SimOptions, SubscriptionType, Watchdog, Workload};
+use pulsar_core::ledger::SyncMode;
+use pulsar_core::sim::{self, Faults, Report, SimOptions, SubscriptionType, Watchdog, Workload};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
@@ -27,6 +37,26 @@ pub struct SwarmArgs {
     /// Keep going after a violation (default: stop at the first).
     #[arg(long)]
     keep_going: bool,
+    /// Runs in parallel, one per worker thread (default: the available
+    /// cores). The output does not depend on it.
+    #[arg(long)]
+    jobs: Option<usize>,
+    /// How each run's store commits (see `simulate --sync`). Default
+    /// `deferred`: a swarm run's store is a temporary directory removed
+    /// afterwards, and the simulated restarts close the store cleanly, so
+    /// the report is the same as with `always` (which fsyncs every commit
+    /// and is I/O-bound).
+    #[arg(long, value_enum, default_value_t = SwarmSync::Deferred)]
+    sync: SwarmSync,
+}
+
+/// `--sync` choices of `swarm`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum SwarmSync {
+    /// fsync every commit.
+    Always,
+    /// fsync when the store is closed.
+    Deferred,
 }
 
 /// Parses `A..B` or `A` into an inclusive range.
@@ -154,6 +184,65 @@ pub fn swarm_workload(seed: u64) -> Workload {
     w
 }
 
+/// The outcome of one seed's run.
+type RunResult = Result<Report, String>;
+
+/// Runs one swarm seed in a temporary store directory.
+fn run_seed(seed: u64, sync: SyncMode) -> RunResult {
+    let w = swarm_workload(seed);
+    let dir = tempfile_dir(seed)?;
+    let opts = SimOptions {
+        sync,
+        watchdog: Watchdog {
+            exit_on_hang: Some(Duration::from_secs(10)),
+            wall_limit: Some(Duration::from_secs(60)),
+            ..Watchdog::default()
+        },
+        ..SimOptions::new(seed, dir.clone())
+    };
+    let result = sim::run(&w, &opts, None);
+    let _ = std::fs::remove_dir_all(&dir);
+    result.map_err(|e| format!("swarm seed {seed}: {e}"))
+}
+
+/// Prints one run's line (or JSON object).
+fn print_run(seed: u64, report: &Report, json: bool) {
+    let w = swarm_workload(seed);
+    let clean = report.is_clean();
+    if json {
+        let line = serde_json::json!({
+            "seed": seed,
+            "clean": clean,
+            "violations": report.violations,
+            "first_violation": report.first_violation,
+            "wall_ms": report.timing.wall_ms,
+            "virtual_ms": report.virtual_ms,
+            "delivered": report.counts.delivered,
+            "workload": w,
+        });
+        println!("{line}");
+    } else {
+        println!(
+            "seed {seed}: {} ({} violations) {:?} subs={} consumers={} messages={} faults: restarts={} outages={} reconnects={} seeks={} lost-ledger={} auto-skip={} replay-read-failures={} delayed={} txn={}",
+            if clean { "ok" } else { "FAILED" },
+            report.violations,
+            w.subscription_type,
+            w.subscriptions,
+            w.consumers_per_subscription,
+            w.messages,
+            w.faults.restarts,
+            w.faults.read_outages,
+            w.faults.reconnects,
+            w.faults.seeks,
+            w.faults.lose_pending_ack_ledger,
+            w.faults.pending_ack_auto_skip,
+            w.faults.replay_read_failures,
+            w.delayed_ratio,
+            w.txn_ack_ratio,
+        );
+    }
+}
+
 /// Runs the swarm.
 pub fn swarm(args: SwarmArgs) -> ExitCode {
     let (a, b) = match parse_seeds(&args.seeds) {
@@ -170,90 +259,111 @@ pub fn swarm(args: SwarmArgs) -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    let jobs = match args.jobs {
+        Some(0) => {
+            eprintln!("error: --jobs must be at least 1");
+            return ExitCode::from(2);
+        }
+        Some(j) => j,
+        None => std::thread::available_parallelism().map_or(1, usize::from),
+    };
+    let sync = match args.sync {
+        SwarmSync::Always => SyncMode::Immediate,
+        SwarmSync::Deferred => SyncMode::Deferred,
+    };
+    let seeds: Vec<u64> = (a..=b).filter(|s| s % n == i).collect();
     let started = Instant::now();
+    let next = AtomicUsize::new(0);
+    let stop = AtomicBool::new(false);
+    let (tx, rx) = mpsc::channel::<(usize, RunResult)>();
     let mut runs = 0u64;
     let mut failed = 0u64;
+    let mut delivered = 0u64;
+    let mut virtual_ms = 0u64;
     let mut first_failure: Option<u64> = None;
-    for seed in (a..=b).filter(|s| s % n == i) {
-        let w = swarm_workload(seed);
-        let dir = match tempfile_dir(seed) {
-            Ok(d) => d,
-            Err(e) => {
-                eprintln!("error: {e}");
-                return ExitCode::from(2);
-            }
-        };
-        let opts = SimOptions {
-            watchdog: Watchdog {
-                exit_on_hang: Some(Duration::from_secs(10)),
-                wall_limit: Some(Duration::from_secs(60)),
-                ..Watchdog::default()
-            },
-            ..SimOptions::new(seed, dir.clone())
-        };
-        let result = sim::run(&w, &opts, None);
-        let _ = std::fs::remove_dir_all(&dir);
-        runs += 1;
-        let report = match result {
-            Ok(r) => r,
-            Err(e) => {
-                eprintln!("error: swarm seed {seed}: {e}");
-                return ExitCode::from(2);
-            }
-        };
-        let clean = report.is_clean();
-        if args.json {
-            let line = serde_json::json!({
-                "seed": seed,
-                "clean": clean,
-                "violations": report.violations,
-                "first_violation": report.first_violation,
-                "wall_ms": report.timing.wall_ms,
-                "virtual_ms": report.virtual_ms,
-                "workload": w,
+    let mut error = None;
+    std::thread::scope(|scope| {
+        for _ in 0..jobs.min(seeds.len().max(1)) {
+            let tx = tx.clone();
+            let (next, stop, seeds) = (&next, &stop, &seeds);
+            scope.spawn(move || {
+                while !stop.load(Ordering::Relaxed) {
+                    // Relaxed: the counter only hands out distinct indexes.
+                    let k = next.fetch_add(1, Ordering::Relaxed);
+                    let Some(&seed) = seeds.get(k) else { break };
+                    if tx.send((k, run_seed(seed, sync))).is_err() {
+                        break;
+                    }
+                }
             });
-            println!("{line}");
-        } else {
-            println!(
-                "seed {seed}: {} ({} violations) {:?} subs={} consumers={} messages={} faults: restarts={} outages={} reconnects={} seeks={} lost-ledger={} auto-skip={} replay-read-failures={} delayed={} txn={}",
-                if clean { "ok" } else { "FAILED" },
-                report.violations,
-                w.subscription_type,
-                w.subscriptions,
-                w.consumers_per_subscription,
-                w.messages,
-                w.faults.restarts,
-                w.faults.read_outages,
-                w.faults.reconnects,
-                w.faults.seeks,
-                w.faults.lose_pending_ack_ledger,
-                w.faults.pending_ack_auto_skip,
-                w.faults.replay_read_failures,
-                w.delayed_ratio,
-                w.txn_ack_ratio,
-            );
         }
-        if !clean {
-            failed += 1;
-            first_failure.get_or_insert(seed);
-            eprintln!(
-                "violation at seed {seed}: {}\nreplay with: pulsar-core swarm --seeds {seed}..{seed}",
-                report.first_violation.as_deref().unwrap_or("(see counts)")
-            );
-            if !args.keep_going {
-                break;
+        drop(tx);
+        // Print in seed order: results that come early wait here.
+        let mut waiting: BTreeMap<usize, RunResult> = BTreeMap::new();
+        let mut print_next = 0usize;
+        for (k, r) in &rx {
+            waiting.insert(k, r);
+            while let Some(r) = waiting.remove(&print_next) {
+                let seed = seeds[print_next];
+                print_next += 1;
+                let report = match r {
+                    Ok(r) => r,
+                    Err(e) => {
+                        error = Some(e);
+                        stop.store(true, Ordering::Relaxed);
+                        break;
+                    }
+                };
+                runs += 1;
+                delivered += report.counts.delivered;
+                virtual_ms += report.virtual_ms;
+                print_run(seed, &report, args.json);
+                if !report.is_clean() {
+                    failed += 1;
+                    first_failure.get_or_insert(seed);
+                    eprintln!(
+                        "violation at seed {seed}: {}\nreplay with: pulsar-core swarm --seeds {seed}..{seed}",
+                        report.first_violation.as_deref().unwrap_or("(see counts)")
+                    );
+                    if !args.keep_going {
+                        stop.store(true, Ordering::Relaxed);
+                        break;
+                    }
+                }
+            }
+            if stop.load(Ordering::Relaxed) {
+                break; // later seeds still running are not reported
             }
         }
+        // Unblock workers still sending: their results are dropped.
+        drop(rx);
+    });
+    if let Some(e) = error {
+        eprintln!("error: {e}");
+        return ExitCode::from(2);
     }
     let secs = started.elapsed().as_secs_f64().max(1e-9);
     let per_sec = runs as f64 / secs;
+    let deliveries_per_sec = delivered as f64 / secs;
+    let sim_per_wall = virtual_ms as f64 / 1_000.0 / secs;
     if args.json {
         eprintln!(
             "{}",
-            serde_json::json!({"runs": runs, "failed": failed, "runs_per_sec": per_sec, "first_failed_seed": first_failure})
+            serde_json::json!({
+                "runs": runs,
+                "failed": failed,
+                "jobs": jobs,
+                "runs_per_sec": per_sec,
+                "deliveries_per_sec": deliveries_per_sec,
+                "simulated_per_wall": sim_per_wall,
+                "first_failed_seed": first_failure,
+            })
         );
     } else {
-        eprintln!("swarm: {runs} runs, {failed} failed, {per_sec:.2} runs/s ({secs:.1} s)");
+        eprintln!(
+            "swarm: {runs} runs, {failed} failed, {jobs} jobs, {per_sec:.2} runs/s ({:.0} runs/hour), {deliveries_per_sec:.0} deliveries/s, simulated/wall time {sim_per_wall:.1}x ({secs:.1} s)",
+            per_sec * 3_600.0
+        );
     }
     if failed > 0 {
         ExitCode::from(1)
