@@ -10,11 +10,28 @@
 //! | [`Sim::arm_snapshot_faults`] | draws this pass's bucket-snapshot create/delete failures |
 //! | [`Sim::collect_replays`] | redeliveries, handed-back entries and due delayed messages, minus deleted / pending / queued ones |
 //! | [`Sim::read_replays`] | reads them by position (an outage puts them back) |
-//! | [`Sim::read_new_entries`] | the cursor read, each candidate checked with the lock-free hint |
-//! | [`Sim::admit_read_entries`] | the locked post-I/O filter, then the delayed tracker's add |
+//! | [`Sim::read_new_entries`] | the cursor read, each candidate checked with the lock-free hint; with read latency it completes later ([`Sim::complete_read`]) |
+//! | [`Sim::admit_read_entries`] | the locked post-I/O filter and its boundary check, then the delayed tracker's add |
 //! | [`Sim::route`] | Key_Shared by hash range, Failover to the active consumer, Shared by permits |
 //! | [`Sim::send_routed`] | sends what each consumer has permits for (admission, P debit, write completion) |
 //! | [`Sim::finish_pass`] | schedules deliveries, reconnects after write failures and the next pass |
+//!
+//! **Read latency** ([`Workload::read_latency_ms`]): a cursor read is
+//! issued in one pass (the hint is asked then) and completes a seeded
+//! 1..=`read_latency_ms` virtual ms later ([`Ev::ReadComplete`]), where the
+//! locked post-I/O filter runs; one cursor read is in flight at a time
+//! (Pulsar's `havePendingRead`), while replays go on. Acks of copies
+//! already out (a due delayed message the tracker dispatched while the
+//! cursor re-reads it after a restart or rewind), seeks and mark-delete
+//! advances land in between, so the filter drops entries that were not
+//! deleted when the read was issued ("filtered after read" in the
+//! report). The boundary is checked at completion: every entry the filter
+//! passes must not be deleted by the authoritative locked check
+//! ([`CursorDeletionState::is_message_deleted`]); one that is (an entry
+//! acked before the filter ran) is a `post-I/O filter leak`. A seek or
+//! rewind cancels the read in flight (its entries are dropped and the
+//! cursor reads again from its new position, as Pulsar's dispatcher does
+//! after a rewind with a read pending); a restart drops it with the broker.
 
 use super::*;
 use crate::ledger::Entry;
@@ -77,7 +94,47 @@ impl Sim<'_> {
         let routed = to_route.len();
         self.route(s, to_route);
         let sent = self.send_routed(s)?;
-        self.finish_pass(s, routed, read_error, sent);
+        self.finish_pass(s, routed > 0, read_error, sent);
+        Ok(())
+    }
+
+    /// A cursor read issued with latency completes: unless a restart
+    /// dropped it or a seek or rewind cancelled it, its entries go through
+    /// the post-I/O filter and the tracker, then are routed and sent as in
+    /// a pass. With no consumer left they wait for replay.
+    pub(super) fn complete_read(
+        &mut self,
+        s: SubIdx,
+        broker_generation: u64,
+        read: u64,
+        entries: Vec<Entry>,
+    ) -> Result<(), SimError> {
+        let Some(b) = self.broker.as_mut() else {
+            return Ok(());
+        };
+        if b.generation != broker_generation {
+            return Ok(()); // issued by a broker that has since restarted
+        }
+        let sub = &mut b.subs[s];
+        if sub.pending_read != Some(read) {
+            return Ok(()); // cancelled by a seek or rewind: read again from there
+        }
+        sub.pending_read = None;
+        let read_entries = entries.len();
+        let mut to_route = Vec::new();
+        self.admit_read_entries(s, entries, &mut to_route)?;
+        let Some(b) = self.broker.as_mut() else {
+            return Ok(());
+        };
+        let sub = &mut b.subs[s];
+        if sub.consumer_keys.is_empty() {
+            sub.redeliver
+                .extend(to_route.drain(..).map(|e| e.entry.position));
+        }
+        let routed = to_route.len();
+        self.route(s, to_route);
+        let sent = self.send_routed(s)?;
+        self.finish_pass(s, routed + read_entries > 0, false, sent);
         Ok(())
     }
 
@@ -217,15 +274,19 @@ impl Sim<'_> {
     /// for, each candidate position checked first with the lock-free
     /// read-scheduling hint (a position it reports deleted is not read).
     /// `None` if the read failed on an outage; empty when nothing is read
-    /// (no permits, too much routed and waiting, nothing new).
+    /// (no permits, too much routed and waiting, nothing new, a read in
+    /// flight) or when the read was issued with latency (its entries come
+    /// with [`Ev::ReadComplete`]).
     fn read_new_entries(&mut self, s: SubIdx) -> Result<Option<Vec<Entry>>, SimError> {
+        let latency_bound = self.w.read_latency_ms;
         let Some(b) = self.broker.as_mut() else {
             return Ok(Some(Vec::new()));
         };
+        let generation = b.generation;
         let sub = &mut b.subs[s];
         let blocked: usize = sub.blocked.values().map(|q| q.len()).sum();
         let permits = sub.dispatcher.total_available_permits();
-        if permits <= 0 || blocked >= 1_000 {
+        if permits <= 0 || blocked >= 1_000 || sub.pending_read.is_some() {
             return Ok(Some(Vec::new()));
         }
         let n = (permits as usize).clamp(1, MAX_READ_ENTRIES);
@@ -237,11 +298,34 @@ impl Sim<'_> {
             d
         });
         self.activity.reads_skipped_by_hint += skipped;
-        match read {
-            Ok(entries) => Ok(Some(entries)),
-            Err(LedgerError::StorageUnavailable { .. }) => Ok(None),
-            Err(e) => Err(SimError::Component(format!("read: {e}"))),
+        let entries = match read {
+            Ok(entries) => entries,
+            Err(LedgerError::StorageUnavailable { .. }) => return Ok(None),
+            Err(e) => return Err(SimError::Component(format!("read: {e}"))),
+        };
+        if latency_bound == 0 || entries.is_empty() {
+            return Ok(Some(entries));
         }
+        let entries = if self.opts.sabotage == Some(Sabotage::FilterWhenReadIssued) {
+            sub.deletion.filter_read_entries(entries, |e| e.position)
+        } else {
+            entries
+        };
+        let latency = self.rng.random_range(1..=latency_bound);
+        let read = self.next_read_id;
+        self.next_read_id += 1;
+        sub.pending_read = Some(read);
+        self.activity.reads_with_latency += 1;
+        self.sched.after(
+            latency,
+            Ev::ReadComplete {
+                sub: s,
+                broker_generation: generation,
+                read,
+                entries,
+            },
+        );
+        Ok(Some(Vec::new()))
     }
 
     /// A completed cursor read: the locked post-I/O filter drops what was
@@ -262,8 +346,29 @@ impl Sim<'_> {
         };
         let sub = &mut b.subs[s];
         let before = entries.len();
-        let entries = sub.deletion.filter_read_entries(entries, |e| e.position);
+        let entries = if self.opts.sabotage == Some(Sabotage::FilterWhenReadIssued)
+            && self.w.read_latency_ms > 0
+        {
+            entries // filtered when the read was issued
+        } else {
+            sub.deletion.filter_read_entries(entries, |e| e.position)
+        };
         self.activity.entries_filtered_after_read += (before - entries.len()) as u64;
+        // Seed 004's boundary: nothing deleted when the filter ran passes it
+        // (the authoritative locked check, per position, no fast path).
+        for e in &entries {
+            if sub.deletion.is_message_deleted(e.position) {
+                self.checker.filter_leak(
+                    &sub.name,
+                    &format!(
+                        "{} passed although it was deleted (acknowledged or at or below mark-delete {}) when the filter ran",
+                        e.position,
+                        sub.deletion.mark_delete_position()
+                    ),
+                    self.sched.now(),
+                );
+            }
+        }
         for e in entries {
             let Some((batch, key, deliver_at)) = Self::entry_info(&e.data) else {
                 return Err(SimError::Component(format!(
@@ -513,13 +618,13 @@ impl Sim<'_> {
     /// delay, or right away while this pass made progress; otherwise the
     /// next Flow, ack, publish or tick schedules it), then checks the
     /// delayed tracker's count.
-    fn finish_pass(&mut self, s: SubIdx, routed: usize, read_error: bool, sent: Sent) {
+    fn finish_pass(&mut self, s: SubIdx, progress: bool, read_error: bool, sent: Sent) {
         let Some(b) = self.broker.as_mut() else {
             return;
         };
         let sub = &mut b.subs[s];
         let more = !read_error
-            && (routed > 0 || !sent.deliveries.is_empty())
+            && (progress || !sent.deliveries.is_empty())
             && sub.dispatcher.total_available_permits() > 0
             && (sub.cursor.has_more_entries() || sub.blocked.values().any(|q| !q.is_empty()));
         let seeks_before_dispatch = self.seeks_done[s];
