@@ -396,6 +396,87 @@ impl<T: fmt::Debug> fmt::Debug for Published<T> {
     }
 }
 
+/// Test hooks: named points inside components where a harness (the
+/// simulator's `hint_race` stage) runs code **on the calling thread**, to
+/// place another operation exactly inside a window that real threads hit
+/// only by luck (e.g. a reset between the two reset-epoch reads of a
+/// lock-free lookup).
+///
+/// A hook is installed per thread ([`hook::install`]); a component calls
+/// [`hook::at`] at its named points. Cost when no hook is installed in the
+/// process: one relaxed load of a static and a predictable branch. The
+/// registry uses `std` directly in every build (like `crate::trace`'s
+/// log): it is not a scheduling point under loom or shuttle. A hook is
+/// not re-entered: a point reached from inside the hook itself is skipped.
+pub mod hook {
+    use std::cell::RefCell;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    /// A named point in a component's code.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+    #[non_exhaustive]
+    pub enum Point {
+        /// `CursorDeletionState::read_scheduling_lookup`: the lock-free
+        /// attempt has read an even reset epoch and the mark-delete
+        /// snapshot; it has not yet read the directory nor re-read the
+        /// epoch.
+        SchedulingLookupAfterMarkDelete,
+    }
+
+    type Hook = Box<dyn FnMut(Point)>;
+
+    /// Threads with a hook installed (fast path: 0).
+    static INSTALLED: AtomicUsize = AtomicUsize::new(0);
+
+    std::thread_local! {
+        static HOOK: RefCell<Option<Hook>> = const { RefCell::new(None) };
+    }
+
+    /// Runs this thread's hook, if any, at `point`.
+    #[inline]
+    pub fn at(point: Point) {
+        // Relaxed: the flag only gates a thread-local lookup; the hook
+        // itself is installed and run on the same thread.
+        if INSTALLED.load(Ordering::Relaxed) != 0 {
+            run(point);
+        }
+    }
+
+    #[cold]
+    fn run(point: Point) {
+        HOOK.with(|h| {
+            // Busy = this point was reached from inside the hook: skip.
+            if let Ok(mut h) = h.try_borrow_mut() {
+                if let Some(f) = h.as_mut() {
+                    f(point);
+                }
+            }
+        });
+    }
+
+    /// Removes the hook it was returned for when dropped.
+    #[derive(Debug)]
+    #[must_use = "the hook is removed when this is dropped"]
+    pub struct Installed(());
+
+    impl Drop for Installed {
+        fn drop(&mut self) {
+            if HOOK.with(|h| h.borrow_mut().take()).is_some() {
+                INSTALLED.fetch_sub(1, Ordering::Relaxed);
+            }
+        }
+    }
+
+    /// Installs `f` as this thread's hook (replacing any), until the
+    /// returned guard is dropped.
+    pub fn install(f: impl FnMut(Point) + 'static) -> Installed {
+        if HOOK.with(|h| h.borrow_mut().replace(Box::new(f))).is_none() {
+            INSTALLED.fetch_add(1, Ordering::Relaxed);
+        }
+        Installed(())
+    }
+}
+
 #[cfg(all(test, not(any(loom, feature = "shuttle"))))]
 mod tests {
     use super::*;

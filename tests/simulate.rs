@@ -75,6 +75,11 @@ fn every_preset_runs_clean_with_faults() {
         );
         match name {
             "delayed" => {
+                // Reads take virtual time: acks of due messages the tracker
+                // dispatched land while the cursor re-reads them after a
+                // rewind, and the locked post-I/O filter drops them.
+                assert!(r.activity.reads_with_latency > 0, "{name}: {r}");
+                assert!(r.activity.entries_filtered_after_read > 0, "{name}: {r}");
                 assert!(r.activity.bucket_seals > 0, "{name}: {r}");
                 assert!(r.activity.bucket_trims > 0, "{name}: {r}");
                 assert!(r.counts.skipped_by_seek > 0, "{name}: {r}");
@@ -126,6 +131,26 @@ fn the_checker_catches_each_deliberate_defect() {
     key_shared.receiver_queue_size = 10;
     let dry = run_with(&key_shared, 3, false, Some(Sabotage::StopReturningPermits));
     assert!(dry.counts.stalls > 0, "{dry}");
+}
+
+#[test]
+fn the_checker_catches_a_post_io_filter_run_before_the_read_completed() {
+    // Seed 004's boundary: with read latency, an entry acked between the
+    // read's issue and its completion must be dropped by the locked
+    // filter at completion; filtering when the read is issued lets it
+    // through, which the boundary check reports.
+    let w = small("delayed", 4_000);
+    let clean = run_in_tempdir(&w, 7, None);
+    assert!(clean.is_clean(), "{clean}");
+    assert!(clean.activity.entries_filtered_after_read > 0, "{clean}");
+    let bad = run_in_tempdir(&w, 7, Some(Sabotage::FilterWhenReadIssued));
+    assert!(bad.counts.filter_leaks > 0, "{bad}");
+    assert!(
+        bad.first_violation
+            .as_deref()
+            .is_some_and(|v| v.contains("post-I/O filter leak")),
+        "{bad}"
+    );
 }
 
 #[test]

@@ -674,6 +674,7 @@ impl CursorDeletionState {
             #[cfg(feature = "trace")]
             crate::trace::deletion::r_mark_delete(md);
             mark_delete_seen = Some(md);
+            crate::sync::hook::at(crate::sync::hook::Point::SchedulingLookupAfterMarkDelete);
             let deleted = position <= md || rs.directory.contains(ledger_id, entry_id);
             #[cfg(feature = "trace")]
             crate::trace::deletion::r_lookup(deleted);

@@ -214,6 +214,11 @@ pub struct CheckerCounts {
     /// log's records up to its end at the start, or that did not complete
     /// within the replay bound.
     pub replay_violations: u64,
+    /// Entries the locked post-I/O filter let through although they were
+    /// deleted (acknowledged, or at or below mark-delete) when it ran (seed
+    /// 004's correctness boundary: an entry acked before the filter ran
+    /// must never be delivered).
+    pub filter_leaks: u64,
     /// Watchdog stops: virtual time did not advance for too many events, or
     /// the wall-clock bound was exceeded.
     pub livelocks: u64,
@@ -234,6 +239,7 @@ impl CheckerCounts {
             + self.late_deliveries
             + self.tracker_violations
             + self.replay_violations
+            + self.filter_leaks
             + self.livelocks
     }
 }
@@ -918,6 +924,13 @@ impl DeliveryChecker {
     pub fn replay_violation(&mut self, sub: &str, what: &str, now_ms: u64) {
         self.counts.replay_violations += 1;
         self.violation(now_ms, format!("{sub}: pending-ack replay: {what}"));
+    }
+
+    /// The post-I/O filter of `sub` let an entry through that was deleted
+    /// when it ran (`what` says which).
+    pub fn filter_leak(&mut self, sub: &str, what: &str, now_ms: u64) {
+        self.counts.filter_leaks += 1;
+        self.violation(now_ms, format!("{sub}: post-I/O filter leak: {what}"));
     }
 
     /// The delivery time of published message `msg` (0 if immediate,

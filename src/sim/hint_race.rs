@@ -29,6 +29,19 @@
 //! | no filter leak | the filter returns an entry whose ack returned before the filter started, with no reset started since |
 //! | quiescent agreement | after both threads stopped, the hint disagrees with the locked check for some position (e.g. a directory not republished) |
 //!
+//! Then a **deterministic** part on one thread places a reset exactly
+//! inside lookups, through the crate's test hook
+//! ([`crate::sync::hook::Point::SchedulingLookupAfterMarkDelete`]): the
+//! lookup has read an even epoch and the mark-delete snapshot, the hook
+//! runs a complete backward reset (mark-delete `2:5` → `1:989`, ranges
+//! cleared), then the lookup goes on. A position the lookup then reports
+//! deleted that the locked check says is not deleted, with no reset after
+//! the lookup returned, is a stale positive (the contract of
+//! [`CursorDeletionState::is_deleted_for_read_scheduling`]: a positive is
+//! computed between two reads of the same even epoch). Real threads reach
+//! that window (nanoseconds) only by luck; the hook reaches it on every
+//! round, so a lookup without the epoch re-check is caught on every run.
+//!
 //! Counters (lookups, positives, filtered entries, rounds) depend on thread
 //! timing, so the report keeps them with the wall-clock figures, out of the
 //! same-seed comparison; on correct code the violations are always 0.
@@ -103,6 +116,10 @@ pub struct HintRaceReport {
     /// Positions where, with both threads stopped, the hint disagreed with
     /// the locked check (violations).
     pub quiescent_disagreements: u64,
+    /// Lookups of the deterministic part, each overlapped by a complete
+    /// reset run from the test hook (their stale positives are counted in
+    /// `stale_positives`).
+    pub overlapped_lookups: u64,
     /// The first violation, if any.
     pub first_violation: Option<String>,
 }
@@ -117,6 +134,7 @@ impl HintRaceReport {
         self.entries_filtered += r.entries_filtered;
         self.filter_leaks += r.filter_leaks;
         self.quiescent_disagreements += r.quiescent_disagreements;
+        self.overlapped_lookups += r.overlapped_lookups;
         if self.first_violation.is_none() {
             self.first_violation = r.first_violation;
         }
@@ -321,8 +339,82 @@ fn reader(state: &CursorDeletionState, oracle: &Oracle) -> HintRaceReport {
     r
 }
 
-/// Runs the stage: the writer and reader threads for `config.duration`, then
-/// the quiescent check.
+/// Rounds of the deterministic part (each: three probes, one reset inside
+/// each lookup).
+const OVERLAP_ROUNDS: i64 = 16;
+
+/// The deterministic part: on this thread, every lookup of a position that
+/// is deleted before the reset and not after it is overlapped by a
+/// complete reset, run from the test hook between the lookup's
+/// mark-delete read and its epoch re-check.
+fn resets_inside_lookups() -> HintRaceReport {
+    use crate::sync::hook::{self, Point};
+    let p = Position::new;
+    let ledger = layout();
+    let mut r = HintRaceReport::default();
+    // Cannot fail: (1, -1) is a valid mark-delete.
+    let state = Arc::new(CursorDeletionState::new(p(1, -1)).expect("valid mark-delete"));
+    for round in 0..OVERLAP_ROUNDS {
+        // Deleted now: everything up to 2:5 (mark-delete) and 3:round (a
+        // range, through the directory); a reset to read 1:990 un-deletes
+        // all three probes.
+        state
+            .mark_delete(p(2, 5), &ledger)
+            .expect("mark-delete forward within the layout");
+        state
+            .delete(&[p(3, round)], &ledger)
+            .expect("ack within the layout");
+        for q in [p(1, 995), p(2, 3), p(3, round)] {
+            let fired = Arc::new(AtomicBool::new(false));
+            let guard = {
+                let (state, fired, ledger) =
+                    (Arc::clone(&state), Arc::clone(&fired), ledger.clone());
+                hook::install(move |point| {
+                    if point == Point::SchedulingLookupAfterMarkDelete
+                        && !fired.swap(true, Ordering::Relaxed)
+                    {
+                        // Cannot fail: 1:990 holds an entry of the fixed layout.
+                        state
+                            .reset(p(1, 990), &ledger)
+                            .expect("reset within the layout");
+                    }
+                })
+            };
+            let look = state.read_scheduling_lookup(q.ledger_id, q.entry_id);
+            drop(guard);
+            r.lookups += 1;
+            r.positives += u64::from(look.deleted);
+            r.fallbacks += u64::from(look.fell_back);
+            if !fired.load(Ordering::Relaxed) {
+                // The lookup never reached the point (e.g. an odd epoch):
+                // nothing overlapped it, nothing to check.
+                continue;
+            }
+            r.overlapped_lookups += 1;
+            if look.deleted && !state.is_message_deleted(q) {
+                r.stale_positives += 1;
+                violation(
+                    &mut r,
+                    format!(
+                        "hint_race: stale positive for {q}: reported deleted by a lookup that a complete reset overlapped (mark-delete now {}): {look:?}",
+                        state.mark_delete_position()
+                    ),
+                );
+            }
+            // Deleted again for the next probe.
+            state
+                .mark_delete(p(2, 5), &ledger)
+                .expect("mark-delete forward within the layout");
+            state
+                .delete(&[p(3, round)], &ledger)
+                .expect("ack within the layout");
+        }
+    }
+    r
+}
+
+/// Runs the stage: the writer and reader threads for `config.duration`, the
+/// quiescent check, then the deterministic resets inside lookups.
 pub fn run(config: &HintRaceConfig) -> HintRaceReport {
     let ledger = layout();
     // Cannot fail: (1, -1) is a valid mark-delete.
@@ -377,6 +469,7 @@ pub fn run(config: &HintRaceConfig) -> HintRaceReport {
             }
         }
     }
+    report.absorb(resets_inside_lookups());
     report
 }
 
@@ -392,5 +485,16 @@ mod tests {
         assert_eq!(r.violations(), 0, "{r:?}");
         assert!(r.rounds > 0 && r.lookups > 0 && r.filter_calls > 0, "{r:?}");
         assert!(r.positives > 0, "no positive at all: {r:?}");
+        // Every probe of the deterministic part was overlapped by a reset.
+        assert_eq!(r.overlapped_lookups, 3 * OVERLAP_ROUNDS as u64, "{r:?}");
+    }
+
+    #[test]
+    fn a_reset_inside_every_overlapped_lookup_sends_it_to_the_locked_check() {
+        let r = resets_inside_lookups();
+        assert_eq!(r.stale_positives, 0, "{r:?}");
+        assert_eq!(r.overlapped_lookups, 3 * OVERLAP_ROUNDS as u64, "{r:?}");
+        // Each overlapped lookup noticed the changed epoch.
+        assert_eq!(r.fallbacks, r.overlapped_lookups, "{r:?}");
     }
 }

@@ -60,8 +60,11 @@ pub struct Activity {
     pub flows: u64,
     /// Reads the lock-free hint saved (entries skipped before I/O).
     pub reads_skipped_by_hint: u64,
-    /// Entries dropped by the locked post-I/O filter (stale negatives).
+    /// Entries dropped by the locked post-I/O filter (stale negatives:
+    /// deleted after the hint let the read be issued, before it completed).
     pub entries_filtered_after_read: u64,
+    /// Cursor reads that took virtual time (`read_latency_ms` > 0).
+    pub reads_with_latency: u64,
     /// Read failures injected into pending-ack replays after an earlier
     /// read of the attempt succeeded (every class).
     pub replay_read_failures_injected: u64,
@@ -154,7 +157,7 @@ impl fmt::Display for Report {
         )?;
         writeln!(f, "data dir: {} (sync: {})", self.data_dir, self.sync)?;
         writeln!(f)?;
-        let rows: [(&str, String); 33] = [
+        let rows: [(&str, String); 34] = [
             ("published", c.published.to_string()),
             ("delivered", c.delivered.to_string()),
             ("acked", c.acked.to_string()),
@@ -186,6 +189,10 @@ impl fmt::Display for Report {
             (
                 "pending-ack replay violations",
                 c.replay_violations.to_string(),
+            ),
+            (
+                "acked entries past the post-I/O filter",
+                c.filter_leaks.to_string(),
             ),
             ("livelocks (watchdog)", c.livelocks.to_string()),
             (
@@ -263,10 +270,10 @@ impl fmt::Display for Report {
                 format!("{} / {}", a.flows, a.stale_flows_dropped),
             ),
             (
-                "reads skipped by hint / filtered after read",
+                "reads with latency / skipped by hint / filtered after read",
                 format!(
-                    "{} / {}",
-                    a.reads_skipped_by_hint, a.entries_filtered_after_read
+                    "{} / {} / {}",
+                    a.reads_with_latency, a.reads_skipped_by_hint, a.entries_filtered_after_read
                 ),
             ),
             ("virtual time", format!("{} ms", self.virtual_ms)),

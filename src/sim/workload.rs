@@ -217,6 +217,13 @@ pub struct Workload {
     pub delayed_tick_ms: u64,
     /// Producer publish interval between batches, virtual ms.
     pub publish_interval_ms: u64,
+    /// Largest latency of a dispatcher's cursor read (a BookKeeper entry
+    /// read), virtual ms: each read takes a seeded uniform 1..=this, and
+    /// the dispatcher issues the next one only after it completed (0 =
+    /// reads complete instantly). The read-scheduling hint is checked when
+    /// the read is issued and the locked post-I/O filter runs when it
+    /// completes, so acks, seeks and rewinds land in between.
+    pub read_latency_ms: u64,
     /// A consumer with backlog and free receiver queue that receives nothing
     /// for longer than this is a stall, virtual ms.
     pub stall_bound_ms: u64,
@@ -249,12 +256,17 @@ impl Default for Workload {
             delayed_max_num_buckets: -1,
             delayed_tick_ms: 1_000,
             publish_interval_ms: 10,
+            read_latency_ms: 0,
             stall_bound_ms: 30_000,
             delayed_late_bound_ms: 0,
             faults: Faults::default(),
         }
     }
 }
+
+/// Cursor read latency bound of the presets ([`Workload::read_latency_ms`]),
+/// virtual ms: a few BookKeeper round trips (`delayed` uses 20).
+pub const PRESET_READ_LATENCY_MS: u64 = 5;
 
 /// Why a workload was rejected.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -326,6 +338,7 @@ impl Workload {
                 batch_size: 10,
                 keys: 10_000,
                 publish_interval_ms: 50,
+                read_latency_ms: PRESET_READ_LATENCY_MS,
                 faults: Faults {
                     hint_race: true,
                     ..Faults::default()
@@ -348,6 +361,11 @@ impl Workload {
                 delayed_min_index_count_per_bucket: 100,
                 delayed_max_num_buckets: 4,
                 delayed_tick_ms: 100,
+                // Cold reads of a backlog spread over many small ledgers: long
+                // enough that acks of the due messages the tracker dispatches
+                // land while a rewind's or restart's re-read of them is in
+                // flight (the post-I/O filter drops them).
+                read_latency_ms: 20,
                 faults: Faults {
                     snapshot_create_failure_ratio: 0.05,
                     snapshot_delete_failure_ratio: 0.05,
@@ -371,6 +389,7 @@ impl Workload {
                 batch_size: 5,
                 txn_ack_ratio: 0.5,
                 publish_interval_ms: 100,
+                read_latency_ms: PRESET_READ_LATENCY_MS,
                 faults: Faults {
                     restarts: 2,
                     read_outages: 2,
@@ -392,6 +411,7 @@ impl Workload {
                 messages: 20_000,
                 batch_size: 20,
                 receiver_queue_size: 100,
+                read_latency_ms: PRESET_READ_LATENCY_MS,
                 faults: Faults {
                     reconnects: 20,
                     corrupted_batch_ratio: 0.02,
@@ -417,6 +437,7 @@ impl Workload {
                 txn_ack_ratio: 0.3,
                 cumulative_ack_every: 200,
                 publish_interval_ms: 50,
+                read_latency_ms: PRESET_READ_LATENCY_MS,
                 faults: Faults {
                     restarts: 2,
                     read_outages: 1,
@@ -523,6 +544,7 @@ impl Workload {
                 10_000_000,
             ),
             ("publish_interval_ms", self.publish_interval_ms, HOUR_MS),
+            ("read_latency_ms", self.read_latency_ms, 60_000),
             // Well inside the run's 6 h virtual-time limit, so that a delayed
             // message is due before the limit cuts the run short.
             ("max_delay_ms", self.max_delay_ms, 2 * HOUR_MS),

@@ -167,6 +167,7 @@ impl Sim<'_> {
                 failover_order: Vec::new(),
                 open_cumulative_txn: None,
                 txn_acked: BTreeSet::new(),
+                pending_read: None,
                 dispatch_scheduled: false,
             });
         }

@@ -225,7 +225,8 @@ impl Sim<'_> {
                             Sabotage::StopReturningPermits
                             | Sabotage::DeliverOneTrimmedMessage
                             | Sabotage::CumulativeAckOnePastReceived
-                            | Sabotage::DropFailoverHandover,
+                            | Sabotage::DropFailoverHandover
+                            | Sabotage::FilterWhenReadIssued,
                         )
                         | None => {}
                     }

@@ -50,6 +50,7 @@ impl Sim<'_> {
         if let Some(b) = self.broker.as_mut() {
             let sub = &mut b.subs[s];
             sub.cursor.rewind();
+            sub.pending_read = None; // a read in flight is dropped: read again after the rewind
             sub.blocked.clear();
             sub.redeliver.clear();
             sub.dispatcher.take_replay();

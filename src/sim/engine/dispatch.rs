@@ -2,8 +2,39 @@
 //! lock-free scheduling hint and the locked post-I/O filter, routing
 //! (Key_Shared, Failover, Shared), and sending with PIP-491 permits
 //! (admission, write completion).
+//!
+//! One pass ([`Sim::dispatch`]) runs these steps, one job each:
+//!
+//! | step | job |
+//! |---|---|
+//! | [`Sim::arm_snapshot_faults`] | draws this pass's bucket-snapshot create/delete failures |
+//! | [`Sim::collect_replays`] | redeliveries, handed-back entries and due delayed messages, minus deleted / pending / queued ones |
+//! | [`Sim::read_replays`] | reads them by position (an outage puts them back) |
+//! | [`Sim::read_new_entries`] | the cursor read, each candidate checked with the lock-free hint; with read latency it completes later ([`Sim::complete_read`]) |
+//! | [`Sim::admit_read_entries`] | the locked post-I/O filter and its boundary check, then the delayed tracker's add |
+//! | [`Sim::route`] | Key_Shared by hash range, Failover to the active consumer, Shared by permits |
+//! | [`Sim::send_routed`] | sends what each consumer has permits for (admission, P debit, write completion) |
+//! | [`Sim::finish_pass`] | schedules deliveries, reconnects after write failures and the next pass |
+//!
+//! **Read latency** ([`Workload::read_latency_ms`]): a cursor read is
+//! issued in one pass (the hint is asked then) and completes a seeded
+//! 1..=`read_latency_ms` virtual ms later ([`Ev::ReadComplete`]), where the
+//! locked post-I/O filter runs; one cursor read is in flight at a time
+//! (Pulsar's `havePendingRead`), while replays go on. Acks of copies
+//! already out (a due delayed message the tracker dispatched while the
+//! cursor re-reads it after a restart or rewind), seeks and mark-delete
+//! advances land in between, so the filter drops entries that were not
+//! deleted when the read was issued ("filtered after read" in the
+//! report). The boundary is checked at completion: every entry the filter
+//! passes must not be deleted by the authoritative locked check
+//! ([`CursorDeletionState::is_message_deleted`]); one that is (an entry
+//! acked before the filter ran) is a `post-I/O filter leak`. A seek or
+//! rewind cancels the read in flight (its entries are dropped and the
+//! cursor reads again from its new position, as Pulsar's dispatcher does
+//! after a rewind with a read pending); a restart drops it with the broker.
 
 use super::*;
+use crate::ledger::Entry;
 
 pub(super) fn hash_key(key: u32) -> u32 {
     // A fixed 32-bit mix (murmur3 finalizer) onto Key_Shared's 0..65536 ring.
@@ -16,29 +47,33 @@ pub(super) fn hash_key(key: u32) -> u32 {
     h % 65_536
 }
 
+/// Whether `p` is out on a consumer and not yet acknowledged (a due
+/// delayed message can reach the dispatcher twice in one lifetime: from the
+/// tracker and from the cursor's re-read after a restart).
+fn pending_on_consumer(d: &SharedDispatcher, p: &Position) -> bool {
+    d.consumers().any(|c| c.pending_acks().contains_key(p))
+}
+
+/// Whether `p` is routed and waiting for a consumer's permits.
+fn queued_for_consumer(blocked: &BTreeMap<ConsumerIdx, VecDeque<SimEntry>>, p: &Position) -> bool {
+    blocked
+        .values()
+        .any(|q| q.iter().any(|r| r.entry.position == *p))
+}
+
+/// What the send step produced: commands to deliver and consumers whose
+/// write failed.
+#[derive(Default)]
+struct Sent {
+    deliveries: Vec<(ConsumerIdx, u64, CommandMessage, Arc<Vec<u8>>)>,
+    write_failed: Vec<ConsumerIdx>,
+}
+
 impl Sim<'_> {
+    /// One dispatcher pass of subscription `s` (Pulsar's `readMoreEntries`
+    /// and the send that follows a completed read).
     pub(super) fn dispatch(&mut self, s: SubIdx) -> Result<(), SimError> {
-        let w = self.w;
-        if self.opts.faults {
-            if let Some(f) = self.snapshot_faults.get(s.0) {
-                let create = u32::from(
-                    w.faults.snapshot_create_failure_ratio > 0.0
-                        && self.rng.random_bool(w.faults.snapshot_create_failure_ratio),
-                );
-                let delete = u32::from(
-                    w.faults.snapshot_delete_failure_ratio > 0.0
-                        && self.rng.random_bool(w.faults.snapshot_delete_failure_ratio),
-                );
-                if create + delete > 0 {
-                    self.activity.snapshot_failures_injected += u64::from(create + delete);
-                    f.arm(FaultPlan {
-                        create,
-                        read: 0,
-                        delete,
-                    });
-                }
-            }
-        }
+        self.arm_snapshot_faults(s);
         let Some(b) = self.broker.as_mut() else {
             return Ok(());
         };
@@ -48,8 +83,97 @@ impl Sim<'_> {
             return Ok(());
         }
         let mut to_route: Vec<SimEntry> = Vec::new();
-        let mut read_error = false;
-        // 1. Redeliveries (removed consumers, unsent) and due delayed messages.
+        let replay = self.collect_replays(s)?;
+        let mut read_error = self.read_replays(s, replay, &mut to_route)?;
+        if !read_error {
+            match self.read_new_entries(s)? {
+                Some(entries) => self.admit_read_entries(s, entries, &mut to_route)?,
+                None => read_error = true,
+            }
+        }
+        let routed = to_route.len();
+        self.route(s, to_route);
+        let sent = self.send_routed(s)?;
+        self.finish_pass(s, routed > 0, read_error, sent);
+        Ok(())
+    }
+
+    /// A cursor read issued with latency completes: unless a restart
+    /// dropped it or a seek or rewind cancelled it, its entries go through
+    /// the post-I/O filter and the tracker, then are routed and sent as in
+    /// a pass. With no consumer left they wait for replay.
+    pub(super) fn complete_read(
+        &mut self,
+        s: SubIdx,
+        broker_generation: u64,
+        read: u64,
+        entries: Vec<Entry>,
+    ) -> Result<(), SimError> {
+        let Some(b) = self.broker.as_mut() else {
+            return Ok(());
+        };
+        if b.generation != broker_generation {
+            return Ok(()); // issued by a broker that has since restarted
+        }
+        let sub = &mut b.subs[s];
+        if sub.pending_read != Some(read) {
+            return Ok(()); // cancelled by a seek or rewind: read again from there
+        }
+        sub.pending_read = None;
+        let read_entries = entries.len();
+        let mut to_route = Vec::new();
+        self.admit_read_entries(s, entries, &mut to_route)?;
+        let Some(b) = self.broker.as_mut() else {
+            return Ok(());
+        };
+        let sub = &mut b.subs[s];
+        if sub.consumer_keys.is_empty() {
+            sub.redeliver
+                .extend(to_route.drain(..).map(|e| e.entry.position));
+        }
+        let routed = to_route.len();
+        self.route(s, to_route);
+        let sent = self.send_routed(s)?;
+        self.finish_pass(s, routed + read_entries > 0, false, sent);
+        Ok(())
+    }
+
+    /// Draws this pass's injected bucket-snapshot create/delete failures.
+    fn arm_snapshot_faults(&mut self, s: SubIdx) {
+        let w = self.w;
+        if !self.opts.faults {
+            return;
+        }
+        let Some(f) = self.snapshot_faults.get(s.0) else {
+            return;
+        };
+        let create = u32::from(
+            w.faults.snapshot_create_failure_ratio > 0.0
+                && self.rng.random_bool(w.faults.snapshot_create_failure_ratio),
+        );
+        let delete = u32::from(
+            w.faults.snapshot_delete_failure_ratio > 0.0
+                && self.rng.random_bool(w.faults.snapshot_delete_failure_ratio),
+        );
+        if create + delete > 0 {
+            self.activity.snapshot_failures_injected += u64::from(create + delete);
+            f.arm(FaultPlan {
+                create,
+                read: 0,
+                delete,
+            });
+        }
+    }
+
+    /// The positions to replay this pass: redeliveries (removed consumers,
+    /// unsent), what the dispatcher hands back, and due delayed messages;
+    /// without deleted ones (the locked check), ones out on a consumer and
+    /// ones already routed.
+    fn collect_replays(&mut self, s: SubIdx) -> Result<Vec<Position>, SimError> {
+        let Some(b) = self.broker.as_mut() else {
+            return Ok(Vec::new());
+        };
+        let sub = &mut b.subs[s];
         let mut replay: BTreeSet<Position> = std::mem::take(&mut sub.redeliver);
         let mut handed_back = sub.dispatcher.take_replay();
         if self.opts.sabotage == Some(Sabotage::DropFailoverHandover)
@@ -104,121 +228,196 @@ impl Sim<'_> {
             }
         }
         // Never send an entry that is already out on a consumer and not yet
-        // acknowledged (a due delayed message can reach the dispatcher twice
-        // in one lifetime: from the tracker and from the cursor's re-read
-        // after a restart).
-        let pending_on_consumer = |d: &SharedDispatcher, p: &Position| {
-            d.consumers().any(|c| c.pending_acks().contains_key(p))
-        };
-        let replay: Vec<Position> = replay
+        // acknowledged, or already routed.
+        Ok(replay
             .into_iter()
             .filter(|p| Some(*p) == unchecked || !sub.deletion.is_message_deleted(*p))
             .filter(|p| !pending_on_consumer(&sub.dispatcher, p))
-            .filter(|p| {
-                !sub.blocked
-                    .values()
-                    .any(|q| q.iter().any(|r| r.entry.position == *p))
-            })
-            .collect();
-        if !replay.is_empty() {
-            match b.ledger.read_positions(&replay) {
-                Ok(entries) => {
-                    for e in entries {
-                        if let Some((batch, key, _)) = Self::entry_info(&e.data) {
-                            to_route.push(SimEntry::new(e.position, batch, key, e.data));
-                        }
-                    }
-                }
-                Err(LedgerError::StorageUnavailable { .. }) => {
-                    // put them back; retry after the outage
-                    sub.redeliver.extend(replay);
-                    read_error = true;
-                }
-                Err(e) => return Err(SimError::Component(format!("replay read: {e}"))),
-            }
+            .filter(|p| !queued_for_consumer(&sub.blocked, p))
+            .collect())
+    }
+
+    /// Reads the replayed positions into `to_route`. Returns whether the
+    /// read failed on an outage (the positions go back for the next pass).
+    fn read_replays(
+        &mut self,
+        s: SubIdx,
+        replay: Vec<Position>,
+        to_route: &mut Vec<SimEntry>,
+    ) -> Result<bool, SimError> {
+        if replay.is_empty() {
+            return Ok(false);
         }
-        // 2. New entries, as many as the consumers have permits for.
-        let blocked: usize = sub.blocked.values().map(|q| q.len()).sum();
-        let permits = sub.dispatcher.total_available_permits();
-        if !read_error && permits > 0 && blocked < 1_000 {
-            let n = (permits as usize).clamp(1, MAX_READ_ENTRIES);
-            let deletion = &sub.deletion;
-            let mut skipped = 0u64;
-            let read = sub.cursor.read_entries_with_skip(n, |l, e| {
-                let d = deletion.is_deleted_for_read_scheduling(l, e);
-                skipped += u64::from(d);
-                d
-            });
-            self.activity.reads_skipped_by_hint += skipped;
-            match read {
-                Ok(entries) => {
-                    let before = entries.len();
-                    let entries = sub.deletion.filter_read_entries(entries, |e| e.position);
-                    self.activity.entries_filtered_after_read += (before - entries.len()) as u64;
-                    for e in entries {
-                        let Some((batch, key, deliver_at)) = Self::entry_info(&e.data) else {
-                            return Err(SimError::Component(format!(
-                                "undecodable entry at {}",
-                                e.position
-                            )));
-                        };
-                        if deliver_at > 0 {
-                            if let Some(t) = &sub.delayed {
-                                let added = t.add_message(
-                                    e.position.ledger_id,
-                                    e.position.entry_id,
-                                    deliver_at as i64,
-                                );
-                                for what in self.delayed_truth[s].apply_snapshot_events() {
-                                    self.checker.tracker_violation(
-                                        &sub.name,
-                                        &what,
-                                        self.sched.now(),
-                                    );
-                                }
-                                match added {
-                                    Ok(true) => {
-                                        self.delayed_truth[s].accepted(e.position, deliver_at)
-                                    }
-                                    Ok(false) => self.delayed_truth[s].declined(e.position),
-                                    Err(_) => {}
-                                }
-                                match added {
-                                    Ok(true) => continue, // tracked: delivered when due
-                                    Ok(false)
-                                        if sub.txn_acked.contains(&e.position)
-                                            || pending_on_consumer(
-                                                &sub.dispatcher,
-                                                &e.position,
-                                            )
-                                            || to_route
-                                                .iter()
-                                                .any(|r| r.entry.position == e.position)
-                                            || sub.blocked.values().any(|q| {
-                                                q.iter().any(|r| r.entry.position == e.position)
-                                            }) =>
-                                    {
-                                        continue; // already on its way via the tracker
-                                    }
-                                    Ok(false) => {} // due already: dispatch now
-                                    Err(err) => {
-                                        return Err(SimError::Component(format!(
-                                            "delayed add: {err}"
-                                        )))
-                                    }
-                                }
-                            }
-                        }
+        let Some(b) = self.broker.as_mut() else {
+            return Ok(false);
+        };
+        let sub = &mut b.subs[s];
+        match b.ledger.read_positions(&replay) {
+            Ok(entries) => {
+                for e in entries {
+                    if let Some((batch, key, _)) = Self::entry_info(&e.data) {
                         to_route.push(SimEntry::new(e.position, batch, key, e.data));
                     }
                 }
-                Err(LedgerError::StorageUnavailable { .. }) => read_error = true,
-                Err(e) => return Err(SimError::Component(format!("read: {e}"))),
+                Ok(false)
+            }
+            Err(LedgerError::StorageUnavailable { .. }) => {
+                // put them back; retry after the outage
+                sub.redeliver.extend(replay);
+                Ok(true)
+            }
+            Err(e) => Err(SimError::Component(format!("replay read: {e}"))),
+        }
+    }
+
+    /// New entries from the cursor, as many as the consumers have permits
+    /// for, each candidate position checked first with the lock-free
+    /// read-scheduling hint (a position it reports deleted is not read).
+    /// `None` if the read failed on an outage; empty when nothing is read
+    /// (no permits, too much routed and waiting, nothing new, a read in
+    /// flight) or when the read was issued with latency (its entries come
+    /// with [`Ev::ReadComplete`]).
+    fn read_new_entries(&mut self, s: SubIdx) -> Result<Option<Vec<Entry>>, SimError> {
+        let latency_bound = self.w.read_latency_ms;
+        let Some(b) = self.broker.as_mut() else {
+            return Ok(Some(Vec::new()));
+        };
+        let generation = b.generation;
+        let sub = &mut b.subs[s];
+        let blocked: usize = sub.blocked.values().map(|q| q.len()).sum();
+        let permits = sub.dispatcher.total_available_permits();
+        if permits <= 0 || blocked >= 1_000 || sub.pending_read.is_some() {
+            return Ok(Some(Vec::new()));
+        }
+        let n = (permits as usize).clamp(1, MAX_READ_ENTRIES);
+        let deletion = &sub.deletion;
+        let mut skipped = 0u64;
+        let read = sub.cursor.read_entries_with_skip(n, |l, e| {
+            let d = deletion.is_deleted_for_read_scheduling(l, e);
+            skipped += u64::from(d);
+            d
+        });
+        self.activity.reads_skipped_by_hint += skipped;
+        let entries = match read {
+            Ok(entries) => entries,
+            Err(LedgerError::StorageUnavailable { .. }) => return Ok(None),
+            Err(e) => return Err(SimError::Component(format!("read: {e}"))),
+        };
+        if latency_bound == 0 || entries.is_empty() {
+            return Ok(Some(entries));
+        }
+        let entries = if self.opts.sabotage == Some(Sabotage::FilterWhenReadIssued) {
+            sub.deletion.filter_read_entries(entries, |e| e.position)
+        } else {
+            entries
+        };
+        let latency = self.rng.random_range(1..=latency_bound);
+        let read = self.next_read_id;
+        self.next_read_id += 1;
+        sub.pending_read = Some(read);
+        self.activity.reads_with_latency += 1;
+        self.sched.after(
+            latency,
+            Ev::ReadComplete {
+                sub: s,
+                broker_generation: generation,
+                read,
+                entries,
+            },
+        );
+        Ok(Some(Vec::new()))
+    }
+
+    /// A completed cursor read: the locked post-I/O filter drops what was
+    /// deleted meanwhile (the correctness boundary), then each delayed
+    /// entry goes to the tracker (delivered when due) and the rest into
+    /// `to_route`.
+    fn admit_read_entries(
+        &mut self,
+        s: SubIdx,
+        entries: Vec<Entry>,
+        to_route: &mut Vec<SimEntry>,
+    ) -> Result<(), SimError> {
+        if entries.is_empty() {
+            return Ok(());
+        }
+        let Some(b) = self.broker.as_mut() else {
+            return Ok(());
+        };
+        let sub = &mut b.subs[s];
+        let before = entries.len();
+        let entries = if self.opts.sabotage == Some(Sabotage::FilterWhenReadIssued)
+            && self.w.read_latency_ms > 0
+        {
+            entries // filtered when the read was issued
+        } else {
+            sub.deletion.filter_read_entries(entries, |e| e.position)
+        };
+        self.activity.entries_filtered_after_read += (before - entries.len()) as u64;
+        // Seed 004's boundary: nothing deleted when the filter ran passes it
+        // (the authoritative locked check, per position, no fast path).
+        for e in &entries {
+            if sub.deletion.is_message_deleted(e.position) {
+                self.checker.filter_leak(
+                    &sub.name,
+                    &format!(
+                        "{} passed although it was deleted (acknowledged or at or below mark-delete {}) when the filter ran",
+                        e.position,
+                        sub.deletion.mark_delete_position()
+                    ),
+                    self.sched.now(),
+                );
             }
         }
-        // 3. Route: Key_Shared by hash range, Shared by permits.
+        for e in entries {
+            let Some((batch, key, deliver_at)) = Self::entry_info(&e.data) else {
+                return Err(SimError::Component(format!(
+                    "undecodable entry at {}",
+                    e.position
+                )));
+            };
+            if deliver_at > 0 {
+                if let Some(t) = &sub.delayed {
+                    let added =
+                        t.add_message(e.position.ledger_id, e.position.entry_id, deliver_at as i64);
+                    for what in self.delayed_truth[s].apply_snapshot_events() {
+                        self.checker
+                            .tracker_violation(&sub.name, &what, self.sched.now());
+                    }
+                    match added {
+                        Ok(true) => self.delayed_truth[s].accepted(e.position, deliver_at),
+                        Ok(false) => self.delayed_truth[s].declined(e.position),
+                        Err(_) => {}
+                    }
+                    match added {
+                        Ok(true) => continue, // tracked: delivered when due
+                        Ok(false)
+                            if sub.txn_acked.contains(&e.position)
+                                || pending_on_consumer(&sub.dispatcher, &e.position)
+                                || to_route.iter().any(|r| r.entry.position == e.position)
+                                || queued_for_consumer(&sub.blocked, &e.position) =>
+                        {
+                            continue; // already on its way via the tracker
+                        }
+                        Ok(false) => {} // due already: dispatch now
+                        Err(err) => return Err(SimError::Component(format!("delayed add: {err}"))),
+                    }
+                }
+            }
+            to_route.push(SimEntry::new(e.position, batch, key, e.data));
+        }
+        Ok(())
+    }
+
+    /// Routes `to_route` to consumer queues: Key_Shared by hash range,
+    /// Failover to the active consumer, Shared to the one with most permits.
+    fn route(&mut self, s: SubIdx, to_route: Vec<SimEntry>) {
+        let w = self.w;
+        let Some(b) = self.broker.as_mut() else {
+            return;
+        };
+        let sub = &mut b.subs[s];
         let slots: Vec<ConsumerIdx> = sub.consumer_keys.keys().copied().collect();
-        let routed = to_route.len();
         for e in to_route {
             let slot = match w.subscription_type {
                 SubscriptionType::KeyShared => {
@@ -250,9 +449,19 @@ impl Sim<'_> {
             };
             sub.blocked.entry(slot).or_default().push_back(e);
         }
-        // 4. Send what each consumer has permits for, in order.
-        let mut deliveries = Vec::new();
-        let mut write_failed = Vec::new();
+    }
+
+    /// Sends what each consumer has permits for, in order: pending-ack
+    /// admission (rejections go back for replay), the PIP-491 debit check,
+    /// and the asynchronous write's completion (a failed write must remove
+    /// the consumer).
+    fn send_routed(&mut self, s: SubIdx) -> Result<Sent, SimError> {
+        let w = self.w;
+        let mut sent = Sent::default();
+        let Some(b) = self.broker.as_mut() else {
+            return Ok(sent);
+        };
+        let sub = &mut b.subs[s];
         for (&slot, queue) in sub.blocked.iter_mut() {
             let Some(&key) = sub.consumer_keys.get(&slot) else {
                 continue;
@@ -388,7 +597,7 @@ impl Sim<'_> {
                         self.sched.now(),
                     );
                 } else {
-                    write_failed.push(slot);
+                    sent.write_failed.push(slot);
                 }
                 continue;
             }
@@ -397,18 +606,29 @@ impl Sim<'_> {
                     cmd.message_id.ledger_id as i64,
                     cmd.message_id.entry_id as i64,
                 );
-                deliveries.push((slot, key.connection_id, cmd, Arc::clone(&payloads[&pos])));
+                sent.deliveries
+                    .push((slot, key.connection_id, cmd, Arc::clone(&payloads[&pos])));
             }
         }
-        // Go on only while this pass made progress: otherwise the next Flow,
-        // ack, publish or tick schedules the dispatcher again.
+        Ok(sent)
+    }
+
+    /// Ends a pass: schedules the reconnects of consumers whose write
+    /// failed, the deliveries, and the next pass (after an outage's retry
+    /// delay, or right away while this pass made progress; otherwise the
+    /// next Flow, ack, publish or tick schedules it), then checks the
+    /// delayed tracker's count.
+    fn finish_pass(&mut self, s: SubIdx, progress: bool, read_error: bool, sent: Sent) {
+        let Some(b) = self.broker.as_mut() else {
+            return;
+        };
+        let sub = &mut b.subs[s];
         let more = !read_error
-            && (routed > 0 || !deliveries.is_empty())
+            && (progress || !sent.deliveries.is_empty())
             && sub.dispatcher.total_available_permits() > 0
             && (sub.cursor.has_more_entries() || sub.blocked.values().any(|q| !q.is_empty()));
-        let retry_after_error = read_error;
         let seeks_before_dispatch = self.seeks_done[s];
-        for slot in write_failed {
+        for slot in sent.write_failed {
             self.faults_pending += 1;
             self.sched.after(
                 NET_MS,
@@ -418,7 +638,7 @@ impl Sim<'_> {
                 },
             );
         }
-        for (slot, connection_id, command, payload) in deliveries {
+        for (slot, connection_id, command, payload) in sent.deliveries {
             let incarnation = self.clients[s][slot].consumer.state().incarnation();
             self.sched.after(
                 NET_MS,
@@ -433,7 +653,7 @@ impl Sim<'_> {
                 },
             );
         }
-        if retry_after_error {
+        if read_error {
             self.sched.after(100, Ev::Dispatch(s));
             if let Some(b) = self.broker.as_mut() {
                 b.subs[s].dispatch_scheduled = true;
@@ -442,6 +662,5 @@ impl Sim<'_> {
             self.schedule_dispatch(s);
         }
         self.check_tracker_count(s);
-        Ok(())
     }
 }

@@ -6,6 +6,15 @@ use super::*;
 pub(super) enum Ev {
     Publish,
     Dispatch(SubIdx),
+    /// A cursor read of `sub` issued with latency completes.
+    ReadComplete {
+        sub: SubIdx,
+        /// The broker that issued it (a restart drops it).
+        broker_generation: u64,
+        /// Its id (`SubRt::pending_read`; a seek or rewind cancels it).
+        read: u64,
+        entries: Vec<crate::ledger::Entry>,
+    },
     Deliver {
         sub: SubIdx,
         consumer: ConsumerIdx,
@@ -98,6 +107,11 @@ impl Ev {
                 "dispatcher (cursor, permits, delayed)",
                 "Dispatch",
                 Some(s.0),
+            ),
+            Ev::ReadComplete { sub, .. } => (
+                "dispatcher read completion (cursor filter, delayed)",
+                "ReadComplete",
+                Some(sub.0),
             ),
             Ev::Deliver { sub, .. } => ("client (permits)", "Deliver", Some(sub.0)),
             Ev::AppPoll { sub, .. } => ("client (permits)", "AppPoll", Some(sub.0)),

@@ -251,6 +251,7 @@ impl Sim<'_> {
             .map_err(comp("seek: reset deletion state"))?;
         sub.blocked.clear();
         sub.redeliver.clear();
+        sub.pending_read = None; // a read in flight is dropped: read again from the seek
         let active_before = sub.failover_order.first().copied();
         sub.failover_order.clear();
         if let Some(t) = &sub.delayed {

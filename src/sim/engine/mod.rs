@@ -153,6 +153,10 @@ pub enum Sabotage {
     /// exists goes one entry past the last one the application received (it
     /// acknowledges a message it was never given).
     CumulativeAckOnePastReceived,
+    /// The dispatcher runs the post-I/O filter when a cursor read is issued
+    /// instead of when it completes (with read latency, an entry acked
+    /// meanwhile passes the boundary).
+    FilterWhenReadIssued,
     /// After the first Failover active-consumer change, the first non-empty
     /// set of messages the dispatcher hands back from a removed consumer
     /// (the old active consumer's unacknowledged, delivered messages) is
@@ -261,6 +265,10 @@ struct SubRt {
     /// cursor re-read both bring back is not dispatched a second time to
     /// another consumer while the first one's transaction still holds it.
     txn_acked: BTreeSet<Position>,
+    /// The id of the cursor read in flight, if any (one at a time, as
+    /// Pulsar's `havePendingRead`); a seek or rewind cancels it (its
+    /// entries are dropped on completion and the cursor reads again).
+    pending_read: Option<u64>,
     dispatch_scheduled: bool,
     ready: bool,
 }
@@ -333,6 +341,8 @@ struct Sim<'a> {
     sabotage_seek: Option<(SubIdx, Position)>,
     /// Per subscription: seeks completed (stamped on every dispatch).
     seeks_done: Vec<u32>,
+    /// Id of the next cursor read with latency.
+    next_read_id: u64,
     /// Fault events (restart, reconnect, outage end) still to come: a run
     /// does not end before its faults happened.
     faults_pending: u32,
@@ -436,6 +446,7 @@ pub fn run(
         sabotage_done: false,
         sabotage_seek: None,
         seeks_done: vec![0; workload.subscriptions as usize],
+        next_read_id: 0,
         faults_pending: 0,
         finished_at: 0,
         acked_at_last_check: vec![0; workload.subscriptions as usize],
@@ -704,6 +715,12 @@ impl Sim<'_> {
         match ev {
             Ev::Publish => self.publish(),
             Ev::Dispatch(s) => self.dispatch(s),
+            Ev::ReadComplete {
+                sub,
+                broker_generation,
+                read,
+                entries,
+            } => self.complete_read(sub, broker_generation, read, entries),
             Ev::Deliver {
                 sub,
                 consumer,
