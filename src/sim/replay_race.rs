@@ -13,7 +13,7 @@
 //! | `read-ahead failure` | a handle ([`PendingAckHandle`], batched writer on, [`InlineReads`], read batch 2) replays a 60-entry log; its third read fails (storage unavailable) while entries read ahead are queued, unapplied; the retry completes | **replay complete without every durable record**: the Ready handle's open transactions differ from the log's (entries read ahead by the failed attempt and never applied were skipped: no rewind) |
 //! | same run | after Ready, virtual time advances 20 ms | **failed attempt's buffered writer left open**: the failed attempt's writer is not Closed, or its flush timer still runs after the attempt failed |
 //! | `reload over a cached cursor` | a first handle replays the log and closes (topic unloaded); the managed ledger keeps the cursor, whose read position is at the log end; a second handle over the same cursor replays | **replay complete without every durable record** (a replay that started where the previous owner left the cursor and ran dry short of the log end was reported complete), or **replay never completed** within 200 attempts |
-//! | `read failure race` | for the stage's wall time: one attempt after another ([`ReplayAttempt`] on a real thread, applying to a [`PendingAckState`]); a storage thread completes the first read (64 entries) and fails the second at a varying point while the replay thread applies the first read's entries (so `fill_queue` runs concurrently with `read_failed`) | **read issued after a read failure**: the dispatcher receives a read of the attempt after the storage thread started delivering its failure |
+//! | `read failure race` | for the stage's wall time: one attempt after another ([`ReplayAttempt`] on a real thread, applying to a [`PendingAckState`]); the first read (64 entries) completes inline; a storage thread fails the second at a varying point while the replay thread applies the first read's entries (so `fill_queue` runs concurrently with `read_failed`) | **read issued after a read failure**: the dispatcher receives a read of the attempt after the storage thread started delivering its failure |
 //!
 //! The last rule needs a thread interleaving inside `fill_queue` or
 //! `read_failed` (a reversed load or store order): it is found only when the
@@ -214,14 +214,17 @@ fn check_ready(r: &mut ReplayRaceReport, scenario: &str, d: &Driven, open: &Open
         let missing: Vec<String> = open
             .keys()
             .filter(|t| !found.contains_key(t))
-            .map(|t| format!("{t:?}"))
+            .map(|t| format!("{}:{}", t.most_sig_bits, t.least_sig_bits))
             .collect();
+        let shown = missing.len().min(5);
         r.violation(format!(
-            "replay_race ({scenario}): replay complete without every durable record: {} open transactions in the log, {} found after {} attempts (missing: [{}])",
+            "replay_race ({scenario}): replay complete without every durable record: {} open transactions in the log, {} found after {} attempts (missing {}: [{}{}])",
             open.len(),
             found.len(),
             stats.attempts,
-            missing.join(", ")
+            missing.len(),
+            missing[..shown].join(", "),
+            if missing.len() > shown { ", ..." } else { "" }
         ));
     }
     true
@@ -367,6 +370,13 @@ impl ReadDispatcher for RaceDispatcher {
                 ));
             }
         }
+        if nth == 1 {
+            // The first read completes inline (re-entering the replay thread
+            // inside `fill_queue`), so the trial goes straight to applying
+            // its entries while the second read is outstanding.
+            job.run();
+            return;
+        }
         let sent = self
             .jobs
             .lock()
@@ -398,9 +408,11 @@ impl ReplaySink for CountingSink<'_> {
     }
 }
 
-/// The storage thread: completes reads on the real cursor, except each
-/// trial's second read, which it fails once the replay thread has applied
-/// `1 + trial % 48` entries of the first (then after `trial % 7` spins).
+/// The storage thread: fails each trial's second read once the replay
+/// thread has applied `1 + trial % 8` entries of the first, after
+/// `(trial / 8) % 32` more spins (so over the trials the failure lands at
+/// every point of the replay loop's iteration); completes any other read
+/// (one issued after the failure) on the real cursor.
 fn storage(rx: mpsc::Receiver<RaceJob>, oracle: Arc<RaceOracle>, mid_apply: Arc<AtomicU64>) {
     loop {
         let job = match rx.try_recv() {
@@ -415,12 +427,12 @@ fn storage(rx: mpsc::Receiver<RaceJob>, oracle: Arc<RaceOracle>, mid_apply: Arc<
             job.job.run();
             continue;
         }
-        let target = 1 + job.trial % 48;
+        let target = 1 + job.trial % 8;
         let spin_until = Instant::now() + Duration::from_millis(2);
         while oracle.applied.load(Ordering::SeqCst) < target && Instant::now() < spin_until {
             std::hint::spin_loop();
         }
-        for _ in 0..job.trial % 7 {
+        for _ in 0..(job.trial / 8) % 32 {
             std::hint::spin_loop();
         }
         if oracle.applied.load(Ordering::SeqCst) < RACE_BATCH as u64 {
@@ -435,7 +447,11 @@ fn storage(rx: mpsc::Receiver<RaceJob>, oracle: Arc<RaceOracle>, mid_apply: Arc<
 
 /// The read failure race for `duration`, on a thread of its own bounded by
 /// [`TRIAL_BOUND`] per trial.
-fn read_failure_race(r: &mut ReplayRaceReport, duration: Duration) -> Result<(), String> {
+fn read_failure_race(
+    r: &mut ReplayRaceReport,
+    duration: Duration,
+    progress: &dyn Fn(),
+) -> Result<(), String> {
     let ml = ledger("replay-race-race")?;
     for i in 0..RACE_ENTRIES {
         let t = TxnId::new(9, i);
@@ -502,9 +518,16 @@ fn read_failure_race(r: &mut ReplayRaceReport, duration: Duration) -> Result<(),
     };
     let mut trials = 0u64;
     let bound = Instant::now() + duration + TRIAL_BOUND;
+    let mut last_progress = Instant::now();
     loop {
         match done_rx.recv_timeout(TRIAL_BOUND) {
-            Ok(Ok(n)) => trials = n,
+            Ok(Ok(n)) => {
+                trials = n;
+                if last_progress.elapsed() >= Duration::from_millis(100) {
+                    last_progress = Instant::now();
+                    progress();
+                }
+            }
             Ok(Err(e)) => return Err(e),
             Err(mpsc::RecvTimeoutError::Disconnected) => break,
             Err(mpsc::RecvTimeoutError::Timeout) => {
@@ -543,6 +566,13 @@ fn read_failure_race(r: &mut ReplayRaceReport, duration: Duration) -> Result<(),
 /// Runs the stage's four scenarios. A scenario that cannot be set up (a
 /// store error) is reported as a violation naming it.
 pub fn run(config: &ReplayRaceConfig) -> ReplayRaceReport {
+    run_with_progress(config, &|| {})
+}
+
+/// [`run`], calling `progress` about every 100 ms while trials complete (the
+/// simulator's hang watchdog counts them as finished events; a trial that
+/// does not end within 5 s is a violation of its own).
+pub fn run_with_progress(config: &ReplayRaceConfig, progress: &dyn Fn()) -> ReplayRaceReport {
     let mut r = ReplayRaceReport::default();
     let steps: [(
         &str,
@@ -555,7 +585,7 @@ pub fn run(config: &ReplayRaceConfig) -> ReplayRaceReport {
         ),
         (
             "read failure race",
-            Box::new(|r: &mut ReplayRaceReport| read_failure_race(r, config.race)),
+            Box::new(|r: &mut ReplayRaceReport| read_failure_race(r, config.race, progress)),
         ),
     ];
     for (name, step) in steps {

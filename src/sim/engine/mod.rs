@@ -484,9 +484,13 @@ pub fn run(
         first_violation.or_else(|| hint_race.as_ref().and_then(|h| h.first_violation.clone()));
     let replay_race = (opts.faults && workload.faults.replay_race).then(|| {
         sim.heartbeat.enter("replay_race stage");
-        super::replay_race::run(&super::replay_race::ReplayRaceConfig {
-            race: std::time::Duration::from_millis(workload.faults.replay_race_ms),
-        })
+        let heartbeat = Arc::clone(&sim.heartbeat);
+        super::replay_race::run_with_progress(
+            &super::replay_race::ReplayRaceConfig {
+                race: std::time::Duration::from_millis(workload.faults.replay_race_ms),
+            },
+            &move || heartbeat.end(),
+        )
     });
     let replay_race_violations = replay_race.as_ref().map_or(0, |r| r.violations());
     let first_violation =
