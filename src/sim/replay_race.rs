@@ -6,7 +6,7 @@
 //! The main simulation replays on one thread in virtual time, with a log
 //! that mostly fits one read batch and a cursor only its own handle moves.
 //! This stage (≤ [`ReplayRaceConfig::race`] wall time, default 1 s, plus a
-//! few ms) runs four scenarios:
+//! few ms) runs three scenarios:
 //!
 //! | scenario | what it does | rule (violation when) |
 //! |---|---|---|
@@ -563,7 +563,10 @@ fn read_failure_race(
     Ok(())
 }
 
-/// Runs the stage's four scenarios. A scenario that cannot be set up (a
+/// One scenario of the stage (fills the report; `Err` when it cannot be set up).
+type Scenario<'a> = Box<dyn Fn(&mut ReplayRaceReport) -> Result<(), String> + 'a>;
+
+/// Runs the stage's three scenarios. A scenario that cannot be set up (a
 /// store error) is reported as a violation naming it.
 pub fn run(config: &ReplayRaceConfig) -> ReplayRaceReport {
     run_with_progress(config, &|| {})
@@ -574,10 +577,7 @@ pub fn run(config: &ReplayRaceConfig) -> ReplayRaceReport {
 /// does not end within 5 s is a violation of its own).
 pub fn run_with_progress(config: &ReplayRaceConfig, progress: &dyn Fn()) -> ReplayRaceReport {
     let mut r = ReplayRaceReport::default();
-    let steps: [(
-        &str,
-        Box<dyn Fn(&mut ReplayRaceReport) -> Result<(), String>>,
-    ); 3] = [
+    let steps: [(&str, Scenario<'_>); 3] = [
         ("read-ahead failure", Box::new(read_ahead_failure)),
         (
             "reload over a cached cursor",
