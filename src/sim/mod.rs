@@ -7,7 +7,10 @@
 //! - [`engine`]: the broker-in-a-box driving the real components;
 //! - [`hint_race`]: real threads on the real cursor deletion state (the
 //!   lock-free hint and the post-I/O filter against an external oracle), the
-//!   one stage that is not single-threaded and deterministic;
+//!   first of the two stages that are not single-threaded and deterministic;
+//! - [`replay_race`]: the real pending-ack replay on real threads and a real
+//!   managed ledger (read-ahead failures, a reload over a cached cursor, the
+//!   read-failure race) against an external oracle;
 //! - [`delayed_truth`]: what the delayed tracker should hold (its count rule,
 //!   and what its merges and recoveries must keep);
 //! - [`delayed_storage`]: the snapshot storage as the checker observes it;
@@ -25,6 +28,7 @@ pub mod delayed_storage;
 pub mod delayed_truth;
 pub mod engine;
 pub mod hint_race;
+pub mod replay_race;
 pub mod report;
 pub mod scheduler;
 pub mod watchdog;

@@ -6,6 +6,7 @@ use serde::Serialize;
 
 use super::checker::CheckerCounts;
 use super::hint_race::HintRaceReport;
+use super::replay_race::ReplayRaceReport;
 
 /// Component activity during the run (what the faults exercised).
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
@@ -97,6 +98,10 @@ pub struct Timing {
     /// The `hint_race` stage (real threads; its counters vary with timing,
     /// its violations are also counted in [`Report::violations`]), if run.
     pub hint_race: Option<HintRaceReport>,
+    /// The `replay_race` stage (real threads on the pending-ack replay; its
+    /// counters vary with timing, its violations are also counted in
+    /// [`Report::violations`]), if run.
+    pub replay_race: Option<ReplayRaceReport>,
     /// Wall time of the run, ms.
     pub wall_ms: u64,
     /// Deliveries per wall-clock second.
@@ -303,7 +308,26 @@ impl fmt::Display for Report {
                 ),
             )
         });
-        let rows: Vec<(&str, String)> = rows.into_iter().chain(hint_race).collect();
+        let replay_race = t.replay_race.as_ref().map(|r| {
+            (
+                "replay_race: ready / failed attempts / race trials (violations)",
+                format!(
+                    "{} / {} / {} ({} incomplete ready, {} writers left open, {} never ready, {} reads after a failure)",
+                    r.handles_ready,
+                    r.failed_attempts,
+                    r.race_trials,
+                    r.incomplete_ready,
+                    r.writers_left_open,
+                    r.never_ready,
+                    r.reads_after_failure
+                ),
+            )
+        });
+        let rows: Vec<(&str, String)> = rows
+            .into_iter()
+            .chain(hint_race)
+            .chain(replay_race)
+            .collect();
         let width = rows.iter().map(|(k, _)| k.len()).max().unwrap_or(0);
         for (k, v) in rows {
             writeln!(f, "  {k:<width$}  {v}")?;

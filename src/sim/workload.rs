@@ -56,6 +56,14 @@ pub struct Faults {
     /// deletion state while another runs the lock-free hint and the post-I/O
     /// filter, checked by an external oracle (see `sim::hint_race`).
     pub hint_race: bool,
+    /// Run the `replay_race` stage after the simulation: the real
+    /// pending-ack replay on real threads and a real managed ledger (a read
+    /// failure after read-ahead with later reads outstanding, a reload over a
+    /// cached cursor left at the log end, `fill_queue` racing `read_failed`),
+    /// checked by an external oracle (see `sim::replay_race`).
+    pub replay_race: bool,
+    /// Wall time of the `replay_race` stage's read-failure race, ms.
+    pub replay_race_ms: u64,
     /// Open the pending-ack logs with `auto_skip_non_recoverable_data`
     /// (Pulsar's default is off: a replay that meets a lost ledger gives
     /// up and the subscription fails to load until an operator turns it on
@@ -129,6 +137,8 @@ impl Default for Faults {
             snapshot_delete_failure_ratio: 0.0,
             seeks: 0,
             hint_race: false,
+            replay_race: false,
+            replay_race_ms: 1_000,
             pending_ack_auto_skip: false,
             operator_auto_skip_after_ms: 5_000,
             replay_read_failures: 0,
@@ -158,6 +168,8 @@ impl Faults {
             snapshot_delete_failure_ratio: 0.0,
             seeks: 0,
             hint_race: false,
+            replay_race: false,
+            replay_race_ms: 1_000,
             pending_ack_auto_skip: false,
             operator_auto_skip_after_ms: 5_000,
             replay_read_failures: 0,
@@ -397,6 +409,7 @@ impl Workload {
                     lose_pending_ack_ledger: true,
                     replay_read_failures: 2,
                     admission_reject_ratio: 0.01,
+                    replay_race: true,
                     ..Faults::default()
                 },
                 ..base

@@ -493,6 +493,19 @@ pub fn run(
     let hint_race_violations = hint_race.as_ref().map_or(0, |h| h.violations());
     let first_violation =
         first_violation.or_else(|| hint_race.as_ref().and_then(|h| h.first_violation.clone()));
+    let replay_race = (opts.faults && workload.faults.replay_race).then(|| {
+        sim.heartbeat.enter("replay_race stage");
+        let heartbeat = Arc::clone(&sim.heartbeat);
+        super::replay_race::run_with_progress(
+            &super::replay_race::ReplayRaceConfig {
+                race: std::time::Duration::from_millis(workload.faults.replay_race_ms),
+            },
+            &move || heartbeat.end(),
+        )
+    });
+    let replay_race_violations = replay_race.as_ref().map_or(0, |r| r.violations());
+    let first_violation =
+        first_violation.or_else(|| replay_race.as_ref().and_then(|r| r.first_violation.clone()));
     let wall_ms = started.elapsed().as_millis() as u64;
     let deliveries_per_sec = if wall_ms == 0 {
         counts.delivered as f64
@@ -505,7 +518,7 @@ pub fn run(
         data_dir: opts.data_dir.display().to_string(),
         sync: opts.sync.to_string(),
         virtual_ms: finished_at,
-        violations: counts.violations() + hint_race_violations,
+        violations: counts.violations() + hint_race_violations + replay_race_violations,
         counts,
         activity: sim.activity,
         first_violation,
@@ -514,6 +527,7 @@ pub fn run(
             deliveries_per_sec,
             peak_memory_kib: peak_memory_kib(),
             hint_race,
+            replay_race,
         },
     })
 }

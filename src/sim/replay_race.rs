@@ -1,0 +1,614 @@
+//! The `replay_race` stage of `pulsar-core simulate`: the real pending-ack
+//! replay (seed 001) on a real managed ledger, driven through the situations
+//! the main simulation does not produce, each checked against an external
+//! oracle.
+//!
+//! The main simulation replays on one thread in virtual time, with a log
+//! that mostly fits one read batch and a cursor only its own handle moves.
+//! This stage (≤ [`ReplayRaceConfig::race`] wall time, default 1 s, plus a
+//! few ms) runs three scenarios:
+//!
+//! | scenario | what it does | rule (violation when) |
+//! |---|---|---|
+//! | `read-ahead failure` | a handle ([`PendingAckHandle`], batched writer on, [`InlineReads`], read batch 2) replays a 60-entry log; its third read fails (storage unavailable) while entries read ahead are queued, unapplied; the retry completes | **replay complete without every durable record**: the Ready handle's open transactions differ from the log's (entries read ahead by the failed attempt and never applied were skipped: no rewind) |
+//! | same run | after Ready, virtual time advances 20 ms | **failed attempt's buffered writer left open**: the failed attempt's writer is not Closed, or its flush timer still runs after the attempt failed |
+//! | `reload over a cached cursor` | a first handle replays the log and closes (topic unloaded); the managed ledger keeps the cursor, whose read position is at the log end; a second handle over the same cursor replays | **replay complete without every durable record** (a replay that started where the previous owner left the cursor and ran dry short of the log end was reported complete), or **replay never completed** within 200 attempts |
+//! | `read failure race` | for the stage's wall time: one attempt after another ([`ReplayAttempt`] on a real thread, applying to a [`PendingAckState`]); the first read (64 entries) completes inline; a storage thread fails the second at a varying point while the replay thread applies the first read's entries (so `fill_queue` runs concurrently with `read_failed`) | **read issued after a read failure**: the dispatcher receives a read of the attempt after the storage thread started delivering its failure |
+//!
+//! The last rule needs a thread interleaving inside `fill_queue` or
+//! `read_failed` (a reversed load or store order): it is found only when the
+//! two threads run at the same instant, so its catch rate depends on the
+//! machine's load (loom, shuttle and trace validation check it
+//! exhaustively or by schedule). Counters that depend on timing (trials,
+//! reads) are kept with the wall-clock figures, out of the same-seed
+//! comparison; on correct code the violations are always 0.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{mpsc, Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use serde::Serialize;
+
+use crate::ledger::{
+    LedgerConfig, LedgerError, ManagedCursor, ManagedLedger, MemoryStore, ReadFailureKind,
+};
+use crate::pending_ack::replay::{ReadDispatcher, ReadJob, ReplayAttempt, ReplaySink};
+use crate::pending_ack::{
+    AckType, AckedPosition, ExecutorMode, HandleConfig, HandleState, InlineReads, PendingAckHandle,
+    PendingAckRecord, PendingAckState, ReplayConfig, ReplayExecutorPool, Timer, TxnId,
+    VirtualTimer, WriterConfig, WriterState,
+};
+use crate::position::Position;
+
+/// Transactions in the scenarios' log: each an individual ack; the even
+/// ones also committed (so 60 entries, 20 transactions open at the end).
+const LOG_TXNS: u64 = 40;
+/// The read (1-based, over the handle's reads) that fails in the
+/// read-ahead scenario: after two reads of two entries were queued.
+const FAIL_READ: u64 = 3;
+/// Bound on timer steps / executor rounds while driving a handle.
+const DRIVE_STEPS: usize = 20_000;
+/// Attempts after which a handle that is still not Ready is a violation.
+const MAX_ATTEMPTS: u64 = 200;
+/// Entries of the race scenario's log (single-record acks, never trimmed).
+const RACE_ENTRIES: u64 = 200;
+/// Entries per read in the race scenario (the first read's entries keep the
+/// replay thread busy while the second read fails).
+const RACE_BATCH: usize = 64;
+/// Bound on one race trial (a trial takes well under a millisecond).
+const TRIAL_BOUND: Duration = Duration::from_secs(5);
+
+/// Parameters of the stage.
+#[derive(Debug, Clone)]
+pub struct ReplayRaceConfig {
+    /// Wall time of the read failure race.
+    pub race: Duration,
+}
+
+impl Default for ReplayRaceConfig {
+    fn default() -> Self {
+        Self {
+            race: Duration::from_millis(1_000),
+        }
+    }
+}
+
+/// What the stage did and found. The violation counters are checked; the
+/// others vary with thread timing.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct ReplayRaceReport {
+    /// Handles driven to Ready (two scenarios, three handles).
+    pub handles_ready: u64,
+    /// Replay attempts of those handles that failed and were retried.
+    pub failed_attempts: u64,
+    /// Race trials (replay attempts on a real thread failed mid-pipeline).
+    pub race_trials: u64,
+    /// Race trials whose failure landed while the replay thread was still
+    /// applying the first read's entries.
+    pub race_failures_mid_apply: u64,
+    /// Handles reported Ready whose open transactions differ from the log's
+    /// (violations).
+    pub incomplete_ready: u64,
+    /// Failed attempts whose buffered writer was left open or whose flush
+    /// timer ran after the failure (violations).
+    pub writers_left_open: u64,
+    /// Handles not Ready within the attempt bound (violations).
+    pub never_ready: u64,
+    /// Reads issued by an attempt after its read failure began (violations).
+    pub reads_after_failure: u64,
+    /// The first violation, if any.
+    pub first_violation: Option<String>,
+}
+
+impl ReplayRaceReport {
+    /// Total violations.
+    pub fn violations(&self) -> u64 {
+        self.incomplete_ready + self.writers_left_open + self.never_ready + self.reads_after_failure
+    }
+
+    fn violation(&mut self, what: String) {
+        if self.first_violation.is_none() {
+            self.first_violation = Some(what);
+        }
+    }
+}
+
+/// What a complete replay of the scenarios' log must hold: txn → the
+/// positions it acks, for the open (uncommitted) transactions.
+type OpenTxns = BTreeMap<TxnId, BTreeSet<Position>>;
+
+fn ledger(name: &str) -> Result<Arc<ManagedLedger>, String> {
+    let cfg = LedgerConfig {
+        max_entries_per_ledger: 1_000,
+        auto_skip_non_recoverable_data: false,
+    };
+    ManagedLedger::open(name, cfg, Arc::new(MemoryStore::new())).map_err(|e| e.to_string())
+}
+
+/// Writes the scenarios' log (one record per entry) and returns the open
+/// transactions a complete replay must find.
+fn write_log(ml: &ManagedLedger) -> Result<OpenTxns, String> {
+    let mut open = OpenTxns::new();
+    for i in 0..LOG_TXNS {
+        let t = TxnId::new(7, i);
+        let p = Position::new(100, i as i64);
+        ml.append(&PendingAckRecord::individual_ack(t, vec![AckedPosition::whole(p)]).encode())
+            .map_err(|e| e.to_string())?;
+        if i % 2 == 0 {
+            ml.append(&PendingAckRecord::commit(t, AckType::Individual).encode())
+                .map_err(|e| e.to_string())?;
+        } else {
+            open.insert(t, BTreeSet::from([p]));
+        }
+    }
+    Ok(open)
+}
+
+struct Driven {
+    handle: PendingAckHandle,
+    timer: Arc<VirtualTimer>,
+}
+
+/// A handle named `name` over `cursor` (manual executor, virtual timer,
+/// inline reads, read batch 2), driven until Ready or Error or the bounds.
+fn drive_handle(
+    name: &str,
+    cursor: Arc<ManagedCursor>,
+    writer: WriterConfig,
+) -> Result<Driven, String> {
+    let pool = ReplayExecutorPool::new(1, ExecutorMode::Manual).map_err(|e| e.to_string())?;
+    let timer = Arc::new(VirtualTimer::new());
+    let cfg = HandleConfig {
+        replay: ReplayConfig {
+            queue_capacity: 16,
+            read_batch: 2,
+        },
+        writer,
+        ..HandleConfig::default()
+    };
+    let handle = PendingAckHandle::new(
+        name,
+        cursor,
+        &pool,
+        Arc::new(InlineReads),
+        Arc::clone(&timer) as Arc<dyn Timer>,
+        cfg,
+    )
+    .map_err(|e| e.to_string())?;
+    handle.init();
+    for _ in 0..DRIVE_STEPS {
+        pool.run_pending();
+        if matches!(handle.state(), HandleState::Ready | HandleState::Error)
+            || handle.stats().attempts >= MAX_ATTEMPTS
+        {
+            break;
+        }
+        if !timer.fire_next() {
+            break;
+        }
+    }
+    Ok(Driven { handle, timer })
+}
+
+/// Checks a driven handle is Ready with exactly `open`; returns whether it
+/// was Ready.
+fn check_ready(r: &mut ReplayRaceReport, scenario: &str, d: &Driven, open: &OpenTxns) -> bool {
+    let h = &d.handle;
+    let stats = h.stats();
+    if h.state() != HandleState::Ready {
+        r.never_ready += 1;
+        r.violation(format!(
+            "replay_race ({scenario}): replay never completed: state {:?} after {} attempts (error {:?})",
+            h.state(),
+            stats.attempts,
+            h.error()
+        ));
+        return false;
+    }
+    r.handles_ready += 1;
+    r.failed_attempts += stats.attempts.saturating_sub(1);
+    let found = h.summary().individual;
+    if &found != open {
+        r.incomplete_ready += 1;
+        let missing: Vec<String> = open
+            .keys()
+            .filter(|t| !found.contains_key(t))
+            .map(|t| format!("{}:{}", t.most_sig_bits, t.least_sig_bits))
+            .collect();
+        let shown = missing.len().min(5);
+        r.violation(format!(
+            "replay_race ({scenario}): replay complete without every durable record: {} open transactions in the log, {} found after {} attempts (missing {}: [{}{}])",
+            open.len(),
+            found.len(),
+            stats.attempts,
+            missing.len(),
+            missing[..shown].join(", "),
+            if missing.len() > shown { ", ..." } else { "" }
+        ));
+    }
+    true
+}
+
+/// Read-ahead failure: the third read fails with entries of the second
+/// queued; the retry must apply every record, and the failed attempt's
+/// buffered writer must be closed with its flush timer stopped.
+fn read_ahead_failure(r: &mut ReplayRaceReport) -> Result<(), String> {
+    let ml = ledger("replay-race-read-ahead")?;
+    let open = write_log(&ml)?;
+    let reads = Arc::new(AtomicU64::new(0));
+    {
+        let reads = Arc::clone(&reads);
+        ml.faults().set_policy(move |_| {
+            let n = reads.fetch_add(1, Ordering::SeqCst) + 1;
+            (n == FAIL_READ).then_some(ReadFailureKind::StorageUnavailable)
+        });
+    }
+    let cursor = Arc::new(
+        ml.open_cursor("__pending_ack_state")
+            .map_err(|e| e.to_string())?,
+    );
+    let writer = WriterConfig {
+        batch_enabled: true,
+        ..WriterConfig::default()
+    };
+    let d = drive_handle("replay-race-read-ahead", cursor, writer)?;
+    if !check_ready(r, "read-ahead failure", &d, &open) {
+        return Ok(());
+    }
+    if d.handle.stats().attempts < 2 {
+        return Err(format!(
+            "read-ahead failure: the injected failure of read {FAIL_READ} failed no attempt ({} reads)",
+            reads.load(Ordering::SeqCst)
+        ));
+    }
+    let Some(w) = d.handle.last_failed_writer() else {
+        r.writers_left_open += 1;
+        r.violation(
+            "replay_race (read-ahead failure): failed attempt's buffered writer left open: the handle recorded none".into(),
+        );
+        return Ok(());
+    };
+    let runs_before = w.timer_runs();
+    d.timer.advance(20);
+    let runs_after = w.timer_runs();
+    if w.state() != WriterState::Closed || w.has_flush_timer() || runs_after > runs_before {
+        r.writers_left_open += 1;
+        r.violation(format!(
+            "replay_race (read-ahead failure): failed attempt's buffered writer left open: state {:?}, flush timer armed {}, {} flush-timer runs in the 20 ms after Ready",
+            w.state(),
+            w.has_flush_timer(),
+            runs_after - runs_before
+        ));
+    }
+    d.handle.close();
+    Ok(())
+}
+
+/// Reload over a cached cursor: a first handle replays and closes; the
+/// cursor (cached by the managed ledger) is left at the log end; a second
+/// handle over it must still apply every record.
+fn reload_over_cached_cursor(r: &mut ReplayRaceReport) -> Result<(), String> {
+    let ml = ledger("replay-race-reload")?;
+    let open = write_log(&ml)?;
+    let cursor = Arc::new(
+        ml.open_cursor("__pending_ack_state")
+            .map_err(|e| e.to_string())?,
+    );
+    let first = drive_handle(
+        "replay-race-reload",
+        Arc::clone(&cursor),
+        WriterConfig::default(),
+    )?;
+    let ready = check_ready(r, "first load", &first, &open);
+    first.handle.close();
+    if !ready {
+        return Ok(());
+    }
+    if cursor.has_more_entries() {
+        return Err(format!(
+            "reload over a cached cursor: the first replay left the read position at {}, not at the log end",
+            cursor.read_position()
+        ));
+    }
+    let second = drive_handle("replay-race-reload", cursor, WriterConfig::default())?;
+    check_ready(r, "reload over a cached cursor", &second, &open);
+    second.handle.close();
+    Ok(())
+}
+
+/// The race scenario's shared observations (std atomics, outside the
+/// component).
+#[derive(Default)]
+struct RaceOracle {
+    /// Current trial (1-based).
+    trial: AtomicU64,
+    /// Reads dispatched in the current trial.
+    dispatched: AtomicU64,
+    /// Entries applied in the current trial.
+    applied: AtomicU64,
+    /// The trial whose read failure the storage thread started delivering.
+    failing: AtomicU64,
+    /// Reads dispatched after that (violations).
+    reads_after_failure: AtomicU64,
+    /// The first one, described.
+    first: Mutex<Option<String>>,
+}
+
+struct RaceJob {
+    job: ReadJob,
+    trial: u64,
+    nth: u64,
+}
+
+#[derive(Debug)]
+struct RaceDispatcher {
+    oracle: Arc<RaceOracle>,
+    jobs: Mutex<mpsc::Sender<RaceJob>>,
+}
+
+impl std::fmt::Debug for RaceOracle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RaceOracle")
+            .field("trial", &self.trial)
+            .finish_non_exhaustive()
+    }
+}
+
+impl ReadDispatcher for RaceDispatcher {
+    fn dispatch(&self, job: ReadJob) {
+        let o = &self.oracle;
+        let trial = o.trial.load(Ordering::SeqCst);
+        let nth = o.dispatched.fetch_add(1, Ordering::SeqCst) + 1;
+        if o.failing.load(Ordering::SeqCst) == trial {
+            o.reads_after_failure.fetch_add(1, Ordering::SeqCst);
+            let mut first = o.first.lock().unwrap_or_else(|e| e.into_inner());
+            if first.is_none() {
+                *first = Some(format!(
+                    "replay_race (read failure race): read issued after a read failure: trial {trial}, read {nth} dispatched after read 2 failed ({} entries applied)",
+                    o.applied.load(Ordering::SeqCst)
+                ));
+            }
+        }
+        if nth == 1 {
+            // The first read completes inline (re-entering the replay thread
+            // inside `fill_queue`), so the trial goes straight to applying
+            // its entries while the second read is outstanding.
+            job.run();
+            return;
+        }
+        let sent = self
+            .jobs
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .send(RaceJob { job, trial, nth });
+        if let Err(mpsc::SendError(j)) = sent {
+            j.job.fail(LedgerError::StorageUnavailable {
+                reason: "replay_race storage thread stopped".into(),
+            });
+        }
+    }
+}
+
+/// Applies to a real [`PendingAckState`] and counts the entries applied.
+struct CountingSink<'a> {
+    state: PendingAckState,
+    applied: &'a AtomicU64,
+}
+
+impl ReplaySink for CountingSink<'_> {
+    fn apply_entry(
+        &mut self,
+        position: Position,
+        records: &[PendingAckRecord],
+    ) -> Option<Position> {
+        let trim = self.state.apply_entry(position, records);
+        self.applied.fetch_add(1, Ordering::SeqCst);
+        trim
+    }
+}
+
+/// The storage thread: fails each trial's second read once the replay
+/// thread has applied `1 + trial % 8` entries of the first, after
+/// `(trial / 8) % 32` more spins (so over the trials the failure lands at
+/// every point of the replay loop's iteration); completes any other read
+/// (one issued after the failure) on the real cursor.
+fn storage(rx: mpsc::Receiver<RaceJob>, oracle: Arc<RaceOracle>, mid_apply: Arc<AtomicU64>) {
+    loop {
+        let job = match rx.try_recv() {
+            Ok(j) => j,
+            Err(mpsc::TryRecvError::Empty) => {
+                std::hint::spin_loop();
+                continue;
+            }
+            Err(mpsc::TryRecvError::Disconnected) => return,
+        };
+        if job.nth != 2 {
+            job.job.run();
+            continue;
+        }
+        let target = 1 + job.trial % 8;
+        let spin_until = Instant::now() + Duration::from_millis(2);
+        while oracle.applied.load(Ordering::SeqCst) < target && Instant::now() < spin_until {
+            std::hint::spin_loop();
+        }
+        for _ in 0..(job.trial / 8) % 32 {
+            std::hint::spin_loop();
+        }
+        if oracle.applied.load(Ordering::SeqCst) < RACE_BATCH as u64 {
+            mid_apply.fetch_add(1, Ordering::Relaxed);
+        }
+        oracle.failing.store(job.trial, Ordering::SeqCst);
+        job.job.fail(LedgerError::StorageUnavailable {
+            reason: "replay_race: injected read failure".into(),
+        });
+    }
+}
+
+/// The read failure race for `duration`, on a thread of its own bounded by
+/// [`TRIAL_BOUND`] per trial.
+fn read_failure_race(
+    r: &mut ReplayRaceReport,
+    duration: Duration,
+    progress: &dyn Fn(),
+) -> Result<(), String> {
+    let ml = ledger("replay-race-race")?;
+    for i in 0..RACE_ENTRIES {
+        let t = TxnId::new(9, i);
+        let p = Position::new(200, i as i64);
+        ml.append(&PendingAckRecord::individual_ack(t, vec![AckedPosition::whole(p)]).encode())
+            .map_err(|e| e.to_string())?;
+    }
+    let cursor = Arc::new(
+        ml.open_cursor("__pending_ack_state")
+            .map_err(|e| e.to_string())?,
+    );
+    let oracle = Arc::new(RaceOracle::default());
+    let mid_apply = Arc::new(AtomicU64::new(0));
+    let (tx, rx) = mpsc::channel();
+    let storage_thread = {
+        let (oracle, mid_apply) = (Arc::clone(&oracle), Arc::clone(&mid_apply));
+        std::thread::spawn(move || storage(rx, oracle, mid_apply))
+    };
+    let dispatcher: Arc<dyn ReadDispatcher> = Arc::new(RaceDispatcher {
+        oracle: Arc::clone(&oracle),
+        jobs: Mutex::new(tx),
+    });
+    let config = ReplayConfig {
+        queue_capacity: 4 * RACE_ENTRIES as usize,
+        read_batch: RACE_BATCH,
+    };
+    let (done_tx, done_rx) = mpsc::channel();
+    let replay_thread = {
+        let oracle = Arc::clone(&oracle);
+        std::thread::spawn(move || {
+            let deadline = Instant::now() + duration;
+            let mut trials = 0u64;
+            while Instant::now() < deadline {
+                trials += 1;
+                oracle.applied.store(0, Ordering::SeqCst);
+                oracle.dispatched.store(0, Ordering::SeqCst);
+                oracle.trial.store(trials, Ordering::SeqCst);
+                // Every trial starts from the log's first entry whatever the
+                // replay does with the cursor (the stage's own reset).
+                cursor.rewind();
+                let attempt = match ReplayAttempt::new(
+                    format!("replay-race#{trials}"),
+                    Arc::clone(&cursor),
+                    Arc::clone(&dispatcher),
+                    config,
+                ) {
+                    Ok(a) => a,
+                    Err(e) => {
+                        let _ = done_tx.send(Err(e.to_string()));
+                        return;
+                    }
+                };
+                let mut sink = CountingSink {
+                    state: PendingAckState::default(),
+                    applied: &oracle.applied,
+                };
+                // The attempt fails (read 2); its outcome is not this
+                // scenario's rule.
+                let _ = attempt.run(&mut sink);
+                let _ = done_tx.send(Ok(trials));
+            }
+            drop(dispatcher);
+        })
+    };
+    let mut trials = 0u64;
+    let bound = Instant::now() + duration + TRIAL_BOUND;
+    let mut last_progress = Instant::now();
+    loop {
+        match done_rx.recv_timeout(TRIAL_BOUND) {
+            Ok(Ok(n)) => {
+                trials = n;
+                if last_progress.elapsed() >= Duration::from_millis(100) {
+                    last_progress = Instant::now();
+                    progress();
+                }
+            }
+            Ok(Err(e)) => return Err(e),
+            Err(mpsc::RecvTimeoutError::Disconnected) => break,
+            Err(mpsc::RecvTimeoutError::Timeout) => {
+                r.never_ready += 1;
+                r.violation(format!(
+                    "replay_race (read failure race): replay attempt did not end within {TRIAL_BOUND:?} (trial {})",
+                    trials + 1
+                ));
+                // The threads are left behind: the process reports and exits.
+                return Ok(());
+            }
+        }
+        if Instant::now() > bound {
+            break;
+        }
+    }
+    let _ = replay_thread.join();
+    let _ = storage_thread.join();
+    r.race_trials += trials;
+    r.race_failures_mid_apply += mid_apply.load(Ordering::Relaxed);
+    let after = oracle.reads_after_failure.load(Ordering::SeqCst);
+    r.reads_after_failure += after;
+    if after > 0 {
+        let first = oracle
+            .first
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
+        if let Some(first) = first {
+            r.violation(first);
+        }
+    }
+    Ok(())
+}
+
+/// One scenario of the stage (fills the report; `Err` when it cannot be set up).
+type Scenario<'a> = Box<dyn Fn(&mut ReplayRaceReport) -> Result<(), String> + 'a>;
+
+/// Runs the stage's three scenarios. A scenario that cannot be set up (a
+/// store error) is reported as a violation naming it.
+pub fn run(config: &ReplayRaceConfig) -> ReplayRaceReport {
+    run_with_progress(config, &|| {})
+}
+
+/// [`run`], calling `progress` about every 100 ms while trials complete (the
+/// simulator's hang watchdog counts them as finished events; a trial that
+/// does not end within 5 s is a violation of its own).
+pub fn run_with_progress(config: &ReplayRaceConfig, progress: &dyn Fn()) -> ReplayRaceReport {
+    let mut r = ReplayRaceReport::default();
+    let steps: [(&str, Scenario<'_>); 3] = [
+        ("read-ahead failure", Box::new(read_ahead_failure)),
+        (
+            "reload over a cached cursor",
+            Box::new(reload_over_cached_cursor),
+        ),
+        (
+            "read failure race",
+            Box::new(|r: &mut ReplayRaceReport| read_failure_race(r, config.race, progress)),
+        ),
+    ];
+    for (name, step) in steps {
+        if let Err(e) = step(&mut r) {
+            r.never_ready += 1;
+            r.violation(format!("replay_race ({name}): scenario failed to run: {e}"));
+        }
+    }
+    r
+}
+
+#[cfg(all(test, not(any(loom, feature = "shuttle"))))]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn replay_race_on_the_real_code_is_clean_and_exercises_every_scenario() {
+        let r = run(&ReplayRaceConfig {
+            race: Duration::from_millis(200),
+        });
+        assert_eq!(r.violations(), 0, "{r:?}");
+        assert_eq!(r.handles_ready, 3, "{r:?}");
+        assert!(r.failed_attempts >= 1, "{r:?}");
+        assert!(r.race_trials > 0 && r.race_failures_mid_apply > 0, "{r:?}");
+    }
+}
