@@ -3,10 +3,18 @@
 //! properties (never a neighbour's in the same or another managed ledger),
 //! and `read_only_contents` reports a store table of the wrong type as a
 //! typed error instead of skipping it (only a table that does not exist is
-//! read as empty).
+//! read as empty); and a cursor's deletion state persisted through either
+//! store ([`MemoryStore`] keeps it for the life of the process) is what a
+//! reopened managed ledger on the same store recovers.
 #![cfg(not(any(loom, feature = "shuttle")))]
 
-use pulsar_core::ledger::{LedgerStore, RedbStore, StoreError};
+use std::sync::Arc;
+
+use pulsar_core::cursor::CursorDeletionState;
+use pulsar_core::ledger::{
+    LedgerConfig, LedgerStore, ManagedLedger, MemoryStore, RedbStore, StoreError,
+};
+use pulsar_core::Position;
 use redb::TableDefinition;
 
 #[test]
@@ -93,4 +101,48 @@ fn a_redb_file_without_store_tables_reads_as_empty() {
     assert!(contents.cursors.is_empty());
     assert!(contents.entries.is_empty());
     assert!(contents.entry_stats.is_empty());
+}
+
+#[test]
+fn a_persisted_deletion_state_is_recovered_by_a_reopened_ledger_on_either_store() {
+    let dir = tempfile::tempdir().unwrap();
+    let stores: [Arc<dyn LedgerStore>; 2] = [
+        Arc::new(MemoryStore::new()),
+        Arc::new(RedbStore::open(dir.path().join("store.redb")).unwrap()),
+    ];
+    let cfg = || LedgerConfig {
+        max_entries_per_ledger: 8,
+        auto_skip_non_recoverable_data: false,
+    };
+    for store in stores {
+        let snapshot = {
+            let ml = ManagedLedger::open("topic", cfg(), store.clone()).unwrap();
+            let payloads: Vec<&[u8]> = vec![b"m"; 20];
+            ml.append_batch(&payloads).unwrap();
+            let cursor = ml.open_cursor("sub").unwrap();
+            let state = CursorDeletionState::new(cursor.mark_delete_position()).unwrap();
+            let acked: Vec<Position> = ml
+                .ledgers()
+                .iter()
+                .flat_map(|(l, n)| (0..*n).map(move |e| Position::new(*l, e)))
+                .enumerate()
+                .filter(|(i, _)| *i < 3 || i % 3 == 0)
+                .map(|(_, p)| p)
+                .collect();
+            state.delete(&acked, &*ml).unwrap();
+            cursor
+                .persist_deletion_state(&state, &[("bucket", Some(7))])
+                .unwrap();
+            state.snapshot()
+        };
+        assert!(snapshot.deleted_entries() > 0, "{snapshot:?}");
+        let ml = ManagedLedger::open("topic", cfg(), store.clone()).unwrap();
+        let cursor = ml.open_cursor("sub").unwrap();
+        assert_eq!(cursor.mark_delete_position(), snapshot.mark_delete);
+        assert_eq!(cursor.properties().unwrap()["bucket"], 7);
+        assert_eq!(
+            cursor.recover_deletion_state().unwrap().snapshot(),
+            snapshot
+        );
+    }
 }
