@@ -146,3 +146,30 @@ fn a_persisted_deletion_state_is_recovered_by_a_reopened_ledger_on_either_store(
         );
     }
 }
+
+#[test]
+fn list_cursors_names_exactly_the_cursors_persisted_for_the_ledger_on_either_store() {
+    let dir = tempfile::tempdir().unwrap();
+    let stores: [Arc<dyn LedgerStore>; 2] = [
+        Arc::new(MemoryStore::new()),
+        Arc::new(RedbStore::open(dir.path().join("store.redb")).unwrap()),
+    ];
+    let cfg = || LedgerConfig {
+        max_entries_per_ledger: 8,
+        auto_skip_non_recoverable_data: false,
+    };
+    for store in stores {
+        assert_eq!(store.list_cursors("topic").unwrap(), Vec::<String>::new());
+        let topic = ManagedLedger::open("topic", cfg(), store.clone()).unwrap();
+        let other = ManagedLedger::open("topic-2", cfg(), store.clone()).unwrap();
+        topic.append(b"m").unwrap();
+        other.append(b"m").unwrap();
+        for (ml, name) in [(&topic, "sub-b"), (&topic, "sub-a"), (&other, "sub-c")] {
+            let c = ml.open_cursor(name).unwrap();
+            c.mark_delete(Position::new(1, 0)).unwrap();
+        }
+        assert_eq!(store.list_cursors("topic").unwrap(), vec!["sub-a", "sub-b"]);
+        assert_eq!(store.list_cursors("topic-2").unwrap(), vec!["sub-c"]);
+        assert_eq!(store.list_cursors("topic-3").unwrap(), Vec::<String>::new());
+    }
+}
