@@ -55,3 +55,13 @@ impl Drop for Watchdog {
         self.thread.unpark();
     }
 }
+
+/// Arms one watchdog for the rest of this test process (idempotent: only
+/// the first call arms it): the whole test binary must finish within
+/// `limit`. For helpers shared by many tests that each drive the manual
+/// executor on the test thread, where one hanging test would otherwise
+/// hold the binary forever.
+pub fn arm_for_process(what: &str, limit: Duration) {
+    static ARMED: std::sync::OnceLock<Watchdog> = std::sync::OnceLock::new();
+    ARMED.get_or_init(|| arm(what, limit));
+}
