@@ -129,6 +129,13 @@ fn a_read_is_issued_only_with_room_for_a_whole_batch_and_none_in_flight() {
     assert_eq!(a.reads_issued(), 1);
     let job = holds.take();
     assert_eq!(job.max_entries(), 2, "a read asks for read_batch entries");
+    // Diagnostics name the attempt's pipeline state.
+    assert!(format!("{job:?}").contains("max_entries: 2"), "{job:?}");
+    let shown = format!("{a:?}");
+    assert!(
+        shown.contains("\"pipeline\"") && shown.contains("outstanding_reads: 1"),
+        "{shown}"
+    );
     assert!(Arc::ptr_eq(job.cursor(), &cursor));
     job.complete(ml.read_positions(&ps[..1]).unwrap());
     assert_eq!((a.queued(), a.outstanding_reads()), (1, 0));
