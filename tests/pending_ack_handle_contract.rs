@@ -191,3 +191,58 @@ fn a_ready_handle_reports_its_replay_and_serves_appends() {
     h.init();
     assert_eq!(pool.run_pending(), 0);
 }
+
+fn commit(t: u64) -> PendingAckRecord {
+    PendingAckRecord::commit(TxnId::new(1, t), AckType::Individual)
+}
+
+/// The pending-ack log is trimmed (mark-deleted) up to the last entry before
+/// the oldest unresolved transaction, by the replay and by appends alike, so
+/// a restart replays only what is still pending.
+#[test]
+fn replay_and_appends_trim_the_log_up_to_the_oldest_unresolved_entry() {
+    let _w = watchdog::arm("log trim", Duration::from_secs(20));
+    let (ml, c) = cursor("trim");
+    let p0 = ml.append(&ack(1, 1).encode()).unwrap();
+    let p1 = ml.append(&ack(2, 2).encode()).unwrap();
+    let _p2 = ml.append(&commit(1).encode()).unwrap();
+    let before = c.mark_delete_position();
+    assert!(before < p0);
+    let pool = ReplayExecutorPool::new(1, ExecutorMode::Manual).unwrap();
+    let h = handle("trim", &c, &pool);
+    h.init();
+    pool.run_pending();
+    assert_eq!(h.state(), HandleState::Ready);
+    // t1 resolved at p0; t2 still pending at p1.
+    assert_eq!(c.mark_delete_position(), p0, "replay trims up to p0");
+    let a3 = append(&h, ack(3, 3)).unwrap().unwrap();
+    assert_eq!(
+        c.mark_delete_position(),
+        p0,
+        "a new pending ack trims nothing"
+    );
+    let a4 = append(&h, commit(2)).unwrap().unwrap();
+    assert!(a4.position > a3.position && a3.position > p1);
+    // p1 resolved; p2 holds only resolved records; p3 (t3) still pending.
+    assert_eq!(c.mark_delete_position(), ml.next_valid_position(p1));
+    let a5 = append(&h, commit(3)).unwrap().unwrap();
+    assert_eq!(c.mark_delete_position(), a5.position, "everything resolved");
+    assert!(h.summary().individual.is_empty());
+}
+
+#[test]
+fn diagnostics_name_the_handle_and_its_state() {
+    let (_ml, c) = cursor("shown");
+    let pool = ReplayExecutorPool::new(1, ExecutorMode::Manual).unwrap();
+    let h = handle("shown", &c, &pool);
+    let w = h.ready_waiter();
+    let shown = format!("{h:?}");
+    assert!(
+        shown.contains("\"shown\"") && shown.contains("None"),
+        "{shown}"
+    );
+    h.close();
+    let shown = format!("{w:?}");
+    assert!(shown.contains("Closed"), "{shown}");
+    assert!(format!("{h:?}").contains("Close"));
+}
