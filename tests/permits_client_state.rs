@@ -143,3 +143,29 @@ fn a_command_budget_counts_what_is_left_to_claim() {
     assert_eq!((b.remaining(), b.claimed()), (2, 1));
     assert_eq!(b.drain(), 2);
 }
+
+/// PIP-491's valid range for an explicit `message_permits` is `1..=i32::MAX`:
+/// both ends are accepted, one past either end closes the connection.
+#[test]
+fn explicit_permits_are_valid_from_1_to_i32_max_inclusive() {
+    use pulsar_core::permits::client::{resolve_early, PermitProtocolError, PermitSource};
+    use pulsar_core::permits::wire::{CommandMessage, MAX_PERMITS};
+    let early = |p: u32| {
+        resolve_early(&CommandMessage {
+            message_permits: Some(p),
+            ..Default::default()
+        })
+        .map(|r| (r.permits, r.source))
+    };
+    assert_eq!(MAX_PERMITS, i32::MAX as u32);
+    assert_eq!(early(1), Ok((1, PermitSource::Explicit)));
+    assert_eq!(
+        early(MAX_PERMITS),
+        Ok((MAX_PERMITS, PermitSource::Explicit))
+    );
+    assert_eq!(early(0), Err(PermitProtocolError::InvalidExplicit(0)));
+    assert_eq!(
+        early(MAX_PERMITS + 1),
+        Err(PermitProtocolError::InvalidExplicit(MAX_PERMITS + 1))
+    );
+}
