@@ -13,6 +13,13 @@
 //!    indexes only.
 #![cfg(not(any(loom, feature = "shuttle")))]
 
+#[path = "common/watchdog.rs"]
+mod watchdog;
+
+/// Bound of the whole test binary (it runs in about a second): a replay
+/// that spins on the manual executor fails with a named HANG, not a timeout.
+const WATCHDOG: std::time::Duration = std::time::Duration::from_secs(20);
+
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
 
@@ -25,6 +32,7 @@ use pulsar_core::Position;
 const CURSOR: &str = "__pending_ack_state";
 
 fn manual() -> (Arc<ReplayExecutorPool>, Arc<VirtualTimer>) {
+    watchdog::arm_for_process("tests/pending_ack_paths.rs", WATCHDOG);
     (
         ReplayExecutorPool::new(1, ExecutorMode::Manual).unwrap(),
         Arc::new(VirtualTimer::new()),
@@ -267,6 +275,7 @@ fn redb_log(
     dir: &tempfile::TempDir,
     name: &str,
 ) -> (Arc<ManagedLedger>, Arc<ManagedCursor>, Vec<Position>) {
+    watchdog::arm_for_process("tests/pending_ack_paths.rs", WATCHDOG);
     let store = Arc::new(RedbStore::open(dir.path().join("store.redb")).unwrap());
     let ml = ledger(store, name);
     let ack = |t: u64, e: i64| {
@@ -405,6 +414,7 @@ struct LostCallback {
 }
 
 fn lost_callback(log: &str, handle: &str) -> LostCallback {
+    watchdog::arm_for_process("tests/pending_ack_paths.rs", WATCHDOG);
     let dir = tempfile::tempdir().unwrap();
     let (ml, cursor, pending) = redb_log(&dir, log);
     let pool = ReplayExecutorPool::new(1, ExecutorMode::Threads).unwrap();

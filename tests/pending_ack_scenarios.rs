@@ -6,6 +6,13 @@
 //! only work inside a model).
 #![cfg(not(any(loom, feature = "shuttle")))]
 
+#[path = "common/watchdog.rs"]
+mod watchdog;
+
+/// Bound of the whole test binary (it runs in about a second): a replay
+/// that spins on the manual executor fails with a named HANG, not a timeout.
+const WATCHDOG: std::time::Duration = std::time::Duration::from_secs(20);
+
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -66,6 +73,7 @@ struct Log {
 /// cumulative ack, one record per entry; returns the reference summary
 /// computed by a simple model independent of the handlers.
 fn write_log(store: Arc<dyn LedgerStore>, name: &str, cfg: LedgerConfig, txns: u64) -> Log {
+    watchdog::arm_for_process("tests/pending_ack_scenarios.rs", WATCHDOG);
     let ml = ManagedLedger::open(name, cfg, store).unwrap();
     let mut expected = PendingAckSummary {
         mark_delete: Position::new(-1, -1),
@@ -141,6 +149,7 @@ fn drive(pool: &ReplayExecutorPool, timer: &VirtualTimer, handles: &[&PendingAck
 }
 
 fn manual() -> (Arc<ReplayExecutorPool>, Arc<VirtualTimer>) {
+    watchdog::arm_for_process("tests/pending_ack_scenarios.rs", WATCHDOG);
     (
         ReplayExecutorPool::new(1, ExecutorMode::Manual).unwrap(),
         Arc::new(VirtualTimer::new()),
