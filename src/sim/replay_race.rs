@@ -603,12 +603,23 @@ mod tests {
 
     #[test]
     fn replay_race_on_the_real_code_is_clean_and_exercises_every_scenario() {
-        let r = run(&ReplayRaceConfig {
-            race: Duration::from_millis(200),
-        });
-        assert_eq!(r.violations(), 0, "{r:?}");
-        assert_eq!(r.handles_ready, 3, "{r:?}");
-        assert!(r.failed_attempts >= 1, "{r:?}");
-        assert!(r.race_trials > 0 && r.race_failures_mid_apply > 0, "{r:?}");
+        // Whether a 200 ms race window lands a failure while entries are
+        // being applied depends on the machine's load: up to 20 windows
+        // (4 s), every one clean, at least one with a mid-apply failure.
+        let mut mid_apply = 0;
+        for _ in 0..20 {
+            let r = run(&ReplayRaceConfig {
+                race: Duration::from_millis(200),
+            });
+            assert_eq!(r.violations(), 0, "{r:?}");
+            assert_eq!(r.handles_ready, 3, "{r:?}");
+            assert!(r.failed_attempts >= 1, "{r:?}");
+            assert!(r.race_trials > 0, "{r:?}");
+            mid_apply += r.race_failures_mid_apply;
+            if mid_apply > 0 {
+                break;
+            }
+        }
+        assert!(mid_apply > 0, "no race window failed a read mid-apply");
     }
 }
