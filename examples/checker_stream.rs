@@ -2,7 +2,9 @@
 //! 400 M-delivery `fanout` run asks of it, without the broker around it.
 //!
 //! `cargo run --release --example checker_stream -- MESSAGES SUBSCRIPTIONS WINDOW`
-//! (default 20,000,000 × 20, window 100,000): messages of batch 10 are
+//! (default 50,000 × 20, window 10,000, a few seconds, as the CI examples
+//! layer runs it; the seed's fan-out scale is `-- 20000000 20 100000`):
+//! messages of batch 10 are
 //! published in position order with 10,000 Key_Shared keys; each
 //! subscription's 10 consumers receive every message in order and
 //! acknowledge it WINDOW messages later (the unacknowledged backlog a real
@@ -16,16 +18,19 @@ use pulsar_core::sim::checker::{DeliveryChecker, MessageRef, OrderCheck};
 use pulsar_core::sim::report::peak_memory_kib;
 
 fn arg(i: usize, default: u64) -> u64 {
-    std::env::args()
-        .nth(i)
-        .map(|a| a.parse().expect("arguments are numbers"))
-        .unwrap_or(default)
+    match std::env::args().nth(i) {
+        None => default,
+        Some(a) => a.parse().unwrap_or_else(|_| {
+            eprintln!("checker_stream: argument {i} ({a:?}) is not a whole number; usage: MESSAGES SUBSCRIPTIONS WINDOW");
+            std::process::exit(2)
+        }),
+    }
 }
 
 fn main() {
-    let messages = arg(1, 20_000_000);
+    let messages = arg(1, 50_000);
     let subs = arg(2, 20);
-    let window = arg(3, 100_000);
+    let window = arg(3, 10_000);
     let names: Vec<String> = (0..subs).map(|s| format!("sub-{s}")).collect();
     let mut c = DeliveryChecker::new(names.clone(), 0, OrderCheck::PerKey);
     let msg = |i: u64| MessageRef {
