@@ -355,16 +355,16 @@ fn resets_inside_lookups() -> HintRaceReport {
     // Cannot fail: (1, -1) is a valid mark-delete.
     let state = Arc::new(CursorDeletionState::new(p(1, -1)).expect("valid mark-delete"));
     for round in 0..OVERLAP_ROUNDS {
-        // Deleted now: everything up to 2:5 (mark-delete) and 3:round (a
-        // range, through the directory); a reset to read 1:990 un-deletes
-        // all three probes.
-        state
-            .mark_delete(p(2, 5), &ledger)
-            .expect("mark-delete forward within the layout");
-        state
-            .delete(&[p(3, round)], &ledger)
-            .expect("ack within the layout");
         for q in [p(1, 995), p(2, 3), p(3, round)] {
+            // Deleted before each probe: everything up to 2:5 (mark-delete)
+            // and 3:round (a range, through the directory); a reset to read
+            // 1:990 un-deletes all three probes.
+            state
+                .mark_delete(p(2, 5), &ledger)
+                .expect("mark-delete forward within the layout");
+            state
+                .delete(&[p(3, round)], &ledger)
+                .expect("ack within the layout");
             let fired = Arc::new(AtomicBool::new(false));
             let guard = {
                 let (state, fired, ledger) =
@@ -401,13 +401,6 @@ fn resets_inside_lookups() -> HintRaceReport {
                     ),
                 );
             }
-            // Deleted again for the next probe.
-            state
-                .mark_delete(p(2, 5), &ledger)
-                .expect("mark-delete forward within the layout");
-            state
-                .delete(&[p(3, round)], &ledger)
-                .expect("ack within the layout");
         }
     }
     r
