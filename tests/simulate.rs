@@ -449,6 +449,72 @@ fn virtual_time_is_when_the_workload_finished() {
     assert!(r.virtual_ms < 10_000, "virtual time {} ms", r.virtual_ms);
 }
 
+/// Fault-model regression found by the swarm (seed 1212): one Key_Shared
+/// consumer with a 1,000-message receiver queue against the faulty broker.
+/// A dispatch pass's whole window arrives at one virtual instant, before
+/// the application polls, so nearly every window carries an invalid P and
+/// closes the connection, and the reconnect redelivers the same window.
+/// With the fault model's fairness bound (16 such closes in a row without
+/// a received message) the run finishes clean and the bound is reached;
+/// with the bound off it makes no progress, and the watchdogs must stop it
+/// within seconds as a named livelock, not at the wall-clock limit.
+#[test]
+fn a_faulty_broker_closing_every_window_is_bounded_and_its_livelock_is_named() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/workloads");
+    let w = Workload::from_toml_file(&dir.join("faulty_broker_full_window.toml")).unwrap();
+    assert_eq!(
+        w.faults.faulty_closes_without_progress,
+        pulsar_core::sim::workload::FAULTY_CLOSES_WITHOUT_PROGRESS
+    );
+    let r = run_in_tempdir(&w, 1212, None);
+    assert!(r.is_clean(), "{r}");
+    assert!(
+        r.activity.invalid_permit_closes >= u64::from(w.faults.faulty_closes_without_progress),
+        "{r}"
+    );
+    assert!(
+        r.activity.faulty_permits_held_back > 0,
+        "the fairness bound was never reached: {r}"
+    );
+
+    let mut unbounded = w.clone();
+    unbounded.faults.faulty_closes_without_progress = u32::MAX;
+    // No progress: the same window redelivered every few virtual ms.
+    let r = run_in_tempdir(&unbounded, 1212, None);
+    assert_eq!(r.counts.livelocks, 1, "{r}");
+    assert_eq!(r.activity.faulty_permits_held_back, 0, "{r}");
+    let first = r.first_violation.clone().unwrap_or_default();
+    assert!(
+        first.contains("livelock at t=")
+            && first.contains("in client (permits): no message received or acknowledged for")
+            && first.contains("reconnects since")
+            && first.contains("Deliver(sub-0)"),
+        "{first}"
+    );
+    // Virtual time stuck: the same run with a same-instant bound below
+    // one window's burst (a window of 1,000 Deliver events at one instant).
+    let dir = tempfile::tempdir().unwrap();
+    let opts = SimOptions {
+        seed: 1212,
+        data_dir: dir.path().join("data"),
+        faults: true,
+        sabotage: None,
+        sync: pulsar_core::ledger::SyncMode::Immediate,
+        watchdog: Watchdog {
+            same_time_events: 500,
+            ..test_watchdog()
+        },
+    };
+    let r = run(&unbounded, &opts, None).unwrap();
+    assert_eq!(r.counts.livelocks, 1, "{r}");
+    let first = r.first_violation.clone().unwrap_or_default();
+    assert!(
+        first.contains("livelock at t=")
+            && first.contains("virtual time did not advance for 501 events"),
+        "{first}"
+    );
+}
+
 /// Broker-model regressions found by the swarm, each a workload file with
 /// the seed it ran with: an entry acknowledged in an open transaction is
 /// never dispatched to a second consumer (Shared + delayed + transactions +

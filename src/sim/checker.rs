@@ -956,6 +956,13 @@ impl DeliveryChecker {
         }
     }
 
+    /// Messages received by an application plus messages acknowledged so
+    /// far: it grows whenever the run makes progress (the no-progress
+    /// watchdog's signal).
+    pub fn progress(&self) -> u64 {
+        self.counts.delivered + self.counts.acked
+    }
+
     /// Whether every published message is acknowledged (or skipped by a
     /// seek) on every subscription.
     pub fn all_acked(&self) -> bool {

@@ -85,6 +85,11 @@ pub struct Activity {
     pub write_failure_removals: u64,
     /// Connections the client closed on an invalid explicit P (faulty broker).
     pub invalid_permit_closes: u64,
+    /// Invalid P the faulty broker drew but did not send because the
+    /// consumer's connection had closed on one
+    /// `faults.faulty_closes_without_progress` times in a row without the
+    /// application receiving a message (the fault model's fairness).
+    pub faulty_permits_held_back: u64,
     /// Consumers re-created on the same connection (queued Flow across it).
     pub same_connection_recreations: u64,
     /// Flow requests of a closed incarnation that the connection task's
@@ -162,7 +167,7 @@ impl fmt::Display for Report {
         )?;
         writeln!(f, "data dir: {} (sync: {})", self.data_dir, self.sync)?;
         writeln!(f)?;
-        let rows: [(&str, String); 34] = [
+        let rows: [(&str, String); 35] = [
             ("published", c.published.to_string()),
             ("delivered", c.delivered.to_string()),
             ("acked", c.acked.to_string()),
@@ -260,6 +265,10 @@ impl fmt::Display for Report {
                 ),
             ),
             ("corrupted batches", a.corrupted_batches.to_string()),
+            (
+                "invalid P held back (faulty-broker fairness)",
+                a.faulty_permits_held_back.to_string(),
+            ),
             (
                 "admission rejections / write-failure removals / invalid-P closes / same-connection re-creations",
                 format!(

@@ -5,6 +5,14 @@
 //!   millisecond is a livelock (something reschedules itself at "now"
 //!   forever); the run stops with a violation naming the component of the
 //!   last events.
+//! - **No progress** (in the event loop): more than
+//!   [`Watchdog::no_progress_events`] events in a row in which no
+//!   application receives a message and none is acknowledged, while some
+//!   published message is not acknowledged, is a livelock whose
+//!   virtual time still advances (e.g. a connection closed and the same
+//!   window redelivered every few milliseconds); the run stops with a
+//!   violation naming the component of the last events, the virtual time
+//!   since the last progress and the reconnects in it.
 //! - **Wall-clock bound** (in the event loop): a run past
 //!   [`Watchdog::wall_limit`] stops with a violation.
 //! - **Hang inside one event** (a watchdog thread): a component that spins
@@ -26,6 +34,13 @@ pub struct Watchdog {
     /// stopped as a livelock. Default 2,000,000 (a busy default run handles
     /// well under 100,000 events in one millisecond).
     pub same_time_events: u64,
+    /// Events in a row in which no application receives a message and
+    /// none is acknowledged, while some published message is not
+    /// acknowledged, before the run is stopped as a livelock. Default
+    /// 300,000 (a run that makes progress delivers a message every few
+    /// events; a wait for a delayed message, an outage or a replay runs a
+    /// few events per 100 virtual ms).
+    pub no_progress_events: u64,
     /// Wall-clock bound of the whole run (default none).
     pub wall_limit: Option<Duration>,
     /// If set, a run in which no event finishes for this long prints a
@@ -38,6 +53,7 @@ impl Default for Watchdog {
     fn default() -> Self {
         Self {
             same_time_events: 2_000_000,
+            no_progress_events: 300_000,
             wall_limit: None,
             exit_on_hang: None,
         }

@@ -22,6 +22,14 @@ pub enum SubscriptionType {
     Failover,
 }
 
+/// Default [`Faults::faulty_closes_without_progress`]: a window of 100
+/// messages with 1 % of frames faulty closes the connection with
+/// probability 0.63, so 16 closes in a row without a received message
+/// (0.63^16 ≈ 0.06 %) stays rare in runs that make progress, while a
+/// window of 1,000 (closed with probability 0.99996) gets through after
+/// 16 round trips instead of never.
+pub const FAULTY_CLOSES_WITHOUT_PROGRESS: u32 = 16;
+
 /// Faults injected during the run (each switchable).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -90,6 +98,17 @@ pub struct Faults {
     /// so it resolves P from the command alone; 0 is invalid there too and
     /// it must close the connection without credit (and reconnects).
     pub zero_permits_on_corrupted_ratio: f64,
+    /// Fairness of the faulty broker: after this many connections of one
+    /// consumer closed on an injected invalid P in a row, with the
+    /// application receiving no message in between, the broker sends valid
+    /// P until the application receives one. The simulated connection
+    /// delivers a dispatch pass's whole window at one virtual instant,
+    /// before the application's next poll, so with a window of 1,000
+    /// messages and about 1 % of frames faulty nearly every window closes
+    /// the connection and redelivers the same window: no protocol makes
+    /// progress against a peer that breaks every window, and the run would
+    /// only end at a watchdog. `u32::MAX` turns the bound off.
+    pub faulty_closes_without_progress: u32,
     /// Fraction of entries pending-ack admission rejects (Pulsar: a
     /// transaction conflict or a filter): neither sent nor debited, replayed.
     pub admission_reject_ratio: f64,
@@ -144,6 +163,7 @@ impl Default for Faults {
             replay_read_failures: 0,
             invalid_permits_ratio: 0.0,
             zero_permits_on_corrupted_ratio: 0.0,
+            faulty_closes_without_progress: FAULTY_CLOSES_WITHOUT_PROGRESS,
             admission_reject_ratio: 0.0,
             write_failure_ratio: 0.0,
             same_connection_reconnects: 0,
@@ -175,6 +195,7 @@ impl Faults {
             replay_read_failures: 0,
             invalid_permits_ratio: 0.0,
             zero_permits_on_corrupted_ratio: 0.0,
+            faulty_closes_without_progress: FAULTY_CLOSES_WITHOUT_PROGRESS,
             admission_reject_ratio: 0.0,
             write_failure_ratio: 0.0,
             same_connection_reconnects: 0,

@@ -54,12 +54,34 @@ impl Sim<'_> {
         // returns the P it was sent (PIP-491) and cannot tell it is wrong.
         // (The draw happens either way, so the run's random sequence does
         // not depend on the corruption.)
-        let mut faulty;
-        let command = if self.opts.faults
+        //
+        // Fairness: once this consumer's connection closed on an injected
+        // P `faulty_closes_without_progress` times in a row with nothing
+        // received in between, the broker sends valid P until the
+        // application receives a message. The draws still happen (so a run
+        // that never reaches the bound is unchanged).
+        let fair = self.clients[s][c].faulty_closes_in_a_row
+            < self.w.faults.faulty_closes_without_progress;
+        let draw_invalid = self.opts.faults
             && self.w.faults.invalid_permits_ratio > 0.0
             && self.rng.random_bool(self.w.faults.invalid_permits_ratio)
-            && !corrupt
-        {
+            && !corrupt;
+        // Faulty-broker mode on a corrupted batch: P = 0 is invalid
+        // without any metadata (the client resolves P from the command
+        // alone when the payload cannot be parsed), so the client must
+        // close the connection here too.
+        let draw_zero = !draw_invalid
+            && self.opts.faults
+            && corrupt
+            && self.w.faults.zero_permits_on_corrupted_ratio > 0.0
+            && self
+                .rng
+                .random_bool(self.w.faults.zero_permits_on_corrupted_ratio);
+        if (draw_invalid || draw_zero) && !fair {
+            self.activity.faulty_permits_held_back += 1;
+        }
+        let mut faulty;
+        let command = if draw_invalid && fair {
             faulty = command.clone();
             let batch = Self::entry_info(original).map_or(1, |(b, _, _)| b);
             faulty.message_permits = Some(if self.rng.random_bool(0.5) {
@@ -68,17 +90,7 @@ impl Sim<'_> {
                 batch + 1
             });
             &faulty
-        } else if self.opts.faults
-            && corrupt
-            && self.w.faults.zero_permits_on_corrupted_ratio > 0.0
-            && self
-                .rng
-                .random_bool(self.w.faults.zero_permits_on_corrupted_ratio)
-        {
-            // Faulty-broker mode on a corrupted batch: P = 0 is invalid
-            // without any metadata (the client resolves P from the command
-            // alone when the payload cannot be parsed), so the client must
-            // close the connection here too.
+        } else if draw_zero && fair {
             faulty = command.clone();
             faulty.message_permits = Some(0);
             &faulty
@@ -99,6 +111,7 @@ impl Sim<'_> {
         if invalid_p {
             if client.connection.is_closed() {
                 self.activity.invalid_permit_closes += 1;
+                client.faulty_closes_in_a_row += 1;
                 self.faults_pending += 1;
                 self.sched.after(
                     NET_MS,
@@ -237,6 +250,7 @@ impl Sim<'_> {
                 }
                 client.last_delivery_ms = now;
                 client.stall_since = None;
+                client.faulty_closes_in_a_row = 0;
                 if release {
                     let returned = msg.release_permit().map_err(comp("permit return"))?;
                     if matches!(

@@ -314,6 +314,10 @@ struct ClientRt {
     /// Same-connection re-creations waiting for a poll that queues a Flow
     /// (or their deadline).
     recreate_pending: u32,
+    /// Connections of this consumer closed on an injected invalid P since
+    /// its application last received a message (the faulty broker's
+    /// fairness bound, `faults.faulty_closes_without_progress`).
+    faulty_closes_in_a_row: u32,
 }
 
 struct Sim<'a> {
@@ -564,6 +568,7 @@ impl Sim<'_> {
                     cumulative_upto: None,
                     ack_flush_scheduled: false,
                     recreate_pending: 0,
+                    faulty_closes_in_a_row: 0,
                 });
             }
             self.clients.push(row);
@@ -590,6 +595,9 @@ impl Sim<'_> {
         let expected = self.w.messages * u64::from(self.w.subscriptions);
         let mut steps: u64 = 0;
         let mut same_time = (0, 0u64);
+        // (messages received or acknowledged, events since that count last
+        // changed, virtual time and reconnects when it did)
+        let mut progress = (self.checker.progress(), 0u64, 0, self.activity.reconnects);
         while let Some((now, ev)) = self.sched.pop() {
             self.clock.set(now + self.broker_clock_offset_ms);
             if let Some(b) = &self.broker {
@@ -615,6 +623,31 @@ impl Sim<'_> {
                 }
             } else {
                 same_time = (now, 1);
+            }
+            let made = self.checker.progress();
+            if made != progress.0 {
+                progress = (made, 0, now, self.activity.reconnects);
+            } else {
+                progress.1 += 1;
+                if progress.1 > self.opts.watchdog.no_progress_events {
+                    if self.checker.all_acked() {
+                        progress = (made, 0, now, self.activity.reconnects);
+                    } else {
+                        let (component, recent) = self.heartbeat.describe();
+                        let acked = self.checker_acked();
+                        self.checker.livelock(
+                            &format!(
+                                "livelock at t={now}ms in {component}: no message received or acknowledged for {} events ({} virtual ms since the last at t={}ms, {} reconnects since, {acked} of {expected} acknowledged); last events: {recent}",
+                                progress.1,
+                                now - progress.2,
+                                progress.2,
+                                self.activity.reconnects - progress.3,
+                            ),
+                            now,
+                        );
+                        break;
+                    }
+                }
             }
             if steps.is_multiple_of(1024) {
                 if let Some(limit) = self.opts.watchdog.wall_limit {
@@ -721,7 +754,7 @@ impl Sim<'_> {
 
     fn checker_acked(&self) -> u64 {
         // The checker owns the count; the report carries it. This is only
-        // for the progress bar.
+        // for the progress bar and the no-progress watchdog.
         self.acked_at_last_check.iter().sum()
     }
 
