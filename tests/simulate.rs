@@ -518,10 +518,12 @@ fn a_faulty_broker_closing_every_window_is_bounded_and_its_livelock_is_named() {
 /// Broker-model regressions found by the swarm, each a workload file with
 /// the seed it ran with: an entry acknowledged in an open transaction is
 /// never dispatched to a second consumer (Shared + delayed + transactions +
-/// restarts), and Failover stays ordered after an admission rejection so a
-/// cumulative ack never covers an entry waiting for replay. Each run must
-/// stay clean and must actually exercise its fault (admission rejections,
-/// transactional acks).
+/// restarts), Failover stays ordered after an admission rejection so a
+/// cumulative ack never covers an entry waiting for replay, and an entry
+/// rejected by admission in a subscription's last dispatch pass (nothing
+/// sent, nothing new to read, no ack or Flow to come) is still replayed
+/// (Key_Shared and Failover). Each run must stay clean and must actually
+/// exercise its fault (admission rejections, transactional acks).
 #[test]
 fn swarm_found_broker_model_regressions_stay_clean() {
     let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/workloads");
@@ -529,6 +531,8 @@ fn swarm_found_broker_model_regressions_stay_clean() {
         ("shared_delayed_txn_restarts.toml", 135),
         ("failover_admission_rejections.toml", 3),
         ("failover_admission_rejections_txn.toml", 18),
+        ("key_shared_rejected_in_last_pass.toml", 3579),
+        ("failover_rejected_in_last_pass.toml", 8497),
     ] {
         let w = Workload::from_toml_file(&dir.join(file)).unwrap();
         let r = run_in_tempdir(&w, seed, None);

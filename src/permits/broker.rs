@@ -700,6 +700,13 @@ impl SharedDispatcher {
             .acknowledge(position)
     }
 
+    /// Whether positions wait for replay (Pulsar's non-empty
+    /// `redeliveryMessages`): the dispatcher's next read must serve them
+    /// first, whether or not the cursor has new entries.
+    pub fn has_replay(&self) -> bool {
+        !self.replay.is_empty()
+    }
+
     /// Takes the positions waiting for replay (ascending).
     pub fn take_replay(&mut self) -> Vec<Position> {
         std::mem::take(&mut self.replay).into_iter().collect()
@@ -960,5 +967,41 @@ mod tests {
                 position: Position::new(1, 1)
             })
         );
+    }
+
+    /// `has_replay` tells the dispatcher loop that a read is owed to the
+    /// replay set: true after an admission rejection or a removal with
+    /// pending acks, false once taken, and untouched by a copy refused as
+    /// already pending (it is out on the consumer, not waiting).
+    #[test]
+    fn has_replay_reports_what_take_replay_would_return() {
+        let mut d = SharedDispatcher::new();
+        d.add_consumer(key(1), 0).unwrap();
+        d.consumer_flow(key(1), 100).unwrap();
+        assert!(!d.has_replay());
+        let mut reject_two = |_k: ConsumerKey, e: &BrokerEntry| e.position.entry_id != 2;
+        let dispatch = d
+            .send_to_consumer(
+                key(1),
+                vec![entry(1, 1, vec![]), entry(2, 1, vec![])],
+                &mut reject_two,
+            )
+            .unwrap();
+        assert_eq!(dispatch.commands.len(), 1);
+        assert!(d.has_replay(), "the rejected entry waits for replay");
+        assert_eq!(d.take_replay(), vec![Position::new(1, 2)]);
+        assert!(!d.has_replay());
+        let again = d
+            .send_to_consumer(key(1), vec![entry(1, 1, vec![])], &mut AdmitAll)
+            .unwrap();
+        assert_eq!(
+            again.not_sent,
+            vec![(Position::new(1, 1), NotSentReason::AlreadyPending)]
+        );
+        assert!(!d.has_replay(), "already pending is not waiting for replay");
+        d.remove_consumer(key(1)).unwrap();
+        assert!(d.has_replay(), "a removed consumer's pending acks wait");
+        assert_eq!(d.take_replay(), vec![Position::new(1, 1)]);
+        assert!(!d.has_replay());
     }
 }

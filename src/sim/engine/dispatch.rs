@@ -615,19 +615,32 @@ impl Sim<'_> {
 
     /// Ends a pass: schedules the reconnects of consumers whose write
     /// failed, the deliveries, and the next pass (after an outage's retry
-    /// delay, or right away while this pass made progress; otherwise the
-    /// next Flow, ack, publish or tick schedules it), then checks the
+    /// delay; right away while this pass made progress and there is more to
+    /// read or routed entries wait; while entries wait for replay, right
+    /// away if this pass delivered something, else 1 ms later; otherwise
+    /// the next Flow, ack, publish or tick schedules it), then checks the
     /// delayed tracker's count.
     fn finish_pass(&mut self, s: SubIdx, progress: bool, read_error: bool, sent: Sent) {
         let Some(b) = self.broker.as_mut() else {
             return;
         };
         let sub = &mut b.subs[s];
-        let more = !read_error
+        let may_continue = !read_error
             && (progress || !sent.deliveries.is_empty())
-            && sub.dispatcher.total_available_permits() > 0
+            && sub.dispatcher.total_available_permits() > 0;
+        let more = may_continue
             && (sub.cursor.has_more_entries() || sub.blocked.values().any(|q| !q.is_empty()));
+        // Entries this pass put back for replay (rejected by admission, the
+        // rest of a Failover queue behind a rejection) are only collected by
+        // a later pass. Pulsar's dispatcher reads again after every send and
+        // serves its replay set (`redeliveryMessages`) first, so they go out
+        // even when nothing new is published and no ack or Flow follows.
+        // A pass that sent nothing retries after 1 ms (Pulsar's dispatcher
+        // retry backoff), never at the same virtual instant.
+        let replay_waiting =
+            may_continue && !more && (sub.dispatcher.has_replay() || !sub.redeliver.is_empty());
         let seeks_before_dispatch = self.seeks_done[s];
+        let delivered = !sent.deliveries.is_empty();
         for slot in sent.write_failed {
             self.faults_pending += 1;
             self.sched.after(
@@ -658,8 +671,15 @@ impl Sim<'_> {
             if let Some(b) = self.broker.as_mut() {
                 b.subs[s].dispatch_scheduled = true;
             }
-        } else if more {
+        } else if more || (replay_waiting && delivered) {
             self.schedule_dispatch(s);
+        } else if replay_waiting {
+            if let Some(b) = self.broker.as_mut() {
+                if !b.subs[s].dispatch_scheduled {
+                    b.subs[s].dispatch_scheduled = true;
+                    self.sched.after(1, Ev::Dispatch(s));
+                }
+            }
         }
         self.check_tracker_count(s);
     }
