@@ -55,7 +55,7 @@ impl BucketDelayedDeliveryTracker {
     /// | check | spec invariant (`specs/BucketMerge.tla`) |
     /// |---|---|
     /// | the counter equals the runtime index's cardinality | `CounterEqualsCardinality` |
-    /// | no tracked position has two shared-queue entries (untracked, stale entries are allowed: a pop skips them) | `NoSecondLiveCopy` |
+    /// | no tracked position has two shared-queue entries (untracked, stale entries are allowed: a pop skips them); not checked after a [`reset_mark_delete`](Self::reset_mark_delete) moved the mark-delete backward, until the next [`clear`](Self::clear): a position acknowledged, then re-added after the reset, sits next to its own stale entry or is queued again by its bucket's later segment (harmless: the pop delivers it once; the spec has no backward reset) | `NoSecondLiveCopy` |
     /// | immutable buckets are disjoint and filed under their start ledger | - |
     /// | each bucket's current segment is in `1..=last` | - |
     /// | every bucket's segment boundary is registered to it, and only those | - |
@@ -78,12 +78,16 @@ impl BucketDelayedDeliveryTracker {
                 cardinality: inner.index.cardinality(),
             });
         }
-        let mut live: Vec<(i64, u32)> = inner
-            .shared_queue
-            .iter()
-            .map(|Reverse(i)| (i.ledger_id, i.entry_id))
-            .filter(|&(l, e)| inner.index.contains(l, e))
-            .collect();
+        let mut live: Vec<(i64, u32)> = if inner.reset_backward {
+            Vec::new()
+        } else {
+            inner
+                .shared_queue
+                .iter()
+                .map(|Reverse(i)| (i.ledger_id, i.entry_id))
+                .filter(|&(l, e)| inner.index.contains(l, e))
+                .collect()
+        };
         live.sort_unstable();
         if let Some(w) = live.windows(2).find(|w| w[0] == w[1]) {
             let (ledger_id, entry_id) = w[0];
