@@ -397,10 +397,11 @@ impl<T: fmt::Debug> fmt::Debug for Published<T> {
 }
 
 /// Test hooks: named points inside components where a harness (the
-/// simulator's `hint_race` stage) runs code **on the calling thread**, to
-/// place another operation exactly inside a window that real threads hit
-/// only by luck (e.g. a reset between the two reset-epoch reads of a
-/// lock-free lookup).
+/// simulator's `hint_race` and `replay_race` stages) runs code **on the
+/// calling thread**, to place another operation exactly inside a window
+/// that real threads hit only by luck (e.g. a reset between the two
+/// reset-epoch reads of a lock-free lookup, a read failure between the
+/// pending-ack replay's two loads in `fill_queue`).
 ///
 /// A hook is installed per thread ([`hook::install`]); a component calls
 /// [`hook::at`] at its named points. Cost when no hook is installed in the
@@ -421,6 +422,15 @@ pub mod hook {
         /// snapshot; it has not yet read the directory nor re-read the
         /// epoch.
         SchedulingLookupAfterMarkDelete,
+        /// `pending_ack::replay::ReplayAttempt::fill_queue`: the first of
+        /// its two loads (`outstanding_reads`, then `is_readable`) has
+        /// passed; the second has not run. Reached on the replay thread.
+        FillQueueBetweenLoads,
+        /// `pending_ack::replay::ReplayAttempt::read_failed`: the first of
+        /// its two stores (clear `is_readable`, then decrement
+        /// `outstanding_reads`) is done; the second is not. Reached on the
+        /// thread delivering the read failure.
+        ReadFailedBetweenStores,
     }
 
     type Hook = Box<dyn FnMut(Point)>;

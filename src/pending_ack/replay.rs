@@ -18,7 +18,12 @@
 //! Only the replay thread increments the counter, so observing 0 while a
 //! read was in flight means observing the decrement, and with it the cleared
 //! flag (SeqCst on both). `loom-tests/pending_ack.rs` checks this on this
-//! very code; `specs/PendingAckReplay.tla` checks the protocol.
+//! very code; `specs/PendingAckReplay.tla` checks the protocol. Between the
+//! two loads and between the two stores are the test hook points
+//! [`hook::Point::FillQueueBetweenLoads`] and
+//! [`hook::Point::ReadFailedBetweenStores`] (one relaxed load when no hook
+//! is installed), where the simulator's `replay_race` stage places the
+//! other thread's operation on every run.
 //!
 //! Start of an attempt: the cursor is cached and shared, so its read
 //! position may be anywhere; [`ReplayAttempt::run`] first rewinds it to the
@@ -47,7 +52,7 @@ use super::error::PendingAckError;
 use super::record::{decode_entry, PendingAckRecord};
 use crate::ledger::{Entry, LedgerError, ManagedCursor};
 use crate::position::Position;
-use crate::sync::{AtomicBool, AtomicUsize, Condvar, Mutex, Ordering};
+use crate::sync::{hook, AtomicBool, AtomicUsize, Condvar, Mutex, Ordering};
 
 /// One issued read of `max_entries` entries for one replay attempt. Exactly
 /// one of [`ReadJob::run`], [`ReadJob::complete`], [`ReadJob::fail`] should
@@ -329,7 +334,7 @@ impl ReplayAttempt {
         let room = queued + self.config.read_batch < self.config.queue_capacity;
         #[cfg(feature = "trace")]
         crate::trace::pending_ack::fq_room(queued, room);
-        if room && self.no_outstanding_read() && self.readable_for_fill() {
+        if room && self.may_issue_read() {
             let more = self.cursor.has_more_entries();
             if more {
                 self.outstanding_reads.fetch_add(1, Ordering::SeqCst);
@@ -357,6 +362,20 @@ impl ReplayAttempt {
         #[cfg(feature = "trace")]
         crate::trace::pending_ack::fq_ret(readable);
         readable
+    }
+
+    /// `fill_queue`'s two loads, in the order that makes "no read after a
+    /// failure" hold: R1 (no read outstanding) FIRST, and only if it held,
+    /// R2 (`is_readable`). Between them is the test hook point
+    /// [`hook::Point::FillQueueBetweenLoads`] (the simulator's
+    /// `replay_race` stage completes a read failure there; one relaxed
+    /// load when no hook is installed).
+    fn may_issue_read(&self) -> bool {
+        if !self.no_outstanding_read() {
+            return false;
+        }
+        hook::at(hook::Point::FillQueueBetweenLoads);
+        self.readable_for_fill()
     }
 
     /// `fill_queue`'s first load (R1): no read is outstanding.
@@ -429,6 +448,10 @@ impl ReplayAttempt {
         self.is_readable.store(false, Ordering::SeqCst);
         #[cfg(feature = "trace")]
         crate::trace::pending_ack::env_finish("w2");
+        // Test hook point between the two stores (the `replay_race` stage
+        // runs a whole `fill_queue` pass of the replay thread here;
+        // one relaxed load when no hook is installed).
+        hook::at(hook::Point::ReadFailedBetweenStores);
         self.outstanding_reads.fetch_sub(1, Ordering::SeqCst);
         #[cfg(feature = "trace")]
         crate::trace::pending_ack::env_finish("w3");

@@ -7,7 +7,9 @@
 //! checker sees what the tracker was told, not what it says about itself:
 //!
 //! - after each step the tracker's `number_of_delayed_messages()` must
-//!   equal [`DelayedTruth::len`];
+//!   equal [`DelayedTruth::len`], and the tracker's own structural check
+//!   (`verify_invariants`: `CounterEqualsCardinality`, `NoSecondLiveCopy`
+//!   and its bucket bookkeeping) must pass;
 //! - a position the tracker schedules must be one it holds (scheduling it
 //!   twice, or a position it was never given, is a violation);
 //! - a message still held past its delivery time plus the late bound is
@@ -42,6 +44,11 @@ pub struct DelayedTruth {
     ever: BTreeMap<Position, u64>,
     /// A count mismatch was reported (reported once per broker lifetime).
     pub mismatch_reported: bool,
+    /// A structural invariant violation of the tracker
+    /// (`verify_invariants`) was reported (once per broker lifetime).
+    pub invariant_reported: bool,
+    /// The tracker's background-work counters at its last structural check.
+    pub checked_stats: Option<crate::delayed::TrackerStats>,
     /// An overdue message was reported (reported once).
     pub overdue_reported: bool,
     /// Live snapshot id → the positions it persists (with delivery times).
@@ -215,6 +222,8 @@ impl DelayedTruth {
             self.by_due.insert((d, p));
         }
         self.mismatch_reported = false;
+        self.invariant_reported = false;
+        self.checked_stats = None;
     }
 }
 

@@ -6,7 +6,7 @@
 //! The main simulation replays on one thread in virtual time, with a log
 //! that mostly fits one read batch and a cursor only its own handle moves.
 //! This stage (≤ [`ReplayRaceConfig::race`] wall time, default 1 s, plus a
-//! few ms) runs three scenarios:
+//! few ms) runs five scenarios:
 //!
 //! | scenario | what it does | rule (violation when) |
 //! |---|---|---|
@@ -15,13 +15,19 @@
 //! | `reload over a cached cursor` | a first handle replays the log and closes (topic unloaded); the managed ledger keeps the cursor, whose read position is at the log end; a second handle over the same cursor replays | **replay complete without every durable record** (a replay that started where the previous owner left the cursor and ran dry short of the log end was reported complete), or **replay never completed** within 200 attempts |
 //! | `read failure race` | for the stage's wall time: one attempt after another ([`ReplayAttempt`] on a real thread, applying to a [`PendingAckState`]); the first read (64 entries) completes inline; a storage thread fails the second at a varying point while the replay thread applies the first read's entries (so `fill_queue` runs concurrently with `read_failed`) | **read issued after a read failure**: the dispatcher receives a read of the attempt after the storage thread started delivering its failure |
 //!
-//! The last rule needs a thread interleaving inside `fill_queue` or
-//! `read_failed` (a reversed load or store order): it is found only when the
-//! two threads run at the same instant, so its catch rate depends on the
-//! machine's load (loom, shuttle and trace validation check it
-//! exhaustively or by schedule). Counters that depend on timing (trials,
-//! reads) are kept with the wall-clock figures, out of the same-seed
-//! comparison; on correct code the violations are always 0.
+//! | `read failure inside fill_queue` | 8 attempts on this thread, read batch 8; the first read completes inline; at the test hook point [`Point::FillQueueBetweenLoads`] with the second read outstanding, a storage thread delivers that read's failure and the hook waits until `read_failed` returned (with the loads in order the point is reached only once nothing is outstanding: the failure is then delivered between two entries instead) | **read issued after a read failure** (as above) |
+//! | `fill_queue inside read_failed` | same attempts; the storage thread's `read_failed` is parked at the test hook point [`Point::ReadFailedBetweenStores`] while the replay thread runs one whole `fill_queue` pass | **read issued after a read failure** (as above) |
+//!
+//! The read failure race reaches a reversed load order in `fill_queue` or a
+//! reversed store order in `read_failed` only when the two threads run at
+//! the same instant, so its catch rate depends on the machine's load. The
+//! two forced interleavings place the failure inside that window through
+//! the crate's test hooks ([`crate::sync::hook`]) on every trial, so either
+//! reversal is caught on every run (loom, shuttle and trace validation
+//! check the same orderings exhaustively or by schedule). Counters that
+//! depend on timing (trials, reads) are kept with the wall-clock figures,
+//! out of the same-seed comparison; on correct code the violations are
+//! always 0.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -40,6 +46,7 @@ use crate::pending_ack::{
     VirtualTimer, WriterConfig, WriterState,
 };
 use crate::position::Position;
+use crate::sync::hook::{self, Point};
 
 /// Transactions in the scenarios' log: each an individual ack; the even
 /// ones also committed (so 60 entries, 20 transactions open at the end).
@@ -58,6 +65,14 @@ const RACE_ENTRIES: u64 = 200;
 const RACE_BATCH: usize = 64;
 /// Bound on one race trial (a trial takes well under a millisecond).
 const TRIAL_BOUND: Duration = Duration::from_secs(5);
+/// Trials of each forced interleaving (each a few reads on a 40-entry log).
+const FORCED_TRIALS: u64 = 8;
+/// Entries per read in the forced interleavings: the first read's entries
+/// keep the replay loop iterating (and calling `fill_queue`) while the
+/// second read is outstanding.
+const FORCED_BATCH: usize = 8;
+/// Entries of the forced interleavings' log.
+const FORCED_ENTRIES: u64 = 40;
 
 /// Parameters of the stage.
 #[derive(Debug, Clone)]
@@ -95,7 +110,11 @@ pub struct ReplayRaceReport {
     pub writers_left_open: u64,
     /// Handles not Ready within the attempt bound (violations).
     pub never_ready: u64,
-    /// Reads issued by an attempt after its read failure began (violations).
+    /// Trials of the forced interleavings run to their end (the second read
+    /// issued and failed with the interleaving in place).
+    pub forced_trials: u64,
+    /// Reads issued by an attempt after its read failure began (violations;
+    /// the read failure race and the forced interleavings).
     pub reads_after_failure: u64,
     /// The first violation, if any.
     pub first_violation: Option<String>,
@@ -563,10 +582,346 @@ fn read_failure_race(
     Ok(())
 }
 
+/// The two forced interleavings of a read failure with `fill_queue`, each
+/// placed through a test hook ([`crate::sync::hook`]) exactly inside the
+/// window that the read failure race reaches only by luck.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Forced {
+    /// On the replay thread, at [`Point::FillQueueBetweenLoads`] with the
+    /// second read outstanding: the storage thread delivers that read's
+    /// failure, and the hook waits until `read_failed` has returned. With
+    /// R1 (`outstanding_reads`) loaded first the point is reached only
+    /// after the failure's decrement, so nothing is outstanding; with R2
+    /// (`is_readable`) first the flag was read before the failure and R1
+    /// then sees 0.
+    FailureInsideFillQueue,
+    /// On the storage thread, at [`Point::ReadFailedBetweenStores`]: the
+    /// replay thread runs a whole `fill_queue` pass while the hook waits.
+    /// With `is_readable` cleared first that pass sees the read still
+    /// outstanding; with the decrement first it sees 0 reads and a
+    /// readable attempt.
+    FillQueueInsideReadFailed,
+}
+
+/// The handshake of one forced-interleaving trial (guarded by
+/// [`Baton::steps`]).
+#[derive(Debug, Default)]
+struct Steps {
+    /// Reads dispatched in this trial.
+    dispatched: u64,
+    /// Entries applied in this trial.
+    applied: u64,
+    /// Entries applied when the second read was dispatched.
+    applied_at_second_read: Option<u64>,
+    /// The storage thread is to fail the second read.
+    fail_requested: bool,
+    /// The storage thread started delivering the failure.
+    failing: bool,
+    /// `read_failed` of the second read returned.
+    failed: bool,
+    /// The storage thread is parked in `read_failed`'s hook.
+    at_hook: bool,
+    /// The replay thread came back from a `fill_queue` pass that started
+    /// after the storage thread parked in the hook.
+    pass_done: bool,
+    /// A handshake wait ran out (the scenario is stuck).
+    stuck: Option<String>,
+}
+
+/// The forced interleavings' shared state (std primitives, outside the
+/// component) and its oracle.
+#[derive(Debug, Default)]
+struct Baton {
+    /// The scenario's name (for the violation).
+    scenario: &'static str,
+    trial: AtomicU64,
+    steps: Mutex<Steps>,
+    moved: std::sync::Condvar,
+    /// Reads dispatched after the second read's failure began (violations).
+    reads_after_failure: AtomicU64,
+    first: Mutex<Option<String>>,
+}
+
+impl Baton {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Steps> {
+        self.steps.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Applies `f` to the steps and wakes every waiter.
+    fn update(&self, f: impl FnOnce(&mut Steps)) {
+        f(&mut self.lock());
+        self.moved.notify_all();
+    }
+
+    /// Waits until `done` holds, at most [`TRIAL_BOUND`]; a timeout is
+    /// recorded as the trial's `stuck` reason (`what`).
+    fn wait(&self, what: &str, done: impl Fn(&Steps) -> bool) {
+        let deadline = Instant::now() + TRIAL_BOUND;
+        let mut s = self.lock();
+        while !done(&s) {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                s.stuck.get_or_insert_with(|| what.to_string());
+                return;
+            }
+            s = self
+                .moved
+                .wait_timeout(s, left)
+                .unwrap_or_else(|e| e.into_inner())
+                .0;
+        }
+    }
+}
+
+/// Runs the first read inline, sends the second to the storage thread,
+/// runs any later one inline, and records every read dispatched after the
+/// second read's failure began.
+#[derive(Debug)]
+struct ForcedDispatcher {
+    baton: Arc<Baton>,
+    jobs: Mutex<mpsc::Sender<ReadJob>>,
+}
+
+impl ReadDispatcher for ForcedDispatcher {
+    fn dispatch(&self, job: ReadJob) {
+        let b = &self.baton;
+        let nth = {
+            let mut s = b.lock();
+            s.dispatched += 1;
+            if s.dispatched == 2 {
+                s.applied_at_second_read = Some(s.applied);
+            }
+            if s.failing {
+                b.reads_after_failure.fetch_add(1, Ordering::SeqCst);
+                let mut first = b.first.lock().unwrap_or_else(|e| e.into_inner());
+                first.get_or_insert_with(|| {
+                    format!(
+                        "replay_race ({}): read issued after a read failure: trial {}, read {} dispatched after read 2's failure began ({} entries applied)",
+                        b.scenario,
+                        b.trial.load(Ordering::SeqCst),
+                        s.dispatched,
+                        s.applied
+                    )
+                });
+            }
+            s.dispatched
+        };
+        if nth != 2 {
+            job.run();
+            return;
+        }
+        let sent = self
+            .jobs
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .send(job);
+        if let Err(mpsc::SendError(job)) = sent {
+            job.fail(LedgerError::StorageUnavailable {
+                reason: "replay_race storage thread stopped".into(),
+            });
+        }
+    }
+}
+
+/// The forced interleavings' sink: applies to a real [`PendingAckState`]
+/// and, on the replay thread between entries, drives the handshake.
+struct ForcedSink {
+    state: PendingAckState,
+    baton: Arc<Baton>,
+    forced: Forced,
+}
+
+impl ReplaySink for ForcedSink {
+    fn apply_entry(
+        &mut self,
+        position: Position,
+        records: &[PendingAckRecord],
+    ) -> Option<Position> {
+        let trim = self.state.apply_entry(position, records);
+        let b = &self.baton;
+        let request = {
+            let mut s = b.lock();
+            s.applied += 1;
+            if s.at_hook && !s.pass_done {
+                // The fill_queue pass since the previous entry ran entirely
+                // while the storage thread was parked in read_failed.
+                s.pass_done = true;
+                b.moved.notify_all();
+            }
+            let request = !s.fail_requested
+                && s.applied_at_second_read
+                    .is_some_and(|at| match self.forced {
+                        // One whole loop iteration (a fill_queue pass) with
+                        // the second read outstanding, then fail it.
+                        Forced::FailureInsideFillQueue => s.applied >= at + 2,
+                        Forced::FillQueueInsideReadFailed => s.applied > at,
+                    });
+            if request {
+                s.fail_requested = true;
+                b.moved.notify_all();
+            }
+            request
+        };
+        if request {
+            match self.forced {
+                Forced::FailureInsideFillQueue => b.wait(
+                    "the second read's failure (requested between entries)",
+                    |s| s.failed,
+                ),
+                // Return once the storage thread is parked in the hook: the
+                // next fill_queue pass runs inside read_failed.
+                Forced::FillQueueInsideReadFailed => {
+                    b.wait("read_failed reaching its hook point", |s| s.at_hook)
+                }
+            }
+        }
+        trim
+    }
+}
+
+/// The forced interleavings' storage thread: waits until the second read's
+/// failure is requested, then delivers it; with
+/// [`Forced::FillQueueInsideReadFailed`] its hook parks `read_failed`
+/// between its two stores until the replay thread ran a `fill_queue` pass.
+fn forced_storage(rx: mpsc::Receiver<ReadJob>, baton: Arc<Baton>, forced: Forced) {
+    let _hook = (forced == Forced::FillQueueInsideReadFailed).then(|| {
+        let baton = Arc::clone(&baton);
+        hook::install(move |point| {
+            if point == Point::ReadFailedBetweenStores {
+                baton.update(|s| s.at_hook = true);
+                baton.wait("a fill_queue pass inside read_failed", |s| s.pass_done);
+            }
+        })
+    });
+    while let Ok(job) = rx.recv() {
+        baton.wait("the request to fail the second read", |s| s.fail_requested);
+        baton.update(|s| s.failing = true);
+        job.fail(LedgerError::StorageUnavailable {
+            reason: "replay_race: injected read failure".into(),
+        });
+        baton.update(|s| s.failed = true);
+    }
+}
+
+/// One forced interleaving, [`FORCED_TRIALS`] trials: a [`ReplayAttempt`]
+/// on this thread over a 40-entry log, read batch 8; the first read
+/// completes inline, the second is failed by a storage thread exactly
+/// inside the window `forced` names. Rule: **read issued after a read
+/// failure** (the dispatcher receives a read of the attempt after the
+/// storage thread started delivering the second read's failure). Every
+/// trial must issue and fail the second read with the interleaving in
+/// place (else the scenario reports that it failed to run).
+fn forced_interleaving(r: &mut ReplayRaceReport, forced: Forced) -> Result<(), String> {
+    let ml = ledger("replay-race-forced")?;
+    for i in 0..FORCED_ENTRIES {
+        let t = TxnId::new(11, i);
+        let p = Position::new(300, i as i64);
+        ml.append(&PendingAckRecord::individual_ack(t, vec![AckedPosition::whole(p)]).encode())
+            .map_err(|e| e.to_string())?;
+    }
+    let cursor = Arc::new(
+        ml.open_cursor("__pending_ack_state")
+            .map_err(|e| e.to_string())?,
+    );
+    let baton = Arc::new(Baton {
+        scenario: match forced {
+            Forced::FailureInsideFillQueue => "read failure inside fill_queue",
+            Forced::FillQueueInsideReadFailed => "fill_queue inside read_failed",
+        },
+        ..Baton::default()
+    });
+    let (tx, rx) = mpsc::channel();
+    let storage_thread = {
+        let baton = Arc::clone(&baton);
+        std::thread::spawn(move || forced_storage(rx, baton, forced))
+    };
+    let dispatcher: Arc<dyn ReadDispatcher> = Arc::new(ForcedDispatcher {
+        baton: Arc::clone(&baton),
+        jobs: Mutex::new(tx),
+    });
+    let _hook = (forced == Forced::FailureInsideFillQueue).then(|| {
+        let baton = Arc::clone(&baton);
+        hook::install(move |point| {
+            if point != Point::FillQueueBetweenLoads {
+                return;
+            }
+            let request = {
+                let mut s = baton.lock();
+                let request = s.dispatched >= 2 && !s.fail_requested;
+                s.fail_requested |= request;
+                request
+            };
+            if request {
+                baton.moved.notify_all();
+                baton.wait(
+                    "the second read's failure (requested inside fill_queue)",
+                    |s| s.failed,
+                );
+            }
+        })
+    });
+    let config = ReplayConfig {
+        queue_capacity: 4 * FORCED_ENTRIES as usize,
+        read_batch: FORCED_BATCH,
+    };
+    let mut outcome = Ok(());
+    for trial in 1..=FORCED_TRIALS {
+        *baton.lock() = Steps::default();
+        baton.trial.store(trial, Ordering::SeqCst);
+        cursor.rewind();
+        let attempt = ReplayAttempt::new(
+            format!("replay-race-forced#{trial}"),
+            Arc::clone(&cursor),
+            Arc::clone(&dispatcher),
+            config,
+        )
+        .map_err(|e| e.to_string())?;
+        let mut sink = ForcedSink {
+            state: PendingAckState::default(),
+            baton: Arc::clone(&baton),
+            forced,
+        };
+        // The attempt fails (read 2); its outcome is not this scenario's rule.
+        let _ = attempt.run(&mut sink);
+        // The pass that ended the attempt (nothing readable) ran inside
+        // read_failed too: release the storage thread, then wait for it.
+        baton.update(|s| s.pass_done = true);
+        baton.wait("the second read's failure to return", |s| s.failed);
+        let s = baton.lock();
+        if let Some(what) = &s.stuck {
+            outcome = Err(format!("trial {trial}: timed out waiting for {what}"));
+            break;
+        }
+        if s.dispatched < 2 || !s.failed {
+            outcome = Err(format!(
+                "trial {trial}: the second read was not issued and failed ({} reads)",
+                s.dispatched
+            ));
+            break;
+        }
+        r.forced_trials += 1;
+    }
+    drop(dispatcher);
+    let _ = storage_thread.join();
+    let after = baton.reads_after_failure.load(Ordering::SeqCst);
+    r.reads_after_failure += after;
+    if after > 0 {
+        let first = baton
+            .first
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
+        if let Some(first) = first {
+            r.violation(first);
+        }
+    }
+    outcome
+}
+
 /// One scenario of the stage (fills the report; `Err` when it cannot be set up).
 type Scenario<'a> = Box<dyn Fn(&mut ReplayRaceReport) -> Result<(), String> + 'a>;
 
-/// Runs the stage's three scenarios. A scenario that cannot be set up (a
+/// Runs the stage's five scenarios. A scenario that cannot be set up (a
 /// store error) is reported as a violation naming it.
 pub fn run(config: &ReplayRaceConfig) -> ReplayRaceReport {
     run_with_progress(config, &|| {})
@@ -577,11 +932,23 @@ pub fn run(config: &ReplayRaceConfig) -> ReplayRaceReport {
 /// does not end within 5 s is a violation of its own).
 pub fn run_with_progress(config: &ReplayRaceConfig, progress: &dyn Fn()) -> ReplayRaceReport {
     let mut r = ReplayRaceReport::default();
-    let steps: [(&str, Scenario<'_>); 3] = [
+    let steps: [(&str, Scenario<'_>); 5] = [
         ("read-ahead failure", Box::new(read_ahead_failure)),
         (
             "reload over a cached cursor",
             Box::new(reload_over_cached_cursor),
+        ),
+        (
+            "read failure inside fill_queue",
+            Box::new(|r: &mut ReplayRaceReport| {
+                forced_interleaving(r, Forced::FailureInsideFillQueue)
+            }),
+        ),
+        (
+            "fill_queue inside read_failed",
+            Box::new(|r: &mut ReplayRaceReport| {
+                forced_interleaving(r, Forced::FillQueueInsideReadFailed)
+            }),
         ),
         (
             "read failure race",
@@ -613,6 +980,7 @@ mod tests {
             });
             assert_eq!(r.violations(), 0, "{r:?}");
             assert_eq!(r.handles_ready, 3, "{r:?}");
+            assert_eq!(r.forced_trials, 2 * FORCED_TRIALS, "{r:?}");
             assert!(r.failed_attempts >= 1, "{r:?}");
             assert!(r.race_trials > 0, "{r:?}");
             mid_apply += r.race_failures_mid_apply;

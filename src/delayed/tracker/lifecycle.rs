@@ -51,6 +51,7 @@ impl BucketDelayedDeliveryTracker {
         // here would make every re-added message below it an orphan
         // (counted, then dropped undelivered).
         inner.mark_delete = None;
+        inner.reset_backward = false;
         Ok(())
     }
 

@@ -43,6 +43,7 @@ impl BucketDelayedDeliveryTracker {
     /// re-reads from the new read position.
     pub fn reset_mark_delete(&self, position: Position) {
         let mut inner = self.inner.lock();
+        inner.reset_backward |= inner.mark_delete.is_some_and(|md| position < md);
         self.set_mark_delete(&mut inner, position);
         self.debug_check(&inner);
     }

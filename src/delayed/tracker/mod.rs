@@ -97,6 +97,11 @@ struct Inner {
     /// boundary position → start ledger of its bucket.
     boundaries: HashMap<(i64, u32), i64>,
     mark_delete: Option<Position>,
+    /// A [`reset_mark_delete`](BucketDelayedDeliveryTracker::reset_mark_delete)
+    /// moved the mark-delete backward since the last clear: a re-added
+    /// position may then sit next to its own stale queue entry (or be queued
+    /// again by a later segment load), so `NoSecondLiveCopy` is not checked.
+    reset_backward: bool,
     last_tick_run_ms: u64,
     closed: bool,
     stats: TrackerStats,
@@ -175,6 +180,7 @@ impl BucketDelayedDeliveryTracker {
                 shared_queue: BinaryHeap::new(),
                 boundaries: HashMap::new(),
                 mark_delete: None,
+                reset_backward: false,
                 last_tick_run_ms: 0,
                 closed: false,
                 stats: TrackerStats::default(),

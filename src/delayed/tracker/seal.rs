@@ -9,7 +9,12 @@ use crate::delayed::snapshot::{cut_segments, CutSegment, SnapshotMetadata, Snaps
 
 impl BucketDelayedDeliveryTracker {
     pub(super) fn seal(&self, inner: &mut Inner) {
-        let (tracked_range, indexes) = inner.mutable.take_sorted();
+        let (tracked_range, mut indexes) = inner.mutable.take_sorted();
+        // A position acknowledged, then re-added after a backward
+        // `reset_mark_delete`, is in the heap twice (same index, adjacent
+        // once sorted): persist it once, so a recovered bucket queues one
+        // entry per position (`NoSecondLiveCopy`).
+        indexes.dedup();
         // The bucket covers the ledgers its indexes actually hold. The
         // mutable range can be wider (its start survives entries that became
         // due and moved to the shared queue); sealing that wider range could
