@@ -503,12 +503,18 @@ impl Sim<'_> {
             // Pending-ack admission (conflicts, filters): with the
             // fault on, some entries are rejected; they are neither sent nor
             // debited and go back for replay.
-            let mut admit = |_: ConsumerKey, _: &BrokerEntry| {
+            // Copies admitted per position: the component may send an entry
+            // only as often as admission let it through.
+            let mut admitted: BTreeMap<Position, u32> = BTreeMap::new();
+            let mut admit = |_: ConsumerKey, e: &BrokerEntry| {
                 if ordered && rejected_one {
                     return false;
                 }
                 let reject = reject_ratio > 0.0 && rng.random_bool(reject_ratio);
                 rejected_one |= reject;
+                if !reject {
+                    *admitted.entry(e.position).or_default() += 1;
+                }
                 !reject
             };
             let d = sub
@@ -545,6 +551,28 @@ impl Sim<'_> {
                             position: *p,
                             batch_index,
                         },
+                    );
+                }
+            }
+            // An entry admission rejected is neither sent nor debited
+            // (Pulsar's `addPendingAckIfAllowed` refusing it filters it out):
+            // a command for it is a violation the moment it is built, not only
+            // if a later replay happens to deliver it twice.
+            let mut commands_per_position: BTreeMap<Position, u32> = BTreeMap::new();
+            for cmd in &d.commands {
+                let pos = Position::new(
+                    cmd.message_id.ledger_id as i64,
+                    cmd.message_id.entry_id as i64,
+                );
+                *commands_per_position.entry(pos).or_default() += 1;
+            }
+            for (pos, n) in commands_per_position {
+                if n > admitted.get(&pos).copied().unwrap_or(0) {
+                    self.checker.permit_violation(
+                        &sub.name,
+                        slot.0,
+                        &format!("sent and debited {pos}, which pending-ack admission rejected"),
+                        self.sched.now(),
                     );
                 }
             }
