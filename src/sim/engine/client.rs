@@ -226,6 +226,7 @@ impl Sim<'_> {
                             | Sabotage::DeliverOneTrimmedMessage
                             | Sabotage::CumulativeAckOnePastReceived
                             | Sabotage::DropFailoverHandover
+                            | Sabotage::LoseReplayReadCallbacks
                             | Sabotage::FilterWhenReadIssued,
                         )
                         | None => {}
