@@ -505,10 +505,19 @@ fn swarm_found_pending_ack_regressions_stay_clean() {
             r.violations
         );
         if file.contains("fenced") {
-            assert!(r.activity.topic_reloads > 0, "{file}: no reload after a fence");
-            assert!(r.activity.pending_ack_ledgers_lost > 0, "{file}: no lost ledger");
+            assert!(
+                r.activity.topic_reloads > 0,
+                "{file}: no reload after a fence"
+            );
+            assert!(
+                r.activity.pending_ack_ledgers_lost > 0,
+                "{file}: no lost ledger"
+            );
         } else {
-            assert!(r.activity.operator_reloads > 0, "{file}: no operator reload");
+            assert!(
+                r.activity.operator_reloads > 0,
+                "{file}: no operator reload"
+            );
         }
     }
 }

@@ -241,3 +241,47 @@ impl Drop for HangGuard {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn no_event_finishing_cancels_the_run_with_a_named_report_and_interrupts_it() {
+        let hb = Arc::new(Heartbeat::default());
+        let interrupted = Arc::new(AtomicBool::new(false));
+        let flag = Arc::clone(&interrupted);
+        hb.set_interrupt(Box::new(move || flag.store(true, Ordering::SeqCst)));
+        hb.begin(42, "pending_ack replay", "Restart", None);
+        let guard = HangGuard::start(
+            Arc::clone(&hb),
+            Some(Duration::from_millis(100)),
+            String::new(),
+        );
+        let started = std::time::Instant::now();
+        while hb.hang_report().is_none() && started.elapsed() < Duration::from_secs(10) {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        let report = hb.hang_report().expect("the hang watchdog never fired");
+        assert!(
+            report.contains("livelock at t=42ms in pending_ack replay"),
+            "{report}"
+        );
+        assert!(interrupted.load(Ordering::SeqCst));
+        // The run stops within the grace: the guard is dropped, no exit.
+        drop(guard);
+    }
+
+    #[test]
+    fn events_finishing_keep_the_watchdog_quiet() {
+        let hb = Arc::new(Heartbeat::default());
+        let guard = HangGuard::start(Arc::clone(&hb), Some(Duration::from_secs(2)), String::new());
+        for i in 0..40 {
+            hb.begin(i, "producer", "Publish", None);
+            std::thread::sleep(Duration::from_millis(10));
+            hb.end();
+        }
+        assert_eq!(hb.hang_report(), None);
+        drop(guard);
+    }
+}

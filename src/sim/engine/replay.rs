@@ -188,7 +188,8 @@ impl Sim<'_> {
                         .is_some_and(|e| {
                             matches!(
                                 e,
-                                LedgerError::Fenced { .. } | LedgerError::CursorAlreadyClosed { .. }
+                                LedgerError::Fenced { .. }
+                                    | LedgerError::CursorAlreadyClosed { .. }
                             )
                         });
                     if moved {
@@ -458,5 +459,79 @@ impl Sim<'_> {
                 now,
             );
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn txn(n: u64) -> TxnId {
+        TxnId {
+            most_sig_bits: 0,
+            least_sig_bits: n,
+        }
+    }
+
+    /// The log's truth after ACK(1) and ACK(2) in ledger 1, COMMIT(2) in
+    /// ledger 2, ACK(3) in ledger 3: transactions 1 and 3 open.
+    fn truth() -> PaTruth {
+        let t = SharedPaTruth::default();
+        let durable = |record: PendingAckRecord, ledger_id: i64| {
+            pa_durable(&t, &record)(Ok(crate::pending_ack::AppendAck {
+                position: Position::new(ledger_id, 0),
+                batch_size: 1,
+                batch_index: 0,
+            }));
+        };
+        let ack = |n| PendingAckRecord::individual_ack(txn(n), Vec::new());
+        durable(ack(1), 1);
+        durable(ack(2), 1);
+        durable(PendingAckRecord::commit(txn(2), AckType::Individual), 2);
+        durable(ack(3), 3);
+        let out = t.lock().unwrap().clone();
+        out
+    }
+
+    #[test]
+    fn a_replay_with_no_lost_ledger_must_find_exactly_the_open_transactions() {
+        let t = truth();
+        let none = t.touched_by(&BTreeSet::new());
+        assert!(none.is_empty());
+        let exact: BTreeSet<TxnId> = [txn(1), txn(3)].into();
+        assert!(replay_agrees((&exact, None), &t, &none));
+        // A partial replay (missing 3) and one that kept a committed
+        // transaction open (2) are both rejected.
+        assert!(!replay_agrees((&[txn(1)].into(), None), &t, &none));
+        assert!(!replay_agrees(
+            (&[txn(1), txn(2), txn(3)].into(), None),
+            &t,
+            &none
+        ));
+        assert!(!replay_agrees((&exact, Some(txn(3))), &t, &none));
+    }
+
+    #[test]
+    fn a_skipped_lost_ledger_exempts_only_the_transactions_with_a_record_in_it() {
+        let t = truth();
+        // Ledger 2 lost: COMMIT(2) is never read, so 2 may be found open.
+        let touched = t.touched_by(&[2].into());
+        assert_eq!(touched, [txn(2)].into());
+        assert!(replay_agrees(
+            (&[txn(1), txn(2), txn(3)].into(), None),
+            &t,
+            &touched
+        ));
+        // Transactions 1 and 3 have no record there: still exact.
+        assert!(!replay_agrees(
+            (&[txn(1), txn(2)].into(), None),
+            &t,
+            &touched
+        ));
+        // Ledger 1 lost: ACK(1) and ACK(2) are never read.
+        let touched = t.touched_by(&[1].into());
+        assert_eq!(touched, [txn(1), txn(2)].into());
+        assert!(replay_agrees((&[txn(3)].into(), None), &t, &touched));
+        assert!(!replay_agrees((&BTreeSet::new(), None), &t, &touched));
     }
 }
