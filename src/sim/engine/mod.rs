@@ -524,6 +524,13 @@ pub fn run(
     let replay_race_violations = replay_race.as_ref().map_or(0, |r| r.violations());
     let first_violation =
         first_violation.or_else(|| replay_race.as_ref().and_then(|r| r.first_violation.clone()));
+    // A hang the watchdog cancelled is a violation even if the run then
+    // ended by itself (e.g. the interrupt unstuck a stage after the loop).
+    let late_hang = (counts.livelocks == 0)
+        .then(|| sim.heartbeat.hang_report())
+        .flatten();
+    let late_hang_violations = u64::from(late_hang.is_some());
+    let first_violation = first_violation.or(late_hang);
     let wall_ms = started.elapsed().as_millis() as u64;
     let deliveries_per_sec = if wall_ms == 0 {
         counts.delivered as f64
@@ -536,7 +543,10 @@ pub fn run(
         data_dir: opts.data_dir.display().to_string(),
         sync: opts.sync.to_string(),
         virtual_ms: finished_at,
-        violations: counts.violations() + hint_race_violations + replay_race_violations,
+        violations: counts.violations()
+            + hint_race_violations
+            + replay_race_violations
+            + late_hang_violations,
         counts,
         activity: sim.activity,
         first_violation,
