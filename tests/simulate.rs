@@ -482,9 +482,10 @@ fn swarm_found_broker_model_regressions_stay_clean() {
 }
 
 /// Pending-ack regressions found by the swarm, each a workload file with the
-/// seed it ran with: a replay a fence ends completes with what it read and
-/// the topic is then reloaded, its new owner's replay finding every durable
-/// record (seed 6779); a pending-ack retry due during the end-of-run drain
+/// seed it ran with: a replay a completing failure ends (a fence, seed 6779;
+/// non-recoverable data with auto-skip on, seed 436) completes with what it
+/// read, nothing is served from that partial state and the topic is
+/// reloaded, the next replay finding every durable record; a pending-ack retry due during the end-of-run drain
 /// fires instead of rescheduling itself at the same virtual millisecond
 /// forever (seeds 5930, 9114: the hang watchdog's livelock). Each run must
 /// stay clean and exercise its path.
@@ -493,6 +494,7 @@ fn swarm_found_pending_ack_regressions_stay_clean() {
     let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/workloads");
     for (file, seed) in [
         ("pending_ack_fenced_replay_reload.toml", 6779),
+        ("pending_ack_completing_failure_reload.toml", 436),
         ("pending_ack_retry_in_drain.toml", 5930),
         ("pending_ack_retry_in_drain_2.toml", 9114),
     ] {
@@ -504,7 +506,7 @@ fn swarm_found_pending_ack_regressions_stay_clean() {
             r.first_violation,
             r.violations
         );
-        if file.contains("fenced") {
+        if file.contains("reload") {
             assert!(
                 r.activity.topic_reloads > 0,
                 "{file}: no reload after a fence"
@@ -512,6 +514,10 @@ fn swarm_found_pending_ack_regressions_stay_clean() {
             assert!(
                 r.activity.pending_ack_ledgers_lost > 0,
                 "{file}: no lost ledger"
+            );
+            assert!(
+                r.activity.replays_ended_by_completing_failure > 0,
+                "{file}: no replay ended by a completing failure"
             );
         } else {
             assert!(

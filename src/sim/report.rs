@@ -77,8 +77,8 @@ pub struct Activity {
     pub replay_gave_up_non_recoverable: u64,
     /// Operator reloads with auto-skip turned on after such a give-up.
     pub operator_reloads: u64,
-    /// Topic reloads after a replay a fence or a closed cursor ended (the
-    /// pending-ack log moved to a new owner, which replays all of it).
+    /// Topic reloads after a replay a completing failure ended (nothing is
+    /// served from its partial state; the next owner replays the whole log).
     pub topic_reloads: u64,
     /// Pending-ack ledgers lost.
     pub pending_ack_ledgers_lost: u64,
@@ -253,7 +253,7 @@ impl fmt::Display for Report {
                 format!("{} / {}", a.rewinds, a.clock_jumps),
             ),
             (
-                "replay read failures after read-ahead / completing / gave up, reloads (operator / after a fence)",
+                "replay read failures after read-ahead / completing / gave up, reloads (operator / after a completing failure)",
                 format!(
                     "{} / {} / {}, {} / {}",
                     a.replay_read_failures_injected,

@@ -85,8 +85,8 @@ pub(super) enum Ev {
     /// The operator turns the pending-ack logs' auto-skip on and reloads
     /// the topic (after a replay gave up on non-recoverable data).
     OperatorReload,
-    /// The topic is reloaded after a pending-ack replay a fence or a closed
-    /// cursor ended (its new owner replays the whole log).
+    /// The topic is reloaded after a pending-ack replay a completing failure
+    /// ended (its next owner replays the whole log).
     TopicReload,
     /// Admin seek of subscription `sub` forward to its read position.
     Seek {

@@ -372,8 +372,8 @@ struct Sim<'a> {
     pa_not_ready_since: Vec<Option<VirtualMs>>,
     /// Per subscription: its handle's Error state was handled this lifetime.
     pa_error_seen: Vec<bool>,
-    /// Per subscription: its replay was ended by a fence or a closed cursor
-    /// this lifetime; it serves nothing until the topic reload.
+    /// Per subscription: its replay was ended by a completing failure this
+    /// lifetime; it serves nothing until the topic reload.
     pa_awaiting_reload: Vec<bool>,
     /// A topic reload is scheduled.
     topic_reload_planned: bool,
