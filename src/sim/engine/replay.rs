@@ -56,7 +56,10 @@ impl PaTruth {
 /// the read position to the next valid ledger, so the replay never sees the
 /// lost ledger's records: a transaction whose ACK was there is not found,
 /// one whose COMMIT/ABORT was there is found still open. Every other
-/// transaction must be exactly as the log says.
+/// transaction must be exactly as the log says: the simulator loses the
+/// ledger holding the first record the next replay needs, so skipping it
+/// replays a suffix of the log, which holds no pending position the whole
+/// log does not, and no later acknowledgement is rejected as a conflict.
 fn replay_agrees(
     found: (&BTreeSet<TxnId>, Option<TxnId>),
     expected: &PaTruth,
@@ -181,11 +184,11 @@ impl Sim<'_> {
             match h.state() {
                 HandleState::Ready if !sub.ready && !self.pa_awaiting_reload[s] => {
                     let stats = h.stats();
-                    let moved = stats
+                    let partial = stats
                         .completed
                         .as_ref()
                         .is_some_and(|r| r.completing_failure.is_some());
-                    if moved {
+                    if partial {
                         // A completing failure leaves the handle Ready
                         // with what it read (Pulsar's TransactionTest pins
                         // that). In Pulsar the store is gone then: a fenced
