@@ -550,3 +550,88 @@ fn swarm_found_broker_model_regressions_stay_clean() {
         }
     }
 }
+
+/// Pending-ack regressions found by the swarm, each a workload file with the
+/// seed it ran with: a replay a completing failure ends (a fence, seed 6779;
+/// non-recoverable data with auto-skip on, seed 436) completes with what it
+/// read, nothing is served from that partial state and the topic is
+/// reloaded, the next replay finding every durable record; a pending-ack retry due during the end-of-run drain
+/// fires instead of rescheduling itself at the same virtual millisecond
+/// forever (seeds 5930, 9114: the hang watchdog's livelock). Each run must
+/// stay clean and exercise its path.
+#[test]
+fn swarm_found_pending_ack_regressions_stay_clean() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/workloads");
+    for (file, seed) in [
+        ("pending_ack_fenced_replay_reload.toml", 6779),
+        ("pending_ack_completing_failure_reload.toml", 436),
+        ("pending_ack_retry_in_drain.toml", 5930),
+        ("pending_ack_retry_in_drain_2.toml", 9114),
+    ] {
+        let w = Workload::from_toml_file(&dir.join(file)).unwrap();
+        let r = run_in_tempdir(&w, seed, None);
+        assert!(
+            r.is_clean(),
+            "{file} seed {seed}: {:?} ({} violations)",
+            r.first_violation,
+            r.violations
+        );
+        if file.contains("reload") {
+            assert!(
+                r.activity.topic_reloads > 0,
+                "{file}: no reload after a fence"
+            );
+            assert!(
+                r.activity.pending_ack_ledgers_lost > 0,
+                "{file}: no lost ledger"
+            );
+            assert!(
+                r.activity.replays_ended_by_completing_failure > 0,
+                "{file}: no replay ended by a completing failure"
+            );
+        } else {
+            assert!(
+                r.activity.operator_reloads > 0,
+                "{file}: no operator reload"
+            );
+        }
+    }
+}
+
+/// A component hanging inside one event is a named failure of that run
+/// only: every pending-ack replay read's callback is lost, so the first
+/// replay waits inside one event; the hang watchdog cancels the run
+/// (closing the handles interrupts the waiting attempt), the run returns
+/// within seconds with the livelock naming the component as its first
+/// violation, and the process goes on (the next run in it is clean).
+#[test]
+fn a_hang_inside_one_event_is_a_named_failure_of_that_run_only() {
+    let w = small("txn-outage", 300);
+    let dir = tempfile::tempdir().unwrap();
+    let opts = SimOptions {
+        sabotage: Some(Sabotage::LoseReplayReadCallbacks),
+        watchdog: Watchdog {
+            exit_on_hang: Some(std::time::Duration::from_secs(2)),
+            wall_limit: Some(std::time::Duration::from_secs(120)),
+            ..Watchdog::default()
+        },
+        ..SimOptions::new(1, dir.path().join("data"))
+    };
+    let started = std::time::Instant::now();
+    let r = run(&w, &opts, None).unwrap();
+    let took = started.elapsed();
+    assert!(
+        took < std::time::Duration::from_secs(20),
+        "cancelled run took {took:?}"
+    );
+    assert_eq!(r.counts.livelocks, 1, "{r}");
+    let first = r.first_violation.as_deref().unwrap_or_default();
+    assert!(
+        first.contains("livelock")
+            && first.contains("in pending_ack replay")
+            && first.contains("no event finished"),
+        "{first}"
+    );
+    let next = run_in_tempdir(&w, 1, None);
+    assert!(next.is_clean(), "{next}");
+}

@@ -77,6 +77,9 @@ pub struct Activity {
     pub replay_gave_up_non_recoverable: u64,
     /// Operator reloads with auto-skip turned on after such a give-up.
     pub operator_reloads: u64,
+    /// Topic reloads after a replay a completing failure ended (nothing is
+    /// served from its partial state; the next owner replays the whole log).
+    pub topic_reloads: u64,
     /// Pending-ack ledgers lost.
     pub pending_ack_ledgers_lost: u64,
     /// Entries pending-ack admission rejected (neither sent nor debited).
@@ -255,13 +258,14 @@ impl fmt::Display for Report {
                 format!("{} / {}", a.rewinds, a.clock_jumps),
             ),
             (
-                "replay read failures after read-ahead / completing / gave up, reloads",
+                "replay read failures after read-ahead / completing / gave up, reloads (operator / after a completing failure)",
                 format!(
-                    "{} / {} / {}, {}",
+                    "{} / {} / {}, {} / {}",
                     a.replay_read_failures_injected,
                     a.replays_ended_by_completing_failure,
                     a.replay_gave_up_non_recoverable,
-                    a.operator_reloads
+                    a.operator_reloads,
+                    a.topic_reloads
                 ),
             ),
             ("corrupted batches", a.corrupted_batches.to_string()),

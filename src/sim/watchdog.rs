@@ -19,9 +19,16 @@
 //!   inside a single call (e.g. a replay loop re-issuing a failing read) never
 //!   returns to the event loop, so neither check above runs. With
 //!   [`Watchdog::exit_on_hang`] set, a thread watching the loop's
-//!   [`Heartbeat`] prints a livelock report (component, virtual time, last
-//!   events) and exits the process with status 1 when no event finished for
-//!   that long (the CLI and the test suite set it).
+//!   [`Heartbeat`] cancels the run when no event finished for that long: it
+//!   records the livelock report (component, virtual time, last events) and
+//!   calls the interrupt the run registered ([`Heartbeat::set_interrupt`]:
+//!   the simulator closes the pending-ack handles, which interrupts a
+//!   running replay attempt). The event loop sees the report after the
+//!   event returns and ends the run with it as a violation, so the run is a
+//!   named failure of that run only (a swarm goes on with the next seed).
+//!   Only if the run still has not stopped [`HANG_GRACE`] later (a component
+//!   that ignores the interrupt) does the thread print the report and exit
+//!   the process with status 1.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -43,9 +50,10 @@ pub struct Watchdog {
     pub no_progress_events: u64,
     /// Wall-clock bound of the whole run (default none).
     pub wall_limit: Option<Duration>,
-    /// If set, a run in which no event finishes for this long prints a
-    /// livelock report and exits the process with status 1 (default none:
-    /// a library caller keeps control of its process).
+    /// If set, a run in which no event finishes for this long is cancelled
+    /// and ends with a livelock violation; if it does not stop within
+    /// [`HANG_GRACE`] after that, the report is printed and the process
+    /// exits with status 1 (default none: no watchdog thread).
     pub exit_on_hang: Option<Duration>,
 }
 
@@ -63,13 +71,33 @@ impl Default for Watchdog {
 /// Number of recent events kept for a livelock report.
 const RECENT: usize = 12;
 
+/// How long a cancelled run may take to stop before the hang watchdog
+/// exits the process (capped at the hang bound itself).
+pub const HANG_GRACE: Duration = Duration::from_secs(5);
+
+/// The interrupt a run registers for the hang watchdog.
+type Interrupt = Box<dyn Fn() + Send + Sync>;
+
 /// What the event loop is doing, shared with the hang watchdog thread.
-#[derive(Debug, Default)]
+#[derive(Default)]
 pub struct Heartbeat {
     events_done: AtomicU64,
     now_ms: AtomicU64,
     stop: AtomicBool,
     state: Mutex<HeartbeatState>,
+    /// The livelock report, once the hang watchdog cancelled the run.
+    hang: Mutex<Option<String>>,
+    interrupt: Mutex<Option<Interrupt>>,
+}
+
+impl std::fmt::Debug for Heartbeat {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Heartbeat")
+            .field("events_done", &self.events_done)
+            .field("now_ms", &self.now_ms)
+            .field("hang", &self.hang_report())
+            .finish_non_exhaustive()
+    }
 }
 
 #[derive(Debug, Default)]
@@ -130,6 +158,27 @@ impl Heartbeat {
     fn stop(&self) {
         self.stop.store(true, Ordering::Relaxed);
     }
+
+    /// Registers what the hang watchdog calls to unstick a component
+    /// spinning inside one event (replaces the previous one). It runs on the
+    /// watchdog thread, so it must only use thread-safe entry points (e.g.
+    /// `PendingAckHandle::close`).
+    pub fn set_interrupt(&self, interrupt: Box<dyn Fn() + Send + Sync>) {
+        *self.interrupt.lock().unwrap_or_else(|e| e.into_inner()) = Some(interrupt);
+    }
+
+    /// The livelock report if the hang watchdog cancelled the run.
+    pub fn hang_report(&self) -> Option<String> {
+        self.hang.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// Records `report` and calls the registered interrupt.
+    fn cancel(&self, report: String) {
+        *self.hang.lock().unwrap_or_else(|e| e.into_inner()) = Some(report);
+        if let Some(interrupt) = &*self.interrupt.lock().unwrap_or_else(|e| e.into_inner()) {
+            interrupt();
+        }
+    }
 }
 
 /// The hang watchdog thread of one run; stops when dropped.
@@ -140,8 +189,10 @@ pub struct HangGuard {
 
 impl HangGuard {
     /// Starts watching `heartbeat` if `exit_on_hang` is set: when no event
-    /// finishes for that long, prints `header` and the livelock report on
-    /// stdout and stderr and exits the process with status 1.
+    /// finishes for that long, cancels the run ([`Heartbeat::hang_report`]
+    /// then holds the livelock report, the registered interrupt has run);
+    /// if the run has not stopped [`HANG_GRACE`] later, prints `header` and
+    /// the report on stdout and stderr and exits the process with status 1.
     pub fn start(
         heartbeat: Arc<Heartbeat>,
         exit_on_hang: Option<Duration>,
@@ -153,6 +204,7 @@ impl HangGuard {
                 let tick = Duration::from_millis(50).min(limit);
                 let mut last = hb.events_done.load(Ordering::Relaxed);
                 let mut since = std::time::Instant::now();
+                let mut cancelled: Option<(std::time::Instant, u64, String)> = None;
                 while !hb.stop.load(Ordering::Relaxed) {
                     // Parked rather than asleep: dropping the guard unparks
                     // it, so a finished run does not wait out the tick
@@ -160,6 +212,18 @@ impl HangGuard {
                     std::thread::park_timeout(tick);
                     if hb.stop.load(Ordering::Relaxed) {
                         break;
+                    }
+                    if let Some((at, now, report)) = &cancelled {
+                        if at.elapsed() >= HANG_GRACE.min(limit) {
+                            let msg = format!(
+                                "{header}\nresult: FAILED (1 violations); first: t={now}ms: {report} (the run did not stop within {:.1}s of being interrupted)",
+                                at.elapsed().as_secs_f64()
+                            );
+                            println!("{msg}");
+                            eprintln!("{msg}");
+                            std::process::exit(1);
+                        }
+                        continue;
                     }
                     let done = hb.events_done.load(Ordering::Relaxed);
                     if done != last {
@@ -170,13 +234,12 @@ impl HangGuard {
                     if since.elapsed() >= limit {
                         let (component, recent) = hb.describe();
                         let now = hb.now_ms.load(Ordering::Relaxed);
-                        let msg = format!(
-                            "{header}\nresult: FAILED (1 violations); first: t={now}ms: livelock at t={now}ms in {component}: no event finished for {:.1}s of wall time (virtual time stopped); last events: {recent}",
+                        let report = format!(
+                            "livelock at t={now}ms in {component}: no event finished for {:.1}s of wall time (virtual time stopped); last events: {recent}",
                             since.elapsed().as_secs_f64()
                         );
-                        println!("{msg}");
-                        eprintln!("{msg}");
-                        std::process::exit(1);
+                        hb.cancel(report.clone());
+                        cancelled = Some((std::time::Instant::now(), now, report));
                     }
                 }
             })
@@ -192,5 +255,49 @@ impl Drop for HangGuard {
             t.thread().unpark();
             let _ = t.join();
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn no_event_finishing_cancels_the_run_with_a_named_report_and_interrupts_it() {
+        let hb = Arc::new(Heartbeat::default());
+        let interrupted = Arc::new(AtomicBool::new(false));
+        let flag = Arc::clone(&interrupted);
+        hb.set_interrupt(Box::new(move || flag.store(true, Ordering::SeqCst)));
+        hb.begin(42, "pending_ack replay", "Restart", None);
+        let guard = HangGuard::start(
+            Arc::clone(&hb),
+            Some(Duration::from_millis(100)),
+            String::new(),
+        );
+        let started = std::time::Instant::now();
+        while hb.hang_report().is_none() && started.elapsed() < Duration::from_secs(10) {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        let report = hb.hang_report().expect("the hang watchdog never fired");
+        assert!(
+            report.contains("livelock at t=42ms in pending_ack replay"),
+            "{report}"
+        );
+        assert!(interrupted.load(Ordering::SeqCst));
+        // The run stops within the grace: the guard is dropped, no exit.
+        drop(guard);
+    }
+
+    #[test]
+    fn events_finishing_keep_the_watchdog_quiet() {
+        let hb = Arc::new(Heartbeat::default());
+        let guard = HangGuard::start(Arc::clone(&hb), Some(Duration::from_secs(2)), String::new());
+        for i in 0..40 {
+            hb.begin(i, "producer", "Publish", None);
+            std::thread::sleep(Duration::from_millis(10));
+            hb.end();
+        }
+        assert_eq!(hb.hang_report(), None);
+        drop(guard);
     }
 }

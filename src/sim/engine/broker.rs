@@ -7,6 +7,8 @@ use super::*;
 impl Sim<'_> {
     pub(super) fn open_broker(&mut self) -> Result<(), SimError> {
         let generation = self.broker.as_ref().map_or(0, |b| b.generation + 1);
+        // The old handles go with the old broker (they hold the store).
+        self.heartbeat.set_interrupt(Box::new(|| {}));
         // A crash: every in-memory structure goes. Handles are closed first
         // only so their timer/executor tasks release the store (they hold
         // references to it); nothing is flushed or persisted by this.
@@ -123,7 +125,11 @@ impl Sim<'_> {
                     format!("{TOPIC}-{name}"),
                     Arc::clone(&pa_cursor),
                     &pool,
-                    Arc::new(InlineReads),
+                    if self.opts.sabotage == Some(Sabotage::LoseReplayReadCallbacks) {
+                        Arc::new(LostReads)
+                    } else {
+                        Arc::new(InlineReads)
+                    },
                     timer.clone(),
                     HandleConfig {
                         jitter_seed: self.opts.seed,
@@ -141,9 +147,10 @@ impl Sim<'_> {
                     .lock()
                     .unwrap_or_else(|e| e.into_inner())
                     .clone();
-                self.pa_expected[s] = Some((expected, self.pa_ledger_lost[s]));
+                self.pa_expected[s] = Some((expected, self.pa_ledger_lost[s].clone()));
                 self.pa_not_ready_since[s] = Some(self.sched.now());
                 self.pa_error_seen[s] = false;
+                self.pa_awaiting_reload[s] = false;
                 handle.init();
                 drop(pa_ledger);
                 (Some(handle), Some(pa_cursor))
@@ -171,6 +178,15 @@ impl Sim<'_> {
                 dispatch_scheduled: false,
             });
         }
+        // The hang watchdog's interrupt: closing a handle interrupts its
+        // running replay attempt (a replay spinning inside one event).
+        let handles: Vec<PendingAckHandle> =
+            subs.iter().filter_map(|s| s.pending_ack.clone()).collect();
+        self.heartbeat.set_interrupt(Box::new(move || {
+            for h in &handles {
+                h.close();
+            }
+        }));
         self.broker = Some(Broker {
             generation,
             ledger,

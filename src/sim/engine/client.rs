@@ -239,6 +239,7 @@ impl Sim<'_> {
                             | Sabotage::DeliverOneTrimmedMessage
                             | Sabotage::CumulativeAckOnePastReceived
                             | Sabotage::DropFailoverHandover
+                            | Sabotage::LoseReplayReadCallbacks
                             | Sabotage::FilterWhenReadIssued,
                         )
                         | None => {}

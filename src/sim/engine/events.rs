@@ -85,6 +85,9 @@ pub(super) enum Ev {
     /// The operator turns the pending-ack logs' auto-skip on and reloads
     /// the topic (after a replay gave up on non-recoverable data).
     OperatorReload,
+    /// The topic is reloaded after a pending-ack replay a completing failure
+    /// ended (its next owner replays the whole log).
+    TopicReload,
     /// Admin seek of subscription `sub` forward to its read position.
     Seek {
         sub: SubIdx,
@@ -128,6 +131,7 @@ impl Ev {
             Ev::OutageEnd => ("storage", "OutageEnd", None),
             Ev::StallCheck => ("checker", "StallCheck", None),
             Ev::OperatorReload => ("operator reload (pending_ack)", "OperatorReload", None),
+            Ev::TopicReload => ("topic reload (pending_ack)", "TopicReload", None),
             Ev::Recreate { sub, .. } => ("client re-creation (permits)", "Recreate", Some(sub.0)),
             Ev::Seek { sub } => ("admin seek", "Seek", Some(sub.0)),
             Ev::Rewind { sub } => ("dispatcher rewind (delayed)", "Rewind", Some(sub.0)),

@@ -101,14 +101,14 @@ impl Sim<'_> {
                                 .map_err(comp("lose ledger"))?;
                             self.activity.read_failures_injected += 1;
                             self.activity.pending_ack_ledgers_lost += 1;
-                            lost.push(s);
+                            lost.push((s, next.ledger_id));
                         }
                     }
                 }
             }
         }
-        for s in lost {
-            self.pa_ledger_lost[s] = true;
+        for (s, ledger_id) in lost {
+            self.pa_ledger_lost[s].insert(ledger_id);
         }
         self.arm_replay_read_failures();
         self.open_broker()?;

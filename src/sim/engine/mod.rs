@@ -79,7 +79,7 @@ mod replay;
 use events::Ev;
 use faults::install_outage;
 use ids::{ConsumerIdx, SubIdx};
-use replay::{install_read_faults, pa_durable, PaTruth, ReplayReadPlan, SharedPaTruth};
+use replay::{install_read_faults, pa_durable, LostReads, PaTruth, ReplayReadPlan, SharedPaTruth};
 
 /// An entry on its way to a consumer: the permit view, its key and bytes.
 #[derive(Debug, Clone)]
@@ -162,6 +162,12 @@ pub enum Sabotage {
     /// (the old active consumer's unacknowledged, delivered messages) is
     /// dropped instead of redelivered to the new active one.
     DropFailoverHandover,
+    /// Every pending-ack replay read's callback is lost (the read job is
+    /// dropped unfinished), so the first replay waits for it inside one
+    /// event until it is interrupted: a hang the hang watchdog must turn
+    /// into a named livelock of this run (with
+    /// [`Watchdog::exit_on_hang`] set; without it the run never ends).
+    LoseReplayReadCallbacks,
 }
 
 /// Options of one run besides the workload.
@@ -362,17 +368,24 @@ struct Sim<'a> {
     delayed_truth: Vec<DelayedTruth>,
     /// Per subscription: pending-ack records known durable.
     pa_truth: Vec<SharedPaTruth>,
-    /// Per subscription: what the replay in progress must find (and
-    /// whether fewer is allowed: a ledger was lost).
-    pa_expected: Vec<Option<(PaTruth, bool)>>,
+    /// Per subscription: what the replay in progress must find, and the
+    /// pending-ack log's ledgers lost before it (the transactions with a
+    /// record there may differ).
+    pa_expected: Vec<Option<(PaTruth, BTreeSet<i64>)>>,
     /// Per subscription: since when its pending-ack handle is not ready.
     pa_not_ready_since: Vec<Option<VirtualMs>>,
     /// Per subscription: its handle's Error state was handled this lifetime.
     pa_error_seen: Vec<bool>,
+    /// Per subscription: its replay was ended by a completing failure this
+    /// lifetime; it serves nothing until the topic reload.
+    pa_awaiting_reload: Vec<bool>,
+    /// A topic reload is scheduled.
+    topic_reload_planned: bool,
     /// Per subscription: injected replay read failures.
     replay_plans: Vec<Arc<std::sync::Mutex<ReplayReadPlan>>>,
-    /// Per subscription: a pending-ack ledger was lost since its last replay.
-    pa_ledger_lost: Vec<bool>,
+    /// Per subscription: the pending-ack log's ledgers lost since its last
+    /// completed replay.
+    pa_ledger_lost: Vec<BTreeSet<i64>>,
     /// The operator turned auto-skip on.
     operator_auto_skip: bool,
     operator_reload_planned: bool,
@@ -466,10 +479,12 @@ pub fn run(
         pa_expected: vec![None; workload.subscriptions as usize],
         pa_not_ready_since: vec![None; workload.subscriptions as usize],
         pa_error_seen: vec![false; workload.subscriptions as usize],
+        pa_awaiting_reload: vec![false; workload.subscriptions as usize],
+        topic_reload_planned: false,
         replay_plans: (0..workload.subscriptions)
             .map(|_| Arc::default())
             .collect(),
-        pa_ledger_lost: vec![false; workload.subscriptions as usize],
+        pa_ledger_lost: vec![BTreeSet::new(); workload.subscriptions as usize],
         operator_auto_skip: false,
         operator_reload_planned: false,
         replay_bound_reported: vec![false; workload.subscriptions as usize],
@@ -492,12 +507,15 @@ pub fn run(
     sim.checker
         .unfinished(unpublished, faults_not_run, virtual_ms);
     let (counts, first_violation) = sim.checker.finish(virtual_ms);
-    let hint_race = (opts.faults && workload.faults.hint_race)
+    // A run the hang watchdog cancelled ends with its livelock: the extra
+    // stages are not run.
+    let cancelled = sim.heartbeat.hang_report().is_some();
+    let hint_race = (opts.faults && workload.faults.hint_race && !cancelled)
         .then(|| super::hint_race::run(&super::hint_race::HintRaceConfig::default()));
     let hint_race_violations = hint_race.as_ref().map_or(0, |h| h.violations());
     let first_violation =
         first_violation.or_else(|| hint_race.as_ref().and_then(|h| h.first_violation.clone()));
-    let replay_race = (opts.faults && workload.faults.replay_race).then(|| {
+    let replay_race = (opts.faults && workload.faults.replay_race && !cancelled).then(|| {
         sim.heartbeat.enter("replay_race stage");
         let heartbeat = Arc::clone(&sim.heartbeat);
         super::replay_race::run_with_progress(
@@ -510,6 +528,13 @@ pub fn run(
     let replay_race_violations = replay_race.as_ref().map_or(0, |r| r.violations());
     let first_violation =
         first_violation.or_else(|| replay_race.as_ref().and_then(|r| r.first_violation.clone()));
+    // A hang the watchdog cancelled is a violation even if the run then
+    // ended by itself (e.g. the interrupt unstuck a stage after the loop).
+    let late_hang = (counts.livelocks == 0)
+        .then(|| sim.heartbeat.hang_report())
+        .flatten();
+    let late_hang_violations = u64::from(late_hang.is_some());
+    let first_violation = first_violation.or(late_hang);
     let wall_ms = started.elapsed().as_millis() as u64;
     let deliveries_per_sec = if wall_ms == 0 {
         counts.delivered as f64
@@ -522,7 +547,10 @@ pub fn run(
         data_dir: opts.data_dir.display().to_string(),
         sync: opts.sync.to_string(),
         virtual_ms: finished_at,
-        violations: counts.violations() + hint_race_violations + replay_race_violations,
+        violations: counts.violations()
+            + hint_race_violations
+            + replay_race_violations
+            + late_hang_violations,
         counts,
         activity: sim.activity,
         first_violation,
@@ -599,31 +627,10 @@ impl Sim<'_> {
         // changed, virtual time and reconnects when it did)
         let mut progress = (self.checker.progress(), 0u64, 0, self.activity.reconnects);
         while let Some((now, ev)) = self.sched.pop() {
-            self.clock.set(now + self.broker_clock_offset_ms);
-            if let Some(b) = &self.broker {
-                b.timer.advance_to(now);
+            if !self.step(now, ev, &mut same_time)? {
+                break;
             }
-            let (component, label, sub) = ev.label();
-            self.heartbeat.begin(now, component, label, sub);
-            self.handle(ev)?;
-            self.heartbeat.end();
             steps += 1;
-            if same_time.0 == now {
-                same_time.1 += 1;
-                if same_time.1 > self.opts.watchdog.same_time_events {
-                    let (component, recent) = self.heartbeat.describe();
-                    self.checker.livelock(
-                        &format!(
-                            "livelock at t={now}ms in {component}: virtual time did not advance for {} events; last events: {recent}",
-                            same_time.1
-                        ),
-                        now,
-                    );
-                    break;
-                }
-            } else {
-                same_time = (now, 1);
-            }
             let made = self.checker.progress();
             if made != progress.0 {
                 progress = (made, 0, now, self.activity.reconnects);
@@ -680,6 +687,9 @@ impl Sim<'_> {
             }
         }
         self.finished_at = self.sched.now();
+        if self.heartbeat.hang_report().is_some() {
+            return Ok(()); // the run was cancelled by the hang watchdog
+        }
         self.drain_and_check_permits()?;
         // Persist what was acknowledged (a clean shutdown).
         for s in SubIdx::all(self.w.subscriptions) {
@@ -703,11 +713,11 @@ impl Sim<'_> {
             return Ok(()); // lost messages are already the reported violation
         }
         let deadline = self.sched.now() + 10_000;
+        let mut same_time = (self.sched.now(), 0u64);
         while let Some((now, ev)) = self.sched.pop() {
             if now > deadline {
                 break;
             }
-            self.clock.set(now + self.broker_clock_offset_ms);
             match ev {
                 Ev::Publish
                 | Ev::Restart
@@ -719,7 +729,14 @@ impl Sim<'_> {
                 | Ev::StallCheck
                 | Ev::DelayedTick(_)
                 | Ev::Persist(_) => {}
-                other => self.handle(other)?,
+                // The same step as the main loop: the broker's timers
+                // advance with virtual time (a pending-ack retry due now
+                // fires), and the watchdogs see every event.
+                other => {
+                    if !self.step(now, other, &mut same_time)? {
+                        return Ok(());
+                    }
+                }
             }
         }
         for s in SubIdx::all(self.w.subscriptions) {
@@ -750,6 +767,50 @@ impl Sim<'_> {
             }
         }
         Ok(())
+    }
+
+    /// Handles one event at virtual time `now`: sets the clocks, fires the
+    /// broker's timers due by then, runs the event under the heartbeat, and
+    /// applies the in-loop watchdogs. `same_time` is (virtual ms, events in
+    /// a row at it). Returns `false` when a watchdog stopped the run (the
+    /// livelock is reported).
+    fn step(
+        &mut self,
+        now: VirtualMs,
+        ev: Ev,
+        same_time: &mut (VirtualMs, u64),
+    ) -> Result<bool, SimError> {
+        self.clock.set(now + self.broker_clock_offset_ms);
+        if let Some(b) = &self.broker {
+            b.timer.advance_to(now);
+        }
+        let (component, label, sub) = ev.label();
+        self.heartbeat.begin(now, component, label, sub);
+        self.handle(ev)?;
+        self.heartbeat.end();
+        if let Some(report) = self.heartbeat.hang_report() {
+            // The hang watchdog cancelled the run (a component spun inside
+            // one event, or no event finished for its bound).
+            self.checker.livelock(&report, now);
+            return Ok(false);
+        }
+        if same_time.0 == now {
+            same_time.1 += 1;
+            if same_time.1 > self.opts.watchdog.same_time_events {
+                let (component, recent) = self.heartbeat.describe();
+                self.checker.livelock(
+                    &format!(
+                        "livelock at t={now}ms in {component}: virtual time did not advance for {} events; last events: {recent}",
+                        same_time.1
+                    ),
+                    now,
+                );
+                return Ok(false);
+            }
+        } else {
+            *same_time = (now, 1);
+        }
+        Ok(true)
     }
 
     fn checker_acked(&self) -> u64 {
@@ -913,6 +974,11 @@ impl Sim<'_> {
             Ev::OperatorReload => {
                 self.faults_pending = self.faults_pending.saturating_sub(1);
                 self.operator_reload()
+            }
+            Ev::TopicReload => {
+                self.faults_pending = self.faults_pending.saturating_sub(1);
+                self.activity.topic_reloads += 1;
+                self.reload_topic()
             }
             Ev::StallCheck => {
                 self.check_replay_bound();
