@@ -16,12 +16,13 @@
 //! - a batch index that cannot be placed in its batch (no `batch_size`, or
 //!   an index outside `0..batch_size`) is kept as an exact triple.
 //!
-//! So the cost per acknowledged message is about a bit (dense runs of
-//! entry ids are run-length encoded by [`RoaringTreemap::optimize`], run
-//! every [`OPTIMIZE_EVERY`] inserts into a bitmap), and only entries with
+//! So an acknowledged entry costs at most about two bytes (a roaring
+//! array), a bit once its ledger's bitmap is dense, and less for dense runs
+//! of entry ids, which [`RoaringTreemap::optimize`] (run every
+//! [`OPTIMIZE_EVERY`] inserts into a bitmap) run-length encodes; only entries with
 //! some but not all messages acknowledged — the consumer's live window —
-//! cost a per-entry bitmap. The previous exact `BTreeSet` of triples cost
-//! ~40 bytes per message for the whole incarnation.
+//! cost a per-entry bitmap (a set of triples would cost ~40 bytes per
+//! message for the whole incarnation).
 
 use std::collections::{BTreeMap, BTreeSet};
 
