@@ -79,5 +79,5 @@ pub use managed_ledger::{Entry, LedgerConfig, ManagedLedger};
 pub use store::StoreContents;
 pub use store::{
     AppendSegment, LedgerStore, MemoryStore, RedbStore, StoredCursor, StoredLedger,
-    StoredLedgerInfo, SyncMode,
+    StoredLedgerInfo, SyncMode, DEFAULT_CACHE_BYTES,
 };

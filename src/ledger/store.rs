@@ -417,6 +417,9 @@ pub struct RedbStore {
     mode: SyncMode,
 }
 
+/// Page cache [`RedbStore::open_with`] gives redb: its own default, 1 GiB.
+pub const DEFAULT_CACHE_BYTES: usize = 1 << 30;
+
 impl RedbStore {
     /// Opens (creating if needed) the store at `path` with
     /// [`SyncMode::Immediate`].
@@ -433,6 +436,24 @@ impl RedbStore {
     /// # Errors
     /// As [`RedbStore::open`].
     pub fn open_with(path: impl AsRef<Path>, mode: SyncMode) -> Result<Self, StoreError> {
+        Self::open_with_cache(path, mode, DEFAULT_CACHE_BYTES)
+    }
+
+    /// Opens the store at `path` with the given commit mode and at most
+    /// `cache_bytes` of page cache in memory (redb's read cache plus its
+    /// buffer of pages written but not yet flushed; the file itself is not
+    /// limited). The cache fills with every page read or written up to this
+    /// bound, so a process that appends for a long time holds
+    /// `min(file size, cache_bytes)` of it; a bounded process (the
+    /// simulator) passes less than [`DEFAULT_CACHE_BYTES`].
+    ///
+    /// # Errors
+    /// As [`RedbStore::open`].
+    pub fn open_with_cache(
+        path: impl AsRef<Path>,
+        mode: SyncMode,
+        cache_bytes: usize,
+    ) -> Result<Self, StoreError> {
         let path = path.as_ref();
         contained("open", || {
             // Verify every page checksum on open: a file altered since redb
@@ -440,6 +461,7 @@ impl RedbStore {
             // garbage-sized allocation on a later read.
             let db = Database::builder()
                 .set_check_integrity_on_open(true)
+                .set_cache_size(cache_bytes)
                 .create(path)
                 .map_err(open_error)?;
             let store = Self {

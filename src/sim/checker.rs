@@ -28,6 +28,7 @@
 //! matters). The report is the same as with whole-run state.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
+use std::hash::{BuildHasherDefault, Hasher};
 
 use serde::Serialize;
 
@@ -46,6 +47,52 @@ pub struct MessageRef {
 impl std::fmt::Display for MessageRef {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "{}#{}", self.position, self.batch_index)
+    }
+}
+
+/// Hashes the checker's integer keys (a [`MessageRef`]'s three integers, a
+/// key, a consumer id, a token) folded by multiply-rotate and finished with
+/// a 64-bit mixer: the window's index is looked up on every delivery and
+/// ack, and std's SipHash, built against adversarial keys, was the
+/// checker's largest cost. The keys are the simulator's own, so no flooding
+/// resistance is needed; no result depends on a map's iteration order (with
+/// std's per-process random seeds it could not have been deterministic).
+#[derive(Debug, Default, Clone, Copy)]
+struct IntKeyHasher(u64);
+
+/// A map keyed by integers (see [`IntKeyHasher`]).
+type IntMap<K, V> = HashMap<K, V, BuildHasherDefault<IntKeyHasher>>;
+
+impl Hasher for IntKeyHasher {
+    fn write(&mut self, bytes: &[u8]) {
+        for b in bytes {
+            self.write_u64(u64::from(*b));
+        }
+    }
+
+    fn write_u64(&mut self, x: u64) {
+        self.0 = (self.0.rotate_left(26) ^ x).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    }
+
+    fn write_i64(&mut self, x: i64) {
+        self.write_u64(x as u64);
+    }
+
+    fn write_u32(&mut self, x: u32) {
+        self.write_u64(u64::from(x));
+    }
+
+    fn write_usize(&mut self, x: usize) {
+        self.write_u64(x as u64);
+    }
+
+    fn finish(&self) -> u64 {
+        // splitmix64's finaliser: every input bit reaches the top bits,
+        // which hashbrown uses for its control bytes
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
     }
 }
 
@@ -104,17 +151,17 @@ struct SubState {
     /// subscription (Failover) are in order across consumers within one epoch.
     epoch: u32,
     /// key → (epoch, highest key_seq delivered first-time in it).
-    key_progress: HashMap<u32, (u32, u64)>,
+    key_progress: IntMap<u32, (u32, u64)>,
     /// Consumer id → its current incarnation's token. A consumer's token
     /// ends when it reconnects (or is removed), on a restart and on a seek.
-    consumer_token: HashMap<usize, u32>,
+    consumer_token: IntMap<usize, u32>,
     /// Token → (consumer id, still the consumer's current incarnation).
     tokens: Vec<(usize, bool)>,
     /// Live token → order key → highest key_seq delivered to that consumer
     /// incarnation (first time or redelivered): what one consumer receives
     /// of a key (Key_Shared) or of the subscription (Failover) is in order,
     /// replays included.
-    token_progress: HashMap<u32, HashMap<u32, u64>>,
+    token_progress: IntMap<u32, IntMap<u32, u64>>,
     /// Publish indexes exempt from the per-key order check (replayed after
     /// a corrupted delivery); pruned below the retired count.
     order_exempt: BTreeSet<usize>,
@@ -332,7 +379,7 @@ const RETIRE_EVERY: u32 = 4096;
 #[derive(Debug)]
 pub struct DeliveryChecker {
     /// Message in the window → absolute publish index.
-    index: HashMap<MessageRef, usize>,
+    index: IntMap<MessageRef, usize>,
     /// The window: messages from publish index `base` on.
     published: VecDeque<(MessageRef, Published)>,
     /// Messages retired (publish indexes below `base`).
@@ -342,7 +389,7 @@ pub struct DeliveryChecker {
     acks_since_retire: u32,
     /// Retire after this many acks ([`RETIRE_EVERY`]; tests vary it).
     retire_every: u32,
-    next_key_seq: HashMap<u32, u64>,
+    next_key_seq: IntMap<u32, u64>,
     subs: BTreeMap<String, SubState>,
     counts: CheckerCounts,
     first_violation: Option<String>,
@@ -366,13 +413,13 @@ impl DeliveryChecker {
         order: OrderCheck,
     ) -> Self {
         Self {
-            index: HashMap::new(),
+            index: HashMap::default(),
             published: VecDeque::new(),
             base: 0,
             retired: Retired::default(),
             acks_since_retire: 0,
             retire_every: RETIRE_EVERY,
-            next_key_seq: HashMap::new(),
+            next_key_seq: IntMap::default(),
             subs: subscriptions
                 .into_iter()
                 .map(|s| (s, SubState::default()))

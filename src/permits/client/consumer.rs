@@ -1,8 +1,9 @@
 //! The client consumer's native-message path: frames and entry payloads in,
 //! messages with permit tokens out, exactly P settled per command.
 
-use std::collections::{BTreeSet, VecDeque};
+use std::collections::VecDeque;
 
+use super::acked::AcknowledgedMessages;
 use super::budget::{BudgetError, CommandBudget};
 use super::resolution::{resolve_early, resolve_full, PermitProtocolError};
 use super::state::{
@@ -145,7 +146,7 @@ pub struct ClientConsumer {
     state: Arc<ConsumerPermitState>,
     epoch: u64,
     queue: VecDeque<ReceivedMessage>,
-    acknowledged: BTreeSet<(u64, u64, i32)>,
+    acknowledged: AcknowledgedMessages,
 }
 
 impl ClientConsumer {
@@ -170,7 +171,7 @@ impl ClientConsumer {
             state,
             epoch: 0,
             queue: VecDeque::new(),
-            acknowledged: BTreeSet::new(),
+            acknowledged: AcknowledgedMessages::new(),
         })
     }
 
@@ -231,7 +232,7 @@ impl ClientConsumer {
     /// (at-least-once), or the message would never be acknowledged.
     pub fn acknowledge(&mut self, id: &MessageIdData) {
         self.acknowledged
-            .insert((id.ledger_id, id.entry_id, id.batch_index()));
+            .insert(id.ledger_id, id.entry_id, id.batch_index(), id.batch_size);
     }
 
     /// Replaces the incarnation: on `connection` (a reconnect when it is a
@@ -473,11 +474,11 @@ impl ClientConsumer {
                 continue;
             }
             let batch_index = if is_batch { index as i32 } else { -1 };
-            let duplicate = self.acknowledged.contains(&(
+            let duplicate = self.acknowledged.contains(
                 cmd.message_id.ledger_id,
                 cmd.message_id.entry_id,
                 batch_index,
-            ));
+            );
             if smm.as_ref().is_some_and(|s| s.compacted_out()) || duplicate {
                 skipped += 1;
                 continue;

@@ -37,10 +37,12 @@
 //! | `resolution.rs` | the ladder, [`PermitProtocolError`] |
 //! | `budget.rs` | [`CommandBudget`] |
 //! | `state.rs` | [`Incarnation`], [`ConsumerPermitState`], [`ClientConnection`] |
+//! | `acked.rs` | `AcknowledgedMessages` (an incarnation's acks as bitmaps, for `isDuplicate`) |
 //! | `consumer.rs` | [`ClientConsumer`], [`PermitToken`], [`ReceivedMessage`] |
 //!
 //! Framing (frames, entry payloads, crc32c) lives in [`crate::permits::frame`].
 
+mod acked;
 mod budget;
 mod consumer;
 mod resolution;

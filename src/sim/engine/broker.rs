@@ -22,12 +22,12 @@ impl Sim<'_> {
             old.pool.shutdown();
         }
         self.snapshot_faults.clear();
-        let store = RedbStore::open_with(self.store_path(), self.opts.sync).map_err(|e| {
-            SimError::DataDir {
-                path: self.opts.data_dir.display().to_string(),
-                reason: e.to_string(),
-            }
-        })?;
+        let store =
+            RedbStore::open_with_cache(self.store_path(), self.opts.sync, STORE_CACHE_BYTES)
+                .map_err(|e| SimError::DataDir {
+                    path: self.opts.data_dir.display().to_string(),
+                    reason: e.to_string(),
+                })?;
         let dyn_store: Arc<dyn LedgerStore> = Arc::new(store.clone());
         let ledger = ManagedLedger::open(
             TOPIC,

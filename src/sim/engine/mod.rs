@@ -105,6 +105,10 @@ impl SimEntry {
 
 const TOPIC: &str = "persistent://public/default/sim";
 const PENDING_ACK_CURSOR: &str = "__pending_ack_state";
+/// The store's page cache (redb's default is 1 GiB, which a long run fills
+/// as its file grows): the simulator reads mostly the tail of the topic, so
+/// this bounds its memory without the cache deciding any outcome, bytes.
+const STORE_CACHE_BYTES: usize = 64 << 20;
 /// Network latency between broker and client, virtual ms.
 const NET_MS: VirtualMs = 1;
 /// Largest read a dispatcher issues, entries.
