@@ -28,6 +28,23 @@ fn run_in_tempdir(w: &Workload, seed: u64, sabotage: Option<Sabotage>) -> Report
     run_with(w, seed, true, sabotage)
 }
 
+/// Runs `tests/workloads/FILE` with `seed` and asserts the report is clean;
+/// returns the workload and the report for the caller's activity checks.
+fn run_workload_file_clean(file: &str, seed: u64) -> (Workload, Report) {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/workloads")
+        .join(file);
+    let w = Workload::from_toml_file(&path).unwrap();
+    let r = run_in_tempdir(&w, seed, None);
+    assert!(
+        r.is_clean(),
+        "{file} seed {seed}: {:?} ({} violations)",
+        r.first_violation,
+        r.violations
+    );
+    (w, r)
+}
+
 fn run_with(w: &Workload, seed: u64, faults: bool, sabotage: Option<Sabotage>) -> Report {
     let dir = tempfile::tempdir().unwrap();
     let opts = SimOptions {
@@ -460,14 +477,11 @@ fn virtual_time_is_when_the_workload_finished() {
 /// within seconds as a named livelock, not at the wall-clock limit.
 #[test]
 fn a_faulty_broker_closing_every_window_is_bounded_and_its_livelock_is_named() {
-    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/workloads");
-    let w = Workload::from_toml_file(&dir.join("faulty_broker_full_window.toml")).unwrap();
+    let (w, r) = run_workload_file_clean("faulty_broker_full_window.toml", 1212);
     assert_eq!(
         w.faults.faulty_closes_without_progress,
         pulsar_core::sim::workload::FAULTY_CLOSES_WITHOUT_PROGRESS
     );
-    let r = run_in_tempdir(&w, 1212, None);
-    assert!(r.is_clean(), "{r}");
     assert!(
         r.activity.invalid_permit_closes >= u64::from(w.faults.faulty_closes_without_progress),
         "{r}"
@@ -526,7 +540,6 @@ fn a_faulty_broker_closing_every_window_is_bounded_and_its_livelock_is_named() {
 /// exercise its fault (admission rejections, transactional acks).
 #[test]
 fn swarm_found_broker_model_regressions_stay_clean() {
-    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/workloads");
     for (file, seed) in [
         ("shared_delayed_txn_restarts.toml", 135),
         ("failover_admission_rejections.toml", 3),
@@ -534,14 +547,7 @@ fn swarm_found_broker_model_regressions_stay_clean() {
         ("key_shared_rejected_in_last_pass.toml", 3579),
         ("failover_rejected_in_last_pass.toml", 8497),
     ] {
-        let w = Workload::from_toml_file(&dir.join(file)).unwrap();
-        let r = run_in_tempdir(&w, seed, None);
-        assert!(
-            r.is_clean(),
-            "{file} seed {seed}: {:?} ({} violations)",
-            r.first_violation,
-            r.violations
-        );
+        let (w, r) = run_workload_file_clean(file, seed);
         if w.faults.admission_reject_ratio > 0.0 {
             assert!(
                 r.activity.admission_rejections > 0,
@@ -561,21 +567,13 @@ fn swarm_found_broker_model_regressions_stay_clean() {
 /// stay clean and exercise its path.
 #[test]
 fn swarm_found_pending_ack_regressions_stay_clean() {
-    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/workloads");
     for (file, seed) in [
         ("pending_ack_fenced_replay_reload.toml", 6779),
         ("pending_ack_completing_failure_reload.toml", 436),
         ("pending_ack_retry_in_drain.toml", 5930),
         ("pending_ack_retry_in_drain_2.toml", 9114),
     ] {
-        let w = Workload::from_toml_file(&dir.join(file)).unwrap();
-        let r = run_in_tempdir(&w, seed, None);
-        assert!(
-            r.is_clean(),
-            "{file} seed {seed}: {:?} ({} violations)",
-            r.first_violation,
-            r.violations
-        );
+        let (_, r) = run_workload_file_clean(file, seed);
         if file.contains("reload") {
             assert!(
                 r.activity.topic_reloads > 0,

@@ -145,6 +145,31 @@ fn ledger(name: &str) -> Result<Arc<ManagedLedger>, String> {
     ManagedLedger::open(name, cfg, Arc::new(MemoryStore::new())).map_err(|e| e.to_string())
 }
 
+/// The pending-ack store's cursor over `ml` (`__pending_ack_state`).
+fn pending_ack_cursor(ml: &Arc<ManagedLedger>) -> Result<Arc<ManagedCursor>, String> {
+    Ok(Arc::new(
+        ml.open_cursor("__pending_ack_state")
+            .map_err(|e| e.to_string())?,
+    ))
+}
+
+/// Appends `n` individual-ack records, one per entry: transaction
+/// (`txn_high`, i) acknowledges position `ack_ledger`:i, for i in 0..n.
+fn append_individual_acks(
+    ml: &ManagedLedger,
+    txn_high: u64,
+    ack_ledger: i64,
+    n: u64,
+) -> Result<(), String> {
+    for i in 0..n {
+        let t = TxnId::new(txn_high, i);
+        let p = Position::new(ack_ledger, i as i64);
+        ml.append(&PendingAckRecord::individual_ack(t, vec![AckedPosition::whole(p)]).encode())
+            .map_err(|e| e.to_string())?;
+    }
+    Ok(())
+}
+
 /// Writes the scenarios' log (one record per entry) and returns the open
 /// transactions a complete replay must find.
 fn write_log(ml: &ManagedLedger) -> Result<OpenTxns, String> {
@@ -263,10 +288,7 @@ fn read_ahead_failure(r: &mut ReplayRaceReport) -> Result<(), String> {
             (n == FAIL_READ).then_some(ReadFailureKind::StorageUnavailable)
         });
     }
-    let cursor = Arc::new(
-        ml.open_cursor("__pending_ack_state")
-            .map_err(|e| e.to_string())?,
-    );
+    let cursor = pending_ack_cursor(&ml)?;
     let writer = WriterConfig {
         batch_enabled: true,
         ..WriterConfig::default()
@@ -310,10 +332,7 @@ fn read_ahead_failure(r: &mut ReplayRaceReport) -> Result<(), String> {
 fn reload_over_cached_cursor(r: &mut ReplayRaceReport) -> Result<(), String> {
     let ml = ledger("replay-race-reload")?;
     let open = write_log(&ml)?;
-    let cursor = Arc::new(
-        ml.open_cursor("__pending_ack_state")
-            .map_err(|e| e.to_string())?,
-    );
+    let cursor = pending_ack_cursor(&ml)?;
     let first = drive_handle(
         "replay-race-reload",
         Arc::clone(&cursor),
@@ -472,16 +491,8 @@ fn read_failure_race(
     progress: &dyn Fn(),
 ) -> Result<(), String> {
     let ml = ledger("replay-race-race")?;
-    for i in 0..RACE_ENTRIES {
-        let t = TxnId::new(9, i);
-        let p = Position::new(200, i as i64);
-        ml.append(&PendingAckRecord::individual_ack(t, vec![AckedPosition::whole(p)]).encode())
-            .map_err(|e| e.to_string())?;
-    }
-    let cursor = Arc::new(
-        ml.open_cursor("__pending_ack_state")
-            .map_err(|e| e.to_string())?,
-    );
+    append_individual_acks(&ml, 9, 200, RACE_ENTRIES)?;
+    let cursor = pending_ack_cursor(&ml)?;
     let oracle = Arc::new(RaceOracle::default());
     let mid_apply = Arc::new(AtomicU64::new(0));
     let (tx, rx) = mpsc::channel();
@@ -813,16 +824,8 @@ fn forced_storage(rx: mpsc::Receiver<ReadJob>, baton: Arc<Baton>, forced: Forced
 /// place (else the scenario reports that it failed to run).
 fn forced_interleaving(r: &mut ReplayRaceReport, forced: Forced) -> Result<(), String> {
     let ml = ledger("replay-race-forced")?;
-    for i in 0..FORCED_ENTRIES {
-        let t = TxnId::new(11, i);
-        let p = Position::new(300, i as i64);
-        ml.append(&PendingAckRecord::individual_ack(t, vec![AckedPosition::whole(p)]).encode())
-            .map_err(|e| e.to_string())?;
-    }
-    let cursor = Arc::new(
-        ml.open_cursor("__pending_ack_state")
-            .map_err(|e| e.to_string())?,
-    );
+    append_individual_acks(&ml, 11, 300, FORCED_ENTRIES)?;
+    let cursor = pending_ack_cursor(&ml)?;
     let baton = Arc::new(Baton {
         scenario: match forced {
             Forced::FailureInsideFillQueue => "read failure inside fill_queue",

@@ -152,13 +152,13 @@ impl AcknowledgedMessages {
         self.other.clear();
     }
 
-    #[cfg(test)]
+    #[cfg(all(test, not(any(loom, feature = "shuttle"))))]
     /// Entries with some but not all of their messages acknowledged.
     pub fn partial_entries(&self) -> usize {
         self.partial.len()
     }
 
-    #[cfg(test)]
+    #[cfg(all(test, not(any(loom, feature = "shuttle"))))]
     /// Approximate heap bytes held (bitmaps' serialized sizes plus the
     /// per-entry and exact records), for memory reports.
     pub fn approx_bytes(&self) -> u64 {
