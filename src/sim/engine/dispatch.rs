@@ -121,7 +121,21 @@ impl Sim<'_> {
         }
         sub.pending_read = None;
         let read_entries = entries.len();
+        let replay_waiting = !sub.consumer_keys.is_empty()
+            && (sub.dispatcher.has_replay() || !sub.redeliver.is_empty());
         let mut to_route = Vec::new();
+        // As in a pass, what waits for replay goes first: Pulsar's Key_Shared
+        // dispatcher serves its replay set (`redeliveryMessages`) before a
+        // normal read and never sends a normal read's entry of a key hash
+        // that still waits for replay, so a key's replay is never overtaken
+        // by newer entries of it (removed consumers' messages, an outage's
+        // failed replay read, a hand-back while this read was in flight).
+        let mut replay_failed = false;
+        if replay_waiting {
+            let replay = self.collect_replays(s)?;
+            replay_failed = self.read_replays(s, replay, &mut to_route)?;
+        }
+        let replayed = to_route.len();
         self.admit_read_entries(s, entries, &mut to_route)?;
         let Some(b) = self.broker.as_mut() else {
             return Ok(());
@@ -130,11 +144,16 @@ impl Sim<'_> {
         if sub.consumer_keys.is_empty() {
             sub.redeliver
                 .extend(to_route.drain(..).map(|e| e.entry.position));
+        } else if replay_failed {
+            // The replay read failed (an outage): the read's entries wait
+            // behind the replay set, in position order, for the retry.
+            sub.redeliver
+                .extend(to_route.drain(replayed..).map(|e| e.entry.position));
         }
         let routed = to_route.len();
         self.route(s, to_route);
         let sent = self.send_routed(s)?;
-        self.finish_pass(s, routed + read_entries > 0, false, sent);
+        self.finish_pass(s, routed + read_entries > 0, replay_failed, sent);
         Ok(())
     }
 
