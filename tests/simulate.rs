@@ -568,16 +568,8 @@ fn swarm_found_broker_model_regressions_stay_clean() {
 /// with reads in flight.
 #[test]
 fn key_shared_replay_is_not_overtaken_by_a_read_in_flight() {
-    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/workloads");
     let file = "key_shared_reconnect_during_read.toml";
-    let w = Workload::from_toml_file(&dir.join(file)).unwrap();
-    let r = run_in_tempdir(&w, 6, None);
-    assert!(
-        r.is_clean(),
-        "{file} seed 6: {:?} ({} violations)",
-        r.first_violation,
-        r.violations
-    );
+    let (_, r) = run_workload_file_clean(file, 6);
     assert!(r.activity.reconnects > 0, "{file}: no reconnect");
     assert!(
         r.activity.reads_with_latency > 0,
