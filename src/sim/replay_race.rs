@@ -126,6 +126,19 @@ impl ReplayRaceReport {
         self.incomplete_ready + self.writers_left_open + self.never_ready + self.reads_after_failure
     }
 
+    /// Adds a scenario's count of reads issued after a read failure and
+    /// reports its first one as the violation.
+    fn report_reads_after_failure(&mut self, count: &AtomicU64, first: &Mutex<Option<String>>) {
+        let after = count.load(Ordering::SeqCst);
+        self.reads_after_failure += after;
+        if after > 0 {
+            let first = first.lock().unwrap_or_else(|e| e.into_inner()).clone();
+            if let Some(first) = first {
+                self.violation(first);
+            }
+        }
+    }
+
     fn violation(&mut self, what: String) {
         if self.first_violation.is_none() {
             self.first_violation = Some(what);
@@ -578,18 +591,7 @@ fn read_failure_race(
     let _ = storage_thread.join();
     r.race_trials += trials;
     r.race_failures_mid_apply += mid_apply.load(Ordering::Relaxed);
-    let after = oracle.reads_after_failure.load(Ordering::SeqCst);
-    r.reads_after_failure += after;
-    if after > 0 {
-        let first = oracle
-            .first
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone();
-        if let Some(first) = first {
-            r.violation(first);
-        }
-    }
+    r.report_reads_after_failure(&oracle.reads_after_failure, &oracle.first);
     Ok(())
 }
 
@@ -906,18 +908,7 @@ fn forced_interleaving(r: &mut ReplayRaceReport, forced: Forced) -> Result<(), S
     }
     drop(dispatcher);
     let _ = storage_thread.join();
-    let after = baton.reads_after_failure.load(Ordering::SeqCst);
-    r.reads_after_failure += after;
-    if after > 0 {
-        let first = baton
-            .first
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone();
-        if let Some(first) = first {
-            r.violation(first);
-        }
-    }
+    r.report_reads_after_failure(&baton.reads_after_failure, &baton.first);
     outcome
 }
 
