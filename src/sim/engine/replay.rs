@@ -166,6 +166,15 @@ impl crate::pending_ack::ReadDispatcher for LostReads {
     }
 }
 
+/// A subscription's replay ended (complete, or ended by a completing
+/// failure): its persistent injected read failure is disarmed and the
+/// failures the plan injected are counted.
+fn end_replay_plan(plan: &std::sync::Mutex<ReplayReadPlan>, activity: &mut Activity) {
+    let mut plan = plan.lock().unwrap_or_else(|e| e.into_inner());
+    plan.persistent = None;
+    activity.replay_read_failures_injected += std::mem::take(&mut plan.injected);
+}
+
 impl Sim<'_> {
     /// Runs queued replay work and schedules the next retry timer.
     pub(super) fn drive_replays(&mut self) -> Result<(), SimError> {
@@ -205,12 +214,7 @@ impl Sim<'_> {
                         self.pa_awaiting_reload[s] = true;
                         self.pa_not_ready_since[s] = None;
                         self.activity.replays_ended_by_completing_failure += 1;
-                        let mut plan = self.replay_plans[s]
-                            .lock()
-                            .unwrap_or_else(|e| e.into_inner());
-                        plan.persistent = None;
-                        self.activity.replay_read_failures_injected +=
-                            std::mem::take(&mut plan.injected);
+                        end_replay_plan(&self.replay_plans[s], &mut self.activity);
                         reload_topic = true;
                         continue;
                     }
@@ -276,14 +280,7 @@ impl Sim<'_> {
                         truth.individual = found_individual;
                         truth.cumulative = found_cumulative;
                     }
-                    {
-                        let mut plan = self.replay_plans[s]
-                            .lock()
-                            .unwrap_or_else(|e| e.into_inner());
-                        plan.persistent = None;
-                        self.activity.replay_read_failures_injected +=
-                            std::mem::take(&mut plan.injected);
-                    }
+                    end_replay_plan(&self.replay_plans[s], &mut self.activity);
                     // Transactions left open by the restart are aborted (the
                     // coordinator timed them out): their messages are redelivered.
                     for txn in summary.individual.keys() {
