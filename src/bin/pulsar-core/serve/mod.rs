@@ -2,9 +2,12 @@
 //! on the crate's components, for real Pulsar clients (non-partitioned
 //! persistent topics; see the README section "serve" for what is supported).
 //!
-//! Threads: one acceptor (which also runs the delayed-delivery timer every
-//! 50 ms and the permit-ledger snapshot every second) and one thread per
-//! connection (std::net, blocking). SIGINT/SIGTERM stop accepting, write a
+//! Threads: one acceptor (which also runs dispatch on every subscription
+//! every 50 ms, for due delayed entries and consumers whose connection
+//! drained its outbound queue, and the permit-ledger snapshot every second)
+//! and two threads per connection (std::net, blocking): one reads and
+//! handles commands, one writes the connection's outbound queue, so no
+//! socket write ever happens under a subscription's lock. SIGINT/SIGTERM stop accepting, write a
 //! final permit-ledger snapshot and exit 0; every acknowledged send and ack
 //! is already committed (the store fsyncs each commit), so a kill -9 loses
 //! nothing acknowledged either.
@@ -47,6 +50,11 @@ pub struct ServeArgs {
     /// Record every frame's command (both directions) to this file.
     #[arg(long)]
     record_frames: Option<PathBuf>,
+    /// Seconds without a command after which the server PINGs a connection;
+    /// a second interval without one (or without CONNECT) closes it
+    /// (Pulsar's `keepAliveIntervalSeconds`).
+    #[arg(long, default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..=3600))]
+    keep_alive_secs: u64,
 }
 
 fn open_append(p: &PathBuf) -> Result<std::fs::File, String> {
@@ -100,6 +108,7 @@ fn serve(args: ServeArgs) -> Result<(), String> {
         "pulsar-core serve: listening on {local}, advertised {advertised}, store {}",
         path.display()
     );
+    let keep_alive = Duration::from_secs(args.keep_alive_secs);
     let next_conn = AtomicU64::new(1);
     let mut last_snapshot = Instant::now();
     while !stop.load(Ordering::SeqCst) {
@@ -114,7 +123,9 @@ fn serve(args: ServeArgs) -> Result<(), String> {
                     .name(format!("conn-{id}"))
                     .spawn(move || {
                         tracing::info!(conn = id, %peer, "connection opened");
-                        let why = conn::serve_connection(broker, stream, id, advertised, recorder);
+                        let why = conn::serve_connection(
+                            broker, stream, id, advertised, recorder, keep_alive,
+                        );
                         match why {
                             conn::ConnError::Io(e)
                                 if e.kind() == std::io::ErrorKind::UnexpectedEof =>
