@@ -14,8 +14,8 @@ What they protect:
   already open keeps its producer;
 - a peer that never sends CONNECT, a peer idle after CONNECT (it gets the
   server's PING and never answers), a peer that ends inside a frame and a
-  peer that floods commands without reading the replies: each connection is
-  closed with its logged reason;
+  peer that floods commands without reading the replies, a connection above
+  --max-connections: each is closed with its logged reason;
 - after all of it the node still serves the real client, and SIGTERM exits 0.
 """
 import json
@@ -60,7 +60,7 @@ def _start(binary, workdir, port):
     log = open(os.path.join(workdir, "hostile-serve.log"), "w")
     proc = subprocess.Popen(
         [binary, "serve", "--data-dir", os.path.join(workdir, "hostile-data"),
-         "--listen", f"127.0.0.1:{port}", "--keep-alive-secs", "1",
+         "--listen", f"127.0.0.1:{port}", "--keep-alive-secs", "1", "--max-connections", "16",
          "--permit-ledger", os.path.join(workdir, "hostile-ledger.jsonl")],
         stdout=log, stderr=log, env=dict(os.environ, RUST_LOG="info"))
     deadline = time.time() + 20
@@ -188,6 +188,25 @@ def run(binary, workdir, port, ev):
         x.sendall(connect_frame() + (1 << 20).to_bytes(4, "big") + b"\1" * 100)
         x.close()
 
+    # Connections above --max-connections (16) are closed at accept.
+    time.sleep(0.2)
+    held, refused_at = [], None
+    for i in range(40):
+        x = socket.create_connection(("127.0.0.1", port), timeout=2)
+        x.sendall(connect_frame())
+        if read_frame(x) is None:
+            refused_at = i
+            x.close()
+            break
+        held.append(x)
+    for x in held:
+        x.close()
+    record("connections-above-max-closed-at-accept", refused_at is not None and refused_at <= 16,
+           f"refused after {refused_at} open")
+    if refused_at is not None:
+        reasons.append(("connections-above-max-closed-at-accept", "--max-connections reached"))
+    time.sleep(0.3)
+
     # The node still serves a real client.
     healthy = False
     try:
@@ -215,7 +234,8 @@ def run(binary, workdir, port, ev):
 
     log = open(os.path.join(workdir, "hostile-serve.log"), errors="replace").read()
     record("no-panic", "panicked" not in log)
-    closes = [l for l in log.splitlines() if "connection closed" in l and "reason=" in l]
+    closes = [l for l in log.splitlines()
+              if "connection closed" in l and ("reason=" in l or "max-connections" in l)]
     for name, reason in reasons:
         hit = [l for l in closes if reason in l]
         record(f"{name}-reason-logged", bool(hit), reason)
