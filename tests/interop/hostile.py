@@ -76,6 +76,13 @@ def _start(binary, workdir, port):
 
 
 def _stalled_consumer(port, topic):
+    try:
+        return _stalled_consumer_run(port, topic)
+    except (socket.timeout, OSError) as e:
+        return False, f"the node stopped answering others while a consumer did not read: {e!r}"
+
+
+def _stalled_consumer_run(port, topic):
     stall = _conn(port)
     stall.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
     stall.sendall(frame(base(4, field(1, topic) + field(2, b"stall") + field(3, 1)
@@ -89,9 +96,14 @@ def _stalled_consumer(port, topic):
     if read_frame(prod)[0] != 17:
         return False, "producer refused"
     t0 = time.time()
-    for i in range(40):
-        prod.sendall(frame(base(6, field(1, 1) + field(2, i)),
-                           entry_payload(b"z" * (256 * 1024), i)))
+    try:
+        for i in range(40):
+            prod.sendall(frame(base(6, field(1, 1) + field(2, i)),
+                               entry_payload(b"z" * (256 * 1024), i)))
+    except socket.timeout:
+        prod.close()
+        stall.close()
+        return False, f"the server stopped reading the producer's sends for 15 s (at send {i})"
     receipts = 0
     try:
         while receipts < 40:
@@ -113,8 +125,24 @@ def _expect(sock, want_ty, check=None):
 
 
 def run(binary, workdir, port, ev):
-    """Runs the probes; returns the number that failed."""
-    proc = _start(binary, workdir, port)
+    """Runs the probes; returns the number that failed. A probe that raises
+    (a socket timeout: the server stopped answering) is recorded as the
+    failed probe "hostile-probes" with the error, and the server is killed."""
+    proc = None
+    try:
+        proc = _start(binary, workdir, port)
+        return _run(proc, workdir, port, ev)
+    except Exception as e:  # every failure is a named probe failure
+        ev.write(kind="probe", name="hostile-probes", ok=False, reason=None,
+                 detail=repr(e), server="hostile")
+        return 1
+    finally:
+        if proc is not None and proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+def _run(proc, workdir, port, ev):
     failed = 0
     reasons = []  # substrings hostile-serve.log must hold, one close each
 
@@ -135,9 +163,12 @@ def run(binary, workdir, port, ev):
                          + field(3, 1) + field(4, 1) + field(5, 1))))
     read_frame(s)
     big = (1 << 64) - 1
-    s.sendall(frame(base(10, field(1, 1) + field(2, 0)
-                         + field(3, field(1, big) + field(2, big)) + field(8, 9))))
-    record("ack-id-above-i64-max", _expect(s, 38, lambda c: 4 in c and c.get(6) == [9]))
+    ok = True
+    for ack_type, request_id in ((0, 9), (1, 10)):  # individual, cumulative
+        s.sendall(frame(base(10, field(1, 1) + field(2, ack_type)
+                             + field(3, field(1, big) + field(2, big)) + field(8, request_id))))
+        ok = ok and _expect(s, 38, lambda c: 4 in c and c.get(6) == [request_id])
+    record("ack-ids-above-i64-max-individual-and-cumulative", ok)
     s.sendall(frame(base(4, field(1, b"x" * 2000) + field(2, b"s") + field(3, 1)
                          + field(4, 2) + field(5, 3))))
     record("topic-name-above-bound", _expect(s, 14, lambda c: c.get(2) == [17]))
