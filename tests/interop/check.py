@@ -389,7 +389,7 @@ def main(workdir):
     tot_d = sum(e["debited"] for e in ledger.values())
     tot_a = sum(e["available"] for e in ledger.values())
     rows.append("")
-    rows.append(f"probes: {sum(e['ok'] for e in probes)}/{len(probes)} (PING -> PONG; unsupported command -> CommandError with its request_id; oversized frame, inconsistent sizes, missing required field, unknown command type, undecodable BaseCommand -> that connection closed with the logged reason)")
+    rows.append(f"probes: {sum(e['ok'] for e in probes)}/{len(probes)} (PING -> PONG; unsupported command -> CommandError with its request_id; oversized frame, inconsistent sizes, missing required field, unknown command type, undecodable BaseCommand -> that connection closed with the logged reason; hostile peers against a serve of their own: a consumer that never reads stalls only itself, ack ids above i64::MAX and an over-long topic name answered with errors, a duplicate producer id keeps its producer, no CONNECT / idle after PING / a stream ending inside a frame / a command flood without reading closed with their logged reasons, the permit ledger balanced at 2 x u32::MAX, a real client served after it all, SIGTERM exit 0, no panic)")
     rows.append("")
     rows.append("| consumer incarnations | balanced | checked against frames | Σ Flow permits | Σ message_permits | Σ available | MESSAGE frames | with field 6 | kills | unconfirmed sends | ack validation errors |")
     rows.append("|---|---|---|---|---|---|---|---|---|---|---|")

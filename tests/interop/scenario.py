@@ -26,6 +26,8 @@ import time
 
 import pulsar
 
+import hostile
+
 
 
 def now_ms():
@@ -310,6 +312,14 @@ def probes(port, ev):
         ev.write(kind="probe", name=name, ok=ok, reason=reason)
 
 
+def free_port():
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--binary", required=True)
@@ -326,16 +336,12 @@ def main():
             os.remove(os.path.join(a.workdir, f))
         except FileNotFoundError:
             pass
-    port = a.port
-    if not port:
-        s = socket.socket()
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-        s.close()
+    port = a.port or free_port()
     ev = Events(os.path.join(a.workdir, "events.jsonl"))
     server = Server(a.binary, a.workdir, port)
     server.start()
     probes(port, ev)
+    hostile.run(a.binary, a.workdir, free_port(), ev)
     topic = f"persistent://public/default/interop-{int(time.time())}"
     client = pulsar.Client(f"pulsar://127.0.0.1:{port}", operation_timeout_seconds=30,
                            logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Warn))

@@ -9,9 +9,11 @@
 //! | permits, P per command (`message_permits`), unacked count | `permits::broker::Consumer::send_messages` |
 //!
 //! Locks: `Broker::topics` → `Topic::subscriptions` → one `Subscription`
-//! → a connection's writer. Dispatch runs with the subscription locked and
-//! writes MESSAGE frames under it, so the permit state, the pending acks and
-//! the frames sent agree at every point.
+//! → a connection's outbound queue. Dispatch runs with the subscription
+//! locked and queues MESSAGE frames under it (the queue never blocks on the
+//! socket), so the permit state, the pending acks and the frames sent agree
+//! at every point; a consumer whose connection's queue is above the high
+//! watermark is passed over like one without permits.
 
 use std::collections::{BTreeMap, HashMap};
 use std::io::Write;
@@ -76,22 +78,39 @@ pub fn now_ms() -> i64 {
         .unwrap_or(0)
 }
 
+/// Longest topic or subscription name accepted, in bytes (a bound of
+/// `serve`'s own: each name is a store key and stays in memory while the
+/// node runs).
+pub const MAX_NAME_BYTES: usize = 1024;
+
+/// `name` for an error message: at most 64 characters of it.
+pub fn name_for_error(name: &str) -> String {
+    match name.char_indices().nth(64) {
+        Some((at, _)) => format!("{}… ({} bytes)", &name[..at], name.len()),
+        None => name.to_string(),
+    }
+}
+
 /// Normalises `my-topic` / `public/default/my-topic` to
-/// `persistent://public/default/my-topic`.
+/// `persistent://public/default/my-topic`; names above [`MAX_NAME_BYTES`]
+/// are invalid.
 pub fn normalize_topic(name: &str) -> Result<String, BrokerError> {
+    if name.len() > MAX_NAME_BYTES {
+        return Err(BrokerError::InvalidTopic(name_for_error(name)));
+    }
     if let Some(rest) = name.strip_prefix("persistent://") {
         if rest.split('/').count() == 3 && rest.split('/').all(|p| !p.is_empty()) {
             return Ok(name.to_string());
         }
-        return Err(BrokerError::InvalidTopic(name.into()));
+        return Err(BrokerError::InvalidTopic(name_for_error(name)));
     }
     if name.contains("://") {
-        return Err(BrokerError::InvalidTopic(name.into()));
+        return Err(BrokerError::InvalidTopic(name_for_error(name)));
     }
     match name.split('/').count() {
         1 if !name.is_empty() => Ok(format!("persistent://public/default/{name}")),
         3 if name.split('/').all(|p| !p.is_empty()) => Ok(format!("persistent://{name}")),
-        _ => Err(BrokerError::InvalidTopic(name.into())),
+        _ => Err(BrokerError::InvalidTopic(name_for_error(name))),
     }
 }
 
@@ -261,13 +280,15 @@ impl Broker {
         }
     }
 
-    /// Runs dispatch on every subscription (the delayed-delivery timer).
+    /// Runs dispatch on every subscription with consumers: the
+    /// delayed-delivery timer, and the resumption of consumers whose
+    /// connection drained its outbound queue below the high watermark.
     pub fn dispatch_all(&self) {
         for t in self.topics() {
             let subs: Vec<_> = lock(&t.subscriptions).values().cloned().collect();
             for s in subs {
                 let mut s = lock(&s);
-                if !s.consumers.is_empty() && s.tracker.has_message_available() {
+                if !s.consumers.is_empty() {
                     s.dispatch(&t.ml);
                 }
             }
@@ -308,6 +329,15 @@ pub struct SubConsumer {
     pub min_available: i64,
     /// Redelivery requests received.
     pub redeliveries: u64,
+}
+
+impl SubConsumer {
+    /// Whether dispatch may send this consumer a MESSAGE now: permits left
+    /// and its connection's outbound queue below the high watermark
+    /// (Pulsar's `Consumer.isWritable`).
+    fn can_receive(&self) -> bool {
+        self.permits.available_permits() > 0 && self.conn.is_writable()
+    }
 }
 
 /// What dispatch needs from an entry's metadata.
@@ -650,7 +680,7 @@ impl Subscription {
         if n == 0 {
             return None;
         }
-        let has = |c: &SubConsumer| c.permits.available_permits() > 0;
+        let has = |c: &SubConsumer| c.can_receive();
         match self.sub_type {
             1 => {
                 for i in 0..n {
@@ -681,9 +711,11 @@ impl Subscription {
         })
     }
 
+    /// Σ available permits of the consumers dispatch may send to now.
     fn total_permits(&self) -> i64 {
         self.consumers
             .iter()
+            .filter(|c| c.conn.is_writable())
             .map(|c| c.permits.available_permits().max(0))
             .sum()
     }
@@ -702,9 +734,7 @@ impl Subscription {
                 let n = self.consumers.len();
                 let consumers = &self.consumers;
                 let key_shared = self.sub_type == 3;
-                let ready = |h: u32| {
-                    !key_shared || consumers[(h as usize) % n].permits.available_permits() > 0
-                };
+                let ready = |h: u32| !key_shared || consumers[(h as usize) % n].can_receive();
                 let positions: Vec<Position> = self
                     .replay
                     .iter()
@@ -883,6 +913,13 @@ mod tests {
         assert!(normalize_topic("non-persistent://a/b/c").is_err());
         assert!(normalize_topic("persistent://a//c").is_err());
         assert!(normalize_topic("").is_err());
+        let long = "x".repeat(MAX_NAME_BYTES + 1);
+        let err = normalize_topic(&long).unwrap_err().to_string();
+        assert!(
+            err.len() < 200,
+            "the error names a prefix of the topic, not all of it: {err}"
+        );
+        assert!(normalize_topic(&"x".repeat(MAX_NAME_BYTES - 30)).is_ok());
     }
 
     #[test]

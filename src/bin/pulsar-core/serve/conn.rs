@@ -7,11 +7,10 @@
 //! Commands the server does not implement get a `CommandError` naming their
 //! request id (`UnsupportedVersionError`), never a silent drop.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::io::{ErrorKind, Read, Write};
 use std::net::TcpStream;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
 
 use prost::Message;
@@ -32,6 +31,17 @@ const MAX_MESSAGE_SIZE: i32 = 5 * 1024 * 1024;
 /// Protocol version the server speaks (v19: up to transactions' TC connect).
 const PROTOCOL_VERSION: i32 = 19;
 
+/// Outbound bytes queued on a connection above which dispatch sends it no
+/// more MESSAGE frames (its consumers count as having no permits until the
+/// writer drains the queue; Pulsar's `Consumer.isWritable`).
+pub const OUTBOUND_HIGH_WATERMARK: usize = 4 * 1024 * 1024;
+/// Outbound bytes above which the connection is closed: only a peer that
+/// keeps sending commands while not reading the replies gets there (dispatch
+/// stops at [`OUTBOUND_HIGH_WATERMARK`], one frame past it at most).
+pub const OUTBOUND_LIMIT: usize = OUTBOUND_HIGH_WATERMARK + 2 * MAX_FRAME_SIZE;
+/// Bytes read from the socket per `read` call.
+const READ_CHUNK: usize = 64 * 1024;
+
 /// Why a connection was closed by the server.
 #[derive(Debug, thiserror::Error)]
 pub enum ConnError {
@@ -41,54 +51,122 @@ pub enum ConnError {
     /// A frame above the bound.
     #[error("frame of {0} bytes exceeds the limit of {MAX_FRAME_SIZE} bytes")]
     FrameTooLarge(u64),
-    /// Sizes that disagree.
+    /// Sizes that disagree, or a stream that ends inside a frame.
     #[error("malformed frame: {0}")]
     Malformed(String),
     /// A command before CONNECT, or a second CONNECT.
     #[error("protocol violation: {0}")]
     Protocol(String),
+    /// No CONNECT, or no command at all (not even the PONG to the server's
+    /// PING), within two keep-alive intervals (Pulsar's `keepAliveIntervalSeconds`).
+    #[error("keep-alive timeout: {0}")]
+    KeepAlive(String),
+    /// The peer does not read what the server writes.
+    #[error("outbound queue above {OUTBOUND_LIMIT} bytes: the client does not read its socket")]
+    NotReading,
 }
 
-/// The write half of a connection, shared with dispatch.
+/// Frames waiting for the connection's writer thread.
+#[derive(Default)]
+struct Outbound {
+    frames: VecDeque<Vec<u8>>,
+    /// Bytes queued or being written.
+    bytes: usize,
+    /// Set when the connection is closed or the socket failed.
+    closed: bool,
+    /// The hard limit was crossed.
+    overflowed: bool,
+}
+
+/// The write half of a connection, shared with dispatch. [`send`](Self::send)
+/// only queues the frame (never blocks on the socket), so a peer that stops
+/// reading stalls nothing but its own connection; the connection's writer
+/// thread writes the queue in order.
 pub struct ConnWriter {
     /// Broker-side connection id.
     pub id: u64,
-    stream: Mutex<TcpStream>,
-    closed: AtomicBool,
+    out: Mutex<Outbound>,
+    ready: Condvar,
+    /// A handle to the socket for `shutdown` (unblocks both halves).
+    socket: TcpStream,
     recorder: Option<Arc<Recorder>>,
 }
 
 impl ConnWriter {
-    /// Writes one frame `[total][cmd size][cmd][payload]`.
+    /// Queues one frame `[total][cmd size][cmd][payload]`; an error when the
+    /// connection is closed or its queue is above [`OUTBOUND_LIMIT`] (which
+    /// closes it).
     pub fn send(&self, cmd: &ServeCommand, payload: &[u8]) -> std::io::Result<()> {
-        if self.closed.load(Ordering::Acquire) {
-            return Err(std::io::Error::new(
-                ErrorKind::NotConnected,
-                "connection closed",
-            ));
-        }
         let body = cmd.encode_to_vec();
-        if let Some(r) = &self.recorder {
-            r.record("out", self.id, &body, payload.len());
-        }
         let total = 4 + body.len() + payload.len();
         let mut buf = Vec::with_capacity(4 + total);
         buf.extend_from_slice(&(total as u32).to_be_bytes());
         buf.extend_from_slice(&(body.len() as u32).to_be_bytes());
         buf.extend_from_slice(&body);
         buf.extend_from_slice(payload);
-        let mut s = lock(&self.stream);
-        let r = s.write_all(&buf);
-        if r.is_err() {
-            self.closed.store(true, Ordering::Release);
-            let _ = s.shutdown(std::net::Shutdown::Both);
+        let mut out = lock(&self.out);
+        if out.closed {
+            return Err(std::io::Error::new(
+                ErrorKind::NotConnected,
+                "connection closed",
+            ));
         }
-        r
+        if out.bytes + buf.len() > OUTBOUND_LIMIT {
+            out.overflowed = true;
+            drop(out);
+            self.close();
+            return Err(std::io::Error::other(ConnError::NotReading.to_string()));
+        }
+        // Recorded under the queue lock: the recording's order is the wire's.
+        if let Some(r) = &self.recorder {
+            r.record("out", self.id, &body, payload.len());
+        }
+        out.bytes += buf.len();
+        out.frames.push_back(buf);
+        self.ready.notify_one();
+        Ok(())
+    }
+
+    /// Whether dispatch may queue MESSAGE frames (below the high watermark).
+    pub fn is_writable(&self) -> bool {
+        let out = lock(&self.out);
+        !out.closed && out.bytes < OUTBOUND_HIGH_WATERMARK
+    }
+
+    fn overflowed(&self) -> bool {
+        lock(&self.out).overflowed
     }
 
     fn close(&self) {
-        self.closed.store(true, Ordering::Release);
-        let _ = lock(&self.stream).shutdown(std::net::Shutdown::Both);
+        lock(&self.out).closed = true;
+        self.ready.notify_all();
+        let _ = self.socket.shutdown(std::net::Shutdown::Both);
+    }
+
+    /// The writer thread: writes queued frames in order until the
+    /// connection closes or a write fails.
+    fn write_queue(&self, mut stream: TcpStream) {
+        loop {
+            let batch: Vec<Vec<u8>> = {
+                let mut out = lock(&self.out);
+                while out.frames.is_empty() && !out.closed {
+                    out = self.ready.wait(out).unwrap_or_else(|p| p.into_inner());
+                }
+                if out.closed {
+                    return;
+                }
+                out.frames.drain(..).collect()
+            };
+            for frame in batch {
+                if let Err(e) = stream.write_all(&frame) {
+                    tracing::debug!(conn = self.id, error = %e, "write failed");
+                    self.close();
+                    return;
+                }
+                let mut out = lock(&self.out);
+                out.bytes = out.bytes.saturating_sub(frame.len());
+            }
+        }
     }
 }
 
@@ -102,26 +180,44 @@ struct ProducerRef {
     name: String,
 }
 
-/// Serves one connection until it ends; returns why it ended.
+/// Serves one connection until it ends; returns why it ended. Two
+/// threads: this one reads and handles commands, a second one writes the
+/// connection's outbound queue. Every `keep_alive` without a command the
+/// server sends PING; a second interval without one (or without CONNECT)
+/// closes the connection.
 pub fn serve_connection(
     broker: Arc<Broker>,
     stream: TcpStream,
     id: u64,
     advertised: String,
     recorder: Option<Arc<Recorder>>,
+    keep_alive: Duration,
 ) -> ConnError {
     let _ = stream.set_nodelay(true);
-    let _ = stream.set_write_timeout(Some(Duration::from_secs(30)));
-    let write_half = match stream.try_clone() {
-        Ok(s) => s,
-        Err(e) => return ConnError::Io(e),
+    if let Err(e) = stream.set_read_timeout(Some(keep_alive)) {
+        return ConnError::Io(e);
+    }
+    let (write_half, socket) = match (stream.try_clone(), stream.try_clone()) {
+        (Ok(w), Ok(s)) => (w, s),
+        (Err(e), _) | (_, Err(e)) => return ConnError::Io(e),
     };
     let writer = Arc::new(ConnWriter {
         id,
-        stream: Mutex::new(write_half),
-        closed: AtomicBool::new(false),
+        out: Mutex::new(Outbound::default()),
+        ready: Condvar::new(),
+        socket,
         recorder: recorder.clone(),
     });
+    let writer_thread = {
+        let writer = Arc::clone(&writer);
+        std::thread::Builder::new()
+            .name(format!("conn-{id}-write"))
+            .spawn(move || writer.write_queue(write_half))
+    };
+    let writer_thread = match writer_thread {
+        Ok(t) => t,
+        Err(e) => return ConnError::Io(e),
+    };
     let mut conn = Conn {
         broker,
         writer: Arc::clone(&writer),
@@ -131,9 +227,13 @@ pub fn serve_connection(
         producers: HashMap::new(),
         recorder,
     };
-    let err = conn.read_loop(stream);
+    let mut err = conn.read_loop(stream, keep_alive);
+    if writer.overflowed() {
+        err = ConnError::NotReading;
+    }
     conn.cleanup();
     writer.close();
+    let _ = writer_thread.join();
     err
 }
 
@@ -148,42 +248,98 @@ struct Conn {
 }
 
 impl Conn {
-    fn read_loop(&mut self, mut stream: TcpStream) -> ConnError {
-        let mut size = [0u8; 4];
+    /// Reads frames as their bytes arrive (a declared size allocates
+    /// nothing up front: memory follows the bytes received, one frame at
+    /// most) and handles each; returns why the connection ends.
+    fn read_loop(&mut self, mut stream: TcpStream, keep_alive: Duration) -> ConnError {
+        let mut pending: Vec<u8> = Vec::new();
+        let mut chunk = vec![0u8; READ_CHUNK];
+        let mut awaiting_pong = false;
         loop {
-            if let Err(e) = stream.read_exact(&mut size) {
-                return ConnError::Io(e);
+            // Handle every whole frame in `pending`.
+            while pending.len() >= 4 {
+                let total = u32::from_be_bytes([pending[0], pending[1], pending[2], pending[3]]);
+                let total = u64::from(total);
+                if total as usize > MAX_FRAME_SIZE {
+                    return ConnError::FrameTooLarge(total);
+                }
+                if total < 4 {
+                    return ConnError::Malformed(format!("total_size {total} below 4"));
+                }
+                let end = 4 + total as usize;
+                if pending.len() < end {
+                    break;
+                }
+                let frame: Vec<u8> = pending.drain(..end).skip(4).collect();
+                if let Err(e) = self.frame(&frame, total) {
+                    return e;
+                }
             }
-            let total = u32::from_be_bytes(size) as u64;
-            if total as usize > MAX_FRAME_SIZE {
-                return ConnError::FrameTooLarge(total);
-            }
-            if total < 4 {
-                return ConnError::Malformed(format!("total_size {total} below 4"));
-            }
-            let mut frame = vec![0u8; total as usize];
-            if let Err(e) = stream.read_exact(&mut frame) {
-                return ConnError::Io(e);
-            }
-            let cmd_size = u32::from_be_bytes([frame[0], frame[1], frame[2], frame[3]]) as u64;
-            if cmd_size + 4 > total {
-                return ConnError::Malformed(format!(
-                    "command_size {cmd_size} exceeds total_size {total}"
-                ));
-            }
-            let cmd_bytes = &frame[4..4 + cmd_size as usize];
-            let payload = &frame[4 + cmd_size as usize..];
-            if let Some(r) = &self.recorder {
-                r.record("in", self.writer.id, cmd_bytes, payload.len());
-            }
-            let cmd = match ServeCommand::decode(cmd_bytes) {
-                Ok(c) => c,
-                Err(e) => return ConnError::Malformed(format!("BaseCommand: {e}")),
+            let want = if pending.len() >= 4 {
+                let total = u32::from_be_bytes([pending[0], pending[1], pending[2], pending[3]]);
+                4 + total as usize - pending.len()
+            } else {
+                4 - pending.len()
             };
-            if let Err(e) = self.handle(cmd, cmd_bytes, payload) {
-                return e;
+            let n = want.clamp(1, READ_CHUNK);
+            match stream.read(&mut chunk[..n]) {
+                Ok(0) if pending.is_empty() => {
+                    return ConnError::Io(std::io::Error::from(ErrorKind::UnexpectedEof))
+                }
+                Ok(0) => {
+                    return ConnError::Malformed(format!(
+                        "the stream ended inside a frame ({} bytes of it received)",
+                        pending.len()
+                    ))
+                }
+                Ok(n) => {
+                    pending.extend_from_slice(&chunk[..n]);
+                    awaiting_pong = false;
+                }
+                Err(e) if e.kind() == ErrorKind::Interrupted => {}
+                Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {
+                    if !self.connected {
+                        return ConnError::KeepAlive(format!(
+                            "no CONNECT within {} s",
+                            keep_alive.as_secs_f64()
+                        ));
+                    }
+                    if awaiting_pong {
+                        return ConnError::KeepAlive(format!(
+                            "no command (PONG) within {} s of the server's PING",
+                            keep_alive.as_secs_f64()
+                        ));
+                    }
+                    awaiting_pong = true;
+                    if let Err(e) = self.reply(ServeCommand {
+                        r#type: ty::PING,
+                        ping: Some(proto::Empty {}),
+                        ..Default::default()
+                    }) {
+                        return e;
+                    }
+                }
+                Err(e) => return ConnError::Io(e),
             }
         }
+    }
+
+    /// One frame without its `total_size`: `[cmd size][cmd][payload]`.
+    fn frame(&mut self, frame: &[u8], total: u64) -> Result<(), ConnError> {
+        let cmd_size = u32::from_be_bytes([frame[0], frame[1], frame[2], frame[3]]) as u64;
+        if cmd_size + 4 > total {
+            return Err(ConnError::Malformed(format!(
+                "command_size {cmd_size} exceeds total_size {total}"
+            )));
+        }
+        let cmd_bytes = &frame[4..4 + cmd_size as usize];
+        let payload = &frame[4 + cmd_size as usize..];
+        if let Some(r) = &self.recorder {
+            r.record("in", self.writer.id, cmd_bytes, payload.len());
+        }
+        let cmd = ServeCommand::decode(cmd_bytes)
+            .map_err(|e| ConnError::Malformed(format!("BaseCommand: {e}")))?;
+        self.handle(cmd, cmd_bytes, payload)
     }
 
     fn reply(&self, cmd: ServeCommand) -> Result<(), ConnError> {
@@ -308,6 +464,21 @@ impl Conn {
             ty::PRODUCER => {
                 self.require(raw, ty::PRODUCER, &[1, 2, 3])?;
                 let p = cmd.producer.unwrap_or_default();
+                if let Some(existing) = self.producers.get(&p.producer_id) {
+                    // Pulsar's ServerCnx: a producer id already open on this
+                    // connection answers success with that producer's name
+                    // and keeps it (on its topic).
+                    let producer_name = existing.name.clone();
+                    return self.reply(ServeCommand {
+                        r#type: ty::PRODUCER_SUCCESS,
+                        producer_success: Some(proto::CommandProducerSuccess {
+                            request_id: p.request_id,
+                            producer_name,
+                            last_sequence_id: Some(-1),
+                        }),
+                        ..Default::default()
+                    });
+                }
                 match self.broker.topic(&p.topic) {
                     Ok(topic) => {
                         let name = p
@@ -378,6 +549,9 @@ impl Conn {
                 let a = cmd.ack.unwrap_or_default();
                 let result = match self.consumers.get(&a.consumer_id) {
                     None => Err(format!("ack for unknown consumer {}", a.consumer_id)),
+                    Some(_) if a.message_id.iter().any(|m| position_of(m).is_none()) => Err(
+                        "ack of a message id whose ledger_id or entry_id is above i64::MAX".into(),
+                    ),
                     Some(c) => lock(&c.sub).ack(&c.topic.ml, a.ack_type == 1, &a.message_id),
                 };
                 if let Err(e) = &result {
@@ -406,11 +580,18 @@ impl Conn {
                 let r = cmd.redeliver_unacknowledged_messages.unwrap_or_default();
                 if let Some(c) = self.consumers.get(&r.consumer_id) {
                     let key = self.key(r.consumer_id);
-                    let positions: Vec<Position> = r
-                        .message_ids
-                        .iter()
-                        .map(|m| Position::new(m.ledger_id as i64, m.entry_id as i64))
-                        .collect();
+                    let positions: Vec<Position> =
+                        r.message_ids.iter().filter_map(position_of).collect();
+                    if positions.len() != r.message_ids.len() {
+                        tracing::warn!(
+                            conn = self.writer.id,
+                            "redeliver: message ids above i64::MAX ignored"
+                        );
+                        if positions.is_empty() {
+                            // Never "redeliver everything" for ids that were all invalid.
+                            return Ok(());
+                        }
+                    }
                     lock(&c.sub).redeliver(&c.topic.ml, key, &positions, r.consumer_epoch);
                 }
                 Ok(())
@@ -591,6 +772,17 @@ impl Conn {
             // A re-subscribe of a live consumer id is idempotent in Pulsar.
             return self.success(s.request_id);
         }
+        if s.subscription.len() > super::broker::MAX_NAME_BYTES {
+            return self.error(
+                s.request_id,
+                server_error::NOT_ALLOWED_ERROR,
+                format!(
+                    "subscription name {} is above {} bytes",
+                    super::broker::name_for_error(&s.subscription),
+                    super::broker::MAX_NAME_BYTES
+                ),
+            );
+        }
         if s.durable == Some(false) {
             return self.error(
                 s.request_id,
@@ -664,6 +856,15 @@ impl Conn {
         }
         self.producers.clear();
     }
+}
+
+/// The position of a message id; `None` when its ledger_id or entry_id is
+/// above `i64::MAX` (no entry is there: positions are signed).
+fn position_of(m: &MessageIdData) -> Option<Position> {
+    Some(Position::new(
+        i64::try_from(m.ledger_id).ok()?,
+        i64::try_from(m.entry_id).ok()?,
+    ))
 }
 
 /// Dispatches every subscription of `topic` (after an append).

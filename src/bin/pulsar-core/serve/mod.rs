@@ -2,9 +2,12 @@
 //! on the crate's components, for real Pulsar clients (non-partitioned
 //! persistent topics; see the README section "serve" for what is supported).
 //!
-//! Threads: one acceptor (which also runs the delayed-delivery timer every
-//! 50 ms and the permit-ledger snapshot every second) and one thread per
-//! connection (std::net, blocking). SIGINT/SIGTERM stop accepting, write a
+//! Threads: one acceptor (which also runs dispatch on every subscription
+//! every 50 ms, for due delayed entries and consumers whose connection
+//! drained its outbound queue, and the permit-ledger snapshot every second)
+//! and two threads per connection (std::net, blocking): one reads and
+//! handles commands, one writes the connection's outbound queue, so no
+//! socket write ever happens under a subscription's lock. SIGINT/SIGTERM stop accepting, write a
 //! final permit-ledger snapshot and exit 0; every acknowledged send and ack
 //! is already committed (the store fsyncs each commit), so a kill -9 loses
 //! nothing acknowledged either.
@@ -17,7 +20,7 @@ mod record;
 use std::net::TcpListener;
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -47,6 +50,16 @@ pub struct ServeArgs {
     /// Record every frame's command (both directions) to this file.
     #[arg(long)]
     record_frames: Option<PathBuf>,
+    /// Seconds without a command after which the server PINGs a connection;
+    /// a second interval without one (or without CONNECT) closes it
+    /// (Pulsar's `keepAliveIntervalSeconds`).
+    #[arg(long, default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..=3600))]
+    keep_alive_secs: u64,
+    /// Connections served at once; one more is closed at accept with a
+    /// logged reason (each connection holds two threads, one frame being
+    /// read and an outbound queue bounded by `conn::OUTBOUND_LIMIT`).
+    #[arg(long, default_value_t = 1024, value_parser = clap::value_parser!(u64).range(1..))]
+    max_connections: u64,
 }
 
 fn open_append(p: &PathBuf) -> Result<std::fs::File, String> {
@@ -100,13 +113,24 @@ fn serve(args: ServeArgs) -> Result<(), String> {
         "pulsar-core serve: listening on {local}, advertised {advertised}, store {}",
         path.display()
     );
+    let keep_alive = Duration::from_secs(args.keep_alive_secs);
     let next_conn = AtomicU64::new(1);
+    let open_conns = Arc::new(AtomicUsize::new(0));
+    let max_conns = usize::try_from(args.max_connections).unwrap_or(usize::MAX);
     let mut last_snapshot = Instant::now();
     while !stop.load(Ordering::SeqCst) {
         match listener.accept() {
+            // Only the acceptor increments the count: the check then the
+            // add below cannot overshoot.
+            Ok((stream, peer)) if open_conns.load(Ordering::Acquire) >= max_conns => {
+                tracing::warn!(%peer, max_conns, "connection closed at accept: --max-connections reached");
+                let _ = stream.shutdown(std::net::Shutdown::Both);
+            }
             Ok((stream, peer)) => {
                 let _ = stream.set_nonblocking(false);
                 let id = next_conn.fetch_add(1, Ordering::Relaxed);
+                open_conns.fetch_add(1, Ordering::AcqRel);
+                let open = Arc::clone(&open_conns);
                 let broker = Arc::clone(&broker);
                 let advertised = advertised.clone();
                 let recorder = recorder.clone();
@@ -114,7 +138,9 @@ fn serve(args: ServeArgs) -> Result<(), String> {
                     .name(format!("conn-{id}"))
                     .spawn(move || {
                         tracing::info!(conn = id, %peer, "connection opened");
-                        let why = conn::serve_connection(broker, stream, id, advertised, recorder);
+                        let why = conn::serve_connection(
+                            broker, stream, id, advertised, recorder, keep_alive,
+                        );
                         match why {
                             conn::ConnError::Io(e)
                                 if e.kind() == std::io::ErrorKind::UnexpectedEof =>
@@ -125,8 +151,10 @@ fn serve(args: ServeArgs) -> Result<(), String> {
                                 tracing::warn!(conn = id, reason = %other, "connection closed")
                             }
                         }
+                        open.fetch_sub(1, Ordering::AcqRel);
                     });
                 if let Err(e) = spawned {
+                    open_conns.fetch_sub(1, Ordering::AcqRel);
                     tracing::error!(error = %e, "cannot spawn a connection thread");
                 }
             }
