@@ -1,16 +1,18 @@
 //! The Rust half of the protoc byte-parity check (`bash .ci/check protoc`,
 //! driven by `tests/protoc/check.py`): fixed fixtures of every Pulsar
-//! message this crate writes on the cursor, pending-ack and delivery paths,
-//! encoded by the crate's own encoders.
+//! message this crate writes on the cursor, pending-ack, delivery and
+//! delayed-bucket-snapshot paths, and of the commands `pulsar-core serve`
+//! answers with, encoded by the crate's own encoders.
 //!
 //! - no argument (or `encode`): one line per fixture, `NAME HEX`, the bytes
-//!   `cursor::position_info`, `pending_ack::record` and `permits::wire`
-//!   produce; the checker compares them with protoc's bytes for the same
+//!   `cursor::position_info`, `pending_ack::record`, `permits::wire` and
+//!   `delayed::snapshot` produce; the checker compares them with protoc's bytes for the same
 //!   fixture built from the `.proto` transcriptions in `tests/protoc/`.
 //! - `decode FILE`: FILE holds `NAME HEX` lines written by protoc's
-//!   generated code (a `NAME+packed` line: the same fixture with its
-//!   repeated int64 fields packed); each is decoded by the crate's decoder
-//!   and must give back fixture NAME exactly. Exit status 1 on any mismatch.
+//!   generated code (`NAME+packed`: the same fixture with its repeated int64
+//!   fields packed; `NAME+map_order`: its map entries in another order);
+//!   each is decoded by the crate's decoder and must give back fixture NAME
+//!   exactly. Exit status 1 on any mismatch.
 //!
 //! Proto2 presence is part of the fixtures: required and optional fields
 //! holding zero (on the wire), empty repeated fields (absent), negative
@@ -25,6 +27,11 @@ use pulsar_core::cursor::position_info::{
     encode_position_info, DecodedPositionInfo, PulsarForm,
 };
 use pulsar_core::cursor::DeletionSnapshot;
+use pulsar_core::delayed::snapshot::{decode_metadata, decode_segment};
+use pulsar_core::delayed::{
+    cut_segments, DelayedIndex, DelayedOperationType, IndexEntry, SnapshotMetadata,
+    SnapshotSegment, SnapshotSegmentMetadata,
+};
 use pulsar_core::pending_ack::record::{
     decode_entry, encode_batch, AckedPosition, PendingAckRecord, TxnId,
 };
@@ -34,6 +41,18 @@ use pulsar_core::permits::wire::{
 };
 use pulsar_core::Position;
 use roaring::RoaringBitmap;
+
+/// The `pulsar-core serve` binary's own PulsarApi messages (the handshake,
+/// lookup, producer and response commands), compiled from the binary's
+/// source so the check covers the definitions the server sends with.
+#[allow(dead_code)]
+#[path = "../src/bin/pulsar-core/serve/proto.rs"]
+mod serve_proto;
+use serve_proto::{
+    CommandAckResponse, CommandConnected, CommandError, CommandGetLastMessageIdResponse,
+    CommandGetSchemaResponse, CommandLookupTopicResponse, CommandPartitionedTopicMetadataResponse,
+    CommandProducerSuccess, CommandSendError, CommandSendReceipt, Empty, ServeCommand,
+};
 
 /// What a fixture is, so its decoded form can be compared.
 enum Fixture {
@@ -51,6 +70,9 @@ enum Fixture {
     PendingAck(Vec<PendingAckRecord>),
     PendingAckBatch(Vec<PendingAckRecord>),
     Command(Box<BaseCommand>),
+    SnapshotMetadata(SnapshotMetadata),
+    SnapshotSegment(SnapshotSegment),
+    Serve(Box<ServeCommand>),
 }
 
 fn snapshot(
@@ -78,6 +100,16 @@ fn id(ledger_id: u64, entry_id: u64) -> MessageIdData {
         batch_size: None,
         first_chunk_message_id: None,
     }
+}
+
+/// A `ServeCommand` of type `ty` carrying what `fill` sets.
+fn serve(ty: i32, fill: impl FnOnce(&mut ServeCommand)) -> Fixture {
+    let mut c = ServeCommand {
+        r#type: ty,
+        ..Default::default()
+    };
+    fill(&mut c);
+    Fixture::Serve(Box::new(c))
 }
 
 const UNCAPPED_RANGES: PulsarForm = PulsarForm::MessageRanges {
@@ -119,6 +151,20 @@ fn fixtures() -> Vec<(&'static str, Fixture)> {
         batch_size: Some(0),
         ..id(1, 2)
     };
+    // Delayed indexes cut with a 10 ms step: segment 1 holds timestamps
+    // 0..=5 (ledger 0 entries 0 and 3, ledger 7 entry 1: a zero key and a
+    // zero timestamp), segment 2 one index in the second roaring container.
+    let ix = |timestamp, ledger_id, entry_id| IndexEntry {
+        timestamp,
+        ledger_id,
+        entry_id,
+    };
+    let segments = cut_segments(
+        [ix(0, 0, 0), ix(5, 0, 3), ix(5, 7, 1), ix(1000, 2, 70_000)],
+        10,
+        -1,
+    );
+    assert_eq!(segments.len(), 2, "fixture: two segments");
     vec![
         (
             "position_info/zero_mark_delete",
@@ -296,6 +342,149 @@ fn fixtures() -> Vec<(&'static str, Fixture)> {
                 .into_base(),
             )),
         ),
+        (
+            "delayed/metadata",
+            Fixture::SnapshotMetadata(SnapshotMetadata {
+                metadata_list: segments.iter().map(|s| s.to_metadata()).collect(),
+            }),
+        ),
+        (
+            "delayed/metadata_zero_timestamps",
+            Fixture::SnapshotMetadata(SnapshotMetadata {
+                metadata_list: vec![SnapshotSegmentMetadata::default()],
+            }),
+        ),
+        (
+            "delayed/segment_1",
+            Fixture::SnapshotSegment(segments[0].to_proto()),
+        ),
+        (
+            "delayed/segment_2",
+            Fixture::SnapshotSegment(segments[1].to_proto()),
+        ),
+        (
+            "delayed/segment_explicit_delay",
+            Fixture::SnapshotSegment(SnapshotSegment {
+                indexes: vec![DelayedIndex {
+                    timestamp: 1,
+                    ledger_id: 2,
+                    entry_id: 3,
+                    delayed_operation_type: Some(DelayedOperationType::Delay as i32),
+                }],
+            }),
+        ),
+        (
+            "serve/connected",
+            serve(3, |c| {
+                c.connected = Some(CommandConnected {
+                    server_version: "pulsar-core".into(),
+                    protocol_version: Some(21),
+                    max_message_size: Some(5 << 20),
+                })
+            }),
+        ),
+        (
+            "serve/partition_metadata_response",
+            serve(22, |c| {
+                c.partition_metadata_response = Some(CommandPartitionedTopicMetadataResponse {
+                    partitions: Some(0),
+                    request_id: 5,
+                    response: Some(0),
+                    error: None,
+                    message: None,
+                })
+            }),
+        ),
+        (
+            "serve/lookup_response",
+            serve(24, |c| {
+                c.lookup_topic_response = Some(CommandLookupTopicResponse {
+                    broker_service_url: Some("pulsar://127.0.0.1:6650".into()),
+                    response: Some(1),
+                    request_id: 0,
+                    authoritative: Some(false),
+                    error: None,
+                    message: None,
+                })
+            }),
+        ),
+        (
+            "serve/producer_success",
+            serve(17, |c| {
+                c.producer_success = Some(CommandProducerSuccess {
+                    request_id: 1,
+                    producer_name: "p".into(),
+                    last_sequence_id: Some(-1),
+                })
+            }),
+        ),
+        (
+            "serve/send_receipt",
+            serve(7, |c| {
+                c.send_receipt = Some(CommandSendReceipt {
+                    producer_id: 0,
+                    sequence_id: 0,
+                    message_id: Some(id(3, 4)),
+                    highest_sequence_id: Some(0),
+                })
+            }),
+        ),
+        (
+            "serve/send_error",
+            serve(8, |c| {
+                c.send_error = Some(CommandSendError {
+                    producer_id: 1,
+                    sequence_id: 2,
+                    error: 2,
+                    message: "persistence".into(),
+                })
+            }),
+        ),
+        (
+            "serve/error",
+            serve(14, |c| {
+                c.error = Some(CommandError {
+                    request_id: 9,
+                    error: 11,
+                    message: String::new(),
+                })
+            }),
+        ),
+        (
+            "serve/get_last_message_id_response",
+            serve(30, |c| {
+                c.get_last_message_id_response = Some(CommandGetLastMessageIdResponse {
+                    last_message_id: MessageIdData {
+                        partition: Some(-1),
+                        ..id(1, 2)
+                    },
+                    request_id: 3,
+                    consumer_mark_delete_position: Some(id(1, 1)),
+                })
+            }),
+        ),
+        (
+            "serve/get_schema_response",
+            serve(35, |c| {
+                c.get_schema_response = Some(CommandGetSchemaResponse {
+                    request_id: 4,
+                    error_code: Some(0),
+                    error_message: Some("no schema".into()),
+                })
+            }),
+        ),
+        (
+            "serve/ack_response",
+            serve(38, |c| {
+                c.ack_response = Some(CommandAckResponse {
+                    consumer_id: 2,
+                    error: None,
+                    message: None,
+                    request_id: Some(7),
+                })
+            }),
+        ),
+        ("serve/pong", serve(19, |c| c.pong = Some(Empty {}))),
     ]
 }
 
@@ -322,6 +511,9 @@ fn encode(f: &Fixture) -> Vec<u8> {
         Fixture::PendingAck(records) => records[0].encode(),
         Fixture::PendingAckBatch(records) => encode_batch(records),
         Fixture::Command(base) => base.encode_to_vec(),
+        Fixture::SnapshotMetadata(m) => m.encode_to_vec(),
+        Fixture::SnapshotSegment(m) => m.encode_to_vec(),
+        Fixture::Serve(c) => c.encode_to_vec(),
     }
 }
 
@@ -378,6 +570,24 @@ fn check_decode(f: &Fixture, bytes: &[u8]) -> Result<(), String> {
                 .then_some(())
                 .ok_or(format!("decoded {got:?}, fixture {base:?}"))
         }
+        Fixture::SnapshotMetadata(want) => {
+            let got = decode_metadata(1, bytes).map_err(|e| e.to_string())?;
+            (&got == want)
+                .then_some(())
+                .ok_or(format!("decoded {got:?}, fixture {want:?}"))
+        }
+        Fixture::Serve(want) => {
+            let got = ServeCommand::decode(bytes).map_err(|e| e.to_string())?;
+            (got == **want)
+                .then_some(())
+                .ok_or(format!("decoded {got:?}, fixture {want:?}"))
+        }
+        Fixture::SnapshotSegment(want) => {
+            let got = decode_segment(1, 1, bytes).map_err(|e| e.to_string())?;
+            (&got == want)
+                .then_some(())
+                .ok_or(format!("decoded {got:?}, fixture {want:?}"))
+        }
     }
 }
 
@@ -426,7 +636,8 @@ fn main() -> ExitCode {
                     bad += 1;
                     continue;
                 };
-                let base = name.strip_suffix("+packed").unwrap_or(name);
+                // `NAME+variant`: fixture NAME in another valid encoding.
+                let base = name.split_once('+').map_or(name, |(b, _)| b);
                 let (Some(f), Some(bytes)) = (fixtures.get(base), unhex(hexed.trim())) else {
                     eprintln!("protoc_fixtures: unknown fixture or bad hex in {line:?}");
                     bad += 1;
