@@ -3,8 +3,8 @@
 //!
 //! | concern | component |
 //! |---|---|
-//! | entries, durable cursors (mark-delete + individually deleted ranges) | `ledger::ManagedLedger` / `ManagedCursor` on one `RedbStore` |
-//! | acknowledged state, read-scheduling hint, post-I/O filter | `cursor::CursorDeletionState` (`is_deleted_for_read_scheduling` as the skip predicate of `read_entries_with_skip`, `filter_read_entries` after the read) |
+//! | entries, durable cursors (mark-delete, the deletion state in its compact record, properties) | `ledger::ManagedLedger` / `ManagedCursor` on one `RedbStore` |
+//! | acknowledged state, read-scheduling hint, post-I/O filter | `cursor::CursorDeletionState` (`SkipDeleted`: the lock-free hint per entry and one run-end query per deleted run, in `read_entries_with_skip_runs`; `filter_read_entries` after the read; batch ack sets; persisted with `persist_deletion_state`) |
 //! | `deliver_at_time` | `delayed::BucketDelayedDeliveryTracker` (strict, snapshots in the same redb file) |
 //! | permits, P per command (`message_permits`), unacked count | `permits::broker::Consumer::send_messages` |
 //!
@@ -20,7 +20,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use prost::Message;
-use pulsar_core::cursor::CursorDeletionState;
+use pulsar_core::cursor::{CursorDeletionState, SkipDeleted};
 use pulsar_core::delayed::{
     BucketDelayedDeliveryTracker, BucketTrackerConfig, RedbSnapshotStorage, SystemClock,
 };
@@ -742,10 +742,10 @@ impl Subscription {
             // 3. new entries
             if self.total_permits() > 0 {
                 let n = (self.total_permits() as usize).clamp(1, READ_BATCH);
-                let deletion = &self.deletion;
-                let read = self.cursor.read_entries_with_skip(n, |l, e| {
-                    deletion.is_deleted_for_read_scheduling(l, e)
-                });
+                // The lock-free hint per entry; a deleted entry's run end is
+                // asked once and the scan hops past the whole run.
+                let mut skip = SkipDeleted::new(&self.deletion);
+                let read = self.cursor.read_entries_with_skip_runs(n, &mut skip);
                 match read {
                     Ok(entries) if !entries.is_empty() => {
                         let entries = self.deletion.filter_read_entries(entries, |e| e.position);
