@@ -211,8 +211,22 @@ fn the_read_only_view_reports_the_ranges_of_a_compact_deletion_state() {
             (Position::new(1, 9), Position::new(1, 10)),
         ]
     );
-    let (contents, _db) = RedbStore::read_only_contents(&path, &|_| true).unwrap();
+    let (contents, db) = RedbStore::read_only_contents(&path, &|_| true).unwrap();
     let cursor = &contents.cursors[&("topic".to_string(), "sub".to_string())];
     assert_eq!(cursor.mark_delete, want.0);
     assert_eq!(cursor.individually_deleted, want.1);
+    drop(db);
+    // A damaged compact record is a typed error, not an empty range list.
+    {
+        let store = RedbStore::open(&path).unwrap();
+        let mut chunks = store.load_deletion_state("topic", "sub").unwrap().unwrap();
+        chunks[1][0] ^= 0x40;
+        store
+            .save_deletion_state("topic", "sub", want.0, &chunks, &[])
+            .unwrap();
+    }
+    assert!(matches!(
+        RedbStore::read_only_contents(&path, &|_| true),
+        Err(StoreError::Corrupt(_))
+    ));
 }
