@@ -13,6 +13,9 @@
 //!   fields packed; `NAME+map_order`: its map entries in another order);
 //!   each is decoded by the crate's decoder and must give back fixture NAME
 //!   exactly. Exit status 1 on any mismatch.
+//! - `reject FILE`: the same format, each line a fixture with a required
+//!   field left out (protoc's partial encoding, `NAME+missing_FIELD`); the
+//!   crate's decoder must refuse every one with a typed error.
 //!
 //! Proto2 presence is part of the fixtures: required and optional fields
 //! holding zero (on the wire), empty repeated fields (absent), negative
@@ -591,6 +594,40 @@ fn check_decode(f: &Fixture, bytes: &[u8]) -> Result<(), String> {
     }
 }
 
+/// The crate's decoder error for `bytes` read as `f`'s message (a protoc
+/// encoding lacking a required field), or `Err` if the decoder accepted it.
+fn rejection(f: &Fixture, bytes: &[u8]) -> Result<String, String> {
+    let verdict = match f {
+        Fixture::PositionInfo { .. } => decode_position_info(bytes)
+            .map(|_| ())
+            .map_err(|e| e.to_string()),
+        Fixture::ManagedCursorInfo { .. } => decode_managed_cursor_info(bytes)
+            .map(|_| ())
+            .map_err(|e| e.to_string()),
+        Fixture::PendingAck(_) | Fixture::PendingAckBatch(_) => {
+            decode_entry(Position::new(1, 0), bytes)
+                .map(|_| ())
+                .map_err(|e| e.to_string())
+        }
+        Fixture::Command(_) => decode_base_command(bytes)
+            .map(|_| ())
+            .map_err(|e| e.to_string()),
+        Fixture::SnapshotMetadata(_) => decode_metadata(1, bytes)
+            .map(|_| ())
+            .map_err(|e| e.to_string()),
+        Fixture::SnapshotSegment(_) => decode_segment(1, 1, bytes)
+            .map(|_| ())
+            .map_err(|e| e.to_string()),
+        Fixture::Serve(_) => {
+            return Err("serve commands are checked by has_required, not here".into())
+        }
+    };
+    match verdict {
+        Err(e) => Ok(e),
+        Ok(()) => Err("accepted".into()),
+    }
+}
+
 fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
@@ -620,7 +657,8 @@ fn main() -> ExitCode {
             }
             ExitCode::SUCCESS
         }
-        ["decode", file] => {
+        [mode @ ("decode" | "reject"), file] => {
+            let reject = *mode == "reject";
             let text = match std::fs::read_to_string(file) {
                 Ok(t) => t,
                 Err(e) => {
@@ -644,12 +682,21 @@ fn main() -> ExitCode {
                     continue;
                 };
                 checked += 1;
-                if let Err(e) = check_decode(f, &bytes) {
+                if reject {
+                    match rejection(f, &bytes) {
+                        Ok(e) => println!("rejected {name}: {e}"),
+                        Err(e) => {
+                            eprintln!("NOT REJECTED {name}: {e}");
+                            bad += 1;
+                        }
+                    }
+                } else if let Err(e) = check_decode(f, &bytes) {
                     eprintln!("DECODE MISMATCH {name}: {e}");
                     bad += 1;
                 }
             }
-            println!("protoc_fixtures: decoded {checked} protoc encodings, {bad} mismatches");
+            let verb = if reject { "rejected" } else { "decoded" };
+            println!("protoc_fixtures: {verb} {checked} protoc encodings, {bad} mismatches");
             if bad == 0 && checked > 0 {
                 ExitCode::SUCCESS
             } else {
@@ -657,7 +704,7 @@ fn main() -> ExitCode {
             }
         }
         _ => {
-            eprintln!("usage: protoc_fixtures [encode | decode FILE]");
+            eprintln!("usage: protoc_fixtures [encode | decode FILE | reject FILE]");
             ExitCode::FAILURE
         }
     }
