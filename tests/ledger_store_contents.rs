@@ -5,7 +5,9 @@
 //! typed error instead of skipping it (only a table that does not exist is
 //! read as empty); and a cursor's deletion state persisted through either
 //! store ([`MemoryStore`] keeps it for the life of the process) is what a
-//! reopened managed ledger on the same store recovers.
+//! reopened managed ledger on the same store recovers, and what the
+//! read-only view (`pulsar-core inspect` / `verify`) reports as the
+//! cursor's individually deleted ranges.
 #![cfg(not(any(loom, feature = "shuttle")))]
 
 use std::sync::Arc;
@@ -49,11 +51,12 @@ fn cursor_properties_lists_only_the_named_cursor_of_the_named_ledger() {
 
 /// The store's table names (`ml_*`), each created with a type the store
 /// does not use.
-const STORE_TABLES: [&str; 5] = [
+const STORE_TABLES: [&str; 6] = [
     "ml_ledgers",
     "ml_entries",
     "ml_cursor_mark_delete",
     "ml_cursor_individually_deleted",
+    "ml_cursor_deletion_chunks",
     "ml_cursor_properties",
 ];
 
@@ -172,4 +175,58 @@ fn list_cursors_names_exactly_the_cursors_persisted_for_the_ledger_on_either_sto
         assert_eq!(store.list_cursors("topic-2").unwrap(), vec!["sub-c"]);
         assert_eq!(store.list_cursors("topic-3").unwrap(), Vec::<String>::new());
     }
+}
+
+#[test]
+fn the_read_only_view_reports_the_ranges_of_a_compact_deletion_state() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("store.redb");
+    let want = {
+        let store = Arc::new(RedbStore::open(&path).unwrap());
+        let ml = ManagedLedger::open("topic", LedgerConfig::default(), store).unwrap();
+        ml.append_batch(&[b"m".as_slice(); 12]).unwrap();
+        let cursor = ml.open_cursor("sub").unwrap();
+        // The legacy record first, then the compact one replaces it.
+        cursor
+            .mark_delete_with_ranges(
+                Position::new(1, -1),
+                vec![(Position::new(1, 8), Position::new(1, 9))],
+            )
+            .unwrap();
+        let state = CursorDeletionState::new(cursor.mark_delete_position()).unwrap();
+        let acked = [0, 1, 3, 4, 5, 10].map(|e| Position::new(1, e));
+        state.delete(&acked, &*ml).unwrap();
+        cursor
+            .persist_deletion_state_chunked(&state, &[], 8)
+            .unwrap();
+        (
+            state.mark_delete_position(),
+            state.individually_deleted_ranges(),
+        )
+    };
+    assert_eq!(
+        want.1,
+        vec![
+            (Position::new(1, 2), Position::new(1, 5)),
+            (Position::new(1, 9), Position::new(1, 10)),
+        ]
+    );
+    let (contents, db) = RedbStore::read_only_contents(&path, &|_| true).unwrap();
+    let cursor = &contents.cursors[&("topic".to_string(), "sub".to_string())];
+    assert_eq!(cursor.mark_delete, want.0);
+    assert_eq!(cursor.individually_deleted, want.1);
+    drop(db);
+    // A damaged compact record is a typed error, not an empty range list.
+    {
+        let store = RedbStore::open(&path).unwrap();
+        let mut chunks = store.load_deletion_state("topic", "sub").unwrap().unwrap();
+        chunks[1][0] ^= 0x40;
+        store
+            .save_deletion_state("topic", "sub", want.0, &chunks, &[])
+            .unwrap();
+    }
+    assert!(matches!(
+        RedbStore::read_only_contents(&path, &|_| true),
+        Err(StoreError::Corrupt(_))
+    ));
 }

@@ -51,7 +51,9 @@ pub struct StoredCursor {
     /// Cursor properties (string → i64), e.g. delayed-delivery bucket keys.
     pub properties: BTreeMap<String, i64>,
     /// Individually deleted ranges above mark-delete, open-closed
-    /// `(lower, upper]`, ascending, as persisted by the cursor.
+    /// `(lower, upper]`, ascending, as persisted by the cursor (the legacy
+    /// ranges record, or, in [`RedbStore::read_only_contents`], the compact
+    /// deletion state's runs when the cursor has one).
     pub individually_deleted: Vec<(Position, Position)>,
 }
 
@@ -925,7 +927,8 @@ impl RedbStore {
     /// # Errors
     /// [`StoreError::Backend`] if the file cannot be opened read-only (not
     /// a redb file, locked by a writer, needs repair) or a table has another
-    /// type; [`StoreError::Corrupt`] for an undecodable ranges record.
+    /// type; [`StoreError::Corrupt`] for an undecodable ranges record or
+    /// compact deletion state.
     /// redb's panics on a damaged file are contained: they become
     /// [`StoreError::Corrupt`].
     pub fn read_only_contents(
@@ -1009,6 +1012,39 @@ impl RedbStore {
                             .entry((name.to_string(), cursor.to_string()))
                             .or_insert_with(blank)
                             .individually_deleted = decode_ranges(v.value())?;
+                    }
+                }
+                Err(e) if missing(&e) => {}
+                Err(e) => return Err(e.into()),
+            }
+            // A cursor persisted with `persist_deletion_state` keeps its
+            // individually deleted entries in the compact record (and no
+            // ranges record): its ranges are read from there.
+            match txn.open_table(CURSOR_DELETION_CHUNKS) {
+                Ok(t) => {
+                    let mut chunks: BTreeMap<(String, String), Vec<Vec<u8>>> = BTreeMap::new();
+                    for row in t.iter()? {
+                        let (k, v) = row?;
+                        let (name, cursor, i) = k.value();
+                        let list = chunks
+                            .entry((name.to_string(), cursor.to_string()))
+                            .or_default();
+                        if i as usize != list.len() {
+                            return Err(StoreError::Corrupt(format!(
+                                "cursor {cursor} of {name}: deletion-state chunk {} missing",
+                                list.len()
+                            )));
+                        }
+                        list.push(v.value().to_vec());
+                    }
+                    for (key, list) in chunks {
+                        let snapshot = crate::cursor::compact::decode(&list).map_err(|e| {
+                            StoreError::Corrupt(format!("cursor {} of {}: {e}", key.1, key.0))
+                        })?;
+                        out.cursors
+                            .entry(key)
+                            .or_insert_with(blank)
+                            .individually_deleted = snapshot.ranges().collect();
                     }
                 }
                 Err(e) if missing(&e) => {}

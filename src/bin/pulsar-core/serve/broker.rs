@@ -3,8 +3,8 @@
 //!
 //! | concern | component |
 //! |---|---|
-//! | entries, durable cursors (mark-delete + individually deleted ranges) | `ledger::ManagedLedger` / `ManagedCursor` on one `RedbStore` |
-//! | acknowledged state, read-scheduling hint, post-I/O filter | `cursor::CursorDeletionState` (`is_deleted_for_read_scheduling` as the skip predicate of `read_entries_with_skip`, `filter_read_entries` after the read) |
+//! | entries, durable cursors (mark-delete, the deletion state in its compact record, properties) | `ledger::ManagedLedger` / `ManagedCursor` on one `RedbStore` |
+//! | acknowledged state, read-scheduling hint, post-I/O filter | `cursor::CursorDeletionState` (`SkipDeleted`: the lock-free hint per entry and one run-end query per deleted run, in `read_entries_with_skip_runs`; `filter_read_entries` after the read; batch ack sets; persisted with `persist_deletion_state`) |
 //! | `deliver_at_time` | `delayed::BucketDelayedDeliveryTracker` (strict, snapshots in the same redb file) |
 //! | permits, P per command (`message_permits`), unacked count | `permits::broker::Consumer::send_messages` |
 //!
@@ -22,7 +22,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use prost::Message;
-use pulsar_core::cursor::CursorDeletionState;
+use pulsar_core::cursor::{CursorDeletionState, SkipDeleted};
 use pulsar_core::delayed::{
     BucketDelayedDeliveryTracker, BucketTrackerConfig, RedbSnapshotStorage, SystemClock,
 };
@@ -422,14 +422,22 @@ pub struct Subscription {
     /// Key hash of every entry delivered and not acknowledged.
     inflight: HashMap<Position, u32>,
     redelivery_count: HashMap<Position, u32>,
-    /// Remaining (unacknowledged) batch indexes of partially acked batches.
-    batch_remaining: HashMap<Position, Vec<i64>>,
     /// Batch size B of every entry delivered and not yet deleted (an ack's
     /// `MessageIdData.batch_size` is optional and the C++ client omits it).
     batch_sizes: HashMap<Position, u32>,
     /// Attached consumers.
     pub consumers: Vec<SubConsumer>,
     round_robin: usize,
+}
+
+/// `ack_set` restricted to the indexes of a batch of `size` messages (set
+/// bit = index still unacknowledged; bits at or above `size` cleared).
+fn within_batch(ack_set: &[i64], size: u32) -> Vec<i64> {
+    let all = wire::ack_set_from_indexes(0..size);
+    all.iter()
+        .zip(ack_set.iter().chain(std::iter::repeat(&0)))
+        .map(|(a, b)| a & b)
+        .collect()
 }
 
 impl Subscription {
@@ -452,11 +460,9 @@ impl Subscription {
                 .set_property(CREATED_PROPERTY, now_ms())
                 .map_err(comp)?;
         }
-        let deletion = CursorDeletionState::recover(
-            cursor.mark_delete_position(),
-            &cursor.individually_deleted_ranges(),
-        )
-        .map_err(comp)?;
+        // Mark-delete, individually deleted entries and the batch ack sets
+        // of partially acknowledged batches, as the last ack persisted them.
+        let deletion = cursor.recover_deletion_state().map_err(comp)?;
         let storage = RedbSnapshotStorage::new(store.clone(), ml.name(), name).map_err(comp)?;
         let config = BucketTrackerConfig {
             tick_time_ms: 100,
@@ -484,7 +490,6 @@ impl Subscription {
             replay: BTreeMap::new(),
             inflight: HashMap::new(),
             redelivery_count: HashMap::new(),
-            batch_remaining: HashMap::new(),
             batch_sizes: HashMap::new(),
             consumers: Vec::new(),
             round_robin: 0,
@@ -597,17 +602,15 @@ impl Subscription {
         for id in ids {
             let p = Position::new(id.ledger_id as i64, id.entry_id as i64);
             if !cumulative && !id.ack_set.is_empty() {
+                // The deletion state ANDs the stored set with this one (an
+                // index once acknowledged stays so) and deletes the entry
+                // when none is left; bits at or above B are not indexes.
                 let size = self.batch_size_of(ml, p)?;
-                let rem = self
-                    .batch_remaining
-                    .entry(p)
-                    .or_insert_with(|| wire::ack_set_from_indexes(0..size));
-                for (i, w) in rem.iter_mut().enumerate() {
-                    *w &= id.ack_set.get(i).copied().unwrap_or(0);
-                }
-                if wire::popcount_below(rem, size) > 0 {
-                    continue;
-                }
+                let remaining = within_batch(&id.ack_set, size);
+                self.deletion
+                    .delete_batch_indexes(p, &remaining, ml)
+                    .map_err(|e| e.to_string())?;
+                continue;
             }
             full.push(p);
         }
@@ -615,6 +618,7 @@ impl Subscription {
             // A cumulative ack inside a batch (batch-index acks on) carries
             // the batch's remaining indexes: everything before the entry is
             // acknowledged, the entry itself only partially.
+            let mut batch_acked = false;
             if let Some(id) = ids.first().filter(|id| !id.ack_set.is_empty()) {
                 let p = Position::new(id.ledger_id as i64, id.entry_id as i64);
                 if !self.deletion.is_message_deleted(p) {
@@ -622,27 +626,37 @@ impl Subscription {
                     // set covers B indexes only: a peer's ack_set never
                     // grows the state beyond the entries' own sizes.
                     let size = self.batch_size_of(ml, p)?;
-                    let mut remaining = id.ack_set.clone();
-                    remaining.truncate((size as usize).div_ceil(64));
-                    self.batch_remaining.insert(p, remaining);
+                    let remaining = within_batch(&id.ack_set, size);
+                    self.deletion
+                        .delete_batch_indexes(p, &remaining, ml)
+                        .map_err(|e| e.to_string())?;
+                    batch_acked = true;
                 }
                 full = vec![p.previous_in_ledger()];
             }
-            let Some(&p) = full.iter().max() else {
-                return Ok(());
-            };
-            if p <= self.deletion.mark_delete_position() {
-                return Ok(());
+            let advance = full
+                .iter()
+                .max()
+                .copied()
+                .filter(|p| *p > self.deletion.mark_delete_position());
+            match advance {
+                Some(p) => self
+                    .deletion
+                    .mark_delete(p, ml)
+                    .map(|_| ())
+                    .map_err(|e| e.to_string())?,
+                // Nothing new: nothing to persist.
+                None if !batch_acked => return Ok(()),
+                None => {}
             }
-            self.deletion
-                .mark_delete(p, ml)
-                .map_err(|e| e.to_string())?;
         } else if !full.is_empty() {
             self.deletion.delete(&full, ml).map_err(|e| e.to_string())?;
         }
+        // Mark-delete, every individually deleted entry and the batch ack
+        // sets in one store transaction (no range cap).
         let md = self.deletion.mark_delete_position();
         self.cursor
-            .mark_delete_with_ranges(md, self.deletion.individually_deleted_ranges())
+            .persist_deletion_state(&self.deletion, &[])
             .map_err(|e| e.to_string())?;
         self.tracker.update_mark_delete(md);
         // Settle pending acks of every consumer for what is now deleted.
@@ -662,8 +676,6 @@ impl Subscription {
         self.inflight
             .retain(|p, _| !self.deletion.is_message_deleted(*p));
         self.replay
-            .retain(|p, _| !self.deletion.is_message_deleted(*p));
-        self.batch_remaining
             .retain(|p, _| !self.deletion.is_message_deleted(*p));
         self.redelivery_count
             .retain(|p, _| !self.deletion.is_message_deleted(*p));
@@ -760,10 +772,10 @@ impl Subscription {
             // 3. new entries
             if self.total_permits() > 0 {
                 let n = (self.total_permits() as usize).clamp(1, READ_BATCH);
-                let deletion = &self.deletion;
-                let read = self.cursor.read_entries_with_skip(n, |l, e| {
-                    deletion.is_deleted_for_read_scheduling(l, e)
-                });
+                // The lock-free hint per entry; a deleted entry's run end is
+                // asked once and the scan hops past the whole run.
+                let mut skip = SkipDeleted::new(&self.deletion);
+                let read = self.cursor.read_entries_with_skip_runs(n, &mut skip);
                 match read {
                     Ok(entries) if !entries.is_empty() => {
                         let entries = self.deletion.filter_read_entries(entries, |e| e.position);
@@ -856,7 +868,9 @@ impl Subscription {
                 self.replay.insert(p, info.key_hash);
                 continue;
             };
-            let ack_set = self.batch_remaining.get(&p).cloned().unwrap_or_default();
+            // A partially acknowledged batch goes out with the indexes still
+            // to deliver (the deletion state's ack set).
+            let ack_set = self.deletion.batch_ack_set(p).unwrap_or_default();
             let redelivery = self.redelivery_count.get(&p).copied().unwrap_or(0);
             let c = &mut self.consumers[idx];
             let dispatch = c.permits.send_messages(
@@ -949,6 +963,93 @@ mod tests {
         assert!(
             entry_info(&bad).is_err(),
             "checksum mismatch must be an error"
+        );
+    }
+
+    /// A batch entry of `n` messages as a producer writes it.
+    fn batch_entry(n: usize) -> Vec<u8> {
+        let meta = MessageMetadata {
+            producer_name: "p".into(),
+            sequence_id: 1,
+            publish_time: 2,
+            num_messages_in_batch: Some(n as i32),
+        };
+        let one = (
+            SingleMessageMetadata {
+                payload_size: 1,
+                ..Default::default()
+            },
+            b"m".to_vec(),
+        );
+        encode_entry_payload(&meta, &vec![one; n])
+    }
+
+    fn open_sub(store: &RedbStore) -> (Arc<ManagedLedger>, Subscription) {
+        let ml = ManagedLedger::open(
+            "persistent://public/default/t",
+            LedgerConfig::default(),
+            Arc::new(store.clone()),
+        )
+        .unwrap();
+        let sub = Subscription::open(store, &ml, "s", 1, true).unwrap();
+        (ml, sub)
+    }
+
+    fn id(entry_id: u64, ack_set: Vec<i64>) -> MessageIdData {
+        MessageIdData {
+            ledger_id: 1,
+            entry_id,
+            partition: None,
+            batch_index: None,
+            ack_set,
+            batch_size: None,
+            first_chunk_message_id: None,
+        }
+    }
+
+    #[test]
+    fn batch_index_acks_go_through_the_deletion_state_and_survive_a_restart() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("store.redb");
+        {
+            let store = RedbStore::open(&path).unwrap();
+            let (ml, mut sub) = open_sub(&store);
+            ml.append_batch(&[batch_entry(3).as_slice(), &batch_entry(3), &batch_entry(2)])
+                .unwrap();
+            sub.ack(&ml, false, &[id(1, vec![0b011])]).unwrap();
+            // Entry 2: both indexes acked one by one: deleted whole.
+            sub.ack(&ml, false, &[id(2, vec![0b10])]).unwrap();
+            sub.ack(&ml, false, &[id(2, vec![0b01])]).unwrap();
+            assert!(sub.deletion.is_message_deleted(Position::new(1, 2)));
+            assert_eq!(sub.deletion.batch_ack_set(Position::new(1, 2)), None);
+            // Last before the restart: a cumulative ack inside entry 0
+            // (nothing before it) that changes only the batch state: index
+            // 1 acked, 0 and 2 remain; bits at or above B (here bit 5) are
+            // not indexes and are dropped.
+            sub.ack(&ml, true, &[id(0, vec![0b10_0101])]).unwrap();
+            assert_eq!(
+                sub.deletion.batch_ack_set(Position::new(1, 0)),
+                Some(vec![0b101])
+            );
+        }
+        let store = RedbStore::open(&path).unwrap();
+        let (ml, mut sub) = open_sub(&store);
+        assert_eq!(
+            sub.deletion.batch_ack_set(Position::new(1, 0)),
+            Some(vec![0b101])
+        );
+        assert_eq!(
+            sub.deletion.batch_ack_set(Position::new(1, 1)),
+            Some(vec![0b011])
+        );
+        assert!(!sub.deletion.is_message_deleted(Position::new(1, 0)));
+        assert!(!sub.deletion.is_message_deleted(Position::new(1, 1)));
+        assert!(sub.deletion.is_message_deleted(Position::new(1, 2)));
+        // A set that re-sets the acknowledged index 1 cannot un-acknowledge it.
+        sub.ack(&ml, false, &[id(0, vec![0b111])]).unwrap();
+        assert_eq!(
+            sub.deletion.batch_ack_set(Position::new(1, 0)),
+            Some(vec![0b101])
         );
     }
 
