@@ -10,11 +10,9 @@ use std::sync::Arc;
 use pulsar_core::cursor::position_info::{decode_position_info, encode_position_info, PulsarForm};
 use pulsar_core::cursor::{BatchAckOutcome, CursorDeletionState, LedgerLayout};
 use pulsar_core::ledger::{LedgerConfig, ManagedLedger, RedbStore};
-use pulsar_core::Position;
 
-fn p(l: i64, e: i64) -> Position {
-    Position::new(l, e)
-}
+mod common;
+use common::p;
 
 #[test]
 fn partial_acks_accumulate_and_the_last_one_deletes_the_entry() {

@@ -1,9 +1,9 @@
 //! `pulsar-core simulate`: a reconnecting consumer's held entries (read for
 //! its old connection, never sent) are redelivered in position order with
-//! its unacknowledged messages, never behind newer entries. Found by review:
-//! the held entries stayed queued for the new connection while the replays
-//! were queued behind them, so the checker reported order violations on
-//! Failover with one consumer and on Key_Shared (seeds 1, 2, 4 and 1, 3, 4).
+//! its unacknowledged messages, never behind newer entries: held entries
+//! left queued for the new connection with the replays queued behind them
+//! are order violations on Failover with one consumer and on Key_Shared
+//! (seeds 1, 2, 4 and 1, 3, 4 of these workloads).
 #![cfg(not(any(loom, feature = "shuttle")))]
 
 use pulsar_core::sim::{run, Faults, Report, SimOptions, SubscriptionType, Workload};
@@ -71,9 +71,9 @@ fn key_shared_reconnects_keep_per_key_order() {
 }
 
 /// The `failover` preset really hands unacknowledged messages over: its
-/// active consumers hold entries when they reconnect (review: with a
-/// cumulative ack every 20 messages nothing was ever pending at a
-/// reconnect, so the handover path went untested).
+/// active consumers hold entries when they reconnect (with a cumulative
+/// ack every 20 messages nothing would ever be pending at a reconnect, and
+/// the handover path would go untested).
 #[test]
 fn failover_preset_hands_pending_entries_to_the_next_consumer() {
     let mut w = Workload::preset("failover").unwrap();

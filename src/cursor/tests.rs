@@ -413,8 +413,9 @@ fn works_with_a_managed_ledger() {
 
 #[test]
 fn negative_ledger_ids_are_rejected_everywhere_a_member_is_named() {
-    // Review C1/C3: i64::MIN is the free summary-slot marker; a ledger with
-    // that id once shared a slot with the next new ledger.
+    // i64::MIN is the free summary-slot marker, so a ledger with that id
+    // would share a slot with the next new ledger: every negative ledger id
+    // is rejected.
     for ledger in [-1, i64::MIN] {
         let err = CursorDeletionState::recover(p(ledger, -1), &[(p(ledger, -1), p(ledger, 5))])
             .unwrap_err();
@@ -442,7 +443,8 @@ fn negative_ledger_ids_are_rejected_everywhere_a_member_is_named() {
 
 #[test]
 fn cross_ledger_range_from_the_last_u32_entry_does_not_overflow() {
-    // Review C2: `(1:u32::MAX, 2:5]` computed u32::MAX + 1 before branching.
+    // `(1:u32::MAX, 2:5]` holds nothing of ledger 1 past its last u32
+    // entry: splitting it by ledger must not compute u32::MAX + 1.
     let max = i64::from(u32::MAX);
     let mut set = PositionRangeSet::new();
     set.add(p(1, max)).unwrap();

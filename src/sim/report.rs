@@ -127,8 +127,9 @@ pub struct Report {
     pub seed: u64,
     /// Where the store lived.
     pub data_dir: String,
-    /// How the store committed: `immediate` (fsync every commit) or
-    /// `deferred` (fsync at close).
+    /// How the store committed, in `pulsar-core simulate --sync`'s words:
+    /// `always` (`SyncMode::Immediate`: every commit fsynced) or `deferred`
+    /// (`SyncMode::Deferred`: fsynced when the store is closed).
     pub sync: String,
     /// Virtual time until the workload finished (every message published
     /// and acknowledged, every planned fault run) or the time limit stopped
@@ -168,7 +169,12 @@ impl fmt::Display for Report {
             "pulsar-core simulate: workload {}, seed {}",
             self.workload, self.seed
         )?;
-        writeln!(f, "data dir: {} (sync: {})", self.data_dir, self.sync)?;
+        let what = match self.sync.as_str() {
+            "always" => ", every commit fsynced",
+            "deferred" => ", fsynced when the store is closed",
+            _ => "",
+        };
+        writeln!(f, "data dir: {} (sync: {}{what})", self.data_dir, self.sync)?;
         writeln!(f)?;
         let rows: [(&str, String); 35] = [
             ("published", c.published.to_string()),

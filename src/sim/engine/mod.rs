@@ -549,7 +549,11 @@ pub fn run(
         workload: workload.name.clone(),
         seed: opts.seed,
         data_dir: opts.data_dir.display().to_string(),
-        sync: opts.sync.to_string(),
+        sync: match opts.sync {
+            SyncMode::Immediate => "always",
+            SyncMode::Deferred => "deferred",
+        }
+        .to_string(),
         virtual_ms: finished_at,
         violations: counts.violations()
             + hint_race_violations

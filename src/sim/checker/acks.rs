@@ -1,0 +1,166 @@
+//! Acknowledgements: individual and cumulative, when the broker applies
+//! them (each must cover only messages delivered to the acking consumer's
+//! current incarnation) and when they are persisted (they count).
+
+use super::counts::CheckerCounts;
+use super::subscription::{SubState, ACKED, NOT_ACKED, SKIPPED};
+use super::window::Lookup;
+use super::{DeliveryChecker, MessageRef};
+use crate::position::Position;
+
+impl DeliveryChecker {
+    /// `msg` was acknowledged on `sub` (the ack reached the cursor).
+    pub fn acked(&mut self, sub: &str, msg: MessageRef, now_ms: u64) {
+        let base = self.base;
+        let known = self.subs.contains_key(sub);
+        let idx = match self.lookup(&msg) {
+            // Acknowledged (so delivered) on every subscription already.
+            Lookup::Retired if known => return,
+            Lookup::Live(i)
+                if self
+                    .subs
+                    .get(sub)
+                    .is_some_and(|s| s.delivered[i - base] != 0) =>
+            {
+                i
+            }
+            _ => {
+                self.counts.invalid_events += 1;
+                self.violation(now_ms, format!("{sub}: ack of undelivered {msg}"));
+                return;
+            }
+        };
+        if let Some(s) = self.subs.get_mut(sub) {
+            Self::mark_acked(s, idx - base, &mut self.counts);
+        }
+        self.ack_recorded();
+    }
+
+    /// The broker applied an individual ack from consumer `consumer` of
+    /// `sub` for `msgs` (the messages of one entry; into the cursor's
+    /// deletion state or the pending-ack store): each must have been
+    /// delivered to this consumer in its current incarnation (or already be
+    /// acknowledged or skipped); each one that was not is an invalid event.
+    /// The ack counts once it is persisted ([`DeliveryChecker::acked`]).
+    pub fn ack_applied(&mut self, sub: &str, consumer: usize, msgs: &[MessageRef], now_ms: u64) {
+        let Some(s) = self.subs.get_mut(sub) else {
+            self.counts.invalid_events += 1;
+            self.violation(now_ms, format!("ack on unknown subscription {sub}"));
+            return;
+        };
+        let token = s.token(consumer) + 1;
+        let base = self.base;
+        let mut first = None;
+        let mut bad = 0;
+        for msg in msgs {
+            let ok = match self.index.get(msg) {
+                Some(i) => s.delivered[i - base] == token || s.acked[i - base] != NOT_ACKED,
+                None => self.retired.contains(*msg),
+            };
+            if !ok {
+                bad += 1;
+                first.get_or_insert(*msg);
+            }
+        }
+        if let Some(msg) = first {
+            self.counts.invalid_events += bad;
+            self.violation(
+                now_ms,
+                format!("{sub}/consumer-{consumer}: ack of {msg}, not delivered to this consumer"),
+            );
+        }
+    }
+
+    /// Marks window index `idx` (absolute − base) acknowledged on `s`.
+    fn mark_acked(s: &mut SubState, idx: usize, counts: &mut CheckerCounts) {
+        match std::mem::replace(&mut s.acked[idx], ACKED) {
+            ACKED => {}
+            SKIPPED => {
+                s.skipped_count -= 1;
+                s.acked_count += 1;
+                counts.acked += 1;
+            }
+            _ => {
+                s.acked_count += 1;
+                counts.acked += 1;
+            }
+        }
+    }
+
+    /// The broker applied a cumulative ack from consumer `consumer` up to
+    /// entry `upto` on `sub` (into the cursor, or into the pending-ack store
+    /// for a transaction): every message at or below it (not covered by an
+    /// earlier applied cumulative ack) must have been delivered to this
+    /// consumer in its current incarnation (or be acknowledged or skipped)
+    /// by now; each one that was not is an invalid event.
+    pub fn cumulative_ack_applied(
+        &mut self,
+        sub: &str,
+        consumer: usize,
+        upto: Position,
+        now_ms: u64,
+    ) {
+        let end = self.end_at_or_below(upto);
+        let base = self.base;
+        let Some(s) = self.subs.get_mut(sub) else {
+            self.counts.invalid_events += 1;
+            self.violation(
+                now_ms,
+                format!("cumulative ack on unknown subscription {sub}"),
+            );
+            return;
+        };
+        let from = s.cumulative_checked_to.clamp(base, end) - base;
+        let token = s.token(consumer) + 1;
+        let mut first = None;
+        let mut bad = 0;
+        for i in from..end - base {
+            if s.delivered[i] != token && s.acked[i] == NOT_ACKED {
+                bad += 1;
+                first.get_or_insert(i);
+            }
+        }
+        s.cumulative_checked_to = s.cumulative_checked_to.max(end);
+        if let Some(i) = first {
+            let what = if s.delivered[i] == 0 {
+                "undelivered"
+            } else {
+                "a message not delivered to this consumer:"
+            };
+            self.counts.invalid_events += bad;
+            let msg = self.published[i].0;
+            self.violation(
+                now_ms,
+                format!(
+                    "{sub}/consumer-{consumer}: cumulative ack up to {upto} covers {what} {msg}"
+                ),
+            );
+        }
+    }
+
+    /// A cumulative ack up to entry `upto` on `sub` reached the store: every
+    /// delivered message at or below it is acknowledged (an undelivered one
+    /// stays unacknowledged: it was reported when the ack was applied).
+    /// Returns how many messages it newly acknowledged.
+    pub fn cumulative_acked(&mut self, sub: &str, upto: Position) -> u64 {
+        let end = self.end_at_or_below(upto);
+        let base = self.base;
+        let before = self.counts.acked;
+        if let Some(s) = self.subs.get_mut(sub) {
+            for i in s.cumulative_acked_to.clamp(base, end) - base..end - base {
+                if s.delivered[i] != 0 {
+                    Self::mark_acked(s, i, &mut self.counts);
+                }
+            }
+            s.cumulative_acked_to = s.cumulative_acked_to.max(end);
+        }
+        let newly = self.counts.acked - before;
+        self.acks_since_retire = self
+            .acks_since_retire
+            .saturating_add(u32::try_from(newly).unwrap_or(u32::MAX));
+        if self.acks_since_retire >= self.retire_every {
+            self.retire();
+        }
+        newly
+    }
+}

@@ -1,0 +1,161 @@
+//! A delivery's rules: never after a seek skipped it, no duplicate while
+//! the receiving consumer incarnation lives, no redelivery after an ack,
+//! delayed messages neither early nor late, and the subscription type's
+//! order within each consumer incarnation and across consumers.
+
+use super::subscription::ACKED;
+use super::window::Lookup;
+use super::{DeliveryChecker, MessageRef, OrderCheck};
+
+impl DeliveryChecker {
+    /// `msg` was handed to consumer `consumer` of `sub` at `now_ms`; the
+    /// broker dispatched it after `seeks_before_dispatch` seeks on `sub` had
+    /// completed. A redelivery is allowed only if the consumer it was last
+    /// delivered to has started a new incarnation since (reconnect, removal,
+    /// restart, seek); every delivery of an ordered message, redeliveries
+    /// included, must come in order within the receiving consumer's
+    /// incarnation.
+    pub fn delivered(
+        &mut self,
+        sub: &str,
+        consumer: usize,
+        msg: MessageRef,
+        now_ms: u64,
+        seeks_before_dispatch: u32,
+    ) {
+        self.counts.delivered += 1;
+        let found = self.lookup(&msg);
+        if let Lookup::Unknown = found {
+            self.counts.invalid_events += 1;
+            self.violation(now_ms, format!("{sub}: delivered unknown message {msg}"));
+            return;
+        }
+        let base = self.base;
+        let Some(s) = self.subs.get_mut(sub) else {
+            self.counts.invalid_events += 1;
+            self.violation(now_ms, format!("delivery on unknown subscription {sub}"));
+            return;
+        };
+        let epoch = s.epoch;
+        let token = s.token(consumer);
+        if let Some(seek) = (seeks_before_dispatch as usize)
+            .checked_sub(1)
+            .and_then(|i| s.seeks.get(i))
+        {
+            if msg.position <= *seek {
+                let seek = *seek;
+                self.counts.delivered_after_seek += 1;
+                self.violation(
+                    now_ms,
+                    format!(
+                        "{sub}: {msg} dispatched after a seek to mark-delete {seek} skipped it"
+                    ),
+                );
+                return;
+            }
+        }
+        // A retired message is acknowledged on every subscription.
+        let idx = match found {
+            Lookup::Live(i) if s.acked[i - base] != ACKED => i,
+            _ => {
+                self.counts.duplicate_violations += 1;
+                self.violation(now_ms, format!("{sub}: {msg} redelivered after its ack"));
+                return;
+            }
+        };
+        let p = self.published[idx - base].1;
+        let prev = std::mem::replace(&mut s.delivered[idx - base], token + 1);
+        let first_time = prev == 0;
+        if !first_time {
+            let (holder, live) = s.tokens[(prev - 1) as usize];
+            if live {
+                self.counts.duplicate_violations += 1;
+                let what = if holder == consumer {
+                    format!("{sub}: {msg} delivered twice to consumer-{consumer} with no restart or reconnect between")
+                } else {
+                    format!("{sub}: {msg} delivered to consumer-{consumer} while consumer-{holder}, which received it, neither reconnected nor restarted")
+                };
+                self.violation(now_ms, what);
+                return;
+            }
+            self.counts.duplicates_allowed += 1;
+        }
+        if p.deliver_at_ms > 0 {
+            if first_time && self.late_bound_ms > 0 && now_ms > p.deliver_at_ms + self.late_bound_ms
+            {
+                self.counts.late_deliveries += 1;
+                let bound = self.late_bound_ms;
+                self.violation(
+                    now_ms,
+                    format!(
+                        "{sub}: late delayed message: {msg} first delivered at {now_ms}ms, due at {}ms (bound {bound}ms)",
+                        p.deliver_at_ms
+                    ),
+                );
+            }
+            if now_ms + self.early_tolerance_ms < p.deliver_at_ms {
+                self.counts.early_deliveries += 1;
+                self.violation(
+                    now_ms,
+                    format!(
+                        "{sub}: delayed {msg} delivered at {now_ms}ms, due at {}ms",
+                        p.deliver_at_ms
+                    ),
+                );
+            }
+            return; // delayed messages carry no ordering guarantee
+        }
+        if self.order == OrderCheck::None || s.order_exempt.contains(&idx) {
+            return;
+        }
+        // Total order: one pseudo-key whose sequence is the publish index.
+        let (order_key, key_seq) = match self.order {
+            OrderCheck::Total => (0, idx as u64 + 1),
+            _ => (p.key, p.key_seq),
+        };
+        let what = || match self.order {
+            OrderCheck::Total => "subscription order".to_string(),
+            _ => format!("key {}", p.key),
+        };
+        // Within the consumer's incarnation: a replay of a key (Key_Shared)
+        // or of the subscription from its mark-delete (Failover) comes in
+        // publish order and before newer messages of that key.
+        let mine = s
+            .token_progress
+            .entry(token)
+            .or_default()
+            .entry(order_key)
+            .or_insert(0);
+        if key_seq < *mine {
+            let last = *mine;
+            let kind = if first_time { "" } else { "redelivered " };
+            let what = what();
+            self.counts.order_violations += 1;
+            self.violation(
+                now_ms,
+                format!("{sub}/consumer-{consumer}: {what}: {kind}message #{key_seq} ({msg}) delivered after #{last}"),
+            );
+            return;
+        }
+        *mine = key_seq;
+        if !first_time {
+            return;
+        }
+        // Across consumers: first-time deliveries in one epoch are in order.
+        let progress = s.key_progress.entry(order_key).or_insert((epoch, 0));
+        if progress.0 != epoch {
+            *progress = (epoch, 0);
+        }
+        if key_seq < progress.1 {
+            self.counts.order_violations += 1;
+            let last = progress.1;
+            let what = what();
+            self.violation(
+                now_ms,
+                format!("{sub}: {what}: message #{key_seq} ({msg}) delivered after #{last}"),
+            );
+        } else {
+            progress.1 = key_seq;
+        }
+    }
+}

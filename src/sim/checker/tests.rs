@@ -1,0 +1,438 @@
+use super::*;
+
+fn m(e: i64) -> MessageRef {
+    MessageRef {
+        position: Position::new(1, e),
+        batch_index: 0,
+    }
+}
+
+/// Forgetting acknowledged messages changes nothing: random event
+/// sequences (acks, duplicates, restarts, reconnects, seeks, cumulative
+/// acks, unknown messages) give the same counts and first violation with
+/// retirement after every ack as with none, and the window shrinks.
+#[test]
+fn retiring_acknowledged_messages_keeps_the_report() {
+    use rand::{Rng, SeedableRng};
+    let mut retired = 0;
+    for seed in 0..300u64 {
+        for order in [OrderCheck::None, OrderCheck::PerKey, OrderCheck::Total] {
+            let mut r = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
+            let subs = ["a".to_string(), "b".to_string()];
+            let mut eager = DeliveryChecker::new(subs.clone(), 0, order);
+            eager.retire_every = 1;
+            let mut never = DeliveryChecker::new(subs, 0, order);
+            never.retire_every = u32::MAX;
+            let mut next_entry = 0i64;
+            let mut published: Vec<MessageRef> = Vec::new();
+            let mut seeks = 0u32;
+            for _ in 0..400 {
+                let now = r.random_range(0..1_000u64);
+                let sub = ["a", "b", "c"][r.random_range(0..3)];
+                let consumer = r.random_range(0..3usize);
+                let pick = |r: &mut rand_chacha::ChaCha8Rng, p: &[MessageRef]| {
+                    if p.is_empty() || r.random_bool(0.05) {
+                        MessageRef {
+                            position: Position::new(
+                                1 + r.random_range(0..2),
+                                r.random_range(0..60),
+                            ),
+                            batch_index: r.random_range(0..4),
+                        }
+                    } else {
+                        // Mostly recent messages, sometimes old ones.
+                        let n = p.len();
+                        let back = if r.random_bool(0.8) {
+                            r.random_range(0..n.min(8))
+                        } else {
+                            r.random_range(0..n)
+                        };
+                        p[n - 1 - back]
+                    }
+                };
+                match r.random_range(0..100) {
+                    0..=19 => {
+                        let batch = r.random_range(1..4u32);
+                        let ledger = 1 + next_entry / 40;
+                        for b in 0..batch {
+                            let m = MessageRef {
+                                position: Position::new(ledger, next_entry % 40),
+                                batch_index: b,
+                            };
+                            let key = r.random_range(0..3);
+                            let due = if r.random_bool(0.1) {
+                                r.random_range(0..1_000)
+                            } else {
+                                0
+                            };
+                            eager.published(m, key, due);
+                            never.published(m, key, due);
+                            published.push(m);
+                        }
+                        next_entry += 1 + i64::from(r.random_bool(0.1));
+                    }
+                    20..=54 => {
+                        let m = pick(&mut r, &published);
+                        eager.delivered(sub, consumer, m, now, seeks);
+                        never.delivered(sub, consumer, m, now, seeks);
+                        if r.random_bool(0.6) {
+                            eager.acked(sub, m, now);
+                            never.acked(sub, m, now);
+                        }
+                    }
+                    55..=79 => {
+                        let m = pick(&mut r, &published);
+                        eager.ack_applied(sub, consumer, &[m], now);
+                        never.ack_applied(sub, consumer, &[m], now);
+                        eager.acked(sub, m, now);
+                        never.acked(sub, m, now);
+                    }
+                    80..=84 => {
+                        let m = pick(&mut r, &published);
+                        eager.cumulative_ack_applied(sub, consumer, m.position, now);
+                        never.cumulative_ack_applied(sub, consumer, m.position, now);
+                        assert_eq!(
+                            eager.cumulative_acked(sub, m.position),
+                            never.cumulative_acked(sub, m.position)
+                        );
+                    }
+                    85..=89 => {
+                        eager.consumer_reconnected(sub, consumer);
+                        never.consumer_reconnected(sub, consumer);
+                    }
+                    90..=92 => {
+                        eager.restarted();
+                        never.restarted();
+                    }
+                    93..=95 => {
+                        let m = pick(&mut r, &published);
+                        eager.exempt_from_order(sub, m);
+                        never.exempt_from_order(sub, m);
+                    }
+                    _ => {
+                        let m = pick(&mut r, &published);
+                        let a = eager.seek_completed(sub, m.position, now);
+                        assert_eq!(a, never.seek_completed(sub, m.position, now));
+                        seeks = seeks.max(a);
+                    }
+                }
+                assert_eq!(eager.all_acked(), never.all_acked());
+                assert_eq!(eager.counts, never.counts, "seed {seed}");
+            }
+            // Acknowledge everything delivered, then re-deliver the oldest.
+            for m in published.clone() {
+                for s in ["a", "b"] {
+                    eager.delivered(s, 9, m, 2_000, 0);
+                    never.delivered(s, 9, m, 2_000, 0);
+                    eager.acked(s, m, 2_000);
+                    never.acked(s, m, 2_000);
+                }
+            }
+            if let Some(m) = published.first() {
+                eager.delivered("a", 0, *m, 2_001, seeks);
+                never.delivered("a", 0, *m, 2_001, seeks);
+            }
+            assert!(never.base == 0 && eager.base <= published.len());
+            retired += eager.base;
+            let (e, ef) = eager.finish(3_000);
+            let (n, nf) = never.finish(3_000);
+            assert_eq!(e, n, "seed {seed} {order:?}");
+            assert_eq!(ef, nf, "seed {seed} {order:?}");
+        }
+    }
+    assert!(
+        retired > 1_000,
+        "the sequences exercise retirement: {retired}"
+    );
+}
+
+/// A long clean run keeps only the unacknowledged window.
+#[test]
+fn window_is_bounded_by_the_unacknowledged_messages() {
+    let mut c = DeliveryChecker::new(["s".to_string(), "t".to_string()], 0, OrderCheck::PerKey);
+    c.retire_every = 16;
+    for e in 0..100_000 {
+        c.published(m(e), (e % 7) as u32, 0);
+        for s in ["s", "t"] {
+            c.delivered(s, 0, m(e), 1, 0);
+            c.acked(s, m(e), 2);
+        }
+        assert!(c.published.len() <= 17, "window {}", c.published.len());
+    }
+    c.delivered("s", 0, m(3), 3, 0); // forgotten, still a duplicate
+    c.delivered("s", 0, m(100_000), 3, 0); // never published
+    let (counts, first) = c.finish(4);
+    assert_eq!(counts.duplicate_violations, 1);
+    assert_eq!(counts.invalid_events, 1);
+    assert!(first.unwrap().contains("1:3#0 redelivered after its ack"));
+}
+
+#[test]
+fn clean_run_has_no_violations() {
+    let mut c = DeliveryChecker::new(["s".to_string()], 0, OrderCheck::PerKey);
+    for e in 0..3 {
+        c.published(m(e), 7, 0);
+    }
+    for e in 0..3 {
+        c.delivered("s", 0, m(e), 10, 0);
+        c.acked("s", m(e), 11);
+    }
+    assert!(c.all_acked());
+    let (counts, first) = c.finish(20);
+    assert_eq!(counts.violations(), 0, "{first:?}");
+    assert_eq!(
+        (counts.published, counts.delivered, counts.acked),
+        (3, 3, 3)
+    );
+}
+
+#[test]
+fn duplicate_without_restart_is_a_violation_with_restart_allowed() {
+    let mut c = DeliveryChecker::new(["s".to_string()], 0, OrderCheck::PerKey);
+    c.published(m(0), 1, 0);
+    c.delivered("s", 0, m(0), 1, 0);
+    c.restarted();
+    c.delivered("s", 0, m(0), 2, 0);
+    c.delivered("s", 0, m(0), 3, 0);
+    c.acked("s", m(0), 4);
+    let (counts, first) = c.finish(5);
+    assert_eq!(counts.duplicates_allowed, 1);
+    assert_eq!(counts.duplicate_violations, 1);
+    assert!(first.unwrap().contains("delivered twice"));
+}
+
+#[test]
+fn redelivery_after_ack_loss_and_order_are_caught() {
+    let mut c = DeliveryChecker::new(["s".to_string()], 0, OrderCheck::PerKey);
+    for e in 0..3 {
+        c.published(m(e), 1, 0);
+    }
+    c.delivered("s", 0, m(1), 1, 0);
+    c.delivered("s", 0, m(0), 2, 0); // overtaken by #2
+    c.acked("s", m(0), 3);
+    c.restarted();
+    c.delivered("s", 0, m(0), 4, 0); // after its ack
+    c.acked("s", m(2), 5); // never delivered
+    let (counts, _) = c.finish(6);
+    assert_eq!(counts.order_violations, 1);
+    assert_eq!(counts.duplicate_violations, 1);
+    assert_eq!(counts.invalid_events, 1);
+    assert_eq!(counts.lost, 2); // 1 and 2 never acked
+}
+
+#[test]
+fn delayed_messages_must_not_come_early() {
+    let mut c = DeliveryChecker::new(["s".to_string()], 100, OrderCheck::PerKey);
+    c.published(m(0), 0, 1_000);
+    c.published(m(1), 0, 1_000);
+    c.delivered("s", 0, m(0), 950, 0); // within the tick tolerance
+    c.delivered("s", 0, m(1), 800, 0);
+    let (counts, _) = c.finish(2_000);
+    assert_eq!(counts.early_deliveries, 1);
+}
+
+#[test]
+fn seek_skips_unacked_and_catches_a_delivery_dispatched_after_it() {
+    let mut c = DeliveryChecker::new(["s".to_string()], 0, OrderCheck::None);
+    for e in 0..4 {
+        c.published(m(e), 0, 0);
+    }
+    c.delivered("s", 0, m(0), 1, 0);
+    c.acked("s", m(0), 2);
+    c.delivered("s", 0, m(1), 3, 0); // dispatched before the seek
+    let epoch = c.seek_completed("s", Position::new(1, 2), 4);
+    assert_eq!(epoch, 1);
+    assert!(!c.all_acked());
+    c.delivered("s", 0, m(1), 5, 0); // in flight before the seek: allowed
+    c.acked("s", m(1), 6); // skipped → acked
+    c.delivered("s", 0, m(2), 7, epoch); // dispatched after the seek: violation
+    c.delivered("s", 0, m(3), 8, epoch);
+    c.acked("s", m(3), 9);
+    assert!(c.all_acked(), "m(2) is skipped, the rest acked");
+    let (counts, first) = c.finish(10);
+    assert_eq!(counts.skipped_by_seek, 1);
+    assert_eq!(counts.delivered_after_seek, 1);
+    assert_eq!(counts.lost, 0);
+    assert_eq!(counts.violations(), 1);
+    assert!(first.unwrap().contains("after a seek"));
+}
+
+#[test]
+fn cumulative_ack_covering_an_undelivered_message_and_total_order() {
+    let mut c = DeliveryChecker::new(["s".to_string()], 0, OrderCheck::Total);
+    for e in 0..4 {
+        c.published(m(e), e as u32, 0); // distinct keys: order is total
+    }
+    c.delivered("s", 0, m(0), 1, 0);
+    c.delivered("s", 0, m(1), 2, 0);
+    c.cumulative_ack_applied("s", 0, Position::new(1, 1), 3);
+    c.cumulative_acked("s", Position::new(1, 1));
+    c.delivered("s", 0, m(3), 4, 0);
+    c.cumulative_ack_applied("s", 0, Position::new(1, 3), 5); // m(2) undelivered
+    c.cumulative_acked("s", Position::new(1, 3));
+    c.delivered("s", 0, m(2), 6, 0); // overtaken by m(3)
+    c.delivered("s", 0, m(1), 7, 0); // after its cumulative ack
+    let (counts, first) = c.finish(8);
+    assert_eq!(counts.acked, 3);
+    assert_eq!(counts.invalid_events, 1);
+    assert_eq!(counts.order_violations, 1);
+    assert_eq!(counts.duplicate_violations, 1);
+    assert_eq!(counts.lost, 1);
+    assert!(first.unwrap().contains("covers undelivered"));
+}
+
+/// Per-consumer duplicates across reconnects: a standby's reconnect must not license a duplicate to, or reset
+/// the order progress of, the active consumer (Failover).
+#[test]
+fn unrelated_reconnect_allows_no_duplicate_or_disorder() {
+    let mut c = DeliveryChecker::new(["s".to_string()], 0, OrderCheck::Total);
+    for e in 0..4 {
+        c.published(m(e), e as u32, 0);
+    }
+    c.delivered("s", 0, m(0), 1, 0);
+    c.delivered("s", 0, m(1), 2, 0);
+    c.delivered("s", 0, m(3), 3, 0);
+    c.consumer_reconnected("s", 1); // a standby: nothing is redelivered
+    c.delivered("s", 0, m(1), 4, 0); // duplicate to the active consumer
+    c.delivered("s", 0, m(2), 5, 0); // 2 after 3 to the same incarnation
+    for e in 0..4 {
+        c.acked("s", m(e), 6);
+    }
+    let (counts, first) = c.finish(7);
+    assert_eq!(counts.duplicates_allowed, 0);
+    assert_eq!(counts.duplicate_violations, 1);
+    assert_eq!(counts.order_violations, 1);
+    assert!(first.unwrap().contains("delivered twice to consumer-0"));
+}
+
+/// The same on Shared: consumer 1's reconnect does not allow a duplicate to
+/// consumer 0 of what consumer 0 received, nor a copy to consumer 1 of
+/// what consumer 0 still holds; it does allow redelivering consumer 1's.
+#[test]
+fn shared_duplicate_needs_the_holder_to_reconnect() {
+    let mut c = DeliveryChecker::new(["s".to_string()], 0, OrderCheck::None);
+    for e in 0..3 {
+        c.published(m(e), 0, 0);
+    }
+    c.delivered("s", 0, m(0), 1, 0);
+    c.delivered("s", 1, m(1), 1, 0);
+    c.consumer_reconnected("s", 1);
+    c.delivered("s", 0, m(1), 2, 0); // consumer 1's: allowed
+    c.delivered("s", 0, m(0), 3, 0); // consumer 0 never reconnected
+    c.delivered("s", 1, m(0), 4, 0); // held by consumer 0: not allowed
+    let (counts, first) = c.finish(5);
+    assert_eq!(counts.duplicates_allowed, 1);
+    assert_eq!(counts.duplicate_violations, 2);
+    assert!(first.unwrap().contains("delivered twice to consumer-0"));
+}
+
+/// Redelivery order: a replay after a failover must come in order (Failover) and a
+/// Key_Shared key's replay before newer messages of that key.
+#[test]
+fn redeliveries_are_order_checked() {
+    let mut c = DeliveryChecker::new(["s".to_string()], 0, OrderCheck::Total);
+    for e in 0..3 {
+        c.published(m(e), e as u32, 0);
+    }
+    for e in 0..3 {
+        c.delivered("s", 0, m(e), 1, 0);
+    }
+    c.consumer_reconnected("s", 0); // real failover to consumer 1
+    for e in (0..3).rev() {
+        c.delivered("s", 1, m(e), 2, 0); // replayed 2, 1, 0
+    }
+    let (counts, first) = c.finish(3);
+    assert_eq!(counts.duplicates_allowed, 3);
+    assert_eq!(counts.order_violations, 2);
+    assert!(first.unwrap().contains("redelivered message #2"));
+
+    let mut c = DeliveryChecker::new(["s".to_string()], 0, OrderCheck::PerKey);
+    for e in 0..4 {
+        c.published(m(e), 7, 0);
+    }
+    c.delivered("s", 0, m(0), 1, 0);
+    c.delivered("s", 0, m(1), 1, 0);
+    c.consumer_reconnected("s", 0);
+    c.delivered("s", 1, m(2), 2, 0); // newer message of key 7 first
+    c.delivered("s", 1, m(0), 3, 0); // then the replay
+    c.delivered("s", 1, m(1), 3, 0);
+    c.delivered("s", 1, m(3), 3, 0);
+    let (counts, first) = c.finish(4);
+    assert_eq!(counts.order_violations, 2);
+    assert!(first.unwrap().contains("key 7: redelivered message #1"));
+
+    // The same replay in order, before newer messages: clean.
+    let mut c = DeliveryChecker::new(["s".to_string()], 0, OrderCheck::PerKey);
+    for e in 0..4 {
+        c.published(m(e), 7, 0);
+    }
+    c.delivered("s", 0, m(0), 1, 0);
+    c.delivered("s", 0, m(1), 1, 0);
+    c.consumer_reconnected("s", 0);
+    for e in 0..4 {
+        c.delivered("s", 1, m(e), 2, 0);
+        c.acked("s", m(e), 3);
+    }
+    let (counts, first) = c.finish(4);
+    assert_eq!(counts.violations(), 0, "{first:?}");
+    assert_eq!(counts.duplicates_allowed, 2);
+}
+
+/// Cumulative acks cover only delivered messages: after a failover the new active consumer's cumulative ack must
+/// not cover the old active consumer's messages it never received.
+#[test]
+fn cumulative_ack_must_cover_only_this_consumers_deliveries() {
+    let mut c = DeliveryChecker::new(["s".to_string()], 0, OrderCheck::Total);
+    for e in 0..4 {
+        c.published(m(e), 0, 0);
+    }
+    c.delivered("s", 0, m(0), 1, 0);
+    c.delivered("s", 0, m(1), 1, 0);
+    c.consumer_reconnected("s", 0); // handover to consumer 1 ...
+    c.delivered("s", 1, m(2), 2, 0); // ... that skipped the redelivery
+    c.delivered("s", 1, m(3), 2, 0);
+    c.cumulative_ack_applied("s", 1, Position::new(1, 3), 3);
+    let (counts, first) = c.finish(4);
+    assert_eq!(counts.invalid_events, 2);
+    assert!(first
+        .unwrap()
+        .contains("covers a message not delivered to this consumer: 1:0#0"));
+
+    // With the redelivery (in order) the same ack is clean.
+    let mut c = DeliveryChecker::new(["s".to_string()], 0, OrderCheck::Total);
+    for e in 0..4 {
+        c.published(m(e), 0, 0);
+    }
+    c.delivered("s", 0, m(0), 1, 0);
+    c.delivered("s", 0, m(1), 1, 0);
+    c.consumer_reconnected("s", 0);
+    for e in 0..4 {
+        c.delivered("s", 1, m(e), 2, 0);
+    }
+    c.cumulative_ack_applied("s", 1, Position::new(1, 3), 3);
+    assert_eq!(c.cumulative_acked("s", Position::new(1, 3)), 4);
+    let (counts, first) = c.finish(4);
+    assert_eq!(counts.violations(), 0, "{first:?}");
+}
+
+/// An individual ack must come from the consumer incarnation the message
+/// was delivered to.
+#[test]
+fn individual_ack_must_come_from_the_receiving_incarnation() {
+    let mut c = DeliveryChecker::new(["s".to_string()], 0, OrderCheck::None);
+    for e in 0..3 {
+        c.published(m(e), 0, 0);
+    }
+    c.delivered("s", 0, m(0), 1, 0);
+    c.delivered("s", 0, m(1), 1, 0);
+    c.delivered("s", 1, m(2), 1, 0);
+    c.ack_applied("s", 0, &[m(0)], 2); // fine
+    c.ack_applied("s", 1, &[m(1)], 2); // consumer 1 never got it
+    c.consumer_reconnected("s", 1);
+    c.ack_applied("s", 1, &[m(2)], 3); // the old incarnation's
+    let (counts, first) = c.finish(4);
+    assert_eq!(counts.invalid_events, 2);
+    assert!(first
+        .unwrap()
+        .contains("consumer-1: ack of 1:1#0, not delivered to this consumer"));
+}
