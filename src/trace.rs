@@ -26,8 +26,12 @@
 //! | `DeletionLookup`      | [`deletion`] (src/cursor)             | `tests/trace_deletion.rs` (shuttle schedules) |
 //! | `LedgerCursor`        | [`ledger_cursor`] (src/ledger)        | `tests/trace_ledger_cursor.rs` (seeded random op sequences) |
 //! | `PendingAckReplay`    | [`pending_ack`] (src/pending_ack)     | `tests/trace_pending_ack.rs` (handle runs: manual executor, virtual timer, inline reads, injected read failures) |
-//! | `PermitConservation`  | [`permits`] (src/permits)             | `tests/trace_permits.rs` |
+//! | `PermitConservation`  | [`permits`] (src/permits)             | `tests/trace_permits.rs`; `pulsar-core simulate --trace-dir` (`crate::sim::sim_trace`, feature `sim`) |
 //! | `BucketMerge`         | [`bucket_merge`] (src/delayed)        | `tests/trace_bucket_merge.rs` (seeded op sequences: add, tick, deliver, ack, trim + merge, restart + re-read) |
+//!
+//! A hook line does not name its component instance unless its spec's
+//! recorder needs it to split lines into runs: the `permits` lines carry the
+//! consumer's `[connection_id, consumer_id]` (the simulator drives many).
 //!
 //! `bash .ci/trace [SPEC...]` records and validates; the negative controls
 //! are the mutants with a `# trace:` line (`tests/mutants/README.md`).
