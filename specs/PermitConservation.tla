@@ -152,6 +152,18 @@ Drain ==
     /\ UNCHANGED <<inc, bInc, bPermits, down, downSum, held, chan, chanSum,
                    crossed>>
 
+(* Client: the application is idle (ClientConnection::flush_residual): the *)
+(* current incarnation's residual credit, below the threshold, is swapped  *)
+(* to 0 and written as a Flow right away, under the connection lock (so    *)
+(* atomically with respect to Replace and to the incarnation check).       *)
+FlushResidual ==
+    /\ acc[inc] > 0
+    /\ chan' = Append(chan, Frame("flow", inc, acc[inc]))
+    /\ chanSum' = Bump(chanSum, inc, acc[inc])
+    /\ acc' = [acc EXCEPT ![inc] = 0]
+    /\ UNCHANGED <<inc, bInc, bPermits, down, downSum, held, pend, pendSum,
+                   crossed>>
+
 (* Connection task: revalidates the request's incarnation right before     *)
 (* writing the Flow (atomically with respect to Replace).                  *)
 ConnTaskWrite ==
@@ -184,6 +196,7 @@ Next ==
     \/ ClientReceive
     \/ \E i \in Incs : AppReturn(i)
     \/ Drain
+    \/ FlushResidual
     \/ ConnTaskWrite
     \/ Replace
 

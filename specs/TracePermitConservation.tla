@@ -4,8 +4,12 @@
 (* the lines the implementation's hooks recorded (src/trace.rs, feature    *)
 (* `trace`, one line per spec action, named after it) from the runs of     *)
 (* tests/trace_permits.rs (the real SharedDispatcher and ClientConsumer,   *)
-(* FIFO channels in the test) and constrains PermitConservation's actions  *)
-(* to follow them. Every run in TraceFile (tag `t`) is one initial state.  *)
+(* FIFO channels in the test) or of `pulsar-core simulate --trace-dir`     *)
+(* (src/sim/sim_trace.rs: one run per consumer id on one connection) and   *)
+(* constrains PermitConservation's actions to follow them. Every run in    *)
+(* TraceFile (tag `t`) is one initial state and starts with an `Init` line *)
+(* holding the constants RQ, MaxP and MaxInc (all runs of a file share     *)
+(* them: TraceInit checks it).                                             *)
 (* A line the spec cannot follow violates TraceFollowed (the error state's *)
 (* t and l name the run and the first unmatched line); a followed step     *)
 (* that breaks Conservation, NoExcessCredit or NoStaleCredit violates it.  *)
@@ -14,24 +18,42 @@
 (* (and a Flow's permits); ClientReceive(d, stale): d messages handed off  *)
 (* by the current incarnation, or discarded as a replaced one's;           *)
 (* AppReturn(i); Drain(n): acc[inc] = n; ConnTaskWrite(n, written): the    *)
-(* head request's permits and whether it was written; Replace.             *)
+(* head request's permits and whether it was written; Replace;             *)
+(* FlushResidual(n): acc[inc] = n, written as a Flow at once;             *)
+(* BrokerWriteFailure(why): the broker removed the registered consumer     *)
+(* with no client frame (a failed write, or its connection closed).        *)
 (***************************************************************************)
-EXTENDS PermitConservation, Json, TLC
+EXTENDS PermitConservation, Json, TLC, FiniteSets
 
 CONSTANT TraceFile   \* ndjson written by tests/trace_permits.rs
 
 Log == ndJsonDeserialize(TraceFile)
 Runs == {Log[i].t : i \in DOMAIN Log}
-FirstOf == [k \in Runs |-> CHOOSE i \in DOMAIN Log :
-              Log[i].t = k /\ \A j \in DOMAIN Log : Log[j].t = k => i <= j]
+\* A run's lines are contiguous (both recorders write them so; checked
+\* below), so its first and last lines are where the tag changes.
+RunStarts == {i \in DOMAIN Log : i = 1 \/ Log[i - 1].t # Log[i].t}
+ASSUME Cardinality(RunStarts) = Cardinality(Runs)
+FirstOf == [k \in Runs |-> CHOOSE i \in RunStarts : Log[i].t = k]
 LastOf == [k \in Runs |-> CHOOSE i \in DOMAIN Log :
-              Log[i].t = k /\ \A j \in DOMAIN Log : Log[j].t = k => j <= i]
+              Log[i].t = k /\ (i = Len(Log) \/ Log[i + 1].t # k)]
+
+\* The spec's constants, from the first run's Init line.
+TraceRQ == Log[1].rq
+TraceMaxP == Log[1].maxP
+TraceMaxInc == Log[1].maxInc
 
 VARIABLES t, l   \* the run replayed and its next line
 
 Line == Log[l]
 
-TraceInit == Init /\ t \in Runs /\ l = FirstOf[t]
+TraceInit ==
+    /\ t \in Runs
+    /\ Log[FirstOf[t]].action = "Init"
+    /\ Log[FirstOf[t]].rq = RQ
+    /\ Log[FirstOf[t]].maxP = MaxP
+    /\ Log[FirstOf[t]].maxInc = MaxInc
+    /\ l = FirstOf[t] + 1
+    /\ Init
 
 Is(a) == Line.action = a
 
@@ -47,10 +69,13 @@ IsDrain == Is("Drain") /\ acc[inc] = Line.n /\ Drain
 IsConnTaskWrite == Is("ConnTaskWrite") /\ pend # <<>> /\ Head(pend).n = Line.n
                    /\ WriteAllowed(Head(pend).i) = Line.written /\ ConnTaskWrite
 IsReplace == Is("Replace") /\ Replace
+IsBrokerWriteFailure == Is("BrokerWriteFailure") /\ BrokerWriteFailure
+IsFlushResidual == Is("FlushResidual") /\ acc[inc] = Line.n /\ FlushResidual
 
 StepMatches ==
     \/ IsBrokerSend \/ IsBrokerRecv \/ IsClientReceive \/ IsAppReturn
-    \/ IsDrain \/ IsConnTaskWrite \/ IsReplace
+    \/ IsDrain \/ IsConnTaskWrite \/ IsReplace \/ IsBrokerWriteFailure
+    \/ IsFlushResidual
 
 TraceNext ==
     \/ /\ l <= LastOf[t]

@@ -26,8 +26,12 @@
 //! | `DeletionLookup`      | [`deletion`] (src/cursor)             | `tests/trace_deletion.rs` (shuttle schedules) |
 //! | `LedgerCursor`        | [`ledger_cursor`] (src/ledger)        | `tests/trace_ledger_cursor.rs` (seeded random op sequences) |
 //! | `PendingAckReplay`    | [`pending_ack`] (src/pending_ack)     | `tests/trace_pending_ack.rs` (handle runs: manual executor, virtual timer, inline reads, injected read failures) |
-//! | `PermitConservation`  | [`permits`] (src/permits)             | `tests/trace_permits.rs` |
+//! | `PermitConservation`  | [`permits`] (src/permits)             | `tests/trace_permits.rs`; `pulsar-core simulate --trace-dir` (`crate::sim::sim_trace`, feature `sim`) |
 //! | `BucketMerge`         | [`bucket_merge`] (src/delayed)        | `tests/trace_bucket_merge.rs` (seeded op sequences: add, tick, deliver, ack, trim + merge, restart + re-read) |
+//!
+//! A hook line does not name its component instance unless its spec's
+//! recorder needs it to split lines into runs: the `permits` lines carry the
+//! consumer's `[connection_id, consumer_id]` (the simulator drives many).
 //!
 //! `bash .ci/trace [SPEC...]` records and validates; the negative controls
 //! are the mutants with a `# trace:` line (`tests/mutants/README.md`).
@@ -255,51 +259,71 @@ pub mod pending_ack {
 /// Hooks of `specs/PermitConservation.tla` (src/permits): the broker's
 /// dispatcher and the client's per-incarnation permit state. Incarnations
 /// are the client's serials on the connection (1, 2, ...), as the spec's.
+/// Every line carries `c`: `[connection_id, consumer_id]`, the one consumer
+/// id on one connection a spec run describes (a recorder driving several
+/// consumers, like the simulator, splits its lines into runs by `c`).
 pub mod permits {
     use super::record;
     use serde_json::json;
 
+    fn rec(action: &'static str, c: (u64, u64), mut fields: serde_json::Value) {
+        fields["c"] = json!([c.0, c.1]);
+        record(action, fields);
+    }
+
     /// `BrokerSend(p)`: one command finalised with P = `p` and debited.
-    pub fn broker_send(p: u32) {
-        record("BrokerSend", json!({ "p": p }));
+    pub fn broker_send(c: (u64, u64), p: u32) {
+        rec("BrokerSend", c, json!({ "p": p }));
     }
     /// `BrokerRecv` of a Subscribe: the consumer is registered with 0 permits.
-    pub fn broker_recv_subscribe() {
-        record("BrokerRecv", json!({ "f": "sub" }));
+    pub fn broker_recv_subscribe(c: (u64, u64)) {
+        rec("BrokerRecv", c, json!({ "f": "sub" }));
     }
     /// `BrokerRecv` of a CloseConsumer: the registered consumer (if any) is
     /// removed.
-    pub fn broker_recv_close() {
-        record("BrokerRecv", json!({ "f": "close" }));
+    pub fn broker_recv_close(c: (u64, u64)) {
+        rec("BrokerRecv", c, json!({ "f": "close" }));
     }
     /// `BrokerRecv` of a Flow of `n` permits (credited to the consumer
     /// registered now, if any).
-    pub fn broker_recv_flow(n: u32) {
-        record("BrokerRecv", json!({ "f": "flow", "n": n }));
+    pub fn broker_recv_flow(c: (u64, u64), n: u32) {
+        rec("BrokerRecv", c, json!({ "f": "flow", "n": n }));
+    }
+    /// `BrokerWriteFailure`: the broker removed the registered consumer on
+    /// its own, with no client frame: an asynchronous write failed
+    /// (`why` `"write"`) or its connection closed (`"connection"`); its
+    /// balance is dropped, nothing is credited back.
+    pub fn broker_remove(c: (u64, u64), why: &'static str) {
+        rec("BrokerWriteFailure", c, json!({ "why": why }));
     }
     /// `ClientReceive`: a command was settled by the current incarnation
     /// with `d` messages handed off (`stale`: discarded as a replaced
     /// incarnation's, nothing settled).
-    pub fn client_receive(d: u32, stale: bool) {
-        record("ClientReceive", json!({ "d": d, "stale": stale }));
+    pub fn client_receive(c: (u64, u64), d: u32, stale: bool) {
+        rec("ClientReceive", c, json!({ "d": d, "stale": stale }));
     }
     /// `AppReturn(i)`: a dequeued message of incarnation `i` returned its permit.
-    pub fn app_return(i: u64) {
-        record("AppReturn", json!({ "i": i }));
+    pub fn app_return(c: (u64, u64), i: u64) {
+        rec("AppReturn", c, json!({ "i": i }));
     }
     /// `Drain`: the accumulator was swapped to 0 into a Flow request of `n`.
-    pub fn drain(n: u32) {
-        record("Drain", json!({ "n": n }));
+    pub fn drain(c: (u64, u64), n: u32) {
+        rec("Drain", c, json!({ "n": n }));
+    }
+    /// `FlushResidual`: the idle application's residual credit `n` was
+    /// swapped to 0 and written as a Flow at once (under the connection lock).
+    pub fn flush_residual(c: (u64, u64), n: u32) {
+        rec("FlushResidual", c, json!({ "n": n }));
     }
     /// `ConnTaskWrite`: the connection task took a Flow request of `n`
     /// and wrote it (`written`) or dropped it as stale.
-    pub fn conn_task_write(n: u32, written: bool) {
-        record("ConnTaskWrite", json!({ "n": n, "written": written }));
+    pub fn conn_task_write(c: (u64, u64), n: u32, written: bool) {
+        rec("ConnTaskWrite", c, json!({ "n": n, "written": written }));
     }
     /// `Replace`: a new incarnation replaced the current one on the same
     /// connection (CloseConsumer + Subscribe written; old credit abandoned).
-    pub fn replace() {
-        record("Replace", json!({}));
+    pub fn replace(c: (u64, u64)) {
+        rec("Replace", c, json!({}));
     }
 }
 

@@ -54,6 +54,7 @@ fn run_with(w: &Workload, seed: u64, faults: bool, sabotage: Option<Sabotage>) -
         sabotage,
         sync: pulsar_core::ledger::SyncMode::Immediate,
         watchdog: test_watchdog(),
+        trace_dir: None,
     };
     run(w, &opts, None).unwrap()
 }
@@ -518,6 +519,7 @@ fn a_faulty_broker_closing_every_window_is_bounded_and_its_livelock_is_named() {
             same_time_events: 500,
             ..test_watchdog()
         },
+        trace_dir: None,
     };
     let r = run(&unbounded, &opts, None).unwrap();
     assert_eq!(r.counts.livelocks, 1, "{r}");

@@ -42,6 +42,7 @@ fn run_seed(w: &Workload, seed: u64) -> Report {
             wall_limit: Some(std::time::Duration::from_secs(120)),
             ..Default::default()
         },
+        trace_dir: None,
     };
     run(w, &opts, None).unwrap()
 }

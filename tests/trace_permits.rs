@@ -13,7 +13,8 @@
 //! succeeded (see `run`). The glue is this file; every accounting step runs in the
 //! library, where src/trace.rs's `permits` hooks record it.
 //!
-//! Every run, tagged `t`, goes to `$PULSAR_TRACE_DIR/PermitConservation.ndjson`
+//! Every run, tagged `t` and headed by an `Init` line with the spec's
+//! constants, goes to `$PULSAR_TRACE_DIR/PermitConservation.ndjson`
 //! (default `target/traces`); `.ci/trace PermitConservation` has TLC
 //! validate them (Conservation, NoExcessCredit, NoStaleCredit on the
 //! implementation's own executions).
@@ -175,6 +176,10 @@ fn record_permit_conservation_traces() {
     let mut out = std::io::BufWriter::new(std::fs::File::create(&path).unwrap());
     let (mut steps, mut replaces) = (0, 0);
     for k in 0..RUNS {
+        let init = serde_json::json!({
+            "action": "Init", "rq": RQ, "maxP": MAX_P, "maxInc": MAX_INC, "t": k + 1,
+        });
+        writeln!(out, "{init}").unwrap();
         for l in run(SEED + k) {
             let mut v: Value = serde_json::from_str(&l).unwrap();
             replaces += usize::from(v["action"] == "Replace");

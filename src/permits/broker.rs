@@ -446,7 +446,7 @@ impl Consumer {
             let Some(p) = result.permits(i) else { continue };
             self.pending.insert(entry.position, p);
             #[cfg(feature = "trace")]
-            crate::trace::permits::broker_send(p);
+            crate::trace::permits::broker_send((self.key.connection_id, self.key.consumer_id), p);
             let full = entry.ack_set.is_empty()
                 || wire::popcount_below(&entry.ack_set, entry.batch_size) == entry.batch_size;
             commands.push(CommandMessage {
@@ -532,7 +532,7 @@ impl SharedDispatcher {
         }
         self.consumers.insert(key, Consumer::new(key, epoch));
         #[cfg(feature = "trace")]
-        crate::trace::permits::broker_recv_subscribe();
+        crate::trace::permits::broker_recv_subscribe((key.connection_id, key.consumer_id));
         Ok(())
     }
 
@@ -563,7 +563,7 @@ impl SharedDispatcher {
         permits: u32,
     ) -> Result<(), BrokerPermitError> {
         #[cfg(feature = "trace")]
-        crate::trace::permits::broker_recv_flow(permits);
+        crate::trace::permits::broker_recv_flow((key.connection_id, key.consumer_id), permits);
         let c = self
             .consumers
             .get_mut(&key)
@@ -636,8 +636,15 @@ impl SharedDispatcher {
             Ok(()) => Ok(None),
             Err(reason) => {
                 tracing::warn!(consumer = ?key, %reason, "message write failed: removing consumer");
-                match self.remove_consumer(key) {
-                    Ok(r) => Ok(Some(r)),
+                match self.remove(key) {
+                    Ok(r) => {
+                        #[cfg(feature = "trace")]
+                        crate::trace::permits::broker_remove(
+                            (key.connection_id, key.consumer_id),
+                            "write",
+                        );
+                        Ok(Some(r))
+                    }
                     // already removed (e.g. the connection closed first)
                     Err(BrokerPermitError::UnknownConsumer(_)) => Ok(None),
                     Err(e) => Err(e),
@@ -656,7 +663,13 @@ impl SharedDispatcher {
         key: ConsumerKey,
     ) -> Result<RemovedConsumer, BrokerPermitError> {
         #[cfg(feature = "trace")]
-        crate::trace::permits::broker_recv_close();
+        crate::trace::permits::broker_recv_close((key.connection_id, key.consumer_id));
+        self.remove(key)
+    }
+
+    /// Removes `key`'s consumer (the CloseConsumer frame, a failed write
+    /// or a closed connection).
+    fn remove(&mut self, key: ConsumerKey) -> Result<RemovedConsumer, BrokerPermitError> {
         let c = self
             .consumers
             .remove(&key)
@@ -681,7 +694,15 @@ impl SharedDispatcher {
             .copied()
             .collect();
         keys.into_iter()
-            .filter_map(|k| self.remove_consumer(k).ok())
+            .filter_map(|k| {
+                let r = self.remove(k).ok()?;
+                #[cfg(feature = "trace")]
+                crate::trace::permits::broker_remove(
+                    (k.connection_id, k.consumer_id),
+                    "connection",
+                );
+                Some(r)
+            })
             .collect()
     }
 

@@ -34,16 +34,26 @@
 //!
 //! | spec invariant (`PermitConservation`) | maintained by | tests | traces |
 //! |---|---|---|---|
-//! | `Conservation`: broker balance + commands in flight + held + accumulator + queued Flow requests + Flows in flight = RQ, per current incarnation | [`broker::Consumer::send_messages`] (one debit per finalised P), `ClientConsumer::handle_message` → [`CommandBudget`] (d handed off + P − d returned), [`ConsumerPermitState::return_permits`] (checked add, drain at RQ/2) | `tests/permits_proptest.rs` `handle_message_settles_exactly_p`, `budget_claimed_plus_drained_is_p`, `broker_accounting_matches_reference`; `tests/permits_settlement.rs`; `loom-tests/permits.rs` `flow_never_crosses_incarnations_and_credit_is_conserved`; `shuttle-tests/permits.rs` `permits_conserved_*` | `specs/TracePermitConservation.tla` on `tests/trace_permits.rs`'s runs (`ClientReceive` pins d, `Drain` the accumulator; mutant `permits_budget_returned_twice` is rejected) |
+//! | `Conservation`: broker balance + commands in flight + held + accumulator + queued Flow requests + Flows in flight = RQ, per current incarnation | [`broker::Consumer::send_messages`] (one debit per finalised P), `ClientConsumer::handle_message` → [`CommandBudget`] (d handed off + P − d returned), [`ConsumerPermitState::return_permits`] (checked add, drain at RQ/2) | `tests/permits_proptest.rs` `handle_message_settles_exactly_p`, `budget_claimed_plus_drained_is_p`, `broker_accounting_matches_reference`; `tests/permits_settlement.rs`; `loom-tests/permits.rs` `flow_never_crosses_incarnations_and_credit_is_conserved`; `shuttle-tests/permits.rs` `permits_conserved_*` | `specs/TracePermitConservation.tla` on `tests/trace_permits.rs`'s runs and on simulator runs (`ClientReceive` pins d, `Drain` and `FlushResidual` the accumulator; mutant `permits_budget_returned_twice` is rejected) |
 //! | `NoExcessCredit`: the broker never holds more than RQ for a consumer | [`ClientConnection::subscribe_succeeded`] (one grant per incarnation), [`ClientConnection::flush_flows`] | `client::tests` `subscribe_succeeded_twice_grants_once` | same traces (`BrokerRecv` pins each Flow's permits) |
-//! | `NoStaleCredit`: no Flow is applied to another incarnation than its own | [`ClientConnection::flush_flows`] (revalidates the incarnation under the connection lock), [`ClientConnection::subscribe`] (closes the old state, abandons its credit) | `client::tests` `flow_drains_at_half_queue_and_is_revalidated_on_same_connection_recreate`; `loom-tests/permits.rs` (negative control `negative_control_flow_without_revalidation_crosses_incarnations`) | same traces (`ConnTaskWrite` pins written/dropped; mutant `permits_flow_without_revalidation` is rejected) |
+//! | `NoStaleCredit`: no Flow is applied to another incarnation than its own | [`ClientConnection::flush_flows`] (revalidates the incarnation under the connection lock), [`ClientConnection::subscribe`] (closes the old state, abandons its credit) | `client::tests` `flow_drains_at_half_queue_and_is_revalidated_on_same_connection_recreate`; `loom-tests/permits.rs` (negative control `negative_control_flow_without_revalidation_crosses_incarnations`) | same traces (`ConnTaskWrite` pins written/dropped; mutant `permits_flow_without_revalidation` is rejected, and its simulator trace too: `tests/trace_mutants/permits_flow_without_revalidation_sim.patch`) |
 //!
 //! Trace validation (`bash .ci/trace PermitConservation`) records the real
 //! dispatcher and client consumer through the hooks of `src/trace.rs`'s
-//! `permits` module (feature `trace`, named after the spec's actions). Not
-//! traced: an incarnation replaced before its Subscribe succeeded (the code
-//! then never writes its receiver-queue grant; the spec writes Subscribe and
-//! the grant together), broker write failures, protocol errors.
+//! `permits` module (feature `trace`, named after the spec's actions), from
+//! two sources: `tests/trace_permits.rs`'s interleavings, and simulator runs
+//! (`pulsar-core simulate --trace-dir`, `src/sim/sim_trace.rs`: one spec run
+//! per consumer id on one connection, across its re-creations on that
+//! connection; a permit-churn run and swarm seed 2's workload). The broker
+//! removing a consumer on its own (a failed write,
+//! [`SharedDispatcher::on_write_complete`]; a closed connection,
+//! [`SharedDispatcher::remove_connection`]) is the spec's
+//! `BrokerWriteFailure`; the idle flush
+//! ([`ClientConnection::flush_residual`]: the residual credit written at
+//! once, below the threshold) is the spec's `FlushResidual`. Not traced: an
+//! incarnation replaced before its Subscribe succeeded (the code then never
+//! writes its receiver-queue grant; the spec writes Subscribe and the grant
+//! together), protocol errors (the connection closes: its run ends there).
 //!
 //! ```
 //! use pulsar_core::permits::client::{CommandBudget, resolve_full};

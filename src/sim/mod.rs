@@ -31,6 +31,8 @@ pub mod hint_race;
 pub mod replay_race;
 pub mod report;
 pub mod scheduler;
+#[cfg(feature = "trace")]
+pub mod sim_trace;
 pub mod watchdog;
 pub mod workload;
 

@@ -100,6 +100,13 @@ struct SimulateArgs {
     /// Print the report as JSON on stdout.
     #[arg(long)]
     json: bool,
+    /// Trace validation (build with `--features trace`): write the hook
+    /// lines of the components the run drives to this directory, one file
+    /// per spec (`<Spec>.ndjson`), one run (tag `t`) per component instance;
+    /// `.ci/trace` has TLC check them.
+    #[cfg(feature = "trace")]
+    #[arg(long)]
+    trace_dir: Option<PathBuf>,
     /// No progress output (a bar on a terminal, otherwise a plain line on
     /// stderr every 10 s).
     #[arg(long)]
@@ -243,6 +250,10 @@ fn simulate(args: SimulateArgs) -> ExitCode {
             wall_limit: args.wall_limit_secs.map(std::time::Duration::from_secs),
             ..sim::Watchdog::default()
         },
+        #[cfg(feature = "trace")]
+        trace_dir: args.trace_dir.clone(),
+        #[cfg(not(feature = "trace"))]
+        trace_dir: None,
     };
     let progress = Progress::new(args.quiet);
     let on_progress = |done: u64, total: u64| progress.update(done, total);

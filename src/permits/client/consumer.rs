@@ -39,7 +39,7 @@ impl PermitToken {
     pub fn release(mut self) -> Result<ReturnOutcome, PermitProtocolError> {
         #[cfg(feature = "trace")]
         if let Some(s) = &self.state {
-            crate::trace::permits::app_return(s.incarnation().serial);
+            crate::trace::permits::app_return(s.trace_key(), s.incarnation().serial);
         }
         match self.state.take() {
             Some(s) => s.return_permits(1),
@@ -52,7 +52,7 @@ impl Drop for PermitToken {
     fn drop(&mut self) {
         if let Some(s) = self.state.take() {
             #[cfg(feature = "trace")]
-            crate::trace::permits::app_return(s.incarnation().serial);
+            crate::trace::permits::app_return(s.trace_key(), s.incarnation().serial);
             if let Err(e) = s.return_permits(1) {
                 tracing::error!(%e, "permit return on drop failed");
             }
@@ -303,7 +303,7 @@ impl ClientConsumer {
         kind: CommandOutcomeKind,
     ) -> CommandOutcome {
         #[cfg(feature = "trace")]
-        crate::trace::permits::client_receive(delivered, false);
+        crate::trace::permits::client_receive(self.state.trace_key(), delivered, false);
         if returned > 0 {
             if let Err(e) = self.state.return_permits(returned) {
                 return self.protocol_error(e);
@@ -400,7 +400,7 @@ impl ClientConsumer {
             // a replaced incarnation, or a command the broker sent to the
             // previous incarnation before it saw our Subscribe
             #[cfg(feature = "trace")]
-            crate::trace::permits::client_receive(0, true);
+            crate::trace::permits::client_receive(self.state.trace_key(), 0, true);
             return Ok(CommandOutcome {
                 permits: 0,
                 delivered: 0,

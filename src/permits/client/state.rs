@@ -79,6 +79,12 @@ impl ConsumerPermitState {
         self.incarnation
     }
 
+    /// `[connection_id, consumer_id]` of the trace lines (src/trace.rs).
+    #[cfg(feature = "trace")]
+    pub(crate) fn trace_key(&self) -> (u64, u64) {
+        (self.incarnation.connection_id, self.consumer_id)
+    }
+
     /// The client `consumer_id`.
     pub fn consumer_id(&self) -> u64 {
         self.consumer_id
@@ -159,7 +165,7 @@ impl ConsumerPermitState {
                     permits: flow_requested,
                 });
                 #[cfg(feature = "trace")]
-                crate::trace::permits::drain(flow_requested);
+                crate::trace::permits::drain(self.trace_key(), flow_requested);
             }
         }
         Ok(ReturnOutcome::Accepted { flow_requested })
@@ -393,7 +399,7 @@ impl ClientConnection {
                 incarnation: old.incarnation,
             });
             #[cfg(feature = "trace")]
-            crate::trace::permits::replace();
+            crate::trace::permits::replace((self.id, consumer_id));
         }
         let incarnation = Incarnation {
             connection_id: self.id,
@@ -526,12 +532,20 @@ impl ClientConnection {
                 });
                 report.written.push((req.incarnation, req.permits));
                 #[cfg(feature = "trace")]
-                crate::trace::permits::conn_task_write(req.permits, true);
+                crate::trace::permits::conn_task_write(
+                    (self.id, req.consumer_id),
+                    req.permits,
+                    true,
+                );
             } else {
                 tracing::debug!(incarnation = ?req.incarnation, permits = req.permits, "dropping stale Flow");
                 report.dropped.push((req.incarnation, req.permits));
                 #[cfg(feature = "trace")]
-                crate::trace::permits::conn_task_write(req.permits, false);
+                crate::trace::permits::conn_task_write(
+                    (self.id, req.consumer_id),
+                    req.permits,
+                    false,
+                );
             }
         }
         report
@@ -568,6 +582,8 @@ impl ClientConnection {
                     message_permits: drained as u32,
                 },
             });
+            #[cfg(feature = "trace")]
+            crate::trace::permits::flush_residual((self.id, consumer_id), drained as u32);
         }
         Ok(drained as u32)
     }

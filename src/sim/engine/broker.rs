@@ -227,7 +227,9 @@ impl Sim<'_> {
         let mut handed_back = 0;
         if let Some(old) = sub.consumer_keys.insert(c, key) {
             if old != key {
-                if let Ok(removed) = sub.dispatcher.remove_consumer(old) {
+                // The old connection closed: the broker removes its
+                // consumers (no CloseConsumer frame arrives).
+                for removed in sub.dispatcher.remove_connection(old.connection_id) {
                     handed_back += removed.replayed.len();
                 }
                 // What was read for the old connection but never sent goes

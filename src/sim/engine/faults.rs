@@ -160,15 +160,8 @@ impl Sim<'_> {
         }
         self.activity.same_connection_recreations += 1;
         self.checker.consumer_reconnected(&format!("sub-{s}"), c.0);
-        if let Some(b) = self.broker.as_mut() {
-            let sub = &mut b.subs[s];
-            if let Some(key) = sub.consumer_keys.remove(&c) {
-                let _ = sub.dispatcher.remove_consumer(key);
-                if let Some(q) = sub.blocked.remove(&c) {
-                    sub.redeliver.extend(q.iter().map(|e| e.entry.position));
-                }
-            }
-        }
+        // The client writes CloseConsumer and Subscribe; the broker then
+        // reads them in that order.
         let client = &mut self.clients[s][c];
         client.in_progress.clear();
         client.dispatch_seeks.clear();
@@ -179,6 +172,15 @@ impl Sim<'_> {
             .consumer
             .resubscribe(connection)
             .map_err(comp("resubscribe on the same connection"))?;
+        if let Some(b) = self.broker.as_mut() {
+            let sub = &mut b.subs[s];
+            if let Some(key) = sub.consumer_keys.remove(&c) {
+                let _ = sub.dispatcher.remove_consumer(key);
+                if let Some(q) = sub.blocked.remove(&c) {
+                    sub.redeliver.extend(q.iter().map(|e| e.entry.position));
+                }
+            }
+        }
         self.connect_consumer(s, c)?;
         self.schedule_dispatch(s);
         Ok(())

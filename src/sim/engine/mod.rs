@@ -192,6 +192,12 @@ pub struct SimOptions {
     pub sync: SyncMode,
     /// Livelock and wall-clock watchdogs.
     pub watchdog: Watchdog,
+    /// Trace validation (cargo feature `trace`): record the hook lines of
+    /// the components the event loop drives and write them, split into one
+    /// run per component instance, to this directory (see
+    /// [`crate::sim::sim_trace`]). Set without the feature, the run is a
+    /// [`SimError::Component`] error.
+    pub trace_dir: Option<PathBuf>,
 }
 
 impl SimOptions {
@@ -205,6 +211,7 @@ impl SimOptions {
             sabotage: None,
             sync: SyncMode::Immediate,
             watchdog: Watchdog::default(),
+            trace_dir: None,
         }
     }
 }
@@ -502,8 +509,28 @@ pub fn run(
             workload.name, opts.seed
         ),
     );
-    sim.start()?;
-    sim.event_loop()?;
+    #[cfg(feature = "trace")]
+    if opts.trace_dir.is_some() {
+        crate::trace::start();
+    }
+    #[cfg(not(feature = "trace"))]
+    if opts.trace_dir.is_some() {
+        return Err(SimError::Component(
+            "trace recording needs the cargo feature `trace`".into(),
+        ));
+    }
+    let looped = sim.start().and_then(|()| sim.event_loop());
+    // The lines of the event loop only: the race stages below run real
+    // threads on components of their own.
+    #[cfg(feature = "trace")]
+    if let Some(dir) = &opts.trace_dir {
+        let lines = crate::trace::finish();
+        super::sim_trace::write(dir, workload, &lines).map_err(|e| SimError::DataDir {
+            path: dir.display().to_string(),
+            reason: e.to_string(),
+        })?;
+    }
+    looped?;
     let virtual_ms = sim.sched.now();
     let finished_at = sim.finished_at;
     let unpublished = workload.messages.saturating_sub(sim.published);
