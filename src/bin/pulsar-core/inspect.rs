@@ -23,6 +23,8 @@ use pulsar_core::Position;
 
 /// The store file inside a data dir (as `simulate` writes it).
 pub const STORE_FILE: &str = "pulsar-core.redb";
+/// The store file `pulsar-core serve` keeps in its data dir.
+pub const SERVE_STORE_FILE: &str = "serve.redb";
 /// Suffix of a pending-ack log's managed ledger name (`{topic}-{sub}` + it).
 pub const PENDING_ACK_SUFFIX: &str = "__transaction_pending_ack";
 /// The pending-ack log's own cursor (its mark-delete is where replay starts).
@@ -69,7 +71,7 @@ enum What {
 
 #[derive(Args, Debug)]
 struct StoreArgs {
-    /// The data dir (holding pulsar-core.redb) or the store file.
+    /// The data dir (holding pulsar-core.redb, or serve.redb of `serve`) or the store file.
     dir: PathBuf,
 }
 
@@ -371,9 +373,17 @@ pub struct LoadedStore {
     pub pending_ack_logs: Vec<PendingAckLog>,
 }
 
+/// The store file of a data dir: the simulator's `pulsar-core.redb`, or
+/// `serve.redb` when only that one is there; a file path is taken as is.
 pub fn store_path(dir: &Path) -> PathBuf {
     if dir.is_dir() {
-        dir.join(STORE_FILE)
+        let sim = dir.join(STORE_FILE);
+        let serve = dir.join(SERVE_STORE_FILE);
+        if !sim.exists() && serve.exists() {
+            serve
+        } else {
+            sim
+        }
     } else {
         dir.to_path_buf()
     }

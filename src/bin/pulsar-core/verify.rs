@@ -23,7 +23,7 @@ use crate::inspect::{load_store, LoadedStore};
 
 #[derive(Args, Debug)]
 pub struct VerifyArgs {
-    /// The data dir (holding pulsar-core.redb) or the store file.
+    /// The data dir (holding pulsar-core.redb, or serve.redb of `serve`) or the store file.
     dir: PathBuf,
     /// Print the result as JSON.
     #[arg(long)]
