@@ -25,12 +25,13 @@ impl Sim<'_> {
             self.sched
                 .at(spread(i, f.rewinds).saturating_sub(100), Ev::Rewind { sub });
         }
-        // Clear-backlog `i` at (3i + 2) / 3n of the window (two thirds in for
-        // one), after the restart halfway, once buckets were sealed and
+        // Clear-backlog `i` at (8i + 7) / 8n of the window (seven eighths in
+        // for one): after the restart halfway and the rewinds (whose
+        // re-reads it would otherwise empty), once buckets were sealed and
         // partly dispatched; the rest of the window publishes on.
         for i in 0..f.clear_backlogs {
-            let at = (u128::from(window) * (3 * u128::from(i) + 2)
-                / (3 * u128::from(f.clear_backlogs))) as u64;
+            let at = (u128::from(window) * (8 * u128::from(i) + 7)
+                / (8 * u128::from(f.clear_backlogs))) as u64;
             let sub = SubIdx(i as usize % self.w.subscriptions as usize);
             self.sched.at(at, Ev::ClearBacklog { sub });
         }
