@@ -72,7 +72,11 @@ impl Sim<'_> {
         s: SubIdx,
         mark_delete: Position,
     ) -> Result<bool, SimError> {
-        let Some(t) = self.broker.as_ref().and_then(|b| b.subs[s].delayed.as_ref()) else {
+        let Some(t) = self
+            .broker
+            .as_ref()
+            .and_then(|b| b.subs[s].delayed.as_ref())
+        else {
             return Ok(true);
         };
         let ratio = self.w.faults.clear_delete_failure_ratio;

@@ -287,7 +287,11 @@ impl Sim<'_> {
             if !self.clear_delayed(s, mark_delete)? {
                 return Ok(()); // the tracker broke an invariant (reported); the run stops
             }
-        } else if let Some(t) = &self.broker.as_ref().and_then(|b| b.subs[s].delayed.as_ref()) {
+        } else if let Some(t) = &self
+            .broker
+            .as_ref()
+            .and_then(|b| b.subs[s].delayed.as_ref())
+        {
             if self.opts.sabotage == Some(Sabotage::DeliverOneTrimmedMessage) && !self.sabotage_done
             {
                 self.sabotage_seek = Some((s, mark_delete));
