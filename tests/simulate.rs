@@ -101,6 +101,11 @@ fn every_preset_runs_clean_with_faults() {
                 assert!(r.activity.bucket_seals > 0, "{name}: {r}");
                 assert!(r.activity.bucket_trims > 0, "{name}: {r}");
                 assert!(r.counts.skipped_by_seek > 0, "{name}: {r}");
+                assert_eq!(
+                    u64::from(w.faults.clear_backlogs),
+                    r.activity.clear_backlogs,
+                    "{name}: planned clear-backlogs happened"
+                );
             }
             "failover" => {
                 assert!(r.activity.cumulative_acks > 0, "{name}: {r}");
@@ -193,6 +198,21 @@ fn the_checker_catches_a_tracker_that_delivers_a_trimmed_message() {
             .contains("after a seek"),
         "{bad}"
     );
+}
+
+/// Pulsar's clear-backlog clears the delayed tracker; when a later
+/// bucket's snapshot cannot be deleted, `clear` fails part-way and the
+/// tracker must stay consistent (`CounterEqualsCardinality`, checked right
+/// after it returns) and deliver nothing it dropped.
+#[test]
+fn a_clear_backlog_failing_on_a_later_bucket_snapshot_leaves_the_tracker_consistent() {
+    let mut w = small("delayed", 4_000);
+    w.faults.clear_delete_failure_ratio = 1.0;
+    let r = run_in_tempdir(&w, 7, None);
+    assert!(r.is_clean(), "{r}");
+    assert_eq!(r.activity.clear_backlogs, 1, "{r}");
+    assert_eq!(r.activity.delayed_clear_failures, 1, "{r}");
+    assert!(r.counts.skipped_by_seek > 0, "{r}");
 }
 
 #[test]

@@ -14,7 +14,7 @@ use super::snapshot::{
     decode_metadata, decode_segment, parse_bucket_key, SnapshotMetadata, SnapshotSegment,
 };
 use crate::ledger::RedbStore;
-use crate::sync::{AtomicU32, Mutex, Ordering};
+use crate::sync::{AtomicI64, AtomicU32, Mutex, Ordering};
 
 /// Where bucket snapshots live (Pulsar `BucketSnapshotStorage`, backed by
 /// BookKeeper ledgers there). One instance serves one subscription (managed
@@ -539,8 +539,13 @@ pub struct FaultyStorage<S> {
     create: AtomicU32,
     read: AtomicU32,
     delete: AtomicU32,
+    /// Snapshot id whose every delete fails ([`NO_SNAPSHOT`]: none).
+    failing_snapshot: AtomicI64,
     injected: AtomicU32,
 }
+
+/// [`FaultyStorage`]'s "no snapshot" marker (snapshot ids are non-negative).
+const NO_SNAPSHOT: i64 = -1;
 
 impl<S: BucketSnapshotStorage> FaultyStorage<S> {
     /// Wraps `inner` with no faults armed.
@@ -550,8 +555,19 @@ impl<S: BucketSnapshotStorage> FaultyStorage<S> {
             create: AtomicU32::new(0),
             read: AtomicU32::new(0),
             delete: AtomicU32::new(0),
+            failing_snapshot: AtomicI64::new(NO_SNAPSHOT),
             injected: AtomicU32::new(0),
         }
+    }
+
+    /// Makes every `delete` of snapshot `snapshot_id` fail (so it fails
+    /// after all the tracker's retries: a snapshot whose ledger cannot be
+    /// deleted, e.g. while the metadata store is unreachable) until called
+    /// again with `None`. Deletes of other snapshots pass (subject to the
+    /// plan of [`arm`](Self::arm)).
+    pub fn fail_deletes_of(&self, snapshot_id: Option<i64>) {
+        self.failing_snapshot
+            .store(snapshot_id.unwrap_or(NO_SNAPSHOT), Ordering::SeqCst);
     }
 
     /// Sets the number of upcoming failures per kind (replacing the old plan).
@@ -616,6 +632,11 @@ impl<S: BucketSnapshotStorage> BucketSnapshotStorage for FaultyStorage<S> {
     }
 
     fn delete(&self, snapshot_id: i64, bucket_key: &str) -> Result<(), DelayedError> {
+        if snapshot_id != NO_SNAPSHOT && self.failing_snapshot.load(Ordering::SeqCst) == snapshot_id
+        {
+            self.injected.fetch_add(1, Ordering::SeqCst);
+            return Err(DelayedError::storage("delete", "injected fault"));
+        }
         self.trip(&self.delete, "delete")?;
         self.inner.delete(snapshot_id, bucket_key)
     }

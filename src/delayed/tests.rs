@@ -412,6 +412,36 @@ fn clear_and_close() {
     assert_eq!(t.number_of_delayed_messages(), 0);
 }
 
+/// `CounterEqualsCardinality` after a clear that fails on a later bucket's
+/// snapshot: the first bucket, partly delivered, is removed and only its
+/// still-tracked bits leave the counter; the second bucket and the mutable
+/// one stay tracked.
+#[test]
+fn failed_clear_after_a_partly_delivered_bucket_keeps_counter_equal_to_cardinality() {
+    let f = Fixture::new();
+    let t = two_buckets(&f);
+    f.clock.set(10);
+    assert_eq!(t.get_scheduled_messages(1).unwrap(), vec![p(1, 0)]);
+    assert_eq!(t.number_of_delayed_messages(), 6);
+    let second = t.buckets()[1].1;
+    f.faulty.fail_deletes_of(Some(second));
+    assert!(matches!(t.clear(), Err(DelayedError::Storage { .. })));
+    t.verify_invariants().unwrap();
+    assert_eq!(
+        t.number_of_delayed_messages(),
+        4,
+        "(1,1), (1,2) left with the first bucket; (2,*) and (3,0) stay"
+    );
+    assert_eq!(t.buckets().len(), 1);
+    assert!(!t.contains_message(1, 1));
+    assert!(t.contains_message(2, 0));
+    f.faulty.fail_deletes_of(None);
+    t.clear().unwrap();
+    t.verify_invariants().unwrap();
+    assert_eq!(t.number_of_delayed_messages(), 0);
+    assert!(f.mem.snapshot_ids().is_empty());
+}
+
 #[test]
 fn merge_triggered_by_max_num_buckets_and_timer_rule() {
     let f = Fixture::new();

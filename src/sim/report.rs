@@ -47,6 +47,11 @@ pub struct Activity {
     pub rewinds: u64,
     /// Forward jumps of the broker's clock.
     pub clock_jumps: u64,
+    /// Admin clear-backlogs (the delayed tracker cleared).
+    pub clear_backlogs: u64,
+    /// Delayed-tracker clears that failed on an undeletable bucket snapshot
+    /// (after the earlier buckets were removed).
+    pub delayed_clear_failures: u64,
     /// Snapshot create/delete failures injected.
     pub snapshot_failures_injected: u64,
     /// Pending-ack replay attempts that failed.
@@ -176,7 +181,7 @@ impl fmt::Display for Report {
         };
         writeln!(f, "data dir: {} (sync: {}{what})", self.data_dir, self.sync)?;
         writeln!(f)?;
-        let rows: [(&str, String); 35] = [
+        let rows: [(&str, String); 36] = [
             ("published", c.published.to_string()),
             ("delivered", c.delivered.to_string()),
             ("acked", c.acked.to_string()),
@@ -262,6 +267,10 @@ impl fmt::Display for Report {
             (
                 "consumer-set rewinds / broker clock jumps",
                 format!("{} / {}", a.rewinds, a.clock_jumps),
+            ),
+            (
+                "clear-backlogs / delayed clears failed on a snapshot delete",
+                format!("{} / {}", a.clear_backlogs, a.delayed_clear_failures),
             ),
             (
                 "replay read failures after read-ahead / completing / gave up, reloads (operator / after a completing failure)",

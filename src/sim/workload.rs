@@ -141,6 +141,20 @@ pub struct Faults {
     pub clock_jumps: u32,
     /// Length of one clock jump, virtual ms.
     pub clock_jump_ms: u64,
+    /// Admin clear-backlogs (Pulsar `PersistentSubscription.clearBacklog`,
+    /// `pulsar-admin topics clear-backlog`): a subscription's mark-delete
+    /// moves to the last entry (`ManagedCursor.asyncClearBacklog`), then
+    /// the dispatcher clears its delayed messages
+    /// (`clearDelayedMessages`, the bucket tracker's `clear`: every bucket
+    /// snapshot is deleted). Every unacknowledged message published so far
+    /// is skipped; the consumers reconnect as after a seek.
+    pub clear_backlogs: u32,
+    /// Fraction of clear-backlogs during which the snapshot of one of the
+    /// tracker's later buckets (any but the first, so earlier ones are
+    /// already removed) cannot be deleted: every delete of it fails, so
+    /// `clear` fails after its retries (the cleared backlog's mark-delete
+    /// then trims what is left).
+    pub clear_delete_failure_ratio: f64,
 }
 
 impl Default for Faults {
@@ -170,6 +184,8 @@ impl Default for Faults {
             rewinds: 0,
             clock_jumps: 0,
             clock_jump_ms: 10_000,
+            clear_backlogs: 0,
+            clear_delete_failure_ratio: 0.0,
         }
     }
 }
@@ -202,6 +218,8 @@ impl Faults {
             rewinds: 0,
             clock_jumps: 0,
             clock_jump_ms: 10_000,
+            clear_backlogs: 0,
+            clear_delete_failure_ratio: 0.0,
         }
     }
 }
@@ -406,6 +424,8 @@ impl Workload {
                     rewinds: 2,
                     clock_jumps: 2,
                     clock_jump_ms: 15_000,
+                    clear_backlogs: 1,
+                    clear_delete_failure_ratio: 0.5,
                     ..Faults::default()
                 },
                 ..base
@@ -594,6 +614,11 @@ impl Workload {
             ),
             ("faults.clock_jump_ms", self.faults.clock_jump_ms, HOUR_MS),
             (
+                "faults.clear_backlogs",
+                u64::from(self.faults.clear_backlogs),
+                100,
+            ),
+            (
                 "faults.read_outages",
                 u64::from(self.faults.read_outages),
                 100,
@@ -669,6 +694,10 @@ impl Workload {
             (
                 "faults.write_failure_ratio",
                 self.faults.write_failure_ratio,
+            ),
+            (
+                "faults.clear_delete_failure_ratio",
+                self.faults.clear_delete_failure_ratio,
             ),
         ] {
             if !ratio(r) {

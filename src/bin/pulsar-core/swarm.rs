@@ -180,6 +180,12 @@ pub fn swarm_workload(seed: u64) -> Workload {
         w.cumulative_ack_every = r.random_range(10..=200);
     }
     w.publish_interval_ms = r.random_range(5..=50);
+    // Drawn last, so every earlier draw (and the runs without it) stays
+    // as it was.
+    if delayed && r.random_bool(0.3) {
+        f.clear_backlogs = 1;
+        f.clear_delete_failure_ratio = 0.5;
+    }
     w.faults = f;
     w
 }

@@ -16,8 +16,12 @@ impl BucketDelayedDeliveryTracker {
     ///
     /// # Errors
     /// [`DelayedError::Storage`] if a snapshot delete fails after retries:
-    /// buckets deleted so far are removed (their bits untracked), the rest
-    /// and the in-memory messages are kept, so the state stays consistent;
+    /// buckets deleted so far are removed (their bits untracked, so the
+    /// counter stays equal to the runtime index's cardinality:
+    /// `CounterEqualsCardinality`, checked by
+    /// [`verify_invariants`](Self::verify_invariants)), the rest, the
+    /// in-memory messages and the recorded mark-delete are kept; a later
+    /// `clear` (or a mark-delete and trim past them) removes the rest;
     /// [`DelayedError::Closed`].
     pub fn clear(&self) -> Result<(), DelayedError> {
         let mut inner = self.inner.lock();
@@ -31,7 +35,6 @@ impl BucketDelayedDeliveryTracker {
                 (b.snapshot_id, b.ctx.key())
             };
             if !self.delete_with_retries(&mut inner, id, &key) {
-                self.debug_check(&inner);
                 return Err(DelayedError::storage(
                     "delete",
                     format!("clearing bucket {key}"),

@@ -1,6 +1,7 @@
-//! Delayed-delivery faults: consumer-set rewinds and broker clock jumps
-//! (see [`Faults::rewinds`](crate::sim::Faults::rewinds) and
-//! [`Faults::clock_jumps`](crate::sim::Faults::clock_jumps)).
+//! Delayed-delivery faults: consumer-set rewinds, broker clock jumps and
+//! clear-backlogs (see [`Faults::rewinds`](crate::sim::Faults::rewinds),
+//! [`Faults::clock_jumps`](crate::sim::Faults::clock_jumps) and
+//! [`Faults::clear_backlogs`](crate::sim::Faults::clear_backlogs)).
 
 use super::*;
 
@@ -24,6 +25,106 @@ impl Sim<'_> {
             self.sched
                 .at(spread(i, f.rewinds).saturating_sub(100), Ev::Rewind { sub });
         }
+        // Clear-backlog `i` at (8i + 7) / 8n of the window (seven eighths in
+        // for one): after the restart halfway and the rewinds (whose
+        // re-reads it would otherwise empty), once buckets were sealed and
+        // partly dispatched; the rest of the window publishes on.
+        for i in 0..f.clear_backlogs {
+            let at = (u128::from(window) * (8 * u128::from(i) + 7)
+                / (8 * u128::from(f.clear_backlogs))) as u64;
+            let sub = SubIdx(i as usize % self.w.subscriptions as usize);
+            self.sched.at(at, Ev::ClearBacklog { sub });
+        }
+    }
+
+    /// Admin clear-backlog of subscription `s` (Pulsar
+    /// `PersistentSubscription.clearBacklog`): the cursor's mark-delete moves
+    /// to the last entry (`asyncClearBacklog`), then the dispatcher clears
+    /// its delayed messages (`clearDelayedMessages`: the bucket tracker's
+    /// `clear`, which deletes every bucket snapshot). Everything
+    /// unacknowledged so far is skipped; the consumers reconnect as after a
+    /// seek (what they hold is at or below the new mark-delete).
+    pub(super) fn clear_backlog(&mut self, s: SubIdx) -> Result<(), SimError> {
+        let Some(b) = self.broker.as_ref() else {
+            return Ok(());
+        };
+        let last_confirmed = b.ledger.last_confirmed_entry();
+        if !b.subs[s].ready || last_confirmed.entry_id < 0 {
+            // Not serving yet (replay) or nothing published: try again soon.
+            self.sched.after(100, Ev::ClearBacklog { sub: s });
+            return Ok(());
+        }
+        self.faults_pending = self.faults_pending.saturating_sub(1);
+        self.reset_subscription(s, last_confirmed, ResetKind::ClearBacklog)
+    }
+
+    /// The delayed-tracker half of a clear-backlog: `clear`, with (at rate
+    /// `faults.clear_delete_failure_ratio`) the snapshot of one bucket after
+    /// the first undeletable, so `clear` fails after its retries with the
+    /// buckets before it removed; then the cleared backlog's `mark_delete`
+    /// (which untracks what a failed clear kept) and, after a failure, a
+    /// trim of the buckets left below it. The tracker's structural
+    /// invariants (`CounterEqualsCardinality` first) are checked right after
+    /// `clear` returns, before any other call. Returns `false` if they broke
+    /// (reported; the run stops).
+    pub(super) fn clear_delayed(
+        &mut self,
+        s: SubIdx,
+        mark_delete: Position,
+    ) -> Result<bool, SimError> {
+        let Some(t) = self
+            .broker
+            .as_ref()
+            .and_then(|b| b.subs[s].delayed.as_ref())
+        else {
+            return Ok(true);
+        };
+        let ratio = self.w.faults.clear_delete_failure_ratio;
+        let mut failing = None;
+        if self.opts.faults && ratio > 0.0 && self.rng.random_bool(ratio) {
+            let buckets = t.buckets();
+            if buckets.len() >= 2 {
+                let k = self.rng.random_range(1..buckets.len());
+                failing = Some(buckets[k].1);
+            }
+        }
+        let faults = self.snapshot_faults.get(s.0);
+        if let (Some(f), Some(id)) = (faults, failing) {
+            f.fail_deletes_of(Some(id));
+            self.activity.snapshot_failures_injected += 1;
+        }
+        let cleared = t.clear();
+        if let Some(f) = faults {
+            f.fail_deletes_of(None);
+        }
+        if let Err(e) = &cleared {
+            self.activity.delayed_clear_failures += 1;
+            tracing::debug!(sub = %s, error = %e, "delayed tracker clear failed");
+        }
+        if let Err(e) = t.verify_invariants() {
+            let truth = &mut self.delayed_truth[s];
+            if !truth.invariant_reported {
+                truth.invariant_reported = true;
+                let after = match &cleared {
+                    Ok(()) => "clear".to_string(),
+                    Err(c) => format!("a failed clear ({c})"),
+                };
+                self.checker.tracker_violation(
+                    &format!("sub-{s}"),
+                    &format!("invariant violated after {after}: {e}"),
+                    self.sched.now(),
+                );
+            }
+            self.tracker_corrupt = true;
+            return Ok(false);
+        }
+        t.update_mark_delete(mark_delete);
+        self.delayed_truth[s].mark_delete(mark_delete);
+        if cleared.is_err() {
+            t.trim_and_merge()
+                .map_err(comp("clear-backlog: trim after a failed clear"))?;
+        }
+        Ok(true)
     }
 
     /// Every consumer of subscription `s` disconnects and subscribes again on

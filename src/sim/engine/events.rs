@@ -98,6 +98,11 @@ pub(super) enum Ev {
     },
     /// The broker's clock steps forward.
     ClockJump,
+    /// Admin clear-backlog of subscription `sub` (the delayed tracker is
+    /// cleared).
+    ClearBacklog {
+        sub: SubIdx,
+    },
 }
 
 impl Ev {
@@ -136,6 +141,11 @@ impl Ev {
             Ev::Seek { sub } => ("admin seek", "Seek", Some(sub.0)),
             Ev::Rewind { sub } => ("dispatcher rewind (delayed)", "Rewind", Some(sub.0)),
             Ev::ClockJump => ("broker clock (delayed)", "ClockJump", None),
+            Ev::ClearBacklog { sub } => (
+                "admin clear-backlog (delayed clear)",
+                "ClearBacklog",
+                Some(sub.0),
+            ),
         }
     }
 }

@@ -4,6 +4,15 @@
 
 use super::*;
 
+/// What an admin reset of a subscription is (see [`Sim::reset_subscription`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum ResetKind {
+    /// Reset cursor forward to the read position (trims the tracker).
+    Seek,
+    /// Clear-backlog: mark-delete to the last entry, tracker cleared.
+    ClearBacklog,
+}
+
 /// Makes every read of `ledger` fail as storage-unavailable while `outage`
 /// is set (the simulated BookKeeper outage window).
 pub(super) fn install_outage(ledger: &ManagedLedger, outage: &Arc<AtomicBool>) {
@@ -30,7 +39,8 @@ impl Sim<'_> {
             + f.seeks
             + f.same_connection_reconnects
             + f.rewinds
-            + f.clock_jumps;
+            + f.clock_jumps
+            + f.clear_backlogs;
         self.plan_delayed_faults(window);
         for _ in 0..f.same_connection_reconnects {
             let at = self.rng.random_range(0..window);
@@ -207,7 +217,6 @@ impl Sim<'_> {
     /// lies above the new mark-delete, so nothing acknowledged becomes
     /// unacknowledged; unacknowledged messages at or below it are skipped.
     pub(super) fn seek(&mut self, s: SubIdx) -> Result<(), SimError> {
-        let now = self.sched.now();
         let Some(b) = self.broker.as_mut() else {
             return Ok(());
         };
@@ -243,6 +252,26 @@ impl Sim<'_> {
             .previous_in_ledger()
             .max(highest_deleted.unwrap_or(Position::EARLIEST))
             .min(last_confirmed);
+        self.reset_subscription(s, new_mark_delete, ResetKind::Seek)
+    }
+
+    /// Resets subscription `s`'s cursor and deletion state to
+    /// `new_mark_delete` (forward) through their real reset paths
+    /// (persisted), drops what the dispatcher held for redelivery and the
+    /// read in flight, tells the delayed tracker (a seek: the new
+    /// mark-delete, then trim; a clear-backlog: `clear`, then the new
+    /// mark-delete), and reconnects every consumer as a new incarnation.
+    pub(super) fn reset_subscription(
+        &mut self,
+        s: SubIdx,
+        new_mark_delete: Position,
+        kind: ResetKind,
+    ) -> Result<(), SimError> {
+        let now = self.sched.now();
+        let Some(b) = self.broker.as_mut() else {
+            return Ok(());
+        };
+        let sub = &mut b.subs[s];
         let target = Position::new(new_mark_delete.ledger_id, new_mark_delete.entry_id + 1);
         sub.cursor
             .reset(target)
@@ -256,7 +285,15 @@ impl Sim<'_> {
         sub.pending_read = None; // a read in flight is dropped: read again from the seek
         let active_before = sub.failover_order.first().copied();
         sub.failover_order.clear();
-        if let Some(t) = &sub.delayed {
+        if kind == ResetKind::ClearBacklog {
+            if !self.clear_delayed(s, mark_delete)? {
+                return Ok(()); // the tracker broke an invariant (reported); the run stops
+            }
+        } else if let Some(t) = &self
+            .broker
+            .as_ref()
+            .and_then(|b| b.subs[s].delayed.as_ref())
+        {
             if self.opts.sabotage == Some(Sabotage::DeliverOneTrimmedMessage) && !self.sabotage_done
             {
                 self.sabotage_seek = Some((s, mark_delete));
@@ -266,9 +303,16 @@ impl Sim<'_> {
                 t.trim_and_merge().map_err(comp("seek: trim"))?;
             }
         }
-        tracing::debug!(sub = %sub.name, %mark_delete, "admin seek");
+        let Some(b) = self.broker.as_mut() else {
+            return Ok(());
+        };
+        let sub = &mut b.subs[s];
+        tracing::debug!(sub = %sub.name, %mark_delete, ?kind, "admin reset");
         let name = sub.name.clone();
-        self.activity.seeks += 1;
+        match kind {
+            ResetKind::Seek => self.activity.seeks += 1,
+            ResetKind::ClearBacklog => self.activity.clear_backlogs += 1,
+        }
         self.seeks_done[s] = self.checker.seek_completed(&name, mark_delete, now);
         self.check_tracker_count(s);
         for c in ConsumerIdx::all(self.w.consumers_per_subscription) {

@@ -77,7 +77,7 @@ mod ids;
 mod replay;
 
 use events::Ev;
-use faults::install_outage;
+use faults::{install_outage, ResetKind};
 use ids::{ConsumerIdx, SubIdx};
 use replay::{install_read_faults, pa_durable, LostReads, PaTruth, ReplayReadPlan, SharedPaTruth};
 
@@ -362,6 +362,10 @@ struct Sim<'a> {
     sabotage_seek: Option<(SubIdx, Position)>,
     /// Per subscription: seeks completed (stamped on every dispatch).
     seeks_done: Vec<u32>,
+    /// A delayed tracker broke a structural invariant (reported): the run
+    /// stops after the event that found it, as any further call into that
+    /// tracker would only build on its corrupt state.
+    tracker_corrupt: bool,
     /// Id of the next cursor read with latency.
     next_read_id: u64,
     /// Fault events (restart, reconnect, outage end) still to come: a run
@@ -474,6 +478,7 @@ pub fn run(
         sabotage_done: false,
         sabotage_seek: None,
         seeks_done: vec![0; workload.subscriptions as usize],
+        tracker_corrupt: false,
         next_read_id: 0,
         faults_pending: 0,
         finished_at: 0,
@@ -725,6 +730,15 @@ impl Sim<'_> {
         if self.heartbeat.hang_report().is_some() {
             return Ok(()); // the run was cancelled by the hang watchdog
         }
+        if self.tracker_corrupt {
+            // Stopped at a tracker's broken invariant (reported): no drain,
+            // which would call into that tracker again.
+            if let Some(b) = self.broker.take() {
+                self.collect_tracker_stats(&b);
+                self.broker = Some(b);
+            }
+            return Ok(());
+        }
         self.drain_and_check_permits()?;
         // Persist what was acknowledged (a clean shutdown).
         for s in SubIdx::all(self.w.subscriptions) {
@@ -760,6 +774,7 @@ impl Sim<'_> {
                 | Ev::OutageStart
                 | Ev::Seek { .. }
                 | Ev::Rewind { .. }
+                | Ev::ClearBacklog { .. }
                 | Ev::ClockJump
                 | Ev::StallCheck
                 | Ev::DelayedTick(_)
@@ -823,6 +838,9 @@ impl Sim<'_> {
         self.heartbeat.begin(now, component, label, sub);
         self.handle(ev)?;
         self.heartbeat.end();
+        if self.tracker_corrupt {
+            return Ok(false); // the violation is reported
+        }
         if let Some(report) = self.heartbeat.hang_report() {
             // The hang watchdog cancelled the run (a component spun inside
             // one event, or no event finished for its bound).
@@ -924,6 +942,7 @@ impl Sim<'_> {
             }
             Ev::Seek { sub } => self.seek(sub),
             Ev::Rewind { sub } => self.rewind(sub),
+            Ev::ClearBacklog { sub } => self.clear_backlog(sub),
             Ev::ClockJump => {
                 self.faults_pending = self.faults_pending.saturating_sub(1);
                 self.clock_jump();
