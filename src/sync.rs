@@ -14,6 +14,15 @@
 //! | `RUSTFLAGS="--cfg loom"`       | `loom::sync`, `loom::thread` |
 //! | `--features shuttle` (no loom) | `shuttle::sync`, `shuttle::thread` |
 //!
+//! With the `sim` feature (the simulator; on in the default features, off
+//! in an embedder's `--no-default-features` build) the std backend's
+//! atomics are `repr(transparent)` wrappers whose every write is also a
+//! [`hook`] point ([`hook::Point::AtomicWrite`]; see `write_points.rs`):
+//! the simulator places a lock-free reader after each write of an operation
+//! that publishes state in more than one atomic. Loads are unchanged; a
+//! write costs one extra relaxed load of a static while no hook is
+//! installed.
+//!
 //! Locks are exposed through thin wrappers ([`Mutex`], [`RwLock`]) whose
 //! `lock`/`read`/`write` return the guard directly: a poisoned lock (a thread
 //! panicked while holding it) is recovered rather than propagated, because
@@ -62,8 +71,14 @@ mod imp {
 
 #[cfg(not(any(loom, feature = "shuttle")))]
 mod imp {
+    #[cfg(feature = "sim")]
+    pub use super::write_points::{
+        AtomicBool, AtomicI32, AtomicI64, AtomicU32, AtomicU64, AtomicUsize,
+    };
+    pub use std::sync::atomic::{fence, Ordering};
+    #[cfg(not(feature = "sim"))]
     pub use std::sync::atomic::{
-        fence, AtomicBool, AtomicI32, AtomicI64, AtomicU32, AtomicU64, AtomicUsize, Ordering,
+        AtomicBool, AtomicI32, AtomicI64, AtomicU32, AtomicU64, AtomicUsize,
     };
     pub use std::sync::Arc;
     pub(crate) use std::sync::{
@@ -75,6 +90,10 @@ mod imp {
         pub use std::thread::{current, spawn, yield_now, JoinHandle};
     }
 }
+
+#[cfg(all(feature = "sim", not(any(loom, feature = "shuttle"))))]
+#[path = "sync/write_points.rs"]
+mod write_points;
 
 pub use imp::thread;
 pub use imp::{
@@ -431,6 +450,12 @@ pub mod hook {
         /// `outstanding_reads`) is done; the second is not. Reached on the
         /// thread delivering the read failure.
         ReadFailedBetweenStores,
+        /// Any write (store, swap, read-modify-write, compare-exchange) to
+        /// one of the facade's atomics, just after it took effect; only in
+        /// builds with the `sim` feature on the std backend (see
+        /// `write_points.rs`). Reached on the writing thread, so a hook can
+        /// run a lock-free reader between two writes of one operation.
+        AtomicWrite,
     }
 
     type Hook = Box<dyn FnMut(Point)>;

@@ -42,6 +42,16 @@
 //! that window (nanoseconds) only by luck; the hook reaches it on every
 //! round, so a lookup without the epoch re-check is caught on every run.
 //!
+//! A second **deterministic** part places lookups inside a mark-delete:
+//! on one thread, a mark-delete from `1:999` across the ledger boundary to
+//! `2:5` runs with a hook on the facade's write points
+//! ([`crate::sync::hook::Point::AtomicWrite`], `sim` builds only); after
+//! each atomic write the hook looks up `2:500` and `2:6`, which nothing ever
+//! deletes. A positive is a state between two writes that no complete
+//! mark-delete published (a torn mark-delete read `2:999`); such a window
+//! exists only in code that publishes mark-delete in more than one write,
+//! and this part reaches every one of them on every run.
+//!
 //! Counters (lookups, positives, filtered entries, rounds) depend on thread
 //! timing, so the report keeps them with the wall-clock figures, out of the
 //! same-seed comparison; on correct code the violations are always 0.
@@ -120,6 +130,10 @@ pub struct HintRaceReport {
     /// reset run from the test hook (their stale positives are counted in
     /// `stale_positives`).
     pub overlapped_lookups: u64,
+    /// Lookups of the second deterministic part, each run from the test
+    /// hook just after one atomic write of a mark-delete across the ledger
+    /// boundary (their stale positives are counted in `stale_positives`).
+    pub lookups_inside_writes: u64,
     /// The first violation, if any.
     pub first_violation: Option<String>,
 }
@@ -135,6 +149,7 @@ impl HintRaceReport {
         self.filter_leaks += r.filter_leaks;
         self.quiescent_disagreements += r.quiescent_disagreements;
         self.overlapped_lookups += r.overlapped_lookups;
+        self.lookups_inside_writes += r.lookups_inside_writes;
         if self.first_violation.is_none() {
             self.first_violation = r.first_violation;
         }
@@ -406,8 +421,98 @@ fn resets_inside_lookups() -> HintRaceReport {
     r
 }
 
+/// Rounds of the second deterministic part (each: one mark-delete across
+/// the ledger boundary, lookups after each of its atomic writes).
+const CROSSING_ROUNDS: u32 = 16;
+
+/// Positions of ledger 2 that the second deterministic part never deletes
+/// (every mark-delete it requests is at most `2:5`).
+const NEVER_DELETED: [(i64, i64); 2] = [(2, 500), (2, 6)];
+
+/// The second deterministic part: on this thread, a lock-free lookup of
+/// never-deleted positions runs after **every** atomic write of a
+/// mark-delete from `1:999` to `2:5`, through the facade's write points
+/// ([`crate::sync::hook::Point::AtomicWrite`]). Each lookup therefore sees
+/// the cursor's published state between two writes of one mark-delete; a
+/// positive for `2:500` or `2:6` is a state no complete mark-delete
+/// published (e.g. mark-delete kept in two atomics, read as `2:999` after
+/// the ledger id was written and before the entry id was). The lookups run
+/// while this thread holds the cursor's write lock, so they are made only
+/// while the reset epoch is even (mark-delete never changes it): the
+/// lock-free path then returns without taking the lock.
+fn lookups_inside_mark_delete() -> HintRaceReport {
+    use crate::sync::hook::{self, Point};
+    use std::cell::{Cell, RefCell};
+    use std::rc::Rc;
+    let p = Position::new;
+    let ledger = layout();
+    // Cannot fail: (1, -1) is a valid mark-delete.
+    let state = Arc::new(CursorDeletionState::new(p(1, -1)).expect("valid mark-delete"));
+    let report = Rc::new(RefCell::new(HintRaceReport::default()));
+    let armed = Rc::new(Cell::new(false));
+    let _guard = {
+        let (state, report, armed) = (Arc::clone(&state), Rc::clone(&report), Rc::clone(&armed));
+        hook::install(move |point| {
+            if point != Point::AtomicWrite || !armed.get() || state.reset_epoch() & 1 == 1 {
+                return;
+            }
+            let mut r = report.borrow_mut();
+            for (l, e) in NEVER_DELETED {
+                let look = state.read_scheduling_lookup(l, e);
+                r.lookups += 1;
+                r.lookups_inside_writes += 1;
+                r.fallbacks += u64::from(look.fell_back);
+                if look.deleted {
+                    r.positives += 1;
+                    r.stale_positives += 1;
+                    violation(
+                        &mut r,
+                        format!(
+                            "hint_race: stale positive for never-deleted {l}:{e}: a lookup between two atomic writes of the mark-delete 1:999 -> 2:5 saw {look:?}"
+                        ),
+                    );
+                }
+            }
+        })
+    };
+    let mut rounds_without_write = 0u32;
+    for _ in 0..CROSSING_ROUNDS {
+        // Cannot fail: 1:990 holds an entry of the fixed layout.
+        state
+            .reset(p(1, 990), &ledger)
+            .expect("reset within the layout");
+        state
+            .mark_delete(p(1, 999), &ledger)
+            .expect("mark-delete forward within the layout");
+        let before = report.borrow().lookups_inside_writes;
+        armed.set(true);
+        state
+            .mark_delete(p(2, 5), &ledger)
+            .expect("mark-delete forward within the layout");
+        armed.set(false);
+        if report.borrow().lookups_inside_writes == before {
+            rounds_without_write += 1;
+        }
+    }
+    drop(_guard);
+    let mut r = report.take();
+    if rounds_without_write > 0 {
+        // The part checked nothing in these rounds: mark-delete published
+        // without any write through the facade (or the hook never ran).
+        r.stale_positives += 1;
+        violation(
+            &mut r,
+            format!(
+                "hint_race: {rounds_without_write} of {CROSSING_ROUNDS} mark-deletes across the ledger boundary made no atomic write through the facade, so no lookup ran inside them"
+            ),
+        );
+    }
+    r
+}
+
 /// Runs the stage: the writer and reader threads for `config.duration`, the
-/// quiescent check, then the deterministic resets inside lookups.
+/// quiescent check, then the two deterministic parts (resets inside
+/// lookups, lookups inside mark-delete writes).
 pub fn run(config: &HintRaceConfig) -> HintRaceReport {
     let ledger = layout();
     // Cannot fail: (1, -1) is a valid mark-delete.
@@ -463,6 +568,7 @@ pub fn run(config: &HintRaceConfig) -> HintRaceReport {
         }
     }
     report.absorb(resets_inside_lookups());
+    report.absorb(lookups_inside_mark_delete());
     report
 }
 
@@ -480,6 +586,21 @@ mod tests {
         assert!(r.positives > 0, "no positive at all: {r:?}");
         // Every probe of the deterministic part was overlapped by a reset.
         assert_eq!(r.overlapped_lookups, 3 * OVERLAP_ROUNDS as u64, "{r:?}");
+        assert!(r.lookups_inside_writes > 0, "{r:?}");
+    }
+
+    #[test]
+    fn lookups_after_every_write_of_a_mark_delete_across_ledgers_see_no_stale_positive() {
+        let r = lookups_inside_mark_delete();
+        assert_eq!(r.violations(), 0, "{r:?}");
+        // Every mark-delete wrote through the facade at least once, and each
+        // write was followed by one lookup per never-deleted probe.
+        assert!(
+            r.lookups_inside_writes >= u64::from(CROSSING_ROUNDS) * NEVER_DELETED.len() as u64,
+            "{r:?}"
+        );
+        // No lookup inside the write section took the (held) lock.
+        assert_eq!(r.fallbacks, 0, "{r:?}");
     }
 
     #[test]

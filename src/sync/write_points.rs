@@ -1,0 +1,242 @@
+//! Atomics whose every write is a hook point ([`Point::AtomicWrite`]), for
+//! the simulator's deterministic stages.
+//!
+//! Built only with the `sim` feature on the std backend; every other build
+//! (an embedder's `--no-default-features`, loom, shuttle) re-exports the
+//! backend's atomics unchanged. Each type is `repr(transparent)` over its
+//! `std::sync::atomic` counterpart and offers the subset of its API the crate
+//! uses. A write (store, swap, read-modify-write, successful or failed
+//! compare-exchange) first runs on the std atomic, then calls
+//! [`hook::at`]`(Point::AtomicWrite)`: with no hook installed in the process
+//! that is one relaxed load of a static and a predictable branch. Loads are
+//! not points, so lock-free readers pay nothing.
+//!
+//! Why: a window between two writes of one operation (e.g. a value
+//! published as two separate atomics) exists only in the code that has it,
+//! so no named point of the real code can sit inside it. A hook on the
+//! writing thread, run after each write, can: the simulator's `hint_race`
+//! stage runs a lock-free lookup there, after every write of a mark-delete
+//! across a ledger boundary, and any lookup that sees a state no complete
+//! mark-delete ever published is reported.
+
+use std::sync::atomic::{self, Ordering};
+
+use super::hook::{self, Point};
+
+macro_rules! write_point_atomic {
+    ($(#[$m:meta])* $name:ident, $raw:ty, $t:ty) => {
+        $(#[$m])*
+        #[derive(Default)]
+        #[repr(transparent)]
+        pub struct $name($raw);
+
+        impl $name {
+            /// A new atomic holding `v`.
+            pub const fn new(v: $t) -> Self {
+                Self(<$raw>::new(v))
+            }
+
+            /// As the std atomic's `load` (not a hook point).
+            #[inline]
+            pub fn load(&self, order: Ordering) -> $t {
+                self.0.load(order)
+            }
+
+            /// As the std atomic's `store`, then the write point.
+            #[inline]
+            pub fn store(&self, v: $t, order: Ordering) {
+                self.0.store(v, order);
+                hook::at(Point::AtomicWrite);
+            }
+
+            /// As the std atomic's `swap`, then the write point.
+            #[inline]
+            pub fn swap(&self, v: $t, order: Ordering) -> $t {
+                let old = self.0.swap(v, order);
+                hook::at(Point::AtomicWrite);
+                old
+            }
+
+            /// As the std atomic's `compare_exchange`, then the write point
+            /// (also on failure: the caller's next step may depend on it).
+            #[inline]
+            pub fn compare_exchange(
+                &self,
+                current: $t,
+                new: $t,
+                success: Ordering,
+                failure: Ordering,
+            ) -> Result<$t, $t> {
+                let r = self.0.compare_exchange(current, new, success, failure);
+                hook::at(Point::AtomicWrite);
+                r
+            }
+
+            /// As the std atomic's `compare_exchange_weak`, then the write
+            /// point.
+            #[inline]
+            pub fn compare_exchange_weak(
+                &self,
+                current: $t,
+                new: $t,
+                success: Ordering,
+                failure: Ordering,
+            ) -> Result<$t, $t> {
+                let r = self.0.compare_exchange_weak(current, new, success, failure);
+                hook::at(Point::AtomicWrite);
+                r
+            }
+
+            /// As the std atomic's `fetch_update`, then the write point.
+            #[inline]
+            pub fn fetch_update<F>(
+                &self,
+                set_order: Ordering,
+                fetch_order: Ordering,
+                f: F,
+            ) -> Result<$t, $t>
+            where
+                F: FnMut($t) -> Option<$t>,
+            {
+                let r = self.0.fetch_update(set_order, fetch_order, f);
+                hook::at(Point::AtomicWrite);
+                r
+            }
+
+            /// As the std atomic's `get_mut` (exclusive access: no point).
+            #[inline]
+            pub fn get_mut(&mut self) -> &mut $t {
+                self.0.get_mut()
+            }
+
+            /// As the std atomic's `into_inner`.
+            #[inline]
+            pub fn into_inner(self) -> $t {
+                self.0.into_inner()
+            }
+        }
+
+        impl From<$t> for $name {
+            fn from(v: $t) -> Self {
+                Self::new(v)
+            }
+        }
+
+        impl std::fmt::Debug for $name {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                std::fmt::Debug::fmt(&self.0, f)
+            }
+        }
+    };
+}
+
+macro_rules! write_point_integer {
+    ($(#[$m:meta])* $name:ident, $raw:ty, $t:ty) => {
+        write_point_atomic!($(#[$m])* $name, $raw, $t);
+
+        impl $name {
+            /// As the std atomic's `fetch_add`, then the write point.
+            #[inline]
+            pub fn fetch_add(&self, v: $t, order: Ordering) -> $t {
+                let old = self.0.fetch_add(v, order);
+                hook::at(Point::AtomicWrite);
+                old
+            }
+
+            /// As the std atomic's `fetch_sub`, then the write point.
+            #[inline]
+            pub fn fetch_sub(&self, v: $t, order: Ordering) -> $t {
+                let old = self.0.fetch_sub(v, order);
+                hook::at(Point::AtomicWrite);
+                old
+            }
+
+            /// As the std atomic's `fetch_max`, then the write point.
+            #[inline]
+            pub fn fetch_max(&self, v: $t, order: Ordering) -> $t {
+                let old = self.0.fetch_max(v, order);
+                hook::at(Point::AtomicWrite);
+                old
+            }
+
+            /// As the std atomic's `fetch_min`, then the write point.
+            #[inline]
+            pub fn fetch_min(&self, v: $t, order: Ordering) -> $t {
+                let old = self.0.fetch_min(v, order);
+                hook::at(Point::AtomicWrite);
+                old
+            }
+
+            /// As the std atomic's `fetch_or`, then the write point.
+            #[inline]
+            pub fn fetch_or(&self, v: $t, order: Ordering) -> $t {
+                let old = self.0.fetch_or(v, order);
+                hook::at(Point::AtomicWrite);
+                old
+            }
+
+            /// As the std atomic's `fetch_and`, then the write point.
+            #[inline]
+            pub fn fetch_and(&self, v: $t, order: Ordering) -> $t {
+                let old = self.0.fetch_and(v, order);
+                hook::at(Point::AtomicWrite);
+                old
+            }
+        }
+    };
+}
+
+write_point_atomic!(
+    /// `std::sync::atomic::AtomicBool` whose writes are hook points.
+    AtomicBool,
+    atomic::AtomicBool,
+    bool
+);
+write_point_integer!(
+    /// `std::sync::atomic::AtomicI32` whose writes are hook points.
+    AtomicI32,
+    atomic::AtomicI32,
+    i32
+);
+write_point_integer!(
+    /// `std::sync::atomic::AtomicI64` whose writes are hook points.
+    AtomicI64,
+    atomic::AtomicI64,
+    i64
+);
+write_point_integer!(
+    /// `std::sync::atomic::AtomicU32` whose writes are hook points.
+    AtomicU32,
+    atomic::AtomicU32,
+    u32
+);
+write_point_integer!(
+    /// `std::sync::atomic::AtomicU64` whose writes are hook points.
+    AtomicU64,
+    atomic::AtomicU64,
+    u64
+);
+write_point_integer!(
+    /// `std::sync::atomic::AtomicUsize` whose writes are hook points.
+    AtomicUsize,
+    atomic::AtomicUsize,
+    usize
+);
+
+impl AtomicBool {
+    /// As the std atomic's `fetch_or`, then the write point.
+    #[inline]
+    pub fn fetch_or(&self, v: bool, order: Ordering) -> bool {
+        let old = self.0.fetch_or(v, order);
+        hook::at(Point::AtomicWrite);
+        old
+    }
+
+    /// As the std atomic's `fetch_and`, then the write point.
+    #[inline]
+    pub fn fetch_and(&self, v: bool, order: Ordering) -> bool {
+        let old = self.0.fetch_and(v, order);
+        hook::at(Point::AtomicWrite);
+        old
+    }
+}
