@@ -450,7 +450,7 @@ fn lookups_inside_mark_delete() -> HintRaceReport {
     let state = Arc::new(CursorDeletionState::new(p(1, -1)).expect("valid mark-delete"));
     let report = Rc::new(RefCell::new(HintRaceReport::default()));
     let armed = Rc::new(Cell::new(false));
-    let _guard = {
+    let guard = {
         let (state, report, armed) = (Arc::clone(&state), Rc::clone(&report), Rc::clone(&armed));
         hook::install(move |point| {
             if point != Point::AtomicWrite || !armed.get() || state.reset_epoch() & 1 == 1 {
@@ -494,7 +494,7 @@ fn lookups_inside_mark_delete() -> HintRaceReport {
             rounds_without_write += 1;
         }
     }
-    drop(_guard);
+    drop(guard);
     let mut r = report.take();
     if rounds_without_write > 0 {
         // The part checked nothing in these rounds: mark-delete published
