@@ -442,6 +442,32 @@ fn failed_clear_after_a_partly_delivered_bucket_keeps_counter_equal_to_cardinali
     assert!(f.mem.snapshot_ids().is_empty());
 }
 
+/// `FaultyStorage::fail_deletes_of` fails every delete of the snapshot it
+/// names, whichever id that is (each of the sealed buckets' snapshots in
+/// turn, the first one included), and `None` lifts it.
+#[test]
+fn fail_deletes_of_fails_exactly_the_named_snapshot_until_lifted() {
+    let ids: Vec<i64> = {
+        let f = Fixture::new();
+        let t = two_buckets(&f);
+        t.buckets().iter().map(|b| b.1).collect()
+    };
+    assert_eq!(ids.len(), 2);
+    for failing in ids {
+        let f = Fixture::new();
+        let t = two_buckets(&f);
+        f.faulty.fail_deletes_of(Some(failing));
+        assert!(
+            matches!(t.clear(), Err(DelayedError::Storage { .. })),
+            "deleting snapshot {failing} must fail"
+        );
+        assert!(f.mem.snapshot_ids().contains(&failing), "{failing} is kept");
+        f.faulty.fail_deletes_of(None);
+        t.clear().unwrap();
+        assert!(f.mem.snapshot_ids().is_empty());
+    }
+}
+
 #[test]
 fn merge_triggered_by_max_num_buckets_and_timer_rule() {
     let f = Fixture::new();
