@@ -23,6 +23,22 @@ use std::sync::atomic::{self, Ordering};
 
 use super::hook::{self, Point};
 
+/// Methods `fn op(&self, v, order) -> old` that run the std atomic's `op`,
+/// then the write point.
+macro_rules! write_point_ops {
+    ($t:ty; $($op:ident),+) => {
+        $(
+            #[doc = concat!("As the std atomic's `", stringify!($op), "`, then the write point.")]
+            #[inline]
+            pub fn $op(&self, v: $t, order: Ordering) -> $t {
+                let old = self.0.$op(v, order);
+                hook::at(Point::AtomicWrite);
+                old
+            }
+        )+
+    };
+}
+
 macro_rules! write_point_atomic {
     ($(#[$m:meta])* $name:ident, $raw:ty, $t:ty) => {
         $(#[$m])*
@@ -49,13 +65,7 @@ macro_rules! write_point_atomic {
                 hook::at(Point::AtomicWrite);
             }
 
-            /// As the std atomic's `swap`, then the write point.
-            #[inline]
-            pub fn swap(&self, v: $t, order: Ordering) -> $t {
-                let old = self.0.swap(v, order);
-                hook::at(Point::AtomicWrite);
-                old
-            }
+            write_point_ops!($t; swap);
 
             /// As the std atomic's `compare_exchange`, then the write point
             /// (also on failure: the caller's next step may depend on it).
@@ -68,21 +78,6 @@ macro_rules! write_point_atomic {
                 failure: Ordering,
             ) -> Result<$t, $t> {
                 let r = self.0.compare_exchange(current, new, success, failure);
-                hook::at(Point::AtomicWrite);
-                r
-            }
-
-            /// As the std atomic's `compare_exchange_weak`, then the write
-            /// point.
-            #[inline]
-            pub fn compare_exchange_weak(
-                &self,
-                current: $t,
-                new: $t,
-                success: Ordering,
-                failure: Ordering,
-            ) -> Result<$t, $t> {
-                let r = self.0.compare_exchange_weak(current, new, success, failure);
                 hook::at(Point::AtomicWrite);
                 r
             }
@@ -135,53 +130,7 @@ macro_rules! write_point_integer {
         write_point_atomic!($(#[$m])* $name, $raw, $t);
 
         impl $name {
-            /// As the std atomic's `fetch_add`, then the write point.
-            #[inline]
-            pub fn fetch_add(&self, v: $t, order: Ordering) -> $t {
-                let old = self.0.fetch_add(v, order);
-                hook::at(Point::AtomicWrite);
-                old
-            }
-
-            /// As the std atomic's `fetch_sub`, then the write point.
-            #[inline]
-            pub fn fetch_sub(&self, v: $t, order: Ordering) -> $t {
-                let old = self.0.fetch_sub(v, order);
-                hook::at(Point::AtomicWrite);
-                old
-            }
-
-            /// As the std atomic's `fetch_max`, then the write point.
-            #[inline]
-            pub fn fetch_max(&self, v: $t, order: Ordering) -> $t {
-                let old = self.0.fetch_max(v, order);
-                hook::at(Point::AtomicWrite);
-                old
-            }
-
-            /// As the std atomic's `fetch_min`, then the write point.
-            #[inline]
-            pub fn fetch_min(&self, v: $t, order: Ordering) -> $t {
-                let old = self.0.fetch_min(v, order);
-                hook::at(Point::AtomicWrite);
-                old
-            }
-
-            /// As the std atomic's `fetch_or`, then the write point.
-            #[inline]
-            pub fn fetch_or(&self, v: $t, order: Ordering) -> $t {
-                let old = self.0.fetch_or(v, order);
-                hook::at(Point::AtomicWrite);
-                old
-            }
-
-            /// As the std atomic's `fetch_and`, then the write point.
-            #[inline]
-            pub fn fetch_and(&self, v: $t, order: Ordering) -> $t {
-                let old = self.0.fetch_and(v, order);
-                hook::at(Point::AtomicWrite);
-                old
-            }
+            write_point_ops!($t; fetch_add, fetch_sub, fetch_max, fetch_min, fetch_or, fetch_and);
         }
     };
 }
@@ -224,19 +173,5 @@ write_point_integer!(
 );
 
 impl AtomicBool {
-    /// As the std atomic's `fetch_or`, then the write point.
-    #[inline]
-    pub fn fetch_or(&self, v: bool, order: Ordering) -> bool {
-        let old = self.0.fetch_or(v, order);
-        hook::at(Point::AtomicWrite);
-        old
-    }
-
-    /// As the std atomic's `fetch_and`, then the write point.
-    #[inline]
-    pub fn fetch_and(&self, v: bool, order: Ordering) -> bool {
-        let old = self.0.fetch_and(v, order);
-        hook::at(Point::AtomicWrite);
-        old
-    }
+    write_point_ops!(bool; fetch_or, fetch_and);
 }

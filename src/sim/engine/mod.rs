@@ -195,7 +195,7 @@ pub struct SimOptions {
     /// Trace validation (cargo feature `trace`): record the hook lines of
     /// the components the event loop drives and write them, split into one
     /// run per component instance, to this directory (see
-    /// [`crate::sim::sim_trace`]). Set without the feature, the run is a
+    /// `src/sim/sim_trace.rs`, built with the feature). Set without the feature, the run is a
     /// [`SimError::Component`] error.
     pub trace_dir: Option<PathBuf>,
 }
