@@ -17,11 +17,13 @@
 //! With the `sim` feature (the simulator; on in the default features, off
 //! in an embedder's `--no-default-features` build) the std backend's
 //! atomics are `repr(transparent)` wrappers whose every write is also a
-//! [`hook`] point ([`hook::Point::AtomicWrite`]; see `write_points.rs`):
-//! the simulator places a lock-free reader after each write of an operation
-//! that publishes state in more than one atomic. Loads are unchanged; a
-//! write costs one extra relaxed load of a static while no hook is
-//! installed.
+//! [`hook`] point ([`hook::Point::AtomicWrite`], [`hook::Point::AtomicRead`];
+//! see `write_points.rs`; [`Published`] cells too): the simulator places a
+//! lock-free reader after each write of an operation that publishes state
+//! in more than one write, and a complete writer operation after each load
+//! of a lock-free read. Each access costs one extra relaxed load of a static
+//! while no hook is installed (measure the components' speed with
+//! `--no-default-features`, as `cargo bench` numbers in the README are).
 //!
 //! Locks are exposed through thin wrappers ([`Mutex`], [`RwLock`]) whose
 //! `lock`/`read`/`write` return the guard directly: a poisoned lock (a thread
@@ -335,7 +337,10 @@ impl<T> Published<T> {
     pub fn load(&self) -> Arc<T> {
         #[cfg(not(any(loom, feature = "shuttle")))]
         {
-            self.inner.load_full()
+            let value = self.inner.load_full();
+            #[cfg(feature = "sim")]
+            hook::at(hook::Point::AtomicRead);
+            value
         }
         #[cfg(any(loom, feature = "shuttle"))]
         {
@@ -354,6 +359,8 @@ impl<T> Published<T> {
         #[cfg(not(any(loom, feature = "shuttle")))]
         {
             let guard = self.inner.load();
+            #[cfg(feature = "sim")]
+            hook::at(hook::Point::AtomicRead);
             f(&guard)
         }
         #[cfg(any(loom, feature = "shuttle"))]
@@ -373,6 +380,8 @@ impl<T> Published<T> {
         #[cfg(not(any(loom, feature = "shuttle")))]
         {
             self.inner.store(value);
+            #[cfg(feature = "sim")]
+            hook::at(hook::Point::AtomicWrite);
         }
         #[cfg(any(loom, feature = "shuttle"))]
         {
@@ -389,7 +398,10 @@ impl<T> Published<T> {
     pub fn rcu(&self, mut f: impl FnMut(&T) -> T) -> Arc<T> {
         #[cfg(not(any(loom, feature = "shuttle")))]
         {
-            self.inner.rcu(|cur| Arc::new(f(cur)))
+            let old = self.inner.rcu(|cur| Arc::new(f(cur)));
+            #[cfg(feature = "sim")]
+            hook::at(hook::Point::AtomicWrite);
+            old
         }
         #[cfg(any(loom, feature = "shuttle"))]
         {
@@ -450,12 +462,19 @@ pub mod hook {
         /// `outstanding_reads`) is done; the second is not. Reached on the
         /// thread delivering the read failure.
         ReadFailedBetweenStores,
-        /// Any write (store, swap, read-modify-write, compare-exchange) to
-        /// one of the facade's atomics, just after it took effect; only in
-        /// builds with the `sim` feature on the std backend (see
+        /// Any write (store, swap, read-modify-write, compare-exchange,
+        /// also a failed one) to one of the facade's atomics or a
+        /// [`Published`](super::Published) cell, just after it took effect;
+        /// only in builds with the `sim` feature on the std backend (see
         /// `write_points.rs`). Reached on the writing thread, so a hook can
         /// run a lock-free reader between two writes of one operation.
         AtomicWrite,
+        /// Any load of one of the facade's atomics or a
+        /// [`Published`](super::Published) cell, just after it returned;
+        /// same builds as [`Point::AtomicWrite`]. Reached on the reading
+        /// thread, so a hook can run a complete writer operation between
+        /// two loads of one lock-free read.
+        AtomicRead,
     }
 
     type Hook = Box<dyn FnMut(Point)>;

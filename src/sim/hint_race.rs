@@ -52,6 +52,12 @@
 //! exists only in code that publishes mark-delete in more than one write,
 //! and this part reaches every one of them on every run.
 //!
+//! A third part mirrors it: a complete mark-delete `1:999` → `2:5` runs
+//! from a hook on the facade's read points after the k-th atomic load of a
+//! lookup of `2:500`, for every k the lookup reaches, so a lookup that
+//! combines loads from before and after one mark-delete (the entry id read
+//! as `999` before it, the ledger id as `2` after it) is caught too.
+//!
 //! Counters (lookups, positives, filtered entries, rounds) depend on thread
 //! timing, so the report keeps them with the wall-clock figures, out of the
 //! same-seed comparison; on correct code the violations are always 0.
@@ -134,6 +140,11 @@ pub struct HintRaceReport {
     /// hook just after one atomic write of a mark-delete across the ledger
     /// boundary (their stale positives are counted in `stale_positives`).
     pub lookups_inside_writes: u64,
+    /// Lookups of the third deterministic part, each with a complete
+    /// mark-delete across the ledger boundary run from the test hook just
+    /// after one of its atomic loads (their stale positives are counted in
+    /// `stale_positives`).
+    pub mark_deletes_inside_lookups: u64,
     /// The first violation, if any.
     pub first_violation: Option<String>,
 }
@@ -150,6 +161,7 @@ impl HintRaceReport {
         self.quiescent_disagreements += r.quiescent_disagreements;
         self.overlapped_lookups += r.overlapped_lookups;
         self.lookups_inside_writes += r.lookups_inside_writes;
+        self.mark_deletes_inside_lookups += r.mark_deletes_inside_lookups;
         if self.first_violation.is_none() {
             self.first_violation = r.first_violation;
         }
@@ -510,9 +522,94 @@ fn lookups_inside_mark_delete() -> HintRaceReport {
     r
 }
 
+/// Bound on the loads of one lookup that the third deterministic part
+/// places a mark-delete after (the real lookup makes a handful).
+const MAX_LOADS_PROBED: u32 = 64;
+
+/// The third deterministic part, the mirror of the second: on this thread,
+/// a lock-free lookup of never-deleted `2:500` runs with mark-delete at
+/// `1:999`, and a complete mark-delete to `2:5` runs from the test hook
+/// just after the lookup's k-th atomic load ([`Point::AtomicRead`], `sim`
+/// builds only), for k = 1, 2, … until the lookup makes fewer than k loads.
+/// A positive combines loads from before and after one complete
+/// mark-delete (e.g. mark-delete kept in two atomics, the entry id read as
+/// `999` before it, the ledger id as `2` after it). The lookup holds no
+/// lock, so the mark-delete inside it cannot block on it.
+///
+/// [`Point::AtomicRead`]: crate::sync::hook::Point::AtomicRead
+fn mark_deletes_inside_lookups() -> HintRaceReport {
+    use crate::sync::hook::{self, Point};
+    use std::cell::Cell;
+    use std::rc::Rc;
+    let p = Position::new;
+    let ledger = layout();
+    let mut r = HintRaceReport::default();
+    // Cannot fail: (1, -1) is a valid mark-delete.
+    let state = Arc::new(CursorDeletionState::new(p(1, -1)).expect("valid mark-delete"));
+    let (l, e) = NEVER_DELETED[0];
+    for k in 1..=MAX_LOADS_PROBED {
+        // Cannot fail: 1:990 holds an entry of the fixed layout.
+        state
+            .reset(p(1, 990), &ledger)
+            .expect("reset within the layout");
+        state
+            .mark_delete(p(1, 999), &ledger)
+            .expect("mark-delete forward within the layout");
+        let fired = Rc::new(Cell::new(false));
+        let guard = {
+            let (state, ledger, fired) = (Arc::clone(&state), ledger.clone(), Rc::clone(&fired));
+            let mut loads = 0u32;
+            hook::install(move |point| {
+                if point != Point::AtomicRead || fired.get() {
+                    return;
+                }
+                loads += 1;
+                if loads == k {
+                    fired.set(true);
+                    state
+                        .mark_delete(p(2, 5), &ledger)
+                        .expect("mark-delete forward within the layout");
+                }
+            })
+        };
+        let look = state.read_scheduling_lookup(l, e);
+        drop(guard);
+        if !fired.get() {
+            // Fewer than k loads: every gap between two loads was probed.
+            if k == 1 {
+                r.stale_positives += 1;
+                violation(
+                    &mut r,
+                    "hint_race: the lookup made no atomic load through the facade, so no mark-delete ran inside it".into(),
+                );
+            }
+            return r;
+        }
+        r.lookups += 1;
+        r.mark_deletes_inside_lookups += 1;
+        r.fallbacks += u64::from(look.fell_back);
+        if look.deleted {
+            r.positives += 1;
+            r.stale_positives += 1;
+            violation(
+                &mut r,
+                format!(
+                    "hint_race: stale positive for never-deleted {l}:{e}: a lookup with the mark-delete 1:999 -> 2:5 run after its load {k} saw {look:?}"
+                ),
+            );
+        }
+    }
+    r.stale_positives += 1;
+    violation(
+        &mut r,
+        format!("hint_race: a lookup made more than {MAX_LOADS_PROBED} atomic loads"),
+    );
+    r
+}
+
 /// Runs the stage: the writer and reader threads for `config.duration`, the
-/// quiescent check, then the two deterministic parts (resets inside
-/// lookups, lookups inside mark-delete writes).
+/// quiescent check, then the three deterministic parts (resets inside
+/// lookups, lookups inside mark-delete writes, mark-deletes inside lookups).
 pub fn run(config: &HintRaceConfig) -> HintRaceReport {
     let ledger = layout();
     // Cannot fail: (1, -1) is a valid mark-delete.
@@ -569,6 +666,7 @@ pub fn run(config: &HintRaceConfig) -> HintRaceReport {
     }
     report.absorb(resets_inside_lookups());
     report.absorb(lookups_inside_mark_delete());
+    report.absorb(mark_deletes_inside_lookups());
     report
 }
 
@@ -601,6 +699,15 @@ mod tests {
         );
         // No lookup inside the write section took the (held) lock.
         assert_eq!(r.fallbacks, 0, "{r:?}");
+    }
+
+    #[test]
+    fn a_mark_delete_after_every_load_of_a_lookup_leaves_no_stale_positive() {
+        let r = mark_deletes_inside_lookups();
+        assert_eq!(r.violations(), 0, "{r:?}");
+        // The lookup loads the reset epoch and the mark-delete at least.
+        assert!(r.mark_deletes_inside_lookups >= 2, "{r:?}");
+        assert_eq!(r.lookups, r.mark_deletes_inside_lookups, "{r:?}");
     }
 
     #[test]

@@ -1,23 +1,24 @@
-//! Atomics whose every write is a hook point ([`Point::AtomicWrite`]), for
-//! the simulator's deterministic stages.
+//! Atomics whose every access is a hook point ([`Point::AtomicWrite`] after
+//! a write, [`Point::AtomicRead`] after a load), for the simulator's
+//! deterministic stages.
 //!
 //! Built only with the `sim` feature on the std backend; every other build
 //! (an embedder's `--no-default-features`, loom, shuttle) re-exports the
 //! backend's atomics unchanged. Each type is `repr(transparent)` over its
 //! `std::sync::atomic` counterpart and offers the subset of its API the crate
-//! uses. A write (store, swap, read-modify-write, successful or failed
-//! compare-exchange) first runs on the std atomic, then calls
-//! [`hook::at`]`(Point::AtomicWrite)`: with no hook installed in the process
-//! that is one relaxed load of a static and a predictable branch. Loads are
-//! not points, so lock-free readers pay nothing.
+//! uses; orderings and results are the std atomic's. An access first runs
+//! on the std atomic, then calls [`hook::at`]: with no hook installed in the
+//! process that is one relaxed load of a static and a predictable branch. A
+//! failed compare-exchange or `fetch_update` is a write point too.
 //!
-//! Why: a window between two writes of one operation (e.g. a value
-//! published as two separate atomics) exists only in the code that has it,
-//! so no named point of the real code can sit inside it. A hook on the
-//! writing thread, run after each write, can: the simulator's `hint_race`
-//! stage runs a lock-free lookup there, after every write of a mark-delete
-//! across a ledger boundary, and any lookup that sees a state no complete
-//! mark-delete ever published is reported.
+//! Why: a window between two accesses of one operation (a value published
+//! as two separate atomics: between the writer's two stores, or between a
+//! reader's two loads) exists only in the code that has it, so no named
+//! point of the real code can sit inside it. A hook run after each access
+//! can: the simulator's `hint_race` stage runs a lock-free lookup after
+//! every write of a mark-delete across a ledger boundary, and a complete
+//! mark-delete after every load of a lock-free lookup, and reports any
+//! lookup that answers from a state no complete mark-delete published.
 
 use std::sync::atomic::{self, Ordering};
 
@@ -52,10 +53,12 @@ macro_rules! write_point_atomic {
                 Self(<$raw>::new(v))
             }
 
-            /// As the std atomic's `load` (not a hook point).
+            /// As the std atomic's `load`, then the read point.
             #[inline]
             pub fn load(&self, order: Ordering) -> $t {
-                self.0.load(order)
+                let v = self.0.load(order);
+                hook::at(Point::AtomicRead);
+                v
             }
 
             /// As the std atomic's `store`, then the write point.
