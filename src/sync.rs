@@ -22,8 +22,8 @@
 //! lock-free reader after each write of an operation that publishes state
 //! in more than one write, and a complete writer operation after each load
 //! of a lock-free read. Each access costs one extra relaxed load of a static
-//! while no hook is installed (measure the components' speed with
-//! `--no-default-features`, as `cargo bench` numbers in the README are).
+//! while no hook is installed, so measure the components' speed with
+//! `cargo bench --no-default-features` (plain std atomics).
 //!
 //! Locks are exposed through thin wrappers ([`Mutex`], [`RwLock`]) whose
 //! `lock`/`read`/`write` return the guard directly: a poisoned lock (a thread
