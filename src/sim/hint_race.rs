@@ -68,7 +68,7 @@ use std::time::{Duration, Instant};
 
 use serde::Serialize;
 
-use crate::cursor::{CursorDeletionState, LedgerLayout};
+use crate::cursor::{CursorDeletionState, LedgerLayout, SchedulingLookup};
 use crate::position::Position;
 
 /// Entries per ledger in the stage's layout.
@@ -290,6 +290,56 @@ fn writer(state: &CursorDeletionState, oracle: &Oracle, ledger: &LedgerLayout) -
     rounds
 }
 
+/// Counts a stale positive (or a deterministic part that checked nothing,
+/// or a panicked thread) and keeps the first violation's message.
+fn stale_positive(report: &mut HintRaceReport, what: String) {
+    report.stale_positives += 1;
+    violation(report, what);
+}
+
+/// Counts one lookup of a never-deleted position `l:e`; a "deleted" answer
+/// is a stale positive, described by `during`.
+fn never_deleted_lookup(
+    r: &mut HintRaceReport,
+    l: i64,
+    e: i64,
+    look: &SchedulingLookup,
+    during: impl FnOnce() -> String,
+) {
+    r.lookups += 1;
+    r.fallbacks += u64::from(look.fell_back);
+    if look.deleted {
+        r.positives += 1;
+        stale_positive(
+            r,
+            format!(
+                "hint_race: stale positive for never-deleted {l}:{e}: {} saw {look:?}",
+                during()
+            ),
+        );
+    }
+}
+
+/// Brings `state` to mark-delete `1:999` with no ranges, through a backward
+/// reset (so that a mark-delete to `2:5` can follow again).
+fn mark_delete_at_1_999(state: &CursorDeletionState, ledger: &LedgerLayout) {
+    let p = Position::new;
+    // Cannot fail: 1:990 holds an entry of the fixed layout.
+    state
+        .reset(p(1, 990), ledger)
+        .expect("reset within the layout");
+    state
+        .mark_delete(p(1, 999), ledger)
+        .expect("mark-delete forward within the layout");
+}
+
+/// A cursor deletion state over the stage's layout, mark-delete `1:-1`.
+fn fresh_cursor() -> (LedgerLayout, Arc<CursorDeletionState>) {
+    // Cannot fail: (1, -1) is a valid mark-delete.
+    let state = CursorDeletionState::new(Position::new(1, -1)).expect("valid mark-delete");
+    (layout(), Arc::new(state))
+}
+
 fn violation(report: &mut HintRaceReport, what: String) {
     if report.first_violation.is_none() {
         report.first_violation = Some(what);
@@ -318,8 +368,7 @@ fn reader(state: &CursorDeletionState, oracle: &Oracle) -> HintRaceReport {
         if look.deleted {
             r.positives += 1;
             if !oracle.ever_deleted(q) {
-                r.stale_positives += 1;
-                violation(
+                stale_positive(
                     r,
                     format!("hint_race: stale positive for never-deleted {q}: {look:?}"),
                 );
@@ -377,10 +426,8 @@ const OVERLAP_ROUNDS: i64 = 16;
 fn resets_inside_lookups() -> HintRaceReport {
     use crate::sync::hook::{self, Point};
     let p = Position::new;
-    let ledger = layout();
+    let (ledger, state) = fresh_cursor();
     let mut r = HintRaceReport::default();
-    // Cannot fail: (1, -1) is a valid mark-delete.
-    let state = Arc::new(CursorDeletionState::new(p(1, -1)).expect("valid mark-delete"));
     for round in 0..OVERLAP_ROUNDS {
         for q in [p(1, 995), p(2, 3), p(3, round)] {
             // Deleted before each probe: everything up to 2:5 (mark-delete)
@@ -419,8 +466,7 @@ fn resets_inside_lookups() -> HintRaceReport {
             }
             r.overlapped_lookups += 1;
             if look.deleted && !state.is_message_deleted(q) {
-                r.stale_positives += 1;
-                violation(
+                stale_positive(
                     &mut r,
                     format!(
                         "hint_race: stale positive for {q}: reported deleted by a lookup that a complete reset overlapped (mark-delete now {}): {look:?}",
@@ -457,9 +503,7 @@ fn lookups_inside_mark_delete() -> HintRaceReport {
     use std::cell::{Cell, RefCell};
     use std::rc::Rc;
     let p = Position::new;
-    let ledger = layout();
-    // Cannot fail: (1, -1) is a valid mark-delete.
-    let state = Arc::new(CursorDeletionState::new(p(1, -1)).expect("valid mark-delete"));
+    let (ledger, state) = fresh_cursor();
     let report = Rc::new(RefCell::new(HintRaceReport::default()));
     let armed = Rc::new(Cell::new(false));
     let guard = {
@@ -471,31 +515,16 @@ fn lookups_inside_mark_delete() -> HintRaceReport {
             let mut r = report.borrow_mut();
             for (l, e) in NEVER_DELETED {
                 let look = state.read_scheduling_lookup(l, e);
-                r.lookups += 1;
                 r.lookups_inside_writes += 1;
-                r.fallbacks += u64::from(look.fell_back);
-                if look.deleted {
-                    r.positives += 1;
-                    r.stale_positives += 1;
-                    violation(
-                        &mut r,
-                        format!(
-                            "hint_race: stale positive for never-deleted {l}:{e}: a lookup between two atomic writes of the mark-delete 1:999 -> 2:5 saw {look:?}"
-                        ),
-                    );
-                }
+                never_deleted_lookup(&mut r, l, e, &look, || {
+                    "a lookup between two atomic writes of the mark-delete 1:999 -> 2:5".into()
+                });
             }
         })
     };
     let mut rounds_without_write = 0u32;
     for _ in 0..CROSSING_ROUNDS {
-        // Cannot fail: 1:990 holds an entry of the fixed layout.
-        state
-            .reset(p(1, 990), &ledger)
-            .expect("reset within the layout");
-        state
-            .mark_delete(p(1, 999), &ledger)
-            .expect("mark-delete forward within the layout");
+        mark_delete_at_1_999(&state, &ledger);
         let before = report.borrow().lookups_inside_writes;
         armed.set(true);
         state
@@ -511,8 +540,7 @@ fn lookups_inside_mark_delete() -> HintRaceReport {
     if rounds_without_write > 0 {
         // The part checked nothing in these rounds: mark-delete published
         // without any write through the facade (or the hook never ran).
-        r.stale_positives += 1;
-        violation(
+        stale_positive(
             &mut r,
             format!(
                 "hint_race: {rounds_without_write} of {CROSSING_ROUNDS} mark-deletes across the ledger boundary made no atomic write through the facade, so no lookup ran inside them"
@@ -542,19 +570,11 @@ fn mark_deletes_inside_lookups() -> HintRaceReport {
     use std::cell::Cell;
     use std::rc::Rc;
     let p = Position::new;
-    let ledger = layout();
+    let (ledger, state) = fresh_cursor();
     let mut r = HintRaceReport::default();
-    // Cannot fail: (1, -1) is a valid mark-delete.
-    let state = Arc::new(CursorDeletionState::new(p(1, -1)).expect("valid mark-delete"));
     let (l, e) = NEVER_DELETED[0];
     for k in 1..=MAX_LOADS_PROBED {
-        // Cannot fail: 1:990 holds an entry of the fixed layout.
-        state
-            .reset(p(1, 990), &ledger)
-            .expect("reset within the layout");
-        state
-            .mark_delete(p(1, 999), &ledger)
-            .expect("mark-delete forward within the layout");
+        mark_delete_at_1_999(&state, &ledger);
         let fired = Rc::new(Cell::new(false));
         let guard = {
             let (state, ledger, fired) = (Arc::clone(&state), ledger.clone(), Rc::clone(&fired));
@@ -577,30 +597,19 @@ fn mark_deletes_inside_lookups() -> HintRaceReport {
         if !fired.get() {
             // Fewer than k loads: every gap between two loads was probed.
             if k == 1 {
-                r.stale_positives += 1;
-                violation(
+                stale_positive(
                     &mut r,
                     "hint_race: the lookup made no atomic load through the facade, so no mark-delete ran inside it".into(),
                 );
             }
             return r;
         }
-        r.lookups += 1;
         r.mark_deletes_inside_lookups += 1;
-        r.fallbacks += u64::from(look.fell_back);
-        if look.deleted {
-            r.positives += 1;
-            r.stale_positives += 1;
-            violation(
-                &mut r,
-                format!(
-                    "hint_race: stale positive for never-deleted {l}:{e}: a lookup with the mark-delete 1:999 -> 2:5 run after its load {k} saw {look:?}"
-                ),
-            );
-        }
+        never_deleted_lookup(&mut r, l, e, &look, || {
+            format!("a lookup with the mark-delete 1:999 -> 2:5 run after its load {k}")
+        });
     }
-    r.stale_positives += 1;
-    violation(
+    stale_positive(
         &mut r,
         format!("hint_race: a lookup made more than {MAX_LOADS_PROBED} atomic loads"),
     );
@@ -611,10 +620,7 @@ fn mark_deletes_inside_lookups() -> HintRaceReport {
 /// quiescent check, then the three deterministic parts (resets inside
 /// lookups, lookups inside mark-delete writes, mark-deletes inside lookups).
 pub fn run(config: &HintRaceConfig) -> HintRaceReport {
-    let ledger = layout();
-    // Cannot fail: (1, -1) is a valid mark-delete.
-    let state =
-        Arc::new(CursorDeletionState::new(Position::new(1, -1)).expect("valid mark-delete"));
+    let (ledger, state) = fresh_cursor();
     let oracle = Arc::new(Oracle::new());
     let writer_thread = {
         let (state, oracle, ledger) = (Arc::clone(&state), Arc::clone(&oracle), ledger.clone());
@@ -636,16 +642,14 @@ pub fn run(config: &HintRaceConfig) -> HintRaceReport {
     match rounds {
         Ok(rounds) => report.rounds = rounds,
         Err(_) => {
-            report.stale_positives += 1;
-            violation(&mut report, "hint_race: the writer thread panicked".into());
+            stale_positive(&mut report, "hint_race: the writer thread panicked".into());
         }
     }
     for t in reader_threads {
         match t.join() {
             Ok(r) => report.absorb(r),
             Err(_) => {
-                report.stale_positives += 1;
-                violation(&mut report, "hint_race: a reader thread panicked".into());
+                stale_positive(&mut report, "hint_race: a reader thread panicked".into());
             }
         }
     }
