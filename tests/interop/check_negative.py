@@ -10,27 +10,8 @@ import sys
 import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-
-
-def varint(v):
-    out = bytearray()
-    while True:
-        b = v & 0x7F
-        v >>= 7
-        out.append(b | (0x80 if v else 0))
-        if not v:
-            return bytes(out)
-
-
-def read_varint(b, i):
-    v = s = 0
-    while True:
-        x = b[i]
-        i += 1
-        v |= (x & 0x7F) << s
-        s += 7
-        if not x & 0x80:
-            return v, i
+sys.path.insert(0, HERE)
+from wire import read_varint, varint  # noqa: E402
 
 
 def strip_field(b, path):

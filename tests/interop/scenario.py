@@ -27,6 +27,7 @@ import time
 import pulsar
 
 import hostile
+from wire import connect_frame, field, frame
 
 
 
@@ -235,30 +236,6 @@ def consumer_loop(client, topic, sub, sub_type, name, ev, stop, behaviour):
 
 # --- raw-socket probes: malformed frames close only their connection ---
 
-def _varint(v):
-    out = bytearray()
-    while True:
-        b = v & 0x7F
-        v >>= 7
-        out.append(b | (0x80 if v else 0))
-        if not v:
-            return bytes(out)
-
-
-def _field(tag, value):
-    if isinstance(value, int):
-        return _varint(tag << 3) + _varint(value)
-    return _varint(tag << 3 | 2) + _varint(len(value)) + value
-
-
-def _frame(cmd):
-    return (len(cmd) + 4).to_bytes(4, "big") + len(cmd).to_bytes(4, "big") + cmd
-
-
-def _connect():
-    return _frame(_field(1, 2) + _field(2, _field(1, b"interop-probe") + _field(4, 19)))
-
-
 def _read_frame(sock):
     def exact(n):
         buf = b""
@@ -282,17 +259,17 @@ def probes(port, ev):
     """Each probe: (name, frames after CONNECT, expected reply type or None
     for "the server closes the connection", reason the server must log)."""
     cases = [
-        ("ping-pong", [_frame(_field(1, 18) + _field(18, b""))], 19, None),
-        ("unsupported-seek", [_frame(_field(1, 28) + _field(28, _field(1, 1) + _field(2, 77)))], 14, None),
+        ("ping-pong", [frame(field(1, 18) + field(18, b""))], 19, None),
+        ("unsupported-seek", [frame(field(1, 28) + field(28, field(1, 1) + field(2, 77)))], 14, None),
         ("frame-too-large", [(0x7FFFFFF0).to_bytes(4, "big")], None, "exceeds the limit"),
         ("command-size-exceeds-frame", [(8).to_bytes(4, "big") + (100).to_bytes(4, "big") + b"\0\0\0\0"], None, "exceeds total_size"),
-        ("ack-missing-required-ack_type", [_frame(_field(1, 10) + _field(10, _field(1, 1)))], None, "lacks required field 2"),
-        ("unknown-command-type", [_frame(_field(1, 999))], None, "not a BaseCommand.Type value"),
-        ("garbage-protobuf", [_frame(b"\xff\xff\xff\xff\xff")], None, "BaseCommand:"),
+        ("ack-missing-required-ack_type", [frame(field(1, 10) + field(10, field(1, 1)))], None, "lacks required field 2"),
+        ("unknown-command-type", [frame(field(1, 999))], None, "not a BaseCommand.Type value"),
+        ("garbage-protobuf", [frame(b"\xff\xff\xff\xff\xff")], None, "BaseCommand:"),
     ]
     for name, frames, expect, reason in cases:
         sock = socket.create_connection(("127.0.0.1", port), timeout=5)
-        sock.sendall(_connect())
+        sock.sendall(connect_frame())
         connected = _read_frame(sock)
         ok = connected is not None and connected[:2] == bytes([0x08, 3])
         for f in frames:
@@ -307,7 +284,7 @@ def probes(port, ev):
             # ERROR(14) whose request_id is 77
             ok = ok and reply is not None and reply[:2] == bytes([0x08, expect])
             if expect == 14:
-                ok = ok and _field(1, 77) in reply
+                ok = ok and field(1, 77) in reply
         sock.close()
         ev.write(kind="probe", name=name, ok=ok, reason=reason)
 

@@ -36,7 +36,8 @@ def connect_frame():
     return frame(base(2, field(1, b"interop-probe") + field(4, 19)))
 
 
-def _rv(buf, at):
+def read_varint(buf, at):
+    """(value, index after it) of the varint at `buf[at]`."""
     v, shift = 0, 0
     while True:
         b = buf[at]
@@ -52,12 +53,12 @@ def parse(buf):
     out = {}
     at = 0
     while at < len(buf):
-        key, at = _rv(buf, at)
+        key, at = read_varint(buf, at)
         tag, wt = key >> 3, key & 7
         if wt == 0:
-            v, at = _rv(buf, at)
+            v, at = read_varint(buf, at)
         elif wt == 2:
-            n, at = _rv(buf, at)
+            n, at = read_varint(buf, at)
             v, at = buf[at:at + n], at + n
         elif wt == 1:
             v, at = buf[at:at + 8], at + 8
