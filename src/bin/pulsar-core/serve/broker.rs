@@ -24,7 +24,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use prost::Message;
 use pulsar_core::cursor::{CursorDeletionState, SkipDeleted};
 use pulsar_core::delayed::{
-    BucketDelayedDeliveryTracker, BucketTrackerConfig, RedbSnapshotStorage, SystemClock,
+    BucketDelayedDeliveryTracker, BucketTrackerConfig, Clock, RedbSnapshotStorage, SystemClock,
 };
 use pulsar_core::ledger::{Entry, LedgerConfig, ManagedCursor, ManagedLedger, RedbStore};
 use pulsar_core::permits::broker::{AdmitAll, BrokerEntry, Consumer, ConsumerKey};
@@ -192,6 +192,7 @@ impl Broker {
                         subscription,
                         sub_type,
                         earliest,
+                        Arc::new(SystemClock),
                     )?));
                     subs.insert(subscription.to_string(), Arc::clone(&s));
                     s
@@ -447,6 +448,7 @@ impl Subscription {
         name: &str,
         sub_type: i32,
         earliest: bool,
+        clock: Arc<dyn Clock>,
     ) -> Result<Self, BrokerError> {
         let cursor = ml.open_cursor(name).map_err(comp)?;
         let props = cursor.properties().map_err(comp)?;
@@ -470,8 +472,7 @@ impl Subscription {
             ..BucketTrackerConfig::default()
         };
         let tracker =
-            BucketDelayedDeliveryTracker::new(config, Arc::new(storage), Arc::new(SystemClock))
-                .map_err(comp)?;
+            BucketDelayedDeliveryTracker::new(config, Arc::new(storage), clock).map_err(comp)?;
         tracker.update_mark_delete(deletion.mark_delete_position());
         tracing::info!(
             topic = ml.name(),
@@ -818,10 +819,29 @@ impl Subscription {
         }
     }
 
+    /// Whether the delayed tracker holds the entry at `p` for later
+    /// delivery (Pulsar's dispatcher `trackDelayedDelivery`). Only the
+    /// tracker's answer counts: `addMessage` returning false means "due by
+    /// the tracker's clock, dispatch now", so an entry whose time falls
+    /// between the reader's clock and the tracker's is dispatched, never
+    /// dropped. Pulsar applies `deliver_at_time` only on Shared and
+    /// Key_Shared subscriptions; Exclusive/Failover dispatch in order.
+    fn held_by_tracker(&self, p: Position, deliver_at: Option<i64>) -> bool {
+        let Some(t) = deliver_at.filter(|_| self.sub_type == 1 || self.sub_type == 3) else {
+            return false;
+        };
+        match self.tracker.add_message(p.ledger_id, p.entry_id, t) {
+            Ok(tracked) => tracked,
+            Err(e) => {
+                tracing::warn!(error = %e, position = %p, "delayed tracker refused; delivering now");
+                false
+            }
+        }
+    }
+
     /// Routes entries to consumers; returns whether any was sent.
     fn deliver_entries(&mut self, entries: Vec<Entry>, due: bool) -> bool {
         let mut sent_any = false;
-        let now = now_ms();
         for entry in entries {
             let info = match entry_info(&entry.data) {
                 Ok(i) => i,
@@ -835,17 +855,8 @@ impl Subscription {
                 }
             };
             let p = entry.position;
-            // Pulsar applies deliver_at_time only on Shared and Key_Shared
-            // subscriptions; Exclusive/Failover dispatch in order at once.
-            if !due && (self.sub_type == 1 || self.sub_type == 3) {
-                if let Some(t) = info.deliver_at.filter(|t| *t > now) {
-                    match self.tracker.add_message(p.ledger_id, p.entry_id, t) {
-                        Ok(_) => continue,
-                        Err(e) => {
-                            tracing::warn!(error = %e, position = %p, "delayed tracker refused; delivering now")
-                        }
-                    }
-                }
+            if !due && self.held_by_tracker(p, info.deliver_at) {
+                continue;
             }
             // A key with entries waiting in replay keeps its order: new
             // entries of that key wait behind them.
@@ -914,6 +925,7 @@ impl Subscription {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use pulsar_core::delayed::VirtualClock;
     use pulsar_core::permits::frame::encode_entry_payload;
     use pulsar_core::permits::wire::{MessageMetadata, SingleMessageMetadata};
 
@@ -991,8 +1003,37 @@ mod tests {
             Arc::new(store.clone()),
         )
         .unwrap();
-        let sub = Subscription::open(store, &ml, "s", 1, true).unwrap();
+        let sub = Subscription::open(store, &ml, "s", 1, true, Arc::new(SystemClock)).unwrap();
         (ml, sub)
+    }
+
+    /// An entry the delayed tracker declines (already due by the tracker's
+    /// clock) is dispatched now, whatever the dispatcher's own clock says;
+    /// one it accepts is held; Exclusive/Failover never delay.
+    #[test]
+    fn an_entry_the_tracker_declines_is_dispatched_not_dropped() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = RedbStore::open(&dir.path().join("store.redb")).unwrap();
+        let ml = ManagedLedger::open(
+            "persistent://public/default/t",
+            LedgerConfig::default(),
+            Arc::new(store.clone()),
+        )
+        .unwrap();
+        // The tracker's clock an hour ahead of the wall clock: a deliver_at
+        // a minute from now is in the future for the wall clock but due for
+        // the tracker.
+        let wall = now_ms();
+        let clock = Arc::new(VirtualClock::new((wall + 3_600_000) as u64));
+        let shared = Subscription::open(&store, &ml, "s", 1, true, clock.clone()).unwrap();
+        let p = |e| Position::new(1, e);
+        assert!(!shared.held_by_tracker(p(0), Some(wall + 60_000)));
+        assert!(!shared.held_by_tracker(p(1), None));
+        assert!(shared.held_by_tracker(p(2), Some(wall + 7_200_000)));
+        assert_eq!(shared.tracker.number_of_delayed_messages(), 1);
+        let failover = Subscription::open(&store, &ml, "f", 2, true, clock).unwrap();
+        assert!(!failover.held_by_tracker(p(3), Some(wall + 7_200_000)));
+        assert_eq!(failover.tracker.number_of_delayed_messages(), 0);
     }
 
     fn id(entry_id: u64, ack_set: Vec<i64>) -> MessageIdData {
