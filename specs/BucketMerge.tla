@@ -24,7 +24,7 @@
 (* source (the tracker must not rely on re-reads to repair its snapshots). *)
 (*                                                                         *)
 (* Bug is the negative-control switch:                                     *)
-(*   "none"                    the post-fix tracker                        *)
+(*   "none"                    the tracker as specified                    *)
 (*   "merge_from_current"      merge reads segments current+1..last        *)
 (*   "pop_ignores_untrack"     a pop delivers without checking untrack     *)
 (*   "expired_readd"           an expired re-add leaves the bit tracked    *)

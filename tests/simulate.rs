@@ -473,8 +473,8 @@ fn extreme_workload_values_are_rejected_or_finish() {
 }
 
 /// The reported virtual time is when the workload finished, not the end of
-/// the final drain (which used to run to the next stall check: 100 s here
-/// for a run that ends in about a tenth of a second).
+/// the final drain (the drain runs to the next stall check: 100 s here for
+/// a run that ends in about a tenth of a second).
 #[test]
 fn virtual_time_is_when_the_workload_finished() {
     let mut w = small("failover", 300);

@@ -4,7 +4,7 @@
 //!
 //! An ack set is a list of little-endian 64-bit words in which a **set**
 //! bit is a batch index that is still unacknowledged: the client's
-//! `ack_set`, the pending-ack log's `ack_set` (issue 9) and Pulsar's
+//! `ack_set`, the pending-ack log's `ack_set` (`crate::pending_ack`) and Pulsar's
 //! `deleteSet` use the same convention.
 
 use super::{CursorDeletionState, DeletionError, LedgerTopology};

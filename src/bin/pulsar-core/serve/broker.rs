@@ -1013,7 +1013,7 @@ mod tests {
     #[test]
     fn an_entry_the_tracker_declines_is_dispatched_not_dropped() {
         let dir = tempfile::tempdir().unwrap();
-        let store = RedbStore::open(&dir.path().join("store.redb")).unwrap();
+        let store = RedbStore::open(dir.path().join("store.redb")).unwrap();
         let ml = ManagedLedger::open(
             "persistent://public/default/t",
             LedgerConfig::default(),
