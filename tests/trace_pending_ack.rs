@@ -19,114 +19,16 @@
 #![cfg(all(feature = "trace", not(any(loom, feature = "shuttle"))))]
 
 use std::io::Write;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{mpsc, Arc};
 use std::time::Duration;
 
-use pulsar_core::ledger::{LedgerConfig, ManagedLedger, MemoryStore, ReadFailureKind};
 use pulsar_core::pending_ack::*;
-use pulsar_core::{trace, Position};
-use serde_json::{json, Value};
+use pulsar_core::trace;
+use serde_json::Value;
 
-/// The trace cfg's N, B and Cap.
-const N: usize = 6;
-const B: usize = 2;
-const CAP: usize = 5;
-
-/// The hook lines of src/trace.rs's `pending_ack` module.
-const SPEC_ACTIONS: [&str; 15] = [
-    "HStart",
-    "RLoop",
-    "FqRoom",
-    "FqCount",
-    "FqFlag",
-    "FqIssue",
-    "FqRet",
-    "Poll",
-    "REnd",
-    "EnvTake",
-    "ReadOk",
-    "ReadFail",
-    "EnvFinish",
-    "HDone",
-    "HTimer",
-];
-
-/// One run: how the log is stored and which reads fail.
-#[derive(Clone, Copy, Debug)]
-struct Run {
-    /// Entries per ledger (rollover inside the log when < N).
-    per_ledger: usize,
-    auto_skip: bool,
-    /// The log's ledgers are lost (every read fails non-recoverably).
-    lost: bool,
-    /// Reads (1-based over the whole run) that fail, and how.
-    fail: [Option<(usize, ReadFailureKind)>; 2],
-    /// Entries read off the cached cursor before the handle starts.
-    moved: usize,
-}
-
-const fn run(fail: [Option<(usize, ReadFailureKind)>; 2]) -> Run {
-    Run {
-        per_ledger: 100,
-        auto_skip: false,
-        lost: false,
-        fail,
-        moved: 0,
-    }
-}
-
-fn runs() -> Vec<Run> {
-    use ReadFailureKind::*;
-    let mut v = vec![run([None, None])];
-    for r in 1..=4 {
-        v.push(run([Some((r, StorageUnavailable)), None]));
-        v.push(run([Some((r, TooManyRequests)), None]));
-        v.push(run([Some((r, Fenced)), None]));
-        v.push(run([Some((r, CursorAlreadyClosed)), None]));
-    }
-    v.push(run([
-        Some((2, StorageUnavailable)),
-        Some((4, TooManyRequests)),
-    ]));
-    v.push(run([
-        Some((1, TooManyRequests)),
-        Some((2, StorageUnavailable)),
-    ]));
-    v.push(run([Some((3, StorageUnavailable)), Some((5, Fenced))]));
-    // A lost ledger without auto-skip: every read fails non-recoverably.
-    // (With auto-skip the managed ledger skips the lost ledger's entries
-    // inside the read, as Pulsar's OpReadEntry does: the read succeeds
-    // empty and the replay ends drained, explained by auto-skip. The spec
-    // models auto-skip as a completing read failure instead, so that run
-    // is not one it can follow; see the module docs of src/pending_ack.)
-    v.push(Run {
-        lost: true,
-        ..run([None, None])
-    });
-    for moved in [2, 4, N] {
-        v.push(Run {
-            moved,
-            ..run([Some((2, StorageUnavailable)), None])
-        });
-        v.push(Run {
-            moved,
-            ..run([None, None])
-        });
-    }
-    v.push(Run {
-        per_ledger: 4,
-        ..run([Some((3, StorageUnavailable)), None])
-    });
-    v
-}
-
-/// What a recorded run maps its hook lines with: the log's positions in
-/// order and the cursor's read position (entry number) at the start.
-struct Layout {
-    log: Vec<Position>,
-    start_rp: usize,
-}
+#[path = "common/pending_ack_trace.rs"]
+mod pending_ack_trace;
+use pending_ack_trace::*;
 
 /// Wall-clock bound of one run (a healthy one takes milliseconds): a replay
 /// that never ends (a failed read that does not end the attempt re-issues it
@@ -160,41 +62,7 @@ fn record(r: Run) -> (Vec<Value>, Option<HandleState>) {
 
 /// Sets the run up, reports its [`Layout`], records it; returns the end state.
 fn drive(r: Run, setup: &mpsc::Sender<Layout>) -> HandleState {
-    let cfg = LedgerConfig {
-        max_entries_per_ledger: r.per_ledger as u32,
-        auto_skip_non_recoverable_data: r.auto_skip,
-    };
-    let ml = ManagedLedger::open("trace-pending-ack", cfg, Arc::new(MemoryStore::new())).unwrap();
-    let mut log = Vec::new();
-    for i in 0..N as u64 {
-        let t = TxnId::new(1, i);
-        let p = Position::new(100, i as i64);
-        let rec = PendingAckRecord::individual_ack(t, vec![AckedPosition::whole(p)]);
-        log.push(ml.append(&rec.encode()).unwrap());
-    }
-    if r.lost {
-        let ledgers: std::collections::BTreeSet<i64> = log.iter().map(|p| p.ledger_id).collect();
-        for l in ledgers {
-            ml.mark_ledger_lost(l).unwrap();
-        }
-    }
-    let cursor = Arc::new(ml.open_cursor("__pending_ack_state").unwrap());
-    let mut moved = 0;
-    while moved < r.moved {
-        moved += cursor.read_entries(N).unwrap().len();
-    }
-    let reads = Arc::new(AtomicUsize::new(0));
-    {
-        let reads = Arc::clone(&reads);
-        let fail = r.fail;
-        ml.faults().set_policy(move |_| {
-            let n = reads.fetch_add(1, Ordering::SeqCst) + 1;
-            fail.iter()
-                .flatten()
-                .find(|(at, _)| *at == n)
-                .map(|(_, k)| *k)
-        });
-    }
+    let (_ml, cursor, log) = set_up(r, "trace-pending-ack");
     let pool = ReplayExecutorPool::new(1, ExecutorMode::Manual).unwrap();
     let timer = Arc::new(VirtualTimer::new());
     let config = HandleConfig {
@@ -213,9 +81,7 @@ fn drive(r: Run, setup: &mpsc::Sender<Layout>) -> HandleState {
         config,
     )
     .unwrap();
-    let rp = cursor.read_position();
-    let start_rp = 1 + log.iter().filter(|q| **q < rp).count();
-    setup.send(Layout { log, start_rp }).unwrap();
+    setup.send(Layout::new(log, &cursor)).unwrap();
     // The spec's initial state is already Initializing: record from here.
     h.init();
     trace::start();
@@ -226,36 +92,6 @@ fn drive(r: Run, setup: &mpsc::Sender<Layout>) -> HandleState {
         }
     }
     h.state()
-}
-
-/// The run's hook lines in spec terms, after its `Init` line.
-fn to_spec(r: Run, layout: &Layout, lines: Vec<String>) -> Vec<Value> {
-    let index = |p: &Value| -> usize {
-        let p = Position::new(p[0].as_i64().unwrap(), p[1].as_i64().unwrap());
-        1 + layout.log.iter().filter(|q| **q < p).count()
-    };
-    let mut out = vec![json!({
-        "action": "Init", "lost": r.lost, "autoSkip": r.auto_skip, "rp": layout.start_rp
-    })];
-    for l in lines {
-        let mut v: Value = serde_json::from_str(&l).unwrap();
-        // The managed ledger's own cursor hooks (LedgerCursor) also record.
-        if !SPEC_ACTIONS.contains(&v["action"].as_str().unwrap()) {
-            continue;
-        }
-        for key in ["rp", "entry"] {
-            match v.get(key).cloned() {
-                Some(Value::Null) => v[key] = Value::from(0),
-                Some(p) => v[key] = Value::from(index(&p)),
-                None => {}
-            }
-        }
-        if v["state"] == "Initializing" {
-            v["state"] = Value::from("Init");
-        }
-        out.push(v);
-    }
-    out
 }
 
 #[test]

@@ -640,18 +640,22 @@ impl PendingAckHandle {
                 self.exception_handle(e);
             }
         }
-        #[cfg(feature = "trace")]
-        crate::trace::pending_ack::h_done(self.state().name());
     }
 
     fn replay_complete(&self, report: ReplayReport) {
         let (waiters, queued) = {
             let mut c = self.inner.core.lock();
             if c.state != HandleState::Initializing {
+                #[cfg(feature = "trace")]
+                crate::trace::pending_ack::h_done(c.state.name());
                 error!(handle = %self.inner.name, state = c.state.name(), "pending-ack replay completed but the handle is no longer initializing");
                 return;
             }
             c.state = HandleState::Ready;
+            // HDone is recorded under the core lock, where the attempt's end
+            // takes effect: no other thread sees the new state before it.
+            #[cfg(feature = "trace")]
+            crate::trace::pending_ack::h_done(c.state.name());
             c.stats.completed = Some(report.clone());
             (
                 std::mem::take(&mut c.waiters),
@@ -669,18 +673,31 @@ impl PendingAckHandle {
 
     /// `exceptionHandleFuture`: retryable → back to None (unless Close) and
     /// schedule `init` after the next backoff delay; otherwise give up.
+    /// The end of a failed attempt: give up or retry.
     fn exception_handle(&self, e: PendingAckError) {
         if !e.is_retryable() {
-            self.give_up(e);
+            self.give_up_at(e, true);
             return;
         }
-        self.schedule_retry(e);
+        self.schedule_retry_at(e, true);
     }
 
     /// Back to None (unless Close) and `init` after the next backoff delay.
     fn schedule_retry(&self, e: PendingAckError) {
+        self.schedule_retry_at(e, false);
+    }
+
+    /// [`schedule_retry`](Self::schedule_retry); `attempt_end`: called
+    /// where a replay attempt ended (the spec's `HDone`, recorded under the
+    /// core lock).
+    #[cfg_attr(not(feature = "trace"), allow(unused_variables))]
+    fn schedule_retry_at(&self, e: PendingAckError, attempt_end: bool) {
         let mut c = self.inner.core.lock();
         if c.state == HandleState::Close {
+            #[cfg(feature = "trace")]
+            if attempt_end {
+                crate::trace::pending_ack::h_done(c.state.name());
+            }
             return;
         }
         c.state = HandleState::None;
@@ -692,14 +709,29 @@ impl PendingAckHandle {
             .timer
             .schedule(delay, Box::new(move || me.init()));
         c.retry_timer = Some(id);
+        #[cfg(feature = "trace")]
+        if attempt_end {
+            crate::trace::pending_ack::h_done(c.state.name());
+        }
         drop(c);
         warn!(handle = %self.inner.name, error = %e, delay_ms = delay, "pending-ack replay attempt failed; retrying init after backoff");
     }
 
     fn give_up(&self, e: PendingAckError) {
+        self.give_up_at(e, false);
+    }
+
+    /// [`give_up`](Self::give_up); `attempt_end` as for
+    /// [`schedule_retry_at`](Self::schedule_retry_at).
+    #[cfg_attr(not(feature = "trace"), allow(unused_variables))]
+    fn give_up_at(&self, e: PendingAckError, attempt_end: bool) {
         let (waiters, queued, err) = {
             let mut c = self.inner.core.lock();
             if c.state == HandleState::Close {
+                #[cfg(feature = "trace")]
+                if attempt_end {
+                    crate::trace::pending_ack::h_done(c.state.name());
+                }
                 return;
             }
             let err = PendingAckError::InitFailed {
@@ -708,6 +740,10 @@ impl PendingAckHandle {
             };
             c.state = HandleState::Error;
             c.error = Some(err.clone());
+            #[cfg(feature = "trace")]
+            if attempt_end {
+                crate::trace::pending_ack::h_done(c.state.name());
+            }
             (
                 std::mem::take(&mut c.waiters),
                 std::mem::take(&mut c.queued),
