@@ -42,7 +42,9 @@
 (*                                                                         *)
 (* Failures are bounded: at most MaxTransient transient ones, at most one  *)
 (* completing shape (fenced / cursor closed); if the ledger is lost every  *)
-(* read fails non-recoverably (completing only with auto-skip on).         *)
+(* read fails non-recoverably (completing only with auto-skip on). A log   *)
+(* that is not lost may still fail up to MaxNonrec single reads            *)
+(* non-recoverably (the storage reports that read's data missing).         *)
 (***************************************************************************)
 EXTENDS Naturals, Sequences, FiniteSets
 
@@ -50,6 +52,7 @@ CONSTANTS N,              \* entries in the pending-ack log
           B,              \* entries per read
           Cap,            \* entry-queue capacity
           MaxTransient,   \* transient read failures the environment may inject
+          MaxNonrec,      \* single non-recoverable read failures of a log not lost
           ReaderReversed, \* BOOLEAN bug switch
           WriterReversed, \* BOOLEAN bug switch
           NoRewind,       \* BOOLEAN bug switch
@@ -94,6 +97,7 @@ VARIABLES
     interrupted,           \* the handle's close interrupted the attempt
     lostCb,                \* a read callback of this handle was lost
     lostLeft, late,        \* loss budget; lost reads that may come back late
+    nonrecLeft,            \* single non-recoverable failures left (log not lost)
     cursorClosed, closeLeft, canReopen, \* closed cursor, budget, reopen possible
     reopenFails,           \* attempts in a row that could not reopen
     resubLeft,             \* re-subscribes (new handle, same executor) left
@@ -104,10 +108,10 @@ vars == <<lost, autoSkip, rp, applied, hstate, timerArmed, transLeft,
           completing, stopped, caughtUp, failedSeen, readsAfterFail, reads,
           fromRewound, outcome, readyPartial, reported, reqs, envpc, envAtt,
           qsnap, interrupted, lostCb, lostLeft, late, cursorClosed, closeLeft,
-          canReopen, reopenFails, resubLeft, lateMoved>>
+          canReopen, reopenFails, resubLeft, lateMoved, nonrecLeft>>
 
 (* The extension's variables, grouped for UNCHANGED. *)
-extEnv == <<lostLeft, late, closeLeft, canReopen, lateMoved>>
+extEnv == <<lostLeft, late, closeLeft, canReopen, lateMoved, nonrecLeft>>
 extHandle == <<interrupted, lostCb, cursorClosed, reopenFails, resubLeft>>
 
 Min(a, b) == IF a < b THEN a ELSE b
@@ -152,6 +156,7 @@ Init ==
     /\ interrupted = FALSE
     /\ lostCb = FALSE
     /\ lostLeft = MaxLost
+    /\ nonrecLeft = MaxNonrec
     /\ late = <<>>
     /\ cursorClosed = FALSE
     /\ closeLeft = (IF CloseCursorAtInit THEN 1 ELSE 0)
@@ -353,7 +358,7 @@ ReadOk ==
                    completing, stopped, caughtUp, failedSeen, readsAfterFail,
                    reads, fromRewound, outcome, readyPartial, reported, reqs,
                    envAtt, qsnap>>
-    /\ UNCHANGED <<lostLeft, late, closeLeft, canReopen>>
+    /\ UNCHANGED <<lostLeft, late, closeLeft, canReopen, nonrecLeft>>
     /\ UNCHANGED extHandle
 
 (* The callback of a picked-up read is lost (the storage client drops   *)
@@ -368,7 +373,7 @@ EnvLose ==
     /\ UNCHANGED <<lost, autoSkip, rp, applied, hstate, timerArmed, transLeft,
                    compLeft, att, rpc, attemptVars, readyPartial, reported,
                    reqs, envAtt, qsnap>>
-    /\ UNCHANGED <<closeLeft, canReopen, lateMoved>>
+    /\ UNCHANGED <<closeLeft, canReopen, lateMoved, nonrecLeft>>
     /\ UNCHANGED <<interrupted, cursorClosed, reopenFails, resubLeft>>
 
 (* A lost read comes back only after its attempt ended. *)
@@ -382,7 +387,7 @@ EnvLate ==
     /\ UNCHANGED <<lost, autoSkip, rp, applied, hstate, timerArmed, transLeft,
                    compLeft, att, rpc, attemptVars, readyPartial, reported,
                    reqs, qsnap>>
-    /\ UNCHANGED <<lostLeft, closeLeft, canReopen, lateMoved>>
+    /\ UNCHANGED <<lostLeft, closeLeft, canReopen, lateMoved, nonrecLeft>>
     /\ UNCHANGED extHandle
 
 (* Someone closes the cached cursor between attempts. *)
@@ -394,7 +399,7 @@ CloseCursor ==
     /\ UNCHANGED <<lost, autoSkip, rp, applied, hstate, timerArmed, transLeft,
                    compLeft, att, rpc, attemptVars, readyPartial, reported,
                    reqs, envpc, envAtt, qsnap>>
-    /\ UNCHANGED <<lostLeft, late, canReopen, lateMoved>>
+    /\ UNCHANGED <<lostLeft, late, canReopen, lateMoved, nonrecLeft>>
     /\ UNCHANGED <<interrupted, lostCb, reopenFails, resubLeft>>
 
 Completes(k) == (k = "completing") \/ (k = "nonrec" /\ autoSkip)
@@ -406,8 +411,10 @@ ReadFail(k) ==
           THEN k = "nonrec"
           ELSE \/ (k = "transient" /\ transLeft > 0)
                \/ (k = "completing" /\ compLeft > 0)
+               \/ (k = "nonrec" /\ nonrecLeft > 0)
     /\ transLeft' = (IF k = "transient" THEN transLeft - 1 ELSE transLeft)
     /\ compLeft' = (IF k = "completing" THEN compLeft - 1 ELSE compLeft)
+    /\ nonrecLeft' = (IF k = "nonrec" /\ ~lost THEN nonrecLeft - 1 ELSE nonrecLeft)
     /\ IF envAtt = att
           THEN /\ failedSeen' = TRUE
                /\ failure' = (IF ~Completes(k) /\ failure = "none" /\ ~SpinOnFailure
@@ -421,7 +428,7 @@ ReadFail(k) ==
                    cur, queue, outstanding, readable, stopped, caughtUp,
                    readsAfterFail, reads, fromRewound, outcome, readyPartial,
                    reported, reqs, envAtt, qsnap>>
-    /\ UNCHANGED extEnv
+    /\ UNCHANGED <<lostLeft, late, closeLeft, canReopen, lateMoved>>
     /\ UNCHANGED extHandle
 
 (* W2: clear is_readable.  W3: decrement the counter (last).            *)
@@ -594,6 +601,7 @@ TypeOK ==
     /\ rp \in 1..(N + 1)
     /\ applied \subseteq 1..N
     /\ hstate \in {"None", "Init", "Ready", "Error", "Close"}
+    /\ nonrecLeft \in 0..MaxNonrec
     /\ outstanding \in 0..2
     /\ failure \in {"none", "interrupted", "incomplete"} \cup Kinds
     /\ rpc \in {"idle", "loop", "fq_room", "fq_count", "fq_flag", "fq_issue",

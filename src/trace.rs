@@ -29,9 +29,10 @@
 //! | `PermitConservation`  | [`permits`] (src/permits)             | `tests/trace_permits.rs`; `pulsar-core simulate --trace-dir` (`crate::sim::sim_trace`, feature `sim`) |
 //! | `BucketMerge`         | [`bucket_merge`] (src/delayed)        | `tests/trace_bucket_merge.rs` (seeded op sequences: add, tick, deliver, ack, trim + merge, restart + re-read) |
 //!
-//! A hook line does not name its component instance unless its spec's
-//! recorder needs it to split lines into runs: the `permits` lines carry the
-//! consumer's `[connection_id, consumer_id]` (the simulator drives many).
+//! A hook line names its component instance where the simulator drives
+//! many and must split the lines into runs: the `permits` lines carry the
+//! consumer's `[connection_id, consumer_id]`, the `pending_ack` lines the
+//! handle's name (`h`).
 //!
 //! `bash .ci/trace [SPEC...]` records and validates; the negative controls
 //! are the mutants with a `# trace:` line (`tests/mutants/README.md`).
@@ -173,7 +174,6 @@ pub mod ledger_cursor {
 /// recorded as `[ledger_id, entry_id]`; the recorder maps them to the spec's
 /// entry numbers `1..N+1` (the log's entries in order; N+1 past the end).
 pub mod pending_ack {
-    use super::record;
     use crate::position::Position;
     use serde_json::json;
 
@@ -181,78 +181,107 @@ pub mod pending_ack {
         json!([p.ledger_id, p.entry_id])
     }
 
+    /// Records `action` with `fields` and `"h"`: the handle's name (`h` is
+    /// the handle's name or a replay attempt's, `handle#generation`).
+    fn record(action: &'static str, h: &str, fields: serde_json::Value) {
+        let handle = h.rsplit_once('#').map_or(h, |(name, _)| name);
+        let mut fields = fields;
+        fields["h"] = handle.into();
+        super::record(action, fields);
+    }
+
+    /// `Init` (the environment's initial choice, written by the simulator
+    /// when it creates handle `h`, before `init()`): the pending-ack log's
+    /// entries after the cursor's mark-delete (`log`, in order), the
+    /// cursor's read position `rp`, whether a ledger of the log is lost and
+    /// whether auto-skip is on.
+    pub fn init(h: &str, log: &[Position], rp: Position, lost: bool, auto_skip: bool) {
+        let log: Vec<_> = log.iter().map(|p| pos(*p)).collect();
+        record(
+            "Init",
+            h,
+            json!({ "log": log, "rp": pos(rp), "lost": lost, "autoSkip": auto_skip }),
+        );
+    }
+
+    /// Not a spec action: the log of handle `h` (after its `init` line) has
+    /// some but not all ledgers lost, which the spec does not model (its
+    /// `lost` is the whole log); the simulator's trace writer drops the run.
+    pub fn partial_loss(h: &str) {
+        record("PartialLoss", h, json!({}));
+    }
     /// `HStart`: an attempt started and rewound the cursor to `rp`.
-    pub fn h_start(rp: Position) {
-        record("HStart", json!({ "rp": pos(rp) }));
+    pub fn h_start(h: &str, rp: Position) {
+        record("HStart", h, json!({ "rp": pos(rp) }));
     }
     /// `RLoop`: the loop head went to `"end"` (interrupted or caught up)
     /// or `"fq_room"` (fill the queue).
-    pub fn r_loop(to: &'static str) {
-        record("RLoop", json!({ "to": to }));
+    pub fn r_loop(h: &str, to: &'static str) {
+        record("RLoop", h, json!({ "to": to }));
     }
     /// `FqRoom`: `queued` entries were queued; `room` for another batch.
-    pub fn fq_room(queued: usize, room: bool) {
-        record("FqRoom", json!({ "queued": queued, "room": room }));
+    pub fn fq_room(h: &str, queued: usize, room: bool) {
+        record("FqRoom", h, json!({ "queued": queued, "room": room }));
     }
     /// `FqCount` (R1): the outstanding-read counter loaded as `outstanding`.
-    pub fn fq_count(outstanding: usize) {
-        record("FqCount", json!({ "outstanding": outstanding }));
+    pub fn fq_count(h: &str, outstanding: usize) {
+        record("FqCount", h, json!({ "outstanding": outstanding }));
     }
     /// `FqFlag` (R2): `is_readable` loaded as `readable`.
-    pub fn fq_flag(readable: bool) {
-        record("FqFlag", json!({ "readable": readable }));
+    pub fn fq_flag(h: &str, readable: bool) {
+        record("FqFlag", h, json!({ "readable": readable }));
     }
     /// `FqIssue`: a read was issued (`issued`), or the cursor had no more
     /// entries (and `is_readable` was cleared if the queue was empty).
-    pub fn fq_issue(issued: bool) {
-        record("FqIssue", json!({ "issued": issued }));
+    pub fn fq_issue(h: &str, issued: bool) {
+        record("FqIssue", h, json!({ "issued": issued }));
     }
     /// `FqRet`: `fill_queue` returned `readable`.
-    pub fn fq_ret(readable: bool) {
-        record("FqRet", json!({ "readable": readable }));
+    pub fn fq_ret(h: &str, readable: bool) {
+        record("FqRet", h, json!({ "readable": readable }));
     }
     /// `Poll`: the queue's head `entry` was applied (`None`: queue empty).
-    pub fn poll(entry: Option<Position>) {
-        record("Poll", json!({ "entry": entry.map(pos) }));
+    pub fn poll(h: &str, entry: Option<Position>) {
+        record("Poll", h, json!({ "entry": entry.map(pos) }));
     }
     /// `REnd`: the attempt ended `outcome` (`"complete"` / `"failed"`),
     /// leaving the cursor's read position at `rp`.
-    pub fn r_end(outcome: &'static str, rp: Position) {
-        record("REnd", json!({ "outcome": outcome, "rp": pos(rp) }));
+    pub fn r_end(h: &str, outcome: &'static str, rp: Position) {
+        record("REnd", h, json!({ "outcome": outcome, "rp": pos(rp) }));
     }
     /// `EnvTake`: an issued read is performed (its job runs).
-    pub fn env_take() {
-        record("EnvTake", json!({}));
+    pub fn env_take(h: &str) {
+        record("EnvTake", h, json!({}));
     }
     /// `ReadOk`: the read moved the cursor to `rp` and `queued` entries are
     /// queued now (nothing enqueued if the attempt had stopped).
-    pub fn read_ok(rp: Position, queued: usize) {
-        record("ReadOk", json!({ "rp": pos(rp), "queued": queued }));
+    pub fn read_ok(h: &str, rp: Position, queued: usize) {
+        record("ReadOk", h, json!({ "rp": pos(rp), "queued": queued }));
     }
     /// `ReadFail(k)` (W1): the read failed with `error`, classified and
     /// stored; `k` is the spec's kind: `"nonrec"` (non-recoverable data),
     /// `"completing"` (fenced, cursor closed), `"transient"` (the rest).
-    pub fn read_fail(error: &crate::ledger::LedgerError) {
+    pub fn read_fail(h: &str, error: &crate::ledger::LedgerError) {
         use crate::ledger::LedgerError;
         let k = match error {
             e if e.is_non_recoverable() => "nonrec",
             LedgerError::Fenced { .. } | LedgerError::CursorAlreadyClosed { .. } => "completing",
             _ => "transient",
         };
-        record("ReadFail", json!({ "k": k }));
+        record("ReadFail", h, json!({ "k": k }));
     }
     /// `EnvFinish`: the callback's step `w`: `"w2"` (`is_readable`
     /// cleared), `"w3"` (a failure's decrement), `"dec"` (a completion's).
-    pub fn env_finish(w: &'static str) {
-        record("EnvFinish", json!({ "w": w }));
+    pub fn env_finish(h: &str, w: &'static str) {
+        record("EnvFinish", h, json!({ "w": w }));
     }
     /// `HDone`: the attempt's end reached the handle, now in `state`.
-    pub fn h_done(state: &'static str) {
-        record("HDone", json!({ "state": state }));
+    pub fn h_done(h: &str, state: &'static str) {
+        record("HDone", h, json!({ "state": state }));
     }
     /// `HTimer`: the retry timer fired (None -> Initializing).
-    pub fn h_timer() {
-        record("HTimer", json!({}));
+    pub fn h_timer(h: &str) {
+        record("HTimer", h, json!({}));
     }
 }
 

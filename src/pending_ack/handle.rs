@@ -342,7 +342,7 @@ impl PendingAckHandle {
             }
             c.state = HandleState::Initializing;
             #[cfg(feature = "trace")]
-            crate::trace::pending_ack::h_timer();
+            crate::trace::pending_ack::h_timer(&self.inner.name);
             // At most one retry timer is armed: an init ahead of the pending
             // retry (an embedder's call) replaces it. Called by that timer,
             // the cancel finds nothing.
@@ -647,7 +647,7 @@ impl PendingAckHandle {
             let mut c = self.inner.core.lock();
             if c.state != HandleState::Initializing {
                 #[cfg(feature = "trace")]
-                crate::trace::pending_ack::h_done(c.state.name());
+                crate::trace::pending_ack::h_done(&self.inner.name, c.state.name());
                 error!(handle = %self.inner.name, state = c.state.name(), "pending-ack replay completed but the handle is no longer initializing");
                 return;
             }
@@ -655,7 +655,7 @@ impl PendingAckHandle {
             // HDone is recorded under the core lock, where the attempt's end
             // takes effect: no other thread sees the new state before it.
             #[cfg(feature = "trace")]
-            crate::trace::pending_ack::h_done(c.state.name());
+            crate::trace::pending_ack::h_done(&self.inner.name, c.state.name());
             c.stats.completed = Some(report.clone());
             (
                 std::mem::take(&mut c.waiters),
@@ -696,7 +696,7 @@ impl PendingAckHandle {
         if c.state == HandleState::Close {
             #[cfg(feature = "trace")]
             if attempt_end {
-                crate::trace::pending_ack::h_done(c.state.name());
+                crate::trace::pending_ack::h_done(&self.inner.name, c.state.name());
             }
             return;
         }
@@ -711,7 +711,7 @@ impl PendingAckHandle {
         c.retry_timer = Some(id);
         #[cfg(feature = "trace")]
         if attempt_end {
-            crate::trace::pending_ack::h_done(c.state.name());
+            crate::trace::pending_ack::h_done(&self.inner.name, c.state.name());
         }
         drop(c);
         warn!(handle = %self.inner.name, error = %e, delay_ms = delay, "pending-ack replay attempt failed; retrying init after backoff");
@@ -730,7 +730,7 @@ impl PendingAckHandle {
             if c.state == HandleState::Close {
                 #[cfg(feature = "trace")]
                 if attempt_end {
-                    crate::trace::pending_ack::h_done(c.state.name());
+                    crate::trace::pending_ack::h_done(&self.inner.name, c.state.name());
                 }
                 return;
             }
@@ -742,7 +742,7 @@ impl PendingAckHandle {
             c.error = Some(err.clone());
             #[cfg(feature = "trace")]
             if attempt_end {
-                crate::trace::pending_ack::h_done(c.state.name());
+                crate::trace::pending_ack::h_done(&self.inner.name, c.state.name());
             }
             (
                 std::mem::take(&mut c.waiters),

@@ -333,14 +333,14 @@ impl ReplayAttempt {
         let queued = self.shared.lock().queue.len();
         let room = queued + self.config.read_batch < self.config.queue_capacity;
         #[cfg(feature = "trace")]
-        crate::trace::pending_ack::fq_room(queued, room);
+        crate::trace::pending_ack::fq_room(&self.name, queued, room);
         if room && self.may_issue_read() {
             let more = self.cursor.has_more_entries();
             if more {
                 self.outstanding_reads.fetch_add(1, Ordering::SeqCst);
                 self.reads_issued.fetch_add(1, Ordering::SeqCst);
                 #[cfg(feature = "trace")]
-                crate::trace::pending_ack::fq_issue(true);
+                crate::trace::pending_ack::fq_issue(&self.name, true);
                 self.dispatcher.dispatch(ReadJob {
                     attempt: Arc::clone(self),
                     max_entries: self.config.read_batch,
@@ -355,12 +355,12 @@ impl ReplayAttempt {
             }
             #[cfg(feature = "trace")]
             if !more {
-                crate::trace::pending_ack::fq_issue(false);
+                crate::trace::pending_ack::fq_issue(&self.name, false);
             }
         }
         let readable = self.is_readable.load(Ordering::SeqCst);
         #[cfg(feature = "trace")]
-        crate::trace::pending_ack::fq_ret(readable);
+        crate::trace::pending_ack::fq_ret(&self.name, readable);
         readable
     }
 
@@ -382,7 +382,7 @@ impl ReplayAttempt {
     fn no_outstanding_read(&self) -> bool {
         let outstanding = self.outstanding_reads.load(Ordering::SeqCst);
         #[cfg(feature = "trace")]
-        crate::trace::pending_ack::fq_count(outstanding);
+        crate::trace::pending_ack::fq_count(&self.name, outstanding);
         outstanding == 0
     }
 
@@ -390,7 +390,7 @@ impl ReplayAttempt {
     fn readable_for_fill(&self) -> bool {
         let readable = self.is_readable.load(Ordering::SeqCst);
         #[cfg(feature = "trace")]
-        crate::trace::pending_ack::fq_flag(readable);
+        crate::trace::pending_ack::fq_flag(&self.name, readable);
         readable
     }
 
@@ -403,6 +403,7 @@ impl ReplayAttempt {
             let mut s = self.shared.lock();
             #[cfg(feature = "trace")]
             crate::trace::pending_ack::read_ok(
+                &self.name,
                 self.cursor.read_position(),
                 s.queue.len() + if s.stopped { 0 } else { entries.len() },
             );
@@ -419,7 +420,7 @@ impl ReplayAttempt {
         drop(released);
         self.outstanding_reads.fetch_sub(1, Ordering::SeqCst);
         #[cfg(feature = "trace")]
-        crate::trace::pending_ack::env_finish("dec");
+        crate::trace::pending_ack::env_finish(&self.name, "dec");
         self.wake();
     }
 
@@ -429,7 +430,7 @@ impl ReplayAttempt {
     /// including the replay thread inside `fill_queue`.
     pub fn read_failed(&self, error: LedgerError) {
         #[cfg(feature = "trace")]
-        crate::trace::pending_ack::read_fail(&error);
+        crate::trace::pending_ack::read_fail(&self.name, &error);
         match classify(&error, self.auto_skip) {
             FailureDisposition::FailsAttempt => {
                 debug!(handle = %self.name, %error, "pending-ack log read failed; ending this replay attempt");
@@ -447,14 +448,14 @@ impl ReplayAttempt {
         }
         self.is_readable.store(false, Ordering::SeqCst);
         #[cfg(feature = "trace")]
-        crate::trace::pending_ack::env_finish("w2");
+        crate::trace::pending_ack::env_finish(&self.name, "w2");
         // Test hook point between the two stores (the `replay_race` stage
         // runs a whole `fill_queue` pass of the replay thread here;
         // one relaxed load when no hook is installed).
         hook::at(hook::Point::ReadFailedBetweenStores);
         self.outstanding_reads.fetch_sub(1, Ordering::SeqCst);
         #[cfg(feature = "trace")]
-        crate::trace::pending_ack::env_finish("w3");
+        crate::trace::pending_ack::env_finish(&self.name, "w3");
         self.wake();
     }
 
@@ -464,14 +465,14 @@ impl ReplayAttempt {
     fn run_read(&self, max_entries: usize) {
         let _gate = self.read_gate.lock();
         #[cfg(feature = "trace")]
-        crate::trace::pending_ack::env_take();
+        crate::trace::pending_ack::env_take(&self.name);
         if self.shared.lock().stopped {
             debug!(handle = %self.name, "pending-ack replay already stopped; late read not performed");
             #[cfg(feature = "trace")]
-            crate::trace::pending_ack::read_ok(self.cursor.read_position(), 0);
+            crate::trace::pending_ack::read_ok(&self.name, self.cursor.read_position(), 0);
             self.outstanding_reads.fetch_sub(1, Ordering::SeqCst);
             #[cfg(feature = "trace")]
-            crate::trace::pending_ack::env_finish("dec");
+            crate::trace::pending_ack::env_finish(&self.name, "dec");
             self.wake();
             return;
         }
@@ -564,7 +565,11 @@ impl ReplayAttempt {
                             );
                         }
                         #[cfg(feature = "trace")]
-                        crate::trace::pending_ack::r_end("complete", self.cursor.read_position());
+                        crate::trace::pending_ack::r_end(
+                            &self.name,
+                            "complete",
+                            self.cursor.read_position(),
+                        );
                         Ok(ReplayReport {
                             entries_applied,
                             records_applied,
@@ -586,7 +591,7 @@ impl ReplayAttempt {
     fn fail(&self, error: PendingAckError) -> PendingAckError {
         self.cursor.rewind();
         #[cfg(feature = "trace")]
-        crate::trace::pending_ack::r_end("failed", self.cursor.read_position());
+        crate::trace::pending_ack::r_end(&self.name, "failed", self.cursor.read_position());
         debug!(handle = %self.name, %error, read_position = %self.cursor.read_position(), "pending-ack replay attempt failed; cursor rewound");
         error
     }
@@ -604,31 +609,31 @@ impl ReplayAttempt {
         // the mark-delete, where `current` starts.
         self.cursor.rewind();
         #[cfg(feature = "trace")]
-        crate::trace::pending_ack::h_start(self.cursor.read_position());
+        crate::trace::pending_ack::h_start(&self.name, self.cursor.read_position());
         let mut current = self.start_position;
         let mut entries = 0u64;
         let mut records = 0u64;
         loop {
             if self.interrupted.load(Ordering::SeqCst) {
                 #[cfg(feature = "trace")]
-                crate::trace::pending_ack::r_loop("end");
+                crate::trace::pending_ack::r_loop(&self.name, "end");
                 return Err(PendingAckError::Interrupted {
                     name: self.name.clone(),
                 });
             }
             if self.lac_snapshot <= current {
                 #[cfg(feature = "trace")]
-                crate::trace::pending_ack::r_loop("end");
+                crate::trace::pending_ack::r_loop(&self.name, "end");
                 return Ok((true, entries, records));
             }
             #[cfg(feature = "trace")]
-            crate::trace::pending_ack::r_loop("fq_room");
+            crate::trace::pending_ack::r_loop(&self.name, "fq_room");
             if !self.fill_queue() {
                 return self.drained_end(current, entries, records);
             }
             let polled = self.poll();
             #[cfg(feature = "trace")]
-            crate::trace::pending_ack::poll(polled.as_ref().map(|e| e.position));
+            crate::trace::pending_ack::poll(&self.name, polled.as_ref().map(|e| e.position));
             match polled {
                 Some(entry) => {
                     current = entry.position;

@@ -8,6 +8,23 @@
 //! | file                        | instance (run `t`) | Init |
 //! |-----------------------------|--------------------|------|
 //! | `PermitConservation.ndjson` | one consumer id on one connection (the lines' `c`): its broker consumer in the subscription's `SharedDispatcher` and its client consumer, across its incarnations on that connection | `rq` (the workload's receiver queue), `maxP` (its batch size: the largest P of one command), `maxInc` (the most incarnations one connection had) |
+//! | `PendingAckReplay@N=n,B=b,Cap=c,MaxTransient=m,MaxNonrec=k.ndjson` | one pending-ack handle (the lines' `h`, from the engine's `Init` line when it creates the handle) from its first attempt until it settles Ready or Error; one file per log length `n` (the spec's N is a constant); `m` the most transient read failures one of its runs saw (at least 3), `k` the most single non-recoverable ones of a log not lost | `lost`, `autoSkip`, `rp` (the start read position as an entry number) |
+//!
+//! A file name `Spec@K=V,...` names the trace cfg's constants that differ
+//! per file: `.ci/trace` writes them into its copy of `specs/Trace<Spec>.cfg`.
+//!
+//! A pending-ack run whose log is partly lost is not written (the spec's
+//! `lost` is the whole log): it is counted in the returned list as
+//! `PendingAckReplay (dropped: log partly lost)`. A handle closed before it
+//! settled (the broker restarted during its replay or its retry backoff: the
+//! spec closes a handle only while a read callback is lost) and one still
+//! replaying when the run ended are written as prefixes: their `Init` line
+//! carries `cut` (the reason), every line must still be followed, and the
+//! trace spec does not require them to end settled; they are counted as
+//! `PendingAckReplay (prefix: ...)`.
+//! Positions map to entry numbers as in `tests/trace_pending_ack.rs`: the
+//! log's entries after the mark-delete are 1..N in order, N+1 is past the
+//! end, 0 an empty poll.
 //!
 //! The simulator's network is what the spec's channels describe: frames a
 //! connection carries arrive in order (one latency per direction), the
@@ -28,7 +45,8 @@ const PERMITS: &str = "PermitConservation";
 
 /// Writes the trace files of one run's `lines` (in recording order) to
 /// `dir` (created if missing) and returns, per file written, its name,
-/// runs and lines.
+/// runs and lines (also written to `dir/summary.tsv`, tab-separated, with
+/// the dropped pending-ack runs' entries).
 ///
 /// # Errors
 /// The directory or a file cannot be written.
@@ -85,5 +103,331 @@ pub fn write(
         out.flush()?;
         written.push((PERMITS.to_string(), order.len(), steps + order.len()));
     }
+    written.extend(write_pending_ack(dir, lines)?);
+    let mut summary = std::io::BufWriter::new(std::fs::File::create(dir.join("summary.tsv"))?);
+    for (name, runs, steps) in &written {
+        writeln!(summary, "{name}\t{runs}\t{steps}")?;
+    }
+    summary.flush()?;
     Ok(written)
+}
+
+const PENDING_ACK: &str = "PendingAckReplay";
+
+/// The spec actions of the `pending_ack` hook lines.
+const PENDING_ACK_ACTIONS: [&str; 15] = [
+    "HStart",
+    "RLoop",
+    "FqRoom",
+    "FqCount",
+    "FqFlag",
+    "FqIssue",
+    "FqRet",
+    "Poll",
+    "REnd",
+    "EnvTake",
+    "ReadOk",
+    "ReadFail",
+    "EnvFinish",
+    "HDone",
+    "HTimer",
+];
+
+/// One pending-ack handle's run: its `Init` data and its lines.
+struct HandleRun {
+    log: Vec<(i64, i64)>,
+    init: Value,
+    lines: Vec<Value>,
+    partial_loss: bool,
+    /// init()'s own HTimer (None -> Initializing) precedes the spec's
+    /// initial state, which is already Initializing: it is not written.
+    skip_first_timer: bool,
+}
+
+impl HandleRun {
+    fn settled(&self) -> bool {
+        self.lines.last().is_some_and(|v| {
+            v["action"] == "HDone" && (v["state"] == "Ready" || v["state"] == "Error")
+        })
+    }
+
+    /// Entry number of position `p` (`[ledger_id, entry_id]`): 1 + the
+    /// log entries before it.
+    fn index(&self, p: &Value) -> Value {
+        let key = (
+            p[0].as_i64().unwrap_or(i64::MIN),
+            p[1].as_i64().unwrap_or(i64::MIN),
+        );
+        Value::from(1 + self.log.iter().filter(|q| **q < key).count())
+    }
+}
+
+/// Writes the `PendingAckReplay@...` files; returns name, runs and lines per
+/// file, then one entry per reason runs were dropped (name `PendingAckReplay
+/// (dropped: REASON)`, the runs, 0 lines).
+fn write_pending_ack(dir: &Path, lines: &[String]) -> std::io::Result<Vec<(String, usize, usize)>> {
+    let mut open: BTreeMap<String, HandleRun> = BTreeMap::new();
+    let mut done: Vec<HandleRun> = Vec::new();
+    let mut dropped: BTreeMap<&'static str, usize> = BTreeMap::new();
+    let mut close =
+        |mut run: HandleRun, dropped: &mut BTreeMap<&'static str, usize>, at_end: bool| {
+            if run.partial_loss {
+                *dropped.entry("dropped: log partly lost").or_default() += 1;
+                return;
+            }
+            if !run.settled() {
+                let cut = if at_end {
+                    "still replaying at the end of the run"
+                } else {
+                    "closed before it settled"
+                };
+                run.init["cut"] = Value::from(cut);
+                *dropped
+                    .entry(if at_end {
+                        "prefix: still replaying at the end of the run"
+                    } else {
+                        "prefix: closed before it settled"
+                    })
+                    .or_default() += 1;
+            }
+            done.push(run);
+        };
+    for l in lines {
+        let Ok(v) = serde_json::from_str::<Value>(l) else {
+            continue;
+        };
+        let Some(h) = v.get("h").and_then(Value::as_str).map(str::to_string) else {
+            continue;
+        };
+        let action = v["action"].as_str().unwrap_or_default();
+        match action {
+            "Init" => {
+                if let Some(prev) = open.remove(&h) {
+                    close(prev, &mut dropped, false);
+                }
+                let log: Vec<(i64, i64)> = v["log"]
+                    .as_array()
+                    .map(|ps| {
+                        ps.iter()
+                            .map(|p| (p[0].as_i64().unwrap_or(0), p[1].as_i64().unwrap_or(0)))
+                            .collect()
+                    })
+                    .unwrap_or_default();
+                let mut run = HandleRun {
+                    log,
+                    init: Value::Null,
+                    lines: Vec::new(),
+                    partial_loss: false,
+                    skip_first_timer: true,
+                };
+                run.init = json!({
+                    "action": "Init",
+                    "lost": v["lost"],
+                    "autoSkip": v["autoSkip"],
+                    "rp": run.index(&v["rp"]),
+                });
+                open.insert(h, run);
+            }
+            "PartialLoss" => {
+                if let Some(run) = open.get_mut(&h) {
+                    run.partial_loss = true;
+                }
+            }
+            a if PENDING_ACK_ACTIONS.contains(&a) => {
+                let Some(run) = open.get_mut(&h) else {
+                    continue;
+                };
+                if std::mem::take(&mut run.skip_first_timer) && a == "HTimer" {
+                    continue;
+                }
+                let mut v = v.clone();
+                if let Some(m) = v.as_object_mut() {
+                    m.remove("h");
+                }
+                for key in ["rp", "entry"] {
+                    match v.get(key).cloned() {
+                        Some(Value::Null) => v[key] = Value::from(0),
+                        Some(p) => v[key] = run.index(&p),
+                        None => {}
+                    }
+                }
+                run.lines.push(v);
+            }
+            _ => {}
+        }
+    }
+    for (_, run) in std::mem::take(&mut open) {
+        close(run, &mut dropped, true);
+    }
+    let mut by_n: BTreeMap<usize, Vec<HandleRun>> = BTreeMap::new();
+    for run in done {
+        by_n.entry(run.log.len()).or_default().push(run);
+    }
+    let mut written = Vec::new();
+    for (n, runs) in by_n {
+        let transient = runs
+            .iter()
+            .map(|r| {
+                r.lines
+                    .iter()
+                    .filter(|v| v["action"] == "ReadFail" && v["k"] == "transient")
+                    .count()
+            })
+            .max()
+            .unwrap_or(0)
+            .max(3);
+        let nonrec = runs
+            .iter()
+            .filter(|r| r.init["lost"] != true)
+            .map(|r| {
+                r.lines
+                    .iter()
+                    .filter(|v| v["action"] == "ReadFail" && v["k"] == "nonrec")
+                    .count()
+            })
+            .max()
+            .unwrap_or(0);
+        let name = format!(
+            "{PENDING_ACK}@N={n},B={},Cap={},MaxTransient={transient},MaxNonrec={nonrec}",
+            super::engine::PENDING_ACK_READ_BATCH,
+            super::engine::PENDING_ACK_QUEUE_CAPACITY,
+        );
+        let mut out =
+            std::io::BufWriter::new(std::fs::File::create(dir.join(format!("{name}.ndjson")))?);
+        let mut steps = 0;
+        for (t, run) in runs.iter().enumerate() {
+            let mut head = run.init.clone();
+            head["t"] = Value::from(t + 1);
+            writeln!(out, "{head}")?;
+            for v in &run.lines {
+                let mut v = v.clone();
+                v["t"] = Value::from(t + 1);
+                writeln!(out, "{v}")?;
+                steps += 1;
+            }
+        }
+        out.flush()?;
+        written.push((name, runs.len(), steps + runs.len()));
+    }
+    for (why, count) in dropped {
+        written.push((format!("{PENDING_ACK} ({why})"), count, 0));
+    }
+    Ok(written)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::BTreeSet;
+
+    fn line(v: Value) -> String {
+        v.to_string()
+    }
+
+    /// Handle `h`'s lines: its `Init` (log `[[7,0],[7,1]]`, read position
+    /// at the first entry), init()'s HTimer, then `body`.
+    fn handle_run(h: &str, body: &[Value]) -> Vec<String> {
+        let mut lines = vec![
+            line(
+                json!({"action": "Init", "h": h, "log": [[7, 0], [7, 1]], "rp": [7, 0], "lost": false, "autoSkip": false}),
+            ),
+            line(json!({"action": "HTimer", "h": h})),
+        ];
+        lines.extend(body.iter().map(|v| {
+            let mut v = v.clone();
+            v["h"] = Value::from(h);
+            line(v)
+        }));
+        lines
+    }
+
+    fn read_file(dir: &Path, name: &str) -> Vec<Value> {
+        std::fs::read_to_string(dir.join(format!("{name}.ndjson")))
+            .unwrap()
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect()
+    }
+
+    #[test]
+    fn pending_ack_runs_are_split_per_handle_mapped_to_entry_numbers_and_named_by_constants() {
+        let settled = [
+            json!({"action": "HStart", "rp": [7, 0]}),
+            json!({"action": "Poll", "entry": [7, 1]}),
+            json!({"action": "Poll", "entry": null}),
+            json!({"action": "REnd", "outcome": "complete", "rp": [8, 0]}),
+            json!({"action": "HDone", "state": "Ready"}),
+        ];
+        let closed = [
+            json!({"action": "HStart", "rp": [7, 0]}),
+            json!({"action": "ReadFail", "k": "transient"}),
+            json!({"action": "HDone", "state": "None"}),
+        ];
+        let mut lines = handle_run("a", &closed);
+        // A second handle of the same name (the broker restarted): `a`'s
+        // first run ends there, unsettled.
+        lines.extend(handle_run("b", &settled));
+        lines.extend(handle_run("a", &settled));
+        lines.push(line(json!({"action": "Ack", "p": [1, 2]})));
+        let partial = handle_run("c", &settled);
+        lines.insert(lines.len(), partial[0].clone());
+        lines.push(line(json!({"action": "PartialLoss", "h": "c"})));
+        lines.extend(partial[1..].iter().cloned());
+
+        let dir = tempfile::tempdir().unwrap();
+        let written = write_pending_ack(dir.path(), &lines).unwrap();
+        let name = "PendingAckReplay@N=2,B=4,Cap=16,MaxTransient=3,MaxNonrec=0";
+        assert_eq!(
+            written,
+            vec![
+                (name.to_string(), 3, 3 + 3 + 5 + 5),
+                (
+                    "PendingAckReplay (dropped: log partly lost)".to_string(),
+                    1,
+                    0
+                ),
+                (
+                    "PendingAckReplay (prefix: closed before it settled)".to_string(),
+                    1,
+                    0
+                ),
+            ]
+        );
+        let file = read_file(dir.path(), name);
+        // Runs in the order they ended; the cut one first.
+        assert_eq!(file[0]["action"], "Init");
+        assert_eq!(file[0]["cut"], "closed before it settled");
+        assert_eq!(file[0]["rp"], 1);
+        assert_eq!(
+            file[1]["action"], "HStart",
+            "init()'s HTimer is not written"
+        );
+        assert!(file.iter().all(|v| v.get("h").is_none()));
+        let polls: Vec<&Value> = file
+            .iter()
+            .filter(|v| v["action"] == "Poll")
+            .map(|v| &v["entry"])
+            .collect();
+        assert_eq!(
+            polls,
+            [
+                &Value::from(2),
+                &Value::from(0),
+                &Value::from(2),
+                &Value::from(0)
+            ]
+        );
+        let ends: Vec<&Value> = file
+            .iter()
+            .filter(|v| v["action"] == "REnd")
+            .map(|v| &v["rp"])
+            .collect();
+        assert_eq!(
+            ends,
+            [&Value::from(3), &Value::from(3)],
+            "past the end is N + 1"
+        );
+        let runs: BTreeSet<u64> = file.iter().map(|v| v["t"].as_u64().unwrap()).collect();
+        assert_eq!(runs, BTreeSet::from([1, 2, 3]));
+    }
 }

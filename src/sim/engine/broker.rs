@@ -133,11 +133,9 @@ impl Sim<'_> {
                     timer.clone(),
                     HandleConfig {
                         jitter_seed: self.opts.seed,
-                        // Small reads, so a replay reads ahead of what it
-                        // applied and a failure can hit a later read.
                         replay: crate::pending_ack::ReplayConfig {
-                            queue_capacity: 16,
-                            read_batch: 4,
+                            queue_capacity: PENDING_ACK_QUEUE_CAPACITY,
+                            read_batch: PENDING_ACK_READ_BATCH,
                         },
                         ..HandleConfig::default()
                     },
@@ -151,6 +149,8 @@ impl Sim<'_> {
                 self.pa_not_ready_since[s] = Some(self.sched.now());
                 self.pa_error_seen[s] = false;
                 self.pa_awaiting_reload[s] = false;
+                #[cfg(feature = "trace")]
+                self.trace_pending_ack_init(s, &handle, &pa_ledger, &pa_cursor);
                 handle.init();
                 drop(pa_ledger);
                 (Some(handle), Some(pa_cursor))
@@ -199,6 +199,43 @@ impl Sim<'_> {
         }
         self.drive_replays()?;
         Ok(())
+    }
+
+    /// The `Init` line of a new pending-ack handle's trace run (feature
+    /// `trace`; `crate::sim::sim_trace`): its log's entries after the
+    /// cursor's mark-delete, the read position the replay starts from,
+    /// whether the log's ledgers are lost, auto-skip.
+    #[cfg(feature = "trace")]
+    fn trace_pending_ack_init(
+        &self,
+        s: SubIdx,
+        handle: &PendingAckHandle,
+        ledger: &ManagedLedger,
+        cursor: &ManagedCursor,
+    ) {
+        let md = cursor.mark_delete_position();
+        let lost = &self.pa_ledger_lost[s];
+        let log: Vec<Position> = ledger
+            .ledgers()
+            .into_iter()
+            .flat_map(|(id, entries)| (0..entries).map(move |e| Position::new(id, e)))
+            .filter(|p| *p > md)
+            .collect();
+        let ledgers: BTreeSet<i64> = log.iter().map(|p| p.ledger_id).collect();
+        // The spec's `lost`: every read of the log fails non-recoverably.
+        // A log only partly lost is recorded as not lost; sim_trace drops
+        // such runs (`partial_loss`).
+        let all_lost = !ledgers.is_empty() && ledgers.iter().all(|l| lost.contains(l));
+        crate::trace::pending_ack::init(
+            handle.name(),
+            &log,
+            cursor.read_position(),
+            all_lost,
+            self.pa_auto_skip(),
+        );
+        if !all_lost && ledgers.iter().any(|l| lost.contains(l)) {
+            crate::trace::pending_ack::partial_loss(handle.name());
+        }
     }
 
     pub(super) fn collect_tracker_stats(&mut self, b: &Broker) {

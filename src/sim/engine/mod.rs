@@ -105,6 +105,11 @@ impl SimEntry {
 
 const TOPIC: &str = "persistent://public/default/sim";
 const PENDING_ACK_CURSOR: &str = "__pending_ack_state";
+/// The pending-ack replay's queue capacity and read batch (small, so a
+/// replay reads ahead of what it applied and a failure can hit a later
+/// read); `sim_trace` writes them as the trace cfg's Cap and B.
+pub(crate) const PENDING_ACK_QUEUE_CAPACITY: usize = 16;
+pub(crate) const PENDING_ACK_READ_BATCH: usize = 4;
 /// The store's page cache (redb's default is 1 GiB, which a long run fills
 /// as its file grows): the simulator reads mostly the tail of the topic, so
 /// this bounds its memory without the cache deciding any outcome, bytes.
