@@ -108,4 +108,80 @@ mod tests {
         .validate()
         .is_err());
     }
+
+    #[test]
+    fn a_fixed_delay_is_valid_initial_equal_to_max() {
+        let fixed = BackoffConfig {
+            initial_ms: 250,
+            max_ms: 250,
+        };
+        assert!(fixed.validate().is_ok());
+        let mut b = Backoff::new(fixed, 1);
+        for _ in 0..5 {
+            let d = b.next_delay_ms();
+            assert!((250 - 25..=250).contains(&d), "{d}");
+        }
+    }
+
+    #[test]
+    fn delays_above_10_ms_are_jittered_down_by_less_than_a_tenth() {
+        // 100 ms (jitter clamped back up to the initial delay), then 200 ms
+        // less a jitter in [0, 20).
+        let second: Vec<u64> = (0..32)
+            .map(|seed| {
+                let mut b = Backoff::new(BackoffConfig::default(), seed);
+                assert_eq!(b.next_delay_ms(), 100);
+                b.next_delay_ms()
+            })
+            .collect();
+        assert!(second.iter().all(|d| (181..=200).contains(d)), "{second:?}");
+        assert!(second.iter().any(|d| *d < 200), "no jitter: {second:?}");
+        assert!(
+            second
+                .iter()
+                .collect::<std::collections::BTreeSet<_>>()
+                .len()
+                > 8,
+            "the seeds give the same jitter: {second:?}"
+        );
+    }
+
+    #[test]
+    fn delays_of_10_ms_or_less_are_exact_and_draw_no_jitter() {
+        // 1 ms doubling: 1, 2, 4, 8, 10 (capped) are exact.
+        let mut small = Backoff::new(
+            BackoffConfig {
+                initial_ms: 1,
+                max_ms: 10,
+            },
+            3,
+        );
+        let exact: Vec<u64> = (0..6).map(|_| small.next_delay_ms()).collect();
+        assert_eq!(exact, [1, 2, 4, 8, 10, 10]);
+        // The jitter of a delay depends only on the seed and on how many
+        // delays above 10 ms came before it: from 10 ms (10, 20, 40, 80) and
+        // from 20 ms (20, 40, 80) one seed gives the same 40 and 80 ms.
+        for seed in 0..16 {
+            let mut from_10 = Backoff::new(
+                BackoffConfig {
+                    initial_ms: 10,
+                    max_ms: 80,
+                },
+                seed,
+            );
+            let mut from_20 = Backoff::new(
+                BackoffConfig {
+                    initial_ms: 20,
+                    max_ms: 80,
+                },
+                seed,
+            );
+            assert_eq!(from_10.next_delay_ms(), 10);
+            from_10.next_delay_ms();
+            from_20.next_delay_ms();
+            let a: Vec<u64> = (0..2).map(|_| from_10.next_delay_ms()).collect();
+            let b: Vec<u64> = (0..2).map(|_| from_20.next_delay_ms()).collect();
+            assert_eq!(a, b, "seed {seed}");
+        }
+    }
 }

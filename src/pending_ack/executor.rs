@@ -224,3 +224,56 @@ impl Drop for ReplayExecutorPool {
         self.shutdown();
     }
 }
+
+#[cfg(all(test, not(any(loom, feature = "shuttle"))))]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    #[test]
+    fn executor_index_wraps_around_the_pool() {
+        let pool = ReplayExecutorPool::new(3, ExecutorMode::Manual).unwrap();
+        for i in 0..10 {
+            assert_eq!(pool.executor(i).index(), i % 3, "executor({i})");
+        }
+        let shown = format!("{pool:?}");
+        assert!(
+            shown.contains("ReplayExecutorPool") && shown.contains("executors: 3"),
+            "{shown}"
+        );
+    }
+
+    #[test]
+    fn a_queued_task_makes_the_executor_busy_until_it_ran() {
+        let pool = ReplayExecutorPool::new(1, ExecutorMode::Manual).unwrap();
+        let e = pool.executor(0);
+        assert!(e.is_idle());
+        let ran = Arc::new(AtomicUsize::new(0));
+        let r = Arc::clone(&ran);
+        assert!(e.submit(Box::new(move || {
+            r.fetch_add(1, Ordering::SeqCst);
+        })));
+        assert!(!e.is_idle());
+        let shown = format!("{e:?}");
+        assert!(
+            shown.contains("index: 0") && shown.contains("queued: 1"),
+            "{shown}"
+        );
+        assert_eq!(pool.run_pending(), 1);
+        assert_eq!(ran.load(Ordering::SeqCst), 1);
+        assert!(e.is_idle());
+    }
+
+    #[test]
+    fn dropping_the_pool_stops_and_joins_its_threads() {
+        let pool = ReplayExecutorPool::new(2, ExecutorMode::Threads).unwrap();
+        let e = pool.executor(1);
+        drop(pool);
+        // Each thread held a reference to its executor; drop joined them.
+        assert_eq!(Arc::strong_count(&e), 1);
+        assert!(
+            !e.submit(Box::new(|| ())),
+            "a stopped executor takes no task"
+        );
+    }
+}

@@ -109,3 +109,28 @@ impl Drop for ReaderThread {
         self.shutdown();
     }
 }
+
+#[cfg(all(test, not(any(loom, feature = "shuttle"))))]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shutdown_stops_and_joins_the_reader_thread() {
+        let r = ReaderThread::start();
+        let shared = Arc::clone(&r.shared);
+        r.shutdown();
+        // The thread held the other reference; shutdown joined it.
+        assert_eq!(Arc::strong_count(&shared), 2, "r and this test");
+        assert!(shared.0.lock().shutdown);
+        r.shutdown();
+        assert!(format!("{r:?}").contains("ReaderThread"));
+    }
+
+    #[test]
+    fn dropping_the_reader_thread_joins_it() {
+        let r = ReaderThread::start();
+        let shared = Arc::clone(&r.shared);
+        drop(r);
+        assert_eq!(Arc::strong_count(&shared), 1);
+    }
+}

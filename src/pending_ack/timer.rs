@@ -284,6 +284,86 @@ mod tests {
     }
 
     #[test]
+    fn virtual_timer_reports_the_earliest_due_time() {
+        let t = VirtualTimer::new();
+        assert_eq!(t.next_due_ms(), None);
+        t.advance(7);
+        t.schedule(50, Box::new(|| ()));
+        t.schedule(30, Box::new(|| ()));
+        assert_eq!(t.next_due_ms(), Some(37));
+        assert!(t.fire_next());
+        assert_eq!(t.next_due_ms(), Some(57));
+        assert!(t.fire_next());
+        assert_eq!(t.next_due_ms(), None);
+        let shown = format!("{t:?}");
+        assert!(
+            shown.contains("VirtualTimer") && shown.contains("now_ms: 57"),
+            "{shown}"
+        );
+    }
+
+    #[test]
+    fn system_timer_never_runs_a_task_before_its_due_time() {
+        let t = SystemTimer::start().unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        let mut due = Vec::new();
+        for delay in [40, 80, 120] {
+            let scheduled_at = t.now_ms();
+            due.push(scheduled_at + delay);
+            let shared = std::sync::Arc::clone(&t.shared);
+            let tx = tx.clone();
+            t.schedule(delay, Box::new(move || tx.send(shared.now()).unwrap()));
+        }
+        for d in due {
+            let ran_at = rx.recv_timeout(std::time::Duration::from_secs(10)).unwrap();
+            assert!(ran_at >= d, "ran at {ran_at} ms, due at {d} ms");
+        }
+    }
+
+    #[test]
+    fn system_timer_waits_only_until_the_due_time() {
+        // The clock counts from the timer's start: a timer running for a
+        // while must still wait `delay`, not `delay` plus its age.
+        let t = SystemTimer::start().unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(1_500));
+        assert!(t.now_ms() >= 1_500, "now_ms {}", t.now_ms());
+        let (tx, rx) = std::sync::mpsc::channel();
+        let start = std::time::Instant::now();
+        t.schedule(10, Box::new(move || tx.send(()).unwrap()));
+        rx.recv_timeout(std::time::Duration::from_secs(10)).unwrap();
+        let waited = start.elapsed();
+        assert!(
+            waited < std::time::Duration::from_millis(1_200),
+            "a 10 ms task ran after {waited:?}"
+        );
+    }
+
+    #[test]
+    fn system_timer_cancel_reports_only_pending_tasks() {
+        let t = SystemTimer::start().unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        let fired = t.schedule(1, Box::new(move || tx.send(()).unwrap()));
+        rx.recv_timeout(std::time::Duration::from_secs(10)).unwrap();
+        assert!(!t.cancel(fired), "a task that already ran is not pending");
+        assert!(!t.cancel(TimerId(u64::MAX)), "an unknown id is not pending");
+        let shown = format!("{t:?}");
+        assert!(
+            shown.contains("SystemTimer") && shown.contains("pending: 0"),
+            "{shown}"
+        );
+    }
+
+    #[test]
+    fn dropping_a_system_timer_stops_its_thread() {
+        let t = SystemTimer::start().unwrap();
+        let shared = std::sync::Arc::clone(&t.shared);
+        t.schedule(60_000, Box::new(|| ()));
+        drop(t);
+        // The thread held the other reference; drop joined it.
+        assert_eq!(std::sync::Arc::strong_count(&shared), 1);
+    }
+
+    #[test]
     fn system_timer_fires_and_cancels() {
         let t = SystemTimer::start().unwrap();
         let (tx, rx) = std::sync::mpsc::channel();
