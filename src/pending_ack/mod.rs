@@ -51,10 +51,10 @@
 //!
 //! | spec invariant / property | enforced by | tests | traces |
 //! |---|---|---|---|
-//! | `NoReadAfterFailure` (PendingAckReplay) | `ReplayAttempt::fill_queue` (counter before flag), `ReplayAttempt::read_failed` (flag before counter) | `loom-tests/pending_ack.rs` `failed_attempt_issues_exactly_one_read`, negative controls `negative_control_*_reversed_is_caught` | `specs/TracePendingAckReplay.tla` on `tests/trace_pending_ack.rs`'s runs (each `FqCount`/`FqFlag` line pins the value loaded; mutants `pending_ack_fill_queue_reversed_order`, `pending_ack_read_failed_reversed_order`, `pending_ack_unclassified_failure_only_logs` are rejected) |
-//! | `CompleteImpliesFullyApplied` | `ReplayAttempt::run` (a stored failure before catching up fails the attempt), fresh drained check in `fill_queue` | `loom-tests/pending_ack.rs` `drained_check_never_loses_the_last_read`; `tests/pending_ack_scenarios.rs` `failed_attempt_rewinds_so_the_retry_applies_every_record` | `specs/TracePendingAckReplay.tla` on `tests/trace_pending_ack.rs`'s runs (`REnd` pins the outcome; mutant `pending_ack_every_failure_fails_attempt` is rejected at `REnd`) |
-//! | `RewindBeforeRetry` | `ReplayAttempt::run` (rewind at attempt start and on failure) | `tests/pending_ack_paths.rs` `reused_cursor_with_read_position_past_the_log_replays_from_the_mark_delete` | `specs/TracePendingAckReplay.tla` on `tests/trace_pending_ack.rs`'s runs (`HStart`/`REnd` pin the rewound read position, runs with a moved cursor; mutants `pending_ack_failed_attempt_no_rewind`, `pending_ack_partial_replay_reported_complete` are rejected at `HStart`) |
-//! | `ReadyImpliesCaughtUp` | `ReplayAttempt::run` → `drained_end` ([`PendingAckError::IncompleteReplay`]) | `tests/pending_ack_paths.rs` `an_attempt_that_runs_dry_short_of_the_log_end_is_never_ready` | `specs/TracePendingAckReplay.tla` on `tests/trace_pending_ack.rs`'s runs (`REnd`, `HDone`; the trace cfg also checks `RunSettles`) |
+//! | `NoReadAfterFailure` (PendingAckReplay) | `ReplayAttempt::fill_queue` (counter before flag), `ReplayAttempt::read_failed` (flag before counter) | `loom-tests/pending_ack.rs` `failed_attempt_issues_exactly_one_read`, negative controls `negative_control_*_reversed_is_caught` | `specs/TracePendingAckReplay.tla` on the runs of `tests/trace_pending_ack.rs` (one thread), `tests/trace_pending_ack_threads.rs` (shuttle: replay, reader and timer threads) and the simulator (each `FqCount`/`FqFlag` line pins the value loaded; mutants `pending_ack_fill_queue_reversed_order`, `pending_ack_read_failed_reversed_order`, `pending_ack_unclassified_failure_only_logs` are rejected) |
+//! | `CompleteImpliesFullyApplied` | `ReplayAttempt::run` (a stored failure before catching up fails the attempt), fresh drained check in `fill_queue` | `loom-tests/pending_ack.rs` `drained_check_never_loses_the_last_read`; `tests/pending_ack_scenarios.rs` `failed_attempt_rewinds_so_the_retry_applies_every_record` | `specs/TracePendingAckReplay.tla` on the runs of `tests/trace_pending_ack.rs` (one thread), `tests/trace_pending_ack_threads.rs` (shuttle: replay, reader and timer threads) and the simulator (`REnd` pins the outcome; mutant `pending_ack_every_failure_fails_attempt` is rejected at `REnd`) |
+//! | `RewindBeforeRetry` | `ReplayAttempt::run` (rewind at attempt start and on failure) | `tests/pending_ack_paths.rs` `reused_cursor_with_read_position_past_the_log_replays_from_the_mark_delete` | `specs/TracePendingAckReplay.tla` on the runs of `tests/trace_pending_ack.rs` (one thread), `tests/trace_pending_ack_threads.rs` (shuttle: replay, reader and timer threads) and the simulator (`HStart`/`REnd` pin the rewound read position, runs with a moved cursor; mutants `pending_ack_failed_attempt_no_rewind`, `pending_ack_partial_replay_reported_complete` are rejected at `HStart`) |
+//! | `ReadyImpliesCaughtUp` | `ReplayAttempt::run` → `drained_end` ([`PendingAckError::IncompleteReplay`]) | `tests/pending_ack_paths.rs` `an_attempt_that_runs_dry_short_of_the_log_end_is_never_ready` | `specs/TracePendingAckReplay.tla` on the runs of `tests/trace_pending_ack.rs` (one thread), `tests/trace_pending_ack_threads.rs` (shuttle: replay, reader and timer threads) and the simulator (`REnd`, `HDone`; the trace cfg also checks `RunSettles`) |
 //! | `LateReadsChangeNothing` | [`ReadJob::run`] under the attempt's read gate, `ReplayAttempt::stop_replay` | `tests/pending_ack_paths.rs` `close_with_a_lost_read_callback_frees_the_executor_and_a_late_callback_changes_nothing`, `late_entries_of_a_closed_attempt_are_released_not_applied`; `loom-tests/pending_ack.rs` `late_read_after_stop_never_moves_the_cursor` (negative control `negative_control_late_read_without_gate_is_caught`) | hooks in place (`EnvTake`/`ReadOk` of a stopped attempt); no recorded run loses a callback yet |
 //! | `CloseFreesExecutor`, `AttemptEnds` | [`PendingAckHandle::close`] → `ReplayAttempt::interrupt`; the failure path never waits for outstanding reads | same as above; `shuttle-tests/pending_ack.rs` | - (liveness; traces are finite) |
 //! | `HandleSettles` | [`PendingAckHandle`] retry/give-up; closed cursor reopened or given up after [`HandleConfig::max_cursor_reopen_attempts`] | `tests/pending_ack_paths.rs` `closed_cursor_is_reopened_through_the_managed_ledger_on_the_redb_store`, `closed_cursor_that_cannot_reopen_fails_waiters_after_a_bounded_number_of_attempts` | `RunSettles` in the trace cfg (every recorded run ends Ready or Error) |
@@ -69,11 +69,19 @@
 //! trace validation (`bash .ci/trace PendingAckReplay`: the hooks of
 //! `src/trace.rs`'s `pending_ack` module, feature `trace`, named after the
 //! spec's actions, record the handle's own runs; TLC checks the spec can
-//! follow every line). Not traced yet: a lost-ledger run with auto-skip on
-//! (the managed ledger skips the lost entries inside the read, as Pulsar's
+//! follow every line). Three sources: the one-thread recorder
+//! (`tests/trace_pending_ack.rs`), shuttle schedules of the replay on its
+//! executor thread racing a [`ReaderThread`] and the retry timer
+//! (`tests/trace_pending_ack_threads.rs`), and the simulator's own handles
+//! (`pulsar-core simulate --trace-dir`: txn-outage and a no-loss variant;
+//! each hook line names its handle, the engine writes its log and start
+//! position; runs cut short by a broker restart are validated as
+//! prefixes). Not traced yet: a lost-ledger run with auto-skip on (the
+//! managed ledger skips the lost entries inside the read, as Pulsar's
 //! `OpReadEntry` does, and the replay ends drained, explained by auto-skip;
-//! the spec models auto-skip as a completing read failure instead), lost
-//! callbacks, closed-cursor reopening.
+//! the spec models auto-skip as a completing read failure instead), a log
+//! only partly lost (the spec's `lost` is the whole log; the simulator's
+//! trace writer drops those runs), lost callbacks, closed-cursor reopening.
 
 mod backoff;
 mod error;

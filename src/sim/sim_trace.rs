@@ -14,8 +14,10 @@
 //! per file: `.ci/trace` writes them into its copy of `specs/Trace<Spec>.cfg`.
 //!
 //! A pending-ack run whose log is partly lost is not written (the spec's
-//! `lost` is the whole log): it is counted in the returned list as
-//! `PendingAckReplay (dropped: log partly lost)`. A handle closed before it
+//! `lost` is the whole log), nor one whose log is lost with auto-skip on (the
+//! managed ledger skips the lost entries inside the read; the spec models
+//! auto-skip as a completing read failure): each is counted in the returned
+//! list as `PendingAckReplay (dropped: REASON)`. A handle closed before it
 //! settled (the broker restarted during its replay or its retry backoff: the
 //! spec closes a handle only while a read callback is lost) and one still
 //! replaying when the run ended are written as prefixes: their `Init` line
@@ -173,6 +175,14 @@ fn write_pending_ack(dir: &Path, lines: &[String]) -> std::io::Result<Vec<(Strin
         |mut run: HandleRun, dropped: &mut BTreeMap<&'static str, usize>, at_end: bool| {
             if run.partial_loss {
                 *dropped.entry("dropped: log partly lost").or_default() += 1;
+                return;
+            }
+            if run.init["lost"] == true && run.init["autoSkip"] == true {
+                // The managed ledger skips a lost ledger's entries inside
+                // the read; the spec models auto-skip as a completing failure.
+                *dropped
+                    .entry("dropped: lost log with auto-skip")
+                    .or_default() += 1;
                 return;
             }
             if !run.settled() {
