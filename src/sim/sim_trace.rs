@@ -383,6 +383,11 @@ mod tests {
         lines.insert(lines.len(), partial[0].clone());
         lines.push(line(json!({"action": "PartialLoss", "h": "c"})));
         lines.extend(partial[1..].iter().cloned());
+        let mut lost_skipped = handle_run("d", &settled);
+        lost_skipped[0] = line(
+            json!({"action": "Init", "h": "d", "log": [[7, 0], [7, 1]], "rp": [7, 0], "lost": true, "autoSkip": true}),
+        );
+        lines.extend(lost_skipped);
 
         let dir = tempfile::tempdir().unwrap();
         let written = write_pending_ack(dir.path(), &lines).unwrap();
@@ -393,6 +398,11 @@ mod tests {
                 (name.to_string(), 3, 3 + 3 + 5 + 5),
                 (
                     "PendingAckReplay (dropped: log partly lost)".to_string(),
+                    1,
+                    0
+                ),
+                (
+                    "PendingAckReplay (dropped: lost log with auto-skip)".to_string(),
                     1,
                     0
                 ),
