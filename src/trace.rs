@@ -181,6 +181,26 @@ pub mod pending_ack {
         json!([p.ledger_id, p.entry_id])
     }
 
+    /// The spec actions these hooks record (the other hook lines of this
+    /// module, `Init` and `PartialLoss`, are the environment's).
+    pub const ACTIONS: [&str; 15] = [
+        "HStart",
+        "RLoop",
+        "FqRoom",
+        "FqCount",
+        "FqFlag",
+        "FqIssue",
+        "FqRet",
+        "Poll",
+        "REnd",
+        "EnvTake",
+        "ReadOk",
+        "ReadFail",
+        "EnvFinish",
+        "HDone",
+        "HTimer",
+    ];
+
     /// Records `action` with `fields` and `"h"`: the handle's name (`h` is
     /// the handle's name or a replay attempt's, `handle#generation`).
     fn record(action: &'static str, h: &str, fields: serde_json::Value) {

@@ -59,22 +59,13 @@ fn scenario(r: Run) {
     let pool = ReplayExecutorPool::new(1, ExecutorMode::Threads).unwrap();
     let reader = Arc::new(ReaderThread::start());
     let timer = Arc::new(VirtualTimer::new());
-    let config = HandleConfig {
-        replay: ReplayConfig {
-            queue_capacity: CAP,
-            read_batch: B,
-        },
-        ..HandleConfig::default()
-    };
-    let h = PendingAckHandle::new(
+    let h = handle(
         "trace-threads",
-        Arc::clone(&cursor),
+        &cursor,
         &pool,
         reader.clone(),
         Arc::clone(&timer) as Arc<dyn Timer>,
-        config,
-    )
-    .unwrap();
+    );
     let layout = Layout::new(log, &cursor);
     trace::start();
     h.init();

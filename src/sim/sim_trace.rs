@@ -116,25 +116,6 @@ pub fn write(
 
 const PENDING_ACK: &str = "PendingAckReplay";
 
-/// The spec actions of the `pending_ack` hook lines.
-const PENDING_ACK_ACTIONS: [&str; 15] = [
-    "HStart",
-    "RLoop",
-    "FqRoom",
-    "FqCount",
-    "FqFlag",
-    "FqIssue",
-    "FqRet",
-    "Poll",
-    "REnd",
-    "EnvTake",
-    "ReadOk",
-    "ReadFail",
-    "EnvFinish",
-    "HDone",
-    "HTimer",
-];
-
 /// One pending-ack handle's run: its `Init` data and its lines.
 struct HandleRun {
     log: Vec<(i64, i64)>,
@@ -243,7 +224,7 @@ fn write_pending_ack(dir: &Path, lines: &[String]) -> std::io::Result<Vec<(Strin
                     run.partial_loss = true;
                 }
             }
-            a if PENDING_ACK_ACTIONS.contains(&a) => {
+            a if crate::trace::pending_ack::ACTIONS.contains(&a) => {
                 let Some(run) = open.get_mut(&h) else {
                     continue;
                 };

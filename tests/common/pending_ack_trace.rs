@@ -14,7 +14,10 @@ use std::sync::Arc;
 use pulsar_core::ledger::{
     LedgerConfig, ManagedCursor, ManagedLedger, MemoryStore, ReadFailureKind,
 };
-use pulsar_core::pending_ack::{AckedPosition, PendingAckRecord, TxnId};
+use pulsar_core::pending_ack::{
+    AckedPosition, HandleConfig, PendingAckHandle, PendingAckRecord, ReadDispatcher, ReplayConfig,
+    ReplayExecutorPool, Timer, TxnId,
+};
 use pulsar_core::Position;
 use serde_json::{json, Value};
 
@@ -23,24 +26,8 @@ pub const N: usize = 6;
 pub const B: usize = 2;
 pub const CAP: usize = 5;
 
-/// The hook lines of src/trace.rs's `pending_ack` module.
-pub const SPEC_ACTIONS: [&str; 15] = [
-    "HStart",
-    "RLoop",
-    "FqRoom",
-    "FqCount",
-    "FqFlag",
-    "FqIssue",
-    "FqRet",
-    "Poll",
-    "REnd",
-    "EnvTake",
-    "ReadOk",
-    "ReadFail",
-    "EnvFinish",
-    "HDone",
-    "HTimer",
-];
+/// The spec actions of src/trace.rs's `pending_ack` hooks.
+pub use pulsar_core::trace::pending_ack::ACTIONS as SPEC_ACTIONS;
 
 /// One run: how the log is stored and which reads fail.
 #[derive(Clone, Copy, Debug)]
@@ -203,21 +190,47 @@ pub fn to_spec(r: Run, layout: &Layout, lines: Vec<String>) -> Vec<Value> {
     out
 }
 
-/// Writes `runs` (each already in spec terms, `Init` first) to `path`, each
-/// line tagged with its run `t` (1-based); returns the lines written.
+/// The handle a run replays with: the trace cfg's B and Cap, `reads` and
+/// `timer` as given, on `pool`.
+pub fn handle(
+    name: &str,
+    cursor: &Arc<ManagedCursor>,
+    pool: &ReplayExecutorPool,
+    reads: Arc<dyn ReadDispatcher>,
+    timer: Arc<dyn Timer>,
+) -> PendingAckHandle {
+    let config = HandleConfig {
+        replay: ReplayConfig {
+            queue_capacity: CAP,
+            read_batch: B,
+        },
+        ..HandleConfig::default()
+    };
+    PendingAckHandle::new(name, Arc::clone(cursor), pool, reads, timer, config).unwrap()
+}
+
+/// Writes one run's `lines` (spec terms, `Init` first) to `out`, each tagged
+/// with its run `t` (1-based); returns the lines written.
+pub fn write_run(out: &mut impl std::io::Write, t: usize, lines: &[Value]) -> usize {
+    for v in lines {
+        let mut line = serde_json::Map::new();
+        line.insert("t".into(), Value::from(t));
+        line.extend(v.as_object().unwrap().clone());
+        writeln!(out, "{}", Value::Object(line)).unwrap();
+    }
+    lines.len()
+}
+
+/// Writes `runs` to `path` ([`write_run`], `t` = 1, 2, ...); returns the
+/// lines written.
 pub fn write_runs(path: &str, runs: &[Vec<Value>]) -> usize {
     use std::io::Write;
     let mut out = std::io::BufWriter::new(std::fs::File::create(path).unwrap());
-    let mut steps = 0;
-    for (k, lines) in runs.iter().enumerate() {
-        for v in lines {
-            let mut line = serde_json::Map::new();
-            line.insert("t".into(), Value::from(k + 1));
-            line.extend(v.as_object().unwrap().clone());
-            writeln!(out, "{}", Value::Object(line)).unwrap();
-            steps += 1;
-        }
-    }
+    let steps = runs
+        .iter()
+        .enumerate()
+        .map(|(k, lines)| write_run(&mut out, k + 1, lines))
+        .sum();
     out.flush().unwrap();
     steps
 }
