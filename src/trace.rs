@@ -201,10 +201,16 @@ pub mod pending_ack {
         "HTimer",
     ];
 
-    /// Records `action` with `fields` and `"h"`: the handle's name (`h` is
-    /// the handle's name or a replay attempt's, `handle#generation`).
+    /// Records `action` with `fields` and `"h"`: the handle's name. `h` is
+    /// the handle's name, or a replay attempt's (`handle#generation`, whose
+    /// `#digits` suffix is removed). A handle whose own name ends in
+    /// `#digits` would be split the same way; the simulator's and the
+    /// tests' names never do.
     fn record(action: &'static str, h: &str, fields: serde_json::Value) {
-        let handle = h.rsplit_once('#').map_or(h, |(name, _)| name);
+        let handle = match h.rsplit_once('#') {
+            Some((name, gen)) if !gen.is_empty() && gen.bytes().all(|b| b.is_ascii_digit()) => name,
+            _ => h,
+        };
         let mut fields = fields;
         fields["h"] = handle.into();
         super::record(action, fields);

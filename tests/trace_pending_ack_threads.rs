@@ -14,7 +14,10 @@
 //! Each hook sits right after the atomic load or store its spec action
 //! stands for, with no scheduling point of shuttle's in between (the trace
 //! log is a `std` mutex, not a facade one), so the order of the lines is the
-//! order the actions ran in. The handle's `init()` runs after recording
+//! order the actions ran in. One exception: `ReadFail` (W1) is recorded as
+//! `read_failed` starts, before the failure is stored under its slot's lock;
+//! the replay thread reads that slot only after its loop ended, and its loop
+//! ends on this failure only after W2, which follows the store. The handle's `init()` runs after recording
 //! starts (the executor thread may start the attempt at once): its `HTimer`
 //! line (None → Initializing) precedes the spec's initial state, which is
 //! already Initializing, and is dropped.
