@@ -358,7 +358,15 @@ mod tests {
         let t = SystemTimer::start().unwrap();
         let shared = std::sync::Arc::clone(&t.shared);
         t.schedule(60_000, Box::new(|| ()));
-        drop(t);
+        // Dropped on a helper thread: a timer thread that never stops makes
+        // this test fail in 5 s instead of hanging in the join.
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            drop(t);
+            let _ = tx.send(());
+        });
+        rx.recv_timeout(std::time::Duration::from_secs(5))
+            .expect("dropping the timer did not return within 5 s: its thread did not stop");
         // The thread held the other reference; drop joined it.
         assert_eq!(std::sync::Arc::strong_count(&shared), 1);
     }
