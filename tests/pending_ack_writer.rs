@@ -282,3 +282,51 @@ fn wait_timeout_with_huge_timeout_does_not_panic() {
     pool.run_pending();
     assert_eq!(waiter.wait_timeout(std::time::Duration::MAX), Some(Ok(())));
 }
+
+#[test]
+fn batching_limits_are_valid_at_pulsars_minimums_and_not_below() {
+    let at_minimum = WriterConfig {
+        batch_enabled: true,
+        max_records: 10,
+        max_bytes: 128 * 1024,
+        max_delay_ms: 1,
+    };
+    assert!(at_minimum.validate().is_ok());
+    for below in [
+        WriterConfig {
+            max_records: 9,
+            ..at_minimum
+        },
+        WriterConfig {
+            max_bytes: 128 * 1024 - 1,
+            ..at_minimum
+        },
+        WriterConfig {
+            max_delay_ms: 0,
+            ..at_minimum
+        },
+    ] {
+        assert!(
+            matches!(below.validate(), Err(PendingAckError::InvalidConfig(_))),
+            "{below:?}"
+        );
+    }
+}
+
+#[test]
+fn buffered_records_and_flushed_batches_are_counted() {
+    let (_ml, timer, w) = setup(batching());
+    let out: Results = Default::default();
+    assert_eq!((w.buffered(), w.flushes()), (0, 0));
+    for i in 0..3 {
+        append(&w, rec(i), &out);
+    }
+    assert_eq!(w.buffered(), 3);
+    assert!(timer.fire_next(), "the flush timer");
+    assert_eq!((w.buffered(), w.flushes()), (0, 1));
+    append(&w, rec(3), &out);
+    assert!(timer.fire_next());
+    assert_eq!((w.buffered(), w.flushes()), (0, 2));
+    assert_eq!(out.lock().unwrap().len(), 4);
+    assert!(format!("{w:?}").contains("BufferedWriter"));
+}

@@ -425,6 +425,52 @@ mod tests {
     }
 
     #[test]
+    fn applied_and_skipped_records_are_counted() {
+        let t1 = TxnId::new(0, 1);
+        let t2 = TxnId::new(0, 2);
+        let mut s = PendingAckState::default();
+        let ack = |t, e| PendingAckRecord::individual_ack(t, vec![AckedPosition::whole(p(e))]);
+        assert!(s.apply(&ack(t1, 1)));
+        assert!(s.apply(&ack(t1, 2)));
+        assert!(!s.apply(&ack(t2, 1)), "t1's pending ack: a conflict");
+        assert!(!s.apply(&ack(t1, 1)), "a re-read duplicate");
+        assert!(
+            !s.apply(&PendingAckRecord::abort(t2, AckType::Individual)),
+            "nothing held"
+        );
+        assert_eq!((s.records_applied(), s.records_skipped()), (2, 3));
+    }
+
+    #[test]
+    fn a_cumulative_ack_conflicts_with_another_txns_and_with_its_own_at_or_below() {
+        let t1 = TxnId::new(0, 1);
+        let t2 = TxnId::new(0, 2);
+        let mut s = PendingAckState::default();
+        assert_eq!(
+            s.apply_checked(&PendingAckRecord::cumulative_ack(t1, p(5))),
+            Ok(true)
+        );
+        let holder = |r: Result<(), PendingAckError>| match r {
+            Err(PendingAckError::AckConflict { holder, .. }) => holder,
+            other => panic!("expected a conflict, got {other:?}"),
+        };
+        // Another transaction, even above t1's position.
+        assert_eq!(
+            holder(s.check(&PendingAckRecord::cumulative_ack(t2, p(9)))),
+            Some(t1)
+        );
+        // t1 again, at or below its own pending position.
+        for e in [3, 5] {
+            assert_eq!(
+                holder(s.check(&PendingAckRecord::cumulative_ack(t1, p(e)))),
+                Some(t1)
+            );
+        }
+        // t1 moving its cumulative ack forward.
+        assert_eq!(s.check(&PendingAckRecord::cumulative_ack(t1, p(6))), Ok(()));
+    }
+
+    #[test]
     fn rereading_after_rewind_is_harmless() {
         let t1 = TxnId::new(0, 1);
         let t2 = TxnId::new(0, 2);
