@@ -530,6 +530,91 @@ mod tests {
 
     use crate::test_support::p;
 
+    fn invalid(r: &PendingAckRecord) -> bool {
+        matches!(r.validate(), Err(PendingAckError::InvalidRecord(_)))
+    }
+
+    fn individual(ap: AckedPosition) -> PendingAckRecord {
+        PendingAckRecord::individual_ack(TxnId::new(1, 7), vec![ap])
+    }
+
+    #[test]
+    fn txn_ids_display_as_their_two_halves() {
+        assert_eq!(TxnId::new(3, 7).to_string(), "(3,7)");
+    }
+
+    #[test]
+    fn only_an_ack_set_makes_a_batch_index_ack() {
+        assert!(!AckedPosition::whole(p(3, 4)).is_batch_index_ack());
+        let some = AckedPosition::batch_indexes(p(3, 4), 4, &[1]).unwrap();
+        assert!(some.is_batch_index_ack());
+    }
+
+    #[test]
+    fn position_ids_from_zero_are_valid() {
+        assert!(individual(AckedPosition::whole(p(0, 0))).validate().is_ok());
+        assert!(invalid(&individual(AckedPosition::whole(p(-1, 0)))));
+        assert!(invalid(&individual(AckedPosition::whole(p(0, -1)))));
+    }
+
+    #[test]
+    fn an_individual_ack_set_needs_a_batch_size_a_cumulative_one_need_not() {
+        let bits = AckedPosition {
+            position: p(3, 4),
+            batch_size: 0,
+            ack_set: vec![0b1010],
+        };
+        assert!(invalid(&individual(bits.clone())));
+        let cumulative = PendingAckRecord {
+            positions: vec![bits],
+            ..PendingAckRecord::cumulative_ack(TxnId::new(1, 7), p(3, 4))
+        };
+        assert!(
+            cumulative.validate().is_ok(),
+            "Pulsar writes no batch_size there"
+        );
+        // With a batch_size, a cumulative ack's bits are checked too.
+        let over = AckedPosition {
+            position: p(3, 4),
+            batch_size: 2,
+            ack_set: vec![0b100],
+        };
+        let cumulative = PendingAckRecord {
+            positions: vec![over],
+            ..PendingAckRecord::cumulative_ack(TxnId::new(1, 7), p(3, 4))
+        };
+        assert!(invalid(&cumulative));
+    }
+
+    #[test]
+    fn ack_set_bits_at_or_above_the_batch_size_are_rejected_in_the_last_word() {
+        // 100 messages: word 1 holds indexes 64..=127, valid up to bit 35.
+        let with_bit = |bit: u32| {
+            individual(AckedPosition {
+                position: p(3, 4),
+                batch_size: 100,
+                ack_set: vec![-1, 1i64 << bit],
+            })
+        };
+        assert!(with_bit(35).validate().is_ok());
+        assert!(invalid(&with_bit(36)), "index 100");
+        assert!(invalid(&with_bit(40)), "index 104");
+    }
+
+    #[test]
+    fn a_cumulative_ack_lists_exactly_one_position() {
+        let two = PendingAckRecord {
+            positions: vec![AckedPosition::whole(p(3, 4)), AckedPosition::whole(p(3, 5))],
+            ..PendingAckRecord::cumulative_ack(TxnId::new(1, 7), p(3, 4))
+        };
+        assert!(invalid(&two));
+        let none = PendingAckRecord {
+            positions: vec![],
+            ..PendingAckRecord::cumulative_ack(TxnId::new(1, 7), p(3, 4))
+        };
+        assert!(invalid(&none));
+    }
+
     #[test]
     fn single_and_batched_round_trip() {
         let t = TxnId::new(1, 7);
