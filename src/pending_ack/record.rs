@@ -197,9 +197,11 @@ impl AckedPosition {
             }
             words[(i / 64) as usize] &= !(1i64 << (i % 64));
         }
-        while words.last() == Some(&0) {
-            words.pop();
-        }
+        let used = words
+            .iter()
+            .rposition(|w| *w != 0)
+            .map_or(0, |last| last + 1);
+        words.truncate(used);
         // Every index acknowledged leaves no word: the whole entry, as Pulsar
         // sends it.
         Ok(Self {
