@@ -604,6 +604,18 @@ mod tests {
     }
 
     #[test]
+    fn a_batched_entry_header_is_exactly_four_bytes() {
+        let mut header = BATCHED_ENTRY_MAGIC.to_be_bytes().to_vec();
+        header.extend(BATCHED_ENTRY_VERSION.to_be_bytes());
+        let short = |r: Result<Vec<PendingAckRecord>, PendingAckError>| matches!(r, Err(PendingAckError::Decode { reason, .. }) if reason.contains("shorter than its 4-byte header"));
+        assert!(short(decode_entry(p(1, 0), &header[..3])));
+        assert!(
+            !short(decode_entry(p(1, 0), &header)),
+            "a whole header is not short"
+        );
+    }
+
+    #[test]
     fn a_cumulative_ack_lists_exactly_one_position() {
         let two = PendingAckRecord {
             positions: vec![AckedPosition::whole(p(3, 4)), AckedPosition::whole(p(3, 5))],
