@@ -216,6 +216,29 @@ pub mod pending_ack {
         super::record(action, fields);
     }
 
+    /// Entry number of the position `p` (`[ledger_id, entry_id]`) in the
+    /// spec's terms: 1 + the entries of `log` (in order) before it, so the
+    /// log's entries are 1..=N and N+1 is past the end.
+    pub fn entry_number(log: &[Position], p: &serde_json::Value) -> usize {
+        let p = Position::new(
+            p[0].as_i64().unwrap_or(i64::MIN),
+            p[1].as_i64().unwrap_or(i64::MIN),
+        );
+        1 + log.iter().filter(|q| **q < p).count()
+    }
+
+    /// Rewrites a hook line's positions (`rp`, `entry`) as entry numbers
+    /// ([`entry_number`]); an empty poll (`entry: null`) becomes 0.
+    pub fn to_entry_numbers(line: &mut serde_json::Value, log: &[Position]) {
+        for key in ["rp", "entry"] {
+            match line.get(key).cloned() {
+                Some(serde_json::Value::Null) => line[key] = 0.into(),
+                Some(p) => line[key] = entry_number(log, &p).into(),
+                None => {}
+            }
+        }
+    }
+
     /// `Init` (the environment's initial choice, written by the simulator
     /// when it creates handle `h`, before `init()`): the pending-ack log's
     /// entries after the cursor's mark-delete (`log`, in order), the

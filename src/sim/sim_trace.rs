@@ -41,6 +41,8 @@ use std::path::Path;
 use serde_json::{json, Value};
 
 use super::Workload;
+use crate::position::Position;
+use crate::trace::pending_ack;
 
 /// The spec file names and the actions of each (the hook lines' `action`).
 const PERMITS: &str = "PermitConservation";
@@ -93,17 +95,10 @@ pub fn write(
         let mut out = std::io::BufWriter::new(std::fs::File::create(&path)?);
         let mut steps = 0;
         for (t, key) in order.iter().enumerate() {
-            let mut head = init.clone();
-            head["t"] = Value::from(t + 1);
-            writeln!(out, "{head}")?;
-            for mut v in permits.remove(key).unwrap_or_default() {
-                v["t"] = Value::from(t + 1);
-                writeln!(out, "{v}")?;
-                steps += 1;
-            }
+            steps += write_run(&mut out, t + 1, &init, &permits[key])?;
         }
         out.flush()?;
-        written.push((PERMITS.to_string(), order.len(), steps + order.len()));
+        written.push((PERMITS.to_string(), order.len(), steps));
     }
     written.extend(write_pending_ack(dir, lines)?);
     let mut summary = std::io::BufWriter::new(std::fs::File::create(dir.join("summary.tsv"))?);
@@ -118,7 +113,7 @@ const PENDING_ACK: &str = "PendingAckReplay";
 
 /// One pending-ack handle's run: its `Init` data and its lines.
 struct HandleRun {
-    log: Vec<(i64, i64)>,
+    log: Vec<Position>,
     init: Value,
     lines: Vec<Value>,
     partial_loss: bool,
@@ -134,15 +129,38 @@ impl HandleRun {
         })
     }
 
-    /// Entry number of position `p` (`[ledger_id, entry_id]`): 1 + the
-    /// log entries before it.
-    fn index(&self, p: &Value) -> Value {
-        let key = (
-            p[0].as_i64().unwrap_or(i64::MIN),
-            p[1].as_i64().unwrap_or(i64::MIN),
-        );
-        Value::from(1 + self.log.iter().filter(|q| **q < key).count())
+    /// The most `ReadFail` lines of kind `k` in one of `runs`.
+    fn most_read_failures<'a>(runs: impl Iterator<Item = &'a HandleRun>, k: &str) -> usize {
+        runs.map(|r| {
+            r.lines
+                .iter()
+                .filter(|v| v["action"] == "ReadFail" && v["k"] == k)
+                .count()
+        })
+        .max()
+        .unwrap_or(0)
     }
+}
+
+/// Writes one run `t` (1-based): `head` (its `Init` line), then `lines`,
+/// each tagged with `t`; returns the lines written.
+fn write_run<'a>(
+    out: &mut impl Write,
+    t: usize,
+    head: &Value,
+    lines: impl IntoIterator<Item = &'a Value>,
+) -> std::io::Result<usize> {
+    let mut head = head.clone();
+    head["t"] = Value::from(t);
+    writeln!(out, "{head}")?;
+    let mut n = 1;
+    for v in lines {
+        let mut v = v.clone();
+        v["t"] = Value::from(t);
+        writeln!(out, "{v}")?;
+        n += 1;
+    }
+    Ok(n)
 }
 
 /// Writes the `PendingAckReplay@...` files; returns name, runs and lines per
@@ -196,11 +214,16 @@ fn write_pending_ack(dir: &Path, lines: &[String]) -> std::io::Result<Vec<(Strin
                 if let Some(prev) = open.remove(&h) {
                     close(prev, &mut dropped, false);
                 }
-                let log: Vec<(i64, i64)> = v["log"]
+                let log: Vec<Position> = v["log"]
                     .as_array()
                     .map(|ps| {
                         ps.iter()
-                            .map(|p| (p[0].as_i64().unwrap_or(0), p[1].as_i64().unwrap_or(0)))
+                            .map(|p| {
+                                Position::new(
+                                    p[0].as_i64().unwrap_or(0),
+                                    p[1].as_i64().unwrap_or(0),
+                                )
+                            })
                             .collect()
                     })
                     .unwrap_or_default();
@@ -215,7 +238,7 @@ fn write_pending_ack(dir: &Path, lines: &[String]) -> std::io::Result<Vec<(Strin
                     "action": "Init",
                     "lost": v["lost"],
                     "autoSkip": v["autoSkip"],
-                    "rp": run.index(&v["rp"]),
+                    "rp": pending_ack::entry_number(&run.log, &v["rp"]),
                 });
                 open.insert(h, run);
             }
@@ -224,7 +247,7 @@ fn write_pending_ack(dir: &Path, lines: &[String]) -> std::io::Result<Vec<(Strin
                     run.partial_loss = true;
                 }
             }
-            a if crate::trace::pending_ack::ACTIONS.contains(&a) => {
+            a if pending_ack::ACTIONS.contains(&a) => {
                 let Some(run) = open.get_mut(&h) else {
                     continue;
                 };
@@ -235,13 +258,7 @@ fn write_pending_ack(dir: &Path, lines: &[String]) -> std::io::Result<Vec<(Strin
                 if let Some(m) = v.as_object_mut() {
                     m.remove("h");
                 }
-                for key in ["rp", "entry"] {
-                    match v.get(key).cloned() {
-                        Some(Value::Null) => v[key] = Value::from(0),
-                        Some(p) => v[key] = run.index(&p),
-                        None => {}
-                    }
-                }
+                pending_ack::to_entry_numbers(&mut v, &run.log);
                 run.lines.push(v);
             }
             _ => {}
@@ -256,28 +273,9 @@ fn write_pending_ack(dir: &Path, lines: &[String]) -> std::io::Result<Vec<(Strin
     }
     let mut written = Vec::new();
     for (n, runs) in by_n {
-        let transient = runs
-            .iter()
-            .map(|r| {
-                r.lines
-                    .iter()
-                    .filter(|v| v["action"] == "ReadFail" && v["k"] == "transient")
-                    .count()
-            })
-            .max()
-            .unwrap_or(0)
-            .max(3);
-        let nonrec = runs
-            .iter()
-            .filter(|r| r.init["lost"] != true)
-            .map(|r| {
-                r.lines
-                    .iter()
-                    .filter(|v| v["action"] == "ReadFail" && v["k"] == "nonrec")
-                    .count()
-            })
-            .max()
-            .unwrap_or(0);
+        let transient = HandleRun::most_read_failures(runs.iter(), "transient").max(3);
+        let nonrec =
+            HandleRun::most_read_failures(runs.iter().filter(|r| r.init["lost"] != true), "nonrec");
         let name = format!(
             "{PENDING_ACK}@N={n},B={},Cap={},MaxTransient={transient},MaxNonrec={nonrec}",
             super::engine::PENDING_ACK_READ_BATCH,
@@ -287,18 +285,10 @@ fn write_pending_ack(dir: &Path, lines: &[String]) -> std::io::Result<Vec<(Strin
             std::io::BufWriter::new(std::fs::File::create(dir.join(format!("{name}.ndjson")))?);
         let mut steps = 0;
         for (t, run) in runs.iter().enumerate() {
-            let mut head = run.init.clone();
-            head["t"] = Value::from(t + 1);
-            writeln!(out, "{head}")?;
-            for v in &run.lines {
-                let mut v = v.clone();
-                v["t"] = Value::from(t + 1);
-                writeln!(out, "{v}")?;
-                steps += 1;
-            }
+            steps += write_run(&mut out, t + 1, &run.init, &run.lines)?;
         }
         out.flush()?;
-        written.push((name, runs.len(), steps + runs.len()));
+        written.push((name, runs.len(), steps));
     }
     for (why, count) in dropped {
         written.push((format!("{PENDING_ACK} ({why})"), count, 0));

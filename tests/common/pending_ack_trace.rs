@@ -162,10 +162,6 @@ pub fn set_up(r: Run, name: &str) -> (Arc<ManagedLedger>, Arc<ManagedCursor>, Ve
 
 /// The run's hook lines in spec terms, after its `Init` line.
 pub fn to_spec(r: Run, layout: &Layout, lines: Vec<String>) -> Vec<Value> {
-    let index = |p: &Value| -> usize {
-        let p = Position::new(p[0].as_i64().unwrap(), p[1].as_i64().unwrap());
-        1 + layout.log.iter().filter(|q| **q < p).count()
-    };
     let mut out = vec![json!({
         "action": "Init", "lost": r.lost, "autoSkip": r.auto_skip, "rp": layout.start_rp
     })];
@@ -175,16 +171,7 @@ pub fn to_spec(r: Run, layout: &Layout, lines: Vec<String>) -> Vec<Value> {
         if !SPEC_ACTIONS.contains(&v["action"].as_str().unwrap()) {
             continue;
         }
-        for key in ["rp", "entry"] {
-            match v.get(key).cloned() {
-                Some(Value::Null) => v[key] = Value::from(0),
-                Some(p) => v[key] = Value::from(index(&p)),
-                None => {}
-            }
-        }
-        if v["state"] == "Initializing" {
-            v["state"] = Value::from("Init");
-        }
+        pulsar_core::trace::pending_ack::to_entry_numbers(&mut v, &layout.log);
         out.push(v);
     }
     out
