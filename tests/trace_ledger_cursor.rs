@@ -1,64 +1,34 @@
 //! Trace recording for `specs/TraceLedgerCursor.tla`: the managed-ledger
-//! cursor of `src/ledger` driven by fixed-seed random operation sequences
-//! (append batches across ledger rollovers, reads of 1..=3 entries,
-//! forward mark-deletes, rewinds). The hook lines (src/trace.rs) hold
-//! positions; this recorder flattens them to the spec's entry numbers
+//! cursor of `src/ledger` driven by the cases of the proptest model test
+//! (`tests/ledger_cursor_model.rs`: appends across ledger rollovers, reads of
+//! 1..=3 entries, forward, backward and beyond-the-end mark-deletes,
+//! rewinds), generated from a fixed seed and each checked against the
+//! reference model while it is recorded. The hook lines (src/trace.rs)
+//! hold positions; this recorder flattens them to the spec's entry numbers
 //! (entries in append order; `(L, -1)` is the entry before ledger L's
-//! first) and writes every run, tagged `t`, to
+//! first) and writes every case, tagged `t`, to
 //! `$PULSAR_TRACE_DIR/LedgerCursor.ndjson` (default `target/traces`).
-//! `.ci/check trace` has TLC validate them against LedgerCursor.
+//! `.ci/trace LedgerCursor` has TLC validate them against LedgerCursor.
 #![cfg(all(feature = "trace", not(any(loom, feature = "shuttle"))))]
 
 use std::collections::BTreeMap;
 use std::io::Write;
-use std::sync::Arc;
 
-use pulsar_core::ledger::{LedgerConfig, ManagedLedger, MemoryStore};
-use pulsar_core::{trace, Position};
-use rand::{Rng, SeedableRng};
-use rand_chacha::ChaCha8Rng;
+use proptest::strategy::{Strategy, ValueTree};
+use proptest::test_runner::{Config, RngAlgorithm, TestRng, TestRunner};
+use pulsar_core::trace;
 use serde_json::Value;
 
-const RUNS: u64 = 30;
-const OPS: usize = 40;
-const SEED: u64 = 0x0014_1ed9_e4c0;
+#[path = "common/ledger_cursor_model.rs"]
+mod ledger_cursor_model;
+use ledger_cursor_model::*;
+
+/// Cases recorded (one trace each).
+const RUNS: u32 = 60;
+const OPS: usize = 60;
+const SEED: [u8; 32] = *b"pulsar-core trace LedgerCursor 1";
 /// The trace cfg's MaxEntries.
 const MAX_ENTRIES: usize = 12;
-
-fn run(seed: u64) -> Vec<String> {
-    let mut rng = ChaCha8Rng::seed_from_u64(seed);
-    let config = LedgerConfig {
-        max_entries_per_ledger: 3,
-        auto_skip_non_recoverable_data: false,
-    };
-    let ml = ManagedLedger::open("trace", config, Arc::new(MemoryStore::new())).unwrap();
-    trace::start();
-    let cursor = ml.open_cursor("sub").unwrap();
-    let mut appended: Vec<Position> = Vec::new();
-    for _ in 0..OPS {
-        match rng.random_range(0..4) {
-            0 if appended.len() < MAX_ENTRIES => {
-                let n = rng.random_range(1..=2).min(MAX_ENTRIES - appended.len());
-                let payloads: Vec<&[u8]> = vec![b"m"; n];
-                appended.extend(ml.append_batch(&payloads).unwrap());
-            }
-            1 => {
-                let _ = cursor.read_entries(rng.random_range(1..=3)).unwrap();
-            }
-            2 => {
-                let md = cursor.mark_delete_position();
-                let candidates: Vec<Position> =
-                    appended.iter().copied().filter(|p| *p >= md).collect();
-                if !candidates.is_empty() {
-                    let p = candidates[rng.random_range(0..candidates.len())];
-                    cursor.mark_delete(p).unwrap();
-                }
-            }
-            _ => cursor.rewind(),
-        }
-    }
-    trace::finish()
-}
 
 /// Flattens `[ledger, entry]` to the spec's entry number.
 fn flatten(lines: &[String]) -> Vec<Value> {
@@ -90,14 +60,37 @@ fn flatten(lines: &[String]) -> Vec<Value> {
 
 #[test]
 fn record_ledger_cursor_traces() {
+    let mut runner = TestRunner::new_with_rng(
+        Config::default(),
+        TestRng::from_seed(RngAlgorithm::ChaCha, &SEED),
+    );
+    let strategy = ops(OPS);
+    // Every case is recorded, also one the model check fails: TLC judges
+    // its lines first (a trace the spec cannot follow is the finding the
+    // trace layer exists for); the model failures fail the test after the
+    // file is written.
+    let mut traces: Vec<Vec<String>> = Vec::new();
+    let mut disagreements: Vec<String> = Vec::new();
+    for case in 0..RUNS {
+        let ops = strategy.new_tree(&mut runner).unwrap().current();
+        trace::start();
+        let checked = run_case(&ops, MAX_ENTRIES);
+        let lines = trace::finish();
+        if let Err(e) = checked {
+            disagreements.push(format!("case {case}: {e}; ops = {ops:?}"));
+        }
+        // A case of refused mark-deletes only records nothing.
+        if !lines.is_empty() {
+            traces.push(lines);
+        }
+    }
     let dir = std::env::var("PULSAR_TRACE_DIR").unwrap_or_else(|_| "target/traces".into());
     std::fs::create_dir_all(&dir).unwrap();
     let path = format!("{dir}/LedgerCursor.ndjson");
     let mut out = std::io::BufWriter::new(std::fs::File::create(&path).unwrap());
     let mut steps = 0;
-    for k in 0..RUNS {
-        let lines = run(SEED + k);
-        for mut v in flatten(&lines) {
+    for (k, lines) in traces.iter().enumerate() {
+        for mut v in flatten(lines) {
             let action = v["action"].clone();
             let obj = v.as_object_mut().unwrap();
             obj.remove("action");
@@ -111,5 +104,13 @@ fn record_ledger_cursor_traces() {
     }
     out.flush().unwrap();
     assert!(steps > RUNS as usize * 10, "runs recorded almost nothing");
-    eprintln!("recorded {RUNS} traces, {steps} steps: {path}");
+    assert!(
+        disagreements.is_empty(),
+        "the cursor disagreed with the reference model:\n{}",
+        disagreements.join("\n")
+    );
+    eprintln!(
+        "recorded {} traces ({RUNS} cases), {steps} steps: {path}",
+        traces.len()
+    );
 }

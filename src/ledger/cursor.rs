@@ -4,15 +4,16 @@
 //! # Invariants
 //!
 //! `specs/LedgerCursor.tla`; trace validation (`specs/TraceLedgerCursor.tla`)
-//! replays seeded operation sequences recorded by
+//! replays the proptest model test's operation sequences
+//! (`tests/ledger_cursor_model.rs`, fixed seed) recorded by
 //! `tests/trace_ledger_cursor.rs` through the hooks of
 //! `crate::trace::ledger_cursor` (feature `trace`): `AppendEntry`, `Read`,
 //! `MarkDelete`, `Rewind`.
 //!
 //! | spec invariant | maintained by | checked by |
 //! |---|---|---|
-//! | `ReadAfterMarkDelete` (read position after mark-delete) | [`ManagedCursor::mark_delete_with_ranges`] (pushes the read position past it), [`ManagedCursor::rewind`] | `tests/ledger.rs`; trace validation of 30 runs (`.ci/check trace`) |
-//! | `RewindLandsOnNext` | [`ManagedCursor::rewind`] (`next_valid_position(mark_delete)`) | `tests/ledger.rs`; trace validation; `tests/trace_mutants/ledger_cursor_rewind_to_mark_delete.patch` rejected at `Rewind` |
+//! | `ReadAfterMarkDelete` (read position after mark-delete) | [`ManagedCursor::mark_delete_with_ranges`] (pushes the read position past it), [`ManagedCursor::rewind`] | `tests/ledger.rs`, `tests/ledger_cursor_model.rs`; trace validation of 60 cases (`.ci/check trace`) |
+//! | `RewindLandsOnNext` | [`ManagedCursor::rewind`] (`next_valid_position(mark_delete)`) | `tests/ledger.rs`, `tests/ledger_cursor_model.rs`; trace validation; `tests/trace_mutants/ledger_cursor_rewind_to_mark_delete.patch` rejected at `Rewind` |
 //! | `MarkDeleteConfirmed`, `MarkDeleteMonotone` | [`ManagedCursor::mark_delete_with_ranges`] (`MarkDeleteBackward`, `BeyondLastConfirmed`) | `tests/ledger.rs`; trace validation |
 //! | `Read(k)` returns `read..min(read+k-1, lce)` | [`ManagedCursor::read_entries`] | `tests/ledger.rs`; trace validation (each `Read` line's new read position) |
 

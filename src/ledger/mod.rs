@@ -31,9 +31,9 @@
 //!
 //! | spec invariant (`LedgerCursor`) | maintained by | tests | traces |
 //! |---|---|---|---|
-//! | `ReadAfterMarkDelete`: the read position is after the mark-delete | [`ManagedCursor::read_entries`], [`ManagedCursor::mark_delete`] (moves the read position along) | `tests/ledger.rs` `mark_delete_rewind_and_reset`, `append_rolls_over_and_reads_in_order` | `specs/TraceLedgerCursor.tla` on `tests/trace_ledger_cursor.rs`'s runs (`Read`/`MarkDelete` pin the read position) |
-//! | `MarkDeleteConfirmed`, `MarkDeleteMonotone`: mark-delete only on confirmed entries, never backward (except [`ManagedCursor::reset`]) | [`ManagedCursor::mark_delete`] | `tests/ledger.rs` `l2_mark_delete_rejects_invalid_positions_and_ranges` | same traces (`MarkDelete` pins the position) |
-//! | `RewindLandsOnNext`: rewind lands on the entry after the mark-delete | [`ManagedCursor::rewind`] | `tests/ledger.rs` `mark_delete_rewind_and_reset` | same traces (`Rewind`; trace-only mutant `ledger_cursor_rewind_to_mark_delete` is rejected) |
+//! | `ReadAfterMarkDelete`: the read position is after the mark-delete | [`ManagedCursor::read_entries`], [`ManagedCursor::mark_delete`] (moves the read position along) | `tests/ledger.rs` `mark_delete_rewind_and_reset`, `append_rolls_over_and_reads_in_order`; `tests/ledger_cursor_model.rs` `cursor_matches_reference_model` (proptest, reference model) | `specs/TraceLedgerCursor.tla` on `tests/trace_ledger_cursor.rs`'s runs (the model test's cases) (`Read`/`MarkDelete` pin the read position) |
+//! | `MarkDeleteConfirmed`, `MarkDeleteMonotone`: mark-delete only on confirmed entries, never backward (except [`ManagedCursor::reset`]) | [`ManagedCursor::mark_delete`] | `tests/ledger.rs` `l2_mark_delete_rejects_invalid_positions_and_ranges`; `tests/ledger_cursor_model.rs` (backward and beyond-the-end mark-deletes refused, nothing changes) | same traces (`MarkDelete` pins the position) |
+//! | `RewindLandsOnNext`: rewind lands on the entry after the mark-delete | [`ManagedCursor::rewind`] | `tests/ledger.rs` `mark_delete_rewind_and_reset`; `tests/ledger_cursor_model.rs` (reads after a rewind) | same traces (`Rewind`; mutant `ledger_cursor_rewind_to_mark_delete` is rejected there and fails the model test) |
 //!
 //! ```
 //! use std::sync::Arc;
