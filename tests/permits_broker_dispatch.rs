@@ -8,7 +8,8 @@
 #![cfg(not(any(loom, feature = "shuttle")))]
 
 use pulsar_core::permits::broker::{
-    AdmitAll, BrokerEntry, BrokerPermitError, ConsumerKey, SendMessagesResult, SharedDispatcher,
+    AdmitAll, BrokerEntry, BrokerPermitError, ConsumerKey, NotSentReason, SendMessagesResult,
+    SharedDispatcher,
 };
 use pulsar_core::Position;
 
@@ -103,4 +104,92 @@ fn a_batch_with_every_index_deliverable_is_sent_whole() {
     assert!(SendMessagesResult::new(0).is_empty());
     assert_eq!(d.consumer(k).unwrap().unacked_messages(), 8);
     assert_eq!(d.consumer(k).unwrap().available_permits(), 92);
+}
+
+/// Ledger id 0 and entry id 0 are positions like any other (BookKeeper
+/// ledger ids start at 0): such an entry is sent. Only a negative ledger or
+/// entry id, which `MessageIdData` cannot carry, is refused.
+#[test]
+fn ids_zero_are_sent_and_negative_ids_are_refused() {
+    let mut d = SharedDispatcher::new();
+    let k = key(1, 1);
+    d.add_consumer(k, 0).unwrap();
+    d.consumer_flow(k, 10).unwrap();
+    let at = |l, e| BrokerEntry {
+        position: Position::new(l, e),
+        batch_size: 1,
+        ack_set: vec![],
+    };
+    let dispatch = d
+        .send_to_consumer(k, vec![at(0, 0), at(-1, 0), at(0, -1)], &mut AdmitAll)
+        .unwrap();
+    assert_eq!(dispatch.commands.len(), 1);
+    assert_eq!(dispatch.commands[0].message_id.ledger_id, 0);
+    assert_eq!(dispatch.commands[0].message_id.entry_id, 0);
+    assert_eq!(
+        dispatch.not_sent,
+        vec![
+            (Position::new(-1, 0), NotSentReason::InvalidPosition),
+            (Position::new(0, -1), NotSentReason::InvalidPosition),
+        ]
+    );
+    assert_eq!(d.total_available_permits(), 9);
+}
+
+/// Every dispatch that sends gets its own write id: a failed write removes
+/// the consumer it went to and no other, and the other write still reports.
+#[test]
+fn each_dispatch_has_its_own_write_id() {
+    let mut d = SharedDispatcher::new();
+    let (a, b) = (key(1, 1), key(1, 2));
+    for k in [a, b] {
+        d.add_consumer(k, 0).unwrap();
+        d.consumer_flow(k, 10).unwrap();
+    }
+    let da = d
+        .send_to_consumer(a, vec![entry(0, 1, vec![])], &mut AdmitAll)
+        .unwrap();
+    let db = d
+        .send_to_consumer(b, vec![entry(1, 1, vec![])], &mut AdmitAll)
+        .unwrap();
+    let (wa, wb) = (da.write_id.unwrap(), db.write_id.unwrap());
+    assert_ne!(wa, wb);
+    let removed = d
+        .on_write_complete(wb, Err("connection reset".into()))
+        .unwrap()
+        .unwrap();
+    assert_eq!(removed.key, b);
+    assert_eq!(removed.replayed, vec![Position::new(4, 1)]);
+    assert!(d.consumer(a).is_some(), "a's write did not fail");
+    assert_eq!(d.on_write_complete(wa, Ok(())), Ok(None));
+}
+
+/// Removing a consumer forgets its own outstanding writes only: the other
+/// consumer's write still reports, and its failure removes that consumer.
+#[test]
+fn removing_a_consumer_keeps_the_other_consumers_writes() {
+    let mut d = SharedDispatcher::new();
+    let (a, b) = (key(1, 1), key(1, 2));
+    for k in [a, b] {
+        d.add_consumer(k, 0).unwrap();
+        d.consumer_flow(k, 10).unwrap();
+    }
+    let da = d
+        .send_to_consumer(a, vec![entry(0, 1, vec![])], &mut AdmitAll)
+        .unwrap();
+    let db = d
+        .send_to_consumer(b, vec![entry(1, 1, vec![])], &mut AdmitAll)
+        .unwrap();
+    d.remove_consumer(a).unwrap();
+    let wa = da.write_id.unwrap();
+    assert_eq!(
+        d.on_write_complete(wa, Ok(())),
+        Err(BrokerPermitError::UnknownWrite(wa))
+    );
+    let removed = d
+        .on_write_complete(db.write_id.unwrap(), Err("connection reset".into()))
+        .unwrap()
+        .unwrap();
+    assert_eq!(removed.key, b);
+    assert_eq!(d.consumers().count(), 0);
 }

@@ -559,3 +559,25 @@ fn decoders_never_panic_on_random_and_mutated_bytes() {
     );
     eprintln!("fuzz: {cases} cases, {accepted_frames} decoded as frames");
 }
+
+/// The default frame limit is Pulsar's: `maxMessageSize` (5 MiB) plus
+/// `Commands.MESSAGE_SIZE_FRAME_PADDING` (10 KiB) = 5,253,120 bytes. A frame
+/// whose `total_size` is the limit passes the size check (it is then only
+/// short of bytes); one byte more is refused before anything is read.
+#[test]
+fn default_frame_limit_is_pulsars_max_message_size_plus_padding() {
+    assert_eq!(DEFAULT_MAX_FRAME_SIZE, 5_253_120);
+    let at_limit = (DEFAULT_MAX_FRAME_SIZE as u32).to_be_bytes();
+    assert!(matches!(
+        decode_frame_prefix(&at_limit, DEFAULT_MAX_FRAME_SIZE),
+        Err(FrameError::Truncated { .. })
+    ));
+    let over = (DEFAULT_MAX_FRAME_SIZE as u32 + 1).to_be_bytes();
+    assert!(matches!(
+        decode_frame_prefix(&over, DEFAULT_MAX_FRAME_SIZE),
+        Err(FrameError::FrameTooLarge {
+            total_size: 5_253_121,
+            max: 5_253_120
+        })
+    ));
+}
