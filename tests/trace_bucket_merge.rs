@@ -49,7 +49,7 @@ use pulsar_core::delayed::{
 use pulsar_core::{trace, Position};
 use serde_json::{json, Value};
 
-const RUNS: u64 = 40;
+const RUNS: u64 = 120;
 const OPS: usize = 60;
 const SEED: [u8; 32] = *b"pulsar-core trace BucketMerge  1";
 /// Delivery time (ms) of message `p` (ledger `p`, 1-based): the spec's TS.
