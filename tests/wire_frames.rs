@@ -145,7 +145,14 @@ fn golden_message_frame_with_batch_payload_settles_exactly_p() {
         assert_eq!(cmd.ack_set, vec![0b1011]);
         assert_eq!(cmd.message_permits, Some(3));
         let entry = parse_entry_payload(f.headers_and_payload.unwrap()).unwrap();
-        assert_eq!(entry.broker_entry_metadata.is_some(), broker_entry);
+        // The broker-entry metadata is handed over as its own bytes:
+        // BrokerEntryMetadata{broker_timestamp 5, index 9}.
+        let bem: Option<&[u8]> = if broker_entry {
+            Some(&[0x08, 0x05, 0x10, 0x09])
+        } else {
+            None
+        };
+        assert_eq!(entry.broker_entry_metadata, bem);
         assert_eq!(entry.checksum, Some(reference_crc32c(&checksummed_body())));
         assert_eq!(entry.metadata.num_messages_in_batch, Some(4));
         let msgs = split_batch(entry.payload, 4).unwrap();
@@ -252,10 +259,13 @@ fn malformed_frames_are_typed_errors() {
     // trailing bytes: total_size disagrees with the buffer
     let mut long = good.clone();
     long.push(0);
-    assert!(matches!(
-        decode_frame(&long, max),
-        Err(FrameError::TotalSizeMismatch { .. })
-    ));
+    assert_eq!(
+        decode_frame(&long, max).err(),
+        Some(FrameError::TotalSizeMismatch {
+            total_size: good.len() as u32 - 4,
+            actual: good.len() + 1 - 4,
+        })
+    );
     // but a stream decoder takes the first frame and reports its length
     let (_, used) = decode_frame_prefix(&long, max).unwrap();
     assert_eq!(used, good.len());
@@ -580,4 +590,24 @@ fn default_frame_limit_is_pulsars_max_message_size_plus_padding() {
             max: 5_253_120
         })
     ));
+}
+
+/// A frame of `total_size` 4 holds a command size and nothing else: it is
+/// well framed (4 is the smallest such frame; below it is `FrameTooSmall`),
+/// and its empty `BaseCommand`, which lacks the required `type`, is refused
+/// as a protobuf error.
+#[test]
+fn a_frame_of_total_size_4_is_framed_and_its_empty_command_refused() {
+    let frame = [0, 0, 0, 4, 0, 0, 0, 0];
+    assert!(matches!(
+        decode_frame(&frame, DEFAULT_MAX_FRAME_SIZE),
+        Err(FrameError::Proto {
+            what: "BaseCommand",
+            ..
+        })
+    ));
+    assert_eq!(
+        decode_frame(&[0, 0, 0, 3, 0, 0, 0], DEFAULT_MAX_FRAME_SIZE).err(),
+        Some(FrameError::FrameTooSmall { total_size: 3 })
+    );
 }
