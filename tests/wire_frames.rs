@@ -611,3 +611,42 @@ fn a_frame_of_total_size_4_is_framed_and_its_empty_command_refused() {
         Some(FrameError::FrameTooSmall { total_size: 3 })
     );
 }
+
+/// A message that is not batched (no `num_messages_in_batch`) is encoded as
+/// Pulsar's producer writes it: `[0x0e01][crc32c][metadata_size][metadata]`
+/// and the payload bytes as they are, no `SingleMessageMetadata` framing.
+#[test]
+fn a_non_batched_message_is_encoded_with_its_payload_as_is() {
+    // MessageMetadata{producer_name "p", sequence_id 7, publish_time 1000}.
+    let md_bytes = &METADATA[..8];
+    let md = MessageMetadata::decode(md_bytes).unwrap();
+    assert_eq!(md.num_messages_in_batch, None);
+    let bytes = encode_entry_payload(
+        &md,
+        &[(SingleMessageMetadata::default(), b"hello".to_vec())],
+    );
+    let mut body = vec![0, 0, 0, 8];
+    body.extend_from_slice(md_bytes);
+    body.extend_from_slice(b"hello");
+    let mut expected = vec![0x0e, 0x01];
+    expected.extend_from_slice(&reference_crc32c(&body).to_be_bytes());
+    expected.extend_from_slice(&body);
+    assert_eq!(bytes, expected);
+    let entry = parse_entry_payload(&bytes).unwrap();
+    assert_eq!(entry.payload, b"hello");
+    assert_eq!(entry.metadata, md);
+}
+
+/// The broker-entry metadata prefix is `[0x0e02][size u32][bytes]` in front
+/// of the entry payload, and parsing hands both back unchanged.
+#[test]
+fn broker_entry_metadata_prefix_round_trips() {
+    let bem = [0x08, 0x05, 0x10, 0x09]; // BrokerEntryMetadata{broker_timestamp 5, index 9}
+    let payload = headers_and_payload(false);
+    let bytes = frame::with_broker_entry_metadata(&bem, &payload);
+    assert_eq!(bytes, headers_and_payload(true));
+    let entry = parse_entry_payload(&bytes).unwrap();
+    assert_eq!(entry.broker_entry_metadata, Some(&bem[..]));
+    assert_eq!(entry.checksum, Some(reference_crc32c(&checksummed_body())));
+    assert_eq!(entry.metadata.num_messages_in_batch, Some(4));
+}
