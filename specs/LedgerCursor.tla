@@ -2,8 +2,12 @@
 (***************************************************************************)
 (* The managed-ledger cursor of pulsar-core's substrate (src/ledger):      *)
 (* entries are appended to a log, a cursor reads forward from its read     *)
-(* position, acknowledges a prefix with mark-delete, and rewinds to the    *)
-(* first entry after the mark-delete position.                             *)
+(* position (plain reads, or reads that skip entries the caller declares   *)
+(* deleted and return the first run of entries it keeps), acknowledges a  *)
+(* prefix with mark-delete, rewinds to the first entry after the          *)
+(* mark-delete position, is reset to any position (a seek: the mark-delete *)
+(* moves to just before it, in either direction), and is recovered after  *)
+(* a restart from its persisted mark-delete.                               *)
 (*                                                                         *)
 (* Positions are flattened to 0..MaxEntries-1 (ledger rollover only        *)
 (* renumbers them); -1 is "nothing acknowledged".                          *)
@@ -22,9 +26,10 @@ VARIABLES lce,       \* last confirmed entry (-1 when the log is empty)
           md,        \* mark-delete position: every entry <= md is acknowledged
           read,      \* next entry a read returns
           delivered, \* entries returned by reads since the last rewind
-          rewound    \* TRUE right after a Rewind step
+          rewound,   \* TRUE right after a Rewind or Recover step
+          reset      \* TRUE right after a Reset step
 
-vars == <<lce, md, read, delivered, rewound>>
+vars == <<lce, md, read, delivered, rewound, reset>>
 
 Init ==
     /\ lce = -1
@@ -32,6 +37,7 @@ Init ==
     /\ read = 0
     /\ delivered = {}
     /\ rewound = FALSE
+    /\ reset = FALSE
 
 Min(a, b) == IF a < b THEN a ELSE b
 Max0(x) == IF x < 0 THEN 0 ELSE x
@@ -41,6 +47,7 @@ AppendEntry ==
     /\ lce < MaxEntries - 1
     /\ lce' = lce + 1
     /\ rewound' = FALSE
+    /\ reset' = FALSE
     /\ UNCHANGED <<md, read, delivered>>
 
 (* read_entries(k): returns entries read..min(read+k-1, lce), moves read. *)
@@ -50,7 +57,32 @@ Read(k) ==
         /\ delivered' = delivered \cup (read..last)
         /\ read' = last + 1
     /\ rewound' = FALSE
+    /\ reset' = FALSE
     /\ UNCHANGED <<lce, md>>
+
+(* read_entries_with_skip: the entries read..first-1 were declared deleted *)
+(* and passed over; first..last is the run returned (at most MaxBatch).    *)
+ReadRun(first, last) ==
+    /\ read <= first
+    /\ first <= last
+    /\ last <= lce
+    /\ last - first + 1 <= MaxBatch
+    /\ delivered' = delivered \cup (first..last)
+    /\ read' = last + 1
+    /\ rewound' = FALSE
+    /\ reset' = FALSE
+    /\ UNCHANGED <<lce, md>>
+
+(* read_entries_with_skip passed over entries declared deleted (a whole    *)
+(* window of them) without returning any: read moves forward, at most to  *)
+(* just past the last confirmed entry.                                     *)
+SkipTo(r) ==
+    /\ read <= r
+    /\ r <= lce + 1
+    /\ read' = r
+    /\ rewound' = FALSE
+    /\ reset' = FALSE
+    /\ UNCHANGED <<lce, md, delivered>>
 
 (* mark_delete(p): only forward, only up to lce; pushes read past p. *)
 MarkDelete(p) ==
@@ -59,6 +91,7 @@ MarkDelete(p) ==
     /\ md' = p
     /\ read' = IF read <= p THEN p + 1 ELSE read
     /\ rewound' = FALSE
+    /\ reset' = FALSE
     /\ UNCHANGED <<lce, delivered>>
 
 (* rewind(): read := next(mark-delete). The bug lands on mark-delete. *)
@@ -66,13 +99,38 @@ Rewind ==
     /\ read' = IF RewindToMarkDelete THEN Max0(md) ELSE md + 1
     /\ delivered' = {}
     /\ rewound' = TRUE
+    /\ reset' = FALSE
+    /\ UNCHANGED <<lce, md>>
+
+(* reset(p) (a seek): reading starts at r, the mark-delete moves to just   *)
+(* before it, forward or backward.                                         *)
+Reset(r) ==
+    /\ r <= lce + 1
+    /\ md' = r - 1
+    /\ read' = r
+    /\ delivered' = {}
+    /\ rewound' = FALSE
+    /\ reset' = TRUE
+    /\ UNCHANGED lce
+
+(* The cursor is recovered after a restart: the persisted mark-delete is  *)
+(* kept and reading starts after it (what a reader delivered is gone).     *)
+Recover ==
+    /\ read' = md + 1
+    /\ delivered' = {}
+    /\ rewound' = TRUE
+    /\ reset' = FALSE
     /\ UNCHANGED <<lce, md>>
 
 Next ==
     \/ AppendEntry
     \/ \E k \in 1..MaxBatch : Read(k)
+    \/ \E f, g \in 0..(MaxEntries - 1) : ReadRun(f, g)
+    \/ \E r \in 0..MaxEntries : SkipTo(r)
     \/ \E p \in -1..(MaxEntries - 1) : MarkDelete(p)
     \/ Rewind
+    \/ \E r \in 0..MaxEntries : Reset(r)
+    \/ Recover
 
 Spec == Init /\ [][Next]_vars
 
@@ -83,6 +141,7 @@ TypeOK ==
     /\ read \in 0..MaxEntries
     /\ delivered \subseteq 0..(MaxEntries - 1)
     /\ rewound \in BOOLEAN
+    /\ reset \in BOOLEAN
 
 (* The read position is always strictly after the mark-delete position.   *)
 ReadAfterMarkDelete == read > md
@@ -90,9 +149,9 @@ ReadAfterMarkDelete == read > md
 (* Mark-delete never passes the last confirmed entry.                       *)
 MarkDeleteConfirmed == md <= lce
 
-(* A rewind lands exactly on next(mark-delete).                             *)
+(* A rewind or a recovery lands exactly on next(mark-delete).               *)
 RewindLandsOnNext == rewound => read = md + 1
 
-(* Mark-delete is monotone: no step moves it backward.                      *)
-MarkDeleteMonotone == [][md' >= md]_vars
+(* Mark-delete is monotone: no step but a reset (a seek) moves it backward. *)
+MarkDeleteMonotone == [][reset' \/ md' >= md]_vars
 =============================================================================

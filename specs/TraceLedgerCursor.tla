@@ -10,7 +10,10 @@
 (* and the first unmatched line).                                         *)
 (*                                                                         *)
 (* Observation map: AppendEntry(p) -> lce' = p; Read(k) -> read' = read;  *)
-(* MarkDelete(md) -> md' = md, read' = read; Rewind -> read' = read.      *)
+(* ReadRun(first, last) -> read' = read; SkipTo(r) -> read' = read;       *)
+(* MarkDelete(md) -> md' = md, read' = read; Rewind -> read' = read;      *)
+(* Reset -> md' = md, read' = read; Recover -> the recovered mark-delete  *)
+(* must be the one persisted (md), read' = read.                          *)
 (***************************************************************************)
 EXTENDS LedgerCursor, Json, TLC, Sequences
 
@@ -33,8 +36,17 @@ IsAppendEntry == Line.action = "AppendEntry" /\ AppendEntry /\ lce' = Line.p
 IsRead == Line.action = "Read" /\ Read(Line.k) /\ read' = Line.read
 IsMarkDelete == Line.action = "MarkDelete" /\ MarkDelete(Line.md) /\ read' = Line.read
 IsRewind == Line.action = "Rewind" /\ Rewind /\ read' = Line.read
+IsReadRun ==
+    /\ Line.action = "ReadRun"
+    /\ ReadRun(Line.first, Line.last)
+    /\ read' = Line.read
+IsSkipTo == Line.action = "SkipTo" /\ SkipTo(Line.read)
+IsReset == Line.action = "Reset" /\ Reset(Line.read) /\ md' = Line.md
+IsRecover == Line.action = "Recover" /\ md = Line.md /\ Recover /\ read' = Line.read
 
-StepMatches == IsAppendEntry \/ IsRead \/ IsMarkDelete \/ IsRewind
+StepMatches ==
+    \/ IsAppendEntry \/ IsRead \/ IsReadRun \/ IsSkipTo
+    \/ IsMarkDelete \/ IsRewind \/ IsReset \/ IsRecover
 
 TraceNext ==
     \/ /\ l <= LastOf[t]

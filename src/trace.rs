@@ -181,6 +181,40 @@ pub mod ledger_cursor {
     pub fn rewind(read: Position) {
         record("Rewind", json!({ "read": [read.ledger_id, read.entry_id] }));
     }
+    /// `ReadRun(first, last)`: a read with skip returned the entries
+    /// `first..=last` (one ledger); the read position is now `read`.
+    pub fn read_run(first: Position, last: Position, read: Position) {
+        record(
+            "ReadRun",
+            json!({
+                "first": [first.ledger_id, first.entry_id],
+                "last": [last.ledger_id, last.entry_id],
+                "read": [read.ledger_id, read.entry_id],
+            }),
+        );
+    }
+    /// `SkipTo(r)`: a read with skip passed over entries declared deleted
+    /// (or a lost ledger, with auto-skip on) without returning any; the
+    /// read position is now `read`.
+    pub fn skip_to(read: Position) {
+        record("SkipTo", json!({ "read": [read.ledger_id, read.entry_id] }));
+    }
+    /// `Reset(r)`: a seek persisted mark-delete `md` and moved the read
+    /// position to `read`.
+    pub fn reset(md: Position, read: Position) {
+        record(
+            "Reset",
+            json!({ "md": [md.ledger_id, md.entry_id], "read": [read.ledger_id, read.entry_id] }),
+        );
+    }
+    /// `Recover`: a cursor was reopened from the store with mark-delete
+    /// `md`; its read position is `read`.
+    pub fn recover(md: Position, read: Position) {
+        record(
+            "Recover",
+            json!({ "md": [md.ledger_id, md.entry_id], "read": [read.ledger_id, read.entry_id] }),
+        );
+    }
 }
 
 /// Hooks of `specs/PendingAckReplay.tla` (src/pending_ack): one line per

@@ -48,7 +48,7 @@ fn flatten(lines: &[String]) -> Vec<Value> {
     values
         .into_iter()
         .map(|mut v| {
-            for key in ["p", "md", "read"] {
+            for key in ["p", "md", "read", "first", "last"] {
                 if let Some(p) = v.get(key).cloned() {
                     v[key] = flat(&p);
                 }

@@ -341,6 +341,8 @@ impl ManagedCursor {
             else {
                 // Past the last confirmed entry.
                 cursor.read_position = start;
+                #[cfg(feature = "trace")]
+                crate::trace::ledger_cursor::skip_to(start);
                 return Ok(Vec::new());
             };
             // Saturating: a `max_entries` beyond i64 means "all available";
@@ -374,6 +376,8 @@ impl ManagedCursor {
                     .ledger
                     .next_valid_position(Position::new(start.ledger_id, skipped_through));
                 cursor.read_position = pos;
+                #[cfg(feature = "trace")]
+                crate::trace::ledger_cursor::skip_to(pos);
                 continue;
             };
             // `run_start` was already asked; the run goes on from the next entry.
@@ -387,6 +391,8 @@ impl ManagedCursor {
                         .ledger
                         .next_valid_position(Position::new(start.ledger_id, info.entries - 1));
                     cursor.read_position = pos;
+                    #[cfg(feature = "trace")]
+                    crate::trace::ledger_cursor::skip_to(pos);
                     continue;
                 }
                 return Err(LedgerError::LedgerNotExist {
@@ -405,6 +411,12 @@ impl ManagedCursor {
             cursor.read_position = self
                 .ledger
                 .next_valid_position(Position::new(start.ledger_id, run_end));
+            #[cfg(feature = "trace")]
+            crate::trace::ledger_cursor::read_run(
+                Position::new(start.ledger_id, run_start),
+                Position::new(start.ledger_id, run_end),
+                cursor.read_position,
+            );
             return Ok(rows
                 .into_iter()
                 .map(|(e, data)| Entry {
@@ -670,6 +682,8 @@ impl ManagedCursor {
         cursor.mark_delete = md;
         cursor.individually_deleted.clear();
         cursor.read_position = read;
+        #[cfg(feature = "trace")]
+        crate::trace::ledger_cursor::reset(md, read);
         Ok(())
     }
 

@@ -525,7 +525,10 @@ impl ManagedLedger {
                 "cursor name must not be empty".into(),
             ));
         }
-        let (mark_delete, individually_deleted) = match self.store.load_cursor(&self.name, &name)? {
+        let loaded = self.store.load_cursor(&self.name, &name)?;
+        #[cfg(feature = "trace")]
+        let recovered = loaded.is_some();
+        let (mark_delete, individually_deleted) = match loaded {
             Some(c) => (c.mark_delete, c.individually_deleted),
             None => {
                 let first = {
@@ -542,6 +545,10 @@ impl ManagedLedger {
             }
         };
         let read_position = self.state.lock().next_valid_after(mark_delete);
+        #[cfg(feature = "trace")]
+        if recovered {
+            crate::trace::ledger_cursor::recover(mark_delete, read_position);
+        }
         Ok(ManagedCursor::new(
             Arc::clone(self),
             name,

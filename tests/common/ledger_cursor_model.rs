@@ -11,13 +11,17 @@
 //! a read returns (positions and payloads), the mark-delete position, the
 //! number of entries left to read. Rejected mark-deletes (backward, beyond
 //! the last confirmed entry) must return their typed error and change
-//! nothing.
+//! nothing. Reads with skip return the first run of entries the skip
+//! predicate keeps within a window of `k` entries of one ledger, passing
+//! over windows it skips entirely; a reset (seek) moves the mark-delete to
+//! just before the new read position in either direction; a reopened
+//! managed ledger recovers the cursor at its persisted mark-delete.
 
 use std::sync::Arc;
 
 use proptest::prelude::*;
 use proptest::sample::Index;
-use pulsar_core::ledger::{LedgerConfig, LedgerError, ManagedLedger, MemoryStore};
+use pulsar_core::ledger::{LedgerConfig, LedgerError, ManagedCursor, ManagedLedger, MemoryStore};
 use pulsar_core::Position;
 
 /// Entries per ledger: a run of a few dozen appends rolls over several
@@ -38,6 +42,14 @@ pub enum Op {
     MarkDeleteBeyond,
     /// `rewind`.
     Rewind,
+    /// `read_entries_with_skip(k)`, k in 1..=3, skipping the entries whose
+    /// number's bit is set in the mask.
+    ReadSkip(usize, u32),
+    /// `reset` to one of the appended entries or just past the last one.
+    Reset(Index),
+    /// The managed ledger and the cursor are dropped and reopened from the
+    /// store (a broker restart).
+    Reopen,
 }
 
 pub fn op() -> impl Strategy<Value = Op> {
@@ -47,6 +59,9 @@ pub fn op() -> impl Strategy<Value = Op> {
         2 => any::<Index>().prop_map(Op::MarkDelete),
         1 => Just(Op::MarkDeleteBeyond),
         1 => Just(Op::Rewind),
+        3 => ((1usize..=3), any::<u32>()).prop_map(|(k, mask)| Op::ReadSkip(k, mask)),
+        1 => any::<Index>().prop_map(Op::Reset),
+        1 => Just(Op::Reopen),
     ]
 }
 
@@ -58,9 +73,8 @@ pub fn ops(max_len: usize) -> impl Strategy<Value = Vec<Op>> {
 struct Model {
     /// Appended entries, in append order (entry number = index).
     entries: Vec<Position>,
-    /// The mark-delete position as the cursor holds it (`(L, -1)` is kept,
-    /// so "backward" is decided on positions, as the cursor does).
-    md: Position,
+    /// The number of the last acknowledged entry (-1: none).
+    md: i64,
     /// Number of the next entry a read returns.
     read: usize,
 }
@@ -76,6 +90,36 @@ impl Model {
             before - 1
         }
     }
+
+    /// What `read_entries_with_skip(k, skip)` returns (entry numbers) and
+    /// the read position after it: windows of up to `k` entries of one
+    /// ledger from the read position; a window whose entries are all
+    /// skipped is passed over; otherwise the first run of kept entries in
+    /// it is returned and reading goes on after it.
+    fn read_with_skip(&self, k: usize, skip: impl Fn(usize) -> bool) -> (Vec<usize>, usize) {
+        let mut pos = self.read;
+        loop {
+            if pos >= self.entries.len() {
+                return (Vec::new(), self.entries.len());
+            }
+            let ledger = self.entries[pos].ledger_id;
+            let ledger_end = (pos..self.entries.len())
+                .take_while(|i| self.entries[*i].ledger_id == ledger)
+                .last()
+                .unwrap_or(pos);
+            let window_end = (pos + k - 1).min(ledger_end);
+            match (pos..=window_end).find(|i| !skip(*i)) {
+                None => pos = window_end + 1,
+                Some(first) => {
+                    let last = (first..=window_end)
+                        .take_while(|i| !skip(*i))
+                        .last()
+                        .unwrap_or(first);
+                    return ((first..=last).collect(), last + 1);
+                }
+            }
+        }
+    }
 }
 
 /// Runs `ops` on a fresh managed ledger (memory store,
@@ -86,17 +130,26 @@ pub fn run_case(ops: &[Op], max_entries: usize) -> Result<(), TestCaseError> {
         max_entries_per_ledger: ENTRIES_PER_LEDGER,
         auto_skip_non_recoverable_data: false,
     };
-    let ml = ManagedLedger::open("model", config, Arc::new(MemoryStore::new()))
-        .map_err(|e| TestCaseError::fail(format!("open: {e}")))?;
-    let cursor = ml
-        .open_cursor("sub")
-        .map_err(|e| TestCaseError::fail(format!("open_cursor: {e}")))?;
+    let store = Arc::new(MemoryStore::new());
+    let open = || -> Result<(Arc<ManagedLedger>, ManagedCursor), TestCaseError> {
+        let ml = ManagedLedger::open("model", config.clone(), store.clone())
+            .map_err(|e| TestCaseError::fail(format!("open: {e}")))?;
+        let cursor = ml
+            .open_cursor("sub")
+            .map_err(|e| TestCaseError::fail(format!("open_cursor: {e}")))?;
+        Ok((ml, cursor))
+    };
+    let (mut ml, mut cursor) = open()?;
     let mut m = Model {
         entries: Vec::new(),
-        md: cursor.mark_delete_position(),
+        md: -1,
         read: 0,
     };
-    prop_assert_eq!(m.number(m.md), -1, "a new cursor has acknowledged nothing");
+    prop_assert_eq!(
+        m.number(cursor.mark_delete_position()),
+        -1,
+        "a new cursor has acknowledged nothing"
+    );
     for (step, op) in ops.iter().enumerate() {
         match op {
             Op::Append(n) => {
@@ -147,20 +200,23 @@ pub fn run_case(ops: &[Op], max_entries: usize) -> Result<(), TestCaseError> {
                 candidates.extend(ml.ledgers().iter().map(|(l, _)| Position::new(*l, -1)));
                 candidates.sort();
                 let p = *ix.get(&candidates);
+                // "Backward" is decided on positions, as the cursor does
+                // ((L, -1) is above the last entry of ledger L - 1).
+                let current = cursor.mark_delete_position();
                 let r = cursor.mark_delete(p);
-                if p < m.md {
+                if p < current {
                     prop_assert!(
                         matches!(r, Err(LedgerError::MarkDeleteBackward { .. })),
                         "step {}: mark_delete({}) below {}: {:?}",
                         step,
                         p,
-                        m.md,
+                        current,
                         r
                     );
                 } else {
                     prop_assert!(r.is_ok(), "step {}: mark_delete({}): {:?}", step, p, r);
-                    m.md = p;
-                    m.read = m.read.max((m.number(p) + 1) as usize);
+                    m.md = m.number(p);
+                    m.read = m.read.max((m.md + 1) as usize);
                 }
             }
             Op::MarkDeleteBeyond => {
@@ -181,14 +237,56 @@ pub fn run_case(ops: &[Op], max_entries: usize) -> Result<(), TestCaseError> {
             }
             Op::Rewind => {
                 cursor.rewind();
-                m.read = (m.number(m.md) + 1) as usize;
+                m.read = (m.md + 1) as usize;
+            }
+            Op::ReadSkip(k, mask) => {
+                let skipped = |i: usize| i < 32 && mask & (1 << i) != 0;
+                let (want, read) = m.read_with_skip(*k, skipped);
+                let number = |l: i64, e: i64| m.number(Position::new(l, e)) as usize;
+                let got = cursor
+                    .read_entries_with_skip(*k, |l, e| skipped(number(l, e)))
+                    .map_err(|e| {
+                        TestCaseError::fail(format!("step {step}: read with skip: {e}"))
+                    })?;
+                let got: Vec<usize> = got
+                    .iter()
+                    .map(|e| number(e.position.ledger_id, e.position.entry_id))
+                    .collect();
+                prop_assert_eq!(
+                    got,
+                    want,
+                    "step {}: read_entries_with_skip({}, {:#x})",
+                    step,
+                    k,
+                    mask
+                );
+                m.read = read;
+            }
+            Op::Reset(ix) => {
+                let n = ix.index(m.entries.len() + 1);
+                let target = match m.entries.get(n) {
+                    Some(p) => *p,
+                    None => ml.last_confirmed_entry().next_in_ledger(),
+                };
+                cursor.reset(target).map_err(|e| {
+                    TestCaseError::fail(format!("step {step}: reset({target}): {e}"))
+                })?;
+                m.read = n;
+                m.md = n as i64 - 1;
+            }
+            Op::Reopen => {
+                drop(cursor);
+                drop(ml);
+                (ml, cursor) = open()?;
+                m.read = (m.md + 1) as usize;
             }
         }
         prop_assert_eq!(
-            cursor.mark_delete_position(),
+            m.number(cursor.mark_delete_position()),
             m.md,
-            "step {}: mark-delete",
-            step
+            "step {}: mark-delete {}",
+            step,
+            cursor.mark_delete_position()
         );
         prop_assert_eq!(
             cursor.number_of_entries_to_read(),
