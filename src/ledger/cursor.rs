@@ -8,7 +8,8 @@
 //! (`tests/ledger_cursor_model.rs`, fixed seed) recorded by
 //! `tests/trace_ledger_cursor.rs` through the hooks of
 //! `crate::trace::ledger_cursor` (feature `trace`): `AppendEntry`, `Read`,
-//! `MarkDelete`, `Rewind`.
+//! `ReadRun` and `SkipTo` (reads with skip), `MarkDelete`, `Rewind`,
+//! `Reset`, `Recover` (in `ManagedLedger::open_cursor`).
 //!
 //! | spec invariant | maintained by | checked by |
 //! |---|---|---|
