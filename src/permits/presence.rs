@@ -98,6 +98,11 @@ fn walk<'a>(message: &str, bytes: &'a [u8]) -> Result<Vec<Field<'a>>, PresenceEr
     while at < bytes.len() {
         let key_at = at;
         let key = read_varint(bytes, &mut at).ok_or_else(|| truncated(key_at))?;
+        // Every field consumes at least its key byte, so the walk ends.
+        debug_assert!(
+            at > key_at,
+            "the presence walk did not advance at byte {key_at}"
+        );
         let wire_type = (key & 7) as u8;
         let tag = key >> 3;
         if tag == 0 || tag > u64::from(u32::MAX >> 3) {
@@ -291,5 +296,94 @@ mod tests {
             check_required(&OUTER, &[0x0b]),
             Err(PresenceError::InvalidKey { .. })
         ));
+    }
+
+    /// id=5, inner={a=1}: every required field present.
+    const VALID: [u8; 6] = [0x08, 5, 0x12, 2, 0x08, 1];
+
+    fn with(extra: &[u8]) -> Vec<u8> {
+        let mut v = VALID.to_vec();
+        v.extend_from_slice(extra);
+        v
+    }
+
+    /// Field numbers run from 1 to 2^29 - 1 (protobuf's limit): the largest
+    /// is an unknown field like any other; 0 and 2^29 are invalid keys.
+    #[test]
+    fn field_numbers_are_valid_from_1_to_2_pow_29_minus_1() {
+        // tag 536870911, varint: key 0xFFFFFFF8, then value 0
+        let max = with(&[0xf8, 0xff, 0xff, 0xff, 0x0f, 0x00]);
+        assert_eq!(check_required(&OUTER, &max), Ok(()));
+        // tag 536870912: key 1 << 32
+        let over = with(&[0x80, 0x80, 0x80, 0x80, 0x10, 0x00]);
+        assert_eq!(
+            check_required(&OUTER, &over),
+            Err(PresenceError::InvalidKey {
+                message: "Outer".into(),
+                wire_type: 0,
+                tag: 536_870_912,
+                at: 6,
+            })
+        );
+        assert_eq!(
+            check_required(&OUTER, &with(&[0x00, 0x00])),
+            Err(PresenceError::InvalidKey {
+                message: "Outer".into(),
+                wire_type: 0,
+                tag: 0,
+                at: 6,
+            })
+        );
+    }
+
+    /// Fixed-width fields (wire types 1 and 5: 8 and 4 bytes) are walked
+    /// over, and one cut short is `Truncated` at its value.
+    #[test]
+    fn fixed64_and_fixed32_fields_are_walked() {
+        // tag 4 fixed64, tag 5 fixed32
+        let fixed = with(&[0x21, 1, 2, 3, 4, 5, 6, 7, 8, 0x2d, 1, 2, 3, 4]);
+        assert_eq!(check_required(&OUTER, &fixed), Ok(()));
+        for (extra, at) in [(&[0x21, 1, 2, 3][..], 7), (&[0x2d, 1, 2][..], 7)] {
+            assert_eq!(
+                check_required(&OUTER, &with(extra)),
+                Err(PresenceError::Truncated {
+                    message: "Outer".into(),
+                    at,
+                })
+            );
+        }
+        // exactly 8 / 4 bytes to the end of the buffer is complete
+        assert_eq!(check_required(&OUTER, &with(&[0x2d, 1, 2, 3, 4])), Ok(()));
+    }
+
+    /// A chain nested exactly `MAX_DEPTH` levels deep is checked; one level
+    /// more is `TooDeep`.
+    #[test]
+    fn nesting_is_checked_to_max_depth_inclusive() {
+        static CHAIN: RequiredSpec = RequiredSpec {
+            message: "Chain",
+            required: &[],
+            nested: &[(7, false, &CHAIN)],
+        };
+        let nest = |levels: u32| {
+            let mut deep: Vec<u8> = Vec::new();
+            for _ in 0..levels {
+                let mut outer = vec![0x3a];
+                let mut len = deep.len();
+                while len >= 0x80 {
+                    outer.push((len as u8 & 0x7f) | 0x80);
+                    len >>= 7;
+                }
+                outer.push(len as u8);
+                outer.extend_from_slice(&deep);
+                deep = outer;
+            }
+            deep
+        };
+        assert_eq!(check_required(&CHAIN, &nest(MAX_DEPTH)), Ok(()));
+        assert_eq!(
+            check_required(&CHAIN, &nest(MAX_DEPTH + 1)),
+            Err(PresenceError::TooDeep { message: "Chain" })
+        );
     }
 }
