@@ -386,4 +386,72 @@ mod tests {
             Err(PresenceError::TooDeep { message: "Chain" })
         );
     }
+
+    /// Length-delimited `tag` around `inner`, repeated `levels` times.
+    fn wrap(tag: u8, inner: &[u8], levels: usize) -> Vec<u8> {
+        let mut deep = inner.to_vec();
+        for _ in 0..levels {
+            let mut outer = vec![(tag << 3) | 2];
+            let mut len = deep.len();
+            while len >= 0x80 {
+                outer.push((len as u8 & 0x7f) | 0x80);
+                len >>= 7;
+            }
+            outer.push(len as u8);
+            outer.extend_from_slice(&deep);
+            deep = outer;
+        }
+        deep
+    }
+
+    /// A missing field is named by its message's path: the full dotted path
+    /// for a message nested up to 4 levels deep (five names), deeper ones as
+    /// `….` and the message's own name.
+    #[test]
+    fn a_missing_field_names_its_message_path() {
+        static NODE: RequiredSpec = RequiredSpec {
+            message: "Node",
+            required: &[(1, "id")],
+            nested: &[(2, false, &NODE)],
+        };
+        let missing_at = |depth: usize| {
+            // every level has id=1 except the innermost
+            let mut m: Vec<u8> = Vec::new();
+            for _ in 0..depth {
+                let mut outer = vec![0x08, 1];
+                outer.extend_from_slice(&wrap(2, &m, 1));
+                m = outer;
+            }
+            match check_required(&NODE, &m) {
+                Err(PresenceError::MissingRequired {
+                    message,
+                    field: "id",
+                    tag: 1,
+                }) => message,
+                other => panic!("depth {depth}: {other:?}"),
+            }
+        };
+        assert_eq!(missing_at(0), "Node");
+        assert_eq!(missing_at(3), "Node.Node.Node.Node");
+        assert_eq!(missing_at(4), "Node.Node.Node.Node.Node");
+        assert_eq!(missing_at(5), "….Node");
+        assert_eq!(missing_at(7), "….Node");
+    }
+
+    /// Each element of a repeated self-nesting field is one level deeper:
+    /// the depth limit holds through repeated fields too.
+    #[test]
+    fn repeated_nesting_counts_toward_max_depth() {
+        static LIST: RequiredSpec = RequiredSpec {
+            message: "List",
+            required: &[],
+            nested: &[(3, true, &LIST)],
+        };
+        let levels = MAX_DEPTH as usize;
+        assert_eq!(check_required(&LIST, &wrap(3, &[], levels)), Ok(()));
+        assert_eq!(
+            check_required(&LIST, &wrap(3, &[], levels + 1)),
+            Err(PresenceError::TooDeep { message: "List" })
+        );
+    }
 }

@@ -428,10 +428,7 @@ impl Command {
     /// Wraps the command in its `BaseCommand` envelope (`Other` yields a
     /// `BaseCommand` with only `type`).
     pub fn into_base(self) -> BaseCommand {
-        let mut b = BaseCommand {
-            r#type: 0,
-            ..Default::default()
-        };
+        let mut b = BaseCommand::default();
         b.r#type = match self {
             Command::Subscribe(c) => {
                 b.subscribe = Some(c);
