@@ -13,7 +13,9 @@
 (* ReadRun(first, last) -> read' = read; SkipTo(r) -> read' = read;       *)
 (* MarkDelete(md) -> md' = md, read' = read; Rewind -> read' = read;      *)
 (* Reset -> md' = md, read' = read; Recover -> the recovered mark-delete  *)
-(* must be the one persisted (md), read' = read.                          *)
+(* must be the one persisted (md), read' = read; Open -> md = md, read =  *)
+(* read (a new cursor starts at Init). Lines of one managed ledger; the   *)
+(* writers drop the `ml`/`cur` names.                                     *)
 (***************************************************************************)
 EXTENDS LedgerCursor, Json, TLC, Sequences
 
@@ -43,10 +45,15 @@ IsReadRun ==
 IsSkipTo == Line.action = "SkipTo" /\ SkipTo(Line.read)
 IsReset == Line.action = "Reset" /\ Reset(Line.read) /\ md' = Line.md
 IsRecover == Line.action = "Recover" /\ md = Line.md /\ Recover /\ read' = Line.read
+(* Not spec actions: the run's header (the cfg constants it was written   *)
+(* for) and a new cursor's start, which must be the spec's Init state.    *)
+IsInit == Line.action = "Init" /\ UNCHANGED vars
+IsOpen == Line.action = "Open" /\ md = Line.md /\ read = Line.read /\ UNCHANGED vars
 
 StepMatches ==
     \/ IsAppendEntry \/ IsRead \/ IsReadRun \/ IsSkipTo
     \/ IsMarkDelete \/ IsRewind \/ IsReset \/ IsRecover
+    \/ IsInit \/ IsOpen
 
 TraceNext ==
     \/ /\ l <= LastOf[t]

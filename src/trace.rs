@@ -150,70 +150,123 @@ pub mod deletion {
     }
 }
 
-/// Hooks of `specs/LedgerCursor.tla` (src/ledger). Positions are recorded as
-/// `[ledger_id, entry_id]`; the recorder flattens them to the spec's
-/// `0..MaxEntries-1` (the spec abstracts ledger rollover away).
+/// Hooks of `specs/LedgerCursor.tla` (src/ledger). Every line names its
+/// managed ledger (`ml`), and a cursor's lines its cursor (`cur`), so the
+/// simulator's lines split into one run per cursor (with its managed
+/// ledger's appends). Positions are recorded as `[ledger_id, entry_id]`;
+/// [`to_entry_numbers`](ledger_cursor::to_entry_numbers) flattens one
+/// managed ledger's lines to the spec's entry numbers (the spec abstracts
+/// ledger rollover away).
 pub mod ledger_cursor {
     use super::record;
     use crate::position::Position;
-    use serde_json::json;
+    use serde_json::{json, Value};
+    use std::collections::BTreeMap;
 
-    /// `AppendEntry`: entry `p` is confirmed (under the ledger lock).
-    pub fn append_entry(p: Position) {
-        record("AppendEntry", json!({ "p": [p.ledger_id, p.entry_id] }));
+    fn pos(p: Position) -> Value {
+        json!([p.ledger_id, p.entry_id])
+    }
+
+    fn cursor_line(action: &'static str, ml: &str, cur: &str, mut fields: Value) {
+        fields["ml"] = ml.into();
+        fields["cur"] = cur.into();
+        record(action, fields);
+    }
+
+    /// `AppendEntry`: entry `p` of managed ledger `ml` is confirmed (under
+    /// the ledger lock).
+    pub fn append_entry(ml: &str, p: Position) {
+        record("AppendEntry", json!({ "ml": ml, "p": pos(p) }));
+    }
+    /// `Open` (not a spec action): a new cursor starts at mark-delete `md`,
+    /// read position `read`; the trace spec checks it is its `Init`.
+    pub fn open(ml: &str, cur: &str, md: Position, read: Position) {
+        cursor_line("Open", ml, cur, json!({ "md": pos(md), "read": pos(read) }));
+    }
+    /// `Recover`: a cursor was reopened from the store with mark-delete
+    /// `md`; its read position is `read`.
+    pub fn recover(ml: &str, cur: &str, md: Position, read: Position) {
+        cursor_line(
+            "Recover",
+            ml,
+            cur,
+            json!({ "md": pos(md), "read": pos(read) }),
+        );
     }
     /// `Read(k)`: a read of at most `k` entries returned some; the read
     /// position is now `read`.
-    pub fn read(k: usize, read: Position) {
-        record(
-            "Read",
-            json!({ "k": k, "read": [read.ledger_id, read.entry_id] }),
-        );
-    }
-    /// `MarkDelete(p)`: mark-delete persisted at `md`; read position `read`.
-    pub fn mark_delete(md: Position, read: Position) {
-        record(
-            "MarkDelete",
-            json!({ "md": [md.ledger_id, md.entry_id], "read": [read.ledger_id, read.entry_id] }),
-        );
-    }
-    /// `Rewind`: the read position moved to `read`.
-    pub fn rewind(read: Position) {
-        record("Rewind", json!({ "read": [read.ledger_id, read.entry_id] }));
+    pub fn read(ml: &str, cur: &str, k: usize, read: Position) {
+        cursor_line("Read", ml, cur, json!({ "k": k, "read": pos(read) }));
     }
     /// `ReadRun(first, last)`: a read with skip returned the entries
     /// `first..=last` (one ledger); the read position is now `read`.
-    pub fn read_run(first: Position, last: Position, read: Position) {
-        record(
+    pub fn read_run(ml: &str, cur: &str, first: Position, last: Position, read: Position) {
+        cursor_line(
             "ReadRun",
-            json!({
-                "first": [first.ledger_id, first.entry_id],
-                "last": [last.ledger_id, last.entry_id],
-                "read": [read.ledger_id, read.entry_id],
-            }),
+            ml,
+            cur,
+            json!({ "first": pos(first), "last": pos(last), "read": pos(read) }),
         );
     }
     /// `SkipTo(r)`: a read with skip passed over entries declared deleted
     /// (or a lost ledger, with auto-skip on) without returning any; the
     /// read position is now `read`.
-    pub fn skip_to(read: Position) {
-        record("SkipTo", json!({ "read": [read.ledger_id, read.entry_id] }));
+    pub fn skip_to(ml: &str, cur: &str, read: Position) {
+        cursor_line("SkipTo", ml, cur, json!({ "read": pos(read) }));
+    }
+    /// `MarkDelete(p)`: mark-delete persisted at `md`; read position `read`.
+    pub fn mark_delete(ml: &str, cur: &str, md: Position, read: Position) {
+        cursor_line(
+            "MarkDelete",
+            ml,
+            cur,
+            json!({ "md": pos(md), "read": pos(read) }),
+        );
+    }
+    /// `Rewind`: the read position moved to `read`.
+    pub fn rewind(ml: &str, cur: &str, read: Position) {
+        cursor_line("Rewind", ml, cur, json!({ "read": pos(read) }));
     }
     /// `Reset(r)`: a seek persisted mark-delete `md` and moved the read
     /// position to `read`.
-    pub fn reset(md: Position, read: Position) {
-        record(
+    pub fn reset(ml: &str, cur: &str, md: Position, read: Position) {
+        cursor_line(
             "Reset",
-            json!({ "md": [md.ledger_id, md.entry_id], "read": [read.ledger_id, read.entry_id] }),
+            ml,
+            cur,
+            json!({ "md": pos(md), "read": pos(read) }),
         );
     }
-    /// `Recover`: a cursor was reopened from the store with mark-delete
-    /// `md`; its read position is `read`.
-    pub fn recover(md: Position, read: Position) {
-        record(
-            "Recover",
-            json!({ "md": [md.ledger_id, md.entry_id], "read": [read.ledger_id, read.entry_id] }),
-        );
+
+    /// The position fields of the hook lines.
+    const POSITIONS: [&str; 5] = ["p", "md", "read", "first", "last"];
+
+    /// Replaces the positions of `lines` (one managed ledger's, in
+    /// recording order, its `AppendEntry` lines included) by the spec's
+    /// entry numbers: entries numbered in append order from 0, `(L, e)` is
+    /// the number of ledger L's first entry plus `e` (so `(L, -1)` is the
+    /// entry before it, and a position past a ledger's last entry is the
+    /// next ledger's first). Returns the number of entries appended.
+    pub fn to_entry_numbers(lines: &mut [Value]) -> usize {
+        let mut per_ledger: BTreeMap<i64, i64> = BTreeMap::new();
+        for v in lines.iter().filter(|v| v["action"] == "AppendEntry") {
+            if let Some(l) = v["p"][0].as_i64() {
+                *per_ledger.entry(l).or_default() += 1;
+            }
+        }
+        let flat = |p: &Value| -> Option<Value> {
+            let (l, e) = (p[0].as_i64()?, p[1].as_i64()?);
+            let offset: i64 = per_ledger.range(..l).map(|(_, n)| n).sum();
+            Some(Value::from(offset + e))
+        };
+        for v in lines.iter_mut() {
+            for key in POSITIONS {
+                if let Some(n) = v.get(key).and_then(flat) {
+                    v[key] = n;
+                }
+            }
+        }
+        per_ledger.values().sum::<i64>() as usize
     }
 }
 

@@ -11,7 +11,6 @@
 //! `.ci/trace LedgerCursor` has TLC validate them against LedgerCursor.
 #![cfg(all(feature = "trace", not(any(loom, feature = "shuttle"))))]
 
-use std::collections::BTreeMap;
 use std::io::Write;
 
 use proptest::strategy::{Strategy, ValueTree};
@@ -29,34 +28,6 @@ const OPS: usize = 60;
 const SEED: [u8; 32] = *b"pulsar-core trace LedgerCursor 1";
 /// The trace cfg's MaxEntries.
 const MAX_ENTRIES: usize = 12;
-
-/// Flattens `[ledger, entry]` to the spec's entry number.
-fn flatten(lines: &[String]) -> Vec<Value> {
-    let values: Vec<Value> = lines
-        .iter()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect();
-    let mut per_ledger: BTreeMap<i64, i64> = BTreeMap::new();
-    for v in values.iter().filter(|v| v["action"] == "AppendEntry") {
-        *per_ledger.entry(v["p"][0].as_i64().unwrap()).or_default() += 1;
-    }
-    let flat = |p: &Value| -> Value {
-        let (l, e) = (p[0].as_i64().unwrap(), p[1].as_i64().unwrap());
-        let offset: i64 = per_ledger.range(..l).map(|(_, n)| n).sum();
-        Value::from(offset + e)
-    };
-    values
-        .into_iter()
-        .map(|mut v| {
-            for key in ["p", "md", "read", "first", "last"] {
-                if let Some(p) = v.get(key).cloned() {
-                    v[key] = flat(&p);
-                }
-            }
-            v
-        })
-        .collect()
-}
 
 #[test]
 fn record_ledger_cursor_traces() {
@@ -90,10 +61,17 @@ fn record_ledger_cursor_traces() {
     let mut out = std::io::BufWriter::new(std::fs::File::create(&path).unwrap());
     let mut steps = 0;
     for (k, lines) in traces.iter().enumerate() {
-        for mut v in flatten(lines) {
+        let mut values: Vec<Value> = lines
+            .iter()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        trace::ledger_cursor::to_entry_numbers(&mut values);
+        for mut v in values {
             let action = v["action"].clone();
             let obj = v.as_object_mut().unwrap();
-            obj.remove("action");
+            for key in ["action", "ml", "cur"] {
+                obj.remove(key);
+            }
             let mut line = serde_json::Map::new();
             line.insert("t".into(), Value::from(k + 1));
             line.insert("action".into(), action);

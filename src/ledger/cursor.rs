@@ -199,6 +199,10 @@ impl ManagedCursor {
         };
         // Last position of the last lost ledger skipped with auto-skip on.
         let mut skipped_to: Option<Position> = None;
+        // A read that skipped a lost ledger is recorded as the spec's steps
+        // in order: `SkipTo` past each lost ledger, `ReadRun` per run.
+        #[cfg(feature = "trace")]
+        let mut segments: Vec<(Position, Option<Position>)> = Vec::new();
         for (id, info) in ledgers {
             if out.len() >= max_entries {
                 break;
@@ -214,6 +218,8 @@ impl ManagedCursor {
             if info.lost {
                 if self.ledger.config.auto_skip_non_recoverable_data {
                     skipped_to = Some(Position::new(id, info.entries - 1));
+                    #[cfg(feature = "trace")]
+                    segments.push((Position::new(id, info.entries - 1), None));
                     continue;
                 }
                 if out.is_empty() {
@@ -234,6 +240,8 @@ impl ManagedCursor {
                 }
                 break;
             }
+            #[cfg(feature = "trace")]
+            segments.push((Position::new(id, first), Some(Position::new(id, last))));
             out.extend(rows.into_iter().map(|(e, data)| Entry {
                 position: Position::new(id, e),
                 data,
@@ -241,10 +249,28 @@ impl ManagedCursor {
         }
         if let Some(last) = out.last() {
             cursor.read_position = self.ledger.next_valid_position(last.position);
-            #[cfg(feature = "trace")]
-            crate::trace::ledger_cursor::read(max_entries, cursor.read_position);
         } else if let Some(skipped) = skipped_to {
             cursor.read_position = self.ledger.next_valid_position(skipped);
+        }
+        #[cfg(feature = "trace")]
+        if skipped_to.is_none() {
+            if !out.is_empty() {
+                crate::trace::ledger_cursor::read(
+                    &self.ledger.name,
+                    &self.name,
+                    max_entries,
+                    cursor.read_position,
+                );
+            }
+        } else {
+            for (at, run_end) in segments {
+                let (ml, cur) = (&self.ledger.name, &self.name);
+                let after = self.ledger.next_valid_position(run_end.unwrap_or(at));
+                match run_end {
+                    None => crate::trace::ledger_cursor::skip_to(ml, cur, after),
+                    Some(end) => crate::trace::ledger_cursor::read_run(ml, cur, at, end, after),
+                }
+            }
         }
         Ok(out)
     }
@@ -341,9 +367,11 @@ impl ManagedCursor {
             let Some(info) = info.filter(|i| start.entry_id >= 0 && start.entry_id < i.entries)
             else {
                 // Past the last confirmed entry.
-                cursor.read_position = start;
                 #[cfg(feature = "trace")]
-                crate::trace::ledger_cursor::skip_to(start);
+                if cursor.read_position != start {
+                    crate::trace::ledger_cursor::skip_to(&self.ledger.name, &self.name, start);
+                }
+                cursor.read_position = start;
                 return Ok(Vec::new());
             };
             // Saturating: a `max_entries` beyond i64 means "all available";
@@ -378,7 +406,7 @@ impl ManagedCursor {
                     .next_valid_position(Position::new(start.ledger_id, skipped_through));
                 cursor.read_position = pos;
                 #[cfg(feature = "trace")]
-                crate::trace::ledger_cursor::skip_to(pos);
+                crate::trace::ledger_cursor::skip_to(&self.ledger.name, &self.name, pos);
                 continue;
             };
             // `run_start` was already asked; the run goes on from the next entry.
@@ -393,7 +421,7 @@ impl ManagedCursor {
                         .next_valid_position(Position::new(start.ledger_id, info.entries - 1));
                     cursor.read_position = pos;
                     #[cfg(feature = "trace")]
-                    crate::trace::ledger_cursor::skip_to(pos);
+                    crate::trace::ledger_cursor::skip_to(&self.ledger.name, &self.name, pos);
                     continue;
                 }
                 return Err(LedgerError::LedgerNotExist {
@@ -414,6 +442,8 @@ impl ManagedCursor {
                 .next_valid_position(Position::new(start.ledger_id, run_end));
             #[cfg(feature = "trace")]
             crate::trace::ledger_cursor::read_run(
+                &self.ledger.name,
+                &self.name,
                 Position::new(start.ledger_id, run_start),
                 Position::new(start.ledger_id, run_end),
                 cursor.read_position,
@@ -588,7 +618,7 @@ impl ManagedCursor {
         let mut cursor = self.state.lock();
         cursor.read_position = self.ledger.next_valid_position(cursor.mark_delete);
         #[cfg(feature = "trace")]
-        crate::trace::ledger_cursor::rewind(cursor.read_position);
+        crate::trace::ledger_cursor::rewind(&self.ledger.name, &self.name, cursor.read_position);
     }
 
     /// Persists a new mark-delete position (and no individually deleted
@@ -652,7 +682,12 @@ impl ManagedCursor {
             cursor.read_position = self.ledger.next_valid_position(position);
         }
         #[cfg(feature = "trace")]
-        crate::trace::ledger_cursor::mark_delete(position, cursor.read_position);
+        crate::trace::ledger_cursor::mark_delete(
+            &self.ledger.name,
+            &self.name,
+            position,
+            cursor.read_position,
+        );
         Ok(())
     }
 
@@ -684,7 +719,7 @@ impl ManagedCursor {
         cursor.individually_deleted.clear();
         cursor.read_position = read;
         #[cfg(feature = "trace")]
-        crate::trace::ledger_cursor::reset(md, read);
+        crate::trace::ledger_cursor::reset(&self.ledger.name, &self.name, md, read);
         Ok(())
     }
 

@@ -341,7 +341,7 @@ impl ManagedLedger {
         }
         #[cfg(feature = "trace")]
         out.iter()
-            .for_each(|p| crate::trace::ledger_cursor::append_entry(*p));
+            .for_each(|p| crate::trace::ledger_cursor::append_entry(&self.name, *p));
         Ok(out)
     }
 
@@ -547,7 +547,9 @@ impl ManagedLedger {
         let read_position = self.state.lock().next_valid_after(mark_delete);
         #[cfg(feature = "trace")]
         if recovered {
-            crate::trace::ledger_cursor::recover(mark_delete, read_position);
+            crate::trace::ledger_cursor::recover(&self.name, &name, mark_delete, read_position);
+        } else {
+            crate::trace::ledger_cursor::open(&self.name, &name, mark_delete, read_position);
         }
         Ok(ManagedCursor::new(
             Arc::clone(self),

@@ -101,6 +101,7 @@ pub fn write(
         written.push((PERMITS.to_string(), order.len(), steps));
     }
     written.extend(write_pending_ack(dir, lines)?);
+    written.extend(write_ledger_cursor(dir, lines)?);
     let mut summary = std::io::BufWriter::new(std::fs::File::create(dir.join("summary.tsv"))?);
     for (name, runs, steps) in &written {
         writeln!(summary, "{name}\t{runs}\t{steps}")?;
@@ -292,6 +293,98 @@ fn write_pending_ack(dir: &Path, lines: &[String]) -> std::io::Result<Vec<(Strin
     }
     for (why, count) in dropped {
         written.push((format!("{PENDING_ACK} ({why})"), count, 0));
+    }
+    Ok(written)
+}
+
+const LEDGER_CURSOR: &str = "LedgerCursor";
+
+/// One cursor incarnation's run: from its `Open` or first `Recover` (a
+/// cursor opened again after it was deleted starts a new run) to the end,
+/// with its managed ledger's appends (those before it opened included).
+struct CursorRun {
+    ml: String,
+    cur: String,
+    lines: Vec<Value>,
+}
+
+/// Writes the `LedgerCursor@MaxEntries=n,MaxBatch=b` files: one run per
+/// cursor incarnation, positions as entry numbers of its managed ledger,
+/// one file per managed-ledger length `n` (the spec's MaxEntries), `b` the
+/// longest read of the file's runs; returns name, runs and lines per file.
+fn write_ledger_cursor(
+    dir: &Path,
+    lines: &[String],
+) -> std::io::Result<Vec<(String, usize, usize)>> {
+    // Every managed ledger's lines, in recording order.
+    let mut by_ml: BTreeMap<String, Vec<Value>> = BTreeMap::new();
+    for l in lines {
+        let Ok(v) = serde_json::from_str::<Value>(l) else {
+            continue;
+        };
+        if let Some(ml) = v.get("ml").and_then(Value::as_str) {
+            by_ml.entry(ml.to_string()).or_default().push(v);
+        }
+    }
+    let mut runs: Vec<(usize, CursorRun)> = Vec::new();
+    for (ml, mut values) in by_ml {
+        let n = crate::trace::ledger_cursor::to_entry_numbers(&mut values);
+        let mut appends: Vec<Value> = Vec::new();
+        let mut open: BTreeMap<String, CursorRun> = BTreeMap::new();
+        for mut v in values {
+            let cur = v.get("cur").and_then(Value::as_str).map(str::to_string);
+            if let Some(m) = v.as_object_mut() {
+                m.remove("ml");
+                m.remove("cur");
+            }
+            let Some(cur) = cur else {
+                for run in open.values_mut() {
+                    run.lines.push(v.clone());
+                }
+                appends.push(v);
+                continue;
+            };
+            if v["action"] == "Open" {
+                if let Some(prev) = open.remove(&cur) {
+                    runs.push((n, prev));
+                }
+            }
+            let run = open.entry(cur.clone()).or_insert_with(|| CursorRun {
+                ml: ml.clone(),
+                cur,
+                lines: appends.clone(),
+            });
+            run.lines.push(v);
+        }
+        runs.extend(open.into_values().map(|run| (n, run)));
+    }
+    let mut by_n: BTreeMap<usize, Vec<CursorRun>> = BTreeMap::new();
+    for (n, run) in runs {
+        by_n.entry(n).or_default().push(run);
+    }
+    let mut written = Vec::new();
+    for (n, runs) in by_n {
+        let batch = runs
+            .iter()
+            .flat_map(|r| &r.lines)
+            .filter_map(|v| match v["action"].as_str() {
+                Some("Read") => v["k"].as_i64(),
+                Some("ReadRun") => Some(v["last"].as_i64()? - v["first"].as_i64()? + 1),
+                _ => None,
+            })
+            .max()
+            .unwrap_or(1)
+            .max(1);
+        let name = format!("{LEDGER_CURSOR}@MaxEntries={},MaxBatch={batch}", n.max(1));
+        let mut out =
+            std::io::BufWriter::new(std::fs::File::create(dir.join(format!("{name}.ndjson")))?);
+        let mut steps = 0;
+        for (t, run) in runs.iter().enumerate() {
+            let head = json!({ "action": "Init", "ml": run.ml, "cur": run.cur });
+            steps += write_run(&mut out, t + 1, &head, &run.lines)?;
+        }
+        out.flush()?;
+        written.push((name, runs.len(), steps));
     }
     Ok(written)
 }
