@@ -38,7 +38,7 @@
 //! | spec                  | hooks                                 | recorded by |
 //! |-----------------------|---------------------------------------|-------------|
 //! | `DeletionLookup`      | [`deletion`] (src/cursor)             | `tests/trace_deletion.rs` (shuttle random schedules; PCT schedules of a mark-delete crossing the ledger boundary) |
-//! | `LedgerCursor`        | [`ledger_cursor`] (src/ledger)        | `tests/trace_ledger_cursor.rs` (the cases of the proptest model test `tests/ledger_cursor_model.rs`, fixed seed, each checked against the reference model while recorded) |
+//! | `LedgerCursor`        | [`ledger_cursor`] (src/ledger)        | `tests/trace_ledger_cursor.rs` (the cases of the proptest model test `tests/ledger_cursor_model.rs`, fixed seed, each checked against the reference model while recorded); `pulsar-core simulate --trace-dir` (`crate::sim::sim_trace`: one run per cursor) |
 //! | `PendingAckReplay`    | [`pending_ack`] (src/pending_ack)     | `tests/trace_pending_ack.rs` (handle runs: manual executor, virtual timer, inline reads, injected read failures); `tests/trace_pending_ack_threads.rs` (the same runs under shuttle schedules: executor thread, reader thread, timer); `pulsar-core simulate --trace-dir` (`crate::sim::sim_trace`) |
 //! | `PermitConservation`  | [`permits`] (src/permits)             | `tests/trace_permits.rs`; `pulsar-core simulate --trace-dir` (`crate::sim::sim_trace`, feature `sim`) |
 //! | `BucketMerge`         | [`bucket_merge`] (src/delayed)        | `tests/trace_bucket_merge.rs` (proptest cases from a fixed seed, each checked against a reference model: add, tick, deliver, ack, trim + merge, restart + re-read) |
@@ -46,7 +46,8 @@
 //! A hook line names its component instance where the simulator drives
 //! many and must split the lines into runs: the `permits` lines carry the
 //! consumer's `[connection_id, consumer_id]`, the `pending_ack` lines the
-//! handle's name (`h`).
+//! handle's name (`h`), the `ledger_cursor` lines the managed ledger's
+//! (`ml`) and the cursor's (`cur`).
 //!
 //! `bash .ci/trace [SPEC...]` records and validates; the negative controls
 //! are the mutants with a `# trace:` line (`tests/mutants/README.md`).

@@ -8,6 +8,7 @@
 //! | file                        | instance (run `t`) | Init |
 //! |-----------------------------|--------------------|------|
 //! | `PermitConservation.ndjson` | one consumer id on one connection (the lines' `c`): its broker consumer in the subscription's `SharedDispatcher` and its client consumer, across its incarnations on that connection | `rq` (the workload's receiver queue), `maxP` (its batch size: the largest P of one command), `maxInc` (the most incarnations one connection had) |
+//! | `LedgerCursor@MaxEntries=n,MaxBatch=b.ndjson` | one cursor incarnation (the lines' `ml` and `cur`: from its `Open`, or its first `Recover`, until it is opened anew), with every append of its managed ledger; positions as that managed ledger's entry numbers ([`crate::trace::ledger_cursor::to_entry_numbers`]); one file per managed-ledger length `n`, `b` the longest read of the file | none (the header names `ml` and `cur`) |
 //! | `PendingAckReplay@N=n,B=b,Cap=c,MaxTransient=m,MaxNonrec=k.ndjson` | one pending-ack handle (the lines' `h`, from the engine's `Init` line when it creates the handle) from its first attempt until it settles Ready or Error; one file per log length `n` (the spec's N is a constant); `m` the most transient read failures one of its runs saw (at least 3), `k` the most single non-recoverable ones of a log not lost | `lost`, `autoSkip`, `rp` (the start read position as an entry number) |
 //!
 //! A file name `Spec@K=V,...` names the trace cfg's constants that differ
@@ -513,5 +514,84 @@ mod tests {
         );
         let runs: BTreeSet<u64> = file.iter().map(|v| v["t"].as_u64().unwrap()).collect();
         assert_eq!(runs, BTreeSet::from([1, 2, 3]));
+    }
+
+    /// One run per cursor incarnation, each with its managed ledger's
+    /// appends (also those before it opened), positions as entry numbers of
+    /// that managed ledger (ledger 3's first entry follows ledger 2's two).
+    #[test]
+    fn ledger_cursor_runs_are_split_per_cursor_incarnation_with_their_ledgers_appends() {
+        let c = |action: &str, cur: &str, fields: Value| {
+            let mut v = fields;
+            v["action"] = action.into();
+            v["ml"] = "topic".into();
+            v["cur"] = cur.into();
+            line(v)
+        };
+        let append = |ml: &str, l: i64, e: i64| {
+            line(json!({"action": "AppendEntry", "ml": ml, "p": [l, e]}))
+        };
+        let lines = vec![
+            append("topic", 2, 0),
+            c("Open", "a", json!({"md": [2, -1], "read": [2, 0]})),
+            append("topic", 2, 1),
+            append("other", 9, 0),
+            c("Read", "a", json!({"k": 2, "read": [3, 0]})),
+            c("Open", "b", json!({"md": [2, -1], "read": [2, 0]})),
+            append("topic", 3, 0),
+            c(
+                "ReadRun",
+                "b",
+                json!({"first": [3, 0], "last": [3, 0], "read": [3, 1]}),
+            ),
+            // `a` deleted and created again: a new incarnation
+            c("Open", "a", json!({"md": [2, -1], "read": [2, 0]})),
+            c("MarkDelete", "a", json!({"md": [3, 0], "read": [3, 1]})),
+        ];
+        let dir = tempfile::tempdir().unwrap();
+        let written = write_ledger_cursor(dir.path(), &lines).unwrap();
+        let name = "LedgerCursor@MaxEntries=3,MaxBatch=2";
+        assert_eq!(written, vec![(name.to_string(), 3, 6 + 6 + 6)]);
+        let file = read_file(dir.path(), name);
+        let run = |t: u64| -> Vec<Value> {
+            file.iter()
+                .filter(|v| v["t"] == t)
+                .map(|v| {
+                    let mut v = v.clone();
+                    v.as_object_mut().unwrap().remove("t");
+                    v
+                })
+                .collect()
+        };
+        // first `a`: appends before and after its Open, its read, until
+        // its second Open (the other managed ledger's append is not in it)
+        assert_eq!(
+            run(1),
+            vec![
+                json!({"action": "Init", "ml": "topic", "cur": "a"}),
+                json!({"action": "AppendEntry", "p": 0}),
+                json!({"action": "Open", "md": -1, "read": 0}),
+                json!({"action": "AppendEntry", "p": 1}),
+                json!({"action": "Read", "k": 2, "read": 2}),
+                json!({"action": "AppendEntry", "p": 2}),
+            ]
+        );
+        // second `a`: every earlier append of `topic`, then its own lines
+        assert_eq!(
+            run(2),
+            vec![
+                json!({"action": "Init", "ml": "topic", "cur": "a"}),
+                json!({"action": "AppendEntry", "p": 0}),
+                json!({"action": "AppendEntry", "p": 1}),
+                json!({"action": "AppendEntry", "p": 2}),
+                json!({"action": "Open", "md": -1, "read": 0}),
+                json!({"action": "MarkDelete", "md": 2, "read": 3}),
+            ]
+        );
+        assert_eq!(run(3)[0]["cur"], "b");
+        assert_eq!(
+            run(3).last().unwrap(),
+            &json!({"action": "ReadRun", "first": 2, "last": 2, "read": 3})
+        );
     }
 }
