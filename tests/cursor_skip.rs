@@ -258,3 +258,56 @@ fn random_holes_are_read_exactly_with_work_per_run() {
         read.len()
     );
 }
+
+/// A managed ledger is a ledger topology like a fixed layout of the same
+/// shape: counting and skipping positions across its ledgers (three entries
+/// each here) gives the same positions.
+#[test]
+fn a_managed_ledger_counts_positions_across_its_ledgers() {
+    let ml = ManagedLedger::open(
+        "topology",
+        LedgerConfig {
+            max_entries_per_ledger: 3,
+            ..LedgerConfig::default()
+        },
+        Arc::new(MemoryStore::new()),
+    )
+    .unwrap();
+    let appended = ml.append_batch(&[&b"x"[..]; 8]).unwrap();
+    let mut shape: Vec<(i64, u32)> = Vec::new();
+    for p in &appended {
+        match shape.last_mut() {
+            Some((l, n)) if *l == p.ledger_id => *n += 1,
+            _ => shape.push((p.ledger_id, 1)),
+        }
+    }
+    assert!(shape.len() >= 3, "8 entries in ledgers of 3: {shape:?}");
+    let layout = LedgerLayout::new(shape.iter().copied());
+    let acked = [appended[1], appended[3], appended[4]];
+    let on_ml = CursorDeletionState::new(Position::new(appended[0].ledger_id, -1)).unwrap();
+    let on_layout = CursorDeletionState::new(Position::new(appended[0].ledger_id, -1)).unwrap();
+    on_ml.delete(&acked, &*ml).unwrap();
+    on_layout.delete(&acked, &layout).unwrap();
+    // Undeleted: entries 0, 2, 5, 6, 7.
+    let undeleted = [0, 2, 5, 6, 7].map(|i| appended[i]);
+    for (n, want) in undeleted.iter().enumerate() {
+        let n = n as u64 + 1;
+        assert_eq!(on_ml.nth_undeleted(n, &*ml), Some(*want), "n = {n}");
+        assert_eq!(on_layout.nth_undeleted(n, &layout), Some(*want));
+    }
+    assert_eq!(on_ml.nth_undeleted(6, &*ml), None);
+    // Skipping 3 undeleted entries acknowledges 0, 2, 5 (and 3, 4 with them).
+    let md = on_ml.skip_entries(3, SkipMode::Exclude, &*ml).unwrap();
+    assert_eq!(md, appended[5]);
+    assert_eq!(
+        on_layout
+            .skip_entries(3, SkipMode::Exclude, &layout)
+            .unwrap(),
+        md
+    );
+    // Skipping 2 more positions, deleted or not, reaches entry 7.
+    assert_eq!(
+        on_ml.skip_entries(2, SkipMode::Include, &*ml).unwrap(),
+        appended[7]
+    );
+}

@@ -14,7 +14,9 @@ const UNPACKABLE: u64 = u64::MAX;
 /// `ledger_id << 32 | (entry_id + 1)`, for `ledger_id` in `0..2^31` and
 /// `entry_id` in `-1..u32::MAX` (so never [`UNPACKABLE`]).
 fn pack(p: Position) -> Option<u64> {
-    let ledger = u64::try_from(p.ledger_id).ok().filter(|l| *l < (1 << 31))?;
+    let ledger = u64::try_from(p.ledger_id)
+        .ok()
+        .filter(|l| *l < 0x8000_0000)?; // 2^31
     let entry = u64::try_from(p.entry_id.checked_add(1)?)
         .ok()
         .filter(|e| *e <= u64::from(u32::MAX))?;
