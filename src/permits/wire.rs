@@ -783,10 +783,9 @@ pub fn popcount_below(ack_set: &[i64], batch_size: u32) -> u32 {
         if w < full_words {
             count += word.count_ones();
         } else if w == full_words {
+            // rem < 64; 0 masks the word out.
             let rem = batch_size % 64;
-            if rem > 0 {
-                count += (word & ((1u64 << rem) - 1)).count_ones();
-            }
+            count += (word & ((1u64 << rem) - 1)).count_ones();
             break;
         } else {
             break;

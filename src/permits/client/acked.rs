@@ -29,7 +29,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use roaring::{RoaringBitmap, RoaringTreemap};
 
 /// Inserts into one entry-id bitmap between two run-length compactions.
-pub const OPTIMIZE_EVERY: u64 = 1 << 14;
+pub const OPTIMIZE_EVERY: u64 = 16_384;
 
 /// One ledger's (and batch size's) entries, run-length compacted now and then.
 #[derive(Debug, Default)]
