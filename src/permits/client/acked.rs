@@ -205,6 +205,21 @@ mod tests {
         assert!(!a.contains(8, 4, 0));
     }
 
+    /// An entry with some of its batch indexes acknowledged is kept as a
+    /// per-entry bitmap of them (not as exact triples) until the whole batch
+    /// is acknowledged.
+    #[test]
+    fn a_partly_acknowledged_batch_is_one_per_entry_bitmap() {
+        let mut a = AcknowledgedMessages::new();
+        a.insert(7, 4, 0, Some(3));
+        a.insert(7, 4, 2, Some(3));
+        a.insert(7, 5, 1, Some(3));
+        assert_eq!(a.partial_entries(), 2);
+        assert!(a.contains(7, 4, 0) && a.contains(7, 4, 2) && !a.contains(7, 4, 1));
+        a.insert(7, 4, 1, Some(3));
+        assert_eq!(a.partial_entries(), 1, "entry 4 is wholly acknowledged");
+    }
+
     #[test]
     fn indexes_without_a_usable_batch_size_are_kept_exactly() {
         let mut a = AcknowledgedMessages::new();

@@ -537,3 +537,31 @@ fn wrong_consumer_is_rejected_without_settling() {
     );
     assert_eq!(c.state().accumulated(), 0);
 }
+
+/// The receiver queue holds what was handed off and not yet received; each
+/// received message's permit token names the incarnation it was delivered
+/// to, also after the consumer moved to a new one.
+#[test]
+fn queued_messages_and_their_tokens_incarnation() {
+    let (_conn, mut c) = consumer();
+    let first = c.state().incarnation();
+    assert_eq!(c.queued(), 0);
+    let out = c
+        .handle_message(&cmd(Some(3), vec![]), &batch(3, &[]))
+        .unwrap();
+    assert_eq!(out.delivered, 3);
+    assert_eq!(c.queued(), 3);
+    let m = c.receive().unwrap();
+    assert_eq!(c.queued(), 2);
+    assert_eq!(m.token.incarnation(), Some(first));
+    let conn2 = Arc::new(ClientConnection::new(2));
+    let r = c.resubscribe(Arc::clone(&conn2)).unwrap();
+    assert_eq!(r.cleared, 2);
+    assert_eq!(c.queued(), 0);
+    assert_ne!(r.incarnation, first);
+    assert_eq!(
+        m.token.incarnation(),
+        Some(first),
+        "the token still names the incarnation that delivered it"
+    );
+}
