@@ -565,3 +565,21 @@ fn queued_messages_and_their_tokens_incarnation() {
         "the token still names the incarnation that delivered it"
     );
 }
+
+/// A consumer whose incarnation is already closed does not close its id on
+/// the old connection when it moves: that id may belong to another
+/// incarnation by then, which must stay open.
+#[test]
+fn resubscribing_after_a_close_leaves_the_ids_new_owner_open() {
+    let (conn, mut c) = consumer();
+    conn.close_consumer(1).unwrap();
+    assert!(c.state().is_closed());
+    let other = ClientConsumer::subscribe(Arc::clone(&conn), 1, 100).unwrap();
+    let conn2 = Arc::new(ClientConnection::new(2));
+    c.resubscribe(Arc::clone(&conn2)).unwrap();
+    assert!(
+        !other.state().is_closed(),
+        "id 1 on the first connection is not c's any more"
+    );
+    assert!(Arc::ptr_eq(&conn.current(1).unwrap(), other.state()));
+}
