@@ -378,9 +378,8 @@ impl CursorDeletionState {
     /// Grouped delete/ack (Pulsar's `asyncDelete(Iterable<Position>)`): one
     /// write-lock section for the whole group. Already-deleted positions are
     /// skipped; each other position `p` adds `(p-1, p]`. Then mark-delete
-    /// advances if the first range starts at or below it, or if no entry
-    /// exists between mark-delete and the range; it extends through
-    /// contiguous ranges and the set is trimmed.
+    /// advances if no entry lies between it and the first range; it extends
+    /// through contiguous ranges and the set is trimmed.
     ///
     /// The whole group is validated before anything changes.
     ///
@@ -428,16 +427,20 @@ impl CursorDeletionState {
                 g.batch_ack_sets.remove(p);
             }
         }
-        while let Some((lower, upper)) = g.ranges.first_range() {
+        if let Some((lower, upper)) = g.ranges.first_range() {
             let md = g.mark_delete;
-            if upper <= md {
-                self.trim(&mut g);
-                continue;
-            }
-            if lower <= md || ledger.next_valid_position(md) > lower {
+            // Every range lies above mark-delete: each move of it trims the
+            // set, and positions at or below it were filtered out above.
+            debug_assert!(
+                lower >= md,
+                "range ({lower}, {upper}] below mark-delete {md}"
+            );
+            // No entry between mark-delete and the first range (it starts
+            // at mark-delete, or only positions without entries lie
+            // between): mark-delete moves through it.
+            if ledger.next_valid_position(md) > lower {
                 self.advance_locked(&mut g, upper, ledger);
             }
-            break;
         }
         let mark_delete = g.mark_delete;
         Ok(DeleteOutcome {

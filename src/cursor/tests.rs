@@ -464,3 +464,87 @@ fn cross_ledger_range_from_the_last_u32_entry_does_not_overflow() {
         .is_err());
     assert_eq!(set.ranges(), vec![(p(1, 1), p(1, 3))]);
 }
+
+/// A layout's last confirmed entry is the last entry of its last non-empty
+/// ledger; with no entry at all, `(first ledger, -1)` (`(-1, -1)` for no
+/// ledger); `set_entries` grows or adds a ledger.
+#[test]
+fn ledger_layout_last_confirmed_entry_and_set_entries() {
+    let mut l = LedgerLayout::new([(1, 3), (2, 0)]);
+    assert_eq!(l.last_confirmed_entry(), p(1, 2));
+    assert_eq!(l.next_valid_position(p(1, 2)), p(1, 3));
+    l.set_entries(2, 2);
+    assert_eq!(l.last_confirmed_entry(), p(2, 1));
+    assert_eq!(l.next_valid_position(p(1, 2)), p(2, 0));
+    l.set_entries(4, 1);
+    assert_eq!(l.last_confirmed_entry(), p(4, 0));
+    assert_eq!(
+        LedgerLayout::new([(5, 0), (6, 0)]).last_confirmed_entry(),
+        p(5, -1)
+    );
+    assert_eq!(LedgerLayout::new([]).last_confirmed_entry(), p(-1, -1));
+}
+
+/// Deleting the last confirmed entry itself is allowed; positions at or
+/// below mark-delete are counted as already deleted; the count of
+/// individually deleted entries follows the set.
+#[test]
+fn delete_at_the_bounds_and_the_individually_deleted_count() {
+    let l = layout();
+    let st = CursorDeletionState::new(p(1, -1)).unwrap();
+    let o = st.delete(&[p(3, 9), p(1, 4), p(1, 5)], &l).unwrap();
+    assert_eq!((o.newly_deleted, o.already_deleted), (3, 0));
+    assert_eq!(st.individually_deleted_count(), 3);
+    st.mark_delete(p(1, 1), &l).unwrap();
+    let o = st.delete(&[p(1, 1), p(1, 0), p(1, 6)], &l).unwrap();
+    assert_eq!(
+        (o.newly_deleted, o.already_deleted),
+        (1, 2),
+        "(1,1) is the mark-delete, (1,0) below it"
+    );
+    assert_eq!(st.individually_deleted_count(), 4);
+    assert_eq!(st.mark_delete_position(), p(1, 1));
+}
+
+/// A mark-delete bound must be an entry id of -1 or a u32: `new`,
+/// `recover` and `mark_delete` refuse anything else with a typed error.
+#[test]
+fn mark_delete_bounds_out_of_range_are_typed_errors() {
+    let bad = [p(1, -2), p(1, i64::from(u32::MAX) + 1)];
+    for b in bad {
+        assert!(matches!(
+            CursorDeletionState::new(b),
+            Err(DeletionError::RangeSet(
+                RangeSetError::BoundOutOfRange { .. }
+            ))
+        ));
+        assert!(matches!(
+            CursorDeletionState::recover(b, &[]),
+            Err(DeletionError::RangeSet(
+                RangeSetError::BoundOutOfRange { .. }
+            ))
+        ));
+    }
+    let st = CursorDeletionState::new(p(1, -1)).unwrap();
+    assert!(matches!(
+        st.mark_delete(p(1, -2), &layout()),
+        Err(DeletionError::RangeSet(
+            RangeSetError::BoundOutOfRange { .. }
+        ))
+    ));
+    assert_eq!(st.mark_delete_position(), p(1, -1));
+}
+
+/// The Debug form names the mark-delete, the individually deleted ranges
+/// and the reset epoch.
+#[test]
+fn debug_shows_mark_delete_ranges_and_epoch() {
+    let st = CursorDeletionState::new(p(1, 2)).unwrap();
+    st.delete(&[p(1, 5)], &layout()).unwrap();
+    let s = format!("{st:?}");
+    assert!(s.starts_with("CursorDeletionState"), "{s}");
+    for part in ["mark_delete", "individually_deleted", "reset_epoch: 0"] {
+        assert!(s.contains(part), "{part} in {s}");
+    }
+    assert!(s.contains(&format!("{:?}", p(1, 2))), "{s}");
+}

@@ -304,10 +304,9 @@ impl ClientConsumer {
     ) -> CommandOutcome {
         #[cfg(feature = "trace")]
         crate::trace::permits::client_receive(self.state.trace_key(), delivered, false);
-        if returned > 0 {
-            if let Err(e) = self.state.return_permits(returned) {
-                return self.protocol_error(e);
-            }
+        // Returning 0 permits is a no-op in every state.
+        if let Err(e) = self.state.return_permits(returned) {
+            return self.protocol_error(e);
         }
         CommandOutcome {
             permits,

@@ -583,3 +583,46 @@ fn resubscribing_after_a_close_leaves_the_ids_new_owner_open() {
     );
     assert!(Arc::ptr_eq(&conn.current(1).unwrap(), other.state()));
 }
+
+/// Each message handed to the application carries its own id: for a batch,
+/// its batch index and the batch size, without the command's `ack_set`;
+/// for a non-batched message no batch fields. A non-batched message already
+/// acknowledged in this incarnation is skipped when it comes again, and its
+/// permit goes back.
+#[test]
+fn received_message_ids_and_a_redelivered_acknowledged_single_message() {
+    let (_conn, mut c) = consumer();
+    // indexes 0 and 2 of 3 still to deliver
+    let out = c
+        .handle_message(&cmd(Some(2), vec![0b101]), &batch(3, &[]))
+        .unwrap();
+    assert_eq!(out.delivered, 2);
+    let ids: Vec<MessageIdData> = std::iter::from_fn(|| c.receive())
+        .map(|m| m.message_id)
+        .collect();
+    for (id, index) in ids.iter().zip([0, 2]) {
+        assert_eq!((id.ledger_id, id.entry_id), (3, 4));
+        assert_eq!(id.batch_index, Some(index));
+        assert_eq!(id.batch_size, Some(3));
+        assert!(id.ack_set.is_empty(), "{id:?}");
+    }
+    let single = encode_entry_payload(
+        &MessageMetadata {
+            producer_name: "p".into(),
+            ..Default::default()
+        },
+        &[(SingleMessageMetadata::default(), b"one".to_vec())],
+    );
+    let mut one = cmd(Some(1), vec![]);
+    one.message_id.entry_id = 5;
+    assert_eq!(c.handle_message(&one, &single).unwrap().delivered, 1);
+    let m = c.receive().unwrap();
+    assert_eq!(
+        (m.message_id.batch_index, m.message_id.batch_size),
+        (None, None)
+    );
+    assert_eq!(m.payload, b"one");
+    c.acknowledge(&m.message_id);
+    let again = c.handle_message(&one, &single).unwrap();
+    assert_eq!((again.delivered, again.returned), (0, 1), "{again:?}");
+}
