@@ -169,3 +169,23 @@ fn explicit_permits_are_valid_from_1_to_i32_max_inclusive() {
         Err(PermitProtocolError::InvalidExplicit(MAX_PERMITS + 1))
     );
 }
+
+/// A connection grants the receiver queue only to its own current
+/// incarnation: another connection's open incarnation is `NotCurrent` and
+/// gets nothing. The connection reports its own id.
+#[test]
+fn subscribe_succeeded_refuses_another_connections_incarnation() {
+    let (a, b) = (
+        Arc::new(ClientConnection::new(7)),
+        Arc::new(ClientConnection::new(8)),
+    );
+    assert_eq!((a.id(), b.id()), (7, 8));
+    let on_a = a.subscribe(1, 10).unwrap();
+    b.subscribe(1, 10).unwrap();
+    assert_eq!(
+        b.subscribe_succeeded(&on_a),
+        Err(ClientPermitError::NotCurrent(on_a.incarnation()))
+    );
+    assert_eq!(on_a.accumulated(), 0);
+    assert_eq!(a.subscribe_succeeded(&on_a), Ok(10));
+}

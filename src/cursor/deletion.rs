@@ -472,9 +472,13 @@ impl CursorDeletionState {
         let mut md = candidate;
         loop {
             let next = ledger.next_valid_position(md);
+            // The run containing `next` ends at or after it, past md.
             match g.ranges.run_end_from(next) {
-                Some(end) if end > md => md = end,
-                _ => break,
+                Some(end) => {
+                    debug_assert!(end >= next, "run end {end} before its start {next}");
+                    md = end;
+                }
+                None => break,
             }
         }
         if md > g.mark_delete {

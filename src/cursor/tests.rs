@@ -548,3 +548,15 @@ fn debug_shows_mark_delete_ranges_and_epoch() {
     }
     assert!(s.contains(&format!("{:?}", p(1, 2))), "{s}");
 }
+
+/// Mark-delete may be set at the last confirmed entry itself (everything
+/// acknowledged), not past it.
+#[test]
+fn mark_delete_at_the_last_confirmed_entry() {
+    let st = CursorDeletionState::new(p(1, -1)).unwrap();
+    assert_eq!(st.mark_delete(p(3, 9), &layout()), Ok(p(3, 9)));
+    assert!(matches!(
+        st.mark_delete(p(3, 10), &layout()),
+        Err(DeletionError::BeyondLastConfirmed { .. })
+    ));
+}
