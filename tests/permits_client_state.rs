@@ -189,3 +189,20 @@ fn subscribe_succeeded_refuses_another_connections_incarnation() {
     assert_eq!(on_a.accumulated(), 0);
     assert_eq!(a.subscribe_succeeded(&on_a), Ok(10));
 }
+
+/// A zero-queue consumer (receiver queue 0) with nothing accumulated is
+/// granted 0 permits and no Flow is written: Flow(0) is a protocol error.
+#[test]
+fn a_zero_grant_writes_no_flow() {
+    let conn = Arc::new(ClientConnection::new(7));
+    let st = conn.subscribe(1, 0).unwrap();
+    conn.take_outbox();
+    assert_eq!(conn.subscribe_succeeded(&st), Ok(0));
+    assert!(
+        !conn
+            .take_outbox()
+            .iter()
+            .any(|f| matches!(f, ClientFrame::Flow { .. })),
+        "no Flow(0)"
+    );
+}
