@@ -34,7 +34,14 @@ enum W {
 }
 
 /// The shared wire check (used by the real test and the negative control).
+/// No Flow carries 0 permits (a protocol error for the broker): when two
+/// returns race to drain the accumulator, the one that finds it empty
+/// writes nothing.
 fn check_wire_order(wire: &[W], old: u64, new: u64) {
+    assert!(
+        !wire.iter().any(|w| matches!(w, W::Flow(_, 0))),
+        "Flow(0) written: {wire:?}"
+    );
     let replaced_at = wire
         .iter()
         .position(|w| *w == W::Subscribe(new))
