@@ -650,3 +650,22 @@ fn broker_entry_metadata_prefix_round_trips() {
     assert_eq!(entry.checksum, Some(reference_crc32c(&checksummed_body())));
     assert_eq!(entry.metadata.num_messages_in_batch, Some(4));
 }
+
+/// A batched message may have an empty payload (`payload_size` 0); a
+/// negative `payload_size` is refused.
+#[test]
+fn batch_message_payload_size_zero_is_valid_and_negative_refused() {
+    // [size 2][SingleMessageMetadata{payload_size 0}] then [size 2][{payload_size 1}]["a"]
+    let batch = [0, 0, 0, 2, 0x18, 0x00, 0, 0, 0, 2, 0x18, 0x01, b'a'];
+    let msgs = split_batch(&batch, 2).unwrap();
+    assert_eq!(msgs.len(), 2);
+    assert!(msgs[0].payload.is_empty());
+    assert_eq!(msgs[1].payload, b"a");
+    // payload_size -1: varint of -1 as int32 (ten bytes)
+    let mut neg = vec![0, 0, 0, 11, 0x18];
+    neg.extend_from_slice(&[0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01]);
+    assert_eq!(
+        frame::read_batch_message_header(&neg, 0).err(),
+        Some(FrameError::NegativePayloadSize(-1))
+    );
+}
