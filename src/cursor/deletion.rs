@@ -566,11 +566,11 @@ impl CursorDeletionState {
         let new_md = ledger
             .next_valid_position(requested_md)
             .previous_in_ledger();
-        let (old, epoch) = self.replace_under_reset_epoch(&mut g, new_md, |ranges| {
+        let old = self.replace_under_reset_epoch(&mut g, new_md, |ranges| {
             ranges.clear();
             Ok(())
         })?;
-        tracing::debug!(from = %old, to = %new_md, epoch, "cursor reset");
+        tracing::debug!(from = %old, to = %new_md, epoch = self.reset_epoch(), "cursor reset");
         Ok(new_md)
     }
 
@@ -580,7 +580,7 @@ impl CursorDeletionState {
     /// epoch → odd, release fence, directory invalidated, mark-delete
     /// published, `fill` replaces the ranges (after they are cleared),
     /// batch ack sets cleared, epoch → even (release). Returns the old
-    /// mark-delete and the final (even) epoch.
+    /// mark-delete.
     ///
     /// `fill` must not fail after changing anything: it runs with the set
     /// already cleared, and an error from it leaves the set empty with the
@@ -590,14 +590,13 @@ impl CursorDeletionState {
         g: &mut Inner,
         new_md: Position,
         fill: impl FnOnce(&mut PositionRangeSet) -> Result<(), RangeSetError>,
-    ) -> Result<(Position, u64), DeletionError> {
+    ) -> Result<Position, DeletionError> {
         // Single writer: the epoch is only written here, under the write lock.
         let epoch = self.read_side.reset_epoch.load(Ordering::Relaxed);
-        self.read_side
-            .reset_epoch
-            .store(epoch + 1, Ordering::Relaxed);
+        let (odd, even) = (epoch + 1, epoch + 2);
+        self.read_side.reset_epoch.store(odd, Ordering::Relaxed);
         #[cfg(feature = "trace")]
-        crate::trace::deletion::reset_begin(epoch + 1);
+        crate::trace::deletion::reset_begin(odd);
         // Orders the odd epoch before every data write below for readers
         // that observe any of them (pairs with the reader's acquire fence).
         fence(Ordering::Release);
@@ -614,13 +613,11 @@ impl CursorDeletionState {
         let filled = fill(&mut g.ranges);
         #[cfg(feature = "trace")]
         crate::trace::deletion::reset_clear();
-        self.read_side
-            .reset_epoch
-            .store(epoch + 2, Ordering::Release);
+        self.read_side.reset_epoch.store(even, Ordering::Release);
         #[cfg(feature = "trace")]
-        crate::trace::deletion::reset_end(epoch + 2);
+        crate::trace::deletion::reset_end(even);
         filled?;
-        Ok((old, epoch + 2))
+        Ok(old)
     }
 
     /// Authoritative check (Pulsar's `isMessageDeleted`): `position` is at or

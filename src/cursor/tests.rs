@@ -560,3 +560,47 @@ fn mark_delete_at_the_last_confirmed_entry() {
         Err(DeletionError::BeyondLastConfirmed { .. })
     ));
 }
+
+/// The post-I/O filter drops every deleted entry of a batch in any order,
+/// also one outside the span from the batch's first to its last entry, or
+/// in another ledger between two of the first ledger's, or at or below
+/// mark-delete.
+#[test]
+fn filter_read_entries_drops_deleted_entries_of_unsorted_and_mixed_batches() {
+    let l = LedgerLayout::new([(1, 10), (2, 10)]);
+    let st = CursorDeletionState::new(p(1, 4)).unwrap();
+    st.delete(&[p(1, 7), p(2, 1)], &l).unwrap();
+    let keep = |batch: Vec<Position>| st.filter_read_entries(batch, |p| *p);
+    assert_eq!(keep(vec![p(1, 9), p(1, 7)]), vec![p(1, 9)], "descending");
+    assert_eq!(
+        keep(vec![p(2, 5), p(2, 1), p(2, 9)]),
+        vec![p(2, 5), p(2, 9)],
+        "unsorted within one ledger"
+    );
+    assert_eq!(
+        keep(vec![p(2, 5), p(1, 7), p(2, 9)]),
+        vec![p(2, 5), p(2, 9)],
+        "another ledger's entry between"
+    );
+    assert_eq!(
+        keep(vec![p(1, 4), p(1, 5)]),
+        vec![p(1, 5)],
+        "the mark-delete itself"
+    );
+    assert_eq!(
+        keep(vec![p(1, 2), p(1, 3)]),
+        Vec::<Position>::new(),
+        "below it"
+    );
+    assert_eq!(keep(vec![p(1, 5), p(1, 6)]), vec![p(1, 5), p(1, 6)]);
+}
+
+/// Mark-delete set at its current position is accepted and changes nothing.
+#[test]
+fn mark_delete_at_the_current_position_is_a_no_op() {
+    let st = CursorDeletionState::new(p(1, 3)).unwrap();
+    assert_eq!(st.mark_delete(p(1, 3), &layout()), Ok(p(1, 3)));
+    assert_eq!(st.reset_epoch(), 0);
+    st.reset(p(1, 0), &layout()).unwrap();
+    assert_eq!(st.reset_epoch(), 2, "one completed reset");
+}
