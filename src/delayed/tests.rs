@@ -677,3 +677,68 @@ fn add_at_or_below_mark_delete_is_not_tracked() {
     assert_eq!(t.number_of_delayed_messages(), 0);
     t.verify_invariants().unwrap();
 }
+
+/// The empty range is `(−1, −1)`: it holds no real ledger.
+#[test]
+fn bucket_context_empty_is_minus_one_minus_one() {
+    assert_eq!(
+        BucketContext::EMPTY,
+        BucketContext {
+            start_ledger_id: -1,
+            end_ledger_id: -1
+        }
+    );
+    assert!(!BucketContext::EMPTY.contains(0));
+    assert_eq!(MutableBucket::new().context(), BucketContext::EMPTY);
+}
+
+/// The mutable bucket: adds extend its range and fill its heap; a range
+/// reset keeps the heap; the heap's reserved bytes cover its indexes.
+#[test]
+fn mutable_bucket_range_heap_and_reserved_bytes() {
+    let mut b = MutableBucket::new();
+    assert!(b.is_empty());
+    assert_eq!(b.heap_capacity_bytes(), 0);
+    for (i, l) in [3, 3, 5].into_iter().enumerate() {
+        b.add(snapshot::IndexEntry {
+            timestamp: 10 + i as u64,
+            ledger_id: l,
+            entry_id: i as u32,
+        });
+    }
+    assert!(!b.is_empty());
+    assert_eq!(b.len(), 3);
+    assert_eq!(
+        b.context(),
+        BucketContext {
+            start_ledger_id: 3,
+            end_ledger_id: 5
+        }
+    );
+    let per_index = std::mem::size_of::<snapshot::IndexEntry>();
+    assert!(
+        b.heap_capacity_bytes() >= 3 * per_index,
+        "{}",
+        b.heap_capacity_bytes()
+    );
+    assert_eq!(b.heap_capacity_bytes() % per_index, 0);
+    b.reset_range();
+    assert_eq!(b.context(), BucketContext::EMPTY);
+    assert_eq!(b.len(), 3, "the heap is kept");
+    assert_eq!(b.peek().map(|i| i.timestamp), Some(10));
+}
+
+/// The system clock reads wall time in ms since the Unix epoch; a virtual
+/// clock's advance returns the new time.
+#[test]
+fn clocks_read_wall_and_virtual_time() {
+    let wall = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64;
+    let read = SystemClock.now_ms();
+    assert!(read.abs_diff(wall) < 60_000, "{read} vs {wall}");
+    let v = VirtualClock::new(10);
+    assert_eq!(v.advance(5), 15);
+    assert_eq!(v.now_ms(), 15);
+}
