@@ -376,17 +376,26 @@ pub fn bitmap_to_words(bits: &RoaringBitmap) -> Vec<i64> {
     words.into_iter().map(|w| w as i64).collect()
 }
 
+/// Most words a long array may hold: 2^26 words cover the entry ids
+/// `0..2^32` (a bitmap of one ledger).
+const MAX_LONG_ARRAY_WORDS: usize = 1 << 26;
+
+/// A long array of `words` words for `ledger_id` can be decoded: at most
+/// [`MAX_LONG_ARRAY_WORDS`] (checked before anything is allocated) and a
+/// ledger id >= 0.
+fn long_array_in_range(ledger_id: i64, words: usize) -> Result<(), PositionInfoError> {
+    if words > MAX_LONG_ARRAY_WORDS || ledger_id < 0 {
+        return Err(PositionInfoError::LongArrayOutOfRange { ledger_id, words });
+    }
+    Ok(())
+}
+
 /// The inverse of [`bitmap_to_words`] (`BitSet.valueOf(long[])`).
 ///
 /// # Errors
 /// [`PositionInfoError::LongArrayOutOfRange`] for more than 2^26 words.
 pub fn words_to_bitmap(ledger_id: i64, words: &[i64]) -> Result<RoaringBitmap, PositionInfoError> {
-    if words.len() > (1 << 26) || ledger_id < 0 {
-        return Err(PositionInfoError::LongArrayOutOfRange {
-            ledger_id,
-            words: words.len(),
-        });
-    }
+    long_array_in_range(ledger_id, words.len())?;
     let bytes: Vec<u8> = words.iter().flat_map(|w| w.to_le_bytes()).collect();
     Ok(RoaringBitmap::from_lsb0_bytes(0, &bytes))
 }
@@ -615,4 +624,31 @@ pub fn decode_managed_cursor_info(
         info.cursors_ledger_id,
         Some(from_message(&as_position_info)?),
     ))
+}
+
+#[cfg(all(test, not(any(loom, feature = "shuttle"))))]
+mod long_array_tests {
+    use super::*;
+
+    /// 2^26 words (entry ids up to 2^32) decode; one more word, or a
+    /// negative ledger id, is out of range.
+    #[test]
+    fn long_arrays_are_in_range_up_to_2_pow_26_words() {
+        assert_eq!(long_array_in_range(0, 1 << 26), Ok(()));
+        assert_eq!(long_array_in_range(7, 0), Ok(()));
+        assert_eq!(
+            long_array_in_range(0, (1 << 26) + 1),
+            Err(PositionInfoError::LongArrayOutOfRange {
+                ledger_id: 0,
+                words: (1 << 26) + 1
+            })
+        );
+        assert_eq!(
+            long_array_in_range(-1, 1),
+            Err(PositionInfoError::LongArrayOutOfRange {
+                ledger_id: -1,
+                words: 1
+            })
+        );
+    }
 }

@@ -742,3 +742,47 @@ fn clocks_read_wall_and_virtual_time() {
     assert_eq!(v.advance(5), 15);
     assert_eq!(v.now_ms(), 15);
 }
+
+/// `max_indexes_per_bucket_snapshot_segment` is -1 (no limit) or positive:
+/// 0 and anything below -1 are refused.
+#[test]
+fn max_indexes_per_segment_is_minus_one_or_positive() {
+    let with = |k: i64| {
+        BucketTrackerConfig {
+            max_indexes_per_bucket_snapshot_segment: k,
+            ..cfg()
+        }
+        .validate()
+    };
+    assert!(with(-1).is_ok());
+    assert!(with(1).is_ok());
+    for bad in [0, -2, i64::MIN] {
+        assert!(
+            matches!(with(bad), Err(DelayedError::InvalidConfig(_))),
+            "{bad}"
+        );
+    }
+}
+
+/// A tracker invariant violation names the spec invariant it breaks, where
+/// the spec has one.
+#[test]
+fn invariant_violations_name_their_spec_invariant() {
+    let counter = InvariantViolation::CounterNotCardinality {
+        counter: 2,
+        cardinality: 1,
+    };
+    assert_eq!(counter.spec_invariant(), Some("CounterEqualsCardinality"));
+    let copy = InvariantViolation::SecondLiveCopy {
+        ledger_id: 1,
+        entry_id: 0,
+        entries: 2,
+    };
+    assert_eq!(copy.spec_invariant(), Some("NoSecondLiveCopy"));
+    let boundary = InvariantViolation::Boundary {
+        ledger_id: 1,
+        entry_id: 0,
+        reason: "not registered",
+    };
+    assert_eq!(boundary.spec_invariant(), None);
+}
