@@ -325,3 +325,29 @@ fn managed_cursor_info_for_the_metadata_store() {
         Err(PositionInfoError::CapExceeded { .. })
     ));
 }
+
+/// A cap is a maximum: exactly `max_ranges` ranges, or exactly
+/// `max_entries` deleted entries, are encoded; one more is `CapExceeded`.
+#[test]
+fn a_state_exactly_at_the_cap_is_encoded() {
+    // three single-entry ranges (entries 1, 3, 5)
+    let s = snapshot(Position::new(1, -1), &[(1, 1), (1, 3), (1, 5)]);
+    assert!(encode_position_info(&s, PulsarForm::MessageRanges { max_ranges: 3 }, &[]).is_ok());
+    assert!(matches!(
+        encode_position_info(&s, PulsarForm::MessageRanges { max_ranges: 2 }, &[]),
+        Err(PositionInfoError::CapExceeded {
+            cap: 2,
+            needed: 3,
+            ..
+        })
+    ));
+    assert!(encode_position_info(&s, PulsarForm::LongArray { max_entries: 3 }, &[]).is_ok());
+    assert!(matches!(
+        encode_position_info(&s, PulsarForm::LongArray { max_entries: 2 }, &[]),
+        Err(PositionInfoError::CapExceeded {
+            cap: 2,
+            needed: 3,
+            ..
+        })
+    ));
+}
