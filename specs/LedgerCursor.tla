@@ -60,8 +60,11 @@ Read(k) ==
     /\ reset' = FALSE
     /\ UNCHANGED <<lce, md>>
 
-(* read_entries_with_skip: the entries read..first-1 were declared deleted *)
-(* and passed over; first..last is the run returned (at most MaxBatch).    *)
+(* read_entries_with_skip: the entries read..first-1 were passed over;    *)
+(* first..last is the run returned (at most MaxBatch). Which entries the  *)
+(* caller declared deleted is not modelled: the spec cannot tell a pass-  *)
+(* over of an undeleted entry from a correct skip (the model test and the  *)
+(* DeletionLookup spec cover that).                                        *)
 ReadRun(first, last) ==
     /\ read <= first
     /\ first <= last
@@ -73,9 +76,10 @@ ReadRun(first, last) ==
     /\ reset' = FALSE
     /\ UNCHANGED <<lce, md>>
 
-(* read_entries_with_skip passed over entries declared deleted (a whole    *)
-(* window of them) without returning any: read moves forward, at most to  *)
-(* just past the last confirmed entry.                                     *)
+(* read_entries_with_skip passed over a window without returning any (or  *)
+(* a plain read with auto-skip passed a lost ledger): read moves forward,  *)
+(* at most to just past the last confirmed entry. As for ReadRun, what was *)
+(* passed over is not checked here.                                        *)
 SkipTo(r) ==
     /\ read <= r
     /\ r <= lce + 1
@@ -153,5 +157,7 @@ MarkDeleteConfirmed == md <= lce
 RewindLandsOnNext == rewound => read = md + 1
 
 (* Mark-delete is monotone: no step but a reset (a seek) moves it backward. *)
+(* MarkDelete's own guard implies it; the property states the rule for    *)
+(* every action, so a new action that breaks it is reported.               *)
 MarkDeleteMonotone == [][reset' \/ md' >= md]_vars
 =============================================================================

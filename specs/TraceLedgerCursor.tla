@@ -48,7 +48,11 @@ IsRecover == Line.action = "Recover" /\ md = Line.md /\ Recover /\ read' = Line.
 (* Not spec actions: the run's header (the cfg constants it was written   *)
 (* for) and a new cursor's start, which must be the spec's Init state.    *)
 IsInit == Line.action = "Init" /\ UNCHANGED vars
-IsOpen == Line.action = "Open" /\ md = Line.md /\ read = Line.read /\ UNCHANGED vars
+IsOpen ==
+    /\ Line.action = "Open"
+    /\ Line.md = -1 /\ Line.read = 0
+    /\ md = Line.md /\ read = Line.read
+    /\ UNCHANGED vars
 
 StepMatches ==
     \/ IsAppendEntry \/ IsRead \/ IsReadRun \/ IsSkipTo

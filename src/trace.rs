@@ -23,17 +23,13 @@
 //!
 //! Recorders run under shuttle, not loom: the order of the lines is taken
 //! as the order of the actions, which holds in shuttle's sequentially
-//! consistent schedules but not in loom's weak-memory executions. A loom
-//! recorder of two DeletionLookup scenarios (24,612 executions at
-//! preemption bound 2, 528 distinct traces) was rejected at `RRecheck`:
-//! the lookup's epoch re-check (a `Relaxed` load after an `Acquire` fence)
-//! returned the pre-reset epoch after the reset's odd-epoch store had been
-//! recorded. That execution is legal and correct (the lookup read none of
-//! the reset's later stores, so it takes effect before the reset), but it is
-//! not in recording order; validating loom executions would need a trace
-//! spec that searches the interleavings allowed by each thread's program
-//! order and the values it read. The loom layer checks the same code with
-//! assertions (`tests/scenarios/cursor.rs`).
+//! consistent schedules but not in loom's weak-memory executions, where a
+//! load may return a value older than a store already recorded (e.g. the
+//! lookup's `Relaxed` epoch re-check returning the pre-reset epoch: a
+//! correct execution that is not in recording order). Validating loom
+//! executions would need a trace spec that searches the interleavings
+//! allowed by each thread's program order and the values it read; the loom
+//! layer checks the same code with assertions (`tests/scenarios/cursor.rs`).
 //!
 //! | spec                  | hooks                                 | recorded by |
 //! |-----------------------|---------------------------------------|-------------|

@@ -1,6 +1,7 @@
 //! proptest model test of the managed-ledger cursor (`src/ledger`): random
-//! appends across ledger rollovers, reads, mark-deletes (forward, backward,
-//! at `(L, -1)`, past the last entry) and rewinds, checked after every step
+//! appends across ledger rollovers, reads, reads with skip, mark-deletes
+//! (forward, backward, at `(L, -1)`, past the last entry), rewinds, resets
+//! and reopening the managed ledger, checked after every step
 //! against a reference model in `specs/LedgerCursor.tla`'s terms
 //! (`tests/common/ledger_cursor_model.rs`). The trace recorder
 //! (`tests/trace_ledger_cursor.rs`, feature `trace`) records the spec's

@@ -317,6 +317,9 @@ fn record_bucket_merge_traces() {
     let mut steps = 0;
     let mut merges = 0;
     let mut recovers = 0;
+    // Cases with a merge after a delivery: the state where a merge could
+    // persist a dispatched message (the merge-persists-dispatched control).
+    let mut merges_after_delivery = 0;
     // Every case is recorded, also one that disagrees with the model: TLC
     // judges its lines first; the disagreements fail the test after the
     // file is written.
@@ -327,6 +330,12 @@ fn record_bucket_merge_traces() {
         if let Some(e) = error {
             disagreements.push(format!("case {r} (k = {k}): {e}; ops = {ops:?}"));
         }
+        let delivered_at = lines
+            .iter()
+            .position(|v| v["action"] == "Pop" && v["delivered"] == true);
+        merges_after_delivery += usize::from(
+            delivered_at.is_some_and(|d| lines[d..].iter().any(|v| v["action"] == "Merge")),
+        );
         for v in lines {
             let mut line = serde_json::Map::new();
             line.insert("t".into(), Value::from(r + 1));
@@ -344,12 +353,14 @@ fn record_bucket_merge_traces() {
         merges > 0 && recovers > 0,
         "no merge ({merges}) or no recovery ({recovers}) recorded"
     );
+    assert!(merges_after_delivery > 0, "no case merged after a delivery");
     assert!(
         disagreements.is_empty(),
         "the tracker disagreed with the reference model:\n{}",
         disagreements.join("\n")
     );
     eprintln!(
-        "recorded {RUNS} traces, {steps} steps ({merges} merges, {recovers} recoveries): {path}"
+        "recorded {RUNS} traces, {steps} steps ({merges} merges, {recovers} recoveries, \
+         {merges_after_delivery} cases merged after a delivery): {path}"
     );
 }

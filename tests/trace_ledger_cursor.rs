@@ -1,8 +1,9 @@
 //! Trace recording for `specs/TraceLedgerCursor.tla`: the managed-ledger
 //! cursor of `src/ledger` driven by the cases of the proptest model test
 //! (`tests/ledger_cursor_model.rs`: appends across ledger rollovers, reads of
-//! 1..=3 entries, forward, backward and beyond-the-end mark-deletes,
-//! rewinds), generated from a fixed seed and each checked against the
+//! 1..=3 entries, reads with skip, forward, backward and beyond-the-end
+//! mark-deletes, rewinds, resets, reopening the managed ledger), generated
+//! from a fixed seed and each checked against the
 //! reference model while it is recorded. The hook lines (src/trace.rs)
 //! hold positions; this recorder flattens them to the spec's entry numbers
 //! (entries in append order; `(L, -1)` is the entry before ledger L's
@@ -22,6 +23,9 @@ use serde_json::Value;
 mod ledger_cursor_model;
 use ledger_cursor_model::*;
 
+/// Recording is process-global: the tests of this file record one at a time.
+static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 /// Cases recorded (one trace each).
 const RUNS: u32 = 60;
 const OPS: usize = 60;
@@ -31,6 +35,7 @@ const MAX_ENTRIES: usize = 12;
 
 #[test]
 fn record_ledger_cursor_traces() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let mut runner = TestRunner::new_with_rng(
         Config::default(),
         TestRng::from_seed(RngAlgorithm::ChaCha, &SEED),
@@ -90,5 +95,55 @@ fn record_ledger_cursor_traces() {
     eprintln!(
         "recorded {} traces ({RUNS} cases), {steps} steps: {path}",
         traces.len()
+    );
+}
+
+/// A plain read that returns entries and then reaches a lost ledger (auto-skip
+/// on) stops after the entries it returned: its lines end with that read's
+/// position, with no skip past the lost ledger, which the next read takes.
+#[test]
+fn a_read_stopping_before_a_lost_ledger_records_no_skip_past_it() {
+    use pulsar_core::ledger::{LedgerConfig, ManagedLedger, MemoryStore};
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let config = LedgerConfig {
+        max_entries_per_ledger: 3,
+        auto_skip_non_recoverable_data: true,
+    };
+    let ml = ManagedLedger::open("lost", config, std::sync::Arc::new(MemoryStore::new())).unwrap();
+    trace::start();
+    let cursor = ml.open_cursor("sub").unwrap();
+    let appended = ml.append_batch(&[&b"m"[..]; 6]).unwrap();
+    ml.mark_ledger_lost(appended[3].ledger_id).unwrap();
+    assert_eq!(cursor.read_entries(1).unwrap().len(), 1);
+    assert_eq!(cursor.read_entries(10).unwrap().len(), 2);
+    let after_first = cursor.read_position();
+    assert!(cursor.read_entries(10).unwrap().is_empty());
+    let after_skip = cursor.read_position();
+    let mut lines: Vec<Value> = trace::finish()
+        .iter()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    trace::ledger_cursor::to_entry_numbers(&mut lines);
+    let steps: Vec<(String, i64)> = lines
+        .iter()
+        .filter(|v| v["action"] != "AppendEntry" && v["action"] != "Open")
+        .map(|v| {
+            (
+                v["action"].as_str().unwrap().to_string(),
+                v["read"].as_i64().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(after_first, appended[3], "stopped at the lost ledger");
+    assert!(after_skip > appended[5]);
+    assert_eq!(
+        steps,
+        vec![
+            ("Read".to_string(), 1),
+            // the read that met the lost ledger is recorded as its runs
+            ("ReadRun".to_string(), 3),
+            ("SkipTo".to_string(), 6),
+        ],
+        "{lines:?}"
     );
 }

@@ -471,16 +471,21 @@ impl CursorDeletionState {
     fn advance_locked(&self, g: &mut Inner, candidate: Position, ledger: &dyn LedgerTopology) {
         let mut md = candidate;
         loop {
+            // `next` is past md unless md is at or past the topology's last
+            // entry (ranges recovered beyond it, a layout that shrank):
+            // extend only while the run ends past md, so the loop ends.
             let next = ledger.next_valid_position(md);
-            // The run containing `next` ends at or after it, past md.
             match g.ranges.run_end_from(next) {
-                Some(end) => {
-                    debug_assert!(end >= next, "run end {end} before its start {next}");
-                    md = end;
-                }
-                None => break,
+                Some(end) if end > md => md = end,
+                _ => break,
             }
         }
+        self.publish_advance(g, md);
+        self.trim(g);
+    }
+
+    /// Publishes `md` as the mark-delete if it moved forward.
+    fn publish_advance(&self, g: &mut Inner, md: Position) {
         if md > g.mark_delete {
             tracing::trace!(from = %g.mark_delete, to = %md, "mark-delete advanced");
             g.mark_delete = md;
@@ -488,7 +493,6 @@ impl CursorDeletionState {
             #[cfg(feature = "trace")]
             crate::trace::deletion::advance(md);
         }
-        self.trim(g);
     }
 
     /// Explicit mark-delete (Pulsar's `asyncMarkDelete` /
@@ -734,11 +738,12 @@ impl CursorDeletionState {
         };
         let (first, last) = (position_of(first), position_of(last));
         let g = self.inner.read();
+        // Strictly ascending with the first and last in one ledger: every
+        // entry is in that ledger.
         let single_ledger_ascending = first.ledger_id == last.ledger_id
-            && entries.windows(2).all(|w| {
-                let (a, b) = (position_of(&w[0]), position_of(&w[1]));
-                a.ledger_id == first.ledger_id && a < b
-            });
+            && entries
+                .windows(2)
+                .all(|w| position_of(&w[0]) < position_of(&w[1]));
         if single_ledger_ascending
             && first > g.mark_delete
             && !g

@@ -599,8 +599,57 @@ fn filter_read_entries_drops_deleted_entries_of_unsorted_and_mixed_batches() {
 #[test]
 fn mark_delete_at_the_current_position_is_a_no_op() {
     let st = CursorDeletionState::new(p(1, 3)).unwrap();
+    st.delete(&[p(1, 6)], &layout()).unwrap();
     assert_eq!(st.mark_delete(p(1, 3), &layout()), Ok(p(1, 3)));
+    assert_eq!(st.individually_deleted_ranges(), vec![(p(1, 5), p(1, 6))]);
     assert_eq!(st.reset_epoch(), 0);
     st.reset(p(1, 0), &layout()).unwrap();
     assert_eq!(st.reset_epoch(), 2, "one completed reset");
+}
+
+/// Runs `f` on its own thread and fails if it does not return within 5 s
+/// (a spinning advance holds the cursor lock forever).
+fn within_5s<T: Send + 'static>(what: &str, f: impl FnOnce() -> T + Send + 'static) -> T {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(f());
+    });
+    rx.recv_timeout(std::time::Duration::from_secs(5))
+        .unwrap_or_else(|_| panic!("HANG: {what} did not return within 5 s"))
+}
+
+/// Ranges recovered past the topology's last entry (or left there by a
+/// layout that shrank) do not make mark-delete advances loop: an advance
+/// stops where the next position is not past mark-delete.
+#[test]
+fn advances_end_when_ranges_lie_past_the_last_entry() {
+    let md = within_5s("mark_delete over ranges past the end", || {
+        let st = CursorDeletionState::recover(p(1, -1), &[(p(1, -1), p(1, 6))]).unwrap();
+        st.mark_delete(p(1, -1), &LedgerLayout::new([(1, 3)]))
+            .unwrap()
+    });
+    assert!(md >= p(1, -1));
+    let md = within_5s("delete after the layout shrank", || {
+        let mut l = LedgerLayout::new([(1, 10)]);
+        let st = CursorDeletionState::new(p(1, -1)).unwrap();
+        st.delete(&[p(1, 3), p(1, 4), p(1, 5), p(1, 6)], &l)
+            .unwrap();
+        l.set_entries(1, 4);
+        st.delete(&[p(1, 0), p(1, 1), p(1, 2)], &l).unwrap();
+        st.mark_delete_position()
+    });
+    assert!(md >= p(1, 2), "{md}");
+}
+
+/// A batch spanning two ledgers goes through the full filter: an
+/// acknowledged entry of the second ledger is dropped.
+#[test]
+fn filter_read_entries_checks_a_batch_ending_in_another_ledger() {
+    let st = CursorDeletionState::new(p(1, 4)).unwrap();
+    st.delete(&[p(2, 1)], &LedgerLayout::new([(1, 10), (2, 10)]))
+        .unwrap();
+    assert_eq!(
+        st.filter_read_entries(vec![p(1, 5), p(2, 1)], |q| *q),
+        vec![p(1, 5)]
+    );
 }

@@ -263,6 +263,12 @@ impl ManagedCursor {
                 );
             }
         } else {
+            // The read position moved past the last entry returned, not past
+            // a lost ledger skipped after it: those skips are not taken.
+            if !out.is_empty() {
+                let last_run = segments.iter().rposition(|(_, end)| end.is_some());
+                segments.truncate(last_run.map_or(0, |i| i + 1));
+            }
             for (at, run_end) in segments {
                 let (ml, cur) = (&self.ledger.name, &self.name);
                 let after = self.ledger.next_valid_position(run_end.unwrap_or(at));
