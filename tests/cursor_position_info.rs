@@ -351,3 +351,33 @@ fn a_state_exactly_at_the_cap_is_encoded() {
         })
     ));
 }
+
+/// A batch-index ack set's position must name an entry: ledger 0 is a
+/// ledger like any other; a negative ledger id, or an entry id that is not
+/// a u32, is `InvalidBatchPosition`.
+#[test]
+fn batch_positions_must_name_an_entry() {
+    let with_batch = |l: i64, e: u32| {
+        let mut s = snapshot(Position::new(0, -1), &[]);
+        s.batch_ack_sets
+            .insert(Position::new(l, i64::from(e)), vec![0b101]);
+        s
+    };
+    let ok = encode_position_info(&with_batch(0, 3), RANGES, &[]).unwrap();
+    let decoded = decode_position_info(&ok).unwrap();
+    assert_eq!(decoded.snapshot.batch_ack_sets.len(), 1);
+    // the same bytes with ledger id -1 in the batch position
+    let mut info =
+        pulsar_core::cursor::position_info::to_message(&with_batch(0, 3), RANGES, &[]).unwrap();
+    info.batched_entry_deletion_index_info[0].position.ledger_id = -1;
+    assert!(matches!(
+        pulsar_core::cursor::position_info::from_message(&info),
+        Err(PositionInfoError::InvalidBatchPosition { .. })
+    ));
+    info.batched_entry_deletion_index_info[0].position.ledger_id = 0;
+    info.batched_entry_deletion_index_info[0].position.entry_id = -1;
+    assert!(matches!(
+        pulsar_core::cursor::position_info::from_message(&info),
+        Err(PositionInfoError::InvalidBatchPosition { .. })
+    ));
+}

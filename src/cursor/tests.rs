@@ -653,3 +653,15 @@ fn filter_read_entries_checks_a_batch_ending_in_another_ledger() {
         vec![p(1, 5)]
     );
 }
+
+/// Ledger id 0 is a ledger like any other: its entries can be deleted and
+/// looked up.
+#[test]
+fn ledger_zero_entries_are_members() {
+    let l = LedgerLayout::new([(0, 5)]);
+    let st = CursorDeletionState::new(p(0, -1)).unwrap();
+    let o = st.delete(&[p(0, 2)], &l).unwrap();
+    assert_eq!(o.newly_deleted, 1);
+    assert!(st.is_message_deleted(p(0, 2)));
+    assert_eq!(st.individually_deleted_ranges(), vec![(p(0, 1), p(0, 2))]);
+}

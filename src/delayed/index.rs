@@ -195,4 +195,39 @@ mod tests {
         assert!(idx.check());
         assert_eq!(idx.iter().count(), 0);
     }
+
+    /// `is_empty` and `iter` follow the tracked positions; `check` fails
+    /// when the counter and the bitmaps disagree.
+    #[test]
+    fn emptiness_iteration_and_the_counter_check() {
+        let mut idx = BucketDelayedMessageIndex::new();
+        assert!(idx.is_empty());
+        idx.track(3, 1);
+        idx.track(5, 2);
+        idx.track(5, 4);
+        assert!(!idx.is_empty());
+        let seen: Vec<(i64, Vec<u32>)> = idx.iter().map(|(l, b)| (l, b.iter().collect())).collect();
+        assert_eq!(seen, vec![(3, vec![1]), (5, vec![2, 4])]);
+        assert!(idx.check());
+        idx.count += 1;
+        assert!(!idx.check(), "counter ahead of the bitmaps");
+    }
+
+    /// `optimize` run-length encodes a dense ledger's bitmap (same members,
+    /// far fewer bytes).
+    #[test]
+    fn optimize_run_length_encodes_dense_bitmaps() {
+        let mut idx = BucketDelayedMessageIndex::new();
+        for e in 0..60_000 {
+            idx.track(1, e);
+        }
+        let bytes = |idx: &BucketDelayedMessageIndex| {
+            idx.iter().map(|(_, b)| b.serialized_size()).sum::<usize>()
+        };
+        let before = bytes(&idx);
+        idx.optimize();
+        assert!(bytes(&idx) * 10 < before, "{} -> {}", before, bytes(&idx));
+        assert_eq!(idx.len(), 60_000);
+        assert!(idx.check());
+    }
 }
