@@ -8,8 +8,8 @@
 #![cfg(not(any(loom, feature = "shuttle")))]
 
 use pulsar_core::permits::broker::{
-    AdmitAll, BrokerEntry, BrokerPermitError, ConsumerKey, NotSentReason, SendMessagesResult,
-    SharedDispatcher,
+    AdmitAll, BrokerEntry, BrokerPermitError, ConsumerKey, Dispatch, NotSentReason,
+    SendMessagesResult, SharedDispatcher,
 };
 use pulsar_core::Position;
 
@@ -140,18 +140,7 @@ fn ids_zero_are_sent_and_negative_ids_are_refused() {
 /// the consumer it went to and no other, and the other write still reports.
 #[test]
 fn each_dispatch_has_its_own_write_id() {
-    let mut d = SharedDispatcher::new();
-    let (a, b) = (key(1, 1), key(1, 2));
-    for k in [a, b] {
-        d.add_consumer(k, 0).unwrap();
-        d.consumer_flow(k, 10).unwrap();
-    }
-    let da = d
-        .send_to_consumer(a, vec![entry(0, 1, vec![])], &mut AdmitAll)
-        .unwrap();
-    let db = d
-        .send_to_consumer(b, vec![entry(1, 1, vec![])], &mut AdmitAll)
-        .unwrap();
+    let (mut d, (a, da), (b, db)) = two_consumers_one_dispatch_each();
     let (wa, wb) = (da.write_id.unwrap(), db.write_id.unwrap());
     assert_ne!(wa, wb);
     let removed = d
@@ -168,18 +157,7 @@ fn each_dispatch_has_its_own_write_id() {
 /// consumer's write still reports, and its failure removes that consumer.
 #[test]
 fn removing_a_consumer_keeps_the_other_consumers_writes() {
-    let mut d = SharedDispatcher::new();
-    let (a, b) = (key(1, 1), key(1, 2));
-    for k in [a, b] {
-        d.add_consumer(k, 0).unwrap();
-        d.consumer_flow(k, 10).unwrap();
-    }
-    let da = d
-        .send_to_consumer(a, vec![entry(0, 1, vec![])], &mut AdmitAll)
-        .unwrap();
-    let db = d
-        .send_to_consumer(b, vec![entry(1, 1, vec![])], &mut AdmitAll)
-        .unwrap();
+    let (mut d, (a, da), (b, db)) = two_consumers_one_dispatch_each();
     d.remove_consumer(a).unwrap();
     let wa = da.write_id.unwrap();
     assert_eq!(
@@ -192,4 +170,26 @@ fn removing_a_consumer_keeps_the_other_consumers_writes() {
         .unwrap();
     assert_eq!(removed.key, b);
     assert_eq!(d.consumers().count(), 0);
+}
+
+/// Consumers 1:1 and 1:2 with 10 permits each, one entry dispatched to
+/// each (entries 4:0 and 4:1).
+fn two_consumers_one_dispatch_each() -> (
+    SharedDispatcher,
+    (ConsumerKey, Dispatch),
+    (ConsumerKey, Dispatch),
+) {
+    let mut d = SharedDispatcher::new();
+    let (a, b) = (key(1, 1), key(1, 2));
+    for k in [a, b] {
+        d.add_consumer(k, 0).unwrap();
+        d.consumer_flow(k, 10).unwrap();
+    }
+    let send = |d: &mut SharedDispatcher, k, e| {
+        d.send_to_consumer(k, vec![entry(e, 1, vec![])], &mut AdmitAll)
+            .unwrap()
+    };
+    let da = send(&mut d, a, 0);
+    let db = send(&mut d, b, 1);
+    (d, (a, da), (b, db))
 }

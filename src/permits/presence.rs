@@ -272,21 +272,8 @@ mod tests {
             required: &[],
             nested: &[(7, false, &CHAIN)],
         };
-        let mut deep = Vec::new();
-        for _ in 0..100_000 {
-            let mut outer = vec![0x3a];
-            let mut len = deep.len();
-            while len >= 0x80 {
-                outer.push((len as u8 & 0x7f) | 0x80);
-                len >>= 7;
-            }
-            outer.push(len as u8);
-            outer.extend_from_slice(&deep);
-            deep = outer;
-            if deep.len() > 400 {
-                break;
-            }
-        }
+        // (a few hundred levels: the walk stops at the limit)
+        let deep = wrap(7, &[], 300);
         assert!(matches!(
             check_required(&CHAIN, &deep),
             Err(PresenceError::TooDeep { .. })
@@ -365,21 +352,7 @@ mod tests {
             required: &[],
             nested: &[(7, false, &CHAIN)],
         };
-        let nest = |levels: u32| {
-            let mut deep: Vec<u8> = Vec::new();
-            for _ in 0..levels {
-                let mut outer = vec![0x3a];
-                let mut len = deep.len();
-                while len >= 0x80 {
-                    outer.push((len as u8 & 0x7f) | 0x80);
-                    len >>= 7;
-                }
-                outer.push(len as u8);
-                outer.extend_from_slice(&deep);
-                deep = outer;
-            }
-            deep
-        };
+        let nest = |levels: u32| wrap(7, &[], levels as usize);
         assert_eq!(check_required(&CHAIN, &nest(MAX_DEPTH)), Ok(()));
         assert_eq!(
             check_required(&CHAIN, &nest(MAX_DEPTH + 1)),
