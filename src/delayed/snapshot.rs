@@ -388,6 +388,21 @@ pub fn decode_segment_bitmaps(
 
 #[cfg(all(test, not(any(loom, feature = "shuttle"))))]
 mod tests {
+    /// Clearing a segment's metadata leaves the empty message (what a
+    /// decoder starts from).
+    #[test]
+    fn snapshot_segment_metadata_clear_resets_every_field() {
+        use prost::Message as _;
+        let mut m = super::SnapshotSegmentMetadata {
+            max_schedule_timestamp: 9,
+            min_schedule_timestamp: 3,
+            ..Default::default()
+        };
+        m.delayed_index_bit_map.insert(4, vec![1, 2]);
+        m.clear();
+        assert_eq!(m, super::SnapshotSegmentMetadata::default());
+    }
+
     use super::*;
 
     fn ix(ts: u64, l: i64, e: u32) -> IndexEntry {
