@@ -249,7 +249,8 @@ impl CutSegment {
 /// Cuts ascending `indexes` into segments exactly as Pulsar: a segment starts
 /// at `first = ts`, its window ends at `first + time_step_ms − 1`, and it
 /// closes when the input is exhausted, the next timestamp is past the window,
-/// or (`max_indexes != −1`) it holds `max_indexes` indexes. `min` is the
+/// or (`max_indexes > 0`; −1, Pulsar's "no limit", and 0 set none) it holds
+/// `max_indexes` indexes. `min` is the
 /// first timestamp and `max` the last.
 ///
 /// A `time_step_ms` of 0 is treated as 1.
@@ -439,6 +440,33 @@ mod tests {
         assert_eq!(d[0].min_schedule_timestamp, 10);
         assert_eq!(d[0].max_schedule_timestamp, 19);
         assert!(cut_segments([], 10, 5).is_empty());
+        // a count limit of 0 or -1 is no limit: only the time window cuts
+        for no_limit in [0, -1] {
+            let e = cut_segments((0..6).map(|e| ix(10, 1, e)), 10, no_limit);
+            assert_eq!(e.len(), 1, "max_indexes {no_limit}");
+        }
+    }
+
+    /// An index whose operation type is absent or `DELAY` is read; `CANCEL`
+    /// or an unknown type makes the snapshot corrupt.
+    #[test]
+    fn delayed_indexes_other_than_delay_are_refused() {
+        let d = |op: Option<i32>| DelayedIndex {
+            timestamp: 5,
+            ledger_id: 1,
+            entry_id: 2,
+            delayed_operation_type: op,
+        };
+        for op in [None, Some(DelayedOperationType::Delay as i32)] {
+            let i = IndexEntry::from_proto(7, &d(op)).unwrap();
+            assert_eq!((i.timestamp, i.ledger_id, i.entry_id), (5, 1, 2));
+        }
+        for op in [DelayedOperationType::Cancel as i32, 9] {
+            assert!(matches!(
+                IndexEntry::from_proto(7, &d(Some(op))),
+                Err(DelayedError::CorruptSnapshot { snapshot_id: 7, .. })
+            ));
+        }
     }
 
     #[test]
