@@ -547,6 +547,19 @@ fn debug_shows_mark_delete_ranges_and_epoch() {
         assert!(s.contains(part), "{part} in {s}");
     }
     assert!(s.contains(&format!("{:?}", p(1, 2))), "{s}");
+    assert!(s.contains("[(1:4, 1:5]]"), "the ranges, open-closed: {s}");
+}
+
+/// The directory's Debug form gives the number of ledgers it holds.
+#[test]
+fn directory_debug_counts_its_ledgers() {
+    let mut s = PositionRangeSet::new();
+    s.add(p(1, 3)).unwrap();
+    s.add(p(4, 0)).unwrap();
+    assert_eq!(
+        format!("{:?}", s.directory()),
+        "DeletionDirectory { ledgers: 2 }"
+    );
 }
 
 /// Mark-delete may be set at the last confirmed entry itself (everything

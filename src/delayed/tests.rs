@@ -786,3 +786,36 @@ fn invariant_violations_name_their_spec_invariant() {
     };
     assert_eq!(boundary.spec_invariant(), None);
 }
+
+/// The memory storage's test hooks: a raw entry inside the snapshot is
+/// replaced, one past its end is appended, `None` cuts the snapshot there;
+/// a raw property appears among the bucket keys.
+#[test]
+fn memory_storage_test_hooks_replace_append_truncate_and_set_properties() {
+    let s = MemorySnapshotStorage::new();
+    let md = SnapshotMetadata::default();
+    let seg = SnapshotSegment::default();
+    let id = s
+        .create(&md, &[seg.clone(), seg], &bucket_key(1, 2), &[])
+        .unwrap();
+    assert_eq!(s.length(id), Ok(2));
+    assert!(s.set_raw_entry(id, 0, Some(vec![0xff])));
+    assert!(
+        matches!(
+            s.get_metadata(id),
+            Err(DelayedError::CorruptSnapshot { .. })
+        ),
+        "entry 0 replaced by garbage"
+    );
+    assert_eq!(s.length(id), Ok(2), "replaced, not appended");
+    assert!(
+        s.set_raw_entry(id, 3, Some(vec![])),
+        "entry 3 is one past the end"
+    );
+    assert_eq!(s.length(id), Ok(3), "appended");
+    assert!(s.set_raw_entry(id, 1, None));
+    assert_eq!(s.length(id), Ok(0), "cut after entry 0");
+    assert!(!s.set_raw_entry(id + 1, 0, None), "no such snapshot");
+    s.set_property(&bucket_key(5, 6), 77);
+    assert!(s.bucket_keys().unwrap().contains(&(bucket_key(5, 6), 77)));
+}
