@@ -819,3 +819,31 @@ fn memory_storage_test_hooks_replace_append_truncate_and_set_properties() {
     s.set_property(&bucket_key(5, 6), 77);
     assert!(s.bucket_keys().unwrap().contains(&(bucket_key(5, 6), 77)));
 }
+
+/// The memory storage's byte count covers each snapshot's entries (their
+/// bytes plus a per-entry overhead) and each cursor property; deleting
+/// everything brings it back to 0.
+#[test]
+fn memory_storage_counts_entry_and_property_bytes() {
+    let s = MemorySnapshotStorage::new();
+    assert_eq!(s.stored_bytes(), 0);
+    let key = bucket_key(1, 2);
+    let id = s
+        .create(
+            &SnapshotMetadata::default(),
+            &[SnapshotSegment::default()],
+            &key,
+            &[],
+        )
+        .unwrap();
+    assert!(s.set_raw_entry(id, 0, Some(vec![0; 100])));
+    assert!(s.set_raw_entry(id, 1, Some(vec![0; 50])));
+    let floor = 2 * 24 + 150 + key.len() + 64;
+    let got = s.stored_bytes();
+    assert!(
+        (floor..floor + 16 * 24).contains(&got),
+        "{got} bytes, expected {floor} plus the entry list's spare capacity"
+    );
+    s.delete(id, &key).unwrap();
+    assert_eq!(s.stored_bytes(), 0);
+}
