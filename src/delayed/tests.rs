@@ -847,3 +847,93 @@ fn memory_storage_counts_entry_and_property_bytes() {
     s.delete(id, &key).unwrap();
     assert_eq!(s.stored_bytes(), 0);
 }
+
+/// A sealed bucket reports the first timestamp of its next unloaded segment
+/// (`u64::MAX` once all are loaded) and its frozen bitmap's bytes.
+#[test]
+fn immutable_bucket_next_segment_time_and_frozen_bytes() {
+    let frozen: roaring::RoaringBitmap = [1u32, 2, 3].into_iter().collect();
+    let mut b = ImmutableBucket {
+        ctx: BucketContext {
+            start_ledger_id: 1,
+            end_ledger_id: 1,
+        },
+        snapshot_id: 1,
+        current_segment_entry_id: 1,
+        last_segment_entry_id: 3,
+        number_bucket_delayed_messages: 3,
+        first_schedule_timestamps: vec![10, 20, 30],
+        frozen_bitmap: [(1, frozen.clone())].into_iter().collect(),
+        merging: false,
+        boundary: None,
+    };
+    assert_eq!(b.next_unloaded_timestamp(), 20, "segment 2 is next");
+    b.current_segment_entry_id = 3;
+    assert_eq!(b.next_unloaded_timestamp(), u64::MAX);
+    assert_eq!(b.frozen_bitmap_bytes(), frozen.serialized_size());
+}
+
+/// A snapshot that replaces another removes the replaced one's cursor
+/// property only while it still names the replaced snapshot.
+#[test]
+fn memory_storage_replacing_removes_only_the_replaced_property() {
+    let s = MemorySnapshotStorage::new();
+    let (md, seg) = (SnapshotMetadata::default(), SnapshotSegment::default());
+    let a = s
+        .create(&md, &[seg.clone()], &bucket_key(1, 1), &[])
+        .unwrap();
+    let b = s
+        .create(&md, &[seg.clone()], &bucket_key(2, 2), &[])
+        .unwrap();
+    // a new snapshot under (2,2)'s key; then one replacing the old (2,2)
+    let b2 = s
+        .create(&md, &[seg.clone()], &bucket_key(2, 2), &[])
+        .unwrap();
+    let c = s
+        .create(
+            &md,
+            &[seg],
+            &bucket_key(1, 2),
+            &[(a, bucket_key(1, 1)), (b, bucket_key(2, 2))],
+        )
+        .unwrap();
+    let keys = s.bucket_keys().unwrap();
+    assert!(
+        !keys.iter().any(|(k, _)| *k == bucket_key(1, 1)),
+        "{keys:?}"
+    );
+    assert!(
+        keys.contains(&(bucket_key(2, 2), b2)),
+        "still names b2: {keys:?}"
+    );
+    assert!(keys.contains(&(bucket_key(1, 2), c)));
+    assert_eq!(s.snapshot_ids(), vec![b2, c]);
+}
+
+/// A store opened read-only lists every stored snapshot's raw entries
+/// (metadata first, then each segment), in key order.
+#[test]
+fn read_only_entries_list_every_snapshot_entry() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("db.redb");
+    let id = {
+        let store = crate::ledger::RedbStore::open(&path).unwrap();
+        let storage = RedbSnapshotStorage::new(store, "ml", "sub").unwrap();
+        let seg = SnapshotSegment::default();
+        storage
+            .create(
+                &SnapshotMetadata::default(),
+                &[seg.clone(), seg],
+                &bucket_key(1, 2),
+                &[],
+            )
+            .unwrap()
+    };
+    let (_, db) = crate::ledger::RedbStore::read_only_contents(&path, &|_| true).unwrap();
+    let entries = RedbSnapshotStorage::read_only_entries(&db).unwrap();
+    assert_eq!(entries.keys().copied().collect::<Vec<_>>(), vec![id]);
+    assert_eq!(
+        entries[&id].iter().map(|(e, _)| *e).collect::<Vec<_>>(),
+        vec![0, 1, 2]
+    );
+}
