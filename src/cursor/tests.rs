@@ -678,3 +678,24 @@ fn ledger_zero_entries_are_members() {
     assert!(st.is_message_deleted(p(0, 2)));
     assert_eq!(st.individually_deleted_ranges(), vec![(p(0, 1), p(0, 2))]);
 }
+
+/// A deletion state restored from a snapshot keeps ledger 0's entries (a
+/// ledger like any other); a negative ledger id is refused.
+#[test]
+fn restore_keeps_ledger_zero_and_refuses_negative_ledgers() {
+    let mut snapshot = DeletionSnapshot::new(p(0, -1));
+    snapshot.ledgers.insert(0, [2u32, 3].into_iter().collect());
+    let st = CursorDeletionState::from_snapshot(snapshot).unwrap();
+    assert!(st.is_message_deleted(p(0, 2)) && !st.is_message_deleted(p(0, 1)));
+    let restored = CursorDeletionState::new(p(0, -1)).unwrap();
+    let mut again = DeletionSnapshot::new(p(0, -1));
+    again.ledgers.insert(0, [3u32].into_iter().collect());
+    restored.restore(again).unwrap();
+    assert_eq!(
+        restored.individually_deleted_ranges(),
+        vec![(p(0, 2), p(0, 3))]
+    );
+    let mut bad = DeletionSnapshot::new(p(0, -1));
+    bad.ledgers.insert(-1, [1u32].into_iter().collect());
+    assert!(CursorDeletionState::from_snapshot(bad).is_err());
+}
