@@ -878,25 +878,14 @@ fn immutable_bucket_next_segment_time_and_frozen_bytes() {
 #[test]
 fn memory_storage_replacing_removes_only_the_replaced_property() {
     let s = MemorySnapshotStorage::new();
-    let (md, seg) = (SnapshotMetadata::default(), SnapshotSegment::default());
-    let a = s
-        .create(&md, &[seg.clone()], &bucket_key(1, 1), &[])
-        .unwrap();
-    let b = s
-        .create(&md, &[seg.clone()], &bucket_key(2, 2), &[])
-        .unwrap();
+    let md = SnapshotMetadata::default();
+    let segs = [SnapshotSegment::default()];
+    let a = s.create(&md, &segs, &bucket_key(1, 1), &[]).unwrap();
+    let b = s.create(&md, &segs, &bucket_key(2, 2), &[]).unwrap();
     // a new snapshot under (2,2)'s key; then one replacing the old (2,2)
-    let b2 = s
-        .create(&md, &[seg.clone()], &bucket_key(2, 2), &[])
-        .unwrap();
-    let c = s
-        .create(
-            &md,
-            &[seg],
-            &bucket_key(1, 2),
-            &[(a, bucket_key(1, 1)), (b, bucket_key(2, 2))],
-        )
-        .unwrap();
+    let b2 = s.create(&md, &segs, &bucket_key(2, 2), &[]).unwrap();
+    let replaced = [(a, bucket_key(1, 1)), (b, bucket_key(2, 2))];
+    let c = s.create(&md, &segs, &bucket_key(1, 2), &replaced).unwrap();
     let keys = s.bucket_keys().unwrap();
     assert!(
         !keys.iter().any(|(k, _)| *k == bucket_key(1, 1)),
