@@ -177,6 +177,7 @@ fn grouped_delete_skips_already_deleted_and_advances_through_contiguous_ranges()
     let o = st.delete(&[p(1, 3), p(1, 0), p(1, 1)], &l).unwrap();
     assert_eq!((o.newly_deleted, o.already_deleted), (2, 1));
     assert_eq!(o.mark_delete, p(1, 3));
+    assert!(o.mark_delete_advanced);
     assert_eq!(st.individually_deleted_ranges(), vec![(p(1, 4), p(1, 5))]);
     // Ledger 2 is empty: acking the rest of ledger 1 and (3,0) jumps across it.
     st.delete(&[p(3, 0), p(3, 1)], &l).unwrap();
@@ -698,4 +699,19 @@ fn restore_keeps_ledger_zero_and_refuses_negative_ledgers() {
     let mut bad = DeletionSnapshot::new(p(0, -1));
     bad.ledgers.insert(-1, [1u32].into_iter().collect());
     assert!(CursorDeletionState::from_snapshot(bad).is_err());
+}
+
+/// The closed window `[lower, upper]` counts an entry at either end, also
+/// the largest entry id (u32::MAX); a window above it counts nothing.
+#[test]
+fn cardinality_between_counts_both_ends_up_to_the_largest_entry_id() {
+    let max = i64::from(u32::MAX);
+    let mut s = PositionRangeSet::new();
+    for e in [0, 5, max] {
+        s.add(p(1, e)).unwrap();
+    }
+    assert_eq!(s.cardinality_between(p(1, 0), p(1, 5)), 2);
+    assert_eq!(s.cardinality_between(p(1, max), p(1, max)), 1);
+    assert_eq!(s.cardinality_between(p(1, max + 1), p(2, 0)), 0);
+    assert_eq!(s.cardinality_between(p(1, 6), p(1, 4)), 0, "empty window");
 }
