@@ -61,6 +61,24 @@ fn partial_acks_accumulate_and_the_last_one_deletes_the_entry() {
         .is_empty());
 }
 
+/// The last confirmed entry itself takes batch acks; one past it is a
+/// typed error.
+#[test]
+fn batch_acks_reach_the_last_confirmed_entry() {
+    let layout = LedgerLayout::new([(1, 4)]);
+    let state = CursorDeletionState::new(p(1, -1)).unwrap();
+    assert_eq!(
+        state
+            .delete_batch_indexes(p(1, 3), &[0b1, 0], &layout)
+            .unwrap(),
+        BatchAckOutcome::Partial(vec![0b1])
+    );
+    assert!(state
+        .delete_batch_indexes(p(1, 4), &[0b1], &layout)
+        .is_err());
+    assert_eq!(state.batch_entry_count(), 1);
+}
+
 #[test]
 fn whole_entry_acks_mark_delete_and_reset_drop_batch_state() {
     let layout = LedgerLayout::new([(1, 10)]);

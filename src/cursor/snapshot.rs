@@ -33,6 +33,12 @@ pub struct DeletionSnapshot {
     pub batch_ack_sets: BTreeMap<Position, Vec<i64>>,
 }
 
+/// Drops an ack set's trailing zero words (an all-zero set becomes `[]`).
+/// `truncate` to the last non-zero word: no loop that could fail to end.
+pub(crate) fn trim_ack_set(words: &mut Vec<i64>) {
+    words.truncate(words.iter().rposition(|&w| w != 0).map_or(0, |i| i + 1));
+}
+
 impl DeletionSnapshot {
     /// A snapshot with only a mark-delete position.
     pub fn new(mark_delete: Position) -> Self {
@@ -61,9 +67,7 @@ impl DeletionSnapshot {
         });
         let ledgers = &self.ledgers;
         self.batch_ack_sets.retain(|p, words| {
-            while words.last() == Some(&0) {
-                words.pop();
-            }
+            trim_ack_set(words);
             *p > md
                 && !u32::try_from(p.entry_id)
                     .is_ok_and(|e| ledgers.get(&p.ledger_id).is_some_and(|b| b.contains(e)))

@@ -715,3 +715,32 @@ fn cardinality_between_counts_both_ends_up_to_the_largest_entry_id() {
     assert_eq!(s.cardinality_between(p(1, max + 1), p(2, 0)), 0);
     assert_eq!(s.cardinality_between(p(1, 6), p(1, 4)), 0, "empty window");
 }
+
+/// `DeletionSnapshot::normalize` keeps a batch ack set only for an entry
+/// above mark-delete that is not already a whole deleted entry, and trims
+/// the ack set's trailing zero words (an all-zero set stays as `[]`).
+#[test]
+fn normalize_keeps_only_ack_sets_of_undeleted_entries_above_mark_delete() {
+    let mut s = DeletionSnapshot::new(p(3, 5));
+    s.ledgers.insert(3, [7u32, 9].into_iter().collect());
+    for (e, words) in [
+        (4, vec![1i64]),     // below mark-delete
+        (5, vec![1]),        // at mark-delete
+        (6, vec![5, 0, 0]),  // above, undeleted: kept, trailing zeros trimmed
+        (7, vec![1]),        // above, already a whole deleted entry
+        (8, vec![0, 0]),     // above, undeleted, fully acknowledged: []
+        (10, vec![0, 3, 0]), // inner zero word kept
+    ] {
+        s.batch_ack_sets.insert(p(3, e), words);
+    }
+    s.normalize();
+    let kept: Vec<(Position, Vec<i64>)> = s.batch_ack_sets.into_iter().collect();
+    assert_eq!(
+        kept,
+        vec![
+            (p(3, 6), vec![5]),
+            (p(3, 8), vec![]),
+            (p(3, 10), vec![0, 3])
+        ]
+    );
+}

@@ -23,13 +23,6 @@ pub enum BatchAckOutcome {
     EntryDeleted(Position),
 }
 
-fn trimmed(mut words: Vec<i64>) -> Vec<i64> {
-    while words.last() == Some(&0) {
-        words.pop();
-    }
-    words
-}
-
 impl CursorDeletionState {
     /// Acknowledges batch indexes of the entry at `position`: the stored
     /// ack set (initially `ack_set` itself) becomes `stored AND ack_set`, so
@@ -60,7 +53,7 @@ impl CursorDeletionState {
             if Self::deleted_locked(&g, position) {
                 return Ok(BatchAckOutcome::AlreadyDeleted);
             }
-            let next = match g.batch_ack_sets.get(&position) {
+            let mut next: Vec<i64> = match g.batch_ack_sets.get(&position) {
                 Some(stored) => stored
                     .iter()
                     .zip(ack_set.iter().chain(std::iter::repeat(&0)))
@@ -68,7 +61,7 @@ impl CursorDeletionState {
                     .collect(),
                 None => ack_set.to_vec(),
             };
-            let next = trimmed(next);
+            crate::cursor::snapshot::trim_ack_set(&mut next);
             if !next.is_empty() {
                 g.batch_ack_sets.insert(position, next.clone());
                 return Ok(BatchAckOutcome::Partial(next));
