@@ -926,3 +926,12 @@ fn read_only_entries_list_every_snapshot_entry() {
         vec![0, 1, 2]
     );
 }
+
+/// `config()` is the configuration the tracker was built with (the
+/// dispatcher reads `tick_time_ms` and the strictness from it).
+#[test]
+fn the_tracker_reports_the_configuration_it_was_built_with() {
+    let f = Fixture::new();
+    let t = f.tracker(cfg()).unwrap();
+    assert_eq!(t.config(), &cfg());
+}
