@@ -453,6 +453,12 @@ pub mod hook {
         /// snapshot; it has not yet read the directory nor re-read the
         /// epoch.
         SchedulingLookupAfterMarkDelete,
+        /// `CursorDeletionState`'s reset bracket (`reset`, `restore`): the
+        /// ranges are replaced and mark-delete is published, the reset
+        /// epoch is still odd and the cursor write lock is held (between
+        /// `ResetClear` and `ResetEnd` of `specs/DeletionLookup.tla`).
+        /// Reached on the resetting thread.
+        ResetBeforeEnd,
         /// `pending_ack::replay::ReplayAttempt::fill_queue`: the first of
         /// its two loads (`outstanding_reads`, then `is_readable`) has
         /// passed; the second has not run. Reached on the replay thread.

@@ -617,6 +617,7 @@ impl CursorDeletionState {
         let filled = fill(&mut g.ranges);
         #[cfg(feature = "trace")]
         crate::trace::deletion::reset_clear();
+        crate::sync::hook::at(crate::sync::hook::Point::ResetBeforeEnd);
         self.read_side.reset_epoch.store(even, Ordering::Release);
         #[cfg(feature = "trace")]
         crate::trace::deletion::reset_end(even);

@@ -744,3 +744,64 @@ fn normalize_keeps_only_ack_sets_of_undeleted_entries_above_mark_delete() {
         ]
     );
 }
+
+/// `EpochOddIffResetting`: while a reset holds the write lock the epoch is
+/// odd, so a lookup whose epoch re-check falls inside the reset falls back
+/// to the locked check (which waits for the reset) instead of returning
+/// what it computed from the state before the reset. The lookup reads
+/// mark-delete 1:4 and pauses; the reset moves mark-delete back to 1:1; the
+/// lookup of 1:3 resumes from inside the reset's write section. A lookup
+/// that returned then would report 1:3 deleted while the reset un-deletes
+/// it.
+#[test]
+fn a_lookup_rechecking_inside_a_reset_falls_back_and_waits() {
+    use crate::sync::hook::{install, Point};
+    use std::sync::mpsc::{channel, RecvTimeoutError};
+    use std::time::Duration;
+
+    let ledger = LedgerLayout::new([(1, 10)]);
+    let state = std::sync::Arc::new(CursorDeletionState::new(p(1, 4)).unwrap());
+    let (paused_tx, paused_rx) = channel::<()>();
+    let (go_tx, go_rx) = channel::<()>();
+    let (done_tx, done_rx) = channel();
+    let reader = {
+        let state = std::sync::Arc::clone(&state);
+        std::thread::spawn(move || {
+            let _hook = install(move |point| {
+                if point == Point::SchedulingLookupAfterMarkDelete {
+                    paused_tx.send(()).unwrap();
+                    go_rx.recv_timeout(Duration::from_secs(10)).unwrap();
+                }
+            });
+            let look = state.read_scheduling_lookup(1, 3);
+            done_tx.send(look).unwrap();
+        })
+    };
+    paused_rx.recv_timeout(Duration::from_secs(10)).unwrap();
+    let done_rx = std::rc::Rc::new(done_rx);
+    let returned_inside = std::rc::Rc::new(std::cell::Cell::new(None));
+    {
+        let (returned_inside, done_rx) = (returned_inside.clone(), done_rx.clone());
+        let _hook = install(move |point| {
+            if point == Point::ResetBeforeEnd {
+                go_tx.send(()).unwrap();
+                // The reader either returns now (inside the reset) or
+                // blocks on the read lock this thread holds.
+                match done_rx.recv_timeout(Duration::from_millis(300)) {
+                    Ok(look) => returned_inside.set(Some(look)),
+                    Err(RecvTimeoutError::Timeout) => {}
+                    Err(e) => panic!("reader gone: {e}"),
+                }
+            }
+        });
+        assert_eq!(state.reset(p(1, 2), &ledger).unwrap(), p(1, 1));
+    }
+    assert_eq!(
+        returned_inside.get(),
+        None,
+        "a lookup returned a lock-free answer while a reset held the write lock"
+    );
+    let look = done_rx.recv_timeout(Duration::from_secs(10)).unwrap();
+    reader.join().unwrap();
+    assert!(look.fell_back && !look.deleted, "{look:?}");
+}
