@@ -50,12 +50,18 @@ fn nth_undeleted_locked(g: &Inner, ledgers: &[(i64, i64)], mut n: u64) -> Option
         // Smallest x with live_upto(x) >= n: O(log entries) cardinality queries.
         let (mut lo, mut hi) = (first, last);
         while lo < hi {
-            let mid = lo + (hi - lo) / 2;
+            let span = hi - lo;
+            let mid = lo + span / 2;
             if live_upto(mid) >= n {
                 hi = mid;
             } else {
                 lo = mid + 1;
             }
+            // Every step at least halves a non-empty span, so the search ends.
+            debug_assert!(
+                span > 0 && hi - lo <= span / 2,
+                "search stalled at {lo}..={hi}"
+            );
         }
         return Some(Position::new(l, lo));
     }
