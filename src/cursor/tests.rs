@@ -805,3 +805,34 @@ fn a_lookup_rechecking_inside_a_reset_falls_back_and_waits() {
     reader.join().unwrap();
     assert!(look.fell_back && !look.deleted, "{look:?}");
 }
+
+/// A restored snapshot's batch ack sets must name real entries: ledger 0
+/// and entry 0 are valid, a negative ledger or an entry id outside u32 is a
+/// typed error that leaves the state unchanged.
+#[test]
+fn restore_checks_the_positions_of_batch_ack_sets() {
+    let with_ack_set = |at: Position| {
+        let mut s = DeletionSnapshot::new(p(0, -1));
+        s.batch_ack_sets.insert(at, vec![0b11]);
+        s
+    };
+    let st = CursorDeletionState::from_snapshot(with_ack_set(p(0, 0))).unwrap();
+    assert_eq!(st.batch_ack_set(p(0, 0)), Some(vec![0b11]));
+    for bad in [p(-1, 3), p(0, -2), p(0, i64::from(u32::MAX) + 1)] {
+        assert!(
+            matches!(
+                st.restore(with_ack_set(bad)),
+                Err(DeletionError::RangeSet(
+                    RangeSetError::EntryIdOutOfRange { .. }
+                ))
+            ),
+            "{bad}"
+        );
+        assert!(CursorDeletionState::from_snapshot(with_ack_set(bad)).is_err());
+        assert_eq!(
+            st.batch_ack_set(p(0, 0)),
+            Some(vec![0b11]),
+            "unchanged after {bad}"
+        );
+    }
+}

@@ -127,13 +127,12 @@ impl CursorDeletionState {
             SkipMode::Exclude => nth_undeleted_locked(&g, &ledgers, n)
                 .or_else(|| Some(ledger.last_confirmed_entry())),
         };
-        match target {
-            Some(t) if t > g.mark_delete => {
-                self.advance_locked(&mut g, t, ledger);
-                Ok(g.mark_delete)
-            }
-            _ => Ok(g.mark_delete),
+        // A target at or below mark-delete (nothing left to skip) changes
+        // nothing: the advance never moves mark-delete backward.
+        if let Some(t) = target {
+            self.advance_locked(&mut g, t, ledger);
         }
+        Ok(g.mark_delete)
     }
 
     /// Number of individually deleted entries in the closed window
