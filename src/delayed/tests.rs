@@ -935,3 +935,46 @@ fn the_tracker_reports_the_configuration_it_was_built_with() {
     let t = f.tracker(cfg()).unwrap();
     assert_eq!(t.config(), &cfg());
 }
+
+/// The redb snapshot storage: ids are positive and never reused, a segment
+/// range must be `1 ≤ first ≤ last`, and delete removes the snapshot with
+/// its cursor property.
+#[test]
+fn redb_storage_ids_segment_ranges_and_delete() {
+    use crate::delayed::snapshot::{SnapshotMetadata, SnapshotSegment};
+    let dir = tempfile::tempdir().unwrap();
+    let store = crate::ledger::RedbStore::open(dir.path().join("db.redb")).unwrap();
+    let storage = RedbSnapshotStorage::new(store.clone(), "ml", "sub").unwrap();
+    let meta = SnapshotMetadata {
+        metadata_list: vec![Default::default(); 2],
+    };
+    let segs = vec![SnapshotSegment::default(); 2];
+    let a = storage
+        .create(&meta, &segs, &bucket_key(1, 1), &[])
+        .unwrap();
+    let b = storage
+        .create(&meta, &segs, &bucket_key(2, 2), &[])
+        .unwrap();
+    assert!(a > 0 && b > a, "ids {a}, {b}");
+    assert_eq!(storage.get_segments(a, 1, 2).unwrap().len(), 2);
+    for (first, last) in [(0, 1), (2, 1)] {
+        assert!(
+            matches!(
+                storage.get_segments(a, first, last),
+                Err(DelayedError::CorruptSnapshot { .. })
+            ),
+            "{first}..={last}"
+        );
+    }
+    storage.delete(a, &bucket_key(1, 1)).unwrap();
+    assert!(matches!(
+        storage.get_segments(a, 1, 2),
+        Err(DelayedError::SnapshotNotFound { .. })
+    ));
+    let props = store.cursor_properties("ml", "sub").unwrap();
+    assert_eq!(
+        props.keys().cloned().collect::<Vec<_>>(),
+        vec![bucket_key(2, 2)]
+    );
+    assert_eq!(storage.length(b).unwrap(), 2);
+}
