@@ -311,3 +311,33 @@ fn a_managed_ledger_counts_positions_across_its_ledgers() {
         appended[7]
     );
 }
+
+/// Skips over a managed ledger count its ledgers' entries (Pulsar's
+/// `getNumberOfEntries` across a rollover): skipping 4 from the start of two
+/// ledgers of 3 entries lands on the second ledger's entry 0, and skipping
+/// undeleted entries passes over an acknowledged one.
+#[test]
+fn skips_count_the_managed_ledgers_entries_across_a_rollover() {
+    let ml = ManagedLedger::open(
+        "skip-rollover",
+        LedgerConfig {
+            max_entries_per_ledger: 3,
+            ..LedgerConfig::default()
+        },
+        Arc::new(MemoryStore::new()),
+    )
+    .unwrap();
+    let ps: Vec<Position> = (0..6).map(|_| ml.append(b"x").unwrap()).collect();
+    assert_ne!(ps[2].ledger_id, ps[3].ledger_id, "rolled over");
+    let first = CursorDeletionState::new(Position::new(ps[0].ledger_id, -1)).unwrap();
+    assert_eq!(
+        first.skip_entries(4, SkipMode::Include, &*ml).unwrap(),
+        ps[3]
+    );
+    let second = CursorDeletionState::new(Position::new(ps[0].ledger_id, -1)).unwrap();
+    second.delete(&[ps[1]], &*ml).unwrap();
+    assert_eq!(
+        second.skip_entries(2, SkipMode::Exclude, &*ml).unwrap(),
+        ps[2]
+    );
+}

@@ -836,3 +836,35 @@ fn restore_checks_the_positions_of_batch_ack_sets() {
         );
     }
 }
+
+/// A layout's last confirmed entry is the last entry of the last ledger
+/// holding one; trailing empty ledgers do not count, and a layout without
+/// entries reports "before the first ledger's entry 0".
+#[test]
+fn layout_last_confirmed_entry_skips_empty_ledgers() {
+    assert_eq!(
+        LedgerLayout::new([(1, 5), (2, 0)]).last_confirmed_entry(),
+        p(1, 4)
+    );
+    assert_eq!(
+        LedgerLayout::new([(3, 0), (4, 0)]).last_confirmed_entry(),
+        p(3, -1)
+    );
+    assert_eq!(LedgerLayout::new([]).last_confirmed_entry(), p(-1, -1));
+}
+
+/// The deletion state's Debug output shows mark-delete, the ranges and the
+/// reset epoch.
+#[test]
+fn deletion_state_debug_names_its_parts() {
+    let st = CursorDeletionState::recover(p(1, 4), &[(p(1, 6), p(1, 7))]).unwrap();
+    let s = format!("{st:?}");
+    for part in [
+        "CursorDeletionState",
+        "mark_delete",
+        "individually_deleted",
+        "reset_epoch",
+    ] {
+        assert!(s.contains(part), "{s}");
+    }
+}
