@@ -165,7 +165,14 @@ fn process_kill_loses_nothing_and_counts_right() {
         );
         clock.set(u64::MAX / 4);
         let mut delivered = BTreeSet::new();
-        loop {
+        // Every non-empty batch delivers at least one tracked message: the
+        // drain ends within `tracked + 1` calls, or the tracker is wrong.
+        let bound = expected_tracked.len() + 1;
+        for call in 1.. {
+            assert!(
+                call <= bound,
+                "round {round}: get_scheduled_messages still returns messages after {bound} calls"
+            );
             let batch = tracker.get_scheduled_messages(1000).expect("get");
             if batch.is_empty() {
                 break;

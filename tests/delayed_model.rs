@@ -290,8 +290,18 @@ impl Harness {
     fn finish(&mut self) {
         self.storage.arm(FaultPlan::default());
         self.clock.advance(1_000_000);
+        // Every non-empty batch delivers at least one tracked message: the
+        // drain ends within `tracked + 1` calls, or the tracker is wrong.
         let mut got = Vec::new();
+        let bound = self.tracker.number_of_delayed_messages() + 1;
+        let mut calls = 0;
         loop {
+            calls += 1;
+            assert!(
+                calls <= bound,
+                "get_scheduled_messages still returns messages after {bound} calls ({} delivered)",
+                got.len()
+            );
             let batch = self.tracker.get_scheduled_messages(16).expect("open");
             if batch.is_empty() {
                 break;

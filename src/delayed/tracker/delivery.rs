@@ -57,9 +57,24 @@ impl BucketDelayedDeliveryTracker {
                 // The loaded segment is exhausted up to its last index: load
                 // the next one (or retire the bucket). Also for an orphaned
                 // boundary, so later segments are not stranded.
+                let segment = |inner: &Inner| {
+                    inner
+                        .immutable
+                        .get(&start)
+                        .map(|b| b.current_segment_entry_id)
+                };
+                let before = segment(&inner);
                 if !self.load_next_segment(&mut inner, start) {
                     break;
                 }
+                // The loop progresses: a load that lets the head go has
+                // moved its bucket to a later segment or retired it (so this
+                // boundary cannot stop the head again).
+                debug_assert!(
+                    before.is_some() && segment(&inner).is_none_or(|s| Some(s) > before),
+                    "boundary {key:?} of bucket {start}: segment {before:?} -> {:?}",
+                    segment(&inner)
+                );
                 continue;
             }
             inner.shared_queue.pop();
