@@ -53,6 +53,9 @@ mod segment;
 mod timer;
 mod trim;
 
+#[cfg(all(test, not(any(loom, feature = "shuttle"))))]
+mod tests;
+
 /// Retries of snapshot create and delete after the first attempt (Pulsar's
 /// `MaxRetryTimes`).
 pub const STORAGE_RETRIES: usize = 3;

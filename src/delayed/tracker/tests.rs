@@ -1,0 +1,318 @@
+//! Tests of the tracker's self-checks against deliberately broken states:
+//! [`verify_invariants`](BucketDelayedDeliveryTracker::verify_invariants)
+//! must report each broken invariant as its own [`InvariantViolation`], and
+//! [`approx_memory_bytes`](BucketDelayedDeliveryTracker::approx_memory_bytes)
+//! must account for every structure it names. The states are built through
+//! the public API, then one piece of `Inner` is broken by hand.
+
+use std::cmp::Reverse;
+use std::sync::Arc;
+
+use super::*;
+use crate::delayed::clock::VirtualClock;
+use crate::delayed::config::RecoveryPolicy;
+use crate::delayed::error::InvariantViolation;
+use crate::delayed::snapshot::bucket_key;
+use crate::delayed::storage::MemorySnapshotStorage;
+
+fn cfg() -> BucketTrackerConfig {
+    BucketTrackerConfig {
+        tick_time_ms: 1,
+        deliver_at_time_strict: true,
+        min_index_count_per_bucket: 2,
+        max_time_step_per_bucket_snapshot_segment_ms: 10,
+        max_indexes_per_bucket_snapshot_segment: 1,
+        max_num_buckets: -1,
+        recovery_policy: RecoveryPolicy::Fail,
+    }
+}
+
+fn tracker(config: BucketTrackerConfig) -> BucketDelayedDeliveryTracker {
+    BucketDelayedDeliveryTracker::new(
+        config,
+        Arc::new(MemorySnapshotStorage::new()),
+        Arc::new(VirtualClock::new(0)),
+    )
+    .unwrap()
+}
+
+/// Buckets A = [1,1] and B = [2,2] (three one-index segments each, segment
+/// 1 loaded: (1,0) and (2,0) in the shared queue, each its bucket's
+/// boundary), and (3,0) in the mutable bucket. A sound state.
+fn two_buckets() -> BucketDelayedDeliveryTracker {
+    let t = tracker(cfg());
+    for (l, e, ts) in [
+        (1, 0, 10),
+        (1, 1, 20),
+        (1, 2, 30),
+        (2, 0, 15),
+        (2, 1, 25),
+        (2, 2, 35),
+        (3, 0, 100),
+    ] {
+        assert!(t.add_message(l, e, ts).unwrap());
+    }
+    assert_eq!(t.buckets().len(), 2);
+    assert_eq!(t.shared_queue_len(), 2);
+    t.verify_invariants().unwrap();
+    t
+}
+
+fn entry(timestamp: u64, ledger_id: i64, entry_id: u32) -> IndexEntry {
+    IndexEntry {
+        timestamp,
+        ledger_id,
+        entry_id,
+    }
+}
+
+/// `CounterEqualsCardinality`: a counter ahead of or behind the runtime
+/// index's bitmaps is reported with both numbers.
+#[test]
+fn verify_reports_counter_not_equal_to_cardinality() {
+    for delta in [1, -1] {
+        let t = two_buckets();
+        t.inner.lock().index.skew_counter_for_test(delta);
+        let err = t.verify_invariants().unwrap_err();
+        assert_eq!(
+            err,
+            InvariantViolation::CounterNotCardinality {
+                counter: 7u64.wrapping_add_signed(delta),
+                cardinality: 7,
+            }
+        );
+        assert_eq!(err.spec_invariant(), Some("CounterEqualsCardinality"));
+    }
+}
+
+/// `NoSecondLiveCopy`: a tracked position queued twice is reported with
+/// its number of queue entries (other live positions in the queue are not
+/// counted); a second entry of an untracked (stale) position is allowed, a
+/// pop skips it.
+#[test]
+fn verify_reports_a_second_live_copy_in_the_shared_queue() {
+    let t = two_buckets();
+    t.inner.lock().shared_queue.push(Reverse(entry(11, 1, 0)));
+    let err = t.verify_invariants().unwrap_err();
+    assert_eq!(
+        err,
+        InvariantViolation::SecondLiveCopy {
+            ledger_id: 1,
+            entry_id: 0,
+            entries: 2,
+        }
+    );
+    assert_eq!(err.spec_invariant(), Some("NoSecondLiveCopy"));
+
+    // A third entry of the same position: counted.
+    t.inner.lock().shared_queue.push(Reverse(entry(12, 1, 0)));
+    assert!(matches!(
+        t.verify_invariants(),
+        Err(InvariantViolation::SecondLiveCopy { entries: 3, .. })
+    ));
+
+    // Stale duplicates of an untracked position are harmless.
+    let t = two_buckets();
+    {
+        let mut inner = t.inner.lock();
+        inner.shared_queue.push(Reverse(entry(50, 7, 7)));
+        inner.shared_queue.push(Reverse(entry(51, 7, 7)));
+    }
+    t.verify_invariants().unwrap();
+}
+
+/// After a backward mark-delete reset a re-added position may sit next to
+/// its own stale entry, so the second-copy check is off until the next
+/// clear.
+#[test]
+fn verify_skips_the_second_copy_check_after_a_backward_reset() {
+    let t = two_buckets();
+    t.update_mark_delete(Position::new(0, 5));
+    t.reset_mark_delete(Position::new(0, 1));
+    t.inner.lock().shared_queue.push(Reverse(entry(11, 1, 0)));
+    t.verify_invariants().unwrap();
+    t.clear().unwrap();
+    assert!(t.add_message(5, 0, 100).unwrap());
+    assert!(t.add_message(6, 0, 100).unwrap());
+    t.inner.lock().shared_queue.push(Reverse(entry(100, 6, 0)));
+    t.inner.lock().shared_queue.push(Reverse(entry(100, 6, 0)));
+    assert!(matches!(
+        t.verify_invariants(),
+        Err(InvariantViolation::SecondLiveCopy {
+            ledger_id: 6,
+            entry_id: 0,
+            ..
+        })
+    ));
+}
+
+/// Immutable buckets are disjoint and filed under their start ledger: a
+/// bucket filed under another key (even without overlapping anything) and
+/// a bucket whose range reaches into the next one are both reported.
+#[test]
+fn verify_reports_misfiled_and_overlapping_buckets() {
+    let t = two_buckets();
+    {
+        let mut inner = t.inner.lock();
+        let b = inner.immutable.remove(&2).unwrap();
+        inner.immutable.insert(5, b);
+    }
+    let err = t.verify_invariants().unwrap_err();
+    assert_eq!(
+        err,
+        InvariantViolation::BucketOverlap {
+            bucket: bucket_key(2, 2),
+        }
+    );
+    assert_eq!(err.spec_invariant(), None);
+
+    let t = two_buckets();
+    t.inner
+        .lock()
+        .immutable
+        .get_mut(&1)
+        .unwrap()
+        .ctx
+        .end_ledger_id = 2;
+    assert_eq!(
+        t.verify_invariants(),
+        Err(InvariantViolation::BucketOverlap {
+            bucket: bucket_key(2, 2),
+        })
+    );
+}
+
+/// Each bucket's current segment lies in `1..=last`: 0 and `last + 1` are
+/// reported, `last` is fine.
+#[test]
+fn verify_reports_a_segment_cursor_outside_the_bucket() {
+    for (current, ok) in [(0, false), (3, true), (4, false)] {
+        let t = two_buckets();
+        t.inner
+            .lock()
+            .immutable
+            .get_mut(&2)
+            .unwrap()
+            .current_segment_entry_id = current;
+        let got = t.verify_invariants();
+        if ok {
+            assert_eq!(got, Ok(()), "segment {current} of 3");
+        } else {
+            let err = got.unwrap_err();
+            assert_eq!(
+                err,
+                InvariantViolation::SegmentCursor {
+                    bucket: bucket_key(2, 2),
+                    current,
+                    last: 3,
+                }
+            );
+            assert_eq!(err.spec_invariant(), None);
+        }
+    }
+}
+
+/// Every bucket's segment boundary is registered to that bucket, and every
+/// registered boundary is some bucket's: an unregistered boundary, one
+/// registered to the other bucket, and a registration no bucket owns are
+/// all reported.
+#[test]
+fn verify_reports_unregistered_and_foreign_segment_boundaries() {
+    let t = two_buckets();
+    t.inner.lock().boundaries.remove(&(2, 0));
+    let err = t.verify_invariants().unwrap_err();
+    assert_eq!(
+        err,
+        InvariantViolation::Boundary {
+            ledger_id: 2,
+            entry_id: 0,
+            reason: "not registered",
+        }
+    );
+    assert_eq!(err.spec_invariant(), None);
+
+    let t = two_buckets();
+    t.inner.lock().boundaries.insert((2, 0), 1);
+    assert_eq!(
+        t.verify_invariants(),
+        Err(InvariantViolation::Boundary {
+            ledger_id: 2,
+            entry_id: 0,
+            reason: "not registered",
+        })
+    );
+
+    let t = two_buckets();
+    t.inner.lock().boundaries.insert((2, 1), 2);
+    assert_eq!(
+        t.verify_invariants(),
+        Err(InvariantViolation::Boundary {
+            ledger_id: 2,
+            entry_id: 1,
+            reason: "registered for no bucket",
+        })
+    );
+
+    // The bucket's own boundary gone (exhausted), its registration kept.
+    let t = two_buckets();
+    t.inner.lock().immutable.get_mut(&1).unwrap().boundary = None;
+    assert_eq!(
+        t.verify_invariants(),
+        Err(InvariantViolation::Boundary {
+            ledger_id: 1,
+            entry_id: 0,
+            reason: "registered for no bucket",
+        })
+    );
+}
+
+/// The memory estimate counts every structure it names: at least the
+/// shared queue's and the mutable heap's slots (one [`IndexEntry`] each),
+/// each indexed ledger's bitmap (serialized size) plus 48 bytes of
+/// bookkeeping, each bucket's frozen bitmap plus 128 bytes, and 24 bytes per
+/// boundary-map slot; and not far more than that.
+#[test]
+fn approx_memory_bytes_accounts_for_queue_index_buckets_and_boundaries() {
+    // One message per ledger, each ledger sealed into its own bucket when
+    // the next one arrives: 64 ledgers indexed, 63 buckets, 63 queue
+    // entries and boundaries, one message in the mutable bucket.
+    let t = tracker(BucketTrackerConfig {
+        min_index_count_per_bucket: 1,
+        ..cfg()
+    });
+    for l in 1..=64 {
+        assert!(t.add_message(l, 0, 1_000 + l).unwrap());
+    }
+    assert_eq!(t.buckets().len(), 63);
+    t.verify_invariants().unwrap();
+    let slot = std::mem::size_of::<IndexEntry>();
+    let parts = {
+        let inner = t.inner.lock();
+        assert_eq!(inner.shared_queue.len(), 63);
+        assert_eq!(inner.mutable.len(), 1);
+        assert_eq!(inner.boundaries.len(), 63);
+        inner.shared_queue.capacity() * slot
+            + inner.mutable.heap_capacity_bytes()
+            + inner
+                .index
+                .iter()
+                .map(|(_, b)| b.serialized_size() + 48)
+                .sum::<usize>()
+            + inner
+                .immutable
+                .values()
+                .map(|b| b.frozen_bitmap_bytes() + 128)
+                .sum::<usize>()
+            + inner.boundaries.capacity() * 24
+    };
+    let got = t.approx_memory_bytes();
+    assert!(got >= parts, "estimate {got} < its parts {parts}");
+    assert!(
+        got <= parts * 3 / 2,
+        "estimate {got} > 1.5 x its parts {parts}"
+    );
+    assert!(
+        parts >= 63 * (slot + 24) + 64 * 48 + 63 * 128,
+        "parts {parts}"
+    );
+}
