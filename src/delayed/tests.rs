@@ -987,3 +987,170 @@ fn redb_storage_ids_segment_ranges_and_delete() {
     );
     assert_eq!(storage.length(b).unwrap(), 2);
 }
+
+/// The mutable bucket is sealed once it holds exactly
+/// `min_index_count_per_bucket` indexes and a message of a later ledger
+/// arrives (Pulsar seals at `size >= minIndexCountPerBucket`).
+#[test]
+fn mutable_bucket_seals_at_exactly_the_minimum_index_count() {
+    let f = Fixture::new();
+    let t = f.tracker(cfg()).unwrap();
+    assert!(t.add_message(1, 0, 10).unwrap());
+    assert!(t.add_message(2, 0, 20).unwrap());
+    assert!(
+        t.buckets().is_empty(),
+        "one index is below the minimum of 2"
+    );
+    assert!(t.add_message(2, 1, 30).unwrap());
+    assert!(t.add_message(3, 0, 40).unwrap());
+    let ranges: Vec<(i64, i64)> = t
+        .buckets()
+        .iter()
+        .map(|b| (b.0.start_ledger_id, b.0.end_ledger_id))
+        .collect();
+    assert_eq!(ranges, vec![(1, 2)], "three indexes sealed into [1,2]");
+    assert!(t.add_message(3, 1, 50).unwrap());
+    assert!(t.add_message(4, 0, 60).unwrap());
+    assert_eq!(t.buckets().len(), 2, "two indexes of ledger 3 sealed");
+    assert_eq!(t.buckets()[1].0.key(), bucket_key(3, 3));
+    assert_eq!(t.stats().seals, 2);
+    t.verify_invariants().unwrap();
+}
+
+/// With `max_num_buckets = 2`, reaching two buckets merges nothing; only a
+/// seal that makes a third one trims and merges.
+#[test]
+fn buckets_merge_only_beyond_max_num_buckets() {
+    let f = Fixture::new();
+    let t = f
+        .tracker(BucketTrackerConfig {
+            max_num_buckets: 2,
+            ..cfg()
+        })
+        .unwrap();
+    for l in 1..=3 {
+        for e in 0..3 {
+            t.add_message(l, e, 10 * (e + 1) + l).unwrap();
+        }
+    }
+    assert_eq!(t.buckets().len(), 2, "[1,1] and [2,2] sealed");
+    assert_eq!(t.stats().merges, 0, "two buckets are within the limit");
+    t.add_message(4, 0, 100).unwrap();
+    assert_eq!(t.stats().seals, 3);
+    assert_eq!(t.stats().merges, 1, "the third bucket triggers a merge");
+    assert_eq!(t.buckets().len(), 1, "the three adjacent buckets merged");
+    t.verify_invariants().unwrap();
+}
+
+/// A mutable bucket emptied by delivery keeps its range; a later ledger
+/// above a recovered bucket must not stretch that range over the bucket.
+/// Otherwise the small-heap fallback (which hands the heap to the shared
+/// queue, never persisted) takes the later messages, and they are missing
+/// from the buckets and from a restart.
+#[test]
+fn emptied_mutable_bucket_does_not_span_a_recovered_bucket() {
+    let f = Fixture::new();
+    let t = f.tracker(cfg()).unwrap();
+    for (l, e, ts) in [(3, 0, 100), (3, 1, 110), (9, 0, 500)] {
+        assert!(t.add_message(l, e, ts).unwrap());
+    }
+    assert_eq!(t.buckets().len(), 1);
+    drop(t);
+    // Restart: bucket [3,3] is recovered; the dispatcher re-reads ledger 1.
+    let t = f.tracker(cfg()).unwrap();
+    assert_eq!(t.number_of_delayed_messages(), 2);
+    assert!(t.add_message(1, 0, 20).unwrap());
+    f.clock.set(20);
+    assert_eq!(t.get_scheduled_messages(10).unwrap(), vec![p(1, 0)]);
+    // The mutable bucket is empty, its range [1,1]. One message of ledger 4
+    // (below the minimum of 2), then ledger 5, then ledger 6 seals.
+    for (l, e, ts) in [(4, 0, 200), (5, 0, 300), (5, 1, 310), (6, 0, 400)] {
+        assert!(t.add_message(l, e, ts).unwrap());
+    }
+    let ranges: Vec<(i64, i64)> = t
+        .buckets()
+        .iter()
+        .map(|b| (b.0.start_ledger_id, b.0.end_ledger_id))
+        .collect();
+    assert_eq!(ranges, vec![(3, 3), (4, 5)]);
+    t.verify_invariants().unwrap();
+    drop(t);
+    // Every sealed, undelivered message is recovered.
+    let t = f.tracker(cfg()).unwrap();
+    assert_eq!(t.number_of_delayed_messages(), 5);
+    for (l, e) in [(3, 0), (3, 1), (4, 0), (5, 0), (5, 1)] {
+        assert!(t.contains_message(l, e), "{l}:{e} recovered");
+    }
+    t.verify_invariants().unwrap();
+    f.clock.set(1_000);
+    assert_eq!(drain(&t), vec![p(3, 0), p(3, 1), p(4, 0), p(5, 0), p(5, 1)]);
+}
+
+/// A message of an immutable bucket's range goes to the shared queue and
+/// leaves the (emptied) mutable range alone: a later message of a ledger
+/// below the mutable range's end still goes to the shared queue (Pulsar
+/// `addMessage`: `ledgerId < mutable end` or an existing bucket), not into
+/// the mutable bucket.
+#[test]
+fn message_of_a_bucket_range_leaves_the_mutable_range_alone() {
+    let f = Fixture::new();
+    let t = f.tracker(cfg()).unwrap();
+    for (l, e, ts) in [(3, 0, 100), (3, 1, 110), (9, 0, 500)] {
+        assert!(t.add_message(l, e, ts).unwrap());
+    }
+    drop(t);
+    let t = f.tracker(cfg()).unwrap();
+    // Mutable range [1,2], emptied by delivery.
+    assert!(t.add_message(1, 0, 20).unwrap());
+    assert!(t.add_message(2, 0, 20).unwrap());
+    f.clock.set(20);
+    assert_eq!(
+        t.get_scheduled_messages(10).unwrap(),
+        vec![p(1, 0), p(2, 0)]
+    );
+    let queued = t.shared_queue_len();
+    // A new message in bucket [3,3]'s range: shared queue.
+    assert!(t.add_message(3, 7, 200).unwrap());
+    assert_eq!(t.shared_queue_len(), queued + 1);
+    // Ledger 1 is below the mutable range's end (2): shared queue too.
+    assert!(t.add_message(1, 5, 200).unwrap());
+    assert!(t.add_message(1, 6, 200).unwrap());
+    assert_eq!(t.shared_queue_len(), queued + 3);
+    assert!(t.add_message(2, 1, 200).unwrap());
+    assert_eq!(
+        t.shared_queue_len(),
+        queued + 3,
+        "ledger 2 = the range's end"
+    );
+    assert_eq!(t.buckets().len(), 1);
+    t.verify_invariants().unwrap();
+    f.clock.set(1_000);
+    assert_eq!(
+        drain(&t),
+        vec![p(1, 5), p(1, 6), p(2, 1), p(3, 0), p(3, 1), p(3, 7)]
+    );
+}
+
+/// `max_num_buckets <= 0` disables the trim and merge after a seal: the
+/// buckets pile up (an embedder calls `trim_and_merge` itself).
+#[test]
+fn no_merge_after_seal_when_max_num_buckets_is_zero_or_negative() {
+    for max_num_buckets in [0, -1] {
+        let f = Fixture::new();
+        let t = f
+            .tracker(BucketTrackerConfig {
+                max_num_buckets,
+                ..cfg()
+            })
+            .unwrap();
+        for l in 1..=4 {
+            for e in 0..3 {
+                t.add_message(l, e, 10 * (e + 1) + l).unwrap();
+            }
+        }
+        assert_eq!(t.stats().seals, 3);
+        assert_eq!(t.stats().merges, 0, "max_num_buckets {max_num_buckets}");
+        assert_eq!(t.buckets().len(), 3);
+        t.verify_invariants().unwrap();
+    }
+}
