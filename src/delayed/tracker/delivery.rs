@@ -79,9 +79,8 @@ impl BucketDelayedDeliveryTracker {
             }
             inner.shared_queue.pop();
             let tracked = inner.index.untrack(head.ledger_id, head.entry_id);
-            #[cfg(feature = "trace")]
-            let delivered_before = out.len();
-            if tracked && !orphan {
+            let deliver = tracked && !orphan;
+            if deliver {
                 out.push(Position::new(head.ledger_id, i64::from(head.entry_id)));
                 n -= 1;
             }
@@ -89,7 +88,7 @@ impl BucketDelayedDeliveryTracker {
             crate::trace::bucket_merge::pop(
                 head.ledger_id,
                 orphan,
-                out.len() > delivered_before,
+                deliver,
                 self.trace_state(&inner),
             );
         }

@@ -146,6 +146,30 @@ fn verify_skips_the_second_copy_check_after_a_backward_reset() {
     ));
 }
 
+/// Only a reset that moves the mark-delete backward turns the second-copy
+/// check off: a reset to the same position, or forward, keeps reporting a
+/// tracked position queued twice.
+#[test]
+fn verify_keeps_the_second_copy_check_after_a_reset_that_does_not_move_back() {
+    for reset_to in [Position::new(0, 5), Position::new(0, 9)] {
+        let t = two_buckets();
+        t.update_mark_delete(Position::new(0, 5));
+        t.reset_mark_delete(reset_to);
+        t.inner.lock().shared_queue.push(Reverse(entry(11, 1, 0)));
+        assert!(
+            matches!(
+                t.verify_invariants(),
+                Err(InvariantViolation::SecondLiveCopy {
+                    ledger_id: 1,
+                    entry_id: 0,
+                    entries: 2,
+                })
+            ),
+            "reset from 0:5 to {reset_to}"
+        );
+    }
+}
+
 /// Immutable buckets are disjoint and filed under their start ledger: a
 /// bucket filed under another key (even without overlapping anything) and
 /// a bucket whose range reaches into the next one are both reported.
