@@ -23,8 +23,8 @@ impl BucketDelayedDeliveryTracker {
             return None;
         }
         let mctx = inner.mutable.context();
-        let mut k = MAX_MERGE_NUM.min(n);
-        while k >= 2 {
+        // Window sizes from the largest down to 2 (a bounded loop).
+        for k in (2..=MAX_MERGE_NUM.min(n)).rev() {
             let mut best: Option<usize> = None;
             let mut min_sum = u64::MAX;
             let mut min_ts = u64::MAX;
@@ -61,7 +61,6 @@ impl BucketDelayedDeliveryTracker {
                         .collect(),
                 );
             }
-            k -= 1;
         }
         None
     }
