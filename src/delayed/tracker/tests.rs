@@ -340,3 +340,99 @@ fn approx_memory_bytes_accounts_for_queue_index_buckets_and_boundaries() {
         "parts {parts}"
     );
 }
+
+/// Buckets [1,1] .. [n,n] (three one-index segments each, segment 1
+/// loaded) and (n+1, 0) in the mutable bucket.
+fn buckets(n: i64) -> BucketDelayedDeliveryTracker {
+    let t = tracker(cfg());
+    for l in 1..=n + 1 {
+        for e in 0..3u32 {
+            assert!(t
+                .add_message(l, i64::from(e), 1_000 * l as i64 + 10 * i64::from(e))
+                .unwrap());
+        }
+    }
+    assert_eq!(t.buckets().len(), n as usize);
+    t
+}
+
+/// Pulsar's merge selection: the widest window (4, then 3, then 2) of
+/// adjacent buckets in which every bucket still has an unloaded segment and
+/// none is merging, whose range does not enclose the mutable bucket's.
+#[test]
+fn merge_selects_the_widest_eligible_window() {
+    let pick = |t: &BucketDelayedDeliveryTracker| t.select_merge(&t.inner.lock());
+    let t = buckets(4);
+    assert_eq!(pick(&t), Some(vec![1, 2, 3, 4]));
+    // Bucket 4 has loaded its last segment: no unloaded segment left.
+    t.inner
+        .lock()
+        .immutable
+        .get_mut(&4)
+        .unwrap()
+        .current_segment_entry_id = 3;
+    assert_eq!(pick(&t), Some(vec![1, 2, 3]));
+    // Bucket 2 is being merged.
+    let t = buckets(4);
+    t.inner.lock().immutable.get_mut(&2).unwrap().merging = true;
+    assert_eq!(pick(&t), Some(vec![3, 4]));
+    // A mutable range overlapping bucket 3: no window may enclose it.
+    let t = buckets(4);
+    {
+        let mut g = t.inner.lock();
+        g.mutable.clear();
+        g.mutable.add(entry(5_000, 3, 7));
+    }
+    assert_eq!(pick(&t), Some(vec![1, 2]));
+    // With an empty mutable range nothing is enclosed.
+    t.inner.lock().mutable.clear();
+    assert_eq!(pick(&t), Some(vec![1, 2, 3, 4]));
+}
+
+/// Among windows of the same width, a later window wins only if its
+/// message sum is no larger AND its next segment is strictly earlier.
+#[test]
+fn merge_prefers_fewer_messages_only_with_an_earlier_next_segment() {
+    let pick = |t: &BucketDelayedDeliveryTracker| t.select_merge(&t.inner.lock());
+    // Windows [1..4] and [2..5]; bucket 1 holds 10 messages, bucket 5 one.
+    let set = |t: &BucketDelayedDeliveryTracker, ts1: u64, ts5: u64| {
+        let mut g = t.inner.lock();
+        for (l, n, ts) in [(1, 10, ts1), (5, 1, ts5)] {
+            let b = g.immutable.get_mut(&l).unwrap();
+            b.number_bucket_delayed_messages = n;
+            let cur = b.current_segment_entry_id as usize;
+            b.first_schedule_timestamps[cur] = ts;
+        }
+        for l in 2..=4 {
+            let b = g.immutable.get_mut(&l).unwrap();
+            let cur = b.current_segment_entry_id as usize;
+            b.first_schedule_timestamps[cur] = 900;
+        }
+    };
+    let t = buckets(5);
+    set(&t, 100, 50);
+    assert_eq!(pick(&t), Some(vec![2, 3, 4, 5]), "fewer and earlier");
+    set(&t, 100, 200);
+    assert_eq!(pick(&t), Some(vec![1, 2, 3, 4]), "fewer but later");
+    set(&t, 100, 100);
+    assert_eq!(pick(&t), Some(vec![1, 2, 3, 4]), "fewer, same time");
+}
+
+/// A merge whose sources hold nothing tracked any more (every message
+/// re-added as expired) retires the sources instead of writing an empty
+/// snapshot.
+#[test]
+fn merge_of_buckets_with_nothing_tracked_retires_them() {
+    let t = two_buckets();
+    for (l, e) in [(1, 0), (1, 1), (1, 2), (2, 0), (2, 1), (2, 2)] {
+        assert!(!t.add_message(l, e, 0).unwrap());
+    }
+    assert!(t.trim_and_merge().unwrap());
+    assert!(t.buckets().is_empty());
+    let stats = t.stats();
+    assert_eq!(
+        (stats.merges, stats.merge_failures, stats.snapshot_deletes),
+        (1, 0, 2)
+    );
+    t.verify_invariants().unwrap();
+}
