@@ -436,3 +436,65 @@ fn merge_of_buckets_with_nothing_tracked_retires_them() {
     );
     t.verify_invariants().unwrap();
 }
+
+/// Recovery keeps the enclosing range of nested bucket keys (a merge's
+/// output over its leftover sources) and deletes the enclosed ones; a key
+/// that only overlaps a kept range is ignored; every kept bucket counts
+/// the messages of its remaining segments.
+#[test]
+fn recovery_deletes_enclosed_keys_and_ignores_overlapping_ones() {
+    use crate::delayed::storage::BucketSnapshotStorage;
+    let copy_under = |mem: &MemorySnapshotStorage, id: i64, key: String| {
+        let meta = mem.get_metadata(id).unwrap();
+        let last = meta.metadata_list.len() as u64;
+        let segs = mem.get_segments(id, 1, last).unwrap();
+        mem.create(&meta, &segs, &key, &[]).unwrap()
+    };
+    let keys = |mem: &MemorySnapshotStorage| -> Vec<String> {
+        mem.bucket_keys()
+            .unwrap()
+            .into_iter()
+            .map(|k| k.0)
+            .collect()
+    };
+    for overlapping in [false, true] {
+        let mem = Arc::new(MemorySnapshotStorage::new());
+        let clock = Arc::new(VirtualClock::new(0));
+        let t = BucketDelayedDeliveryTracker::new(cfg(), mem.clone(), clock.clone()).unwrap();
+        for (l, e, ts) in [(1, 0, 10), (1, 1, 20), (2, 0, 15), (2, 1, 25), (3, 0, 100)] {
+            assert!(t.add_message(l, e, ts).unwrap());
+        }
+        drop(t);
+        let ids = mem.snapshot_ids();
+        let (a, b) = (ids[0], ids[1]);
+        // [1,2] holds ledger 1's messages and encloses [1,1] and [2,2].
+        copy_under(&mem, a, bucket_key(1, 2));
+        if overlapping {
+            // [2,3] overlaps the kept [1,2].
+            copy_under(&mem, b, bucket_key(2, 3));
+        }
+        let t = BucketDelayedDeliveryTracker::new(cfg(), mem.clone(), clock).unwrap();
+        let stats = t.stats();
+        assert_eq!(
+            (stats.recovered_buckets, stats.skipped_buckets),
+            (1, if overlapping { 3 } else { 2 }),
+            "overlapping: {overlapping}"
+        );
+        let mut left = keys(&mem);
+        left.sort();
+        let mut want = vec![bucket_key(1, 2)];
+        if overlapping {
+            want.push(bucket_key(2, 3));
+        }
+        assert_eq!(
+            left, want,
+            "enclosed keys deleted, the overlapping one left"
+        );
+        assert_eq!(
+            t.inner.lock().immutable[&1].number_bucket_delayed_messages,
+            2
+        );
+        assert_eq!(t.number_of_delayed_messages(), 2);
+        t.verify_invariants().unwrap();
+    }
+}
