@@ -348,7 +348,7 @@ fn buckets(n: i64) -> BucketDelayedDeliveryTracker {
     for l in 1..=n + 1 {
         for e in 0..3u32 {
             assert!(t
-                .add_message(l, i64::from(e), 1_000 * l as i64 + 10 * i64::from(e))
+                .add_message(l, i64::from(e), 1_000 * l + 10 * i64::from(e))
                 .unwrap());
         }
     }
