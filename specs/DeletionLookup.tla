@@ -8,7 +8,8 @@
 (* are shared by reference with the PUBLISHED directory dir, which is      *)
 (* republished only when an ack creates a bitmap for a ledger, and         *)
 (* invalidated (emptied) by reset. Reset may move md backward and clears   *)
-(* the map, bracketed by an odd/even epoch.                                *)
+(* the map, bracketed by an odd/even epoch. An explicit mark-delete (a     *)
+(* cumulative ack) moves md forward past entries that are not deleted.    *)
 (*                                                                         *)
 (* The reader (is_deleted_for_read_scheduling) is split into its real     *)
 (* steps: load epoch, load md, load dir entry, read the bitmap, re-check  *)
@@ -37,8 +38,9 @@
 (***************************************************************************)
 EXTENDS Naturals, Integers, FiniteSets
 
-CONSTANTS NumLedgers,   \* ledgers 1..NumLedgers
-          MaxEntry,     \* every ledger holds entries 0..MaxEntry
+CONSTANTS NumLedgers,   \* ledgers 1..NumLedgers (DefaultLastEntry)
+          MaxEntry,     \* entry ids are at most MaxEntry
+          LastEntry,    \* ledger id -> its last entry id (-1: empty ledger)
           MaxResets,    \* resets the model performs at most
           MaxIds,       \* bitmap objects the model allocates at most
           ResetTo,      \* the mark-delete a reset moves to (backward)
@@ -48,6 +50,11 @@ CONSTANTS NumLedgers,   \* ledgers 1..NumLedgers
 \* The backward reset target the cfgs use (TLC's cfg syntax has neither
 \* tuples nor negative numbers, so cfgs write `ResetTo <- ResetToBeforeLedger1`).
 ResetToBeforeLedger1 == <<1, -1>>
+
+\* The model's ledger layout (cfgs write `LastEntry <- DefaultLastEntry`):
+\* ledgers 1..NumLedgers, each holding entries 0..MaxEntry. Trace
+\* validation replaces it with the layout of the managed ledger recorded.
+DefaultLastEntry == [l \in 1..NumLedgers |-> MaxEntry]
 
 VARIABLES md,      \* mark-delete position <<ledger, entry>>
           bm,      \* bitmap object id -> set of entry ids (live, shared)
@@ -66,12 +73,12 @@ VARIABLES md,      \* mark-delete position <<ledger, entry>>
 
 vars == <<md, bm, map, dir, nextId, epoch, resets, writer, pc, q, e1, rmd, rid, ans>>
 
-Ledgers == 1..NumLedgers
-Entries == 0..MaxEntry
+Ledgers == DOMAIN LastEntry
+Entries == 0..MaxEntry                       \* every LastEntry[l] <= MaxEntry
 Ids == 1..MaxIds
 NoId == 0
-Positions == Ledgers \X (-1..MaxEntry)       \* includes the (L,-1) bounds
-Members == Ledgers \X Entries                  \* positions holding entries
+Positions == UNION {{l} \X (-1..LastEntry[l]) : l \in Ledgers}  \* with the (L,-1) bounds
+Members == UNION {{l} \X (0..LastEntry[l]) : l \in Ledgers}     \* positions holding entries
 
 Leq(a, b) == (a[1] < b[1]) \/ ((a[1] = b[1]) /\ (a[2] <= b[2]))
 Less(a, b) == Leq(a, b) /\ (a /= b)
@@ -119,17 +126,20 @@ Ack(p) ==
     /\ UNCHANGED <<md, epoch, resets, writer>>
     /\ UNCHANGED readerVars
 
-AllDeletedUpTo(c) == \A r \in Members : (Less(md, r) /\ Leq(r, c)) => InMap(r)
+\* Every entry after a and up to c is deleted (in the live map).
+DeletedBetween(a, c) == \A r \in Members : (Less(a, r) /\ Leq(r, c)) => InMap(r)
 
-(* Mark-delete advance, one write section: md (one atomic published       *)
-(* snapshot) moves forward through every contiguous deleted entry, THEN   *)
-(* the set is trimmed (remove_at_most(md)): bits <= md leave the live     *)
-(* bitmaps, empty bitmaps leave the map; the directory is NOT republished.*)
-Advance(c) ==
-    /\ WriterMayAct
-    /\ Less(md, c)
-    /\ AllDeletedUpTo(c)
-    /\ \A c2 \in Positions : (Less(c, c2) /\ AllDeletedUpTo(c2)) => FALSE
+\* c is as far as the deleted run after a reaches.
+RunEndFrom(a, c) ==
+    /\ Leq(a, c)
+    /\ DeletedBetween(a, c)
+    /\ \A c2 \in Positions : (Less(c, c2) /\ DeletedBetween(a, c2)) => FALSE
+
+(* The mark-delete moves forward to c, one write section: md (one atomic  *)
+(* published snapshot) is stored, THEN the set is trimmed                  *)
+(* (remove_at_most(md)): bits <= md leave the live bitmaps, empty bitmaps *)
+(* leave the map; the directory is NOT republished.                       *)
+MoveMarkDelete(c) ==
     /\ md' = c
     /\ LET live == {map[l] : l \in {l2 \in Ledgers : map[l2] /= NoId}}
            owner(i) == CHOOSE l \in Ledgers : map[l] = i
@@ -139,6 +149,22 @@ Advance(c) ==
                        IF map[l] /= NoId /\ kept(map[l]) = {} THEN NoId ELSE map[l]]
     /\ UNCHANGED <<dir, nextId, epoch, resets, writer>>
     /\ UNCHANGED readerVars
+
+(* Mark-delete advance after acks: md moves through every contiguous      *)
+(* deleted entry after it.                                                 *)
+Advance(c) ==
+    /\ WriterMayAct
+    /\ Less(md, c)
+    /\ RunEndFrom(md, c)
+    /\ MoveMarkDelete(c)
+
+(* Explicit mark-delete to t (a cumulative ack; t may lie past entries    *)
+(* that are not deleted), extended through the deleted run after t.       *)
+MarkDelete(t, c) ==
+    /\ WriterMayAct
+    /\ Less(md, t)
+    /\ RunEndFrom(t, c)
+    /\ MoveMarkDelete(c)
 
 (* Reset, under the write lock, in its real steps.                        *)
 ResetBegin ==
@@ -255,6 +281,7 @@ RFinish ==
 Next ==
     \/ \E p \in Members : Ack(p)
     \/ \E c \in Positions : Advance(c)
+    \/ \E t, c \in Positions : MarkDelete(t, c)
     \/ ResetBegin
     \/ ResetInvalidate
     \/ ResetMarkDelete(ResetTo)

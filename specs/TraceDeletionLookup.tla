@@ -4,16 +4,22 @@
 (* ndjson lines the implementation's hooks recorded (src/trace.rs,        *)
 (* feature `trace`; one line per spec action, named after it) and         *)
 (* constrains DeletionLookup's actions to follow them, line by line.      *)
-(* Every run in TraceFile (tag `t`) is one initial state; TLC explores   *)
-(* them all. A line the spec cannot follow violates TraceFollowed (the    *)
-(* error state's t and l name the run and the first unmatched line); a   *)
-(* followed line that breaks NoStalePositive is reported as that.         *)
+(* Every run in TraceFile (tag `t`: one cursor deletion state) is one     *)
+(* initial state; TLC explores them all. A line the spec cannot follow    *)
+(* violates TraceFollowed (the error state's t and l name the run and the *)
+(* first unmatched line); a followed line that breaks NoStalePositive is  *)
+(* reported as that.                                                       *)
 (*                                                                         *)
 (* Observation map (implementation -> spec):                              *)
+(*   Open(md, ranges)  the state as created (new or recovered): the       *)
+(*                     initial state, its deleted entries in the map and  *)
+(*                     the published directory                            *)
 (*   Ack(p)            one line per entry inserted into a live bitmap     *)
-(*   Advance(c)        mark-delete published forward; c is compared       *)
-(*                     up to positions holding no entry ((L, MaxEntry)    *)
-(*                     and (L+1, -1) are the same cut: Same)              *)
+(*   MarkDelete(c)     an explicit mark-delete to c past the current md   *)
+(*                     (recorded under the write lock before the Advance  *)
+(*                     line it causes): the next Advance is MarkDelete(c, *)
+(*                     md) instead of Advance(md)                         *)
+(*   Advance(md)       mark-delete published forward at md                *)
 (*   Reset*            the five steps of reset, at their stores           *)
 (*   RStart(q)         epoch read: e1 must equal the spec's epoch         *)
 (*   RMarkDelete       md snapshot read: must be Same as the spec's md    *)
@@ -25,10 +31,17 @@
 (*                     moved since RStart (then RRecheck must fall back)  *)
 (*   RRecheck          the branch taken must be the spec's                *)
 (*   RLocked, RFinish  as in the spec                                     *)
+(*                                                                         *)
+(* LastEntry is the layout of the managed ledger recorded (the file's    *)
+(* first line's `layout`: [ledger id, last entry id] pairs), else the     *)
+(* model's DefaultLastEntry. Advance and MarkDelete are checked in time   *)
+(* linear in the layout: RunEndFrom(a, c) holds iff every entry in (a, c] *)
+(* is deleted and the entry right after c (NextMember) is not, up to      *)
+(* positions holding no entry.                                             *)
 (***************************************************************************)
 EXTENDS DeletionLookup, Json, TLC, Sequences
 
-CONSTANT TraceFile   \* ndjson written by tests/trace_deletion.rs
+CONSTANT TraceFile   \* ndjson: tests/trace_deletion.rs or `simulate --trace-dir`
 
 Log == ndJsonDeserialize(TraceFile)
 Runs == {Log[i].t : i \in DOMAIN Log}
@@ -37,18 +50,86 @@ FirstOf == [k \in Runs |-> CHOOSE i \in DOMAIN Log :
 LastOf == [k \in Runs |-> CHOOSE i \in DOMAIN Log :
               Log[i].t = k /\ \A j \in DOMAIN Log : Log[j].t = k => j <= i]
 
-VARIABLES t, l   \* the run replayed and its next line
+\* The recorded layout (cfg: `LastEntry <- TraceLastEntry`).
+LayoutPairs == {Log[1].layout[i] : i \in DOMAIN Log[1].layout}
+TraceLastEntry ==
+    IF "layout" \in DOMAIN Log[1]
+      THEN [k \in {x[1] : x \in LayoutPairs} |-> (CHOOSE x \in LayoutPairs : x[1] = k)[2]]
+      ELSE DefaultLastEntry
+
+VARIABLES t,      \* the run replayed
+          l,      \* its next line
+          mdFrom  \* an explicit mark-delete's target, until its Advance
 
 Line == Log[l]
 Pos(s) == <<s[1], s[2]>>
+NoPos == <<-1, -1>>
 
 \* Two cuts of the log are the same if no entry lies between them.
 Same(a, b) == ~\E r \in Members : (Less(a, r) /\ Leq(r, b)) \/ (Less(b, r) /\ Leq(r, a))
 
-TraceInit == Init /\ t \in Runs /\ l = FirstOf[t]
+\* The entry right after position c (c's ledger is in the layout), or NoPos.
+NextMember(c) ==
+    LET later == {k \in Ledgers : k > c[1] /\ LastEntry[k] >= 0}
+    IN IF c[2] < LastEntry[c[1]] THEN <<c[1], c[2] + 1>>
+       ELSE IF later = {} THEN NoPos
+       ELSE <<CHOOSE k \in later : \A k2 \in later : k <= k2, 0>>
 
-IsAck == Line.action = "Ack" /\ Ack(Pos(Line.p))
-IsAdvance == Line.action = "Advance" /\ \E c \in Positions : Same(c, Pos(Line.md)) /\ Advance(c)
+\* RunEndFrom(a, c) in time linear in the layout.
+RunEndAt(a, c) ==
+    /\ c[1] \in Ledgers
+    /\ Leq(a, c)
+    /\ DeletedBetween(a, c)
+    /\ IF NextMember(c) = NoPos THEN TRUE ELSE ~InMap(NextMember(c))
+
+\* The recovered deleted entries of an Open line: open-closed ranges.
+OpenDeleted(h) ==
+    {r \in Members : \E i \in DOMAIN h.ranges :
+        Less(Pos(h.ranges[i][1]), r) /\ Leq(r, Pos(h.ranges[i][2]))}
+\* One bitmap per ledger holding deleted entries, ids by ledger order.
+Rank(k) == Cardinality({k2 \in Ledgers : k2 <= k})
+
+OpenInit(h) ==
+    LET del == OpenDeleted(h)
+        has(k) == \E r \in del : r[1] = k
+    IN /\ md = Pos(h.md)
+       /\ bm = [i \in Ids |-> IF \E k \in Ledgers : Rank(k) = i /\ has(k)
+                               THEN {r[2] : r \in {x \in del : Rank(x[1]) = i}}
+                               ELSE {}]
+       /\ map = [k \in Ledgers |-> IF has(k) THEN Rank(k) ELSE NoId]
+       /\ dir = [k \in Ledgers |-> IF has(k) THEN Rank(k) ELSE NoId]
+       /\ nextId = Cardinality(Ledgers) + 1
+       /\ epoch = 0
+       /\ resets = 0
+       /\ writer = "none"
+       /\ pc = "idle"
+       /\ q = <<1, 0>>
+       /\ e1 = 0
+       /\ rmd = <<1, -1>>
+       /\ rid = NoId
+       /\ ans = FALSE
+
+TraceInit ==
+    /\ t \in Runs
+    /\ mdFrom = NoPos
+    /\ IF Log[FirstOf[t]].action = "Open"
+         THEN OpenInit(Log[FirstOf[t]]) /\ l = FirstOf[t] + 1
+         ELSE Init /\ l = FirstOf[t]
+
+IsAck == Line.action = "Ack" /\ Ack(Pos(Line.p)) /\ UNCHANGED mdFrom
+IsMarkDelete ==
+    /\ Line.action = "MarkDelete"
+    /\ WriterMayAct
+    /\ Less(md, Pos(Line.c))
+    /\ mdFrom' = Pos(Line.c)
+    /\ UNCHANGED vars
+IsAdvance ==
+    /\ Line.action = "Advance"
+    /\ WriterMayAct
+    /\ Less(md, Pos(Line.md))
+    /\ RunEndAt(IF mdFrom = NoPos THEN md ELSE mdFrom, Pos(Line.md))
+    /\ MoveMarkDelete(Pos(Line.md))
+    /\ mdFrom' = NoPos
 IsResetBegin == Line.action = "ResetBegin" /\ ResetBegin /\ epoch' = Line.epoch
 IsResetInvalidate == Line.action = "ResetInvalidate" /\ ResetInvalidate
 IsResetMarkDelete == Line.action = "ResetMarkDelete" /\ ResetMarkDelete(Pos(Line.md))
@@ -68,10 +149,13 @@ IsRRecheck == Line.action = "RRecheck" /\ RRecheck /\ pc' = Line.pc
 IsRLocked == Line.action = "RLocked" /\ RLocked /\ ans' = Line.ans
 IsRFinish == Line.action = "RFinish" /\ RFinish
 
+\* Every action but Ack, MarkDelete and Advance leaves mdFrom alone (no
+\* other writer acts between an explicit mark-delete and its Advance).
 StepMatches ==
-    \/ IsAck \/ IsAdvance
-    \/ IsResetBegin \/ IsResetInvalidate \/ IsResetMarkDelete \/ IsResetClear \/ IsResetEnd
-    \/ IsRStart \/ IsRMarkDelete \/ IsRLookup \/ IsRRecheck \/ IsRLocked \/ IsRFinish
+    \/ IsAck \/ IsMarkDelete \/ IsAdvance
+    \/ /\ \/ IsResetBegin \/ IsResetInvalidate \/ IsResetMarkDelete \/ IsResetClear \/ IsResetEnd
+          \/ IsRStart \/ IsRMarkDelete \/ IsRLookup \/ IsRRecheck \/ IsRLocked \/ IsRFinish
+       /\ UNCHANGED mdFrom
 
 TraceNext ==
     \/ /\ l <= LastOf[t]
@@ -79,9 +163,9 @@ TraceNext ==
        /\ l' = l + 1
        /\ UNCHANGED t
     \/ /\ l > LastOf[t]          \* run fully matched: stutter
-       /\ UNCHANGED <<vars, t, l>>
+       /\ UNCHANGED <<vars, t, l, mdFrom>>
 
-TraceSpec == TraceInit /\ [][TraceNext]_<<vars, t, l>>
+TraceSpec == TraceInit /\ [][TraceNext]_<<vars, t, l, mdFrom>>
 
 (* Every line of every run is matched by a spec step.                      *)
 TraceFollowed == l <= LastOf[t] => ENABLED (StepMatches /\ l' = l + 1 /\ UNCHANGED t)

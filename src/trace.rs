@@ -33,14 +33,15 @@
 //!
 //! | spec                  | hooks                                 | recorded by |
 //! |-----------------------|---------------------------------------|-------------|
-//! | `DeletionLookup`      | [`deletion`] (src/cursor)             | `tests/trace_deletion.rs` (shuttle random schedules; PCT schedules of a mark-delete crossing the ledger boundary) |
+//! | `DeletionLookup`      | [`deletion`] (src/cursor)             | `tests/trace_deletion.rs` (shuttle random schedules; PCT schedules of a mark-delete crossing the ledger boundary); `pulsar-core simulate --trace-dir` (`crate::sim::sim_trace`: one run per deletion state) |
 //! | `LedgerCursor`        | [`ledger_cursor`] (src/ledger)        | `tests/trace_ledger_cursor.rs` (the cases of the proptest model test `tests/ledger_cursor_model.rs`, fixed seed, each checked against the reference model while recorded); `pulsar-core simulate --trace-dir` (`crate::sim::sim_trace`: one run per cursor) |
 //! | `PendingAckReplay`    | [`pending_ack`] (src/pending_ack)     | `tests/trace_pending_ack.rs` (handle runs: manual executor, virtual timer, inline reads, injected read failures); `tests/trace_pending_ack_threads.rs` (the same runs under shuttle schedules: executor thread, reader thread, timer); `pulsar-core simulate --trace-dir` (`crate::sim::sim_trace`) |
 //! | `PermitConservation`  | [`permits`] (src/permits)             | `tests/trace_permits.rs`; `pulsar-core simulate --trace-dir` (`crate::sim::sim_trace`, feature `sim`) |
 //! | `BucketMerge`         | [`bucket_merge`] (src/delayed)        | `tests/trace_bucket_merge.rs` (proptest cases from a fixed seed, each checked against a reference model: add, tick, deliver, ack, trim + merge, restart + re-read) |
 //!
 //! A hook line names its component instance where the simulator drives
-//! many and must split the lines into runs: the `permits` lines carry the
+//! many and must split the lines into runs: the `deletion` lines carry
+//! their deletion state's `ds`, the `permits` lines the
 //! consumer's `[connection_id, consumer_id]`, the `pending_ack` lines the
 //! handle's name (`h`), the `ledger_cursor` lines the managed ledger's
 //! (`ml`) and the cursor's (`cur`).
@@ -79,71 +80,102 @@ pub(crate) fn record(action: &'static str, fields: serde_json::Value) {
     }
 }
 
-/// Hooks of `specs/DeletionLookup.tla` (src/cursor): positions are
+/// Hooks of `specs/DeletionLookup.tla` (src/cursor): every line names its
+/// cursor deletion state (`ds`, from [`next_id`](deletion::next_id), so the
+/// simulator's lines split into one run per state); positions are
 /// `[ledger_id, entry_id]`, epochs the reset epoch as read or written.
 pub mod deletion {
     use super::record;
     use crate::position::Position;
     use serde_json::json;
+    use std::sync::atomic::{AtomicU64, Ordering};
+
+    /// Ids of deletion states (trace-only; a std atomic on purpose, like
+    /// the log: under shuttle a facade atomic would be a scheduling point).
+    static NEXT_ID: AtomicU64 = AtomicU64::new(1);
+
+    /// A fresh id for a deletion state's lines. Relaxed: only uniqueness
+    /// matters.
+    pub fn next_id() -> u64 {
+        NEXT_ID.fetch_add(1, Ordering::Relaxed)
+    }
 
     fn pos(p: Position) -> serde_json::Value {
         json!([p.ledger_id, p.entry_id])
     }
 
+    /// The state as created (new, recovered or from a snapshot): its
+    /// mark-delete and individually deleted ranges `(lower, upper]`; the
+    /// trace's initial state. (`restore` refills the ranges inside its
+    /// reset bracket without `Ack` lines: the spec's reset only clears, so
+    /// no recorder calls it.)
+    pub fn open(ds: u64, md: Position, ranges: &[(Position, Position)]) {
+        let ranges: Vec<_> = ranges
+            .iter()
+            .map(|(a, b)| json!([pos(*a), pos(*b)]))
+            .collect();
+        record("Open", json!({ "ds": ds, "md": pos(md), "ranges": ranges }));
+    }
     /// `Ack(p)`: entry `p` entered its ledger's live bitmap (called under
     /// the bitmap's write lock, so no reader sees the bit before the line).
-    pub fn ack(ledger_id: i64, entry: u32) {
-        record("Ack", json!({ "p": [ledger_id, entry] }));
+    pub fn ack(ds: u64, ledger_id: i64, entry: u32) {
+        record("Ack", json!({ "ds": ds, "p": [ledger_id, entry] }));
     }
-    /// `Advance(c)`: mark-delete published at `md` (forward).
-    pub fn advance(md: Position) {
-        record("Advance", json!({ "md": pos(md) }));
+    /// `MarkDelete(c, _)`: an explicit mark-delete to `c`, past the current
+    /// mark-delete (under the write lock, before the `Advance` it causes).
+    pub fn mark_delete(ds: u64, c: Position) {
+        record("MarkDelete", json!({ "ds": ds, "c": pos(c) }));
+    }
+    /// `Advance(c)` (or the `MarkDelete` just recorded): mark-delete
+    /// published at `md` (forward).
+    pub fn advance(ds: u64, md: Position) {
+        record("Advance", json!({ "ds": ds, "md": pos(md) }));
     }
     /// `ResetBegin`: the reset epoch became odd (`epoch`).
-    pub fn reset_begin(epoch: u64) {
-        record("ResetBegin", json!({ "epoch": epoch }));
+    pub fn reset_begin(ds: u64, epoch: u64) {
+        record("ResetBegin", json!({ "ds": ds, "epoch": epoch }));
     }
     /// `ResetInvalidate`: the empty directory was published.
-    pub fn reset_invalidate() {
-        record("ResetInvalidate", json!({}));
+    pub fn reset_invalidate(ds: u64) {
+        record("ResetInvalidate", json!({ "ds": ds }));
     }
     /// `ResetMarkDelete(t)`: mark-delete published at `md` (any direction).
-    pub fn reset_mark_delete(md: Position) {
-        record("ResetMarkDelete", json!({ "md": pos(md) }));
+    pub fn reset_mark_delete(ds: u64, md: Position) {
+        record("ResetMarkDelete", json!({ "ds": ds, "md": pos(md) }));
     }
     /// `ResetClear`: the map is cleared.
-    pub fn reset_clear() {
-        record("ResetClear", json!({}));
+    pub fn reset_clear(ds: u64) {
+        record("ResetClear", json!({ "ds": ds }));
     }
     /// `ResetEnd`: the reset epoch became even again (`epoch`).
-    pub fn reset_end(epoch: u64) {
-        record("ResetEnd", json!({ "epoch": epoch }));
+    pub fn reset_end(ds: u64, epoch: u64) {
+        record("ResetEnd", json!({ "ds": ds, "epoch": epoch }));
     }
     /// `RStart(q)`: a lookup of `q` read the reset epoch `e1`.
-    pub fn r_start(q: Position, e1: u64) {
-        record("RStart", json!({ "q": pos(q), "e1": e1 }));
+    pub fn r_start(ds: u64, q: Position, e1: u64) {
+        record("RStart", json!({ "ds": ds, "q": pos(q), "e1": e1 }));
     }
     /// `RMarkDelete`: the lookup read the mark-delete snapshot `rmd`.
-    pub fn r_mark_delete(rmd: Position) {
-        record("RMarkDelete", json!({ "rmd": pos(rmd) }));
+    pub fn r_mark_delete(ds: u64, rmd: Position) {
+        record("RMarkDelete", json!({ "ds": ds, "rmd": pos(rmd) }));
     }
     /// `RDirectory` (+ `RBits`): the lookup computed `ans` from `rmd` and
     /// the ledger's bitmap.
-    pub fn r_lookup(ans: bool) {
-        record("RLookup", json!({ "ans": ans }));
+    pub fn r_lookup(ds: u64, ans: bool) {
+        record("RLookup", json!({ "ds": ds, "ans": ans }));
     }
     /// `RRecheck`: the epoch re-check sent the lookup to `pc`
     /// (`"done"`: returns its answer, `"locked"`: falls back).
-    pub fn r_recheck(pc: &'static str) {
-        record("RRecheck", json!({ "pc": pc }));
+    pub fn r_recheck(ds: u64, pc: &'static str) {
+        record("RRecheck", json!({ "ds": ds, "pc": pc }));
     }
     /// `RLocked`: the locked check answered `ans` (under the read lock).
-    pub fn r_locked(ans: bool) {
-        record("RLocked", json!({ "ans": ans }));
+    pub fn r_locked(ds: u64, ans: bool) {
+        record("RLocked", json!({ "ds": ds, "ans": ans }));
     }
     /// `RFinish`: the lookup returned.
-    pub fn r_finish() {
-        record("RFinish", json!({}));
+    pub fn r_finish(ds: u64) {
+        record("RFinish", json!({ "ds": ds }));
     }
 }
 

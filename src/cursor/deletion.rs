@@ -275,6 +275,9 @@ struct Inner {
 pub struct CursorDeletionState {
     inner: CachePadded<RwLock<Inner>>,
     read_side: CachePadded<ReadSide>,
+    /// The `ds` of this state's trace lines.
+    #[cfg(feature = "trace")]
+    trace_id: u64,
 }
 
 impl std::fmt::Debug for CursorDeletionState {
@@ -339,8 +342,21 @@ impl CursorDeletionState {
         validate_bound(mark_delete)?;
         let mut set = PositionRangeSet::from_ranges(ranges)?;
         set.remove_at_most(mark_delete.ledger_id, mark_delete.entry_id)?;
+        Ok(Self::with_ranges(mark_delete, set))
+    }
+
+    /// The state of `mark_delete` (a valid bound) and `set` (every entry
+    /// above it), its directory published.
+    fn with_ranges(mark_delete: Position, set: PositionRangeSet) -> Self {
+        #[cfg(feature = "trace")]
+        let (trace_id, mut set) = (crate::trace::deletion::next_id(), set);
+        #[cfg(feature = "trace")]
+        {
+            set.trace_id = trace_id;
+            crate::trace::deletion::open(trace_id, mark_delete, &set.ranges());
+        }
         let directory = set.directory();
-        Ok(Self {
+        Self {
             inner: CachePadded::new(RwLock::new(Inner {
                 mark_delete,
                 ranges: set,
@@ -351,7 +367,9 @@ impl CursorDeletionState {
                 mark_delete: PublishedMarkDelete::new(mark_delete),
                 directory,
             }),
-        })
+            #[cfg(feature = "trace")]
+            trace_id,
+        }
     }
 
     /// The current mark-delete position (read lock).
@@ -491,7 +509,7 @@ impl CursorDeletionState {
             g.mark_delete = md;
             self.read_side.mark_delete.store(md);
             #[cfg(feature = "trace")]
-            crate::trace::deletion::advance(md);
+            crate::trace::deletion::advance(self.trace_id, md);
         }
     }
 
@@ -524,6 +542,10 @@ impl CursorDeletionState {
                 current: g.mark_delete,
                 requested: position,
             });
+        }
+        #[cfg(feature = "trace")]
+        if position > g.mark_delete {
+            crate::trace::deletion::mark_delete(self.trace_id, position);
         }
         self.advance_locked(&mut g, position, ledger);
         Ok(g.mark_delete)
@@ -600,27 +622,27 @@ impl CursorDeletionState {
         let (odd, even) = (epoch + 1, epoch + 2);
         self.read_side.reset_epoch.store(odd, Ordering::Relaxed);
         #[cfg(feature = "trace")]
-        crate::trace::deletion::reset_begin(odd);
+        crate::trace::deletion::reset_begin(self.trace_id, odd);
         // Orders the odd epoch before every data write below for readers
         // that observe any of them (pairs with the reader's acquire fence).
         fence(Ordering::Release);
         g.ranges.invalidate_directory();
         #[cfg(feature = "trace")]
-        crate::trace::deletion::reset_invalidate();
+        crate::trace::deletion::reset_invalidate(self.trace_id);
         let old = g.mark_delete;
         g.mark_delete = new_md;
         self.read_side.mark_delete.store(new_md);
         #[cfg(feature = "trace")]
-        crate::trace::deletion::reset_mark_delete(new_md);
+        crate::trace::deletion::reset_mark_delete(self.trace_id, new_md);
         g.ranges.clear();
         g.batch_ack_sets.clear();
         let filled = fill(&mut g.ranges);
         #[cfg(feature = "trace")]
-        crate::trace::deletion::reset_clear();
+        crate::trace::deletion::reset_clear(self.trace_id);
         crate::sync::hook::at(crate::sync::hook::Point::ResetBeforeEnd);
         self.read_side.reset_epoch.store(even, Ordering::Release);
         #[cfg(feature = "trace")]
-        crate::trace::deletion::reset_end(even);
+        crate::trace::deletion::reset_end(self.trace_id, even);
         filled?;
         Ok(old)
     }
@@ -678,24 +700,24 @@ impl CursorDeletionState {
         let rs = &*self.read_side;
         let epoch = rs.reset_epoch.load(Ordering::Acquire);
         #[cfg(feature = "trace")]
-        crate::trace::deletion::r_start(position, epoch);
+        crate::trace::deletion::r_start(self.trace_id, position, epoch);
         let mut mark_delete_seen = None;
         if epoch & 1 == 0 {
             let md = rs.mark_delete.load();
             #[cfg(feature = "trace")]
-            crate::trace::deletion::r_mark_delete(md);
+            crate::trace::deletion::r_mark_delete(self.trace_id, md);
             mark_delete_seen = Some(md);
             crate::sync::hook::at(crate::sync::hook::Point::SchedulingLookupAfterMarkDelete);
             let deleted = position <= md || rs.directory.contains(ledger_id, entry_id);
             #[cfg(feature = "trace")]
-            crate::trace::deletion::r_lookup(deleted);
+            crate::trace::deletion::r_lookup(self.trace_id, deleted);
             // Seqlock read side: every load above happens before the re-read.
             fence(Ordering::Acquire);
             if rs.reset_epoch.load(Ordering::Relaxed) == epoch {
                 #[cfg(feature = "trace")]
-                crate::trace::deletion::r_recheck("done");
+                crate::trace::deletion::r_recheck(self.trace_id, "done");
                 #[cfg(feature = "trace")]
-                crate::trace::deletion::r_finish();
+                crate::trace::deletion::r_finish(self.trace_id);
                 return SchedulingLookup {
                     deleted,
                     fell_back: false,
@@ -704,15 +726,15 @@ impl CursorDeletionState {
                 };
             }
             #[cfg(feature = "trace")]
-            crate::trace::deletion::r_recheck("locked");
+            crate::trace::deletion::r_recheck(self.trace_id, "locked");
         }
         let g = self.inner.read();
         let deleted = Self::deleted_locked(&g, position);
         // Recorded under the read lock: no writer acts in between.
         #[cfg(feature = "trace")]
-        crate::trace::deletion::r_locked(deleted);
+        crate::trace::deletion::r_locked(self.trace_id, deleted);
         #[cfg(feature = "trace")]
-        crate::trace::deletion::r_finish();
+        crate::trace::deletion::r_finish(self.trace_id);
         drop(g);
         SchedulingLookup {
             deleted,

@@ -104,8 +104,10 @@
 //!
 //! `specs/DeletionLookup.tla`; trace validation (`specs/TraceDeletionLookup.tla`)
 //! replays shuttle schedules of this code recorded by `tests/trace_deletion.rs`
+//! and the simulator's deletion states (`pulsar-core simulate --trace-dir`)
 //! through the hooks of `crate::trace::deletion` (feature `trace`), one per
-//! spec action: `Ack`, `Advance`, `ResetBegin`..`ResetEnd`, `RStart`,
+//! spec action: `Open` (the initial state), `Ack`, `MarkDelete` (an
+//! explicit mark-delete, with the `Advance` it causes), `Advance`, `ResetBegin`..`ResetEnd`, `RStart`,
 //! `RMarkDelete`, `RLookup` (= `RDirectory` + `RBits`), `RRecheck`,
 //! `RLocked`, `RFinish`.
 //!
@@ -115,6 +117,7 @@
 //! | `RMarkDelete` is one atomic step (`AtomicMD`) | `PublishedMarkDelete::load` (one `AtomicU64` or one published cell) | loom `..._unpacked_mark_delete`, shuttle `negative_control_mark_delete_as_two_atomics_is_caught`; trace validation: seed mutants `cursor_torn_mark_delete`, `cursor_torn_mark_delete_read_order` and `tests/trace_mutants/deletion_torn_mark_delete.patch` rejected at `RMarkDelete` (the PCT boundary schedules) |
 //! | `EpochOddIffResetting` | [`CursorDeletionState::reset`] (the only epoch writer, under the write lock) | trace validation (`ResetBegin`/`ResetEnd` lines carry the epoch written) |
 //! | `Deleted(p)` = `p <= md \/ InMap(p)` (the authoritative check) | [`CursorDeletionState::is_message_deleted`], [`CursorDeletionState::delete`] (`Ack`, `Advance`) | `tests/cursor_range_set.rs` (proptest vs `BTreeSet`), unit tests; trace validation (`RLocked` answers must equal the spec's `Deleted(q)`) |
+//! | The mark-delete moves only through deleted entries (`Advance`: `RunEndFrom(md, c)`), or from an explicit mark-delete's position through the deleted run after it (`MarkDelete(t, c)`) | [`CursorDeletionState::delete`], [`CursorDeletionState::mark_delete`] (`advance_locked`) | unit tests, `tests/cursor_range_set.rs`; trace validation of the simulator's deletion states (six simulate runs, `.ci/trace`): `tests/trace_mutants/deletion_advance_over_unacked_sim.patch` rejected at `Advance` |
 //! | Restore = the acknowledged set (every persisted form restores the snapshot exactly, or fails typed) | [`CursorDeletionState::snapshot`], [`CursorDeletionState::from_snapshot`], [`compact::encode`] / [`compact::decode`], [`position_info::encode_position_info`] / [`position_info::decode_position_info`] | `tests/cursor_persist.rs` (restart through `ManagedCursor` on redb, > 10 k ranges; 50 M-entry backlogs), `tests/cursor_position_info.rs` (golden bytes, proptest both forms), `tests/cursor_batch.rs` |
 //! | No silent cap (a form that cannot hold the state refuses it) | [`position_info::to_message`] (`CapExceeded`) | `tests/cursor_position_info.rs::exceeding_pulsars_cap_is_reported_not_truncated`, `tests/cursor_persist.rs` |
 //! | A restore that moves mark-delete backward is bracketed like a reset (`NoStalePositive`) | [`CursorDeletionState::restore`] (shares the reset bracket) | the reset checks above (same code path) |

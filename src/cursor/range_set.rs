@@ -443,6 +443,9 @@ impl fmt::Debug for DeletionDirectory {
 pub struct PositionRangeSet {
     ledgers: BTreeMap<i64, Arc<LedgerBitmap>>,
     directory: DeletionDirectory,
+    /// The `ds` of the owning deletion state's `Ack` trace lines.
+    #[cfg(feature = "trace")]
+    pub(crate) trace_id: u64,
 }
 
 impl Default for PositionRangeSet {
@@ -467,6 +470,8 @@ impl PositionRangeSet {
         Self {
             ledgers: BTreeMap::new(),
             directory: DeletionDirectory::new(),
+            #[cfg(feature = "trace")]
+            trace_id: 0,
         }
     }
 
@@ -620,6 +625,8 @@ impl PositionRangeSet {
             return Ok(0);
         }
         let (b, created) = self.bitmap_or_create(ledger_id);
+        #[cfg(feature = "trace")]
+        let ds = self.trace_id;
         let added = b.mutate(|bits| {
             entries
                 .iter()
@@ -627,7 +634,7 @@ impl PositionRangeSet {
                     let inserted = bits.insert(**e);
                     #[cfg(feature = "trace")]
                     if inserted {
-                        crate::trace::deletion::ack(ledger_id, **e);
+                        crate::trace::deletion::ack(ds, ledger_id, **e);
                     }
                     inserted
                 })

@@ -9,6 +9,7 @@
 //! |-----------------------------|--------------------|------|
 //! | `PermitConservation.ndjson` | one consumer id on one connection (the lines' `c`): its broker consumer in the subscription's `SharedDispatcher` and its client consumer, across its incarnations on that connection | `rq` (the workload's receiver queue), `maxP` (its batch size: the largest P of one command), `maxInc` (the most incarnations one connection had) |
 //! | `LedgerCursor@MaxEntries=n,MaxBatch=b.ndjson` | one cursor incarnation (the lines' `ml` and `cur`: from its `Open`, or its first `Recover`, until it is opened anew), with every append of its managed ledger; positions as that managed ledger's entry numbers ([`crate::trace::ledger_cursor::to_entry_numbers`]); one file per managed-ledger length `n`, `b` the longest read of the file | none (the header names `ml` and `cur`) |
+//! | `DeletionLookup@MaxEntry=e,MaxResets=r,MaxIds=i.ndjson` | one cursor deletion state (the lines' `ds`, from its `Open`): a subscription's, or the one a broker restart recovered | the state's `Open` (mark-delete and deleted ranges); the first line also the topic's ledger layout (`layout`, the spec's `LastEntry`) |
 //! | `PendingAckReplay@N=n,B=b,Cap=c,MaxTransient=m,MaxNonrec=k.ndjson` | one pending-ack handle (the lines' `h`, from the engine's `Init` line when it creates the handle) from its first attempt until it settles Ready or Error; one file per log length `n` (the spec's N is a constant); `m` the most transient read failures one of its runs saw (at least 3), `k` the most single non-recoverable ones of a log not lost | `lost`, `autoSkip`, `rp` (the start read position as an entry number) |
 //!
 //! A file name `Spec@K=V,...` names the trace cfg's constants that differ
@@ -103,6 +104,7 @@ pub fn write(
     }
     written.extend(write_pending_ack(dir, lines)?);
     written.extend(write_ledger_cursor(dir, lines)?);
+    written.extend(write_deletion_lookup(dir, lines)?);
     let mut summary = std::io::BufWriter::new(std::fs::File::create(dir.join("summary.tsv"))?);
     for (name, runs, steps) in &written {
         writeln!(summary, "{name}\t{runs}\t{steps}")?;
@@ -390,6 +392,100 @@ fn write_ledger_cursor(
     Ok(written)
 }
 
+const DELETION_LOOKUP: &str = "DeletionLookup";
+
+/// The ledger ids of the positions a `DeletionLookup` line names.
+fn deletion_ledgers(v: &Value) -> Vec<i64> {
+    let mut out = Vec::new();
+    for k in ["md", "p", "c", "q", "rmd"] {
+        if let Some(l) = v.get(k).and_then(|p| p.get(0)).and_then(Value::as_i64) {
+            out.push(l);
+        }
+    }
+    for r in v
+        .get("ranges")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+    {
+        for p in r.as_array().into_iter().flatten() {
+            out.extend(p.get(0).and_then(Value::as_i64));
+        }
+    }
+    out
+}
+
+/// Writes `DeletionLookup@MaxEntry=e,MaxResets=r,MaxIds=i.ndjson`: one run
+/// per cursor deletion state (the lines' `ds`: every subscription's state,
+/// a broker restart's recovered one a new run, each from its `Open`), in
+/// creation order. The first line also holds `layout`, the topic's managed
+/// ledger as `[ledger id, last entry id]` pairs from its `AppendEntry`
+/// lines (a ledger a line names that holds no entry: -1), which the trace
+/// spec takes as `LastEntry`. `e` is the highest entry id, `r` the most
+/// resets of one run (at least 1), `i` a bound on the bitmaps one run
+/// creates (one per `Ack` at most, plus one per ledger for the `Open`).
+fn write_deletion_lookup(
+    dir: &Path,
+    lines: &[String],
+) -> std::io::Result<Vec<(String, usize, usize)>> {
+    let mut layout: BTreeMap<i64, i64> = BTreeMap::new();
+    let mut runs: BTreeMap<u64, Vec<Value>> = BTreeMap::new();
+    for l in lines {
+        let Ok(mut v) = serde_json::from_str::<Value>(l) else {
+            continue;
+        };
+        if v["action"] == "AppendEntry" && v["ml"] == super::engine::TOPIC {
+            if let (Some(lid), Some(e)) = (v["p"][0].as_i64(), v["p"][1].as_i64()) {
+                let last = layout.entry(lid).or_insert(-1);
+                *last = (*last).max(e);
+            }
+            continue;
+        }
+        let Some(ds) = v.get("ds").and_then(Value::as_u64) else {
+            continue;
+        };
+        if let Some(m) = v.as_object_mut() {
+            m.remove("ds");
+        }
+        runs.entry(ds).or_default().push(v);
+    }
+    let runs: Vec<Vec<Value>> = runs
+        .into_values()
+        .filter(|run| run.first().is_some_and(|v| v["action"] == "Open"))
+        .collect();
+    if runs.is_empty() {
+        return Ok(Vec::new());
+    }
+    for v in runs.iter().flatten() {
+        for l in deletion_ledgers(v) {
+            layout.entry(l).or_insert(-1);
+        }
+    }
+    let count = |run: &[Value], action: &str| run.iter().filter(|v| v["action"] == action).count();
+    let max_entry = layout.values().copied().max().unwrap_or(0).max(0);
+    let max_resets = runs
+        .iter()
+        .map(|r| count(r, "ResetBegin"))
+        .max()
+        .unwrap_or(0)
+        .max(1);
+    let max_ids = runs.iter().map(|r| count(r, "Ack")).max().unwrap_or(0) + layout.len() + 1;
+    let name =
+        format!("{DELETION_LOOKUP}@MaxEntry={max_entry},MaxResets={max_resets},MaxIds={max_ids}");
+    let mut out =
+        std::io::BufWriter::new(std::fs::File::create(dir.join(format!("{name}.ndjson")))?);
+    let mut steps = 0;
+    for (t, run) in runs.iter().enumerate() {
+        let mut head = run[0].clone();
+        if t == 0 {
+            head["layout"] = layout.iter().map(|(l, e)| json!([l, e])).collect();
+        }
+        steps += write_run(&mut out, t + 1, &head, &run[1..])?;
+    }
+    out.flush()?;
+    Ok(vec![(name, runs.len(), steps)])
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -592,6 +688,57 @@ mod tests {
         assert_eq!(
             run(3).last().unwrap(),
             &json!({"action": "ReadRun", "first": 2, "last": 2, "read": 3})
+        );
+    }
+
+    /// One run per deletion state (`ds`), in creation order, each from its
+    /// `Open`; the first line carries the topic's layout (a ledger only a
+    /// line names holds no entry: -1); other managed ledgers' appends and
+    /// other specs' lines (a permits `d`) are not taken.
+    #[test]
+    fn deletion_lookup_runs_are_split_per_state_with_the_topics_layout() {
+        let topic = crate::sim::engine::TOPIC;
+        let append = |ml: &str, l: i64, e: i64| {
+            line(json!({"action": "AppendEntry", "ml": ml, "p": [l, e]}))
+        };
+        let d = |ds: u64, v: Value| {
+            let mut v = v;
+            v["ds"] = ds.into();
+            line(v)
+        };
+        let lines = vec![
+            d(2, json!({"action": "Open", "md": [3, -1], "ranges": []})),
+            append(topic, 3, 0),
+            append(topic, 3, 1),
+            append("other", 9, 5),
+            d(
+                1,
+                json!({"action": "Open", "md": [3, 0], "ranges": [[[3, 0], [3, 1]]]}),
+            ),
+            line(json!({"action": "ClientReceive", "c": [1, 1], "d": 1, "stale": false})),
+            d(2, json!({"action": "Ack", "p": [3, 1]})),
+            d(1, json!({"action": "ResetBegin", "epoch": 1})),
+            d(2, json!({"action": "MarkDelete", "c": [4, -1]})),
+            d(2, json!({"action": "Advance", "md": [4, -1]})),
+            // a state whose Open was not recorded is not written
+            d(7, json!({"action": "Ack", "p": [3, 0]})),
+        ];
+        let dir = tempfile::tempdir().unwrap();
+        let written = write_deletion_lookup(dir.path(), &lines).unwrap();
+        let name = "DeletionLookup@MaxEntry=1,MaxResets=1,MaxIds=4";
+        assert_eq!(written, vec![(name.to_string(), 2, 2 + 4)]);
+        let file = read_file(dir.path(), name);
+        assert_eq!(
+            file,
+            vec![
+                json!({"t": 1, "action": "Open", "md": [3, 0], "ranges": [[[3, 0], [3, 1]]],
+                       "layout": [[3, 1], [4, -1]]}),
+                json!({"t": 1, "action": "ResetBegin", "epoch": 1}),
+                json!({"t": 2, "action": "Open", "md": [3, -1], "ranges": []}),
+                json!({"t": 2, "action": "Ack", "p": [3, 1]}),
+                json!({"t": 2, "action": "MarkDelete", "c": [4, -1]}),
+                json!({"t": 2, "action": "Advance", "md": [4, -1]}),
+            ]
         );
     }
 }

@@ -2,7 +2,7 @@
 //! live state and every persisted form ([`DeletionSnapshot`]).
 
 use super::{CursorDeletionState, DeletionError};
-use crate::cursor::range_set::RangeSetError;
+use crate::cursor::range_set::{PositionRangeSet, RangeSetError};
 use crate::cursor::snapshot::DeletionSnapshot;
 
 fn check_snapshot(snapshot: &DeletionSnapshot) -> Result<(), DeletionError> {
@@ -54,13 +54,11 @@ impl CursorDeletionState {
     pub fn from_snapshot(mut snapshot: DeletionSnapshot) -> Result<Self, DeletionError> {
         check_snapshot(&snapshot)?;
         snapshot.normalize();
-        let state = Self::new(snapshot.mark_delete)?;
-        {
-            // No other thread can reach `state` yet: no epoch bracket needed.
-            let mut g = state.inner.write();
-            g.ranges.rebuild_from_bitmaps(snapshot.ledgers)?;
-            g.batch_ack_sets = snapshot.batch_ack_sets;
-        }
+        let mut set = PositionRangeSet::new();
+        set.rebuild_from_bitmaps(snapshot.ledgers)?;
+        let state = Self::with_ranges(snapshot.mark_delete, set);
+        // No other thread can reach `state` yet.
+        state.inner.write().batch_ack_sets = snapshot.batch_ack_sets;
         Ok(state)
     }
 

@@ -103,7 +103,7 @@ impl SimEntry {
     }
 }
 
-const TOPIC: &str = "persistent://public/default/sim";
+pub(crate) const TOPIC: &str = "persistent://public/default/sim";
 const PENDING_ACK_CURSOR: &str = "__pending_ack_state";
 /// The pending-ack replay's queue capacity and read batch (small, so a
 /// replay reads ahead of what it applied and a failure can hit a later
