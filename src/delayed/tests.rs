@@ -64,19 +64,24 @@ fn drain(t: &BucketDelayedDeliveryTracker) -> Vec<Position> {
     );
 }
 
+/// The adds (ledger_id, entry_id, deliver-at ms) that make two sealed
+/// buckets A = [1,1] and B = [2,2] of three one-index segments each (with
+/// `cfg()`), plus (3,0) in the mutable bucket.
+pub(super) const TWO_BUCKETS: [(i64, i64, i64); 7] = [
+    (1, 0, 10),
+    (1, 1, 20),
+    (1, 2, 30),
+    (2, 0, 15),
+    (2, 1, 25),
+    (2, 2, 35),
+    (3, 0, 100),
+];
+
 /// Two sealed buckets A = [1,1], B = [2,2] with three one-index segments
 /// each, plus (3,0) in the mutable bucket.
 fn two_buckets(f: &Fixture) -> BucketDelayedDeliveryTracker {
     let t = f.tracker(cfg()).unwrap();
-    for (l, e, ts) in [
-        (1, 0, 10),
-        (1, 1, 20),
-        (1, 2, 30),
-        (2, 0, 15),
-        (2, 1, 25),
-        (2, 2, 35),
-        (3, 0, 100),
-    ] {
+    for (l, e, ts) in TWO_BUCKETS {
         assert!(t.add_message(l, e, ts).unwrap());
     }
     assert_eq!(t.buckets().len(), 2);

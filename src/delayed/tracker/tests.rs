@@ -41,15 +41,7 @@ fn tracker(config: BucketTrackerConfig) -> BucketDelayedDeliveryTracker {
 /// boundary), and (3,0) in the mutable bucket. A sound state.
 fn two_buckets() -> BucketDelayedDeliveryTracker {
     let t = tracker(cfg());
-    for (l, e, ts) in [
-        (1, 0, 10),
-        (1, 1, 20),
-        (1, 2, 30),
-        (2, 0, 15),
-        (2, 1, 25),
-        (2, 2, 35),
-        (3, 0, 100),
-    ] {
+    for (l, e, ts) in crate::delayed::tests::TWO_BUCKETS {
         assert!(t.add_message(l, e, ts).unwrap());
     }
     assert_eq!(t.buckets().len(), 2);
