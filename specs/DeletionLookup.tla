@@ -30,6 +30,9 @@
 (* nothing; every "deleted" answer still comes from md or a bitmap read   *)
 (* modelled here.                                                          *)
 (*                                                                         *)
+(* ExplicitMarkDelete = TRUE : writers also mark-delete explicitly (a      *)
+(*                        cumulative ack past entries not deleted).        *)
+(*                                                                         *)
 (* Switches (negative controls):                                           *)
 (*   EpochCheck = FALSE : no epoch re-check (the lookup returns whatever   *)
 (*                        it computed).                                    *)
@@ -44,6 +47,7 @@ CONSTANTS NumLedgers,   \* ledgers 1..NumLedgers (DefaultLastEntry)
           MaxResets,    \* resets the model performs at most
           MaxIds,       \* bitmap objects the model allocates at most
           ResetTo,      \* the mark-delete a reset moves to (backward)
+          ExplicitMarkDelete, \* BOOLEAN: writers also mark-delete explicitly
           EpochCheck,   \* BOOLEAN: reader re-checks the epoch (the fix)
           AtomicMD      \* BOOLEAN: md is read as one snapshot (the fix)
 
@@ -126,14 +130,21 @@ Ack(p) ==
     /\ UNCHANGED <<md, epoch, resets, writer>>
     /\ UNCHANGED readerVars
 
-\* Every entry after a and up to c is deleted (in the live map).
-DeletedBetween(a, c) == \A r \in Members : (Less(a, r) /\ Leq(r, c)) => InMap(r)
+NoPos == <<-1, -1>>
 
-\* c is as far as the deleted run after a reaches.
-RunEndFrom(a, c) ==
-    /\ Leq(a, c)
-    /\ DeletedBetween(a, c)
-    /\ \A c2 \in Positions : (Less(c, c2) /\ DeletedBetween(a, c2)) => FALSE
+\* The entry right after position c, or NoPos if none does.
+NextMember(c) ==
+    LET later == {k \in Ledgers : k > c[1] /\ LastEntry[k] >= 0}
+    IN IF c[2] < LastEntry[c[1]] THEN <<c[1], c[2] + 1>>
+       ELSE IF later = {} THEN NoPos
+       ELSE <<CHOOSE k \in later : \A k2 \in later : k <= k2, 0>>
+
+\* As far as the deleted run right after position a reaches: its last
+\* entry, or a itself when the entry after a is not deleted (the code's
+\* run ends are entries: the upper bounds of deleted ranges).
+RECURSIVE RunEnd(_)
+RunEnd(a) ==
+    IF NextMember(a) /= NoPos /\ InMap(NextMember(a)) THEN RunEnd(NextMember(a)) ELSE a
 
 (* The mark-delete moves forward to c, one write section: md (one atomic  *)
 (* published snapshot) is stored, THEN the set is trimmed                  *)
@@ -154,16 +165,17 @@ MoveMarkDelete(c) ==
 (* deleted entry after it.                                                 *)
 Advance(c) ==
     /\ WriterMayAct
-    /\ Less(md, c)
-    /\ RunEndFrom(md, c)
+    /\ c /= md
+    /\ c = RunEnd(md)
     /\ MoveMarkDelete(c)
 
 (* Explicit mark-delete to t (a cumulative ack; t may lie past entries    *)
 (* that are not deleted), extended through the deleted run after t.       *)
 MarkDelete(t, c) ==
     /\ WriterMayAct
+    /\ t \in Positions
     /\ Less(md, t)
-    /\ RunEndFrom(t, c)
+    /\ c = RunEnd(t)
     /\ MoveMarkDelete(c)
 
 (* Reset, under the write lock, in its real steps.                        *)
@@ -280,8 +292,8 @@ RFinish ==
 
 Next ==
     \/ \E p \in Members : Ack(p)
-    \/ \E c \in Positions : Advance(c)
-    \/ \E t, c \in Positions : MarkDelete(t, c)
+    \/ Advance(RunEnd(md))
+    \/ ExplicitMarkDelete /\ \E t \in Positions : MarkDelete(t, RunEnd(t))
     \/ ResetBegin
     \/ ResetInvalidate
     \/ ResetMarkDelete(ResetTo)

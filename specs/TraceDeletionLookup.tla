@@ -17,8 +17,8 @@
 (*   Ack(p)            one line per entry inserted into a live bitmap     *)
 (*   MarkDelete(c)     an explicit mark-delete to c past the current md   *)
 (*                     (recorded under the write lock before the Advance  *)
-(*                     line it causes): the next Advance is MarkDelete(c, *)
-(*                     md) instead of Advance(md)                         *)
+(*                     line it causes): the next Advance line is the      *)
+(*                     spec's MarkDelete(c, md) instead of Advance(md)    *)
 (*   Advance(md)       mark-delete published forward at md                *)
 (*   Reset*            the five steps of reset, at their stores           *)
 (*   RStart(q)         epoch read: e1 must equal the spec's epoch         *)
@@ -32,12 +32,9 @@
 (*   RRecheck          the branch taken must be the spec's                *)
 (*   RLocked, RFinish  as in the spec                                     *)
 (*                                                                         *)
-(* LastEntry is the layout of the managed ledger recorded (the file's    *)
+(* LastEntry is the layout of the managed ledger recorded (the file's     *)
 (* first line's `layout`: [ledger id, last entry id] pairs), else the     *)
-(* model's DefaultLastEntry. Advance and MarkDelete are checked in time   *)
-(* linear in the layout: RunEndFrom(a, c) holds iff every entry in (a, c] *)
-(* is deleted and the entry right after c (NextMember) is not, up to      *)
-(* positions holding no entry.                                             *)
+(* model's DefaultLastEntry.                                               *)
 (***************************************************************************)
 EXTENDS DeletionLookup, Json, TLC, Sequences
 
@@ -63,24 +60,9 @@ VARIABLES t,      \* the run replayed
 
 Line == Log[l]
 Pos(s) == <<s[1], s[2]>>
-NoPos == <<-1, -1>>
 
 \* Two cuts of the log are the same if no entry lies between them.
 Same(a, b) == ~\E r \in Members : (Less(a, r) /\ Leq(r, b)) \/ (Less(b, r) /\ Leq(r, a))
-
-\* The entry right after position c (c's ledger is in the layout), or NoPos.
-NextMember(c) ==
-    LET later == {k \in Ledgers : k > c[1] /\ LastEntry[k] >= 0}
-    IN IF c[2] < LastEntry[c[1]] THEN <<c[1], c[2] + 1>>
-       ELSE IF later = {} THEN NoPos
-       ELSE <<CHOOSE k \in later : \A k2 \in later : k <= k2, 0>>
-
-\* RunEndFrom(a, c) in time linear in the layout.
-RunEndAt(a, c) ==
-    /\ c[1] \in Ledgers
-    /\ Leq(a, c)
-    /\ DeletedBetween(a, c)
-    /\ IF NextMember(c) = NoPos THEN TRUE ELSE ~InMap(NextMember(c))
 
 \* The recovered deleted entries of an Open line: open-closed ranges.
 OpenDeleted(h) ==
@@ -125,10 +107,7 @@ IsMarkDelete ==
     /\ UNCHANGED vars
 IsAdvance ==
     /\ Line.action = "Advance"
-    /\ WriterMayAct
-    /\ Less(md, Pos(Line.md))
-    /\ RunEndAt(IF mdFrom = NoPos THEN md ELSE mdFrom, Pos(Line.md))
-    /\ MoveMarkDelete(Pos(Line.md))
+    /\ IF mdFrom = NoPos THEN Advance(Pos(Line.md)) ELSE MarkDelete(mdFrom, Pos(Line.md))
     /\ mdFrom' = NoPos
 IsResetBegin == Line.action = "ResetBegin" /\ ResetBegin /\ epoch' = Line.epoch
 IsResetInvalidate == Line.action = "ResetInvalidate" /\ ResetInvalidate
