@@ -121,10 +121,14 @@ pub mod deletion {
     pub fn ack(ds: u64, ledger_id: i64, entry: u32) {
         record("Ack", json!({ "ds": ds, "p": [ledger_id, entry] }));
     }
-    /// `MarkDelete(c, _)`: an explicit mark-delete to `c`, past the current
-    /// mark-delete (under the write lock, before the `Advance` it causes).
-    pub fn mark_delete(ds: u64, c: Position) {
-        record("MarkDelete", json!({ "ds": ds, "c": pos(c) }));
+    /// `MarkDelete(c, _)`: an explicit mark-delete to `c` while the
+    /// mark-delete is `md` (under the write lock, before the `Advance` it
+    /// causes); recorded only when `c` is past `md` (otherwise the advance,
+    /// if any, is an ordinary `Advance` from `md`).
+    pub fn mark_delete(ds: u64, c: Position, md: Position) {
+        if c > md {
+            record("MarkDelete", json!({ "ds": ds, "c": pos(c) }));
+        }
     }
     /// `Advance(c)` (or the `MarkDelete` just recorded): mark-delete
     /// published at `md` (forward).

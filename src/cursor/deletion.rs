@@ -544,9 +544,7 @@ impl CursorDeletionState {
             });
         }
         #[cfg(feature = "trace")]
-        if position > g.mark_delete {
-            crate::trace::deletion::mark_delete(self.trace_id, position);
-        }
+        crate::trace::deletion::mark_delete(self.trace_id, position, g.mark_delete);
         self.advance_locked(&mut g, position, ledger);
         Ok(g.mark_delete)
     }

@@ -376,6 +376,12 @@ fn corrupt_snapshots_are_typed_errors_and_policy_decides() {
             "case {case}: other bucket intact, no double count"
         );
         assert_eq!(f.mem.snapshot_ids().len(), 1);
+        let stats = t.stats();
+        assert_eq!(
+            (stats.recovered_buckets, stats.skipped_buckets),
+            (1, 1),
+            "case {case}: the corrupt bucket is counted as skipped"
+        );
     }
 }
 
@@ -399,6 +405,12 @@ fn missing_snapshot_and_enclosed_ranges_are_cleaned_at_recovery() {
         .map(|k| k.0)
         .collect();
     assert_eq!(keys, vec![bucket_key(2, 2)]);
+    let stats = t.stats();
+    assert_eq!(
+        (stats.recovered_buckets, stats.skipped_buckets),
+        (1, 1),
+        "the dangling key is counted as a skipped bucket"
+    );
 }
 
 #[test]
