@@ -413,6 +413,41 @@ fn missing_snapshot_and_enclosed_ranges_are_cleaned_at_recovery() {
     );
 }
 
+/// A segment that can never be read falls back to its bucket's metadata;
+/// when the metadata is missing, or its bitmaps cannot be decoded, the
+/// load fails, the delivery stops at the boundary, and each attempt counts
+/// as one failed segment load.
+#[test]
+fn unreadable_segment_without_usable_metadata_counts_each_failed_load() {
+    for case in ["metadata missing", "metadata bitmaps corrupt"] {
+        let f = Fixture::new();
+        let t = two_buckets(&f);
+        let id = f.mem.snapshot_ids()[1];
+        if case == "metadata missing" {
+            assert!(f.mem.drop_snapshot_data(id));
+        } else {
+            assert!(f.mem.set_raw_entry(id, 2, Some(vec![0xff, 0xff, 0xff])));
+            let mut meta = f.mem.get_metadata(id).unwrap();
+            for m in &mut meta.metadata_list {
+                for v in m.delayed_index_bit_map.values_mut() {
+                    *v = vec![1, 2, 3, 4, 5];
+                }
+            }
+            use prost::Message;
+            assert!(f.mem.set_raw_entry(id, 0, Some(meta.encode_to_vec())));
+        }
+        f.clock.set(100);
+        for attempt in 1..=2 {
+            t.get_scheduled_messages(100).unwrap();
+            assert_eq!(
+                t.stats().segment_load_failures,
+                attempt,
+                "{case}: attempt {attempt}"
+            );
+        }
+    }
+}
+
 #[test]
 fn clear_and_close() {
     let f = Fixture::new();
