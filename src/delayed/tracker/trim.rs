@@ -26,9 +26,9 @@ impl BucketDelayedDeliveryTracker {
     /// Deletes, one at a time in ledger order, the buckets whose whole range
     /// lies below the mark-delete ledger; stops at the first delete failure.
     /// Each trimmed bucket's frozen bitmap is untracked bit by bit.
-    pub(super) fn trim(&self, inner: &mut Inner) -> usize {
+    pub(super) fn trim(&self, inner: &mut Inner) {
         let Some(first_live) = inner.mark_delete.map(|p| p.ledger_id) else {
-            return 0;
+            return;
         };
         let candidates: Vec<i64> = inner
             .immutable
@@ -36,7 +36,6 @@ impl BucketDelayedDeliveryTracker {
             .filter(|b| b.ctx.end_ledger_id < first_live && !b.merging)
             .map(|b| b.ctx.start_ledger_id)
             .collect();
-        let mut trimmed = 0;
         for start in candidates {
             let (id, key) = {
                 let b = &inner.immutable[&start];
@@ -53,8 +52,6 @@ impl BucketDelayedDeliveryTracker {
             inner.stats.trimmed_buckets += 1;
             #[cfg(feature = "trace")]
             crate::trace::bucket_merge::trim(start, self.trace_state(inner));
-            trimmed += 1;
         }
-        trimmed
     }
 }
