@@ -98,9 +98,10 @@ TraceInit ==
          THEN OpenInit(Log[FirstOf[t]]) /\ l = FirstOf[t] + 1
          ELSE Init /\ l = FirstOf[t]
 
-IsAck == Line.action = "Ack" /\ Ack(Pos(Line.p)) /\ UNCHANGED mdFrom
+IsAck == Line.action = "Ack" /\ mdFrom = NoPos /\ Ack(Pos(Line.p)) /\ UNCHANGED mdFrom
 IsMarkDelete ==
     /\ Line.action = "MarkDelete"
+    /\ mdFrom = NoPos
     /\ WriterMayAct
     /\ Less(md, Pos(Line.c))
     /\ mdFrom' = Pos(Line.c)
@@ -128,12 +129,15 @@ IsRRecheck == Line.action = "RRecheck" /\ RRecheck /\ pc' = Line.pc
 IsRLocked == Line.action = "RLocked" /\ RLocked /\ ans' = Line.ans
 IsRFinish == Line.action = "RFinish" /\ RFinish
 
-\* Every action but Ack, MarkDelete and Advance leaves mdFrom alone (no
-\* other writer acts between an explicit mark-delete and its Advance).
+\* An explicit mark-delete's MarkDelete line is followed by its Advance
+\* before any other writer step (it holds the write lock): only reader
+\* steps may come between.
 StepMatches ==
     \/ IsAck \/ IsMarkDelete \/ IsAdvance
     \/ /\ \/ IsResetBegin \/ IsResetInvalidate \/ IsResetMarkDelete \/ IsResetClear \/ IsResetEnd
-          \/ IsRStart \/ IsRMarkDelete \/ IsRLookup \/ IsRRecheck \/ IsRLocked \/ IsRFinish
+       /\ mdFrom = NoPos
+       /\ UNCHANGED mdFrom
+    \/ /\ \/ IsRStart \/ IsRMarkDelete \/ IsRLookup \/ IsRRecheck \/ IsRLocked \/ IsRFinish
        /\ UNCHANGED mdFrom
 
 TraceNext ==
@@ -148,4 +152,7 @@ TraceSpec == TraceInit /\ [][TraceNext]_<<vars, t, l, mdFrom>>
 
 (* Every line of every run is matched by a spec step.                      *)
 TraceFollowed == l <= LastOf[t] => ENABLED (StepMatches /\ l' = l + 1 /\ UNCHANGED t)
+
+(* A run does not end between an explicit mark-delete and its Advance.     *)
+MarkDeleteAdvanced == l > LastOf[t] => mdFrom = NoPos
 =============================================================================

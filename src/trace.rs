@@ -121,7 +121,7 @@ pub mod deletion {
     pub fn ack(ds: u64, ledger_id: i64, entry: u32) {
         record("Ack", json!({ "ds": ds, "p": [ledger_id, entry] }));
     }
-    /// `MarkDelete(c, _)`: an explicit mark-delete to `c` while the
+    /// `MarkDelete(t, _)` (the line's `c` is the spec's `t`): an explicit mark-delete to `c` while the
     /// mark-delete is `md` (under the write lock, before the `Advance` it
     /// causes); recorded only when `c` is past `md` (otherwise the advance,
     /// if any, is an ordinary `Advance` from `md`).

@@ -52,6 +52,9 @@ fn nth_undeleted_locked(g: &Inner, ledgers: &[(i64, i64)], mut n: u64) -> Option
         while lo < hi {
             let span = hi - lo;
             let mid = lo + span / 2;
+            // The probe lies inside the span (a wrong step fails here
+            // instead of probing outside and spinning).
+            debug_assert!(lo <= mid && mid < hi, "probe {mid} outside {lo}..{hi}");
             if live_upto(mid) >= n {
                 hi = mid;
             } else {
