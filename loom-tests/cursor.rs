@@ -45,6 +45,11 @@ fn summary_slot_reuse_never_leaks_another_ledgers_bits() {
     check(cursor::summary_slot_reuse);
 }
 
+#[test]
+fn summary_slot_reuse_inside_old_bounds_never_leaks_another_ledgers_bits() {
+    check(cursor::summary_slot_reuse_directory);
+}
+
 /// (a) Without the epoch re-check a reader can combine the post-reset
 /// mark-delete with the pre-reset bitmap.
 #[test]
@@ -66,15 +71,24 @@ fn negative_control_mark_delete_as_two_atomics() {
     loom::model(torn_pair::two_atomics_tear);
 }
 
-/// (c) Without the owner check a reused summary slot leaks bits.
+/// (c) A mirror read without the version validation leaks a reused
+/// slot's new bits.
 #[test]
 #[should_panic(expected = "slot reuse: ledger 2's bit read as ledger 1's")]
-fn negative_control_slot_without_owner_check() {
-    loom::model(|| cursor::slot_reuse_model(false));
+fn negative_control_mirror_read_without_version_validation() {
+    loom::model(|| cursor::slot_reuse_model(cursor::MirrorRead::Unvalidated));
 }
 
-/// Sanity for (c): with the owner check the same model passes.
+/// (d) The version re-load without the Acquire fence before it can return
+/// the old version after the word load saw the new owner's bit.
 #[test]
-fn control_slot_with_owner_check_passes() {
-    loom::model(|| cursor::slot_reuse_model(true));
+#[should_panic(expected = "slot reuse: ledger 2's bit read as ledger 1's")]
+fn negative_control_mirror_read_without_acquire_fence() {
+    loom::model(|| cursor::slot_reuse_model(cursor::MirrorRead::NoFence));
+}
+
+/// Sanity for (c) and (d): the crate's validated read passes the same model.
+#[test]
+fn control_mirror_read_validated_passes() {
+    loom::model(|| cursor::slot_reuse_model(cursor::MirrorRead::Validated));
 }

@@ -94,6 +94,15 @@ fn summary_slot_reuse_never_leaks_another_ledgers_bits() {
 }
 
 #[test]
+fn summary_slot_reuse_inside_old_bounds_never_leaks_another_ledgers_bits() {
+    check(
+        "summary slot reuse inside old bounds",
+        SMALL_ITERATIONS,
+        cursor::summary_slot_reuse_directory,
+    );
+}
+
+#[test]
 fn mark_delete_across_ledger_boundary() {
     check(
         "mark-delete across a ledger boundary",
@@ -128,13 +137,19 @@ fn negative_control_mark_delete_as_two_atomics_is_caught() {
 
 #[test]
 #[should_panic(expected = "slot reuse: ledger 2's bit read as ledger 1's")]
-fn negative_control_slot_without_owner_check() {
-    shuttle::check_pct(|| cursor::slot_reuse_model(false), SMALL_ITERATIONS, 3);
+fn negative_control_mirror_read_without_version_validation() {
+    shuttle::check_pct(
+        || cursor::slot_reuse_model(cursor::MirrorRead::Unvalidated),
+        SMALL_ITERATIONS,
+        3,
+    );
 }
 
 #[test]
-fn control_slot_with_owner_check_passes() {
-    check("slot model with owner check", SMALL_ITERATIONS, || {
-        cursor::slot_reuse_model(true)
-    });
+fn control_mirror_read_validated_passes() {
+    check(
+        "mirror read with version validation",
+        SMALL_ITERATIONS,
+        || cursor::slot_reuse_model(cursor::MirrorRead::Validated),
+    );
 }

@@ -20,15 +20,21 @@
 (* published directory, i.e. they reach the LIVE map's bitmap of the      *)
 (* ledger. RDirectory therefore picks either the published entry or the   *)
 (* live map's. A slot bitmap reused for another ledger is emptied and     *)
-(* re-tagged under its lock and the reader checks the tag, so reuse reads *)
-(* as an empty bitmap; the model gives every bitmap a fresh id instead.   *)
+(* re-tagged inside a version bracket and the reader validates the tag    *)
+(* and the version, so reuse reads as an empty bitmap; the model gives    *)
+(* every bitmap a fresh id instead.                                        *)
+(*                                                                         *)
+(* The bitmap read (RBits) is one bit read at one instant: the code reads *)
+(* a lock-free mirror word of the bitmap and keeps a "deleted" only if no *)
+(* clear or re-tag overlapped the read (a seqlock per bitmap, checked by  *)
+(* loom; the roaring bitmap under a try-lock above the mirror's entries). *)
 (*                                                                         *)
 (* Not modelled: the lock-free filters (empty-directory count, unslotted  *)
-(* count, min/max bounds), the bitmap try-lock that answers "not deleted" *)
-(* while a writer holds it, and the republish on ledger removal. Each can *)
-(* only turn a lookup into "not deleted" (a stale negative) or skip       *)
-(* nothing; every "deleted" answer still comes from md or a bitmap read   *)
-(* modelled here.                                                          *)
+(* count, min/max bounds), a mirror read that a clear overlapped or a     *)
+(* try-lock that finds a writer (both answer "not deleted"), and the      *)
+(* republish on ledger removal. Each can only turn a lookup into "not     *)
+(* deleted" (a stale negative) or skip nothing; every "deleted" answer    *)
+(* still comes from md or a bitmap read modelled here.                    *)
 (*                                                                         *)
 (* ExplicitMarkDelete = TRUE : writers also mark-delete explicitly (a      *)
 (*                        cumulative ack past entries not deleted).        *)
@@ -258,7 +264,7 @@ RDirectory ==
               /\ UNCHANGED ans
     /\ UNCHANGED <<md, bm, map, dir, nextId, epoch, resets, writer, q, e1, rmd>>
 
-(* Reader step 4: contains() on the live bitmap (its own short read lock). *)
+(* Reader step 4: contains() on the live bitmap (one validated bit read). *)
 RBits ==
     /\ pc = "bits"
     /\ ans' = (rid /= NoId /\ q[2] \in bm[rid])

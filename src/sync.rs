@@ -427,6 +427,92 @@ impl<T: fmt::Debug> fmt::Debug for Published<T> {
     }
 }
 
+/// A cell written at most once, then read without a lock: a lazily
+/// allocated part of a structure that lock-free readers reach (the cursor's
+/// bitmap mirror chunks, `crate::cursor`'s `BitMirror`).
+///
+/// Contract: [`SetOnce::with`] runs its closure on the value if it has been
+/// set (and returns `None` otherwise); everything the initialising thread
+/// did before [`SetOnce::with_or_init`] stored the value happens-before
+/// anything a reader does inside `with` on it (release/acquire). Once set,
+/// the value never changes or moves.
+///
+/// Std build: [`std::sync::OnceLock`] (a reader's `with` is one acquire
+/// load). Loom/shuttle builds: a modelled equivalent, an
+/// `RwLock<Option<Arc<T>>>` of the model's scheduler, with the same
+/// contract.
+///
+/// Concurrency: any number of readers concurrently with initialisers; of
+/// racing initialisers exactly one closure's value is kept.
+pub struct SetOnce<T> {
+    #[cfg(not(any(loom, feature = "shuttle")))]
+    inner: std::sync::OnceLock<T>,
+    #[cfg(any(loom, feature = "shuttle"))]
+    inner: imp::RawRwLock<Option<Arc<T>>>,
+}
+
+impl<T> SetOnce<T> {
+    /// An empty cell.
+    pub fn new() -> Self {
+        Self {
+            #[cfg(not(any(loom, feature = "shuttle")))]
+            inner: std::sync::OnceLock::new(),
+            #[cfg(any(loom, feature = "shuttle"))]
+            inner: imp::RawRwLock::new(None),
+        }
+    }
+
+    /// `f` applied to the value, or `None` if it is not set yet.
+    #[inline]
+    pub fn with<R>(&self, f: impl FnOnce(&T) -> R) -> Option<R> {
+        #[cfg(not(any(loom, feature = "shuttle")))]
+        {
+            self.inner.get().map(f)
+        }
+        #[cfg(any(loom, feature = "shuttle"))]
+        {
+            let current = match self.inner.read() {
+                Ok(g) => g.clone(),
+                Err(p) => p.into_inner().clone(),
+            };
+            current.map(|v| f(&v))
+        }
+    }
+
+    /// `f` applied to the value, setting it to `init()` first if it is
+    /// not set.
+    pub fn with_or_init<R>(&self, init: impl FnOnce() -> T, f: impl FnOnce(&T) -> R) -> R {
+        #[cfg(not(any(loom, feature = "shuttle")))]
+        {
+            f(self.inner.get_or_init(init))
+        }
+        #[cfg(any(loom, feature = "shuttle"))]
+        {
+            let mut guard = match self.inner.write() {
+                Ok(g) => g,
+                Err(p) => p.into_inner(),
+            };
+            let value = Arc::clone(guard.get_or_insert_with(|| Arc::new(init())));
+            drop(guard);
+            f(&value)
+        }
+    }
+}
+
+impl<T> Default for SetOnce<T> {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl<T> fmt::Debug for SetOnce<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SetOnce")
+            .field("set", &self.with(|_| ()).is_some())
+            .finish()
+    }
+}
+
 /// Test hooks: named points inside components where a harness (the
 /// simulator's `hint_race` and `replay_race` stages) runs code **on the
 /// calling thread**, to place another operation exactly inside a window

@@ -673,10 +673,11 @@ impl CursorDeletionState {
     ///
     /// **How.** Reads the reset epoch (acquire; odd → locked check), the
     /// mark-delete as one published snapshot, then the ledger's bitmap (a
-    /// summary slot, else the published ledger → bitmap directory) under its
-    /// own short read lock if that lock is free (a bitmap being written
-    /// answers "not deleted" instead of waiting); then an acquire fence and
-    /// the epoch again. Odd or changed →
+    /// summary slot, else the published ledger → bitmap directory) without
+    /// its lock: one word of the bitmap's lock-free mirror, validated by the
+    /// bitmap's seqlock version (a read that overlaps a clear answers "not
+    /// deleted"; above entry 65,535 the roaring bitmap, only if its lock is
+    /// free); then an acquire fence and the epoch again. Odd or changed →
     /// [`is_message_deleted`](Self::is_message_deleted) under the cursor
     /// read lock. No cursor lock is taken otherwise, and the call never
     /// waits for a grouped ack.

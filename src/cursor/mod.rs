@@ -62,7 +62,7 @@
 //! assert!(!state.is_deleted_for_read_scheduling(1, 0));
 //! ```
 //!
-//! # Cost of the hint, and why the bitmaps stay lock-based
+//! # Cost of the hint: no lock, no read-modify-write
 //!
 //! A lookup loads the epoch and the packed mark-delete (plain atomic loads),
 //! then the published ledger count (0 → "not deleted"). The bitmaps of up to
@@ -72,27 +72,29 @@
 //! bitmap itself, so a lookup for a slotted ledger never loads the published
 //! cell (an `arc_swap` load is a SeqCst debt-slot store plus its release:
 //! as dear as an uncontended `RwLock` read). A slot bitmap is emptied and
-//! re-tagged under its write lock when its ledger leaves the map, and the
-//! reader checks the tag under the read lock, so reuse never leaks another
-//! ledger's bits. Ledgers beyond the slots go through the published cell.
+//! re-tagged when its ledger leaves the map, and the reader validates the
+//! tag, so reuse never leaks another ledger's bits. Ledgers beyond the
+//! slots go through the published cell.
 //!
-//! The bitmap is read under its own lock **only if that lock is free**
-//! (`try_read`): while a grouped ack holds it the hint answers "not
-//! deleted" at once. That is a stale negative (an extra read the post-I/O
-//! filter drops) instead of queueing the read-scheduling thread behind the
-//! writer; with a writer acking continuously into the queried ledger the
-//! bench measures ~10 ns per lookup instead of ~300 ns, and reports how
-//! many positives it gave up.
+//! Each ledger bitmap is a roaring bitmap behind its own `RwLock` (the
+//! authoritative bits) plus a lock-free **mirror** of its entries below
+//! 65,536 (`bit_mirror.rs`: lazily allocated 512-byte chunks of atomic
+//! words, written inside the same write sections). The hint reads one
+//! mirror word between two loads of the bitmap's seqlock version (odd
+//! while a clear or a re-tag runs; setting bits needs no bracket, since
+//! it only adds deletions) and never takes the bitmap's lock, so a
+//! grouped ack into the queried ledger neither delays the lookup nor
+//! turns it into a stale negative; only a lookup that overlaps a clear
+//! (a trim below mark-delete, a re-tag, a reset) answers "not deleted".
+//! Above the mirror the roaring bitmap is read only if its lock is free
+//! (`try_read`), answering "not deleted" while a writer holds it.
 //!
 //! The copy-on-write alternative (the directory republished with immutable
-//! bitmap copies by every grouped ack) removes only the bitmap read lock;
-//! each grouped ack then copies the touched bitmap and republishes under
-//! the cursor write lock. Measured as a bench-local model
-//! (`benches/deletion_lookup.rs`, group `cow_model`) its lookup was no
-//! faster than the lock-based hint while a grouped ack of 100 cost far more
-//! than the in-place one, so the crate keeps the lock-based bitmaps
-//! (Pulsar's structure, and the model the spec and loom/shuttle checks
-//! verify: a live bitmap shared by the published directory). Grouped acks
+//! bitmap copies by every grouped ack) was measured as a bench-local model
+//! (`benches/deletion_lookup.rs`, group `cow_model`): no faster lookups,
+//! and every grouped ack copies the touched bitmap. The mirror costs each
+//! grouped ack one extra word store per entry (under the write lock it
+//! already holds) and each touched 4,096-entry span 512 bytes. Grouped acks
 //! take each bitmap's write lock once per group
 //! ([`PositionRangeSet::add_entries`]). Numbers are in the README.
 //!
@@ -113,6 +115,7 @@
 //!
 //! | spec invariant | maintained by | checked by |
 //! |---|---|---|
+//! | A lock-free bitmap read reports a bit only if no clear or re-tag of that bitmap overlapped it (a reused summary slot reads as empty: the spec's fresh bitmap ids) | `BitMirror::contains_validated` (seqlock read), `BitMirror::clear_range` / `BitMirror::clear_all_and` (version brackets), `LedgerBitmap::reassign` (re-tag inside the bracket) | loom `summary_slot_reuse_inside_old_bounds_never_leaks_another_ledgers_bits` (fails with the version re-check removed), `summary_slot_reuse_never_leaks_another_ledgers_bits`; negative-control models `negative_control_mirror_read_without_version_validation` (loom, shuttle), `negative_control_mirror_read_without_acquire_fence` (loom); `tests/cursor_range_set.rs` (the directory equals the set, entries across the mirror's word, chunk and end boundaries) |
 //! | `NoStalePositive` (a "deleted" hint is deleted when returned) | [`CursorDeletionState::read_scheduling_lookup`] (epoch re-check), [`CursorDeletionState::reset`] (odd/even epoch around its writes) | loom `hint_never_stale_positive_with_backward_reset*`, shuttle `hint_random_schedules`, `hint_pct_depth3_schedules`; trace validation of 40 shuttle random schedules and 60 PCT schedules of a mark-delete crossing the ledger boundary (`.ci/check trace`); seed mutant `cursor_no_epoch_recheck` rejected at `RRecheck` |
 //! | `RMarkDelete` is one atomic step (`AtomicMD`) | `PublishedMarkDelete::load` (one `AtomicU64` or one published cell) | loom `..._unpacked_mark_delete`, shuttle `negative_control_mark_delete_as_two_atomics_is_caught`; trace validation: seed mutants `cursor_torn_mark_delete`, `cursor_torn_mark_delete_read_order` and `tests/trace_mutants/deletion_torn_mark_delete.patch` rejected at `RMarkDelete` (the PCT boundary schedules) |
 //! | `EpochOddIffResetting` | [`CursorDeletionState::reset`] (the only epoch writer, under the write lock) | trace validation (`ResetBegin`/`ResetEnd` lines carry the epoch written) |
@@ -125,6 +128,7 @@
 //! | The skip scan works per deleted run, not per deleted entry | [`ManagedCursor::read_entries_with_skip_runs`](crate::ledger::ManagedCursor::read_entries_with_skip_runs) + [`SkipDeleted`] | `tests/cursor_skip.rs` (300 k-entry run: 1 run query, 4 hint lookups) |
 //! | A batch ack never un-acknowledges an index; an empty ack set deletes the entry | [`CursorDeletionState::delete_batch_indexes`] | `tests/cursor_batch.rs` |
 
+mod bit_mirror;
 pub mod compact;
 mod deletion;
 pub mod position_info;

@@ -4,9 +4,11 @@
 
 use std::collections::BTreeMap;
 use std::fmt;
+use std::ops::RangeInclusive;
 
 use roaring::RoaringBitmap;
 
+use super::bit_mirror::{BitMirror, MIRROR_ENTRIES};
 use crate::position::Position;
 use crate::sync::{Arc, AtomicI64, AtomicU64, AtomicUsize, Ordering, Published, RwLock};
 
@@ -105,23 +107,31 @@ fn bound_entry(p: Position) -> Result<Option<u32>, RangeSetError> {
 
 /// One ledger's deleted entries: bit `n` set ⇔ `(ledger, n)` is deleted.
 ///
-/// Thread-safe on its own (the facade's [`RwLock`] around a
-/// [`RoaringBitmap`]), like Pulsar's `ConcurrentRoaringBitmap`: the cursor
-/// mutates it under the cursor write lock while lock-free readers reach it
-/// through a [`DeletionDirectory`] and take only its short read lock.
+/// Thread-safe on its own, like Pulsar's `ConcurrentRoaringBitmap`: the
+/// authoritative bits are a [`RoaringBitmap`] behind the facade's
+/// [`RwLock`], which the cursor mutates under the cursor write lock; a
+/// [`BitMirror`] holds the same bits for entries below
+/// [`MIRROR_ENTRIES`], written inside the same write sections, which
+/// lock-free readers (through a [`DeletionDirectory`]) read without any
+/// lock. Every mutation goes through the methods below, which update both
+/// under one write lock.
 pub(crate) struct LedgerBitmap {
     bits: RwLock<RoaringBitmap>,
+    /// The lock-free copy of `bits` below [`MIRROR_ENTRIES`].
+    mirror: BitMirror,
     /// The ledger whose entries `bits` holds ([`NO_LEDGER`] for a free
     /// summary-slot bitmap). Written only while holding the `bits` write
-    /// lock, so a reader holding the read lock sees the owner that matches
+    /// lock and inside a mirror version bracket, so a reader holding the
+    /// read lock, or a validated mirror read, sees the owner that matches
     /// the bits: a summary-slot bitmap reassigned to another ledger is never
     /// read as the old one.
     owner: AtomicI64,
     /// `min << 32 | max` of `bits` ([`EMPTY_BOUNDS`] when empty), stored
     /// under the write lock after every mutation. A filter only: a query
-    /// outside `min..=max` answers "not contained" without the read lock.
-    /// A stale value can only give a stale "not contained" (to a lock-free
-    /// reader) or an unnecessary lock; every positive comes from `bits`.
+    /// outside `min..=max` answers "not contained" without reading the
+    /// bits. A stale value can only give a stale "not contained" (to a
+    /// lock-free reader) or a needless read; every positive comes from the
+    /// bits.
     bounds: AtomicU64,
 }
 
@@ -132,30 +142,95 @@ impl LedgerBitmap {
     fn new(owner: i64) -> Self {
         Self {
             bits: RwLock::new(RoaringBitmap::new()),
+            mirror: BitMirror::new(),
             owner: AtomicI64::new(owner),
             bounds: AtomicU64::new(EMPTY_BOUNDS),
         }
     }
 
-    /// Empties the bitmap and hands it to `owner`, in one write section.
+    /// Empties the bitmap and hands it to `owner`, in one write section
+    /// (the mirror's clear and the owner change in one version bracket).
     fn reassign(&self, owner: i64) {
         let mut bits = self.bits.write();
         bits.clear();
-        self.owner.store(owner, Ordering::Relaxed);
+        self.mirror
+            .clear_all_and(|| self.owner.store(owner, Ordering::Relaxed));
         self.bounds.store(EMPTY_BOUNDS, Ordering::Release);
     }
 
-    /// Applies `f` under the write lock and republishes the bounds before
-    /// releasing it.
-    fn mutate<R>(&self, f: impl FnOnce(&mut RoaringBitmap) -> R) -> R {
-        let mut bits = self.bits.write();
-        let r = f(&mut bits);
+    /// Republishes the bounds of `bits` (under its write lock).
+    fn publish_bounds(&self, bits: &RoaringBitmap) {
         let bounds = match (bits.min(), bits.max()) {
             (Some(min), Some(max)) => (u64::from(min) << 32) | u64::from(max),
             _ => EMPTY_BOUNDS,
         };
         self.bounds.store(bounds, Ordering::Release);
-        r
+    }
+
+    /// Inserts the range `pick` chooses from the current bits (`None`:
+    /// nothing), in both forms, under one write lock.
+    fn insert_range_with(&self, pick: impl FnOnce(&RoaringBitmap) -> Option<RangeInclusive<u32>>) {
+        let mut bits = self.bits.write();
+        if let Some(range) = pick(&bits) {
+            bits.insert_range(range.clone());
+            self.mirror.set_range(range);
+        }
+        self.publish_bounds(&bits);
+    }
+
+    fn insert_range(&self, range: RangeInclusive<u32>) {
+        self.insert_range_with(|_| Some(range));
+    }
+
+    /// Inserts single entries under one write lock; `inserted` runs for
+    /// each entry that was not already set, before its mirror bit is set.
+    /// Returns how many were inserted.
+    fn insert_entries(&self, entries: &[u32], mut inserted: impl FnMut(u32)) -> usize {
+        let mut bits = self.bits.write();
+        let mut n = 0;
+        for &e in entries {
+            if bits.insert(e) {
+                inserted(e);
+                self.mirror.set(e);
+                n += 1;
+            }
+        }
+        self.publish_bounds(&bits);
+        n
+    }
+
+    /// Removes the range `pick` chooses from the current bits (`None`:
+    /// nothing), in both forms, under one write lock.
+    fn remove_range_with(&self, pick: impl FnOnce(&RoaringBitmap) -> Option<RangeInclusive<u32>>) {
+        let mut bits = self.bits.write();
+        if let Some(range) = pick(&bits) {
+            self.mirror.clear_range(range.clone());
+            bits.remove_range(range);
+        }
+        self.publish_bounds(&bits);
+    }
+
+    fn remove_range(&self, range: RangeInclusive<u32>) {
+        self.remove_range_with(|_| Some(range));
+    }
+
+    /// Empties the bitmap (the owner is kept).
+    fn clear(&self) {
+        let mut bits = self.bits.write();
+        self.mirror.clear_all_and(|| {});
+        bits.clear();
+        self.publish_bounds(&bits);
+    }
+
+    /// Replaces the bits with `new`.
+    fn assign(&self, new: RoaringBitmap) {
+        let mut bits = self.bits.write();
+        self.mirror.clear_all_and(|| {});
+        for e in new.iter().take_while(|&e| e < MIRROR_ENTRIES) {
+            self.mirror.set(e);
+        }
+        *bits = new;
+        self.publish_bounds(&bits);
     }
 
     #[inline]
@@ -168,12 +243,14 @@ impl LedgerBitmap {
     }
 
     /// [`contains`](Self::contains) for lock-free readers: never waits for a
-    /// writer. While a grouped ack holds (or, with std's writer-preferring
-    /// lock, waits for) this bitmap's write lock, answers "not contained"
-    /// (a stale negative, which the hint's contract allows: one extra read
-    /// that the post-I/O filter drops) instead of queueing behind it, so an
-    /// ack burst on the queried ledger cannot stall read scheduling.
-    /// `ledger_id` is checked against the owner under the read lock (a
+    /// writer and takes no lock below [`MIRROR_ENTRIES`] (a validated
+    /// [`BitMirror`] read, which answers "not contained" if a clear or an
+    /// owner change overlapped it). Above the mirror, the roaring bitmap is
+    /// read only if its lock is free: while a grouped ack holds (or, with
+    /// std's writer-preferring lock, waits for) it, "not contained". Both
+    /// are stale negatives, which the hint's contract allows (one extra read
+    /// that the post-I/O filter drops). `ledger_id` is checked against the
+    /// owner inside the validated window or under the read lock (a
     /// summary-slot bitmap may have been reassigned since the caller found
     /// it).
     #[inline]
@@ -181,6 +258,12 @@ impl LedgerBitmap {
         let b = self.bounds.load(Ordering::Acquire);
         if entry < (b >> 32) as u32 || entry > b as u32 {
             return false;
+        }
+        if let Some(set) = self
+            .mirror
+            .contains_validated(entry, || self.owner.load(Ordering::Relaxed) == ledger_id)
+        {
+            return set;
         }
         self.bits.try_read().is_some_and(|bits| {
             self.owner.load(Ordering::Relaxed) == ledger_id && bits.contains(entry)
@@ -258,10 +341,11 @@ const NO_LEDGER: i64 = i64::MIN;
 /// without the bitmap lock: the usual read-scheduling case, a read beyond
 /// everything acknowledged in its ledger). When the ledger leaves the map
 /// the slot is freed (`ledger` first) and its bitmap emptied and untagged
-/// in one write section. The atomics are read separately and may be stale
-/// or mismatched: that can only give a "not contained" (a stale negative,
-/// allowed by the hint's contract); every positive comes from the bitmap,
-/// read under its lock with its owner checked.
+/// in one write section (one mirror version bracket). The atomics are
+/// read separately and may be stale or mismatched: that can only give a
+/// "not contained" (a stale negative, allowed by the hint's contract);
+/// every positive comes from the bitmap, read with its owner checked inside
+/// the mirror's validated window (or under its lock, above the mirror).
 struct SummarySlot {
     ledger: AtomicI64,
     bounds: AtomicU64,
@@ -373,10 +457,12 @@ impl DeletionDirectory {
 
     /// Whether the published directory has a bitmap for `ledger_id` with
     /// `entry_id` set. Entry ids outside `0..=u32::MAX` are never contained.
-    /// Takes no cursor lock: for a ledger in a summary slot, the slot's
-    /// atomics; otherwise one published-cell load; then the bitmap's own
-    /// short read lock, only if it is free (a bitmap being written answers
-    /// "not contained" rather than waiting).
+    /// Takes no lock below entry 65,536: for a ledger in a summary slot,
+    /// the slot's atomics; otherwise one published-cell load; then one
+    /// validated word of the bitmap's lock-free mirror (a read that a clear
+    /// or a re-tag overlapped answers "not contained"). Above the mirror,
+    /// the bitmap's read lock, only if it is free (a bitmap being written
+    /// answers "not contained" rather than waiting).
     #[inline]
     pub fn contains(&self, ledger_id: i64, entry_id: i64) -> bool {
         let Ok(entry) = u32::try_from(entry_id) else {
@@ -523,7 +609,7 @@ impl PositionRangeSet {
     /// snapshot that shares this bitmap must not report its entries.
     fn drop_ledger(&mut self, ledger_id: i64) {
         if let Some(b) = self.ledgers.remove(&ledger_id) {
-            b.mutate(|bits| bits.clear());
+            b.clear();
             self.directory.retire_bitmap(&b);
             self.publish_directory();
         }
@@ -574,7 +660,7 @@ impl PositionRangeSet {
             // lo < up here, so lo + 1 cannot overflow.
             let first = lo.map_or(0, |x| x + 1);
             let (b, created) = self.bitmap_or_create(upper.ledger_id);
-            b.mutate(|bits| bits.insert_range(first..=up));
+            b.insert_range(first..=up);
             self.directory.refresh(upper.ledger_id, &b);
             if created {
                 self.publish_directory();
@@ -582,20 +668,19 @@ impl PositionRangeSet {
             return Ok(());
         }
         if let Some(a) = self.ledgers.get(&lower.ledger_id) {
-            a.mutate(|bits| {
-                if let Some(max) = bits.max() {
-                    // max > x, so x + 1 cannot overflow (x may be u32::MAX).
-                    match lo {
-                        None => bits.insert_range(0..=max),
-                        Some(x) if max > x => bits.insert_range(x + 1..=max),
-                        Some(_) => 0,
-                    };
+            a.insert_range_with(|bits| {
+                let max = bits.max()?;
+                // max > x, so x + 1 cannot overflow (x may be u32::MAX).
+                match lo {
+                    None => Some(0..=max),
+                    Some(x) if max > x => Some(x + 1..=max),
+                    Some(_) => None,
                 }
             });
             self.directory.refresh(lower.ledger_id, a);
         }
         let (b, created) = self.bitmap_or_create(upper.ledger_id);
-        b.mutate(|bits| bits.insert_range(0..=up));
+        b.insert_range(0..=up);
         self.directory.refresh(upper.ledger_id, &b);
         if created {
             self.publish_directory();
@@ -627,18 +712,11 @@ impl PositionRangeSet {
         let (b, created) = self.bitmap_or_create(ledger_id);
         #[cfg(feature = "trace")]
         let ds = self.trace_id;
-        let added = b.mutate(|bits| {
-            entries
-                .iter()
-                .filter(|e| {
-                    let inserted = bits.insert(**e);
-                    #[cfg(feature = "trace")]
-                    if inserted {
-                        crate::trace::deletion::ack(ds, ledger_id, **e);
-                    }
-                    inserted
-                })
-                .count()
+        // The Ack line of an entry is written before its mirror bit is set:
+        // a lock-free reader cannot see the deletion before its line.
+        let added = b.insert_entries(entries, |_e| {
+            #[cfg(feature = "trace")]
+            crate::trace::deletion::ack(ds, ledger_id, _e);
         });
         self.directory.refresh(ledger_id, &b);
         if created {
@@ -668,17 +746,18 @@ impl PositionRangeSet {
         }
         if lower.ledger_id == upper.ledger_id {
             if let Some(b) = self.ledgers.get(&lower.ledger_id) {
-                b.mutate(|bits| bits.remove_range(lo..=up));
+                b.remove_range(lo..=up);
                 self.directory.refresh(lower.ledger_id, b);
             }
             self.drop_if_empty(lower.ledger_id);
             return Ok(());
         }
         if let Some(a) = self.ledgers.get(&lower.ledger_id) {
-            a.mutate(|bits| {
-                if let Some(max) = bits.max() {
-                    bits.remove_range(lo..max);
-                }
+            // Up to but excluding the highest deleted entry (Pulsar's legacy
+            // half-open clear); nothing when that entry is lo itself.
+            a.remove_range_with(|bits| {
+                let max = bits.max()?;
+                (lo < max).then(|| lo..=max - 1)
             });
             self.directory.refresh(lower.ledger_id, a);
         }
@@ -691,7 +770,7 @@ impl PositionRangeSet {
             self.drop_ledger(l);
         }
         if let Some(b) = self.ledgers.get(&upper.ledger_id) {
-            b.mutate(|bits| bits.remove_range(0..=up));
+            b.remove_range(0..=up);
             self.directory.refresh(upper.ledger_id, b);
         }
         self.drop_if_empty(lower.ledger_id);
@@ -714,7 +793,7 @@ impl PositionRangeSet {
             self.drop_ledger(l);
         }
         if let (Some(e), Some(b)) = (bound, self.ledgers.get(&ledger_id)) {
-            b.mutate(|bits| bits.remove_range(0..=e));
+            b.remove_range(0..=e);
             self.directory.refresh(ledger_id, b);
             self.drop_if_empty(ledger_id);
         }
@@ -900,7 +979,7 @@ impl PositionRangeSet {
                 continue;
             }
             let (b, _) = self.bitmap_or_create(l);
-            b.mutate(|dst| *dst = bits);
+            b.assign(bits);
             self.directory.refresh(l, &b);
         }
         self.publish_directory();

@@ -9,9 +9,10 @@
 //! Negative controls: small test-only models of buggy orderings that both
 //! checkers must catch: (a) the lookup without the epoch re-check
 //! ([`reset_model`]), (b) mark-delete published as two separate atomics
-//! (`torn_pair.rs`), (c) a summary slot read without its owner check
-//! ([`slot_reuse_model`]); on the real code, the mutation suite's `cursor_*`
-//! patches.
+//! (`torn_pair.rs`), (c) a summary slot's lock-free bitmap read without
+//! the mirror's version validation and (d) the validation without its
+//! Acquire fence (loom only) ([`slot_reuse_model`]); on the real code, the
+//! mutation suite's `cursor_*` patches.
 //!
 //! What the real-code assertions of [`backward_reset`] cannot see: deleting
 //! the epoch re-check from the real code passes them. Reset publishes the
@@ -26,8 +27,8 @@
 //! primitives).
 
 #[cfg(loom)]
-use pulsar_core::__model::sync::{fence, AtomicBool, AtomicU64};
-use pulsar_core::__model::sync::{thread, Arc, AtomicI64, AtomicUsize, Ordering, RwLock};
+use pulsar_core::__model::sync::AtomicBool;
+use pulsar_core::__model::sync::{fence, thread, Arc, AtomicI64, AtomicU64, AtomicUsize, Ordering};
 use pulsar_core::cursor::{CursorDeletionState, LedgerLayout};
 use pulsar_core::Position;
 
@@ -237,42 +238,113 @@ pub fn summary_slot_reuse() {
     assert_eq!(state.mark_delete_position(), p(1, 3));
 }
 
-/// Test-only model of a summary slot WITHOUT the owner check under the
-/// bitmap lock: a reader that found the slot tagged with ledger 1 reads
-/// the bits after the slot was handed to ledger 2.
-/// `check_owner: false` is negative control (c): it must fail with "slot reuse".
-pub fn slot_reuse_model(check_owner: bool) {
+/// Summary-slot reuse on the real directory, with a bitmap whose bounds
+/// admit the queried entry (one slot under loom, so the reuse is forced):
+/// ledger 1 holds entries 3 and 7 in the slot; the writer trims ledger 1
+/// through entry 7 (it leaves the map and frees the slot), then adds (2,5),
+/// which takes the slot over. (1,5) is never in the set, so the directory
+/// must never report it: a reader can pass ledger 1's old tag and bounds
+/// (3..=7) and then read the word in which ledger 2's entry 5 is set; only
+/// the mirror's version validation (or the owner check under the lock,
+/// above the mirror) stops it.
+pub fn summary_slot_reuse_directory() {
+    use pulsar_core::cursor::PositionRangeSet;
+    let mut set = PositionRangeSet::new();
+    set.add(p(1, 3)).unwrap();
+    set.add(p(1, 7)).unwrap();
+    let dir = set.directory();
+    let writer = thread::spawn(move || {
+        set.remove_at_most(1, 7).unwrap();
+        set.add(p(2, 5)).unwrap();
+        set
+    });
+    assert!(
+        !dir.contains(1, 5),
+        "ledger 2's entry 5 read as ledger 1's through a reused slot"
+    );
+    let set = writer.join().unwrap();
+    assert!(dir.contains(2, 5) && set.contains(2, 5));
+    assert!(!dir.contains(1, 3) && !dir.contains(1, 5));
+}
+
+/// How the test-only model of a mirror read ([`slot_reuse_model`])
+/// validates what it read.
+#[derive(Clone, Copy, Debug)]
+pub enum MirrorRead {
+    /// The crate's read (`BitMirror::contains_validated`): version load
+    /// (Acquire), owner check and word load, Acquire fence, version re-load.
+    Validated,
+    /// No version re-load: negative control (c), caught by loom and shuttle.
+    Unvalidated,
+    /// The re-load without the Acquire fence before it: negative control
+    /// (d), caught by loom only (shuttle's schedules are sequentially
+    /// consistent, so a missing fence is invisible to it).
+    #[cfg(loom)]
+    NoFence,
+}
+
+/// Test-only model of a summary slot's lock-free mirror read (the
+/// crate's `BitMirror` reduced to one word): the slot is tagged with ledger
+/// 1; a writer frees it, hands it to ledger 2 (clear + owner change inside
+/// one version bracket: odd, Release fence, stores, even with Release) and
+/// sets entry 5 (a plain store, no bracket). The reader looks up (1,5),
+/// which is never deleted. `Validated` must pass; the controls must fail
+/// with "slot reuse".
+pub fn slot_reuse_model(read: MirrorRead) {
     const FREE: i64 = 0;
     struct Slot {
         ledger: AtomicI64,
-        /// (owner, bit mask of entries), under the bitmap lock.
-        bits: RwLock<(i64, u64)>,
+        version: AtomicU64,
+        owner: AtomicI64,
+        word: AtomicU64,
     }
-    {
-        let slot = Arc::new(Slot {
-            ledger: AtomicI64::new(1),
-            bits: RwLock::new((1, 1 << 3)),
-        });
-        let w = {
-            let slot = Arc::clone(&slot);
-            thread::spawn(move || {
-                // Ledger 1 leaves the map: free the slot, empty and untag.
-                slot.ledger.store(FREE, Ordering::Release);
-                *slot.bits.write() = (FREE, 0);
-                // Ledger 2 takes it over and acks entry 5.
-                *slot.bits.write() = (2, 0);
-                slot.ledger.store(2, Ordering::Release);
-                slot.bits.write().1 |= 1 << 5;
-            })
-        };
-        // Lookup of (1,5).
-        let deleted = slot.ledger.load(Ordering::Acquire) == 1 && {
-            let g = slot.bits.read();
-            (!check_owner || g.0 == 1) && g.1 & (1 << 5) != 0
-        };
-        assert!(!deleted, "slot reuse: ledger 2's bit read as ledger 1's");
-        w.join().unwrap();
-    }
+    let slot = Arc::new(Slot {
+        ledger: AtomicI64::new(1),
+        version: AtomicU64::new(0),
+        owner: AtomicI64::new(1),
+        word: AtomicU64::new(1 << 3),
+    });
+    let w = {
+        let slot = Arc::clone(&slot);
+        thread::spawn(move || {
+            let bracket = |f: &dyn Fn()| {
+                let v = slot.version.load(Ordering::Relaxed);
+                slot.version.store(v + 1, Ordering::Relaxed);
+                fence(Ordering::Release);
+                f();
+                slot.version.store(v + 2, Ordering::Release);
+            };
+            // Ledger 1 leaves the map: free the slot, empty and untag.
+            slot.ledger.store(FREE, Ordering::Release);
+            bracket(&|| {
+                slot.word.store(0, Ordering::Relaxed);
+                slot.owner.store(FREE, Ordering::Relaxed);
+            });
+            // Ledger 2 takes it over and acks entry 5.
+            bracket(&|| slot.owner.store(2, Ordering::Relaxed));
+            slot.ledger.store(2, Ordering::Release);
+            let word = slot.word.load(Ordering::Relaxed);
+            slot.word.store(word | 1 << 5, Ordering::Relaxed);
+        })
+    };
+    // Lookup of (1,5).
+    let deleted = slot.ledger.load(Ordering::Acquire) == 1 && {
+        let v1 = slot.version.load(Ordering::Acquire);
+        v1 & 1 == 0
+            && slot.owner.load(Ordering::Relaxed) == 1
+            && slot.word.load(Ordering::Relaxed) & (1 << 5) != 0
+            && match read {
+                MirrorRead::Validated => {
+                    fence(Ordering::Acquire);
+                    slot.version.load(Ordering::Relaxed) == v1
+                }
+                #[cfg(loom)]
+                MirrorRead::NoFence => slot.version.load(Ordering::Relaxed) == v1,
+                MirrorRead::Unvalidated => true,
+            }
+    };
+    assert!(!deleted, "slot reuse: ledger 2's bit read as ledger 1's");
+    w.join().unwrap();
 }
 
 #[cfg(not(loom))] // shuttle only
