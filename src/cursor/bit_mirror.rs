@@ -301,6 +301,18 @@ mod tests {
     }
 
     #[test]
+    fn every_entry_of_a_default_size_ledger_is_mirrored() {
+        // Pulsar's default managedLedgerMaxEntriesPerLedger is 50,000: a
+        // whole ledger of that size is answered without any lock.
+        let m = BitMirror::new();
+        for e in [0, 4_095, 4_096, 49_999, 65_535] {
+            m.set(e);
+            assert_eq!(m.contains_validated(e, || true), Some(true), "entry {e}");
+        }
+        assert_eq!(m.contains_validated(65_536, || true), None);
+    }
+
+    #[test]
     fn entries_beyond_the_mirror_are_left_to_the_caller() {
         let m = BitMirror::new();
         m.set(MIRROR_ENTRIES);

@@ -200,11 +200,19 @@ impl LedgerBitmap {
     }
 
     /// Removes the range `pick` chooses from the current bits (`None`:
-    /// nothing), in both forms, under one write lock.
+    /// nothing), in both forms, under one write lock. The mirror is cleared
+    /// only from the first to the last set bit inside the range, so a trim
+    /// below mark-delete costs the span it removes, not the ledger's whole
+    /// prefix, and a removal of nothing opens no version bracket
+    /// (concurrent lookups keep their answers).
     fn remove_range_with(&self, pick: impl FnOnce(&RoaringBitmap) -> Option<RangeInclusive<u32>>) {
         let mut bits = self.bits.write();
         if let Some(range) = pick(&bits) {
-            self.mirror.clear_range(range.clone());
+            let mut set = bits.range(range.clone());
+            if let Some(first) = set.next() {
+                let last = set.next_back().unwrap_or(first);
+                self.mirror.clear_range(first..=last);
+            }
             bits.remove_range(range);
         }
         self.publish_bounds(&bits);
@@ -1047,4 +1055,34 @@ fn run_to_range(ledger_id: i64, run: std::ops::RangeInclusive<u32>) -> (Position
         Position::new(ledger_id, i64::from(*run.start()) - 1),
         Position::new(ledger_id, i64::from(*run.end())),
     )
+}
+
+#[cfg(all(test, not(any(loom, feature = "shuttle"))))]
+mod tests {
+    use super::*;
+
+    /// A lock-free read of entry 10 whose validated window contains
+    /// `during`; true iff the read kept its "deleted".
+    fn read_10_around(b: &LedgerBitmap, during: impl FnOnce()) -> bool {
+        b.mirror
+            .contains_validated(10, || {
+                during();
+                true
+            })
+            .expect("entry 10 is mirrored")
+    }
+
+    #[test]
+    fn a_removal_of_entries_that_are_not_set_leaves_concurrent_lookups_alone() {
+        let b = LedgerBitmap::new(1);
+        b.insert_entries(&[10, 40], |_| {});
+        // Nothing set in 0..=5 or 12..=30: no bracket, the read stands.
+        assert!(read_10_around(&b, || b.remove_range(0..=5)));
+        assert!(read_10_around(&b, || b.remove_range(12..=30)));
+        assert!(read_10_around(&b, || b.remove_range(50..=60)));
+        // A removal that clears a set bit (40) opens a bracket.
+        assert!(!read_10_around(&b, || b.remove_range(35..=45)));
+        assert!(b.contains_without_waiting(1, 10) && !b.contains_without_waiting(1, 40));
+        assert!(b.bits.read().iter().eq([10]));
+    }
 }
