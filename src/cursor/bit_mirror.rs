@@ -227,38 +227,23 @@ impl BitMirror {
         if lo > hi {
             return;
         }
-        let mut entry = lo;
-        loop {
-            let (chunk, _, _) = locate(entry);
-            let chunk_last = (chunk as u32 + 1) * CHUNK_ENTRIES - 1;
-            let last = hi.min(chunk_last);
-            // Each pass covers entry..=last, inside one chunk.
-            debug_assert!(
-                entry <= last && locate(last).0 == chunk,
-                "walk stalled at {entry}"
-            );
+        // Chunk by chunk, word by word: bounded loops over indexes.
+        for chunk in lo / CHUNK_ENTRIES..=hi / CHUNK_ENTRIES {
+            let chunk_first = chunk * CHUNK_ENTRIES;
+            let first = lo.max(chunk_first) - chunk_first;
+            let last = hi.min(chunk_first + (CHUNK_ENTRIES - 1)) - chunk_first;
             let apply = |c: &Chunk| {
-                let mut e = entry;
-                loop {
-                    let (_, word, _) = locate(e);
-                    let word_last = (e | 63).min(last);
-                    debug_assert!(e <= word_last, "word walk stalled at {e}");
-                    f(&c.words[word], word_mask(e % 64, word_last % 64));
-                    if word_last == last {
-                        break;
-                    }
-                    e = word_last + 1;
+                for word in first / 64..=last / 64 {
+                    let lo_bit = if word == first / 64 { first % 64 } else { 0 };
+                    let hi_bit = if word == last / 64 { last % 64 } else { 63 };
+                    f(&c.words[word as usize], word_mask(lo_bit, hi_bit));
                 }
             };
             if allocate {
-                self.chunks[chunk].with_or_init(Chunk::new, apply);
+                self.chunks[chunk as usize].with_or_init(Chunk::new, apply);
             } else {
-                self.chunks[chunk].with(apply);
+                self.chunks[chunk as usize].with(apply);
             }
-            if last == hi {
-                return;
-            }
-            entry = last + 1;
         }
     }
 }
@@ -295,7 +280,10 @@ mod tests {
             .chain(CHUNK_ENTRIES + 2..=end)
             .collect();
         assert_eq!(members(&m, end + 10), expect);
+        // Setting a bit that is already set keeps it set.
         m.set(5);
+        m.set(5);
+        assert!(read(&m, 5));
         m.clear_all_and(|| {});
         assert!(members(&m, end + 10).is_empty());
     }
