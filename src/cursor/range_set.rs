@@ -222,19 +222,11 @@ impl LedgerBitmap {
         self.remove_range_with(|_| Some(range));
     }
 
-    /// Empties the bitmap (the owner is kept).
-    fn clear(&self) {
-        let mut bits = self.bits.write();
-        self.mirror.clear_all_and(|| {});
-        bits.clear();
-        self.publish_bounds(&bits);
-    }
-
     /// Replaces the bits with `new`.
     fn assign(&self, new: RoaringBitmap) {
         let mut bits = self.bits.write();
         self.mirror.clear_all_and(|| {});
-        for e in new.iter().take_while(|&e| e < MIRROR_ENTRIES) {
+        for e in new.range(..MIRROR_ENTRIES) {
             self.mirror.set(e);
         }
         *bits = new;
@@ -612,12 +604,15 @@ impl PositionRangeSet {
         (b, true)
     }
 
-    /// Drops a whole ledger from the map and republishes the directory. Its
-    /// bits are cleared first: a reader still holding an older directory
-    /// snapshot that shares this bitmap must not report its entries.
+    /// Drops a whole ledger from the map and republishes the directory. A
+    /// bitmap outside the summary slots keeps its bits for readers still
+    /// holding an older directory snapshot: every bit was in the set when
+    /// such a reader's call began (the directory's contract for forward
+    /// changes), and in the cursor a ledger is dropped only once it lies
+    /// below mark-delete. A slot bitmap is emptied and untagged by
+    /// `retire_bitmap`.
     fn drop_ledger(&mut self, ledger_id: i64) {
         if let Some(b) = self.ledgers.remove(&ledger_id) {
-            b.clear();
             self.directory.retire_bitmap(&b);
             self.publish_directory();
         }
