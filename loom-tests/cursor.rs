@@ -50,6 +50,11 @@ fn summary_slot_reuse_inside_old_bounds_never_leaks_another_ledgers_bits() {
     check(cursor::summary_slot_reuse_directory);
 }
 
+#[test]
+fn summary_slot_reuse_by_two_writer_threads_never_leaks_another_ledgers_bits() {
+    check(cursor::summary_slot_reuse_two_writers);
+}
+
 /// (a) Without the epoch re-check a reader can combine the post-reset
 /// mark-delete with the pre-reset bitmap.
 #[test]
@@ -91,4 +96,18 @@ fn negative_control_mirror_read_without_acquire_fence() {
 #[test]
 fn control_mirror_read_validated_passes() {
     loom::model(|| cursor::slot_reuse_model(cursor::MirrorRead::Validated));
+}
+
+/// (e) A mirror bit set with a Relaxed store by another writer thread than
+/// the one that re-tagged the slot leaks the new owner's bit.
+#[test]
+#[should_panic(expected = "slot reuse: ledger 2's bit read as ledger 1's")]
+fn negative_control_mirror_set_relaxed_in_another_writer_thread() {
+    loom::model(|| cursor::two_writer_set_model(false));
+}
+
+/// Sanity for (e): the crate's Release set store passes the same model.
+#[test]
+fn control_mirror_set_release_in_another_writer_thread_passes() {
+    loom::model(|| cursor::two_writer_set_model(true));
 }

@@ -103,6 +103,15 @@ fn summary_slot_reuse_inside_old_bounds_never_leaks_another_ledgers_bits() {
 }
 
 #[test]
+fn summary_slot_reuse_by_two_writer_threads_never_leaks_another_ledgers_bits() {
+    check(
+        "summary slot reuse by two writer threads",
+        SMALL_ITERATIONS,
+        cursor::summary_slot_reuse_two_writers,
+    );
+}
+
+#[test]
 fn mark_delete_across_ledger_boundary() {
     check(
         "mark-delete across a ledger boundary",

@@ -438,9 +438,14 @@ impl<T: fmt::Debug> fmt::Debug for Published<T> {
 /// the value never changes or moves.
 ///
 /// Std build: [`std::sync::OnceLock`] (a reader's `with` is one acquire
-/// load). Loom/shuttle builds: a modelled equivalent, an
-/// `RwLock<Option<Arc<T>>>` of the model's scheduler, with the same
-/// contract.
+/// load). Loom/shuttle builds: the value in a `std` `OnceLock` the model
+/// does not see, published by a modelled `AtomicBool` (Release store after
+/// the value is set, Acquire load before it is read), so the model has
+/// exactly the std cell's happens-before edges and no more (a modelled lock
+/// on the read path would synchronise every reader with every earlier
+/// reader and writer, hiding missing orderings in the code that uses it).
+/// Initialisers are serialised by a modelled mutex, which readers never
+/// take.
 ///
 /// Concurrency: any number of readers concurrently with initialisers; of
 /// racing initialisers exactly one closure's value is kept.
@@ -448,7 +453,14 @@ pub struct SetOnce<T> {
     #[cfg(not(any(loom, feature = "shuttle")))]
     inner: std::sync::OnceLock<T>,
     #[cfg(any(loom, feature = "shuttle"))]
-    inner: imp::RawRwLock<Option<Arc<T>>>,
+    inner: ModelSetOnce<T>,
+}
+
+#[cfg(any(loom, feature = "shuttle"))]
+struct ModelSetOnce<T> {
+    value: std::sync::OnceLock<T>,
+    published: imp::AtomicBool,
+    init: imp::RawMutex<()>,
 }
 
 impl<T> SetOnce<T> {
@@ -458,7 +470,11 @@ impl<T> SetOnce<T> {
             #[cfg(not(any(loom, feature = "shuttle")))]
             inner: std::sync::OnceLock::new(),
             #[cfg(any(loom, feature = "shuttle"))]
-            inner: imp::RawRwLock::new(None),
+            inner: ModelSetOnce {
+                value: std::sync::OnceLock::new(),
+                published: imp::AtomicBool::new(false),
+                init: imp::RawMutex::new(()),
+            },
         }
     }
 
@@ -471,11 +487,12 @@ impl<T> SetOnce<T> {
         }
         #[cfg(any(loom, feature = "shuttle"))]
         {
-            let current = match self.inner.read() {
-                Ok(g) => g.clone(),
-                Err(p) => p.into_inner().clone(),
-            };
-            current.map(|v| f(&v))
+            // Acquire: pairs with the Release store after the value was set.
+            if self.inner.published.load(Ordering::Acquire) {
+                self.inner.value.get().map(f)
+            } else {
+                None
+            }
         }
     }
 
@@ -488,13 +505,24 @@ impl<T> SetOnce<T> {
         }
         #[cfg(any(loom, feature = "shuttle"))]
         {
-            let mut guard = match self.inner.write() {
-                Ok(g) => g,
-                Err(p) => p.into_inner(),
-            };
-            let value = Arc::clone(guard.get_or_insert_with(|| Arc::new(init())));
-            drop(guard);
-            f(&value)
+            if !self.inner.published.load(Ordering::Acquire) {
+                let _serialised = match self.inner.init.lock() {
+                    Ok(g) => g,
+                    Err(p) => p.into_inner(),
+                };
+                if !self.inner.published.load(Ordering::Acquire) {
+                    // Uncontended: initialisers hold `init`.
+                    let _ = self.inner.value.set(init());
+                    // Release: the value's construction happens-before a
+                    // reader that sees `published`.
+                    self.inner.published.store(true, Ordering::Release);
+                }
+            }
+            f(self
+                .inner
+                .value
+                .get()
+                .expect("published only after the value is set"))
         }
     }
 }

@@ -21,8 +21,13 @@
 //! One writer at a time (the caller holds the bitmap's write lock around
 //! every writer method); any number of readers, at any time.
 //!
-//! - **Setting bits** is monotone and needs no bracket: a reader that sees
-//!   a bit set reads a deletion that happened during or before its call.
+//! - **Setting bits** needs no bracket while the bitmap keeps its owner: a
+//!   reader that sees a bit set reads a deletion that happened during or
+//!   before its call. A bit set after a re-tag belongs to the new owner, so
+//!   a reader that validated the old owner must not keep it: every set is a
+//!   Release store, so a reader whose word load sees it also sees (after its
+//!   Acquire fence) the re-tag's version bracket, whichever writer thread
+//!   ran the bracket (see `SET_ORDERING`).
 //! - **Clearing bits and changing the owner** (a summary-slot bitmap handed
 //!   to another ledger, a trim below mark-delete, a reset's clear) are
 //!   bracketed by `version` as a seqlock: odd while the writer works. A
@@ -62,6 +67,19 @@ const MIRROR_CHUNKS: usize = 1;
 const CHUNK_ENTRIES: u32 = (CHUNK_WORDS as u32) * 64;
 /// Entries `0..MIRROR_ENTRIES` are mirrored.
 pub(crate) const MIRROR_ENTRIES: u32 = CHUNK_ENTRIES * MIRROR_CHUNKS as u32;
+
+/// Ordering of the word store that sets bits. Release, although a set
+/// publishes no data of its own: the seqlock read relies on "a reader whose
+/// word load sees a store made after a bracket re-loads the bracket's odd
+/// version or later", and the writer that set the bit may be another thread
+/// than the one that ran the bracket (the bitmap's lock hands the write
+/// sections from thread to thread; it is acquired, never a release fence in
+/// the setting thread). The Release store makes the reader's Acquire fence
+/// synchronise with the setting thread, whose history (through the lock)
+/// contains every earlier bracket. Checked by loom's
+/// `summary_slot_reuse_by_two_writer_threads_...` (fails with Relaxed).
+/// Free on x86 (a plain store), `stlr` on AArch64.
+const SET_ORDERING: Ordering = Ordering::Release;
 
 struct Chunk {
     words: [AtomicU64; CHUNK_WORDS],
@@ -152,9 +170,8 @@ impl BitMirror {
         let (chunk, word, mask) = locate(entry);
         self.chunks[chunk].with_or_init(Chunk::new, |c| {
             // Single writer: a load and a store, no read-modify-write.
-            // Relaxed: setting a bit publishes nothing else.
             let w = &c.words[word];
-            w.store(w.load(Ordering::Relaxed) | mask, Ordering::Relaxed);
+            w.store(w.load(Ordering::Relaxed) | mask, SET_ORDERING);
         });
     }
 
@@ -163,7 +180,7 @@ impl BitMirror {
         self.for_each_word(
             range,
             |w, mask| {
-                w.store(w.load(Ordering::Relaxed) | mask, Ordering::Relaxed);
+                w.store(w.load(Ordering::Relaxed) | mask, SET_ORDERING);
             },
             true,
         );

@@ -83,9 +83,12 @@
 //! mirror word between two loads of the bitmap's seqlock version (odd
 //! while a clear or a re-tag runs; setting bits needs no bracket, since
 //! it only adds deletions) and never takes the bitmap's lock, so a
-//! grouped ack into the queried ledger neither delays the lookup nor
-//! turns it into a stale negative; only a lookup that overlaps a clear
-//! (a trim below mark-delete, a re-tag, a reset) answers "not deleted".
+//! grouped ack that only adds deletions to the queried ledger (out-of-order
+//! acks) neither delays the lookup nor turns it into a stale negative; a
+//! lookup that overlaps a clear of that bitmap (a trim below mark-delete,
+//! as in-order acks cause, a re-tag, a reset) answers "not deleted". Bit
+//! sets are Release stores, so a re-tag by one writer thread and a set by
+//! the next are seen in that order by a validating reader.
 //! Above the mirror the roaring bitmap is read only if its lock is free
 //! (`try_read`), answering "not deleted" while a writer holds it.
 //!
@@ -115,7 +118,7 @@
 //!
 //! | spec invariant | maintained by | checked by |
 //! |---|---|---|
-//! | A lock-free bitmap read reports a bit only if no clear or re-tag of that bitmap overlapped it (a reused summary slot reads as empty: the spec's fresh bitmap ids) | `BitMirror::contains_validated` (seqlock read), `BitMirror::clear_range` / `BitMirror::clear_all_and` (version brackets), `LedgerBitmap::reassign` (re-tag inside the bracket) | loom `summary_slot_reuse_inside_old_bounds_never_leaks_another_ledgers_bits` (fails with the version re-check removed), `summary_slot_reuse_never_leaks_another_ledgers_bits`; negative-control models `negative_control_mirror_read_without_version_validation` (loom, shuttle), `negative_control_mirror_read_without_acquire_fence` (loom); `tests/cursor_range_set.rs` (the directory equals the set, entries across the mirror's word, chunk and end boundaries) |
+//! | A lock-free bitmap read reports a bit only if no clear or re-tag of that bitmap overlapped it (a reused summary slot reads as empty: the spec's fresh bitmap ids) | `BitMirror::contains_validated` (seqlock read), `BitMirror::clear_range` / `BitMirror::clear_all_and` (version brackets), `LedgerBitmap::reassign` (re-tag inside the bracket) | loom `summary_slot_reuse_inside_old_bounds_never_leaks_another_ledgers_bits` (fails with the version re-check removed), `summary_slot_reuse_by_two_writer_threads_never_leaks_another_ledgers_bits` (fails with Relaxed bit sets), `summary_slot_reuse_never_leaks_another_ledgers_bits`; negative-control models `negative_control_mirror_read_without_version_validation` (loom, shuttle), `negative_control_mirror_read_without_acquire_fence`, `negative_control_mirror_set_relaxed_in_another_writer_thread` (loom); `tests/cursor_range_set.rs` (the directory equals the set, entries across the mirror's word, chunk and end boundaries) |
 //! | `NoStalePositive` (a "deleted" hint is deleted when returned) | [`CursorDeletionState::read_scheduling_lookup`] (epoch re-check), [`CursorDeletionState::reset`] (odd/even epoch around its writes) | loom `hint_never_stale_positive_with_backward_reset*`, shuttle `hint_random_schedules`, `hint_pct_depth3_schedules`; trace validation of 40 shuttle random schedules and 60 PCT schedules of a mark-delete crossing the ledger boundary (`.ci/check trace`); seed mutant `cursor_no_epoch_recheck` rejected at `RRecheck` |
 //! | `RMarkDelete` is one atomic step (`AtomicMD`) | `PublishedMarkDelete::load` (one `AtomicU64` or one published cell) | loom `..._unpacked_mark_delete`, shuttle `negative_control_mark_delete_as_two_atomics_is_caught`; trace validation: seed mutants `cursor_torn_mark_delete`, `cursor_torn_mark_delete_read_order` and `tests/trace_mutants/deletion_torn_mark_delete.patch` rejected at `RMarkDelete` (the PCT boundary schedules) |
 //! | `EpochOddIffResetting` | [`CursorDeletionState::reset`] (the only epoch writer, under the write lock) | trace validation (`ResetBegin`/`ResetEnd` lines carry the epoch written) |

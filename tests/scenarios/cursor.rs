@@ -11,8 +11,10 @@
 //! ([`reset_model`]), (b) mark-delete published as two separate atomics
 //! (`torn_pair.rs`), (c) a summary slot's lock-free bitmap read without
 //! the mirror's version validation and (d) the validation without its
-//! Acquire fence (loom only) ([`slot_reuse_model`]); on the real code, the
-//! mutation suite's `cursor_*` patches.
+//! Acquire fence (loom only) ([`slot_reuse_model`]), (e) a bit set with a
+//! Relaxed store by another writer thread than the re-tag's (loom only,
+//! [`two_writer_set_model`]); on the real code, the mutation suite's
+//! `cursor_*` patches.
 //!
 //! What the real-code assertions of [`backward_reset`] cannot see: deleting
 //! the epoch re-check from the real code passes them. Reset publishes the
@@ -267,6 +269,48 @@ pub fn summary_slot_reuse_directory() {
     assert!(!dir.contains(1, 3) && !dir.contains(1, 5));
 }
 
+/// Summary-slot reuse with the re-tag and a later set made by different
+/// writer threads (the set's owner serialises them with a lock, as the
+/// cursor does): thread A trims ledger 1 through entry 7 (it leaves the
+/// map and frees the slot) and adds (2,5), which re-tags the slot; thread B
+/// then adds (2,6), into the same mirror word. (1,6) is never in the set. A
+/// reader that passes ledger 1's old tag and bounds (3..=7) and reads B's
+/// word must see the re-tag's version bracket on its re-check: B's store
+/// carries A's bracket to it only because mirror sets are Release stores
+/// (B's thread has no fence of its own).
+pub fn summary_slot_reuse_two_writers() {
+    use pulsar_core::__model::sync::Mutex;
+    use pulsar_core::cursor::PositionRangeSet;
+    let set = Arc::new(Mutex::new(PositionRangeSet::new()));
+    let dir = {
+        let mut s = set.lock();
+        s.add(p(1, 3)).unwrap();
+        s.add(p(1, 7)).unwrap();
+        s.directory()
+    };
+    let a = {
+        let set = Arc::clone(&set);
+        thread::spawn(move || {
+            let mut s = set.lock();
+            s.remove_at_most(1, 7).unwrap();
+            s.add(p(2, 5)).unwrap();
+        })
+    };
+    let b = {
+        let set = Arc::clone(&set);
+        thread::spawn(move || {
+            set.lock().add(p(2, 6)).unwrap();
+        })
+    };
+    assert!(
+        !dir.contains(1, 6),
+        "ledger 2's entry 6 read as ledger 1's through a reused slot"
+    );
+    a.join().unwrap();
+    b.join().unwrap();
+    assert!(dir.contains(2, 6) && !dir.contains(1, 6));
+}
+
 /// How the test-only model of a mirror read ([`slot_reuse_model`])
 /// validates what it read.
 #[derive(Clone, Copy, Debug)]
@@ -345,6 +389,69 @@ pub fn slot_reuse_model(read: MirrorRead) {
     };
     assert!(!deleted, "slot reuse: ledger 2's bit read as ledger 1's");
     w.join().unwrap();
+}
+
+/// Test-only model of a mirror bit set by another writer thread than the
+/// one that re-tagged the bitmap (the writers hand over through a lock, as
+/// the bitmap's write lock does): A re-tags the word from ledger 1 to 2
+/// inside a version bracket; B, after A, sets ledger 2's entry 6. The reader
+/// validates ledger 1 and looks up (1,6), never deleted. `release_set:
+/// false` (a Relaxed set store) is negative control (e), caught by loom
+/// only: B's thread has no release fence, so the reader's Acquire fence
+/// synchronises with nothing and its version re-load may return the old
+/// version.
+#[cfg(loom)]
+pub fn two_writer_set_model(release_set: bool) {
+    use pulsar_core::__model::sync::Mutex;
+    struct Slot {
+        version: AtomicU64,
+        owner: AtomicI64,
+        word: AtomicU64,
+        lock: Mutex<()>,
+    }
+    let slot = Arc::new(Slot {
+        version: AtomicU64::new(0),
+        owner: AtomicI64::new(1),
+        word: AtomicU64::new(1 << 3),
+        lock: Mutex::new(()),
+    });
+    let a = {
+        let slot = Arc::clone(&slot);
+        thread::spawn(move || {
+            let _g = slot.lock.lock();
+            slot.version.store(1, Ordering::Relaxed);
+            fence(Ordering::Release);
+            slot.word.store(0, Ordering::Relaxed);
+            slot.owner.store(2, Ordering::Relaxed);
+            slot.version.store(2, Ordering::Release);
+        })
+    };
+    let b = {
+        let slot = Arc::clone(&slot);
+        thread::spawn(move || {
+            let _g = slot.lock.lock();
+            if slot.owner.load(Ordering::Relaxed) == 2 {
+                let order = if release_set {
+                    Ordering::Release
+                } else {
+                    Ordering::Relaxed
+                };
+                let w = slot.word.load(Ordering::Relaxed);
+                slot.word.store(w | 1 << 6, order);
+            }
+        })
+    };
+    let v1 = slot.version.load(Ordering::Acquire);
+    let deleted = v1 & 1 == 0
+        && slot.owner.load(Ordering::Relaxed) == 1
+        && slot.word.load(Ordering::Relaxed) & (1 << 6) != 0
+        && {
+            fence(Ordering::Acquire);
+            slot.version.load(Ordering::Relaxed) == v1
+        };
+    assert!(!deleted, "slot reuse: ledger 2's bit read as ledger 1's");
+    a.join().unwrap();
+    b.join().unwrap();
 }
 
 #[cfg(not(loom))] // shuttle only
