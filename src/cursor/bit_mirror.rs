@@ -86,10 +86,10 @@ struct Chunk {
 }
 
 impl Chunk {
-    fn new() -> Self {
-        Self {
+    fn boxed() -> Box<Self> {
+        Box::new(Self {
             words: std::array::from_fn(|_| AtomicU64::new(0)),
-        }
+        })
     }
 }
 
@@ -99,7 +99,9 @@ pub(crate) struct BitMirror {
     /// Seqlock version: odd while a writer clears bits or changes what the
     /// bits belong to.
     version: AtomicU64,
-    chunks: [SetOnce<Chunk>; MIRROR_CHUNKS],
+    /// Boxed: an unallocated chunk costs one pointer-sized cell, not 512
+    /// bytes.
+    chunks: [SetOnce<Box<Chunk>>; MIRROR_CHUNKS],
 }
 
 /// Word index and bit mask of `entry` within its chunk.
@@ -168,7 +170,7 @@ impl BitMirror {
             return;
         }
         let (chunk, word, mask) = locate(entry);
-        self.chunks[chunk].with_or_init(Chunk::new, |c| {
+        self.chunks[chunk].with_or_init(Chunk::boxed, |c| {
             // Single writer: a load and a store, no read-modify-write.
             let w = &c.words[word];
             w.store(w.load(Ordering::Relaxed) | mask, SET_ORDERING);
@@ -249,7 +251,7 @@ impl BitMirror {
             let chunk_first = chunk * CHUNK_ENTRIES;
             let first = lo.max(chunk_first) - chunk_first;
             let last = hi.min(chunk_first + (CHUNK_ENTRIES - 1)) - chunk_first;
-            let apply = |c: &Chunk| {
+            let mut apply = |c: &Chunk| {
                 for word in first / 64..=last / 64 {
                     let lo_bit = if word == first / 64 { first % 64 } else { 0 };
                     let hi_bit = if word == last / 64 { last % 64 } else { 63 };
@@ -257,9 +259,9 @@ impl BitMirror {
                 }
             };
             if allocate {
-                self.chunks[chunk as usize].with_or_init(Chunk::new, apply);
+                self.chunks[chunk as usize].with_or_init(Chunk::boxed, |c| apply(c));
             } else {
-                self.chunks[chunk as usize].with(apply);
+                self.chunks[chunk as usize].with(|c| apply(c));
             }
         }
     }
@@ -303,6 +305,13 @@ mod tests {
         assert!(read(&m, 5));
         m.clear_all_and(|| {});
         assert!(members(&m, end + 10).is_empty());
+    }
+
+    #[test]
+    fn an_unused_mirror_allocates_no_chunk() {
+        // One word-sized version and a pointer-sized cell per chunk: the
+        // 512-byte chunks are allocated on their first set bit.
+        assert!(std::mem::size_of::<BitMirror>() <= 8 + MIRROR_CHUNKS * 16);
     }
 
     #[test]
