@@ -28,7 +28,7 @@ use shuttle::scheduler::{PctScheduler, RandomScheduler};
 use shuttle::{Config, Runner};
 
 /// Runs recorded (one trace each); the spec layer validates all of them.
-const RUNS: usize = 40;
+const RUNS: usize = 400;
 const SEED: u64 = 0x0014_7ace_d001;
 /// PCT runs of the ledger-boundary scenario.
 const BOUNDARY_RUNS: usize = 60;
