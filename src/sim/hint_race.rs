@@ -86,6 +86,14 @@ const ACKED_FROM: i64 = 3;
 const ACKED_BELOW: u32 = 300;
 /// End of the entries acked in small groups (the reader's filter batch).
 const SMALL_GROUP_END: u32 = 12;
+/// The writer's grouped acks and the reader's filter batch use entries
+/// `ACKED_BASE + e` of the acked ledgers: above the cursor bitmaps'
+/// lock-free mirror (entries 0..65,535), where the hint reads the roaring
+/// bitmap only if its lock is free and answers "not deleted" while the
+/// large group holds it: the stale negatives a filter that trusted the
+/// hint would leak. (Below it, only a lookup overlapping a clear of the
+/// bitmap gives one.)
+const ACKED_BASE: u32 = 65_536;
 /// Backward resets (each followed by the two mark-deletes across the
 /// ledger boundary) per writer round.
 const CROSSINGS_PER_ROUND: u32 = 32;
@@ -174,7 +182,14 @@ impl HintRaceReport {
 }
 
 fn slot(p: Position) -> usize {
-    (p.ledger_id as usize - 1) * ENTRIES as usize + p.entry_id as usize
+    // Two regions per ledger: entries 0..ENTRIES, then ACKED_BASE + 0..ENTRIES.
+    let e = p.entry_id as usize;
+    let region = if e >= ACKED_BASE as usize {
+        ENTRIES as usize + e - ACKED_BASE as usize
+    } else {
+        e
+    };
+    (p.ledger_id as usize - 1) * 2 * ENTRIES as usize + region
 }
 
 /// Order-preserving position key for `fetch_max` (entry `-1` included).
@@ -210,7 +225,7 @@ struct Oracle {
 
 impl Oracle {
     fn new() -> Self {
-        let n = LEDGERS as usize * ENTRIES as usize;
+        let n = LEDGERS as usize * 2 * ENTRIES as usize;
         Self {
             seq: AtomicU64::new(1),
             ever_acked: (0..n).map(|_| AtomicBool::new(false)).collect(),
@@ -235,7 +250,19 @@ impl Oracle {
 }
 
 fn layout() -> LedgerLayout {
-    LedgerLayout::new((1..=LEDGERS).map(|l| (l, ENTRIES)))
+    // Ledgers 1 and 2 end at entry ENTRIES - 1 (mark-delete crosses from
+    // the end of one to the other); the acked ledgers also hold the
+    // entries above ACKED_BASE.
+    LedgerLayout::new((1..=LEDGERS).map(|l| {
+        (
+            l,
+            if l >= ACKED_FROM {
+                ACKED_BASE + ENTRIES
+            } else {
+                ENTRIES
+            },
+        )
+    }))
 }
 
 fn writer(state: &CursorDeletionState, oracle: &Oracle, ledger: &LedgerLayout) -> u64 {
@@ -265,7 +292,7 @@ fn writer(state: &CursorDeletionState, oracle: &Oracle, ledger: &LedgerLayout) -
             let acked = |from: u32, to: u32| -> Vec<Position> {
                 (from..to)
                     .filter(|e| e % 3 != 2)
-                    .map(|e| p(l, i64::from(e)))
+                    .map(|e| p(l, i64::from(ACKED_BASE + e)))
                     .collect()
             };
             let small = acked(0, SMALL_GROUP_END);
@@ -356,10 +383,10 @@ fn reader(state: &CursorDeletionState, oracle: &Oracle) -> HintRaceReport {
         p(2, 6),
         p(2, 5),
         p(1, 999),
-        p(3, 2),
-        p(4, 1),
-        p(6, 5),
-        p(8, 0),
+        p(3, i64::from(ACKED_BASE) + 2),
+        p(4, i64::from(ACKED_BASE) + 1),
+        p(6, i64::from(ACKED_BASE) + 5),
+        p(8, i64::from(ACKED_BASE)),
     ];
     let lookup = |r: &mut HintRaceReport, q: Position| {
         let look = state.read_scheduling_lookup(q.ledger_id, q.entry_id);
@@ -378,7 +405,9 @@ fn reader(state: &CursorDeletionState, oracle: &Oracle) -> HintRaceReport {
     // Post-I/O filter on entries 0-11 of the ledger being acked right now.
     let filter = |r: &mut HintRaceReport| {
         let l = oracle.acking_ledger.load(Ordering::SeqCst);
-        let batch: Vec<Position> = (0..i64::from(SMALL_GROUP_END)).map(|e| p(l, e)).collect();
+        let batch: Vec<Position> = (0..i64::from(SMALL_GROUP_END))
+            .map(|e| p(l, i64::from(ACKED_BASE) + e))
+            .collect();
         let started = oracle.tick();
         let out = state.filter_read_entries(batch.clone(), |q| *q);
         let last_reset = oracle.last_reset_start.load(Ordering::SeqCst);
@@ -653,8 +682,12 @@ pub fn run(config: &HintRaceConfig) -> HintRaceReport {
             }
         }
     }
-    for l in 1..=LEDGERS {
-        for e in -1..i64::from(ENTRIES.min(ACKED_BELOW + 8)) {
+    let acked_region = (ACKED_FROM..=LEDGERS)
+        .flat_map(|l| (0..i64::from(ACKED_BELOW + 8)).map(move |e| (l, i64::from(ACKED_BASE) + e)));
+    let low_region = (1..=LEDGERS)
+        .flat_map(|l| (-1..i64::from(ENTRIES.min(ACKED_BELOW + 8))).map(move |e| (l, e)));
+    for (l, e) in low_region.chain(acked_region) {
+        {
             let hint = state.is_deleted_for_read_scheduling(l, e);
             let truth = state.is_message_deleted(Position::new(l, e));
             if hint != truth {

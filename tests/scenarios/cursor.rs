@@ -580,49 +580,53 @@ pub fn mark_delete_across_ledger_boundary() {
 
 #[cfg(not(loom))] // shuttle only
 /// Shuttle only (six grouped acks against six filters).
-/// An acker deletes 1:3, records that it returned, then keeps grouped-acking
-/// other entries of ledger 1 (holding that ledger's bitmap write lock for
-/// each group); (1,0) stays unacked so mark-delete never moves. A reader
-/// filters the read batch [1:2, 1:3, 1:4]: once the 1:3 ack has returned
-/// before the filter started, 1:3 must never come back (Pulsar's
-/// `filterReadEntries` is the correctness boundary after a read scheduled
-/// with the hint; the hint itself may say "not deleted" while a group holds
-/// the bitmap).
+/// An acker deletes B+3 of ledger 1, records that it returned, then keeps
+/// grouped-acking other entries of ledger 1 (holding that ledger's bitmap
+/// write lock for each group); (1,0) stays unacked so mark-delete never
+/// moves. A reader filters the read batch [B+2, B+3, B+4]: once the B+3 ack
+/// has returned before the filter started, B+3 must never come back
+/// (Pulsar's `filterReadEntries` is the correctness boundary after a read
+/// scheduled with the hint). B = 65,536: above the bitmap's lock-free
+/// mirror, where the hint says "not deleted" while a group holds the
+/// bitmap, so a filter that trusted the hint leaks (the mutant
+/// `cursor_filter_trusts_hint` is this check's negative control).
 pub fn filter_vs_grouped_acks() {
-    let ledger = LedgerLayout::new([(1, 40)]);
+    const B: i64 = 65_536;
+    let ledger = LedgerLayout::new([(1, B as u32 + 40)]);
     let state = Arc::new(CursorDeletionState::new(p(1, -1)).unwrap());
     let acked_3 = Arc::new(AtomicUsize::new(0));
     let acker = {
         let (state, ledger, acked_3) = (Arc::clone(&state), ledger.clone(), Arc::clone(&acked_3));
         thread::spawn(move || {
-            state.delete(&[p(1, 3)], &ledger).unwrap();
+            state.delete(&[p(1, B + 3)], &ledger).unwrap();
             acked_3.store(1, Ordering::SeqCst);
             for first in (7..31).step_by(4) {
-                let group: Vec<Position> = (first..first + 4).map(|e| p(1, e)).collect();
+                let group: Vec<Position> = (first..first + 4).map(|e| p(1, B + e)).collect();
                 state.delete(&group, &ledger).unwrap();
             }
         })
     };
+    let batch = || vec![p(1, B + 2), p(1, B + 3), p(1, B + 4)];
     for _ in 0..6 {
         let acked_before = acked_3.load(Ordering::SeqCst) == 1;
-        let out = state.filter_read_entries(vec![p(1, 2), p(1, 3), p(1, 4)], |q| *q);
+        let out = state.filter_read_entries(batch(), |q| *q);
         if acked_before {
             assert_eq!(
                 out,
-                vec![p(1, 2), p(1, 4)],
-                "filter leak: 1:3 was acked before the filter started"
+                vec![p(1, B + 2), p(1, B + 4)],
+                "filter leak: 1:B+3 was acked before the filter started"
             );
         }
         assert!(
-            out.contains(&p(1, 2)) && out.contains(&p(1, 4)),
+            out.contains(&p(1, B + 2)) && out.contains(&p(1, B + 4)),
             "filter dropped a live entry: {out:?}"
         );
         thread::yield_now();
     }
     acker.join().unwrap();
     assert_eq!(
-        state.filter_read_entries(vec![p(1, 2), p(1, 3), p(1, 7)], |q| *q),
-        vec![p(1, 2)]
+        state.filter_read_entries(vec![p(1, B + 2), p(1, B + 3), p(1, B + 7)], |q| *q),
+        vec![p(1, B + 2)]
     );
 }
 
