@@ -460,7 +460,7 @@ pub struct SetOnce<T> {
 struct ModelSetOnce<T> {
     value: std::sync::OnceLock<T>,
     published: imp::AtomicBool,
-    init: imp::RawMutex<()>,
+    init: Mutex<()>,
 }
 
 impl<T> SetOnce<T> {
@@ -473,7 +473,7 @@ impl<T> SetOnce<T> {
             inner: ModelSetOnce {
                 value: std::sync::OnceLock::new(),
                 published: imp::AtomicBool::new(false),
-                init: imp::RawMutex::new(()),
+                init: Mutex::new(()),
             },
         }
     }
@@ -506,10 +506,7 @@ impl<T> SetOnce<T> {
         #[cfg(any(loom, feature = "shuttle"))]
         {
             if !self.inner.published.load(Ordering::Acquire) {
-                let _serialised = match self.inner.init.lock() {
-                    Ok(g) => g,
-                    Err(p) => p.into_inner(),
-                };
+                let _serialised = self.inner.init.lock();
                 if !self.inner.published.load(Ordering::Acquire) {
                     // Uncontended: initialisers hold `init`.
                     let _ = self.inner.value.set(init());
