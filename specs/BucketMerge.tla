@@ -7,10 +7,12 @@
 (*                                                                         *)
 (* Abstractions: one entry per ledger, so a position is its ledger number  *)
 (* 1..NP and a bucket range is an interval of positions; delivery times   *)
-(* are fixed per position (TS; each cfg picks a timing). Segments are cut *)
-(* by max indexes k, any k in 1..MaxIdx per cut (the time step is left    *)
-(* unbounded). Merge may pick any two adjacent buckets (a superset of     *)
-(* Pulsar's selection, which also wants an unloaded segment in each).     *)
+(* are fixed per position (TS; each cfg picks a timing). A seal or merge  *)
+(* cuts its segments anywhere, each of at most MaxIdx indexes (Pulsar's   *)
+(* max indexes, with any time step). Merge may pick any set of two or    *)
+(* more contiguous buckets (no other bucket between them): a superset of  *)
+(* Pulsar's selection of a window of 2..MAX_MERGE_NUM adjacent buckets,   *)
+(* each with an unloaded segment.                                         *)
 (* Storage is synchronous and every create/delete is atomic (redb); a     *)
 (* merge replaces its sources in the same commit. Faults: a seal's create *)
 (* or a retired bucket's delete may fail; read failures are stutters and  *)
@@ -37,7 +39,7 @@ EXTENDS Naturals, FiniteSets, Sequences
 CONSTANTS NP,      \* positions (ledgers) 1..NP, added in order
           MaxT,    \* the clock ranges over 0..MaxT
           TS,      \* TS[p]: delivery time of position p (a tuple over 1..MaxT)
-          MaxIdx,  \* largest max-indexes-per-segment a cut may use
+          MaxIdx,  \* the most indexes one segment may hold
           MaxCrashes, \* crash budget
           MaxSid,  \* snapshot slots (ids are reused once deleted)
           Bug      \* the bug switch (see above)
@@ -84,11 +86,17 @@ Sorted(S) == [i \in 1..Cardinality(S) |-> CHOOSE p \in S : Rank(p, S) = i]
 
 MinOf(a, b) == IF a < b THEN a ELSE b
 
-\* Segment cutting by max indexes k (the time step is unbounded): chunks of
-\* k indexes in heap order. Seal and Merge may pick any k in 1..MaxIdx.
-Chunks(s, k) ==
-    LET n == (Len(s) + k - 1) \div k IN
-    [i \in 1..n |-> SubSeq(s, (i - 1) * k + 1, MinOf(i * k, Len(s)))]
+\* Segment cutting: s cut after the elements at the ranks in B (a subset of
+\* 1..Len(s)-1), every segment at most MaxIdx long. Pulsar cuts at max
+\* indexes or where the time step is exceeded: any such cut is one of these.
+CutPt(B, n, i) == CHOOSE x \in B \cup {0, n} : Cardinality({y \in B \cup {0, n} : y < x}) = i
+CutAt(s, B) ==
+    [i \in 1..(Cardinality(B) + 1) |->
+        SubSeq(s, CutPt(B, Len(s), i - 1) + 1, CutPt(B, Len(s), i))]
+CutOK(n, B) ==
+    /\ B \subseteq 1..(n - 1)
+    /\ \A x \in B \cup {0} :
+         \E y \in B \cup {n} : y > x /\ y - x <= MaxIdx /\ ~\E z \in B : x < z /\ z < y
 
 Elems(s) == {s[i] : i \in 1..Len(s)}
 LastOf(s) == s[Len(s)]
@@ -167,11 +175,12 @@ MoveDue ==
 
 \* Seal: the mutable heap becomes a bucket; its snapshot and key commit
 \* atomically, segment 1 is queued (its last index is the boundary).
-Seal(k) ==
-    LET new == Chunks(Sorted(mheap), k)
+Seal(B) ==
+    LET new == CutAt(Sorted(mheap), B)
         s == NewSid
     IN
     /\ mheap # {}
+    /\ CutOK(Cardinality(mheap), B)
     /\ Free # {}
     /\ segs' = [segs EXCEPT ![s] = new]
     /\ lo' = [lo EXCEPT ![s] = SetMin(mheap)]
@@ -234,10 +243,17 @@ LoadNextSegment(s, deleteOk) ==
     /\ UNCHANGED <<clock, nextP, index, counter, mheap, lo, hi, dcount,
                    everDel, md, stale, crashes>>
 
-\* Two adjacent in-memory buckets (no bucket between their ranges).
-Adjacent(s1, s2) ==
-    /\ hi[s1] < lo[s2]
-    /\ ~\E s3 \in Buckets : lo[s3] > hi[s1] /\ hi[s3] < lo[s2]
+\* A merge set: at least two in-memory buckets with disjoint ranges and no
+\* other bucket between the lowest range and the highest (Pulsar merges a
+\* window of 2..MAX_MERGE_NUM adjacent buckets). Low(S), High(S): its
+\* lowest and highest bucket; the merged bucket takes Low(S)'s slot.
+Low(S) == CHOOSE s \in S : \A x \in S : lo[s] <= lo[x]
+High(S) == CHOOSE s \in S : \A x \in S : hi[x] <= hi[s]
+Contiguous(S) ==
+    /\ S \subseteq Buckets
+    /\ Cardinality(S) >= 2
+    /\ \A x, y \in S : x # y => (hi[x] < lo[y] \/ hi[y] < lo[x])
+    /\ ~\E s3 \in Buckets \ S : lo[s3] > lo[Low(S)] /\ hi[s3] < hi[High(S)]
 
 \* What a merge reads from one source.
 MergeRead(s) ==
@@ -246,26 +262,26 @@ MergeRead(s) ==
 \* Merge: read the sources (plus the never-persisted queued positions in the
 \* gaps of the merged range, so the new snapshot covers its whole range),
 \* keep only indexes still tracked, commit the new snapshot replacing the
-\* sources atomically (into s1's slot), then queue its first segment after
-\* dropping the queue entries of the positions it now owns.
-Merge(s1, s2, k) ==
-    /\ cur[s1] > 0
-    /\ cur[s2] > 0
-    /\ Adjacent(s1, s2)
-    /\ \E gap \in {{p \in Queued : lo[s1] <= p /\ p <= hi[s2]} \ (AllOf(s1) \cup AllOf(s2))} :
-       \E kept \in {IF Bug = "merge_persists_dispatched"
-                    THEN MergeRead(s1) \cup MergeRead(s2) \cup gap
-                    ELSE (MergeRead(s1) \cup MergeRead(s2) \cup gap) \cap index} :
-       \E new \in {Chunks(Sorted(kept), k)} :
+\* sources atomically (into Low(S)'s slot), then queue its first segment
+\* after dropping the queue entries of the positions it now owns.
+Merge(S, B) ==
+    /\ Contiguous(S)
+    /\ \E s1 \in {Low(S)} : \E sN \in {High(S)} :
+       \E gap \in {{p \in Queued : lo[s1] <= p /\ p <= hi[sN]} \ UNION {AllOf(s) : s \in S}} :
+       \E read \in {UNION {MergeRead(s) : s \in S} \cup gap} :
+       \E kept \in {IF Bug = "merge_persists_dispatched" THEN read ELSE read \cap index} :
+       \E new \in {IF kept = {} \/ ~CutOK(Cardinality(kept), B) THEN <<>>
+                   ELSE CutAt(Sorted(kept), B)} :
        LET base == IF Bug = "merge_second_live_copy"
                    THEN queue
                    ELSE [p \in Pos |-> IF p \in kept THEN 0 ELSE queue[p]]
        IN
-       /\ segs' = IF kept = {}
-                  THEN [segs EXCEPT ![s1] = <<>>, ![s2] = <<>>]
-                  ELSE [segs EXCEPT ![s1] = new, ![s2] = <<>>]
-       /\ cur' = [cur EXCEPT ![s1] = IF kept = {} THEN 0 ELSE 1, ![s2] = 0]
-       /\ hi' = IF kept = {} THEN hi ELSE [hi EXCEPT ![s1] = hi[s2]]
+       /\ kept = {} \/ CutOK(Cardinality(kept), B)
+       /\ segs' = [s \in Sid |-> IF s = s1 /\ kept # {} THEN new
+                                 ELSE IF s \in S THEN <<>> ELSE segs[s]]
+       /\ cur' = [s \in Sid |-> IF s = s1 /\ kept # {} THEN 1
+                                ELSE IF s \in S THEN 0 ELSE cur[s]]
+       /\ hi' = IF kept = {} THEN hi ELSE [hi EXCEPT ![s1] = hi[sN]]
        /\ queue' = IF kept = {} THEN queue ELSE Enqueue(base, Elems(new[1]))
        /\ stale' = stale \cup (kept \ index)
     /\ UNCHANGED <<clock, nextP, index, counter, mheap, lo, dcount, everDel, md, crashes>>
@@ -334,13 +350,13 @@ Next ==
     \/ Tick
     \/ Add
     \/ MoveDue
-    \/ \E k \in 1..MaxIdx : Seal(k)
+    \/ \E B \in SUBSET (1..(NP - 1)) : Seal(B)
     \/ SealFail
     \/ PopOrphan
     \/ Pop
     \/ \E s \in Sid : LoadNextSegment(s, TRUE)
     \/ \E s \in Sid : LoadNextSegment(s, FALSE)
-    \/ \E s1, s2 \in Sid : \E k \in 1..MaxIdx : Merge(s1, s2, k)
+    \/ \E S \in SUBSET Sid : \E B \in SUBSET (1..(NP - 1)) : Merge(S, B)
     \/ \E s \in Sid : Trim(s)
     \/ Ack
     \/ CrashRecover

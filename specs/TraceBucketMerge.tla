@@ -3,7 +3,9 @@
 (* Trace validation of src/delayed's bucket tracker against BucketMerge:  *)
 (* TLC replays the lines the tracker's hooks recorded (src/trace.rs,       *)
 (* `bucket_merge`, feature `trace`, one line per spec action, named after  *)
-(* it; runs recorded by tests/trace_bucket_merge.rs) and constrains        *)
+(* it; runs recorded by tests/trace_bucket_merge.rs and by simulate      *)
+(* --trace-dir, src/sim/sim_trace.rs: one run per subscription, positions *)
+(* renumbered densely, the clock the tracker's cutoff) and constrains      *)
 (* BucketMerge's actions to follow them. Each hook line carries `st`, the  *)
 (* tracker's state after the action in the spec's terms, which the step    *)
 (* must produce exactly (Obs). A line the spec cannot follow violates      *)
@@ -18,14 +20,19 @@
 (* Line -> step:                                                           *)
 (*   Add(p, due)          Add (p = nextP; due: TS[p] <= clock)             *)
 (*   MoveDue, SealFail    MoveDue, SealFail                                *)
-(*   Seal(segs)           Seal(k) for some k, writing exactly segs         *)
+(*   Seal(segs)           Seal(B), B the cut points of segs, writing       *)
+(*                        exactly segs                                     *)
 (*   Pop(p, orphan, delivered)  PopOrphan / Pop of the head p; delivered   *)
-(*                        must be the spec's (the head was tracked)        *)
+(*                        must be the spec's (the head was tracked); an    *)
+(*                        undelivered head below md is PopOrphan           *)
 (*   LoadNextSegment(lo, deleteOk)  of the bucket whose range starts at lo *)
-(*   Merge(srcs, segs)    Merge(s1, s2, k) of the two buckets starting at  *)
-(*                        srcs, writing exactly segs into s1               *)
-(*   Trim(lo), Ack(md)    Trim(s), Ack (md' = md)                          *)
-(*   Tick(clock)          Tick (environment line)                         *)
+(*   Merge(srcs, segs)    Merge(S, B) of the set S of buckets starting at  *)
+(*                        srcs (2..MAX_MERGE_NUM), B the cut points of     *)
+(*                        segs, writing exactly segs into Low(S)'s slot    *)
+(*   Trim(lo)             Trim(s)                                          *)
+(*   Ack(md)              md' - md spec Acks at once (zero: a stutter)     *)
+(*   Tick(clock)          clock' - clock spec Ticks at once (environment   *)
+(*                        line; the clock only moves forward)              *)
 (*   Recover ... ReReadDone   one CrashRecover: the Recover line (the new  *)
 (*                        tracker recovered its buckets) starts the        *)
 (*                        dispatcher's re-read, whose Add lines (and the   *)
@@ -43,7 +50,7 @@
 (***************************************************************************)
 EXTENDS BucketMerge, Json, TLC
 
-CONSTANT TraceFile   \* ndjson written by tests/trace_bucket_merge.rs
+CONSTANT TraceFile   \* ndjson written by tests/trace_bucket_merge.rs or simulate
 
 Log == ndJsonDeserialize(TraceFile)
 Runs == {Log[i].t : i \in DOMAIN Log}
@@ -89,26 +96,46 @@ TraceInit ==
 IsAdd == Is("Add") /\ Line.p = nextP /\ Line.due = (TS[nextP] <= clock)
          /\ Add /\ Obs(Line.st)
 IsMoveDue == Is("MoveDue") /\ MoveDue /\ Obs(Line.st)
-IsSeal == Is("Seal") /\ \E k \in 1..MaxIdx :
-            Seal(k) /\ segs'[NewSid] = Line.segs /\ Obs(Line.st)
+\* The cut points of segs: the rank (heap order, among all its positions)
+\* of each segment's last position but the last segment's.
+SegCut(sg) == LET all == UNION {ToSet(sg[i]) : i \in DOMAIN sg} IN
+              {Rank(LastOf(sg[i]), all) : i \in 1..(Len(sg) - 1)}
+IsSeal == Is("Seal") /\ Line.segs # <<>>
+          /\ Seal(SegCut(Line.segs)) /\ segs'[NewSid] = Line.segs /\ Obs(Line.st)
 IsSealFail == Is("SealFail") /\ SealFail /\ Obs(Line.st)
 IsPop == Is("Pop") /\ Queued # {} /\ QHead = Line.p
-         /\ IF Line.orphan
+         \* A head below md that the tracker pops as due rather than as an
+         \* orphan (its mark-delete ledger is md's: the tracker tells orphans
+         \* by ledger) and does not deliver is the spec's PopOrphan, taken
+         \* later than the spec allows.
+         /\ IF Line.orphan \/ (QHead < md /\ ~Line.delivered)
             THEN PopOrphan /\ ~Line.delivered
             ELSE Pop /\ Line.delivered = (QHead \in index)
          /\ Obs(Line.st)
 IsLoad == Is("LoadNextSegment") /\ \E s \in Sid :
             /\ cur[s] > 0 /\ lo[s] = Line.lo
             /\ LoadNextSegment(s, Line.deleteOk) /\ Obs(Line.st)
-IsMerge == Is("Merge") /\ Len(Line.srcs) = 2 /\ \E s1, s2 \in Sid :
-            /\ cur[s1] > 0 /\ lo[s1] = Line.srcs[1]
-            /\ cur[s2] > 0 /\ lo[s2] = Line.srcs[2]
-            /\ \E k \in 1..MaxIdx : Merge(s1, s2, k) /\ segs'[s1] = Line.segs
-            /\ Obs(Line.st)
+IsMerge == Is("Merge") /\ Len(Line.srcs) >= 2
+           /\ \E S \in {{s \in Sid : cur[s] > 0 /\ lo[s] \in ToSet(Line.srcs)}} :
+                 /\ Cardinality(S) = Len(Line.srcs)
+                 /\ Merge(S, SegCut(Line.segs)) /\ segs'[Low(S)] = Line.segs
+                 /\ Obs(Line.st)
 IsTrim == Is("Trim") /\ \E s \in Sid :
             cur[s] > 0 /\ lo[s] = Line.lo /\ Trim(s) /\ Obs(Line.st)
-IsAck == Is("Ack") /\ Line.md = md + 1 /\ Ack /\ Obs(Line.st)
-IsTick == Is("Tick") /\ Tick /\ clock' = Line.clock
+\* The mark-delete moves from md to Line.md >= md: Line.md - md spec Acks
+\* (each enabled: every position passed was added and delivered).
+IsAck == Is("Ack") /\ Line.md >= md
+         /\ (\A q \in md..(Line.md - 1) : q < nextP /\ q \in everDel)
+         /\ md' = Line.md
+         /\ UNCHANGED <<clock, nextP, index, counter, mheap, queue, segs, lo,
+                        hi, cur, dcount, everDel, stale, crashes>>
+         /\ Obs(Line.st)
+\* The clock moves forward to Line.clock: Line.clock - clock spec Ticks
+\* (a Tick changes nothing else).
+IsTick == Is("Tick") /\ clock < Line.clock /\ Line.clock <= MaxT
+          /\ clock' = Line.clock
+          /\ UNCHANGED <<nextP, index, counter, mheap, queue, segs, lo, hi, cur,
+                         dcount, everDel, md, stale, crashes>>
 
 \* Lines of the dispatcher's re-read after a restart: CrashRecover does them
 \* atomically at ReReadDone.

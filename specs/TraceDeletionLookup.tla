@@ -38,7 +38,7 @@
 (***************************************************************************)
 EXTENDS DeletionLookup, Json, TLC, Sequences
 
-CONSTANT TraceFile   \* ndjson: tests/trace_deletion.rs or `simulate --trace-dir`
+CONSTANT TraceFile   \* ndjson: tests/trace_deletion.rs, tests/trace_deletion_model.rs or `simulate --trace-dir`
 
 Log == ndJsonDeserialize(TraceFile)
 Runs == {Log[i].t : i \in DOMAIN Log}

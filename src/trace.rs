@@ -33,18 +33,20 @@
 //!
 //! | spec                  | hooks                                 | recorded by |
 //! |-----------------------|---------------------------------------|-------------|
-//! | `DeletionLookup`      | [`deletion`] (src/cursor)             | `tests/trace_deletion.rs` (shuttle random schedules; PCT schedules of a mark-delete crossing the ledger boundary); `pulsar-core simulate --trace-dir` (`crate::sim::sim_trace`: one run per deletion state) |
+//! | `DeletionLookup`      | [`deletion`] (src/cursor)             | `tests/trace_deletion.rs` (shuttle random schedules; PCT schedules of a mark-delete crossing the ledger boundary); `tests/trace_deletion_model.rs` (proptest cases from a fixed seed, each checked against a `BTreeSet` reference model while recorded: acks in and out of order, explicit mark-deletes, resets, restarts); `pulsar-core simulate --trace-dir` (`crate::sim::sim_trace`: one run per deletion state) |
 //! | `LedgerCursor`        | [`ledger_cursor`] (src/ledger)        | `tests/trace_ledger_cursor.rs` (the cases of the proptest model test `tests/ledger_cursor_model.rs`, fixed seed, each checked against the reference model while recorded); `pulsar-core simulate --trace-dir` (`crate::sim::sim_trace`: one run per cursor) |
 //! | `PendingAckReplay`    | [`pending_ack`] (src/pending_ack)     | `tests/trace_pending_ack.rs` (handle runs: manual executor, virtual timer, inline reads, injected read failures); `tests/trace_pending_ack_threads.rs` (the same runs under shuttle schedules: executor thread, reader thread, timer); `pulsar-core simulate --trace-dir` (`crate::sim::sim_trace`) |
 //! | `PermitConservation`  | [`permits`] (src/permits)             | `tests/trace_permits.rs`; `pulsar-core simulate --trace-dir` (`crate::sim::sim_trace`, feature `sim`) |
-//! | `BucketMerge`         | [`bucket_merge`] (src/delayed)        | `tests/trace_bucket_merge.rs` (proptest cases from a fixed seed, each checked against a reference model: add, tick, deliver, ack, trim + merge, restart + re-read) |
+//! | `BucketMerge`         | [`bucket_merge`] (src/delayed)        | `tests/trace_bucket_merge.rs` (proptest cases from a fixed seed, each checked against a reference model: add, tick, deliver, ack, trim + merge, restart + re-read); `pulsar-core simulate --trace-dir` (`crate::sim::sim_trace`: one run per subscription, across its trackers) |
 //!
 //! A hook line names its component instance where the simulator drives
 //! many and must split the lines into runs: the `deletion` lines carry
 //! their deletion state's `ds`, the `permits` lines the
 //! consumer's `[connection_id, consumer_id]`, the `pending_ack` lines the
 //! handle's name (`h`), the `ledger_cursor` lines the managed ledger's
-//! (`ml`) and the cursor's (`cur`).
+//! (`ml`) and the cursor's (`cur`), the `bucket_merge` lines their
+//! tracker's id (`st.trk`, joined to a subscription by the simulator's
+//! `Tracker` line).
 //!
 //! `bash .ci/trace [SPEC...]` records and validates; the negative controls
 //! are the mutants with a `# trace:` line (`tests/mutants/README.md`).
@@ -552,10 +554,27 @@ pub mod bucket_merge {
     use super::record;
     use serde_json::{json, Value};
 
-    /// `Add`: `add_message` of ledger `p`: tracked in the mutable bucket or
-    /// the shared queue (`due` false), or already due and untracked (`due`).
-    pub fn add(p: i64, due: bool, st: Value) {
-        record("Add", json!({ "p": p, "due": due, "st": st }));
+    /// Ids of trackers (trace-only; `st.trk`). Relaxed: only uniqueness
+    /// matters.
+    static NEXT_ID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+
+    /// A fresh id for a tracker's lines.
+    pub fn next_id() -> u64 {
+        NEXT_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Not a spec action: the simulator created tracker `trk` for
+    /// subscription `sub` (`crate::sim::sim_trace` joins a subscription's
+    /// trackers, across restarts, into one run).
+    pub fn tracker(trk: u64, sub: &str) {
+        record("Tracker", json!({ "trk": trk, "sub": sub }));
+    }
+
+    /// `Add`: `add_message` of ledger `p` due at `at` ms: tracked in the
+    /// mutable bucket or the shared queue (`due` false), or already due and
+    /// untracked (`due`).
+    pub fn add(p: i64, at: i64, due: bool, st: Value) {
+        record("Add", json!({ "p": p, "at": at, "due": due, "st": st }));
     }
     /// `MoveDue`: due mutable-bucket entries moved to the shared queue.
     pub fn move_due(st: Value) {
@@ -598,9 +617,11 @@ pub mod bucket_merge {
     pub fn trim(lo: i64, st: Value) {
         record("Trim", json!({ "lo": lo, "st": st }));
     }
-    /// `Ack`: the mark-delete moved; `md` is the first live ledger.
-    pub fn ack(md: i64, st: Value) {
-        record("Ack", json!({ "md": md, "st": st }));
+    /// `Ack`: the mark-delete moved to `(md, e)`; with `e = -1` (as
+    /// `tests/trace_bucket_merge.rs` records it) `md` is the first live
+    /// ledger.
+    pub fn ack(md: i64, e: i64, st: Value) {
+        record("Ack", json!({ "md": md, "e": e, "st": st }));
     }
     /// `CrashRecover` (first half): a new tracker recovered the committed
     /// buckets; the dispatcher's re-read (`Add` lines) follows.

@@ -11,6 +11,7 @@
 //! | `LedgerCursor@MaxEntries=n,MaxBatch=b.ndjson` | one cursor incarnation (the lines' `ml` and `cur`: from its `Open`, or its first `Recover`, until it is opened anew), with every append of its managed ledger; positions as that managed ledger's entry numbers ([`crate::trace::ledger_cursor::to_entry_numbers`]); one file per managed-ledger length `n`, `b` the longest read of the file | none (the header names `ml` and `cur`) |
 //! | `DeletionLookup@MaxEntry=e,MaxResets=r,MaxIds=i.ndjson` | one cursor deletion state (the lines' `ds`, from its `Open`): a subscription's, or the one a broker restart recovered | the state's `Open` (mark-delete and deleted ranges); the first line also the topic's ledger layout (`layout`, the spec's `LastEntry`) |
 //! | `PendingAckReplay@N=n,B=b,Cap=c,MaxTransient=m,MaxNonrec=k.ndjson` | one pending-ack handle (the lines' `h`, from the engine's `Init` line when it creates the handle) from its first attempt until it settles Ready or Error; one file per log length `n` (the spec's N is a constant); `m` the most transient read failures one of its runs saw (at least 3), `k` the most single non-recoverable ones of a log not lost | `lost`, `autoSkip`, `rp` (the start read position as an entry number) |
+//! | `BucketMerge@MaxCrashes=c.ndjson` | one subscription's delayed trackers (the lines' `st.trk`, joined by the engine's `Tracker` lines), across its restarts; only with one entry per ledger (otherwise counted as `BucketMerge (dropped: ...)`); positions renumbered 1..NP over every tracker's delayed messages in ledger order, the spec's clock the cutoff (`now + delayed_tick_ms`), `Tick` lines where it moved; `c` the most restarts of one run (at least 1) | `ts` (delivery times), `maxT`, `maxIdx` (100) |
 //!
 //! A file name `Spec@K=V,...` names the trace cfg's constants that differ
 //! per file: `.ci/trace` writes them into its copy of `specs/Trace<Spec>.cfg`.
@@ -105,6 +106,7 @@ pub fn write(
     written.extend(write_pending_ack(dir, lines)?);
     written.extend(write_ledger_cursor(dir, lines)?);
     written.extend(write_deletion_lookup(dir, lines)?);
+    written.extend(write_bucket_merge(dir, workload, lines)?);
     let mut summary = std::io::BufWriter::new(std::fs::File::create(dir.join("summary.tsv"))?);
     for (name, runs, steps) in &written {
         writeln!(summary, "{name}\t{runs}\t{steps}")?;
@@ -481,6 +483,216 @@ fn write_deletion_lookup(
             head["layout"] = layout.iter().map(|(l, e)| json!([l, e])).collect();
         }
         steps += write_run(&mut out, t + 1, &head, &run[1..])?;
+    }
+    out.flush()?;
+    Ok(vec![(name, runs.len(), steps)])
+}
+
+const BUCKET_MERGE: &str = "BucketMerge";
+
+/// Writes `BucketMerge.ndjson`: one run per subscription with a delayed
+/// tracker (its trackers' lines, `st.trk`, joined across restarts by the
+/// engine's `Tracker` lines), in the spec's terms. Only for one entry per
+/// ledger (`max_entries_per_ledger = 1`; the hooks name positions by
+/// ledger, and a bucket's ledger range is then an interval of positions):
+/// otherwise nothing is written and the summary says so. Positions: the
+/// delayed messages any tracker was given, numbered 1..NP in ledger order
+/// (every run shares them, hence `TS`); a bucket range `[lo, hi]` of ledgers
+/// becomes the positions in it; a mark-delete `(L, e)` the first position
+/// above it. Time: the spec's clock is the tracker's cutoff (`now +
+/// delayed_tick_ms`, not strict), `TS` the delivery times; a `Tick` line
+/// precedes a line whose clock moved (forward only). The `Init` line holds
+/// `ts`, `maxT` (the last clock) and `maxIdx` (100, the engine's
+/// max indexes per segment; its time step, 5 s, must not cut: the
+/// workload keeps a bucket's delivery times within it). The first
+/// tracker's `Recover` (nothing in storage) is not written; a later one
+/// (a restart) is followed by `ReReadDone` after the re-read of every
+/// position added before it.
+fn write_bucket_merge(
+    dir: &Path,
+    workload: &Workload,
+    lines: &[String],
+) -> std::io::Result<Vec<(String, usize, usize)>> {
+    let mut sub_of: BTreeMap<u64, String> = BTreeMap::new();
+    let mut by_trk: Vec<(u64, Value)> = Vec::new();
+    for l in lines {
+        let Ok(v) = serde_json::from_str::<Value>(l) else {
+            continue;
+        };
+        if v["action"] == "Tracker" {
+            if let (Some(t), Some(s)) = (v["trk"].as_u64(), v["sub"].as_str()) {
+                sub_of.insert(t, s.to_string());
+            }
+            continue;
+        }
+        if let Some(t) = v
+            .get("st")
+            .and_then(|st| st.get("trk"))
+            .and_then(Value::as_u64)
+        {
+            by_trk.push((t, v));
+        }
+    }
+    if by_trk.is_empty() {
+        return Ok(Vec::new());
+    }
+    if workload.max_entries_per_ledger != 1 {
+        return Ok(vec![(
+            format!("{BUCKET_MERGE} (dropped: max_entries_per_ledger is not 1)"),
+            sub_of.len(),
+            0,
+        )]);
+    }
+    let tick = workload.delayed_tick_ms as i64;
+    // Positions: every ledger a tracker was given, with its delivery time.
+    let mut at: BTreeMap<i64, i64> = BTreeMap::new();
+    for (_, v) in &by_trk {
+        if v["action"] == "Add" {
+            if let (Some(p), Some(a)) = (v["p"].as_i64(), v["at"].as_i64()) {
+                at.insert(p, a);
+            }
+        }
+    }
+    let num: BTreeMap<i64, i64> = at
+        .keys()
+        .enumerate()
+        .map(|(i, l)| (*l, i as i64 + 1))
+        .collect();
+    let np = num.len() as i64;
+    let pos = |l: &Value| -> Value { l.as_i64().and_then(|l| num.get(&l)).copied().into() };
+    let first_from = |l: i64| -> i64 { num.range(l..).next().map_or(np + 1, |(_, n)| *n) };
+    let last_to = |l: i64| -> i64 { num.range(..=l).next_back().map_or(0, |(_, n)| *n) };
+    let seqs = |v: &Value| -> Value {
+        v.as_array()
+            .map(|a| {
+                a.iter()
+                    .map(|s| {
+                        s.as_array()
+                            .map(|s| s.iter().map(pos).collect::<Value>())
+                            .unwrap_or_default()
+                    })
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    let map_st = |st: &Value| -> Value {
+        let set = |k: &str| -> Value {
+            st[k]
+                .as_array()
+                .map(|a| a.iter().map(pos).collect())
+                .unwrap_or_default()
+        };
+        let buckets: Vec<Value> = st["buckets"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|b| {
+                json!([
+                    first_from(b[0].as_i64().unwrap_or(0)),
+                    last_to(b[1].as_i64().unwrap_or(0)),
+                    b[2]
+                ])
+            })
+            .collect();
+        json!({
+            "clock": st["clock"].as_i64().unwrap_or(0) + tick,
+            "index": set("index"),
+            "counter": st["counter"],
+            "queue": set("queue"),
+            "mheap": set("mheap"),
+            "buckets": buckets,
+        })
+    };
+    let mut runs: BTreeMap<String, Vec<Value>> = BTreeMap::new();
+    let mut max_t = 0i64;
+    let mut crashes: BTreeMap<String, usize> = BTreeMap::new();
+    let mut first_trk: BTreeMap<String, u64> = BTreeMap::new();
+    // Per run: its clock, the last position added, an open re-read's end.
+    let mut state: BTreeMap<String, (i64, i64, Option<i64>)> = BTreeMap::new();
+    for (t, v) in &by_trk {
+        let Some(sub) = sub_of.get(t) else { continue };
+        let run = runs.entry(sub.clone()).or_default();
+        let (clock, last_added, reread) = state.entry(sub.clone()).or_insert((0, 0, None));
+        let mut v = v.clone();
+        let st = map_st(&v["st"]);
+        let c = st["clock"].as_i64().unwrap_or(0);
+        max_t = max_t.max(c);
+        // A re-read ends at its last position's Add, or before the first
+        // line that is not part of it (an Add past it, a pop, a tick...).
+        let in_reread = matches!(v["action"].as_str(), Some("SealFail"))
+            || (v["action"] == "Ack" && c == *clock)
+            || (v["action"] == "Add"
+                && c == *clock
+                && num.get(&v["p"].as_i64().unwrap_or(0)).copied().unwrap_or(0)
+                    <= reread.unwrap_or(0));
+        if reread.is_some() && !in_reread {
+            *reread = None;
+            run.push(json!({ "action": "ReReadDone" }));
+        }
+        if c > *clock {
+            run.push(json!({ "action": "Tick", "clock": c }));
+            *clock = c;
+        }
+        v["st"] = st;
+        match v["action"].as_str().unwrap_or_default() {
+            "Recover" => {
+                if *first_trk.entry(sub.clone()).or_insert(*t) == *t {
+                    continue; // the subscription's first tracker: nothing stored
+                }
+                *crashes.entry(sub.clone()).or_default() += 1;
+                *reread = Some(*last_added);
+            }
+            "Add" => {
+                let p = num.get(&v["p"].as_i64().unwrap_or(0)).copied().unwrap_or(0);
+                v["p"] = p.into();
+                *last_added = (*last_added).max(p);
+            }
+            "Pop" => v["p"] = pos(&v["p"]),
+            "LoadNextSegment" | "Trim" => {
+                v["lo"] = first_from(v["lo"].as_i64().unwrap_or(0)).into()
+            }
+            "Seal" => v["segs"] = seqs(&v["segs"]),
+            "Merge" => {
+                v["segs"] = seqs(&v["segs"]);
+                v["srcs"] = v["srcs"]
+                    .as_array()
+                    .map(|a| {
+                        a.iter()
+                            .map(|l| Value::from(first_from(l.as_i64().unwrap_or(0))))
+                            .collect()
+                    })
+                    .unwrap_or_default();
+            }
+            "Ack" => {
+                let (l, e) = (v["md"].as_i64().unwrap_or(0), v["e"].as_i64().unwrap_or(-1));
+                v["md"] = first_from(if e >= 0 { l + 1 } else { l }).into();
+            }
+            _ => {}
+        }
+        let done_reread =
+            v["action"] == "Add" && reread.is_some_and(|end| v["p"].as_i64() == Some(end));
+        run.push(v);
+        if done_reread {
+            *reread = None;
+            run.push(json!({ "action": "ReReadDone" }));
+        }
+    }
+    for (sub, (_, _, reread)) in &state {
+        if reread.is_some() {
+            if let Some(run) = runs.get_mut(sub) {
+                run.push(json!({ "action": "ReReadDone" }));
+            }
+        }
+    }
+    let ts: Vec<i64> = at.values().copied().collect();
+    let max_crashes = crashes.values().copied().max().unwrap_or(0).max(1);
+    let init = json!({ "action": "Init", "ts": ts, "maxT": max_t, "maxIdx": 100 });
+    let name = format!("{BUCKET_MERGE}@MaxCrashes={max_crashes}");
+    let mut out =
+        std::io::BufWriter::new(std::fs::File::create(dir.join(format!("{name}.ndjson")))?);
+    let mut steps = 0;
+    for (t, run) in runs.values().enumerate() {
+        steps += write_run(&mut out, t + 1, &init, run)?;
     }
     out.flush()?;
     Ok(vec![(name, runs.len(), steps)])

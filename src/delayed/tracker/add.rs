@@ -53,13 +53,23 @@ impl BucketDelayedDeliveryTracker {
             // count only holds what will be delivered.
             inner.index.untrack(ledger_id, entry);
             #[cfg(feature = "trace")]
-            crate::trace::bucket_merge::add(ledger_id, true, self.trace_state(&inner));
+            crate::trace::bucket_merge::add(
+                ledger_id,
+                deliver_at_ms,
+                true,
+                self.trace_state(&inner),
+            );
             self.debug_check(&inner);
             return Ok(false);
         }
         if inner.index.contains(ledger_id, entry) {
             #[cfg(feature = "trace")]
-            crate::trace::bucket_merge::add(ledger_id, false, self.trace_state(&inner));
+            crate::trace::bucket_merge::add(
+                ledger_id,
+                deliver_at_ms,
+                false,
+                self.trace_state(&inner),
+            );
             return Ok(true);
         }
         let idx = IndexEntry {
@@ -109,7 +119,7 @@ impl BucketDelayedDeliveryTracker {
         }
         inner.index.track(ledger_id, entry);
         #[cfg(feature = "trace")]
-        crate::trace::bucket_merge::add(ledger_id, false, self.trace_state(&inner));
+        crate::trace::bucket_merge::add(ledger_id, deliver_at_ms, false, self.trace_state(&inner));
         self.debug_check(&inner);
         Ok(true)
     }

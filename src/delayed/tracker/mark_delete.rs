@@ -54,6 +54,10 @@ impl BucketDelayedDeliveryTracker {
             .index
             .untrack_up_to(position.ledger_id, position.entry_id);
         #[cfg(feature = "trace")]
-        crate::trace::bucket_merge::ack(position.ledger_id, self.trace_state(inner));
+        crate::trace::bucket_merge::ack(
+            position.ledger_id,
+            position.entry_id,
+            self.trace_state(inner),
+        );
     }
 }

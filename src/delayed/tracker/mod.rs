@@ -130,6 +130,9 @@ pub struct BucketDelayedDeliveryTracker {
     clock: Arc<dyn Clock>,
     storage: Arc<dyn BucketSnapshotStorage>,
     inner: Mutex<Inner>,
+    /// This tracker's id in its trace lines (`st.trk`).
+    #[cfg(feature = "trace")]
+    trace_id: u64,
 }
 
 fn validate_position(ledger_id: i64, entry_id: i64) -> Result<u32, DelayedError> {
@@ -176,6 +179,8 @@ impl BucketDelayedDeliveryTracker {
             config,
             clock,
             storage,
+            #[cfg(feature = "trace")]
+            trace_id: crate::trace::bucket_merge::next_id(),
             inner: Mutex::new(Inner {
                 index: BucketDelayedMessageIndex::new(),
                 mutable: MutableBucket::new(),
@@ -211,8 +216,16 @@ impl BucketDelayedDeliveryTracker {
         }
     }
 
+    /// This tracker's id in its trace lines (`st.trk`; a simulator run
+    /// splits its lines into one run per subscription by it).
+    #[cfg(feature = "trace")]
+    pub fn trace_id(&self) -> u64 {
+        self.trace_id
+    }
+
     /// The tracker's state in `specs/BucketMerge.tla`'s terms, for the
-    /// trace hooks ([`crate::trace::bucket_merge`]; positions as ledgers).
+    /// trace hooks ([`crate::trace::bucket_merge`]; positions as ledgers;
+    /// `trk`: the tracker's [`trace_id`](Self::trace_id)).
     #[cfg(feature = "trace")]
     fn trace_state(&self, inner: &Inner) -> serde_json::Value {
         let mut queue: Vec<i64> = inner.shared_queue.iter().map(|r| r.0.ledger_id).collect();
@@ -232,6 +245,7 @@ impl BucketDelayedDeliveryTracker {
             "queue": queue,
             "mheap": inner.mutable.ledgers(),
             "buckets": buckets,
+            "trk": self.trace_id,
         })
     }
 

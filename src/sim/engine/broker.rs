@@ -74,6 +74,8 @@ impl Sim<'_> {
                     self.clock.clone(),
                 )
                 .map_err(comp("delayed tracker recovery"))?;
+                #[cfg(feature = "trace")]
+                crate::trace::bucket_merge::tracker(tracker.trace_id(), &name);
                 // Pulsar's tracker reads the mark-delete from the cursor.
                 let truth = &mut self.delayed_truth[s];
                 if self.sabotage_seek.is_none() {
