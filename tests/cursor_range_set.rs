@@ -5,7 +5,7 @@
 #![cfg(not(any(loom, feature = "shuttle")))]
 
 mod common;
-use common::p;
+use common::{deleted_ranges, p};
 
 use std::collections::BTreeSet;
 
@@ -80,19 +80,6 @@ fn max_in(oracle: &BTreeSet<Position>, l: i64) -> Option<i64> {
         .range(p(l, 0)..=p(l, U32_MAX))
         .next_back()
         .map(|q| q.entry_id)
-}
-
-fn oracle_ranges(oracle: &BTreeSet<Position>) -> Vec<(Position, Position)> {
-    let mut out: Vec<(Position, Position)> = Vec::new();
-    for &q in oracle {
-        match out.last_mut() {
-            Some((_, up)) if up.ledger_id == q.ledger_id && up.entry_id + 1 == q.entry_id => {
-                *up = q
-            }
-            _ => out.push((p(q.ledger_id, q.entry_id - 1), q)),
-        }
-    }
-    out
 }
 
 fn apply(set: &mut PositionRangeSet, oracle: &mut BTreeSet<Position>, op: &Op) {
@@ -184,7 +171,7 @@ proptest! {
         let mut oracle = BTreeSet::new();
         for op in &ops {
             apply(&mut set, &mut oracle, op);
-            let expected = oracle_ranges(&oracle);
+            let expected = deleted_ranges(&oracle);
             prop_assert_eq!(set.ranges(), expected.clone(), "after {:?}", op);
             prop_assert_eq!(set.cardinality(), oracle.len() as u64);
             prop_assert_eq!(set.is_empty(), oracle.is_empty());

@@ -63,7 +63,7 @@ use pulsar_core::{trace, Position};
 use serde_json::Value;
 
 mod common;
-use common::p;
+use common::{deleted_ranges, p};
 
 /// Cases recorded.
 const RUNS: u32 = 100;
@@ -176,21 +176,6 @@ fn case() -> impl Strategy<Value = (Start, Vec<Op>)> {
         ],
         proptest::collection::vec(op(), MIN_OPS..=MAX_OPS),
     )
-}
-
-/// The open-closed ranges `(lower, upper]` of `set`, one per run of
-/// consecutive entries of a ledger.
-fn to_ranges(set: &BTreeSet<Position>) -> Vec<(Position, Position)> {
-    let mut out: Vec<(Position, Position)> = Vec::new();
-    for &e in set {
-        match out.last_mut() {
-            Some((_, hi)) if hi.ledger_id == e.ledger_id && hi.entry_id + 1 == e.entry_id => {
-                *hi = e;
-            }
-            _ => out.push((e.previous_in_ledger(), e)),
-        }
-    }
-    out
 }
 
 /// The entries that open-closed `ranges` hold.
@@ -345,7 +330,7 @@ fn run_case(
             Model::new(p(1, -1), &BTreeSet::new()),
         ),
         Start::Recover(md, set) => (
-            CursorDeletionState::recover(*md, &to_ranges(set)).unwrap(),
+            CursorDeletionState::recover(*md, &deleted_ranges(set)).unwrap(),
             Model::new(*md, set),
         ),
     };
