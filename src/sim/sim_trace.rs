@@ -505,9 +505,9 @@ const BUCKET_MERGE: &str = "BucketMerge";
 /// `ts`, `maxT` (the last clock) and `maxIdx` (100, the engine's
 /// max indexes per segment; its time step, 5 s, must not cut: the
 /// workload keeps a bucket's delivery times within it). The first
-/// tracker's `Recover` (nothing in storage) is not written; a later one
-/// (a restart) is followed by `ReReadDone` after the re-read of every
-/// position added before it.
+/// tracker's `Recover` (nothing in storage) is not written; a later one is
+/// a restart (the spec's `Crash`), its re-read the `Add` lines of positions
+/// added before it, which interleave with the other lines.
 fn write_bucket_merge(
     dir: &Path,
     workload: &Workload,
@@ -607,28 +607,16 @@ fn write_bucket_merge(
     let mut max_t = 0i64;
     let mut crashes: BTreeMap<String, usize> = BTreeMap::new();
     let mut first_trk: BTreeMap<String, u64> = BTreeMap::new();
-    // Per run: its clock, the last position added, an open re-read's end.
-    let mut state: BTreeMap<String, (i64, i64, Option<i64>)> = BTreeMap::new();
+    // Per run: its clock.
+    let mut clocks: BTreeMap<String, i64> = BTreeMap::new();
     for (t, v) in &by_trk {
         let Some(sub) = sub_of.get(t) else { continue };
         let run = runs.entry(sub.clone()).or_default();
-        let (clock, last_added, reread) = state.entry(sub.clone()).or_insert((0, 0, None));
+        let clock = clocks.entry(sub.clone()).or_insert(0);
         let mut v = v.clone();
         let st = map_st(&v["st"]);
         let c = st["clock"].as_i64().unwrap_or(0);
         max_t = max_t.max(c);
-        // A re-read ends at its last position's Add, or before the first
-        // line that is not part of it (an Add past it, a pop, a tick...).
-        let in_reread = matches!(v["action"].as_str(), Some("SealFail"))
-            || (v["action"] == "Ack" && c == *clock)
-            || (v["action"] == "Add"
-                && c == *clock
-                && num.get(&v["p"].as_i64().unwrap_or(0)).copied().unwrap_or(0)
-                    <= reread.unwrap_or(0));
-        if reread.is_some() && !in_reread {
-            *reread = None;
-            run.push(json!({ "action": "ReReadDone" }));
-        }
         if c > *clock {
             run.push(json!({ "action": "Tick", "clock": c }));
             *clock = c;
@@ -640,14 +628,8 @@ fn write_bucket_merge(
                     continue; // the subscription's first tracker: nothing stored
                 }
                 *crashes.entry(sub.clone()).or_default() += 1;
-                *reread = Some(*last_added);
             }
-            "Add" => {
-                let p = num.get(&v["p"].as_i64().unwrap_or(0)).copied().unwrap_or(0);
-                v["p"] = p.into();
-                *last_added = (*last_added).max(p);
-            }
-            "Pop" => v["p"] = pos(&v["p"]),
+            "Add" | "Pop" => v["p"] = pos(&v["p"]),
             "LoadNextSegment" | "Trim" => {
                 v["lo"] = first_from(v["lo"].as_i64().unwrap_or(0)).into()
             }
@@ -669,20 +651,7 @@ fn write_bucket_merge(
             }
             _ => {}
         }
-        let done_reread =
-            v["action"] == "Add" && reread.is_some_and(|end| v["p"].as_i64() == Some(end));
         run.push(v);
-        if done_reread {
-            *reread = None;
-            run.push(json!({ "action": "ReReadDone" }));
-        }
-    }
-    for (sub, (_, _, reread)) in &state {
-        if reread.is_some() {
-            if let Some(run) = runs.get_mut(sub) {
-                run.push(json!({ "action": "ReReadDone" }));
-            }
-        }
     }
     let ts: Vec<i64> = at.values().copied().collect();
     let max_crashes = crashes.values().copied().max().unwrap_or(0).max(1);
