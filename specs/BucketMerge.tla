@@ -385,23 +385,20 @@ Spans(p) == mheap # {} /\ \E s \in Buckets : SetMin(mheap) < lo[s] /\ hi[s] < p
 \* send a position twice). Tracked already (restored): nothing. Otherwise
 \* tracked: queued inside a bucket's range, else into the mutable heap.
 ReReadAt(p) ==
+    LET due == TS[p] <= clock
+        keep == Bug = "expired_readd"
+        new == ~due /\ p \notin index
+    IN
     /\ rd <= p /\ p < nextP /\ p >= md
     /\ rd' = p + 1
-    /\ IF TS[p] <= clock
-       THEN /\ index' = IF Bug = "expired_readd" THEN index ELSE index \ {p}
-            /\ counter' = IF Bug = "expired_readd" THEN counter ELSE Untracked(p)
-            /\ dcount' = IF dcount[p] = 0 THEN [dcount EXCEPT ![p] = 1] ELSE dcount
-            /\ everDel' = everDel \cup {p}
-            /\ UNCHANGED <<mheap, queue>>
-       ELSE IF p \in index
-       THEN UNCHANGED <<index, counter, mheap, queue, dcount, everDel>>
-       ELSE /\ ~Spans(p)
-            /\ index' = index \cup {p}
-            /\ counter' = counter + 1
-            /\ IF InRange(p)
-               THEN queue' = Enqueue(queue, {p}) /\ UNCHANGED mheap
-               ELSE mheap' = mheap \cup {p} /\ UNCHANGED queue
-            /\ UNCHANGED <<dcount, everDel>>
+    /\ ~(new /\ Spans(p))
+    /\ index' = IF due THEN (IF keep THEN index ELSE index \ {p}) ELSE index \cup {p}
+    /\ counter' = IF due THEN (IF keep THEN counter ELSE Untracked(p))
+                  ELSE IF new THEN counter + 1 ELSE counter
+    /\ dcount' = IF due /\ dcount[p] = 0 THEN [dcount EXCEPT ![p] = 1] ELSE dcount
+    /\ everDel' = IF due THEN everDel \cup {p} ELSE everDel
+    /\ queue' = IF new /\ InRange(p) THEN Enqueue(queue, {p}) ELSE queue
+    /\ mheap' = IF new /\ ~InRange(p) THEN mheap \cup {p} ELSE mheap
     /\ UNCHANGED <<clock, nextP, segs, lo, hi, cur, md, stale, crashes, rset>>
 
 ReRead == ReReadAt(rd)
