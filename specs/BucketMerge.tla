@@ -19,11 +19,23 @@
 (* are omitted. The clock is strict (cutoff = clock). At most MaxCrashes  *)
 (* crashes.                                                               *)
 (*                                                                         *)
-(* Durability contract checked by NoLoss: after a crash the dispatcher     *)
-(* re-reads from mark-delete; it re-dispatches expired positions and       *)
-(* re-adds positions outside every committed bucket range, but for a       *)
-(* not-yet-due position inside a committed range the snapshot is the only  *)
-(* source (the tracker must not rely on re-reads to repair its snapshots). *)
+(* Restart: Crash(m) loses the in-memory state and the acknowledgements   *)
+(* not yet persisted (the mark-delete goes back to some m <= md); the new  *)
+(* tracker recovers every committed bucket at once. The dispatcher then  *)
+(* re-reads from the mark-delete, one position at a time (ReRead), while  *)
+(* the tracker delivers, loads, seals, merges and the consumers ack (all  *)
+(* actions interleave with the re-read; new positions are added after    *)
+(* it). The cursor's read skips a position acknowledged individually     *)
+(* above the mark-delete (ReReadSkip: one delivered before), so a bucket *)
+(* snapshot may restore it and it stays tracked until popped: Pulsar's    *)
+(* tracker restores the snapshots' bitmaps and the dispatcher drops such  *)
+(* a position by the cursor's deleted state.                              *)
+(*                                                                         *)
+(* Durability contract checked by NoLoss: every position the re-read has *)
+(* passed is tracked unless delivered or acknowledged, and a not-yet-due  *)
+(* position inside a range committed at the crash (rset) is tracked from *)
+(* the recovery on: for it the snapshot is the only source (the tracker  *)
+(* must not rely on re-reads to repair its snapshots).                    *)
 (*                                                                         *)
 (* Bug is the negative-control switch:                                     *)
 (*   "none"                    the tracker as specified                    *)
@@ -63,10 +75,14 @@ VARIABLES clock,     \* now (ms), monotone across crashes
           everDel,   \* positions ever delivered (any lifetime)
           md,        \* mark-delete: positions < md are acknowledged
           stale,     \* positions persisted by a snapshot write AFTER dispatch
-          crashes    \* crashes so far
+          crashes,   \* crashes so far
+          rd,        \* the dispatcher's re-read: positions rd..nextP-1 are still to
+                     \* be re-read (rd = nextP: no re-read in progress)
+          rset       \* positions the last recovery had to restore (not yet due,
+                     \* unacknowledged, undelivered, inside a committed range)
 
 vars == <<clock, nextP, index, counter, mheap, queue, segs, lo, hi, cur,
-          dcount, everDel, md, stale, crashes>>
+          dcount, everDel, md, stale, crashes, rd, rset>>
 
 Pos == 1..NP
 Sid == 1..MaxSid
@@ -140,20 +156,24 @@ Init ==
     /\ md = 1
     /\ stale = {}
     /\ crashes = 0
+    /\ rd = 1
+    /\ rset = {}
 
 \* Time passes.
 Tick ==
     /\ clock < MaxT
     /\ clock' = clock + 1
     /\ UNCHANGED <<nextP, index, counter, mheap, queue, segs, lo, hi, cur,
-                   dcount, everDel, md, stale, crashes>>
+                   dcount, everDel, md, stale, crashes, rd, rset>>
 
 \* add_message of the next message. Not yet due: it lies above every range,
 \* so it goes to the mutable heap and is tracked. Already due: add_message
-\* returns false and the dispatcher delivers it at once.
-Add ==
+\* returns false and the dispatcher delivers it at once. The cursor reads in
+\* order: a new position comes after the re-read (Add); AddNext is its step.
+AddNext ==
     /\ nextP <= NP
     /\ nextP' = nextP + 1
+    /\ rd' = nextP + 1
     /\ IF TS[nextP] > clock
        THEN /\ index' = index \cup {nextP}
             /\ counter' = counter + 1
@@ -162,7 +182,9 @@ Add ==
        ELSE /\ dcount' = [dcount EXCEPT ![nextP] = @ + 1]
             /\ everDel' = everDel \cup {nextP}
             /\ UNCHANGED <<index, counter, mheap>>
-    /\ UNCHANGED <<clock, queue, segs, lo, hi, cur, md, stale, crashes>>
+    /\ UNCHANGED <<clock, queue, segs, lo, hi, cur, md, stale, crashes, rset>>
+
+Add == rd = nextP /\ AddNext
 
 \* getScheduledMessages step 1: due mutable entries move to the shared queue.
 MoveDue ==
@@ -171,7 +193,7 @@ MoveDue ==
     /\ mheap' = mheap \ due
     /\ queue' = Enqueue(queue, due)
     /\ UNCHANGED <<clock, nextP, index, counter, segs, lo, hi, cur,
-                   dcount, everDel, md, stale, crashes>>
+                   dcount, everDel, md, stale, crashes, rd, rset>>
 
 \* Seal: the mutable heap becomes a bucket; its snapshot and key commit
 \* atomically, segment 1 is queued (its last index is the boundary).
@@ -188,7 +210,7 @@ Seal(B) ==
     /\ cur' = [cur EXCEPT ![s] = 1]
     /\ queue' = Enqueue(queue, Elems(new[1]))
     /\ mheap' = {}
-    /\ UNCHANGED <<clock, nextP, index, counter, dcount, everDel, md, stale, crashes>>
+    /\ UNCHANGED <<clock, nextP, index, counter, dcount, everDel, md, stale, crashes, rd, rset>>
 
 \* Seal whose snapshot create failed: every segment stays in the queue.
 SealFail ==
@@ -196,7 +218,7 @@ SealFail ==
     /\ queue' = Enqueue(queue, mheap)
     /\ mheap' = {}
     /\ UNCHANGED <<clock, nextP, index, counter, segs, lo, hi, cur,
-                   dcount, everDel, md, stale, crashes>>
+                   dcount, everDel, md, stale, crashes, rd, rset>>
 
 \* getScheduledMessages step 2 (a): the head is below mark-delete (orphan):
 \* pop and untrack without delivering.
@@ -208,7 +230,7 @@ PopOrphan ==
     /\ index' = index \ {QHead}
     /\ counter' = Untracked(QHead)
     /\ UNCHANGED <<clock, nextP, mheap, segs, lo, hi, cur, dcount,
-                   everDel, md, stale, crashes>>
+                   everDel, md, stale, crashes, rd, rset>>
 
 \* getScheduledMessages step 2 (d): pop a due head; deliver only if untrack
 \* says it was tracked (the bug delivers and decrements unconditionally).
@@ -225,7 +247,7 @@ Pop ==
        /\ counter' = IF Bug = "pop_ignores_untrack" THEN counter - 1 ELSE Untracked(h)
        /\ dcount' = IF deliver THEN [dcount EXCEPT ![h] = @ + 1] ELSE dcount
        /\ everDel' = IF deliver THEN everDel \cup {h} ELSE everDel
-    /\ UNCHANGED <<clock, nextP, mheap, segs, lo, hi, cur, md, stale, crashes>>
+    /\ UNCHANGED <<clock, nextP, mheap, segs, lo, hi, cur, md, stale, crashes, rd, rset>>
 
 \* Step 2 (c): the head is bucket s's boundary: load its next segment, or
 \* retire the bucket after its last one (deleteOk: the snapshot delete
@@ -241,7 +263,7 @@ LoadNextSegment(s, deleteOk) ==
        /\ segs' = IF last /\ deleteOk THEN [segs EXCEPT ![s] = <<>>] ELSE segs
        /\ queue' = IF last THEN queue ELSE Enqueue(queue, Elems(segs[s][cur[s] + 1]))
     /\ UNCHANGED <<clock, nextP, index, counter, mheap, lo, hi, dcount,
-                   everDel, md, stale, crashes>>
+                   everDel, md, stale, crashes, rd, rset>>
 
 \* A merge set: at least two in-memory buckets with disjoint ranges and no
 \* other bucket between the lowest range and the highest (Pulsar merges a
@@ -284,7 +306,7 @@ Merge(S, B) ==
        /\ hi' = IF kept = {} THEN hi ELSE [hi EXCEPT ![s1] = hi[sN]]
        /\ queue' = IF kept = {} THEN queue ELSE Enqueue(base, Elems(new[1]))
        /\ stale' = stale \cup (kept \ index)
-    /\ UNCHANGED <<clock, nextP, index, counter, mheap, lo, dcount, everDel, md, crashes>>
+    /\ UNCHANGED <<clock, nextP, index, counter, mheap, lo, dcount, everDel, md, crashes, rd, rset>>
 
 \* Trim: a bucket wholly below mark-delete is deleted and every bit of its
 \* frozen bitmap is untracked (only tracked bits decrement the counter).
@@ -296,7 +318,7 @@ Trim(s) ==
     /\ index' = index \ AllOf(s)
     /\ counter' = counter - Cardinality(index \cap AllOf(s))
     /\ UNCHANGED <<clock, nextP, mheap, queue, lo, hi, dcount, everDel,
-                   md, stale, crashes>>
+                   md, stale, crashes, rd, rset>>
 
 \* Ack: the consumer acknowledged position md (it was delivered), so
 \* mark-delete advances past it.
@@ -305,43 +327,81 @@ Ack ==
     /\ md \in everDel
     /\ md' = md + 1
     /\ UNCHANGED <<clock, nextP, index, counter, mheap, queue, segs, lo,
-                   hi, cur, dcount, everDel, stale, crashes>>
+                   hi, cur, dcount, everDel, stale, crashes, rd, rset>>
 
-\* Crash + Recover. Recovery restores every committed snapshot from its first
-\* segment with max > clock (fully expired ones are deleted) into the
-\* runtime index; then the dispatcher re-reads from mark-delete: expired
-\* positions are dispatched at once (add_message returns false and untracks;
-\* the bug leaves the bit), uncovered ones are re-added.
+\* Crash(m) + recovery. The acknowledgements not yet persisted are lost:
+\* the mark-delete goes back to m <= md. The new tracker restores every
+\* committed snapshot from its first segment with max > clock (fully
+\* expired ones are deleted) into the runtime index and queues that
+\* segment; the mutable heap is empty. The dispatcher's re-read starts at
+\* the mark-delete (ReRead). rset: the not-yet-due, undelivered positions
+\* >= md inside a range committed at the crash (NoLoss: restored now).
 MaxTs(seg) == TS[LastOf(seg)]
 LiveSnap(s) == InStore(s) /\ \E j \in 1..Len(segs[s]) : MaxTs(segs[s][j]) > clock
 FirstJ(s) == SetMin({j \in 1..Len(segs[s]) : MaxTs(segs[s][j]) > clock})
 
 \* (The \E over singleton sets binds each intermediate value once.)
-CrashRecover ==
+Crash(m) ==
     \E live \in {{s \in Sid : LiveSnap(s)}} :
     \E fj \in {[s \in Sid |-> IF s \in live THEN FirstJ(s) ELSE 0]} :
     \E restored \in {UNION {SegsFrom(s, fj[s]) : s \in live}} :
     \E loaded \in {UNION {Elems(segs[s][fj[s]]) : s \in live}} :
-    \E reread \in {{p \in Added : p >= md}} :
-    \E expired \in {{p \in reread : TS[p] <= clock}} :
-    \E readd \in {{p \in reread \ expired :
-                      /\ p \notin restored
-                      /\ ~\E s \in live : lo[s] <= p /\ p <= hi[s]}} :
-    \E newIndex \in {IF Bug = "expired_readd"
-                     THEN restored \cup readd
-                     ELSE (restored \ expired) \cup readd} :
-    \E maxHi \in {IF live = {} THEN 0 ELSE SetMax({hi[s] : s \in live})} :
     /\ crashes < MaxCrashes
+    /\ m \in 1..md
     /\ crashes' = crashes + 1
     /\ segs' = [s \in Sid |-> IF s \in live THEN segs[s] ELSE <<>>]
     /\ cur' = fj
-    /\ index' = newIndex
-    /\ counter' = Cardinality(newIndex)
-    /\ queue' = [p \in Pos |-> IF p \in loaded \/ (p \in readd /\ p <= maxHi) THEN 1 ELSE 0]
-    /\ mheap' = {p \in readd : p > maxHi}
-    /\ dcount' = [p \in Pos |-> IF p \in expired THEN 1 ELSE 0]
-    /\ everDel' = everDel \cup expired
-    /\ UNCHANGED <<clock, nextP, lo, hi, md, stale>>
+    /\ index' = restored
+    /\ counter' = Cardinality(restored)
+    /\ queue' = [p \in Pos |-> IF p \in loaded THEN 1 ELSE 0]
+    /\ mheap' = {}
+    /\ dcount' = [p \in Pos |-> 0]
+    /\ md' = m
+    /\ rd' = m
+    /\ rset' = {p \in Added : /\ p >= md /\ p \notin everDel /\ TS[p] > clock
+                              /\ \E s \in live : lo[s] <= p /\ p <= hi[s]}
+    /\ UNCHANGED <<clock, nextP, lo, hi, everDel, stale>>
+
+\* The re-read passes position rd without handing it to the tracker: it is
+\* acknowledged (below mark-delete), or acknowledged individually, which
+\* only a delivered position can be (the cursor's read skips it).
+Skippable(p) == p < md \/ p \in everDel
+ReReadSkip ==
+    /\ rd < nextP
+    /\ Skippable(rd)
+    /\ rd' = rd + 1
+    /\ UNCHANGED <<clock, nextP, index, counter, mheap, queue, segs, lo, hi,
+                   cur, dcount, everDel, md, stale, crashes, rset>>
+
+\* Whether p lies in an in-memory bucket's range; whether adding p to the
+\* mutable heap would make its range span a bucket (the tracker first hands
+\* the heap to the queue, SealFail, or seals it).
+InRange(p) == \E s \in Buckets : lo[s] <= p /\ p <= hi[s]
+Spans(p) == mheap # {} /\ \E s \in Buckets : SetMin(mheap) < lo[s] /\ hi[s] < p
+
+\* The re-read hands p (rd <= p: the positions before it were passed) to
+\* add_message. Expired: untracked (the bug leaves the bit) and dispatched,
+\* unless a copy already went out in this lifetime (the dispatcher does not
+\* send a position twice). Tracked already (restored): nothing. Otherwise
+\* tracked: queued inside a bucket's range, else into the mutable heap.
+ReReadAt(p) ==
+    LET due == TS[p] <= clock
+        keep == Bug = "expired_readd"
+        new == ~due /\ p \notin index
+    IN
+    /\ rd <= p /\ p < nextP /\ p >= md
+    /\ rd' = p + 1
+    /\ ~(new /\ Spans(p))
+    /\ index' = IF due THEN (IF keep THEN index ELSE index \ {p}) ELSE index \cup {p}
+    /\ counter' = IF due THEN (IF keep THEN counter ELSE Untracked(p))
+                  ELSE IF new THEN counter + 1 ELSE counter
+    /\ dcount' = IF due /\ dcount[p] = 0 THEN [dcount EXCEPT ![p] = 1] ELSE dcount
+    /\ everDel' = IF due THEN everDel \cup {p} ELSE everDel
+    /\ queue' = IF new /\ InRange(p) THEN Enqueue(queue, {p}) ELSE queue
+    /\ mheap' = IF new /\ ~InRange(p) THEN mheap \cup {p} ELSE mheap
+    /\ UNCHANGED <<clock, nextP, segs, lo, hi, cur, md, stale, crashes, rset>>
+
+ReRead == ReReadAt(rd)
 
 \* Nothing happens (keeps finished behaviours from counting as deadlocks).
 Idle == UNCHANGED vars
@@ -359,7 +419,9 @@ Next ==
     \/ \E S \in SUBSET Sid : \E B \in SUBSET (1..(NP - 1)) : Merge(S, B)
     \/ \E s \in Sid : Trim(s)
     \/ Ack
-    \/ CrashRecover
+    \/ \E m \in 1..(NP + 1) : Crash(m)
+    \/ ReReadSkip
+    \/ ReRead
     \/ Idle
 
 Spec == Init /\ [][Next]_vars
@@ -371,14 +433,18 @@ TypeOK ==
     /\ index \subseteq Pos
     /\ mheap \subseteq index
     /\ md \in 1..(NP + 1)
+    /\ rd \in 1..(NP + 1)
+    /\ rset \subseteq Pos
     /\ \A s \in Sid : cur[s] > 0 => InStore(s)
 
 (* The counter always equals the runtime index's cardinality.              *)
 CounterEqualsCardinality == counter = Cardinality(index)
 
 (* Every added position that was never delivered and is not acknowledged   *)
-(* is tracked (after a crash: recovered from storage or re-added).         *)
-NoLoss == \A p \in Added : (p \notin everDel /\ p >= md) => p \in index
+(* is tracked once the re-read passed it (re-added), and from the recovery *)
+(* on if it was inside a committed range (restored from the snapshot).    *)
+NoLoss == \A p \in Added : (p \notin everDel /\ p >= md /\ (p < rd \/ p \in rset))
+                            => p \in index
 
 (* Within one lifetime no position is delivered twice.                     *)
 NoDoubleDelivery == \A p \in Pos : dcount[p] <= 1

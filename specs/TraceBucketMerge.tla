@@ -18,7 +18,10 @@
 (* NP and MaxSid are the number of positions.                             *)
 (*                                                                         *)
 (* Line -> step:                                                           *)
-(*   Add(p, due)          Add (p = nextP; due: TS[p] <= clock)             *)
+(*   Add(p, due)          Add (p = nextP) or, during a re-read (p < nextP), *)
+(*                        ReReadAt(p) (due: TS[p] <= clock); the positions *)
+(*                        between the re-read's last one and p are passed  *)
+(*                        at once (ReReadSkip, each one Skippable)          *)
 (*   MoveDue, SealFail    MoveDue, SealFail                                *)
 (*   Seal(segs)           Seal(B), B the cut points of segs, writing       *)
 (*                        exactly segs                                     *)
@@ -33,20 +36,18 @@
 (*   Ack(md)              md' - md spec Acks at once (zero: a stutter)     *)
 (*   Tick(clock)          clock' - clock spec Ticks at once (environment   *)
 (*                        line; the clock only moves forward)              *)
-(*   Recover ... ReReadDone   one CrashRecover: the Recover line (the new  *)
-(*                        tracker recovered its buckets) starts the        *)
-(*                        dispatcher's re-read, whose Add lines (and the   *)
-(*                        mark-delete handed to the new tracker) are the   *)
-(*                        re-adds CrashRecover performs atomically; at     *)
-(*                        ReReadDone the state after the last re-read line *)
-(*                        must be CrashRecover's.                          *)
+(*   Recover              Crash(m): the new tracker recovered its buckets; *)
+(*                        m is the mark-delete the next line (Ack) hands   *)
+(*                        it (the persisted one), else md. Its re-read's   *)
+(*                        Add lines interleave with every other line.      *)
 (*                                                                         *)
 (* State map (Obs): clock, queue (entries per position), mheap and the     *)
 (* in-memory buckets (lo, hi, cur) are compared as they are. The tracker   *)
 (* untracks every acknowledged position at once (update_mark_delete), the  *)
 (* spec when it pops it (PopOrphan): so index and counter are compared on  *)
 (* the positions >= md, and the tracker's counter must equal the spec's    *)
-(* count of them.                                                          *)
+(* count of them; at Recover (no mark-delete handed to the new tracker    *)
+(* yet) on every position.                                                 *)
 (***************************************************************************)
 EXTENDS BucketMerge, Json, TLC
 
@@ -67,7 +68,7 @@ TraceMaxT == Log[1].maxT
 TraceMaxIdx == Log[1].maxIdx
 TraceMaxSid == Len(Log[1].ts)
 
-VARIABLES t, l, rr   \* the run replayed, its next line, inside a re-read
+VARIABLES t, l   \* the run replayed, its next line
 
 Line == Log[l]
 Is(a) == Line.action = a
@@ -75,13 +76,21 @@ ToSet(s) == {s[i] : i \in DOMAIN s}
 Count(s, p) == Cardinality({i \in DOMAIN s : s[i] = p})
 
 \* The tracker's state st (after the step) is the spec's next state.
-Obs(st) ==
+ObsRest(st) ==
     /\ clock' = st.clock
-    /\ ToSet(st.index) = {p \in index' : p >= md'}
-    /\ st.counter = counter' - Cardinality({p \in index' : p < md'})
     /\ queue' = [p \in Pos |-> Count(st.queue, p)]
     /\ mheap' = ToSet(st.mheap)
     /\ {<<lo'[s], hi'[s], cur'[s]>> : s \in {x \in Sid : cur'[x] > 0}} = ToSet(st.buckets)
+Obs(st) ==
+    /\ ToSet(st.index) = {p \in index' : p >= md'}
+    /\ st.counter = counter' - Cardinality({p \in index' : p < md'})
+    /\ ObsRest(st)
+
+\* Obs before the new tracker was handed a mark-delete: every position.
+ObsAll(st) ==
+    /\ ToSet(st.index) = index'
+    /\ st.counter = counter'
+    /\ ObsRest(st)
 
 TraceInit ==
     /\ t \in Runs
@@ -90,11 +99,19 @@ TraceInit ==
     /\ Log[RunFirst[t]].maxT = MaxT
     /\ Log[RunFirst[t]].maxIdx = MaxIdx
     /\ l = RunFirst[t] + 1
-    /\ rr = FALSE
     /\ Init
 
+\* The re-read passes rd..p-1 (ReReadSkip steps: they change only rd, so
+\* the next step may start from any of them).
+PassedTo(p) == \A q \in rd..(p - 1) : Skippable(q)
 IsAdd == Is("Add") /\ Line.p = nextP /\ Line.due = (TS[nextP] <= clock)
-         /\ Add /\ Obs(Line.st)
+         /\ PassedTo(nextP) /\ AddNext /\ Obs(Line.st)
+IsReRead == Is("Add") /\ Line.p < nextP /\ Line.due = (TS[Line.p] <= clock)
+            /\ PassedTo(Line.p) /\ ReReadAt(Line.p) /\ Obs(Line.st)
+\* The mark-delete the new tracker is handed after recovery (the persisted
+\* one: acknowledgements not yet persisted are lost).
+RecoverMd == IF l < RunLast[t] /\ Log[l + 1].action = "Ack" THEN Log[l + 1].md ELSE md
+IsRecover == Is("Recover") /\ \E m \in {RecoverMd} : Crash(m) /\ ObsAll(Line.st)
 IsMoveDue == Is("MoveDue") /\ MoveDue /\ Obs(Line.st)
 \* The cut points of segs: the rank (heap order, among all its positions)
 \* of each segment's last position but the last segment's.
@@ -128,29 +145,20 @@ IsAck == Is("Ack") /\ Line.md >= md
          /\ (\A q \in md..(Line.md - 1) : q < nextP /\ q \in everDel)
          /\ md' = Line.md
          /\ UNCHANGED <<clock, nextP, index, counter, mheap, queue, segs, lo,
-                        hi, cur, dcount, everDel, stale, crashes>>
+                        hi, cur, dcount, everDel, stale, crashes, rd, rset>>
          /\ Obs(Line.st)
 \* The clock moves forward to Line.clock: Line.clock - clock spec Ticks
 \* (a Tick changes nothing else).
 IsTick == Is("Tick") /\ clock < Line.clock /\ Line.clock <= MaxT
           /\ clock' = Line.clock
           /\ UNCHANGED <<nextP, index, counter, mheap, queue, segs, lo, hi, cur,
-                         dcount, everDel, md, stale, crashes>>
-
-\* Lines of the dispatcher's re-read after a restart: CrashRecover does them
-\* atomically at ReReadDone.
-IsReRead == (Is("Add") \/ Is("SealFail") \/ (Is("Ack") /\ Line.md = md))
-            /\ UNCHANGED vars
+                         dcount, everDel, md, stale, crashes, rd, rset>>
 
 NormalStep ==
-    \/ IsAdd \/ IsMoveDue \/ IsSeal \/ IsSealFail \/ IsPop \/ IsLoad
-    \/ IsMerge \/ IsTrim \/ IsAck \/ IsTick
+    \/ IsAdd \/ IsReRead \/ IsMoveDue \/ IsSeal \/ IsSealFail \/ IsPop \/ IsLoad
+    \/ IsMerge \/ IsTrim \/ IsAck \/ IsTick \/ IsRecover
 
-StepMatches ==
-    \/ ~rr /\ NormalStep /\ UNCHANGED rr
-    \/ ~rr /\ Is("Recover") /\ rr' = TRUE /\ UNCHANGED vars
-    \/ rr /\ IsReRead /\ UNCHANGED rr
-    \/ rr /\ Is("ReReadDone") /\ CrashRecover /\ Obs(Log[l - 1].st) /\ rr' = FALSE
+StepMatches == NormalStep
 
 TraceNext ==
     \/ /\ l <= RunLast[t]
@@ -158,14 +166,11 @@ TraceNext ==
        /\ l' = l + 1
        /\ UNCHANGED t
     \/ /\ l > RunLast[t]          \* run fully matched: stutter
-       /\ UNCHANGED <<vars, t, l, rr>>
+       /\ UNCHANGED <<vars, t, l>>
 
-TraceSpec == TraceInit /\ [][TraceNext]_<<vars, t, l, rr>>
+TraceSpec == TraceInit /\ [][TraceNext]_<<vars, t, l>>
 
 (* Every line of every run is matched by a spec step.                      *)
 TraceFollowed == l <= RunLast[t] => ENABLED (StepMatches /\ l' = l + 1 /\ UNCHANGED t)
 
-(* No run ends inside a re-read (a recorder cut off after a restart would  *)
-(* leave its CrashRecover unchecked).                                      *)
-RunEndsOutsideReRead == l > RunLast[t] => ~rr
 =============================================================================

@@ -13,8 +13,8 @@
 //! step. The hook lines (src/trace.rs, `bucket_merge`) carry the
 //! tracker's state in the spec's terms; this recorder adds the environment's
 //! lines: `Init` (the spec's constants: delivery times `ts`, `maxT`,
-//! `maxIdx`), `Tick` (the clock moved), `ReReadDone` (the re-read after a
-//! restart ended), and writes every case, tagged `t`, to
+//! `maxIdx`) and `Tick` (the clock moved), and writes every case, tagged
+//! `t`, to
 //! `$PULSAR_TRACE_DIR/BucketMerge.ndjson` (default `target/traces`); a
 //! model disagreement fails the test after the file is written, so TLC
 //! judges the lines first.
@@ -27,10 +27,9 @@
 //! as `(md, -1)` so the spec's `md` (positions `< md` acknowledged) is the
 //! first live ledger. Merges are two-way (`trim_and_merge` is called only
 //! while at most two buckets exist; automatic trim/merge is off:
-//! `max_num_buckets = 0`). A lifetime after a restart does not seal
-//! (`min_index_count_per_bucket = u64::MAX`): the spec's `CrashRecover`
-//! re-adds atomically, which a seal in the middle of the re-read would not
-//! be.
+//! `max_num_buckets = 0`). The re-read after a restart offers every
+//! position from the mark-delete in order (the spec's `ReRead`), sealing
+//! as the first lifetime does.
 //! `.ci/trace BucketMerge` has TLC validate them.
 #![cfg(all(feature = "trace", not(any(loom, feature = "shuttle"))))]
 
@@ -246,7 +245,7 @@ fn run(k: i64, ops: &[Op]) -> (Vec<Value>, Option<String>) {
                 crashes += 1;
                 drop(tracker);
                 tracker = BucketDelayedDeliveryTracker::new(
-                    config(k, u64::MAX),
+                    config(k, min_count),
                     storage.clone(),
                     clock.clone(),
                 )
@@ -260,8 +259,6 @@ fn run(k: i64, ops: &[Op]) -> (Vec<Value>, Option<String>) {
                 for p in md..next {
                     r = r.and(m.offer(&tracker, p, now));
                 }
-                flush(&mut lines);
-                lines.push(json!({ "action": "ReReadDone" }));
                 r
             }
             Op::FailCreate => {

@@ -57,6 +57,12 @@
 //!   keeps the head and is retried on the next call.
 //! * Trim untracks every bit of the trimmed bucket's frozen bitmap; recovery
 //!   restores each bucket's bitmap into the runtime index.
+//! * The tracker is told only the mark-delete, so a position acknowledged
+//!   individually above it stays in its bucket's snapshot: recovery restores
+//!   it and it is counted and delivered again until popped; the dispatcher
+//!   drops it by the cursor's deleted state (as Pulsar's does), and its
+//!   re-read after the restart never hands it to the tracker (the spec's
+//!   `ReReadSkip`).
 //! * The counter ([`BucketDelayedDeliveryTracker::number_of_delayed_messages`])
 //!   always equals the runtime index's cardinality (asserted in debug builds
 //!   at the end of every public operation and by the tests).
@@ -100,15 +106,16 @@
 //! `specs/TraceBucketMerge.tla` on `tests/trace_bucket_merge.rs`'s runs
 //! and on the simulator's (`.ci/trace` SIM_RUNS:
 //! `tests/trace_workloads/delayed_bucket_merge.toml`, one run per
-//! subscription, seals, segment loads and three-way merges; no restart)
+//! subscription, seals, segment loads, three-way merges and two restarts
+//! whose re-reads interleave with deliveries)
 //! (each hook line pins the tracker's state, so every action below is
 //! checked step by step).
 //!
 //! | spec invariant (`BucketMerge`) | maintained by | tests | traces |
 //! |---|---|---|---|
 //! | `CounterEqualsCardinality`: the counter is the runtime index's cardinality | [`BucketDelayedMessageIndex`] (`untrack` decrements only a tracked bit; trim's `untrack_all` only tracked bits) | `add_get_and_expired_readd_untracks`, `trim_untracks_per_bit`, `tracker_matches_model`; [`BucketDelayedDeliveryTracker::verify_invariants`] (`InvariantViolation::CounterNotCardinality`, run by `simulate` after bucket work) | every line's `counter` (mutant `delayed_pop_ignores_untrack` rejected at `Pop`) |
-//! | `NoDoubleDelivery`: no position delivered twice in a lifetime | [`BucketDelayedDeliveryTracker::get_scheduled_messages`] (delivers only if untrack returned true), [`BucketDelayedDeliveryTracker::add_message`] (an expired re-add untracks) | `merge_keeps_only_undispatched_and_adds_no_second_live_copy`, `add_get_and_expired_readd_untracks`, `tracker_matches_model` | `Pop` lines' `delivered`; `ReReadDone` (mutant `delayed_expired_readd_keeps_bit` rejected there) |
-//! | `NoLoss`: every added, undelivered, unacknowledged position is tracked, across restarts | merge (reads segments `1..=last`), recovery (restores each bucket's bitmap) | `merge_reads_segment_one_so_restart_loses_nothing`, `recovery_restores_into_runtime_index_and_skips_expired`, `merge_persists_gap_positions_so_the_merged_range_is_complete` | `Merge` lines' `segs` (mutant `delayed_merge_from_current_plus_one` rejected at `Merge`, also by the simulator's traces alone); `ReReadDone` (mutant `delayed_recovery_skips_index_restore` rejected there) |
+//! | `NoDoubleDelivery`: no position delivered twice in a lifetime | [`BucketDelayedDeliveryTracker::get_scheduled_messages`] (delivers only if untrack returned true), [`BucketDelayedDeliveryTracker::add_message`] (an expired re-add untracks) | `merge_keeps_only_undispatched_and_adds_no_second_live_copy`, `add_get_and_expired_readd_untracks`, `tracker_matches_model` | `Pop` lines' `delivered`; the re-read's `Add` lines after a restart (mutant `delayed_expired_readd_keeps_bit` rejected at `Add`) |
+//! | `NoLoss`: every added, undelivered, unacknowledged position is tracked, across restarts | merge (reads segments `1..=last`), recovery (restores each bucket's bitmap) | `merge_reads_segment_one_so_restart_loses_nothing`, `recovery_restores_into_runtime_index_and_skips_expired`, `merge_persists_gap_positions_so_the_merged_range_is_complete` | `Merge` lines' `segs` (mutant `delayed_merge_from_current_plus_one` rejected at `Merge`, also by the simulator's traces alone); `Recover` lines' `index` (mutant `delayed_recovery_skips_index_restore` rejected at `Recover`, also by the simulator's traces alone) |
 //! | `NoDispatchedRestored`: nothing dispatched is persisted again | merge (keeps only indexes still tracked) | `merge_keeps_only_undispatched_and_adds_no_second_live_copy` | `Merge` lines' `segs` (mutant `delayed_merge_persists_dispatched` rejected at `Merge`) |
 //! | `NoSecondLiveCopy`: a tracked position has at most one queue entry | merge (drops the merged positions' queue entries before queueing segment 1) | `merge_keeps_only_undispatched_and_adds_no_second_live_copy`, `tracker_matches_model` (through [`BucketDelayedDeliveryTracker::verify_invariants`]); `simulate` runs `verify_invariants` after every step that did bucket work (mutant `delayed_merge_second_live_entry`: `InvariantViolation::SecondLiveCopy`) | `Merge` lines' `queue` (mutant `delayed_merge_second_live_entry` rejected at `Merge`) |
 //! | trim untracks per bit (`Trim`) | trim | `trim_untracks_per_bit` | `Trim` lines (mutant `delayed_trim_decrements_every_bit`: not rejected, no tracked bit is left below the mark-delete in these runs) |

@@ -11,7 +11,7 @@
 //! | `LedgerCursor@MaxEntries=n,MaxBatch=b.ndjson` | one cursor incarnation (the lines' `ml` and `cur`: from its `Open`, or its first `Recover`, until it is opened anew), with every append of its managed ledger; positions as that managed ledger's entry numbers ([`crate::trace::ledger_cursor::to_entry_numbers`]); one file per managed-ledger length `n`, `b` the longest read of the file | none (the header names `ml` and `cur`) |
 //! | `DeletionLookup@MaxEntry=e,MaxResets=r,MaxIds=i.ndjson` | one cursor deletion state (the lines' `ds`, from its `Open`): a subscription's, or the one a broker restart recovered | the state's `Open` (mark-delete and deleted ranges); the first line also the topic's ledger layout (`layout`, the spec's `LastEntry`) |
 //! | `PendingAckReplay@N=n,B=b,Cap=c,MaxTransient=m,MaxNonrec=k.ndjson` | one pending-ack handle (the lines' `h`, from the engine's `Init` line when it creates the handle) from its first attempt until it settles Ready or Error; one file per log length `n` (the spec's N is a constant); `m` the most transient read failures one of its runs saw (at least 3), `k` the most single non-recoverable ones of a log not lost | `lost`, `autoSkip`, `rp` (the start read position as an entry number) |
-//! | `BucketMerge@MaxCrashes=c.ndjson` | one subscription's delayed trackers (the lines' `st.trk`, joined by the engine's `Tracker` lines), across its restarts; only with one entry per ledger (otherwise counted as `BucketMerge (dropped: ...)`); positions renumbered 1..NP over every tracker's delayed messages in ledger order, the spec's clock the cutoff (`now + delayed_tick_ms`), `Tick` lines where it moved; `c` the most restarts of one run (at least 1) | `ts` (delivery times), `maxT`, `maxIdx` (100) |
+//! | `BucketMerge@MaxCrashes=c.ndjson` | one subscription's delayed trackers (the lines' `st.trk`, joined by the engine's `Tracker` lines), across its restarts; only with one entry per ledger (otherwise counted as `BucketMerge (dropped: ...)`); positions renumbered 1..NP over every tracker's delayed messages in ledger order, the spec's clock the cutoff (`now + delayed_tick_ms`), `Tick` lines where it moved; a later tracker's `Recover` (a restart: the spec's `Crash`, the persisted mark-delete in the `Ack` after it) starts a re-read whose `Add` lines interleave with the rest; `c` the most restarts of one run (at least 1) | `ts` (delivery times), `maxT`, `maxIdx` (100) |
 //!
 //! A file name `Spec@K=V,...` names the trace cfg's constants that differ
 //! per file: `.ci/trace` writes them into its copy of `specs/Trace<Spec>.cfg`.
@@ -505,9 +505,9 @@ const BUCKET_MERGE: &str = "BucketMerge";
 /// `ts`, `maxT` (the last clock) and `maxIdx` (100, the engine's
 /// max indexes per segment; its time step, 5 s, must not cut: the
 /// workload keeps a bucket's delivery times within it). The first
-/// tracker's `Recover` (nothing in storage) is not written; a later one
-/// (a restart) is followed by `ReReadDone` after the re-read of every
-/// position added before it.
+/// tracker's `Recover` (nothing in storage) is not written; a later one is
+/// a restart (the spec's `Crash`), its re-read the `Add` lines of positions
+/// added before it, which interleave with the other lines.
 fn write_bucket_merge(
     dir: &Path,
     workload: &Workload,
@@ -539,7 +539,10 @@ fn write_bucket_merge(
     if workload.max_entries_per_ledger != 1 {
         return Ok(vec![(
             format!("{BUCKET_MERGE} (dropped: max_entries_per_ledger is not 1)"),
-            sub_of.len(),
+            sub_of
+                .values()
+                .collect::<std::collections::BTreeSet<_>>()
+                .len(),
             0,
         )]);
     }
@@ -607,28 +610,16 @@ fn write_bucket_merge(
     let mut max_t = 0i64;
     let mut crashes: BTreeMap<String, usize> = BTreeMap::new();
     let mut first_trk: BTreeMap<String, u64> = BTreeMap::new();
-    // Per run: its clock, the last position added, an open re-read's end.
-    let mut state: BTreeMap<String, (i64, i64, Option<i64>)> = BTreeMap::new();
+    // Per run: its clock.
+    let mut clocks: BTreeMap<String, i64> = BTreeMap::new();
     for (t, v) in &by_trk {
         let Some(sub) = sub_of.get(t) else { continue };
         let run = runs.entry(sub.clone()).or_default();
-        let (clock, last_added, reread) = state.entry(sub.clone()).or_insert((0, 0, None));
+        let clock = clocks.entry(sub.clone()).or_insert(0);
         let mut v = v.clone();
         let st = map_st(&v["st"]);
         let c = st["clock"].as_i64().unwrap_or(0);
         max_t = max_t.max(c);
-        // A re-read ends at its last position's Add, or before the first
-        // line that is not part of it (an Add past it, a pop, a tick...).
-        let in_reread = matches!(v["action"].as_str(), Some("SealFail"))
-            || (v["action"] == "Ack" && c == *clock)
-            || (v["action"] == "Add"
-                && c == *clock
-                && num.get(&v["p"].as_i64().unwrap_or(0)).copied().unwrap_or(0)
-                    <= reread.unwrap_or(0));
-        if reread.is_some() && !in_reread {
-            *reread = None;
-            run.push(json!({ "action": "ReReadDone" }));
-        }
         if c > *clock {
             run.push(json!({ "action": "Tick", "clock": c }));
             *clock = c;
@@ -640,14 +631,8 @@ fn write_bucket_merge(
                     continue; // the subscription's first tracker: nothing stored
                 }
                 *crashes.entry(sub.clone()).or_default() += 1;
-                *reread = Some(*last_added);
             }
-            "Add" => {
-                let p = num.get(&v["p"].as_i64().unwrap_or(0)).copied().unwrap_or(0);
-                v["p"] = p.into();
-                *last_added = (*last_added).max(p);
-            }
-            "Pop" => v["p"] = pos(&v["p"]),
+            "Add" | "Pop" => v["p"] = pos(&v["p"]),
             "LoadNextSegment" | "Trim" => {
                 v["lo"] = first_from(v["lo"].as_i64().unwrap_or(0)).into()
             }
@@ -669,20 +654,7 @@ fn write_bucket_merge(
             }
             _ => {}
         }
-        let done_reread =
-            v["action"] == "Add" && reread.is_some_and(|end| v["p"].as_i64() == Some(end));
         run.push(v);
-        if done_reread {
-            *reread = None;
-            run.push(json!({ "action": "ReReadDone" }));
-        }
-    }
-    for (sub, (_, _, reread)) in &state {
-        if reread.is_some() {
-            if let Some(run) = runs.get_mut(sub) {
-                run.push(json!({ "action": "ReReadDone" }));
-            }
-        }
     }
     let ts: Vec<i64> = at.values().copied().collect();
     let max_crashes = crashes.values().copied().max().unwrap_or(0).max(1);
@@ -952,5 +924,107 @@ mod tests {
                 json!({"t": 2, "action": "Advance", "md": [4, -1]}),
             ]
         );
+    }
+
+    /// A subscription's tracker lines: its first tracker (empty storage) and
+    /// the one a restart recovered, in the hooks' terms (ledgers, the
+    /// tracker's clock).
+    fn bucket_merge_lines() -> Vec<String> {
+        let st =
+            |clock: u64, index: &[i64], queue: &[i64], mheap: &[i64], buckets: Value, trk: u64| {
+                json!({"clock": clock, "index": index, "counter": index.len(), "queue": queue,
+                   "mheap": mheap, "buckets": buckets, "trk": trk})
+            };
+        [
+            json!({"action": "Tracker", "trk": 1, "sub": "sub-0"}),
+            json!({"action": "Recover", "st": st(0, &[], &[], &[], json!([]), 1)}),
+            json!({"action": "Ack", "md": -1, "e": -1, "st": st(0, &[], &[], &[], json!([]), 1)}),
+            json!({"action": "Add", "p": 10, "at": 5000, "due": false,
+                   "st": st(0, &[10], &[], &[10], json!([]), 1)}),
+            json!({"action": "Add", "p": 30, "at": 7000, "due": false,
+                   "st": st(0, &[10, 30], &[], &[10, 30], json!([]), 1)}),
+            json!({"action": "Seal", "segs": [[10, 30]],
+                   "st": st(0, &[10, 30], &[10, 30], &[], json!([[10, 30, 1]]), 1)}),
+            json!({"action": "Add", "p": 40, "at": 9000, "due": false,
+                   "st": st(1000, &[10, 30, 40], &[10, 30], &[40], json!([[10, 30, 1]]), 1)}),
+            json!({"action": "Tracker", "trk": 2, "sub": "sub-0"}),
+            json!({"action": "Recover",
+                   "st": st(1000, &[10, 30], &[10, 30], &[], json!([[10, 30, 1]]), 2)}),
+            json!({"action": "Ack", "md": 20, "e": 0,
+                   "st": st(1000, &[30], &[10, 30], &[], json!([[10, 30, 1]]), 2)}),
+            json!({"action": "Add", "p": 40, "at": 9000, "due": false,
+                   "st": st(1000, &[30, 40], &[10, 30], &[40], json!([[10, 30, 1]]), 2)}),
+        ]
+        .into_iter()
+        .map(line)
+        .collect()
+    }
+
+    #[test]
+    fn bucket_merge_joins_a_subscriptions_trackers_into_one_run_with_dense_positions() {
+        let workload = Workload {
+            max_entries_per_ledger: 1,
+            delayed_tick_ms: 100,
+            ..Workload::default()
+        };
+        let dir = tempfile::tempdir().unwrap();
+        let written = write_bucket_merge(dir.path(), &workload, &bucket_merge_lines()).unwrap();
+        let name = "BucketMerge@MaxCrashes=1";
+        assert_eq!(written, vec![(name.to_string(), 1, 11)]);
+        let file = read_file(dir.path(), name);
+        let actions: Vec<&str> = file.iter().map(|v| v["action"].as_str().unwrap()).collect();
+        // The first tracker's Recover (nothing stored) is not a spec step; the
+        // restart's is, followed by the mark-delete it is handed and its
+        // re-read. A Tick precedes each line whose clock moved.
+        assert_eq!(
+            actions,
+            ["Init", "Tick", "Ack", "Add", "Add", "Seal", "Tick", "Add", "Recover", "Ack", "Add"]
+        );
+        assert!(file.iter().all(|v| v["t"] == 1));
+        // Ledgers 10, 30, 40 are positions 1, 2, 3; the clock is the cutoff
+        // (the tracker's clock + delayed_tick_ms).
+        assert_eq!(
+            file[0],
+            json!({"action": "Init", "ts": [5000, 7000, 9000], "maxT": 1100, "maxIdx": 100, "t": 1})
+        );
+        assert_eq!(
+            (&file[1]["clock"], &file[6]["clock"]),
+            (&json!(100), &json!(1100))
+        );
+        assert_eq!(file[2]["md"], 1);
+        assert_eq!(
+            (&file[3]["p"], &file[4]["p"], &file[7]["p"]),
+            (&json!(1), &json!(2), &json!(3))
+        );
+        assert_eq!(file[5]["segs"], json!([[1, 2]]));
+        assert_eq!(file[5]["st"]["buckets"], json!([[1, 2, 1]]));
+        assert_eq!(
+            file[8]["st"],
+            json!({"clock": 1100, "index": [1, 2], "counter": 2, "queue": [1, 2], "mheap": [],
+                   "buckets": [[1, 2, 1]]})
+        );
+        // Mark-delete (20, 0): the first position above it is ledger 30's.
+        assert_eq!(file[9]["md"], 2);
+        assert_eq!(file[10]["p"], 3);
+        assert_eq!(file[10]["st"]["index"], json!([2, 3]));
+    }
+
+    #[test]
+    fn bucket_merge_is_dropped_unless_one_entry_per_ledger() {
+        let workload = Workload {
+            max_entries_per_ledger: 200,
+            ..Workload::default()
+        };
+        let dir = tempfile::tempdir().unwrap();
+        let written = write_bucket_merge(dir.path(), &workload, &bucket_merge_lines()).unwrap();
+        assert_eq!(
+            written,
+            vec![(
+                "BucketMerge (dropped: max_entries_per_ledger is not 1)".to_string(),
+                1,
+                0
+            )]
+        );
+        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
     }
 }
