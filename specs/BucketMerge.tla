@@ -406,20 +406,24 @@ ReRead == ReReadAt(rd)
 \* Nothing happens (keeps finished behaviours from counting as deadlocks).
 Idle == UNCHANGED vars
 
+\* Each quantified action is enumerated over what can enable it (a seal needs
+\* a non-empty heap, a merge a contiguous set of in-memory buckets, a load or
+\* trim an in-memory bucket, a crash the budget and m <= md): the same
+\* behaviours as quantifying over every value, evaluated far fewer times.
 Next ==
     \/ Tick
     \/ Add
     \/ MoveDue
-    \/ \E B \in SUBSET (1..(NP - 1)) : Seal(B)
+    \/ mheap # {} /\ \E B \in SUBSET (1..(NP - 1)) : Seal(B)
     \/ SealFail
     \/ PopOrphan
     \/ Pop
-    \/ \E s \in Sid : LoadNextSegment(s, TRUE)
-    \/ \E s \in Sid : LoadNextSegment(s, FALSE)
-    \/ \E S \in SUBSET Sid : \E B \in SUBSET (1..(NP - 1)) : Merge(S, B)
-    \/ \E s \in Sid : Trim(s)
+    \/ \E s \in Buckets : LoadNextSegment(s, TRUE)
+    \/ \E s \in Buckets : LoadNextSegment(s, FALSE)
+    \/ \E S \in SUBSET Buckets : Contiguous(S) /\ \E B \in SUBSET (1..(NP - 1)) : Merge(S, B)
+    \/ \E s \in Buckets : Trim(s)
     \/ Ack
-    \/ \E m \in 1..(NP + 1) : Crash(m)
+    \/ crashes < MaxCrashes /\ \E m \in 1..md : Crash(m)
     \/ ReReadSkip
     \/ ReRead
     \/ Idle
