@@ -570,8 +570,9 @@ pub mod bucket_merge {
         record("Tracker", json!({ "trk": trk, "sub": sub }));
     }
 
-    /// `Add`: `add_message` of ledger `p` due at `at` ms: tracked in the
-    /// mutable bucket or the shared queue (`due` false), or already due and
+    /// `Add` (or `ReReadAt(p)` when `p` was added before a restart):
+    /// `add_message` of ledger `p` due at `at` ms: tracked in the mutable
+    /// bucket or the shared queue (`due` false), or already due and
     /// untracked (`due`).
     pub fn add(p: i64, at: i64, due: bool, st: Value) {
         record("Add", json!({ "p": p, "at": at, "due": due, "st": st }));
@@ -580,8 +581,9 @@ pub mod bucket_merge {
     pub fn move_due(st: Value) {
         record("MoveDue", json!({ "st": st }));
     }
-    /// `Seal(k)`: the mutable bucket became a persisted bucket whose
-    /// snapshot holds `segs` (each segment's ledgers, in heap order).
+    /// `Seal(B)`: the mutable bucket became a persisted bucket whose
+    /// snapshot holds `segs` (each segment's ledgers, in heap order; B: the
+    /// cuts between them).
     pub fn seal(segs: Value, st: Value) {
         record("Seal", json!({ "segs": segs, "st": st }));
     }
@@ -607,8 +609,9 @@ pub mod bucket_merge {
             json!({ "lo": lo, "deleteOk": delete_ok, "st": st }),
         );
     }
-    /// `Merge(s1, s2, k)`: the buckets starting at `srcs` were replaced by
-    /// one snapshot holding `segs` (`[]`: nothing kept, sources retired).
+    /// `Merge(S, B)`: the buckets starting at `srcs` (S) were replaced by
+    /// one snapshot holding `segs` (B: its cuts; `[]`: nothing kept, sources
+    /// retired).
     pub fn merge(srcs: Vec<i64>, segs: Value, st: Value) {
         record("Merge", json!({ "srcs": srcs, "segs": segs, "st": st }));
     }
@@ -623,8 +626,9 @@ pub mod bucket_merge {
     pub fn ack(md: i64, e: i64, st: Value) {
         record("Ack", json!({ "md": md, "e": e, "st": st }));
     }
-    /// `CrashRecover` (first half): a new tracker recovered the committed
-    /// buckets; the dispatcher's re-read (`Add` lines) follows.
+    /// `Crash(m)`: a new tracker recovered the committed buckets; the
+    /// dispatcher's re-read (`Add` lines below `nextP`, the spec's
+    /// `ReReadAt`) follows, interleaved with the tracker's other steps.
     pub fn recover(st: Value) {
         record("Recover", json!({ "st": st }));
     }
