@@ -98,7 +98,8 @@ Less(a, b) ==
 
 \* The positions of S as a sequence in heap order.
 Rank(p, S) == Cardinality({q \in S : Less(q, p)}) + 1
-Sorted(S) == [i \in 1..Cardinality(S) |-> CHOOSE p \in S : Rank(p, S) = i]
+Sorted(S) == LET r == [p \in S |-> Rank(p, S)]   \* each rank computed once
+             IN [i \in 1..Cardinality(S) |-> CHOOSE p \in S : r[p] = i]
 
 MinOf(a, b) == IF a < b THEN a ELSE b
 

@@ -78,7 +78,11 @@ Count(s, p) == Cardinality({i \in DOMAIN s : s[i] = p})
 \* The tracker's state st (after the step) is the spec's next state.
 ObsRest(st) ==
     /\ clock' = st.clock
-    /\ queue' = [p \in Pos |-> Count(st.queue, p)]
+    \* queue' has st.queue's entries per position (counted only where it
+    \* has some: the queue is short, Pos is every delayed message)
+    /\ LET qs == ToSet(st.queue) IN
+       /\ {p \in Pos : queue'[p] > 0} = qs
+       /\ \A p \in qs : queue'[p] = Count(st.queue, p)
     /\ mheap' = ToSet(st.mheap)
     /\ {<<lo'[s], hi'[s], cur'[s]>> : s \in {x \in Sid : cur'[x] > 0}} = ToSet(st.buckets)
 Obs(st) ==
