@@ -191,8 +191,8 @@ MarkDeleteAdvanced == l > LastOf[t] => mdFrom = NoPos
 
 (* A state recovered after a restart holds what its cursor persisted last  *)
 (* before it: the Open naming `pred` equals run pred's last Persist line   *)
-(* (checked in the run's initial state, where l is the Open line: the     *)
-(* comparison costs one pass over the run's lines, paid once per run).     *)
+(* (checked in the run's initial state, where l is the Open line, so the  *)
+(* search of the log for pred's Persist lines runs once per run).          *)
 RecoveredAsPersisted ==
     l = FirstOf[t] /\ "pred" \in DOMAIN Log[l] => AsPersisted(Log[l])
 =============================================================================
