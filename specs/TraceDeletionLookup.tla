@@ -13,7 +13,15 @@
 (* Observation map (implementation -> spec):                              *)
 (*   Open(md, ranges)  the state as created (new or recovered): the       *)
 (*                     initial state, its deleted entries in the map and  *)
-(*                     the published directory                            *)
+(*                     the published directory; l starts at it (a         *)
+(*                     stutter step moves past it). `pred` (simulator     *)
+(*                     runs): the state was recovered from its cursor's   *)
+(*                     store record after a restart, and run `pred` was   *)
+(*                     the cursor's previous state (RecoveredAsPersisted) *)
+(*   Persist(md, ranges) the cursor committed its cursor info (mark-      *)
+(*                     delete + individually deleted ranges) to the       *)
+(*                     store; not a DeletionLookup action (stutter): what *)
+(*                     a recovered state must equal                       *)
 (*   Ack(p)            one line per entry inserted into a live bitmap     *)
 (*   MarkDelete(c)     an explicit mark-delete to c past the current md   *)
 (*                     (recorded under the write lock before the Advance  *)
@@ -31,6 +39,14 @@
 (*                     moved since RStart (then RRecheck must fall back)  *)
 (*   RRecheck          the branch taken must be the spec's                *)
 (*   RLocked, RFinish  as in the spec                                     *)
+(*                                                                         *)
+(* RecoveredAsPersisted (Pulsar: a cursor recovered after a restart holds *)
+(* the mark-delete and individualDeletedMessages its ManagedCursorImpl     *)
+(* last persisted, neither fewer acknowledgements nor ones not yet         *)
+(* persisted): a run whose Open names `pred` opens with the md and the     *)
+(* deleted entries of run pred's last Persist line, or, if pred persisted  *)
+(* nothing, of pred's own Open (the store still holds what pred was        *)
+(* recovered from, or a new cursor's first record).                        *)
 (*                                                                         *)
 (* LastEntry is the layout of the managed ledger recorded (the file's     *)
 (* first line's `layout`: [ledger id, last entry id] pairs), else the     *)
@@ -94,10 +110,26 @@ OpenInit(h) ==
 TraceInit ==
     /\ t \in Runs
     /\ mdFrom = NoPos
+    /\ l = FirstOf[t]
     /\ IF Log[FirstOf[t]].action = "Open"
-         THEN OpenInit(Log[FirstOf[t]]) /\ l = FirstOf[t] + 1
-         ELSE Init /\ l = FirstOf[t]
+         THEN OpenInit(Log[FirstOf[t]])
+         ELSE Init
 
+\* What run k's cursor held in the store when its state was dropped: its
+\* last Persist line; if it persisted nothing, its Open.
+PersistLines(k) == {i \in DOMAIN Log : Log[i].t = k /\ Log[i].action = "Persist"}
+PersistedBy(k) ==
+    IF PersistLines(k) = {} THEN Log[FirstOf[k]]
+    ELSE Log[CHOOSE i \in PersistLines(k) : \A j \in PersistLines(k) : j <= i]
+\* A recovered Open equals what the previous state persisted: the same
+\* mark-delete and the same individually deleted entries.
+AsPersisted(h) ==
+    /\ h.pred \in Runs
+    /\ Pos(h.md) = Pos(PersistedBy(h.pred).md)
+    /\ OpenDeleted(h) = OpenDeleted(PersistedBy(h.pred))
+
+IsOpen == Line.action = "Open" /\ l = FirstOf[t] /\ UNCHANGED <<vars, mdFrom>>
+IsPersist == Line.action = "Persist" /\ UNCHANGED <<vars, mdFrom>>
 IsAck == Line.action = "Ack" /\ mdFrom = NoPos /\ Ack(Pos(Line.p)) /\ UNCHANGED mdFrom
 IsMarkDelete ==
     /\ Line.action = "MarkDelete"
@@ -133,6 +165,7 @@ IsRFinish == Line.action = "RFinish" /\ RFinish
 \* before any other writer step (it holds the write lock): only reader
 \* steps may come between.
 StepMatches ==
+    \/ IsOpen \/ IsPersist
     \/ IsAck \/ IsMarkDelete \/ IsAdvance
     \/ /\ \/ IsResetBegin \/ IsResetInvalidate \/ IsResetMarkDelete \/ IsResetClear \/ IsResetEnd
        /\ mdFrom = NoPos
@@ -155,4 +188,11 @@ TraceFollowed == l <= LastOf[t] => ENABLED (StepMatches /\ l' = l + 1 /\ UNCHANG
 
 (* A run does not end between an explicit mark-delete and its Advance.     *)
 MarkDeleteAdvanced == l > LastOf[t] => mdFrom = NoPos
+
+(* A state recovered after a restart holds what its cursor persisted last  *)
+(* before it: the Open naming `pred` equals run pred's last Persist line   *)
+(* (checked in the run's initial state, where l is the Open line, so the  *)
+(* search of the log for pred's Persist lines runs once per run).          *)
+RecoveredAsPersisted ==
+    l = FirstOf[t] /\ "pred" \in DOMAIN Log[l] => AsPersisted(Log[l])
 =============================================================================

@@ -33,7 +33,7 @@
 //!
 //! | spec                  | hooks                                 | recorded by |
 //! |-----------------------|---------------------------------------|-------------|
-//! | `DeletionLookup`      | [`deletion`] (src/cursor)             | `tests/trace_deletion.rs` (shuttle random schedules; PCT schedules of a mark-delete crossing the ledger boundary); `tests/trace_deletion_model.rs` (proptest cases from a fixed seed, each checked against a `BTreeSet` reference model while recorded: acks in and out of order, explicit mark-deletes, resets, restarts); `pulsar-core simulate --trace-dir` (`crate::sim::sim_trace`: one run per deletion state) |
+//! | `DeletionLookup`      | [`deletion`] (src/cursor)             | `tests/trace_deletion.rs` (shuttle random schedules; PCT schedules of a mark-delete crossing the ledger boundary); `tests/trace_deletion_model.rs` (proptest cases from a fixed seed, each checked against a `BTreeSet` reference model while recorded: acks in and out of order, explicit mark-deletes, resets, restarts); `pulsar-core simulate --trace-dir` (`crate::sim::sim_trace`: one run per deletion state, with its cursor's `Persist` lines; a state recovered after a restart names its cursor's previous run) |
 //! | `LedgerCursor`        | [`ledger_cursor`] (src/ledger)        | `tests/trace_ledger_cursor.rs` (the cases of the proptest model test `tests/ledger_cursor_model.rs`, fixed seed, each checked against the reference model while recorded); `pulsar-core simulate --trace-dir` (`crate::sim::sim_trace`: one run per cursor) |
 //! | `PendingAckReplay`    | [`pending_ack`] (src/pending_ack)     | `tests/trace_pending_ack.rs` (handle runs: manual executor, virtual timer, inline reads, injected read failures); `tests/trace_pending_ack_threads.rs` (the same runs under shuttle schedules: executor thread, reader thread, timer); `pulsar-core simulate --trace-dir` (`crate::sim::sim_trace`) |
 //! | `PermitConservation`  | [`permits`] (src/permits)             | `tests/trace_permits.rs`; `pulsar-core simulate --trace-dir` (`crate::sim::sim_trace`, feature `sim`) |
@@ -41,7 +41,10 @@
 //!
 //! A hook line names its component instance where the simulator drives
 //! many and must split the lines into runs: the `deletion` lines carry
-//! their deletion state's `ds`, the `permits` lines the
+//! their deletion state's `ds` (its `Persist` lines, recorded by the
+//! cursor's store writes, the managed ledger's `ml` and the cursor's `cur`
+//! instead, joined to a state by the simulator's `Cursor` line), the
+//! `permits` lines the
 //! consumer's `[connection_id, consumer_id]`, the `pending_ack` lines the
 //! handle's name (`h`), the `ledger_cursor` lines the managed ledger's
 //! (`ml`) and the cursor's (`cur`), the `bucket_merge` lines their
@@ -117,6 +120,52 @@ pub mod deletion {
             .map(|(a, b)| json!([pos(*a), pos(*b)]))
             .collect();
         record("Open", json!({ "ds": ds, "md": pos(md), "ranges": ranges }));
+    }
+    /// Not a spec action: deletion state `ds` is cursor `cur` of managed
+    /// ledger `ml`'s (recorded where the state is created from the cursor's
+    /// store record; `crate::sim::sim_trace` joins a cursor's states across
+    /// restarts by it and files the cursor's [`persist`] lines in the run
+    /// of its current state).
+    pub fn cursor(ds: u64, ml: &str, cur: &str) {
+        record("Cursor", json!({ "ds": ds, "ml": ml, "cur": cur }));
+    }
+    /// `Persist` (the observation of `RecoveredAsPersisted`): cursor `cur`
+    /// of managed ledger `ml` committed its cursor info to the store:
+    /// mark-delete `md` and the individually deleted ranges `(lower,
+    /// upper]` (Pulsar's `ManagedCursorImpl` persisting `markDeletePosition`
+    /// and `individualDeletedMessages`), recorded after the store write
+    /// returned. What a cursor recovered after a restart must hold is the
+    /// last such line before it (a cursor's lines carry no `ds`: the store
+    /// write does not know the deletion state it came from).
+    pub fn persist(ml: &str, cur: &str, md: Position, ranges: &[(Position, Position)]) {
+        let ranges: Vec<_> = ranges
+            .iter()
+            .map(|(a, b)| json!([pos(*a), pos(*b)]))
+            .collect();
+        record(
+            "Persist",
+            json!({ "ml": ml, "cur": cur, "md": pos(md), "ranges": ranges }),
+        );
+    }
+    /// [`persist`] of a state persisted as one bitmap of deleted entry ids
+    /// per ledger (the compact form of
+    /// [`ManagedCursor::persist_deletion_state`](crate::ledger::ManagedCursor::persist_deletion_state)).
+    pub fn persist_bitmaps(
+        ml: &str,
+        cur: &str,
+        md: Position,
+        ledgers: &std::collections::BTreeMap<i64, roaring::RoaringBitmap>,
+    ) {
+        let mut ranges: Vec<(Position, Position)> = Vec::new();
+        for (&l, bits) in ledgers {
+            for e in bits.iter().map(i64::from) {
+                match ranges.last_mut() {
+                    Some((_, hi)) if hi.ledger_id == l && hi.entry_id + 1 == e => hi.entry_id = e,
+                    _ => ranges.push((Position::new(l, e - 1), Position::new(l, e))),
+                }
+            }
+        }
+        persist(ml, cur, md, &ranges);
     }
     /// `Ack(p)`: entry `p` entered its ledger's live bitmap (called under
     /// the bitmap's write lock, so no reader sees the bit before the line).
@@ -201,6 +250,20 @@ pub mod ledger_cursor {
     fn pos(p: Position) -> Value {
         json!([p.ledger_id, p.entry_id])
     }
+
+    /// The actions of these hooks' lines (the `deletion` hooks' `Persist`
+    /// and `Cursor` lines also name a managed ledger and a cursor).
+    pub const ACTIONS: [&str; 9] = [
+        "AppendEntry",
+        "Open",
+        "Recover",
+        "Read",
+        "ReadRun",
+        "SkipTo",
+        "MarkDelete",
+        "Rewind",
+        "Reset",
+    ];
 
     fn cursor_line(action: &'static str, ml: &str, cur: &str, mut fields: Value) {
         fields["ml"] = ml.into();

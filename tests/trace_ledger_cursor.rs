@@ -66,9 +66,11 @@ fn record_ledger_cursor_traces() {
     let mut out = std::io::BufWriter::new(std::fs::File::create(&path).unwrap());
     let mut steps = 0;
     for (k, lines) in traces.iter().enumerate() {
+        // The cursor's `deletion` lines (`Persist`) are DeletionLookup's.
         let mut values: Vec<Value> = lines
             .iter()
-            .map(|l| serde_json::from_str(l).unwrap())
+            .map(|l| serde_json::from_str::<Value>(l).unwrap())
+            .filter(|v| trace::ledger_cursor::ACTIONS.contains(&v["action"].as_str().unwrap()))
             .collect();
         trace::ledger_cursor::to_entry_numbers(&mut values);
         for mut v in values {
@@ -126,7 +128,11 @@ fn a_read_stopping_before_a_lost_ledger_records_no_skip_past_it() {
     trace::ledger_cursor::to_entry_numbers(&mut lines);
     let steps: Vec<(String, i64)> = lines
         .iter()
-        .filter(|v| v["action"] != "AppendEntry" && v["action"] != "Open")
+        .filter(|v| {
+            trace::ledger_cursor::ACTIONS.contains(&v["action"].as_str().unwrap())
+                && v["action"] != "AppendEntry"
+                && v["action"] != "Open"
+        })
         .map(|v| {
             (
                 v["action"].as_str().unwrap().to_string(),

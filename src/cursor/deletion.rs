@@ -372,6 +372,14 @@ impl CursorDeletionState {
         }
     }
 
+    /// This state's id in its trace lines (`ds`; the simulator joins a
+    /// cursor's states across restarts by it,
+    /// [`crate::trace::deletion::cursor`]).
+    #[cfg(feature = "trace")]
+    pub fn trace_id(&self) -> u64 {
+        self.trace_id
+    }
+
     /// The current mark-delete position (read lock).
     pub fn mark_delete_position(&self) -> Position {
         self.inner.read().mark_delete

@@ -9,7 +9,11 @@
 //! `tests/trace_ledger_cursor.rs` through the hooks of
 //! `crate::trace::ledger_cursor` (feature `trace`): `AppendEntry`, `Read`,
 //! `ReadRun` and `SkipTo` (reads with skip), `MarkDelete`, `Rewind`,
-//! `Reset`, `Recover` (in `ManagedLedger::open_cursor`).
+//! `Reset`, `Recover` (in `ManagedLedger::open_cursor`). Every store write
+//! of the cursor info (a new cursor's record, `mark_delete_with_ranges`,
+//! `reset`, `persist_deletion_state`) also records a `crate::trace::deletion`
+//! `Persist` line: what a recovered `CursorDeletionState` must equal
+//! (`RecoveredAsPersisted` in `specs/TraceDeletionLookup.tla`).
 //!
 //! | spec invariant | maintained by | checked by |
 //! |---|---|---|
@@ -557,6 +561,13 @@ impl ManagedCursor {
             &chunks,
             property_updates,
         )?;
+        #[cfg(feature = "trace")]
+        crate::trace::deletion::persist_bitmaps(
+            &self.ledger.name,
+            &self.name,
+            md,
+            &snapshot.ledgers,
+        );
         cursor.mark_delete = md;
         cursor.individually_deleted.clear();
         if cursor.read_position <= md {
@@ -589,7 +600,7 @@ impl ManagedCursor {
                 self.name, self.ledger.name
             )))
         };
-        match self
+        let state = match self
             .ledger
             .store
             .load_deletion_state(&self.ledger.name, &self.name)?
@@ -608,7 +619,10 @@ impl ManagedCursor {
                 let ranges = self.state.lock().individually_deleted.clone();
                 CursorDeletionState::recover(md, &ranges).map_err(|e| corrupt(e.to_string()))
             }
-        }
+        }?;
+        #[cfg(feature = "trace")]
+        crate::trace::deletion::cursor(state.trace_id(), &self.ledger.name, &self.name);
+        Ok(state)
     }
 
     fn closed_error(&self) -> LedgerError {
@@ -682,6 +696,13 @@ impl ManagedCursor {
             position,
             &individually_deleted,
         )?;
+        #[cfg(feature = "trace")]
+        crate::trace::deletion::persist(
+            &self.ledger.name,
+            &self.name,
+            position,
+            &individually_deleted,
+        );
         cursor.mark_delete = position;
         cursor.individually_deleted = individually_deleted;
         if cursor.read_position <= position {
@@ -721,6 +742,8 @@ impl ManagedCursor {
         self.ledger
             .store
             .save_mark_delete(&self.ledger.name, &self.name, md, &[])?;
+        #[cfg(feature = "trace")]
+        crate::trace::deletion::persist(&self.ledger.name, &self.name, md, &[]);
         cursor.mark_delete = md;
         cursor.individually_deleted.clear();
         cursor.read_position = read;

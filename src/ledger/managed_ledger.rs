@@ -550,6 +550,8 @@ impl ManagedLedger {
             crate::trace::ledger_cursor::recover(&self.name, &name, mark_delete, read_position);
         } else {
             crate::trace::ledger_cursor::open(&self.name, &name, mark_delete, read_position);
+            // The new cursor's record, saved above.
+            crate::trace::deletion::persist(&self.name, &name, mark_delete, &[]);
         }
         Ok(ManagedCursor::new(
             Arc::clone(self),

@@ -9,7 +9,7 @@
 //! |-----------------------------|--------------------|------|
 //! | `PermitConservation.ndjson` | one consumer id on one connection (the lines' `c`): its broker consumer in the subscription's `SharedDispatcher` and its client consumer, across its incarnations on that connection | `rq` (the workload's receiver queue), `maxP` (its batch size: the largest P of one command), `maxInc` (the most incarnations one connection had) |
 //! | `LedgerCursor@MaxEntries=n,MaxBatch=b.ndjson` | one cursor incarnation (the lines' `ml` and `cur`: from its `Open`, or its first `Recover`, until it is opened anew), with every append of its managed ledger; positions as that managed ledger's entry numbers ([`crate::trace::ledger_cursor::to_entry_numbers`]); one file per managed-ledger length `n`, `b` the longest read of the file | none (the header names `ml` and `cur`) |
-//! | `DeletionLookup@MaxEntry=e,MaxResets=r,MaxIds=i.ndjson` | one cursor deletion state (the lines' `ds`, from its `Open`): a subscription's, or the one a broker restart recovered | the state's `Open` (mark-delete and deleted ranges); the first line also the topic's ledger layout (`layout`, the spec's `LastEntry`) |
+//! | `DeletionLookup@MaxEntry=e,MaxResets=r,MaxIds=i.ndjson` | one cursor deletion state (the lines' `ds`, from its `Open`): a subscription's, or the one a broker restart recovered, with its cursor's `Persist` lines (store writes) while it is the cursor's state | the state's `Open` (mark-delete and deleted ranges; a recovered one also `pred`, the run of its cursor's previous state); the first line also the topic's ledger layout (`layout`, the spec's `LastEntry`) |
 //! | `PendingAckReplay@N=n,B=b,Cap=c,MaxTransient=m,MaxNonrec=k.ndjson` | one pending-ack handle (the lines' `h`, from the engine's `Init` line when it creates the handle) from its first attempt until it settles Ready or Error; one file per log length `n` (the spec's N is a constant); `m` the most transient read failures one of its runs saw (at least 3), `k` the most single non-recoverable ones of a log not lost | `lost`, `autoSkip`, `rp` (the start read position as an entry number) |
 //! | `BucketMerge@MaxCrashes=c.ndjson` | one subscription's delayed trackers (the lines' `st.trk`, joined by the engine's `Tracker` lines), across its restarts; only with one entry per ledger (otherwise counted as `BucketMerge (dropped: ...)`); positions renumbered 1..NP over every tracker's delayed messages in ledger order, the spec's clock the cutoff (`now + delayed_tick_ms`), `Tick` lines where it moved; a later tracker's `Recover` (a restart: the spec's `Crash`, the persisted mark-delete in the `Ack` after it) starts a re-read whose `Add` lines interleave with the rest; `c` the most restarts of one run (at least 1) | `ts` (delivery times), `maxT`, `maxIdx` (100) |
 //!
@@ -327,6 +327,10 @@ fn write_ledger_cursor(
         let Ok(v) = serde_json::from_str::<Value>(l) else {
             continue;
         };
+        if !crate::trace::ledger_cursor::ACTIONS.contains(&v["action"].as_str().unwrap_or_default())
+        {
+            continue; // a `deletion` line naming its cursor (`Persist`, `Cursor`)
+        }
         if let Some(ml) = v.get("ml").and_then(Value::as_str) {
             by_ml.entry(ml.to_string()).or_default().push(v);
         }
@@ -426,12 +430,28 @@ fn deletion_ledgers(v: &Value) -> Vec<i64> {
 /// spec takes as `LastEntry`. `e` is the highest entry id, `r` the most
 /// resets of one run (at least 1), `i` a bound on the bitmaps one run
 /// creates (one per `Ack` at most, plus one per ledger for the `Open`).
+///
+/// Recovery across restarts (`RecoveredAsPersisted`): a `Cursor` line
+/// joins a state to its cursor (`ml`, `cur`); the cursor's `Persist` lines
+/// (its store writes) go to the run of the state joined to it last, in
+/// recording order (a new cursor's first record, saved before its state
+/// exists, right after that state's `Open`). A state joined to a cursor
+/// that already had one (the cursor recovered from the store: no
+/// `LedgerCursor` `Open` of a new cursor in between) gets `pred` on its
+/// `Open`: the run of that previous state. The returned list also counts
+/// them, as `DeletionLookup (linked: recovered from a predecessor run)`.
 fn write_deletion_lookup(
     dir: &Path,
     lines: &[String],
 ) -> std::io::Result<Vec<(String, usize, usize)>> {
     let mut layout: BTreeMap<i64, i64> = BTreeMap::new();
     let mut runs: BTreeMap<u64, Vec<Value>> = BTreeMap::new();
+    // Per cursor (ml, cur): the state joined to it last, and the `Persist`
+    // lines of a new cursor not yet joined to its state.
+    let mut joined: BTreeMap<(String, String), u64> = BTreeMap::new();
+    let mut unjoined: BTreeMap<(String, String), Vec<Value>> = BTreeMap::new();
+    // Per state: the state its cursor had before it.
+    let mut pred: BTreeMap<u64, u64> = BTreeMap::new();
     for l in lines {
         let Ok(mut v) = serde_json::from_str::<Value>(l) else {
             continue;
@@ -443,6 +463,40 @@ fn write_deletion_lookup(
             }
             continue;
         }
+        let cursor = match (v["ml"].as_str(), v["cur"].as_str()) {
+            (Some(ml), Some(cur)) => Some((ml.to_string(), cur.to_string())),
+            _ => None,
+        };
+        match (v["action"].as_str(), cursor) {
+            // A new cursor (no store record): its states have no predecessor.
+            (Some("Open"), Some(c)) => {
+                joined.remove(&c);
+                unjoined.remove(&c);
+                continue;
+            }
+            (Some("Persist"), Some(c)) => {
+                if let Some(m) = v.as_object_mut() {
+                    m.remove("ml");
+                    m.remove("cur");
+                }
+                match joined.get(&c) {
+                    Some(ds) => runs.entry(*ds).or_default().push(v),
+                    None => unjoined.entry(c).or_default().push(v),
+                }
+                continue;
+            }
+            (Some("Cursor"), Some(c)) => {
+                let Some(ds) = v["ds"].as_u64() else { continue };
+                if let Some(prev) = joined.insert(c.clone(), ds) {
+                    pred.insert(ds, prev);
+                }
+                runs.entry(ds)
+                    .or_default()
+                    .extend(unjoined.remove(&c).unwrap_or_default());
+                continue;
+            }
+            _ => {}
+        }
         let Some(ds) = v.get("ds").and_then(Value::as_u64) else {
             continue;
         };
@@ -451,13 +505,19 @@ fn write_deletion_lookup(
         }
         runs.entry(ds).or_default().push(v);
     }
-    let runs: Vec<Vec<Value>> = runs
-        .into_values()
-        .filter(|run| run.first().is_some_and(|v| v["action"] == "Open"))
+    let runs: Vec<(u64, Vec<Value>)> = runs
+        .into_iter()
+        .filter(|(_, run)| run.first().is_some_and(|v| v["action"] == "Open"))
         .collect();
     if runs.is_empty() {
         return Ok(Vec::new());
     }
+    let (states, runs): (Vec<u64>, Vec<Vec<Value>>) = runs.into_iter().unzip();
+    let t_of: BTreeMap<u64, usize> = states
+        .iter()
+        .enumerate()
+        .map(|(t, ds)| (*ds, t + 1))
+        .collect();
     for v in runs.iter().flatten() {
         for l in deletion_ledgers(v) {
             layout.entry(l).or_insert(-1);
@@ -477,15 +537,28 @@ fn write_deletion_lookup(
     let mut out =
         std::io::BufWriter::new(std::fs::File::create(dir.join(format!("{name}.ndjson")))?);
     let mut steps = 0;
+    let mut linked = 0;
     for (t, run) in runs.iter().enumerate() {
         let mut head = run[0].clone();
         if t == 0 {
             head["layout"] = layout.iter().map(|(l, e)| json!([l, e])).collect();
         }
+        if let Some(p) = pred.get(&states[t]).and_then(|p| t_of.get(p)) {
+            head["pred"] = Value::from(*p);
+            linked += 1;
+        }
         steps += write_run(&mut out, t + 1, &head, &run[1..])?;
     }
     out.flush()?;
-    Ok(vec![(name, runs.len(), steps)])
+    let mut written = vec![(name, runs.len(), steps)];
+    if linked > 0 {
+        written.push((
+            format!("{DELETION_LOOKUP} (linked: recovered from a predecessor run)"),
+            linked,
+            0,
+        ));
+    }
+    Ok(written)
 }
 
 const BUCKET_MERGE: &str = "BucketMerge";
@@ -923,6 +996,102 @@ mod tests {
                 json!({"t": 2, "action": "MarkDelete", "c": [4, -1]}),
                 json!({"t": 2, "action": "Advance", "md": [4, -1]}),
             ]
+        );
+    }
+
+    /// A cursor's states across restarts: its `Persist` lines go to the
+    /// run of the state joined to it last (a new cursor's first record,
+    /// saved before its state exists, right after that state's `Open`); a
+    /// state recovered from the store names its predecessor's run in
+    /// `pred`; a cursor created anew (a `LedgerCursor` `Open`) starts
+    /// without one; other cursors' persists (no state joined) are dropped.
+    #[test]
+    fn deletion_lookup_links_a_recovered_state_to_its_cursors_previous_state() {
+        let topic = crate::sim::engine::TOPIC;
+        let c = |action: &str, cur: &str, v: Value| {
+            let mut v = v;
+            v["action"] = action.into();
+            v["ml"] = topic.into();
+            v["cur"] = cur.into();
+            line(v)
+        };
+        let d = |ds: u64, v: Value| {
+            let mut v = v;
+            v["ds"] = ds.into();
+            line(v)
+        };
+        let joined = |ds: u64, cur: &str| {
+            line(json!({"action": "Cursor", "ds": ds, "ml": topic, "cur": cur}))
+        };
+        let lines = vec![
+            c("Open", "a", json!({"md": [3, -1], "read": [3, 0]})),
+            c("Persist", "a", json!({"md": [3, -1], "ranges": []})),
+            d(1, json!({"action": "Open", "md": [3, -1], "ranges": []})),
+            joined(1, "a"),
+            line(json!({"action": "AppendEntry", "ml": topic, "p": [3, 0]})),
+            line(json!({"action": "AppendEntry", "ml": topic, "p": [3, 1]})),
+            d(1, json!({"action": "Ack", "p": [3, 1]})),
+            c(
+                "Persist",
+                "a",
+                json!({"md": [3, -1], "ranges": [[[3, 0], [3, 1]]]}),
+            ),
+            line(
+                json!({"action": "Persist", "ml": "other", "cur": "x", "md": [9, 0], "ranges": []}),
+            ),
+            // restart: `a` recovered
+            c("Recover", "a", json!({"md": [3, -1], "read": [3, 0]})),
+            d(
+                2,
+                json!({"action": "Open", "md": [3, -1], "ranges": [[[3, 0], [3, 1]]]}),
+            ),
+            joined(2, "a"),
+            // `a` deleted and created anew: no predecessor
+            c("Open", "a", json!({"md": [3, 1], "read": [4, 0]})),
+            c("Persist", "a", json!({"md": [3, 1], "ranges": []})),
+            d(3, json!({"action": "Open", "md": [3, 1], "ranges": []})),
+            joined(3, "a"),
+        ];
+        let dir = tempfile::tempdir().unwrap();
+        let written = write_deletion_lookup(dir.path(), &lines).unwrap();
+        let name = "DeletionLookup@MaxEntry=1,MaxResets=1,MaxIds=3";
+        assert_eq!(
+            written,
+            vec![
+                (name.to_string(), 3, 4 + 1 + 2),
+                (
+                    "DeletionLookup (linked: recovered from a predecessor run)".to_string(),
+                    1,
+                    0
+                ),
+            ]
+        );
+        let file = read_file(dir.path(), name);
+        let actions: Vec<(u64, &str)> = file
+            .iter()
+            .map(|v| (v["t"].as_u64().unwrap(), v["action"].as_str().unwrap()))
+            .collect();
+        assert_eq!(
+            actions,
+            [
+                (1, "Open"),
+                (1, "Persist"),
+                (1, "Ack"),
+                (1, "Persist"),
+                (2, "Open"),
+                (3, "Open"),
+                (3, "Persist"),
+            ]
+        );
+        assert!(file
+            .iter()
+            .all(|v| v.get("ml").is_none() && v.get("cur").is_none()));
+        assert_eq!(file[3]["ranges"], json!([[[3, 0], [3, 1]]]));
+        assert!(file[0].get("pred").is_none());
+        assert_eq!(file[4]["pred"], 1);
+        assert!(
+            file[5].get("pred").is_none(),
+            "a new cursor has no predecessor"
         );
     }
 
