@@ -37,7 +37,7 @@
 //! connection's frames never arrive (the broker removes its consumers:
 //! the spec's `BrokerWriteFailure`, recorded as such).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::io::Write;
 use std::path::Path;
 
@@ -452,6 +452,8 @@ fn write_deletion_lookup(
     let mut unjoined: BTreeMap<(String, String), Vec<Value>> = BTreeMap::new();
     // Per state: the state its cursor had before it.
     let mut pred: BTreeMap<u64, u64> = BTreeMap::new();
+    // Every state a `Cursor` line joined to its cursor.
+    let mut cursor_states: BTreeSet<u64> = BTreeSet::new();
     for l in lines {
         let Ok(mut v) = serde_json::from_str::<Value>(l) else {
             continue;
@@ -487,6 +489,7 @@ fn write_deletion_lookup(
             }
             (Some("Cursor"), Some(c)) => {
                 let Some(ds) = v["ds"].as_u64() else { continue };
+                cursor_states.insert(ds);
                 if let Some(prev) = joined.insert(c.clone(), ds) {
                     pred.insert(ds, prev);
                 }
@@ -518,6 +521,18 @@ fn write_deletion_lookup(
         .enumerate()
         .map(|(t, ds)| (*ds, t + 1))
         .collect();
+    // A joined state without a run would leave its cursor's recovery
+    // unchecked (no `pred`, its `Persist` lines dropped): an error, not a
+    // silently weaker trace.
+    if let Some(ds) = cursor_states.iter().find(|ds| !t_of.contains_key(ds)) {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            format!(
+                "{DELETION_LOOKUP}: a Cursor line joins state {ds}, which has no run from an \
+                 Open line: its cursor's recovery cannot be linked"
+            ),
+        ));
+    }
     for v in runs.iter().flatten() {
         for l in deletion_ledgers(v) {
             layout.entry(l).or_insert(-1);
@@ -612,10 +627,7 @@ fn write_bucket_merge(
     if workload.max_entries_per_ledger != 1 {
         return Ok(vec![(
             format!("{BUCKET_MERGE} (dropped: max_entries_per_ledger is not 1)"),
-            sub_of
-                .values()
-                .collect::<std::collections::BTreeSet<_>>()
-                .len(),
+            sub_of.values().collect::<BTreeSet<_>>().len(),
             0,
         )]);
     }
@@ -1093,6 +1105,22 @@ mod tests {
             file[5].get("pred").is_none(),
             "a new cursor has no predecessor"
         );
+    }
+
+    /// A `Cursor` line joining a state that has no run (no `Open` line
+    /// recorded for it) is an error: that cursor's recovery would go
+    /// unchecked, not fail.
+    #[test]
+    fn deletion_lookup_refuses_a_cursor_line_naming_a_state_without_a_run() {
+        let topic = crate::sim::engine::TOPIC;
+        let lines = vec![
+            line(json!({"action": "Open", "ds": 1, "md": [3, -1], "ranges": []})),
+            line(json!({"action": "Cursor", "ds": 7, "ml": topic, "cur": "a"})),
+        ];
+        let dir = tempfile::tempdir().unwrap();
+        let err = write_deletion_lookup(dir.path(), &lines).unwrap_err();
+        assert_eq!(err.kind(), std::io::ErrorKind::InvalidData);
+        assert!(err.to_string().contains("state 7"), "{err}");
     }
 
     /// A subscription's tracker lines: its first tracker (empty storage) and
