@@ -147,26 +147,6 @@ pub mod deletion {
             json!({ "ml": ml, "cur": cur, "md": pos(md), "ranges": ranges }),
         );
     }
-    /// [`persist`] of a state persisted as one bitmap of deleted entry ids
-    /// per ledger (the compact form of
-    /// [`ManagedCursor::persist_deletion_state`](crate::ledger::ManagedCursor::persist_deletion_state)).
-    pub fn persist_bitmaps(
-        ml: &str,
-        cur: &str,
-        md: Position,
-        ledgers: &std::collections::BTreeMap<i64, roaring::RoaringBitmap>,
-    ) {
-        let mut ranges: Vec<(Position, Position)> = Vec::new();
-        for (&l, bits) in ledgers {
-            for e in bits.iter().map(i64::from) {
-                match ranges.last_mut() {
-                    Some((_, hi)) if hi.ledger_id == l && hi.entry_id + 1 == e => hi.entry_id = e,
-                    _ => ranges.push((Position::new(l, e - 1), Position::new(l, e))),
-                }
-            }
-        }
-        persist(ml, cur, md, &ranges);
-    }
     /// `Ack(p)`: entry `p` entered its ledger's live bitmap (called under
     /// the bitmap's write lock, so no reader sees the bit before the line).
     pub fn ack(ds: u64, ledger_id: i64, entry: u32) {

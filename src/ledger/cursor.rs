@@ -562,11 +562,11 @@ impl ManagedCursor {
             property_updates,
         )?;
         #[cfg(feature = "trace")]
-        crate::trace::deletion::persist_bitmaps(
+        crate::trace::deletion::persist(
             &self.ledger.name,
             &self.name,
             md,
-            &snapshot.ledgers,
+            &snapshot.ranges().collect::<Vec<_>>(),
         );
         cursor.mark_delete = md;
         cursor.individually_deleted.clear();
