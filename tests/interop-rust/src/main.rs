@@ -166,7 +166,7 @@ fn run(a: &Args, scenario: &str) -> ExitCode {
         return usage("run needs --binary and --workdir");
     };
     let (messages, deadline, total) = match (
-        num(a, "messages", 300u32),
+        num(a, "messages", 500u32),
         num(a, "deadline", 60u64),
         num(a, "timeout", 180u64),
     ) {

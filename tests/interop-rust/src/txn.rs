@@ -419,8 +419,12 @@ pub async fn run(server: &mut Server, log: Arc<Log>) -> Result<(), String> {
         }
     }
 
-    // Let the observers catch up with the committed outputs.
-    tokio::time::sleep(Duration::from_secs(3)).await;
+    // Let the observers catch up with the committed outputs (bounded).
+    let until = Instant::now() + Duration::from_secs(30);
+    while Instant::now() < until && crate::judge::txn(&log.snapshot()).has("committed-lost") {
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await; // a late aborted or duplicate output shows up
     log.write(Ev::Stopping);
     stop.store(true, Ordering::Release);
     for h in observers {
