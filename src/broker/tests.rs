@@ -758,6 +758,25 @@ fn a_delayed_entry_is_delivered_when_the_injected_time_comes() {
     let out = frames(&mut b);
     assert_eq!(out.len(), 1);
     assert_eq!(out[0].1, message(7, p, 0, vec![], 1));
+    // An entry already due when read (the tracker declines it) goes out
+    // at once, never dropped.
+    let now = at as u64 + 1_000;
+    let c = BrokerCommand {
+        r#type: ty::SEND,
+        send: Some(proto::CommandSend {
+            producer_id: 1,
+            sequence_id: 1,
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    b.handle_frame(1, &enc(&c), &entry(None, None, Some(at)), now)
+        .unwrap();
+    let out = frames(&mut b);
+    assert_eq!(
+        out.iter().map(|(_, f, _)| f.r#type).collect::<Vec<_>>(),
+        vec![ty::SEND_RECEIPT, ty::MESSAGE]
+    );
 }
 
 // ---- component-level tests of the pipeline's pieces ----

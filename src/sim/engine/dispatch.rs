@@ -34,7 +34,9 @@
 //! after a rewind with a read pending); a restart drops it with the broker.
 
 use super::*;
-use crate::broker::key_shared::{sticky_key_hash, ConsistentHashingSelector, DEFAULT_REPLICA_POINTS};
+use crate::broker::key_shared::{
+    sticky_key_hash, ConsistentHashingSelector, DEFAULT_REPLICA_POINTS,
+};
 use crate::ledger::Entry;
 
 std::thread_local! {
