@@ -339,12 +339,12 @@ pub struct DispatchMetadata {
     /// `uncompressed_size = 9`.
     #[prost(uint32, optional, tag = "9")]
     pub uncompressed_size: Option<u32>,
-    /// `partition_key_b64_encoded = 17`, default false.
-    #[prost(bool, optional, tag = "17", default = "false")]
-    pub partition_key_b64_encoded: Option<bool>,
     /// `num_messages_in_batch = 11`, default 1.
     #[prost(int32, optional, tag = "11", default = "1")]
     pub num_messages_in_batch: Option<i32>,
+    /// `partition_key_b64_encoded = 17`, default false.
+    #[prost(bool, optional, tag = "17", default = "false")]
+    pub partition_key_b64_encoded: Option<bool>,
     /// `ordering_key = 18`.
     #[prost(bytes = "vec", optional, tag = "18")]
     pub ordering_key: Option<Vec<u8>>,
