@@ -38,6 +38,25 @@ struct Broker {
     pa_cursor: Arc<ManagedCursor>,
 }
 
+impl Broker {
+    /// The handle's view of the subscription: its cursor (persisted state)
+    /// and live deletion state.
+    fn subscription(&self) -> CursorSubscription {
+        CursorSubscription::new(Arc::clone(&self.sub_cursor), Arc::clone(&self.deletion))
+    }
+
+    /// Persists the subscription's mark-delete and individually deleted
+    /// ranges (Pulsar's cursor persist).
+    fn persist_subscription(&self) {
+        self.sub_cursor
+            .mark_delete_with_ranges(
+                self.deletion.mark_delete_position(),
+                self.deletion.individually_deleted_ranges(),
+            )
+            .unwrap();
+    }
+}
+
 fn open_broker(store: Arc<dyn LedgerStore>) -> Broker {
     let topic = ManagedLedger::open(TOPIC, LedgerConfig::default(), Arc::clone(&store)).unwrap();
     let sub_cursor = Arc::new(topic.open_cursor(SUB).unwrap());
@@ -67,6 +86,7 @@ fn start_handle(b: &Broker, pool: &ReplayExecutorPool) -> PendingAckHandle {
     let h = PendingAckHandle::new(
         format!("{TOPIC}-{SUB}"),
         Arc::clone(&b.pa_cursor),
+        Arc::new(b.subscription()),
         pool,
         Arc::new(InlineReads),
         Arc::new(VirtualTimer::new()),
@@ -87,17 +107,16 @@ fn append(h: &PendingAckHandle, r: PendingAckRecord) -> Result<AppendAck, Pendin
     res.expect("appended synchronously (batching off)")
 }
 
-/// The commits the replay recovered, as the embedder applies them to the
-/// subscription: individually deleted entries and the mark-delete.
-fn apply_recovered_commits(h: &PendingAckHandle, b: &Broker) {
-    let s = h.summary();
-    let deleted: Vec<Position> = s.deleted.iter().copied().collect();
-    if !deleted.is_empty() {
-        b.deletion.delete(&deleted, b.topic.as_ref()).unwrap();
+/// The commits the replay recovered that the subscription's persisted
+/// state lacks, applied to the subscription as the embedder does. Returns
+/// them.
+fn apply_recovered_commits(h: &PendingAckHandle, b: &Broker) -> Vec<CommittedAck> {
+    let acks = h.committed_acks();
+    let view = b.subscription();
+    for a in &acks {
+        view.apply(a, b.topic.as_ref()).unwrap();
     }
-    if s.mark_delete > b.deletion.mark_delete_position() {
-        b.deletion.mark_delete(s.mark_delete, b.topic.as_ref()).unwrap();
-    }
+    acks
 }
 
 /// A transaction acks entry 19 of the topic, its commit becomes durable in
@@ -111,6 +130,7 @@ fn a_committed_ack_survives_a_crash_before_the_subscription_is_persisted() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("store.redb");
     let entry19;
+    let ack_entry;
     {
         let store: Arc<dyn LedgerStore> = Arc::new(RedbStore::open(&path).unwrap());
         let b = open_broker(store);
@@ -122,12 +142,17 @@ fn a_committed_ack_survives_a_crash_before_the_subscription_is_persisted() {
         let pool = ReplayExecutorPool::new(1, ExecutorMode::Manual).unwrap();
         let h = start_handle(&b, &pool);
         let t = TxnId::new(7, 1);
-        append(
+        ack_entry = append(
             &h,
             PendingAckRecord::individual_ack(t, vec![AckedPosition::whole(entry19)]),
         )
-        .unwrap();
+        .unwrap()
+        .position;
         append(&h, PendingAckRecord::commit(t, AckType::Individual)).unwrap();
+        assert!(
+            b.pa_cursor.mark_delete_position() < ack_entry,
+            "the log keeps the commit until the subscription persists it"
+        );
         // The embedder applies the commit to the subscription in memory ...
         b.deletion.delete(&[entry19], b.topic.as_ref()).unwrap();
         assert!(b.deletion.is_message_deleted(entry19));
@@ -143,13 +168,69 @@ fn a_committed_ack_survives_a_crash_before_the_subscription_is_persisted() {
     );
     let pool = ReplayExecutorPool::new(1, ExecutorMode::Manual).unwrap();
     let h = start_handle(&b, &pool);
-    apply_recovered_commits(&h, &b);
+    let recovered = apply_recovered_commits(&h, &b);
     assert!(
         b.deletion.is_message_deleted(entry19),
         "a committed transactional ack of {entry19} was lost in the crash: the replay did not re-apply it (pending-ack log mark-delete {}, subscription mark-delete {})",
         b.pa_cursor.mark_delete_position(),
         b.sub_cursor.mark_delete_position(),
     );
+    assert_eq!(recovered, vec![CommittedAck::Entry(entry19)]);
+    // Not persisted yet: the log still holds the commit.
+    h.subscription_persisted();
+    assert!(b.pa_cursor.mark_delete_position() < ack_entry);
+    // Persisted: the log may forget it, and the next replay has nothing to
+    // re-apply.
+    b.persist_subscription();
+    h.subscription_persisted();
+    assert!(b.pa_cursor.mark_delete_position() >= ack_entry);
+    assert!(h.committed_acks().is_empty());
+    h.close();
+    pool.shutdown();
+    drop((h, b));
+    let store: Arc<dyn LedgerStore> = Arc::new(RedbStore::open(&path).unwrap());
+    let b = open_broker(store);
+    assert!(b.deletion.is_message_deleted(entry19));
+    let pool = ReplayExecutorPool::new(1, ExecutorMode::Manual).unwrap();
+    let h = start_handle(&b, &pool);
+    assert!(apply_recovered_commits(&h, &b).is_empty());
+}
+
+/// A cumulative commit survives the same crash: the mark-delete it moves is
+/// re-applied by the replay.
+#[test]
+fn a_committed_cumulative_ack_survives_a_crash_before_the_subscription_is_persisted() {
+    let _w = watchdog::arm("cumulative commit across a crash", Duration::from_secs(30));
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("store.redb");
+    let upto;
+    {
+        let store: Arc<dyn LedgerStore> = Arc::new(RedbStore::open(&path).unwrap());
+        let b = open_broker(store);
+        let mut ps = Vec::new();
+        for i in 0..10 {
+            ps.push(b.topic.append(format!("m{i}").as_bytes()).unwrap());
+        }
+        upto = ps[6];
+        let pool = ReplayExecutorPool::new(1, ExecutorMode::Manual).unwrap();
+        let h = start_handle(&b, &pool);
+        let t = TxnId::new(7, 3);
+        append(&h, PendingAckRecord::cumulative_ack(t, upto)).unwrap();
+        append(&h, PendingAckRecord::commit(t, AckType::Cumulative)).unwrap();
+        b.deletion.mark_delete(upto, b.topic.as_ref()).unwrap();
+        h.close();
+        pool.shutdown();
+    }
+    let store: Arc<dyn LedgerStore> = Arc::new(RedbStore::open(&path).unwrap());
+    let b = open_broker(store);
+    assert!(b.deletion.mark_delete_position() < upto);
+    let pool = ReplayExecutorPool::new(1, ExecutorMode::Manual).unwrap();
+    let h = start_handle(&b, &pool);
+    assert_eq!(
+        apply_recovered_commits(&h, &b),
+        vec![CommittedAck::MarkDelete(upto)]
+    );
+    assert_eq!(b.deletion.mark_delete_position(), upto);
 }
 
 /// Pulsar checks the subscription cursor before accepting a transactional

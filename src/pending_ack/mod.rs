@@ -38,7 +38,7 @@
 //! let cursor = Arc::new(ml.open_cursor("__pending_ack_state")?);
 //! let pool = ReplayExecutorPool::new(1, ExecutorMode::Manual)?;
 //! let timer = Arc::new(VirtualTimer::new());
-//! let handle = PendingAckHandle::new("t-sub", cursor, &pool, Arc::new(InlineReads), timer, HandleConfig::default())?;
+//! let handle = PendingAckHandle::new("t-sub", cursor, Arc::new(MemorySubscription::default()), &pool, Arc::new(InlineReads), timer, HandleConfig::default())?;
 //! let waiter = handle.ready_waiter();
 //! handle.init();
 //! pool.run_pending();
@@ -91,6 +91,7 @@ mod reader;
 pub mod record;
 pub(crate) mod replay;
 mod state;
+mod subscription;
 mod timer;
 mod writer;
 
@@ -106,6 +107,7 @@ pub use replay::{
     classify, FailureDisposition, ReadDispatcher, ReadJob, ReplayConfig, ReplayReport, ReplaySink,
 };
 pub use state::{PendingAckState, PendingAckSummary};
+pub use subscription::{CommittedAck, CursorSubscription, MemorySubscription, SubscriptionView};
 #[cfg(not(any(loom, feature = "shuttle")))]
 pub use timer::SystemTimer;
 pub use timer::{Timer, TimerId, TimerTask, VirtualTimer};

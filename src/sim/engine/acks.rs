@@ -206,7 +206,8 @@ impl Sim<'_> {
         for p in &ps {
             sub.txn_acked.remove(p);
         }
-        for (_, refs) in positions {
+        for (p, refs) in positions {
+            self.committed_refs[s].insert(p, refs.clone());
             sub.unpersisted.extend(refs);
         }
         self.schedule_dispatch(s);

@@ -281,6 +281,29 @@ impl Sim<'_> {
                         truth.cumulative = found_cumulative;
                     }
                     end_replay_plan(&self.replay_plans[s], &mut self.activity);
+                    // Commits the log still holds that the subscription's
+                    // persisted state lacks (the broker crashed before
+                    // persisting the subscription): re-applied to the
+                    // subscription, persisted with its next persist.
+                    let view =
+                        CursorSubscription::new(Arc::clone(&sub.cursor), Arc::clone(&sub.deletion));
+                    for ack in h.committed_acks() {
+                        view.apply(&ack, b.ledger.as_ref())
+                            .map_err(comp("re-apply a committed ack"))?;
+                        sub.recovered_commits = true;
+                        match ack {
+                            CommittedAck::Entry(p) => {
+                                if let Some(refs) = self.committed_refs[s].get(&p) {
+                                    sub.unpersisted.extend(refs.iter().copied());
+                                }
+                            }
+                            CommittedAck::MarkDelete(p) => {
+                                sub.unpersisted_cumulative =
+                                    sub.unpersisted_cumulative.max(Some(p));
+                            }
+                            CommittedAck::BatchIndexes { .. } => {}
+                        }
+                    }
                     // Transactions left open by the restart are aborted (the
                     // coordinator timed them out): their messages are redelivered.
                     for txn in summary.individual.keys() {
