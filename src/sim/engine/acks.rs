@@ -194,10 +194,22 @@ impl Sim<'_> {
             self.schedule_dispatch(s);
             return Ok(());
         }
+        let mut commit_durable = false;
         if let Some(h) = &sub.pending_ack {
             let record = PendingAckRecord::commit(txn, AckType::Individual);
             let durable = pa_durable(&self.pa_truth[s], &record);
-            h.append(record, durable);
+            let done = Arc::new(AtomicBool::new(false));
+            let d = Arc::clone(&done);
+            h.append(
+                record,
+                Box::new(move |r| {
+                    d.store(r.is_ok(), Ordering::SeqCst);
+                    durable(r);
+                }),
+            );
+            // Appended synchronously (batching off); a commit that is not
+            // durable by now counts as a plain ack.
+            commit_durable = done.load(Ordering::SeqCst);
         }
         let ps: Vec<Position> = positions.iter().map(|(p, _)| *p).collect();
         sub.deletion
@@ -207,7 +219,9 @@ impl Sim<'_> {
             sub.txn_acked.remove(p);
         }
         for (p, refs) in positions {
-            self.committed_refs[s].insert(p, refs.clone());
+            if commit_durable {
+                self.committed_refs[s].insert(p, (txn, refs.clone()));
+            }
             sub.unpersisted.extend(refs);
         }
         self.schedule_dispatch(s);

@@ -411,11 +411,14 @@ struct Sim<'a> {
     /// Per subscription: the pending-ack log's ledgers lost since its last
     /// completed replay.
     pa_ledger_lost: Vec<BTreeSet<i64>>,
-    /// Per subscription, the messages of entries whose transactional ack
-    /// was committed and not yet persisted with the subscription cursor: a
-    /// replay after a restart re-applies such a commit, and its messages
-    /// count as acknowledged once the subscription persists it.
-    committed_refs: Vec<BTreeMap<Position, Vec<MessageRef>>>,
+    /// Per subscription, entries whose transactional ack was committed (its
+    /// COMMIT record durable in the pending-ack log) and not yet persisted
+    /// with the subscription cursor, with the committing transaction and
+    /// the entry's messages: a replay after a restart must re-apply such a
+    /// commit (the checker rule "a committed ack is never redelivered after
+    /// a restart"), and its messages count as acknowledged once the
+    /// subscription persists it.
+    committed_refs: Vec<BTreeMap<Position, (TxnId, Vec<MessageRef>)>>,
     /// The operator turned auto-skip on.
     operator_auto_skip: bool,
     operator_reload_planned: bool,
