@@ -419,6 +419,9 @@ struct Sim<'a> {
     /// a restart"), and its messages count as acknowledged once the
     /// subscription persists it.
     committed_refs: Vec<BTreeMap<Position, (TxnId, Vec<MessageRef>)>>,
+    /// Transactional individual acks the broker applied (paces the probe
+    /// acks of deleted entries).
+    txn_acks_seen: u64,
     /// The operator turned auto-skip on.
     operator_auto_skip: bool,
     operator_reload_planned: bool,
@@ -520,6 +523,7 @@ pub fn run(
             .collect(),
         pa_ledger_lost: vec![BTreeSet::new(); workload.subscriptions as usize],
         committed_refs: vec![BTreeMap::new(); workload.subscriptions as usize],
+        txn_acks_seen: 0,
         operator_auto_skip: false,
         operator_reload_planned: false,
         replay_bound_reported: vec![false; workload.subscriptions as usize],

@@ -295,6 +295,7 @@ impl Sim<'_> {
                         view.apply(&ack, b.ledger.as_ref())
                             .map_err(comp("re-apply a committed ack"))?;
                         sub.recovered_commits = true;
+                        self.activity.commits_reapplied += 1;
                         match ack {
                             CommittedAck::Entry(p) => {
                                 if let Some((_, refs)) = self.committed_refs[s].get(&p) {
