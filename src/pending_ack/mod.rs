@@ -16,6 +16,20 @@
 //!   rules; [`classify`] decides which failures complete the replay.
 //! - [`ReadDispatcher`]: where issued reads run: [`InlineReads`] (the
 //!   completion re-enters the replay thread) or a [`ReaderThread`].
+//! - [`SubscriptionView`]: the handle's view of its subscription's cursor
+//!   (live: what it already deleted; durable: what its persisted mark-delete
+//!   and individually deleted ranges hold), implemented by
+//!   [`CursorSubscription`] (a [`ManagedCursor`](crate::ledger::ManagedCursor)
+//!   with its [`CursorDeletionState`](crate::cursor::CursorDeletionState))
+//!   and [`MemorySubscription`]. A transactional ack of a position the
+//!   subscription deleted is a conflict (Pulsar's
+//!   `TransactionConflictException`); the log is trimmed only past commits
+//!   the subscription holds durably
+//!   ([`PendingAckHandle::subscription_persisted`]), and the commits a
+//!   replay recovers that it does not are handed back
+//!   ([`PendingAckHandle::committed_acks`], [`CommittedAck`]) to be
+//!   re-applied, so a committed ack survives a crash before the
+//!   subscription cursor is persisted.
 //! - [`PendingAckHandle`]: state machine None/Initializing/Ready/Error/Close,
 //!   [`Backoff`] retries on an injectable [`Timer`] ([`VirtualTimer`] in
 //!   tests), [`ReadyWaiter`]s that always complete, idempotent handlers
@@ -38,7 +52,7 @@
 //! let cursor = Arc::new(ml.open_cursor("__pending_ack_state")?);
 //! let pool = ReplayExecutorPool::new(1, ExecutorMode::Manual)?;
 //! let timer = Arc::new(VirtualTimer::new());
-//! let handle = PendingAckHandle::new("t-sub", cursor, &pool, Arc::new(InlineReads), timer, HandleConfig::default())?;
+//! let handle = PendingAckHandle::new("t-sub", cursor, Arc::new(MemorySubscription::default()), &pool, Arc::new(InlineReads), timer, HandleConfig::default())?;
 //! let waiter = handle.ready_waiter();
 //! handle.init();
 //! pool.run_pending();
@@ -59,6 +73,8 @@
 //! | `PendingAckReplay` | `CloseFreesExecutor`, `AttemptEnds` | [`PendingAckHandle::close`], `ReplayAttempt::interrupt` | `close_with_a_lost_read_callback_frees_the_executor_and_a_late_callback_changes_nothing`, `handles_on_one_executor_random`, `handles_on_one_executor_pct` |
 //! | `PendingAckReplay` | `HandleSettles` | `PendingAckHandle::schedule_retry`, `PendingAckHandle::give_up`, `PendingAckHandle::cursor_reopen_failed` | `closed_cursor_is_reopened_through_the_managed_ledger_on_the_redb_store`, `closed_cursor_that_cannot_reopen_fails_waiters_after_a_bounded_number_of_attempts` |
 //! | `PendingAckReplayBatch` | `RefusedOnlyOnConflict`, `PendingKeptUntilResolved`, `NoPendingDeleted` | [`PendingAckState::check`], [`PendingAckState::apply_checked`] | `disjoint_batch_indexes_of_one_entry_by_two_txns_are_both_pending`, `replay_of_batch_index_acks_rebuilds_the_same_state`, `batch_index_acks_match_the_reference_model` |
+//! | `PendingAckReplayDurable` | `CommittedAckDurable` | [`PendingAckState::take_trim`], [`PendingAckHandle::committed_acks`] | `a_committed_ack_survives_a_crash_before_the_subscription_is_persisted`, `a_committed_cumulative_ack_survives_a_crash_before_the_subscription_is_persisted`, `replay_and_appends_trim_the_log_up_to_the_oldest_unresolved_entry` |
+//! | `PendingAckReplayDurable` | `PendingNotDeleted` | [`PendingAckHandle::append`] | `a_transactional_ack_of_an_entry_the_subscription_deleted_is_a_conflict` |
 //!
 //! How: `fill_queue` loads the counter before the flag and `read_failed`
 //! stores the flag before the counter (`NoReadAfterFailure`); a stored
@@ -76,6 +92,16 @@
 //! ([`record::PendingAckRecord::encode`], [`record::encode_batch`],
 //! [`record::decode_entry`]; golden bytes per record kind and value class in
 //! `tests/pending_ack_wire.rs`); no spec models them.
+//!
+//! The log is trimmed past an entry only once the [`SubscriptionView`]
+//! holds that entry's commits durably, and the replay hands back every
+//! commit the subscription lacks (`CommittedAckDurable`; a real crash on
+//! the redb store between the commit and the subscription's persist in
+//! `tests/pending_ack_subscription.rs`; simulator rule "committed ack lost
+//! in a restart", mutant `pending_ack_trim_before_apply`). A transactional
+//! ack of a position the subscription deleted is refused before anything is
+//! written ([`PendingAckError::AckConflict`], holder `None`;
+//! `PendingNotDeleted`, mutant `pending_ack_ack_of_deleted_accepted`).
 //!
 //! Trace validation: `specs/TracePendingAckReplay.tla` on the runs of
 //! `tests/trace_pending_ack.rs` (one thread), `tests/trace_pending_ack_threads.rs`
@@ -96,6 +122,9 @@
 //!
 //! Checks: `specs/PendingAckReplay.tla` (protocol, with bug cfgs),
 //! `specs/PendingAckReplayBatch.tla` (batch-index acks),
+//! `specs/PendingAckReplayDurable.tla` (the log and the subscription
+//! cursor's persisted state across a crash between any two durable writes;
+//! bug cfgs trim-before-apply and no conflict check),
 //! `loom-tests/pending_ack.rs` (the real `fill_queue`/`read_failed`
 //! orderings), `shuttle-tests/pending_ack.rs` (several handles on one
 //! executor), `tests/pending_ack_scenarios.rs` (virtual-time scenarios),
@@ -124,6 +153,7 @@ mod reader;
 pub mod record;
 pub(crate) mod replay;
 mod state;
+mod subscription;
 mod timer;
 mod writer;
 
@@ -139,6 +169,7 @@ pub use replay::{
     classify, FailureDisposition, ReadDispatcher, ReadJob, ReplayConfig, ReplayReport, ReplaySink,
 };
 pub use state::{PendingAckState, PendingAckSummary};
+pub use subscription::{CommittedAck, CursorSubscription, MemorySubscription, SubscriptionView};
 #[cfg(not(any(loom, feature = "shuttle")))]
 pub use timer::SystemTimer;
 pub use timer::{Timer, TimerId, TimerTask, VirtualTimer};

@@ -283,6 +283,10 @@ impl Sim<'_> {
         sub.blocked.clear();
         sub.redeliver.clear();
         sub.pending_read = None; // a read in flight is dropped: read again from the seek
+
+        // The reset is persisted: committed entries at or below it are
+        // durable, those above it are redelivered by the seek's design.
+        self.committed_refs[s].clear();
         let active_before = sub.failover_order.first().copied();
         sub.failover_order.clear();
         if kind == ResetKind::ClearBacklog {
