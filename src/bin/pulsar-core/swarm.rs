@@ -186,6 +186,11 @@ pub fn swarm_workload(seed: u64) -> Workload {
         f.clear_backlogs = 1;
         f.clear_delete_failure_ratio = 0.5;
     }
+    // Negative and batch-index acks (partial batches with `ack_set`);
+    // drawn after everything above for the same reason.
+    if !failover && r.random_bool(0.3) {
+        w.negative_ack_ratio = [0.05, 0.2][r.random_range(0..2)];
+    }
     w.faults = f;
     w
 }
@@ -229,7 +234,7 @@ fn print_run(seed: u64, report: &Report, json: bool) {
         println!("{line}");
     } else {
         println!(
-            "seed {seed}: {} ({} violations) {:?} subs={} consumers={} messages={} faults: restarts={} outages={} reconnects={} seeks={} lost-ledger={} auto-skip={} replay-read-failures={} delayed={} txn={}",
+            "seed {seed}: {} ({} violations) {:?} subs={} consumers={} messages={} faults: restarts={} outages={} reconnects={} seeks={} lost-ledger={} auto-skip={} replay-read-failures={} delayed={} txn={} nack={}",
             if clean { "ok" } else { "FAILED" },
             report.violations,
             w.subscription_type,
@@ -245,6 +250,7 @@ fn print_run(seed: u64, report: &Report, json: bool) {
             w.faults.replay_read_failures,
             w.delayed_ratio,
             w.txn_ack_ratio,
+            w.negative_ack_ratio,
         );
     }
 }

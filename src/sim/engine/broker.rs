@@ -174,6 +174,7 @@ impl Sim<'_> {
                 redeliver: BTreeSet::new(),
                 consumer_keys: BTreeMap::new(),
                 unpersisted: Vec::new(),
+                partial_acked: BTreeMap::new(),
                 unpersisted_cumulative: None,
                 failover_order: Vec::new(),
                 open_cumulative_txn: None,
@@ -249,6 +250,11 @@ impl Sim<'_> {
                 self.activity.bucket_seals += st.seals;
                 self.activity.bucket_merges += st.merges;
                 self.activity.bucket_trims += st.trimmed_buckets;
+            }
+            // Each handle is counted once: when its broker goes (restart,
+            // reload) or at the end of the run.
+            if let Some(h) = &sub.pending_ack {
+                self.activity.replay_retries += h.stats().attempts.saturating_sub(1);
             }
         }
     }
@@ -439,6 +445,10 @@ impl Sim<'_> {
         }
         let md = sub.deletion.mark_delete_position();
         let ranges = sub.deletion.individually_deleted_ranges();
+        self.activity.peak_individually_deleted_ranges = self
+            .activity
+            .peak_individually_deleted_ranges
+            .max(ranges.len() as u64);
         match sub.cursor.mark_delete_with_ranges(md, ranges) {
             Ok(()) => {}
             Err(LedgerError::MarkDeleteBackward { .. }) => {}

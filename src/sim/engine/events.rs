@@ -45,6 +45,19 @@ pub(super) enum Ev {
         txn: Option<TxnId>,
         /// A cumulative ack up to `position` (Failover).
         cumulative: bool,
+        /// A batch-index ack: the indexes of the entry still unacknowledged
+        /// after it (Pulsar's `ack_set`; empty = the whole entry).
+        ack_set: Vec<i64>,
+    },
+    /// A negative ack of `messages` of the entry at `position`
+    /// (`CommandRedeliverUnacknowledgedMessages` with its message id).
+    Nack {
+        sub: SubIdx,
+        incarnation: crate::permits::client::Incarnation,
+        broker_generation: u64,
+        key: ConsumerKey,
+        position: Position,
+        messages: Vec<MessageRef>,
     },
     Commit {
         sub: SubIdx,
@@ -124,6 +137,7 @@ impl Ev {
             Ev::Deliver { sub, .. } => ("client (permits)", "Deliver", Some(sub.0)),
             Ev::AppPoll { sub, .. } => ("client (permits)", "AppPoll", Some(sub.0)),
             Ev::Ack { sub, .. } => ("broker ack path (cursor, pending_ack)", "Ack", Some(sub.0)),
+            Ev::Nack { sub, .. } => ("broker ack path (negative ack)", "Nack", Some(sub.0)),
             Ev::Commit { sub, .. } => ("broker ack path (pending_ack)", "Commit", Some(sub.0)),
             Ev::AckFlush { sub, .. } => ("client (acks)", "AckFlush", Some(sub.0)),
             Ev::FlushFlows { sub, .. } => ("client (flows)", "FlushFlows", Some(sub.0)),

@@ -101,6 +101,16 @@ impl SimEntry {
             payload: Arc::new(payload),
         }
     }
+
+    /// The entry with the cursor's stored ack set of a partially
+    /// acknowledged batch (set bit = index still to deliver), if any: the
+    /// dispatcher sends only those indexes and P is their count.
+    fn with_ack_set(mut self, ack_set: Option<Vec<i64>>) -> Self {
+        if let Some(a) = ack_set {
+            self.entry.ack_set = a;
+        }
+        self
+    }
 }
 
 pub(crate) const TOPIC: &str = "persistent://public/default/sim";
@@ -273,6 +283,12 @@ struct SubRt {
     /// Acks applied in memory, not yet persisted: acknowledged (for the
     /// checker) once the mark-delete + ranges reach the store.
     unpersisted: Vec<MessageRef>,
+    /// Messages of partially acknowledged batch entries (batch-index acks
+    /// applied to the deletion state): acknowledged for the checker only
+    /// once their entry is deleted whole and persisted (the persisted form
+    /// here is the mark-delete and ranges; a restart forgets the partial
+    /// state and redelivers the whole entry).
+    partial_acked: BTreeMap<Position, Vec<MessageRef>>,
     /// Highest cumulative ack applied in memory, not yet persisted.
     unpersisted_cumulative: Option<Position>,
     /// Failover: consumer slots in subscribe order; the first is active.
@@ -314,12 +330,30 @@ struct Broker {
     timer: Arc<VirtualTimer>,
 }
 
+/// One entry the application is processing (the messages of one delivery).
+#[derive(Debug, Default)]
+struct InProgress {
+    /// Messages of this delivery not yet processed.
+    remaining: u32,
+    /// Messages processed, for the entry's ack.
+    refs: Vec<MessageRef>,
+    /// Settled message by message (`Workload::negative_ack_ratio`): each
+    /// acknowledged on its own or negatively acknowledged.
+    split: bool,
+    /// Split: the messages negatively acknowledged so far.
+    nacked: Vec<MessageRef>,
+}
+
 /// Client side of one consumer (survives broker restarts; reconnects).
 struct ClientRt {
     connection: crate::sync::Arc<ClientConnection>,
     consumer: ClientConsumer,
-    /// Messages of the entry being processed: position → (remaining, refs).
-    in_progress: BTreeMap<Position, (u32, Vec<MessageRef>)>,
+    /// Entries being processed by the application.
+    in_progress: BTreeMap<Position, InProgress>,
+    /// Messages the last command for an entry handed to the application
+    /// (fewer than its batch size for a partial batch), until its first
+    /// message is processed.
+    delivery_messages: BTreeMap<Position, u32>,
     last_delivery_ms: VirtualMs,
     /// Since when this consumer has had backlog and free receiver queue
     /// without a delivery (the stall clock), if it has.
@@ -577,6 +611,7 @@ pub fn run(
     let late_hang_violations = u64::from(late_hang.is_some());
     let first_violation = first_violation.or(late_hang);
     let wall_ms = started.elapsed().as_millis() as u64;
+    let components = super::report::components(&sim.activity);
     let deliveries_per_sec = if wall_ms == 0 {
         counts.delivered as f64
     } else {
@@ -598,6 +633,7 @@ pub fn run(
             + late_hang_violations,
         counts,
         activity: sim.activity,
+        components,
         first_violation,
         timing: Timing {
             wall_ms,
@@ -633,6 +669,7 @@ impl Sim<'_> {
                     connection,
                     consumer,
                     in_progress: BTreeMap::new(),
+                    delivery_messages: BTreeMap::new(),
                     last_delivery_ms: 0,
                     stall_since: None,
                     poll_scheduled: false,
@@ -916,6 +953,7 @@ impl Sim<'_> {
                 messages,
                 txn,
                 cumulative,
+                ack_set,
             } => {
                 let current = self
                     .broker
@@ -929,9 +967,29 @@ impl Sim<'_> {
                 }
                 if cumulative {
                     self.cumulative_ack(sub, broker_generation, key, position, txn)
+                } else if !ack_set.is_empty() {
+                    self.batch_index_ack(sub, broker_generation, key, position, messages, ack_set)
                 } else {
                     self.ack(sub, broker_generation, key, position, messages, txn)
                 }
+            }
+            Ev::Nack {
+                sub,
+                incarnation,
+                broker_generation,
+                key,
+                position,
+                messages,
+            } => {
+                let current = self
+                    .broker
+                    .as_ref()
+                    .and_then(|b| b.subs[sub].client_of(key))
+                    .map(|c| self.clients[sub][c].consumer.state().incarnation());
+                if current.is_some_and(|i| i != incarnation) {
+                    return Ok(()); // from an incarnation closed since
+                }
+                self.nack(sub, broker_generation, key, position, messages)
             }
             Ev::Commit {
                 sub,
