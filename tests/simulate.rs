@@ -164,12 +164,37 @@ fn the_default_run_exercises_all_four_components() {
     assert!(a.partial_batch_commands > 0, "{r}");
     assert!(a.flows > 0, "{r}");
     assert!(a.batch_index_acks > 0 && a.negative_acks > 0, "{r}");
+    assert!(a.duplicate_subscribes > 0, "{r}");
     assert_eq!(r.components.len(), 4);
     assert!(r.not_exercised().is_empty(), "{r}");
     assert!(
         r.to_string()
             .contains("result: OK (no violations; all four components exercised)"),
         "{r}"
+    );
+}
+
+/// A duplicate Subscribe keeps the broker consumer as it is; a broker that
+/// replaces it instead (dropping its balance and pending messages) is
+/// caught as a permit violation.
+#[test]
+fn a_duplicate_subscribe_keeps_the_consumer_and_a_replacing_broker_is_caught() {
+    let mut w = small("permit-churn", 1_000);
+    w.faults = pulsar_core::sim::Faults {
+        duplicate_subscribes: 6,
+        ..pulsar_core::sim::Faults::none()
+    };
+    let clean = run_in_tempdir(&w, 3, None);
+    assert!(clean.is_clean(), "{clean}");
+    assert!(clean.activity.duplicate_subscribes > 0, "{clean}");
+    let replaced = run_in_tempdir(&w, 3, Some(Sabotage::DuplicateSubscribeReplacesConsumer));
+    assert!(!replaced.is_clean(), "{replaced}");
+    assert!(
+        replaced
+            .first_violation
+            .as_deref()
+            .is_some_and(|v| v.contains("a duplicate Subscribe changed the broker consumer")),
+        "{replaced}"
     );
 }
 

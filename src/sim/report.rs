@@ -137,6 +137,9 @@ pub struct Activity {
     /// Negative acks the broker applied (the entry is redelivered, with the
     /// batch indexes acknowledged so far left out).
     pub negative_acks: u64,
+    /// Duplicate Subscribes the broker answered with Success while keeping
+    /// the consumer it had (no second incarnation or grant).
+    pub duplicate_subscribes: u64,
 }
 
 /// One counter of a component's work in the run.
@@ -266,6 +269,7 @@ pub fn components(a: &Activity) -> Vec<ComponentReport> {
                 ("Flow commands", a.flows, true),
                 ("negative acks", a.negative_acks, false),
                 ("stale Flows dropped", a.stale_flows_dropped, false),
+                ("duplicate Subscribes", a.duplicate_subscribes, false),
                 ("admission rejections", a.admission_rejections, false),
             ],
         ),

@@ -155,6 +155,13 @@ pub struct Faults {
     /// `clear` fails after its retries (the cleared backlog's mark-delete
     /// then trims what is left).
     pub clear_delete_failure_ratio: f64,
+    /// Duplicate Subscribes: a consumer sends Subscribe again with the
+    /// same consumer id on the same connection (a client retrying a
+    /// Subscribe whose response it did not see). The broker answers
+    /// Success and keeps the one consumer it has (Pulsar
+    /// `ServerCnx.handleSubscribe` with an existing consumer of that id):
+    /// no second incarnation, no second grant of the receiver queue.
+    pub duplicate_subscribes: u32,
 }
 
 impl Default for Faults {
@@ -186,6 +193,7 @@ impl Default for Faults {
             clock_jump_ms: 10_000,
             clear_backlogs: 0,
             clear_delete_failure_ratio: 0.0,
+            duplicate_subscribes: 0,
         }
     }
 }
@@ -220,6 +228,7 @@ impl Faults {
             clock_jump_ms: 10_000,
             clear_backlogs: 0,
             clear_delete_failure_ratio: 0.0,
+            duplicate_subscribes: 0,
         }
     }
 }
@@ -435,6 +444,7 @@ impl Workload {
                     replay_race: true,
                     admission_reject_ratio: 0.01,
                     same_connection_reconnects: 2,
+                    duplicate_subscribes: 4,
                     ..Faults::default()
                 },
                 ..base
@@ -691,6 +701,11 @@ impl Workload {
                 100_000,
             ),
             ("faults.seeks", u64::from(self.faults.seeks), 100),
+            (
+                "faults.duplicate_subscribes",
+                u64::from(self.faults.duplicate_subscribes),
+                100_000,
+            ),
             (
                 "faults.operator_auto_skip_after_ms",
                 self.faults.operator_auto_skip_after_ms,

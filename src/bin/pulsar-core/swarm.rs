@@ -191,6 +191,9 @@ pub fn swarm_workload(seed: u64) -> Workload {
     if !failover && r.random_bool(0.3) {
         w.negative_ack_ratio = [0.05, 0.2][r.random_range(0..2)];
     }
+    if r.random_bool(0.3) {
+        f.duplicate_subscribes = r.random_range(1..=4);
+    }
     w.faults = f;
     w
 }
@@ -398,11 +401,17 @@ mod tests {
 
     #[test]
     fn swarm_workloads_are_valid_and_deterministic() {
+        let (mut nacks, mut duplicates) = (0, 0);
         for seed in 0..500 {
             let w = swarm_workload(seed);
             w.validate().unwrap_or_else(|e| panic!("seed {seed}: {e}"));
             assert_eq!(w, swarm_workload(seed));
+            nacks += u32::from(w.negative_ack_ratio > 0.0);
+            duplicates += u32::from(w.faults.duplicate_subscribes > 0);
         }
+        // Random workloads reach negative acks with partial batches and
+        // duplicate Subscribes.
+        assert!(nacks > 50 && duplicates > 50, "{nacks} {duplicates}");
     }
 
     #[test]

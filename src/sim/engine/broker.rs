@@ -270,6 +270,53 @@ impl Sim<'_> {
             consumer_id: client.consumer.consumer_id(),
         };
         let sub = &mut b.subs[s];
+        if sub.consumer_keys.get(&c) == Some(&key) && sub.dispatcher.consumer(key).is_some() {
+            // A Subscribe for a consumer id this connection already has
+            // (a retried Subscribe): Pulsar's `ServerCnx.handleSubscribe`
+            // answers Success and keeps the consumer as it is: same
+            // incarnation, same permits and pending acks, same place in
+            // a Failover order. The client must not grant its receiver
+            // queue a second time.
+            let held = sub
+                .dispatcher
+                .consumer(key)
+                .map(|x| (x.available_permits(), x.pending_acks().len()));
+            self.activity.duplicate_subscribes += 1;
+            if self.opts.sabotage == Some(Sabotage::DuplicateSubscribeReplacesConsumer)
+                && !self.sabotage_done
+            {
+                self.sabotage_done = true;
+                let _ = sub.dispatcher.remove_consumer(key);
+                sub.dispatcher
+                    .add_consumer(key, client.consumer.epoch())
+                    .map_err(comp("add consumer"))?;
+            }
+            match client.consumer.subscribe_succeeded(incarnation) {
+                Err(crate::permits::client::ClientPermitError::AlreadySubscribed(_)) => {}
+                Ok(granted) => self.checker.permit_violation(
+                    &sub.name,
+                    c.0,
+                    &format!(
+                        "a duplicate Subscribe success granted {granted} permits a second time"
+                    ),
+                    self.sched.now(),
+                ),
+                Err(e) => return Err(SimError::Component(format!("duplicate subscribe: {e}"))),
+            }
+            let after = sub
+                .dispatcher
+                .consumer(key)
+                .map(|x| (x.available_permits(), x.pending_acks().len()));
+            if after != held {
+                self.checker.permit_violation(
+                    &sub.name,
+                    c.0,
+                    &format!("a duplicate Subscribe changed the broker consumer: (permits, pending) {held:?} -> {after:?}"),
+                    self.sched.now(),
+                );
+            }
+            return Ok(());
+        }
         // Entries of the old connection handed back for redelivery.
         let mut handed_back = 0;
         if let Some(old) = sub.consumer_keys.insert(c, key) {

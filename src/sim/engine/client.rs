@@ -256,6 +256,7 @@ impl Sim<'_> {
                             | Sabotage::CumulativeAckOnePastReceived
                             | Sabotage::DropFailoverHandover
                             | Sabotage::LoseReplayReadCallbacks
+                            | Sabotage::DuplicateSubscribeReplacesConsumer
                             | Sabotage::FilterWhenReadIssued,
                         )
                         | None => {}

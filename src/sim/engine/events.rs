@@ -111,6 +111,12 @@ pub(super) enum Ev {
     },
     /// The broker's clock steps forward.
     ClockJump,
+    /// Consumer `consumer` of `sub` sends its Subscribe again on the same
+    /// connection with the same consumer id.
+    DuplicateSubscribe {
+        sub: SubIdx,
+        consumer: ConsumerIdx,
+    },
     /// Admin clear-backlog of subscription `sub` (the delayed tracker is
     /// cleared).
     ClearBacklog {
@@ -155,6 +161,11 @@ impl Ev {
             Ev::Seek { sub } => ("admin seek", "Seek", Some(sub.0)),
             Ev::Rewind { sub } => ("dispatcher rewind (delayed)", "Rewind", Some(sub.0)),
             Ev::ClockJump => ("broker clock (delayed)", "ClockJump", None),
+            Ev::DuplicateSubscribe { sub, .. } => (
+                "client duplicate Subscribe (permits)",
+                "DuplicateSubscribe",
+                Some(sub.0),
+            ),
             Ev::ClearBacklog { sub } => (
                 "admin clear-backlog (delayed clear)",
                 "ClearBacklog",

@@ -69,6 +69,7 @@ mod acks;
 mod broker;
 mod checks;
 mod client;
+mod client_faults;
 mod delayed_faults;
 mod dispatch;
 mod events;
@@ -187,6 +188,11 @@ pub enum Sabotage {
     /// into a named livelock of this run (with
     /// [`Watchdog::exit_on_hang`] set; without it the run never ends).
     LoseReplayReadCallbacks,
+    /// The broker handles the first duplicate Subscribe as a new consumer:
+    /// it removes the one it has (its pending messages go back for
+    /// redelivery) and registers it again with a zero balance, instead of
+    /// answering Success and keeping it.
+    DuplicateSubscribeReplacesConsumer,
 }
 
 /// Options of one run besides the workload.
@@ -697,6 +703,7 @@ impl Sim<'_> {
             .after(self.stall_check_interval(), Ev::StallCheck);
         if self.opts.faults {
             self.plan_faults();
+            self.plan_client_faults();
         }
         Ok(())
     }
@@ -818,6 +825,7 @@ impl Sim<'_> {
                 | Ev::Rewind { .. }
                 | Ev::ClearBacklog { .. }
                 | Ev::ClockJump
+                | Ev::DuplicateSubscribe { .. }
                 | Ev::StallCheck
                 | Ev::DelayedTick(_)
                 | Ev::Persist(_) => {}
@@ -1012,6 +1020,10 @@ impl Sim<'_> {
                 Ok(())
             }
             Ev::FlushFlows { sub, consumer } => self.flush_flows(sub, consumer),
+            Ev::DuplicateSubscribe { sub, consumer } => {
+                self.faults_pending = self.faults_pending.saturating_sub(1);
+                self.duplicate_subscribe(sub, consumer)
+            }
             Ev::Persist(s) => {
                 self.persist(s)?;
                 self.sched.after(PERSIST_INTERVAL_MS, Ev::Persist(s));
