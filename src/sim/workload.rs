@@ -408,7 +408,8 @@ impl Workload {
             // pending-ack replay after each restart, with a read failure
             // after read-ahead and retried attempts), negative acks and
             // batch-index acks (partial batches with `ack_set`, P below the
-            // batch size), and the hint_race and replay_race stages.
+            // batch size), the faulty-broker and write-failure paths of
+            // the permits, and the hint_race and replay_race stages.
             "default" => Workload {
                 name: name.into(),
                 producers: 20,
@@ -445,6 +446,10 @@ impl Workload {
                     admission_reject_ratio: 0.01,
                     same_connection_reconnects: 2,
                     duplicate_subscribes: 4,
+                    write_failure_ratio: 0.005,
+                    invalid_permits_ratio: 0.005,
+                    corrupted_batch_ratio: 0.01,
+                    zero_permits_on_corrupted_ratio: 0.25,
                     ..Faults::default()
                 },
                 ..base
