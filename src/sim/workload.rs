@@ -404,7 +404,8 @@ impl Workload {
             // section says so). Shared with delayed messages (bucket seals
             // and merges across small ledgers, recoveries at the restarts,
             // rewinds and a clock jump so the post-I/O filter drops entries
-            // acked while a re-read is in flight), transactional acks (a
+            // acked while a re-read is in flight, clear-backlogs failing on
+            // a later bucket's snapshot delete), transactional acks (a
             // pending-ack replay after each restart, with a read failure
             // after read-ahead and retried attempts), negative acks and
             // batch-index acks (partial batches with `ack_set`, P below the
@@ -450,6 +451,8 @@ impl Workload {
                     invalid_permits_ratio: 0.005,
                     corrupted_batch_ratio: 0.01,
                     zero_permits_on_corrupted_ratio: 0.25,
+                    clear_backlogs: 2,
+                    clear_delete_failure_ratio: 1.0,
                     ..Faults::default()
                 },
                 ..base
