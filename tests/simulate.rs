@@ -127,6 +127,149 @@ fn every_preset_runs_clean_with_faults() {
     }
 }
 
+/// `pulsar-core simulate` without `--workload` runs the `default` preset,
+/// and at its default seed every component does work: the counters that
+/// show it are non-zero and the report says all four were exercised.
+#[test]
+fn the_default_run_exercises_all_four_components() {
+    let w = Workload::preset("default").unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let opts = SimOptions {
+        sync: pulsar_core::ledger::SyncMode::Deferred,
+        watchdog: test_watchdog(),
+        ..SimOptions::new(1, dir.path().join("data"))
+    };
+    let r = run(&w, &opts, None).unwrap();
+    assert!(r.is_clean(), "{r}");
+    let a = &r.activity;
+    // Cursor deletion state, hint and post-I/O filter.
+    assert!(a.hint_lookups > 0, "{r}");
+    assert!(a.reads_skipped_by_hint > 0, "{r}");
+    assert!(a.entries_filtered_after_read > 0, "{r}");
+    assert!(a.peak_individually_deleted_ranges > 0, "{r}");
+    // Pending-ack replay after restarts, with failed attempts retried.
+    assert!(a.txn_individual_acks > 0, "{r}");
+    assert!(a.txn_commits > 0, "{r}");
+    assert!(a.txn_aborts > 0, "{r}");
+    assert!(a.replays_completed > 0, "{r}");
+    assert!(a.replay_retries > 0, "{r}");
+    // Bucket delayed delivery.
+    assert!(a.delayed_tracked > 0, "{r}");
+    assert!(a.delayed_scheduled > 0, "{r}");
+    assert!(a.bucket_seals > 0, "{r}");
+    assert!(a.bucket_merges > 0, "{r}");
+    assert!(a.delayed_recoveries > 0, "{r}");
+    // PIP-491 permits with partial batches.
+    assert!(a.commands_with_permits > 0, "{r}");
+    assert!(a.partial_batch_commands > 0, "{r}");
+    assert!(a.flows > 0, "{r}");
+    assert!(a.batch_index_acks > 0 && a.negative_acks > 0, "{r}");
+    assert!(a.duplicate_subscribes > 0, "{r}");
+    assert_eq!(r.components.len(), 4);
+    assert!(r.not_exercised().is_empty(), "{r}");
+    assert!(
+        r.to_string()
+            .contains("result: OK (no violations; all four components exercised)"),
+        "{r}"
+    );
+}
+
+/// A duplicate Subscribe keeps the broker consumer as it is; a broker that
+/// replaces it instead (dropping its balance and pending messages) is
+/// caught as a permit violation.
+#[test]
+fn a_duplicate_subscribe_keeps_the_consumer_and_a_replacing_broker_is_caught() {
+    let mut w = small("permit-churn", 1_000);
+    w.faults = pulsar_core::sim::Faults {
+        duplicate_subscribes: 6,
+        ..pulsar_core::sim::Faults::none()
+    };
+    let clean = run_in_tempdir(&w, 3, None);
+    assert!(clean.is_clean(), "{clean}");
+    assert!(clean.activity.duplicate_subscribes > 0, "{clean}");
+    let replaced = run_in_tempdir(&w, 3, Some(Sabotage::DuplicateSubscribeReplacesConsumer));
+    assert!(!replaced.is_clean(), "{replaced}");
+    assert!(
+        replaced
+            .first_violation
+            .as_deref()
+            .is_some_and(|v| v.contains("a duplicate Subscribe changed the broker consumer")),
+        "{replaced}"
+    );
+}
+
+/// Negative control of the component verdicts: presets that give some
+/// components no work report exactly those as NOT EXERCISED, in the
+/// component section and in the result line, never as a bare OK.
+#[test]
+fn a_run_without_work_for_a_component_reports_it_not_exercised() {
+    let fanout = run_in_tempdir(&small("fanout", 500), 1, None);
+    assert!(fanout.is_clean(), "{fanout}");
+    let missing = fanout.not_exercised();
+    assert!(
+        missing.iter().any(|c| c.starts_with("pending-ack replay"))
+            && missing
+                .iter()
+                .any(|c| c.starts_with("bucket delayed delivery"))
+            && missing.iter().any(|c| c.starts_with("PIP-491")),
+        "{fanout}"
+    );
+    let text = fanout.to_string();
+    assert!(!text.contains("all four components exercised"), "{text}");
+    let result = text.lines().find(|l| l.starts_with("result:")).unwrap();
+    assert!(
+        result.contains("NOT EXERCISED")
+            && result.contains("pending-ack replay")
+            && result.contains("bucket delayed delivery"),
+        "{result}"
+    );
+    // Transactions without delayed messages: only the delayed tracker idle.
+    let txn = run_in_tempdir(&small("txn-outage", 1_000), 1, None);
+    assert!(txn.is_clean(), "{txn}");
+    let delayed = txn
+        .components
+        .iter()
+        .find(|c| c.component.starts_with("bucket delayed delivery"))
+        .unwrap();
+    assert!(!delayed.exercised, "{txn}");
+    assert!(
+        delayed.missing().contains(&"delayed messages tracked"),
+        "{txn}"
+    );
+    let pending_ack = txn
+        .components
+        .iter()
+        .find(|c| c.component.starts_with("pending-ack replay"))
+        .unwrap();
+    assert!(
+        pending_ack.counters.iter().any(|c| c.key && c.value > 0),
+        "{txn}"
+    );
+    let json: serde_json::Value = serde_json::from_str(&txn.to_json()).unwrap();
+    assert_eq!(json["components"][2]["exercised"], false);
+}
+
+/// The CLI's default workload is `default` and its report carries the
+/// component section.
+#[test]
+fn the_cli_default_workload_is_the_all_component_run() {
+    let out = cli(&[
+        "simulate",
+        "--messages",
+        "300",
+        "--quiet",
+        "--sync",
+        "deferred",
+    ]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}");
+    assert!(
+        text.starts_with("pulsar-core simulate: workload default, seed 1"),
+        "{text}"
+    );
+    assert!(text.contains("components (exercised only when"), "{text}");
+}
+
 #[test]
 fn the_checker_catches_each_deliberate_defect() {
     // Without faults, so no reconnect or restart redelivers what the

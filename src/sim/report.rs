@@ -110,6 +110,177 @@ pub struct Activity {
     /// Flow requests of a closed incarnation that the connection task's
     /// revalidation dropped (queued across a same-connection re-creation).
     pub stale_flows_dropped: u64,
+    /// Positions the dispatcher asked the lock-free read-scheduling hint
+    /// about ([`crate::cursor::CursorDeletionState::is_deleted_for_read_scheduling`]).
+    pub hint_lookups: u64,
+    /// Most individually deleted ranges a subscription's deletion state
+    /// held when its mark-delete and ranges were persisted.
+    pub peak_individually_deleted_ranges: u64,
+    /// Individual acks made inside a transaction (through the pending-ack
+    /// log before the cursor).
+    pub txn_individual_acks: u64,
+    /// Transactions committed (individual and cumulative).
+    pub txn_commits: u64,
+    /// Transactions a replay found open after a restart and the broker
+    /// aborted (their messages are redelivered).
+    pub txn_aborts: u64,
+    /// Pending-ack replay attempts that failed and were retried, over every
+    /// handle (also those a restart or reload tore down before they were
+    /// ready, which [`Activity::replay_failed_attempts`] does not count).
+    pub replay_retries: u64,
+    /// Delayed messages the bucket tracker accepted (`add_message` true).
+    pub delayed_tracked: u64,
+    /// Positions the bucket tracker handed out once due
+    /// (`get_scheduled_messages`).
+    pub delayed_scheduled: u64,
+    /// MESSAGE commands the broker sent with an explicit `message_permits`.
+    pub commands_with_permits: u64,
+    /// Of those, partial batches: P below the entry's batch size (some
+    /// batch indexes already acknowledged, the rest sent with `ack_set`).
+    pub partial_batch_commands: u64,
+    /// Batch-index acks the broker applied (an `ack_set` acknowledging some
+    /// messages of a batch entry, the entry kept until none is left).
+    pub batch_index_acks: u64,
+    /// Negative acks the broker applied (the entry is redelivered, with the
+    /// batch indexes acknowledged so far left out).
+    pub negative_acks: u64,
+    /// Duplicate Subscribes the broker answered with Success while keeping
+    /// the consumer it had (no second incarnation or grant).
+    pub duplicate_subscribes: u64,
+}
+
+/// One counter of a component's work in the run.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ComponentCounter {
+    /// What it counts.
+    pub name: String,
+    /// Its value in the run.
+    pub value: u64,
+    /// Whether the component counts as exercised only when this is non-zero.
+    pub key: bool,
+}
+
+/// What one of the four components did in the run, and the verdict.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ComponentReport {
+    /// The component, in the README's words.
+    pub component: String,
+    /// The counters that show its work (key ones decide the verdict).
+    pub counters: Vec<ComponentCounter>,
+    /// Every key counter is non-zero: the run checked this component's
+    /// paths. `false` means the run says nothing about it.
+    pub exercised: bool,
+}
+
+impl ComponentReport {
+    fn new(component: &str, counters: &[(&str, u64, bool)]) -> Self {
+        let counters: Vec<ComponentCounter> = counters
+            .iter()
+            .map(|(name, value, key)| ComponentCounter {
+                name: (*name).to_string(),
+                value: *value,
+                key: *key,
+            })
+            .collect();
+        let exercised = counters.iter().all(|c| !c.key || c.value > 0);
+        Self {
+            component: component.to_string(),
+            counters,
+            exercised,
+        }
+    }
+
+    /// The key counters that are zero.
+    pub fn missing(&self) -> Vec<&str> {
+        self.counters
+            .iter()
+            .filter(|c| c.key && c.value == 0)
+            .map(|c| c.name.as_str())
+            .collect()
+    }
+}
+
+/// The per-component section of the report: for each of the four
+/// components, the counters of the event loop (deterministic, so the same
+/// seed gives the same verdict; the `hint_race` and `replay_race` stages
+/// are reported apart) and whether every key counter is non-zero.
+pub fn components(a: &Activity) -> Vec<ComponentReport> {
+    vec![
+        ComponentReport::new(
+            "cursor deletion state + read-scheduling hint + post-I/O filter (seed 004)",
+            &[
+                ("hint lookups", a.hint_lookups, true),
+                ("entries skipped by the hint", a.reads_skipped_by_hint, true),
+                (
+                    "entries dropped by the post-I/O filter",
+                    a.entries_filtered_after_read,
+                    true,
+                ),
+                (
+                    "individually deleted ranges (peak at persist)",
+                    a.peak_individually_deleted_ranges,
+                    true,
+                ),
+                ("batch-index acks", a.batch_index_acks, false),
+                ("reads with latency", a.reads_with_latency, false),
+            ],
+        ),
+        ComponentReport::new(
+            "pending-ack replay (seed 001)",
+            &[
+                (
+                    "transactional acks (individual + cumulative)",
+                    a.txn_individual_acks + a.txn_cumulative_acks,
+                    true,
+                ),
+                ("commits", a.txn_commits, true),
+                ("aborts after a replay", a.txn_aborts, true),
+                ("replays completed", a.replays_completed, true),
+                ("failed replay attempts retried", a.replay_retries, true),
+                (
+                    "replay read failures after read-ahead",
+                    a.replay_read_failures_injected,
+                    false,
+                ),
+                (
+                    "replays ended by a completing failure",
+                    a.replays_ended_by_completing_failure,
+                    false,
+                ),
+            ],
+        ),
+        ComponentReport::new(
+            "bucket delayed delivery (seed 000)",
+            &[
+                ("delayed messages tracked", a.delayed_tracked, true),
+                ("delivered when due", a.delayed_scheduled, true),
+                ("bucket seals", a.bucket_seals, true),
+                ("bucket merges", a.bucket_merges, true),
+                ("tracker recoveries", a.delayed_recoveries, true),
+                ("bucket trims", a.bucket_trims, false),
+            ],
+        ),
+        ComponentReport::new(
+            "PIP-491 exact permits (seed 003)",
+            &[
+                (
+                    "MESSAGE commands with message_permits",
+                    a.commands_with_permits,
+                    true,
+                ),
+                (
+                    "partial-batch commands (P < batch size)",
+                    a.partial_batch_commands,
+                    true,
+                ),
+                ("Flow commands", a.flows, true),
+                ("negative acks", a.negative_acks, false),
+                ("stale Flows dropped", a.stale_flows_dropped, false),
+                ("duplicate Subscribes", a.duplicate_subscribes, false),
+                ("admission rejections", a.admission_rejections, false),
+            ],
+        ),
+    ]
 }
 
 /// Wall-clock figures (excluded from determinism comparisons).
@@ -151,6 +322,9 @@ pub struct Report {
     pub counts: CheckerCounts,
     /// Component activity.
     pub activity: Activity,
+    /// Per component: the counters of its work and whether the run
+    /// exercised it ([`components`] of [`Report::activity`]).
+    pub components: Vec<ComponentReport>,
     /// Total violations (all kinds); 0 means the run is clean.
     pub violations: u64,
     /// The first violating event, if any.
@@ -163,6 +337,15 @@ impl Report {
     /// Whether the run found no violation.
     pub fn is_clean(&self) -> bool {
         self.violations == 0 && self.first_violation.is_none()
+    }
+
+    /// The components the run did not exercise (a key counter is zero).
+    pub fn not_exercised(&self) -> Vec<&str> {
+        self.components
+            .iter()
+            .filter(|c| !c.exercised)
+            .map(|c| c.component.as_str())
+            .collect()
     }
 
     /// The report as pretty JSON.
@@ -375,8 +558,36 @@ impl fmt::Display for Report {
             writeln!(f, "  {k:<width$}  {v}")?;
         }
         writeln!(f)?;
+        writeln!(
+            f,
+            "components (exercised only when every * counter is non-zero):"
+        )?;
+        for c in &self.components {
+            let verdict = if c.exercised {
+                "exercised".to_string()
+            } else {
+                format!("NOT EXERCISED (zero: {})", c.missing().join(", "))
+            };
+            writeln!(f, "  {}: {verdict}", c.component)?;
+            let parts: Vec<String> = c
+                .counters
+                .iter()
+                .map(|k| format!("{}{} {}", k.name, if k.key { "*" } else { "" }, k.value))
+                .collect();
+            writeln!(f, "    {}", parts.join(", "))?;
+        }
+        writeln!(f)?;
+        let not_exercised = self.not_exercised();
         match &self.first_violation {
-            None if self.is_clean() => writeln!(f, "result: OK (no violations)"),
+            None if self.is_clean() && not_exercised.is_empty() => writeln!(
+                f,
+                "result: OK (no violations; all four components exercised)"
+            ),
+            None if self.is_clean() => writeln!(
+                f,
+                "result: OK (no violations) for what ran; NOT EXERCISED, so not checked by this run: {}",
+                not_exercised.join("; ")
+            ),
             None => writeln!(f, "result: FAILED ({} violations)", self.violations),
             Some(v) => writeln!(
                 f,

@@ -155,6 +155,13 @@ pub struct Faults {
     /// `clear` fails after its retries (the cleared backlog's mark-delete
     /// then trims what is left).
     pub clear_delete_failure_ratio: f64,
+    /// Duplicate Subscribes: a consumer sends Subscribe again with the
+    /// same consumer id on the same connection (a client retrying a
+    /// Subscribe whose response it did not see). The broker answers
+    /// Success and keeps the one consumer it has (Pulsar
+    /// `ServerCnx.handleSubscribe` with an existing consumer of that id):
+    /// no second incarnation, no second grant of the receiver queue.
+    pub duplicate_subscribes: u32,
 }
 
 impl Default for Faults {
@@ -186,6 +193,7 @@ impl Default for Faults {
             clock_jump_ms: 10_000,
             clear_backlogs: 0,
             clear_delete_failure_ratio: 0.0,
+            duplicate_subscribes: 0,
         }
     }
 }
@@ -220,6 +228,7 @@ impl Faults {
             clock_jump_ms: 10_000,
             clear_backlogs: 0,
             clear_delete_failure_ratio: 0.0,
+            duplicate_subscribes: 0,
         }
     }
 }
@@ -282,6 +291,17 @@ pub struct Workload {
     /// more than this after its delivery time is late, virtual ms (0 =
     /// `stall_bound_ms + faults.outage_ms + 10 × delayed_tick_ms`).
     pub delayed_late_bound_ms: u64,
+    /// Fraction of received entries the application settles message by
+    /// message: each message is acknowledged on its own (a batch-index ack,
+    /// `ack_set` with only its bit cleared, for a batched entry) or
+    /// negatively acknowledged, about half each; once the entry's messages
+    /// of that delivery are processed, the negatively acknowledged ones go
+    /// back to the broker in one negative ack (Pulsar's
+    /// `redeliverUnacknowledgedMessages` with message ids), which
+    /// redelivers the entry with the acknowledged indexes left out (a
+    /// partial batch: `ack_set`, P below the batch size). Not with
+    /// cumulative acks (Failover's total order).
+    pub negative_ack_ratio: f64,
     /// Faults.
     pub faults: Faults,
 }
@@ -310,6 +330,7 @@ impl Default for Workload {
             read_latency_ms: 0,
             stall_bound_ms: 30_000,
             delayed_late_bound_ms: 0,
+            negative_ack_ratio: 0.0,
             faults: Faults::default(),
         }
     }
@@ -323,7 +344,7 @@ pub const PRESET_READ_LATENCY_MS: u64 = 5;
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum WorkloadError {
     /// The preset name is not one of [`Workload::PRESETS`].
-    #[error("unknown workload {0:?}: expected one of fanout, delayed, txn-outage, permit-churn, failover, or a path to a .toml file")]
+    #[error("unknown workload {0:?}: expected one of default, fanout, delayed, txn-outage, permit-churn, failover, or a path to a .toml file")]
     UnknownPreset(String),
     /// The workload file could not be read.
     #[error("cannot read workload file {path}: {reason}")]
@@ -362,7 +383,8 @@ impl Workload {
     }
 
     /// The preset names.
-    pub const PRESETS: [&'static str; 5] = [
+    pub const PRESETS: [&'static str; 6] = [
+        "default",
         "fanout",
         "delayed",
         "txn-outage",
@@ -377,6 +399,64 @@ impl Workload {
     pub fn preset(name: &str) -> Result<Self, WorkloadError> {
         let base = Workload::default();
         Ok(match name {
+            // What `pulsar-core simulate` runs without `--workload`: all four
+            // components do work in one seeded run (its report's component
+            // section says so). Shared with delayed messages (bucket seals
+            // and merges across small ledgers, recoveries at the restarts,
+            // rewinds and a clock jump so the post-I/O filter drops entries
+            // acked while a re-read is in flight, clear-backlogs failing on
+            // a later bucket's snapshot delete), transactional acks (a
+            // pending-ack replay after each restart, with a read failure
+            // after read-ahead and retried attempts), negative acks and
+            // batch-index acks (partial batches with `ack_set`, P below the
+            // batch size), the faulty-broker and write-failure paths of
+            // the permits, and the hint_race and replay_race stages.
+            "default" => Workload {
+                name: name.into(),
+                producers: 20,
+                subscriptions: 2,
+                consumers_per_subscription: 3,
+                subscription_type: SubscriptionType::Shared,
+                messages: 20_000,
+                batch_size: 10,
+                keys: 100,
+                delayed_ratio: 0.8,
+                max_delay_ms: 30_000,
+                txn_ack_ratio: 0.1,
+                receiver_queue_size: 100,
+                max_entries_per_ledger: 200,
+                delayed_min_index_count_per_bucket: 50,
+                delayed_max_num_buckets: 4,
+                delayed_tick_ms: 100,
+                publish_interval_ms: 50,
+                read_latency_ms: 20,
+                negative_ack_ratio: 0.1,
+                faults: Faults {
+                    restarts: 2,
+                    read_outages: 1,
+                    outage_ms: 2_000,
+                    reconnects: 4,
+                    replay_read_failures: 2,
+                    snapshot_create_failure_ratio: 0.05,
+                    snapshot_delete_failure_ratio: 0.05,
+                    seeks: 1,
+                    rewinds: 4,
+                    clock_jumps: 2,
+                    hint_race: true,
+                    replay_race: true,
+                    admission_reject_ratio: 0.01,
+                    same_connection_reconnects: 2,
+                    duplicate_subscribes: 4,
+                    write_failure_ratio: 0.005,
+                    invalid_permits_ratio: 0.005,
+                    corrupted_batch_ratio: 0.01,
+                    zero_permits_on_corrupted_ratio: 0.25,
+                    clear_backlogs: 2,
+                    clear_delete_failure_ratio: 1.0,
+                    ..Faults::default()
+                },
+                ..base
+            },
             // Seed 004's shape: 500 producers, one topic, 20 Key_Shared
             // subscriptions × 10 consumers.
             "fanout" => Workload {
@@ -630,6 +710,11 @@ impl Workload {
             ),
             ("faults.seeks", u64::from(self.faults.seeks), 100),
             (
+                "faults.duplicate_subscribes",
+                u64::from(self.faults.duplicate_subscribes),
+                100_000,
+            ),
+            (
                 "faults.operator_auto_skip_after_ms",
                 self.faults.operator_auto_skip_after_ms,
                 HOUR_MS,
@@ -666,6 +751,7 @@ impl Workload {
         }
         for (name, r) in [
             ("delayed_ratio", self.delayed_ratio),
+            ("negative_ack_ratio", self.negative_ack_ratio),
             ("txn_ack_ratio", self.txn_ack_ratio),
             (
                 "faults.corrupted_batch_ratio",
@@ -726,6 +812,11 @@ impl Workload {
         if !failover && self.cumulative_ack_every > 0 {
             return unsupported(
                 "cumulative_ack_every > 0 needs subscription_type = \"failover\": Pulsar rejects cumulative acks on Shared and Key_Shared subscriptions",
+            );
+        }
+        if failover && self.negative_ack_ratio > 0.0 {
+            return unsupported(
+                "negative_ack_ratio > 0 with subscription_type = \"failover\": the simulator checks Failover's total order, which a negatively acknowledged message redelivered after later ones breaks",
             );
         }
         if failover && self.faults.corrupted_batch_ratio > 0.0 {

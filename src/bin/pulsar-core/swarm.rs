@@ -186,6 +186,14 @@ pub fn swarm_workload(seed: u64) -> Workload {
         f.clear_backlogs = 1;
         f.clear_delete_failure_ratio = 0.5;
     }
+    // Negative and batch-index acks (partial batches with `ack_set`);
+    // drawn after everything above for the same reason.
+    if !failover && r.random_bool(0.3) {
+        w.negative_ack_ratio = [0.05, 0.2][r.random_range(0..2)];
+    }
+    if r.random_bool(0.3) {
+        f.duplicate_subscribes = r.random_range(1..=4);
+    }
     w.faults = f;
     w
 }
@@ -229,7 +237,7 @@ fn print_run(seed: u64, report: &Report, json: bool) {
         println!("{line}");
     } else {
         println!(
-            "seed {seed}: {} ({} violations) {:?} subs={} consumers={} messages={} faults: restarts={} outages={} reconnects={} seeks={} lost-ledger={} auto-skip={} replay-read-failures={} delayed={} txn={}",
+            "seed {seed}: {} ({} violations) {:?} subs={} consumers={} messages={} faults: restarts={} outages={} reconnects={} seeks={} lost-ledger={} auto-skip={} replay-read-failures={} delayed={} txn={} nack={}",
             if clean { "ok" } else { "FAILED" },
             report.violations,
             w.subscription_type,
@@ -245,6 +253,7 @@ fn print_run(seed: u64, report: &Report, json: bool) {
             w.faults.replay_read_failures,
             w.delayed_ratio,
             w.txn_ack_ratio,
+            w.negative_ack_ratio,
         );
     }
 }
@@ -392,11 +401,17 @@ mod tests {
 
     #[test]
     fn swarm_workloads_are_valid_and_deterministic() {
+        let (mut nacks, mut duplicates) = (0, 0);
         for seed in 0..500 {
             let w = swarm_workload(seed);
             w.validate().unwrap_or_else(|e| panic!("seed {seed}: {e}"));
             assert_eq!(w, swarm_workload(seed));
+            nacks += u32::from(w.negative_ack_ratio > 0.0);
+            duplicates += u32::from(w.faults.duplicate_subscribes > 0);
         }
+        // Random workloads reach negative acks with partial batches and
+        // duplicate Subscribes.
+        assert!(nacks > 50 && duplicates > 50, "{nacks} {duplicates}");
     }
 
     #[test]

@@ -71,6 +71,47 @@ impl DeliveryChecker {
         }
     }
 
+    /// The broker applied a negative ack from consumer `consumer` of `sub`
+    /// for `msgs` (messages of one entry): each must have been delivered to
+    /// this consumer's current incarnation and not be acknowledged (else an
+    /// invalid event, and no redelivery of it is allowed). Each may then be
+    /// redelivered once, to any consumer, and is exempt from the order
+    /// check (Pulsar redelivers negatively acknowledged messages after
+    /// newer ones).
+    pub fn nacked(&mut self, sub: &str, consumer: usize, msgs: &[MessageRef], now_ms: u64) {
+        let Some(s) = self.subs.get_mut(sub) else {
+            self.counts.invalid_events += 1;
+            self.violation(
+                now_ms,
+                format!("negative ack on unknown subscription {sub}"),
+            );
+            return;
+        };
+        let token = s.token(consumer) + 1;
+        let base = self.base;
+        let mut first = None;
+        let mut bad = 0;
+        for msg in msgs {
+            match self.index.get(msg) {
+                Some(i) if s.delivered[i - base] == token && s.acked[i - base] == NOT_ACKED => {
+                    s.nacked.insert(*i);
+                    s.order_exempt.insert(*i);
+                }
+                _ => {
+                    bad += 1;
+                    first.get_or_insert(*msg);
+                }
+            }
+        }
+        if let Some(msg) = first {
+            self.counts.invalid_events += bad;
+            self.violation(
+                now_ms,
+                format!("{sub}/consumer-{consumer}: negative ack of {msg}, not delivered to this consumer or already acknowledged"),
+            );
+        }
+    }
+
     /// Marks window index `idx` (absolute − base) acknowledged on `s`.
     fn mark_acked(s: &mut SubState, idx: usize, counts: &mut CheckerCounts) {
         match std::mem::replace(&mut s.acked[idx], ACKED) {

@@ -68,7 +68,10 @@ impl DeliveryChecker {
         let first_time = prev == 0;
         if !first_time {
             let (holder, live) = s.tokens[(prev - 1) as usize];
-            if live {
+            // A negative ack of its holder releases the message for one
+            // redelivery (to any consumer), nothing else does.
+            let nacked = s.nacked.remove(&idx);
+            if live && !nacked {
                 self.counts.duplicate_violations += 1;
                 let what = if holder == consumer {
                     format!("{sub}: {msg} delivered twice to consumer-{consumer} with no restart or reconnect between")

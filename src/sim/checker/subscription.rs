@@ -63,6 +63,10 @@ pub(super) struct SubState {
     /// Publish indexes exempt from the per-key order check (replayed after
     /// a corrupted delivery); pruned below the retired count.
     pub(super) order_exempt: BTreeSet<usize>,
+    /// Publish indexes the consumer holding them negatively acknowledged
+    /// (in the incarnation they were delivered to): each may be redelivered
+    /// once while that incarnation lives; pruned below the retired count.
+    pub(super) nacked: BTreeSet<usize>,
 }
 
 impl SubState {

@@ -436,3 +436,57 @@ fn individual_ack_must_come_from_the_receiving_incarnation() {
         .unwrap()
         .contains("consumer-1: ack of 1:1#0, not delivered to this consumer"));
 }
+
+/// A negative ack of its holder allows exactly one redelivery of the
+/// message, to the same live consumer incarnation or another consumer, and
+/// exempts it from the per-key order; a second redelivery without another
+/// negative ack is still a duplicate.
+#[test]
+fn a_negative_ack_allows_one_redelivery_only() {
+    let mut c = DeliveryChecker::new(["s".to_string()], 0, OrderCheck::PerKey);
+    for e in 0..2 {
+        c.published(m(e), 7, 0);
+    }
+    c.delivered("s", 0, m(0), 1, 0);
+    c.delivered("s", 0, m(1), 1, 0);
+    c.nacked("s", 0, &[m(0)], 2);
+    // Redelivered after the newer m(1) of the same key: allowed (exempt).
+    c.delivered("s", 0, m(0), 3, 0);
+    let (counts, first) = c.finish(4);
+    assert_eq!(counts.duplicates_allowed, 1, "{first:?}");
+    assert_eq!(counts.order_violations, 0, "{first:?}");
+    assert_eq!(counts.duplicate_violations, 0, "{first:?}");
+
+    let mut c = DeliveryChecker::new(["s".to_string()], 0, OrderCheck::PerKey);
+    c.published(m(0), 7, 0);
+    c.delivered("s", 0, m(0), 1, 0);
+    c.nacked("s", 0, &[m(0)], 2);
+    c.delivered("s", 1, m(0), 3, 0);
+    c.delivered("s", 0, m(0), 4, 0);
+    let (counts, first) = c.finish(5);
+    assert_eq!(counts.duplicates_allowed, 1);
+    assert_eq!(counts.duplicate_violations, 1);
+    assert!(first
+        .unwrap()
+        .contains("while consumer-1, which received it"));
+}
+
+/// Negative control: a negative ack from a consumer the message was not
+/// delivered to (or of an acknowledged message) is an invalid event and
+/// allows no redelivery.
+#[test]
+fn a_negative_ack_by_another_consumer_is_invalid_and_allows_nothing() {
+    let mut c = DeliveryChecker::new(["s".to_string()], 0, OrderCheck::PerKey);
+    c.published(m(0), 7, 0);
+    c.published(m(1), 7, 0);
+    c.delivered("s", 0, m(0), 1, 0);
+    c.nacked("s", 1, &[m(0)], 2);
+    c.delivered("s", 1, m(0), 3, 0);
+    c.delivered("s", 0, m(1), 3, 0);
+    c.acked("s", m(1), 4);
+    c.nacked("s", 0, &[m(1)], 5);
+    let (counts, first) = c.finish(6);
+    assert_eq!(counts.invalid_events, 2);
+    assert_eq!(counts.duplicate_violations, 1);
+    assert!(first.unwrap().contains("negative ack of 1:0#0"));
+}

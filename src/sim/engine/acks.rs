@@ -66,6 +66,7 @@ impl Sim<'_> {
                 PendingAckRecord::individual_ack(txn, vec![AckedPosition::whole(position)]);
             let durable = pa_durable(&self.pa_truth[s], &record);
             h.append(record, durable);
+            self.activity.txn_individual_acks += 1;
             sub.txn_acked.insert(position);
             // Transactions stay open for a while (the coordinator commits
             // later), so restarts find open ones in the pending-ack log.
@@ -86,6 +87,10 @@ impl Sim<'_> {
             .delete(&[position], b.ledger.as_ref())
             .map_err(comp("ack"))?;
         sub.unpersisted.extend(messages);
+        // Messages of the entry acknowledged earlier by batch-index acks.
+        if let Some(earlier) = sub.partial_acked.remove(&position) {
+            sub.unpersisted.extend(earlier);
+        }
         if let Some(t) = &sub.delayed {
             if self.sabotage_seek.is_none() {
                 t.update_mark_delete(sub.deletion.mark_delete_position());
@@ -93,6 +98,103 @@ impl Sim<'_> {
             }
         }
         self.check_tracker_count(s);
+        self.schedule_dispatch(s);
+        Ok(())
+    }
+
+    /// A batch-index ack (Pulsar's individual ack with an `ack_set`):
+    /// `messages` of the entry at `position` are acknowledged in the
+    /// cursor's batch-index state; the entry stays with the consumer until
+    /// no index is left, then it is deleted whole as by an individual ack.
+    pub(super) fn batch_index_ack(
+        &mut self,
+        s: SubIdx,
+        broker_generation: u64,
+        key: ConsumerKey,
+        position: Position,
+        messages: Vec<MessageRef>,
+        ack_set: Vec<i64>,
+    ) -> Result<(), SimError> {
+        let Some(b) = self.broker.as_mut() else {
+            return Ok(());
+        };
+        if b.generation != broker_generation {
+            return Ok(()); // sent to a broker that has since restarted: lost
+        }
+        let sub = &mut b.subs[s];
+        if sub.dispatcher.consumer(key).is_none() {
+            return Ok(()); // sent on a connection since closed: never processed
+        }
+        let acker = sub.client_of(key).map_or(usize::MAX, |c| c.0);
+        let now = self.sched.now();
+        self.checker.ack_applied(&sub.name, acker, &messages, now);
+        self.activity.batch_index_acks += 1;
+        let outcome = sub
+            .deletion
+            .delete_batch_indexes(position, &ack_set, b.ledger.as_ref())
+            .map_err(comp("batch-index ack"))?;
+        match outcome {
+            crate::cursor::BatchAckOutcome::Partial(_) => {
+                sub.partial_acked
+                    .entry(position)
+                    .or_default()
+                    .extend(messages);
+                return Ok(());
+            }
+            crate::cursor::BatchAckOutcome::EntryDeleted(_)
+            | crate::cursor::BatchAckOutcome::AlreadyDeleted => {
+                let _ = sub.dispatcher.acknowledge(key, position);
+                sub.unpersisted.extend(messages);
+                if let Some(earlier) = sub.partial_acked.remove(&position) {
+                    sub.unpersisted.extend(earlier);
+                }
+            }
+        }
+        if let Some(t) = &sub.delayed {
+            if self.sabotage_seek.is_none() {
+                t.update_mark_delete(sub.deletion.mark_delete_position());
+                self.delayed_truth[s].mark_delete(sub.deletion.mark_delete_position());
+            }
+        }
+        self.check_tracker_count(s);
+        self.schedule_dispatch(s);
+        Ok(())
+    }
+
+    /// A negative ack (Pulsar's `redeliverUnacknowledgedMessages` with the
+    /// entry's message id) from the consumer holding the entry: it leaves
+    /// the consumer's pending acks and is redelivered, with the batch
+    /// indexes acknowledged so far left out (a partial batch).
+    pub(super) fn nack(
+        &mut self,
+        s: SubIdx,
+        broker_generation: u64,
+        key: ConsumerKey,
+        position: Position,
+        messages: Vec<MessageRef>,
+    ) -> Result<(), SimError> {
+        let Some(b) = self.broker.as_mut() else {
+            return Ok(());
+        };
+        if b.generation != broker_generation {
+            return Ok(()); // sent to a broker that has since restarted: lost
+        }
+        let sub = &mut b.subs[s];
+        let held = sub
+            .dispatcher
+            .consumer(key)
+            .is_some_and(|c| c.pending_acks().contains_key(&position));
+        if !held {
+            // The consumer is gone (its entries were handed back) or no
+            // longer holds the entry: nothing to redeliver for it.
+            return Ok(());
+        }
+        let acker = sub.client_of(key).map_or(usize::MAX, |c| c.0);
+        let now = self.sched.now();
+        self.checker.nacked(&sub.name, acker, &messages, now);
+        self.activity.negative_acks += 1;
+        let _ = sub.dispatcher.acknowledge(key, position);
+        sub.redeliver.insert(position);
         self.schedule_dispatch(s);
         Ok(())
     }
@@ -215,6 +317,7 @@ impl Sim<'_> {
                 let record = PendingAckRecord::commit(txn, AckType::Cumulative);
                 let durable = pa_durable(&self.pa_truth[s], &record);
                 h.append(record, durable);
+                self.activity.txn_commits += 1;
             }
             if sub.open_cumulative_txn == Some(txn) {
                 sub.open_cumulative_txn = None;
@@ -241,6 +344,7 @@ impl Sim<'_> {
             // Appended synchronously (batching off); a commit that is not
             // durable by now counts as a plain ack.
             commit_durable = done.load(Ordering::SeqCst);
+            self.activity.txn_commits += 1;
         }
         let ps: Vec<Position> = positions.iter().map(|(p, _)| *p).collect();
         sub.deletion
@@ -248,6 +352,9 @@ impl Sim<'_> {
             .map_err(comp("commit ack"))?;
         for p in &ps {
             sub.txn_acked.remove(p);
+            if let Some(earlier) = sub.partial_acked.remove(p) {
+                sub.unpersisted.extend(earlier);
+            }
         }
         for (p, refs) in positions {
             if commit_durable {

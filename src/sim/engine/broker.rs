@@ -180,6 +180,7 @@ impl Sim<'_> {
                 redeliver: BTreeSet::new(),
                 consumer_keys: BTreeMap::new(),
                 unpersisted: Vec::new(),
+                partial_acked: BTreeMap::new(),
                 unpersisted_cumulative: None,
                 recovered_commits: false,
                 failover_order: Vec::new(),
@@ -257,6 +258,11 @@ impl Sim<'_> {
                 self.activity.bucket_merges += st.merges;
                 self.activity.bucket_trims += st.trimmed_buckets;
             }
+            // Each handle is counted once: when its broker goes (restart,
+            // reload) or at the end of the run.
+            if let Some(h) = &sub.pending_ack {
+                self.activity.replay_retries += h.stats().attempts.saturating_sub(1);
+            }
         }
     }
 
@@ -271,6 +277,53 @@ impl Sim<'_> {
             consumer_id: client.consumer.consumer_id(),
         };
         let sub = &mut b.subs[s];
+        if sub.consumer_keys.get(&c) == Some(&key) && sub.dispatcher.consumer(key).is_some() {
+            // A Subscribe for a consumer id this connection already has
+            // (a retried Subscribe): Pulsar's `ServerCnx.handleSubscribe`
+            // answers Success and keeps the consumer as it is: same
+            // incarnation, same permits and pending acks, same place in
+            // a Failover order. The client must not grant its receiver
+            // queue a second time.
+            let held = sub
+                .dispatcher
+                .consumer(key)
+                .map(|x| (x.available_permits(), x.pending_acks().len()));
+            self.activity.duplicate_subscribes += 1;
+            if self.opts.sabotage == Some(Sabotage::DuplicateSubscribeReplacesConsumer)
+                && !self.sabotage_done
+            {
+                self.sabotage_done = true;
+                let _ = sub.dispatcher.remove_consumer(key);
+                sub.dispatcher
+                    .add_consumer(key, client.consumer.epoch())
+                    .map_err(comp("add consumer"))?;
+            }
+            match client.consumer.subscribe_succeeded(incarnation) {
+                Err(crate::permits::client::ClientPermitError::AlreadySubscribed(_)) => {}
+                Ok(granted) => self.checker.permit_violation(
+                    &sub.name,
+                    c.0,
+                    &format!(
+                        "a duplicate Subscribe success granted {granted} permits a second time"
+                    ),
+                    self.sched.now(),
+                ),
+                Err(e) => return Err(SimError::Component(format!("duplicate subscribe: {e}"))),
+            }
+            let after = sub
+                .dispatcher
+                .consumer(key)
+                .map(|x| (x.available_permits(), x.pending_acks().len()));
+            if after != held {
+                self.checker.permit_violation(
+                    &sub.name,
+                    c.0,
+                    &format!("a duplicate Subscribe changed the broker consumer: (permits, pending) {held:?} -> {after:?}"),
+                    self.sched.now(),
+                );
+            }
+            return Ok(());
+        }
         // Entries of the old connection handed back for redelivery.
         let mut handed_back = 0;
         if let Some(old) = sub.consumer_keys.insert(c, key) {
@@ -449,6 +502,10 @@ impl Sim<'_> {
         }
         let md = sub.deletion.mark_delete_position();
         let ranges = sub.deletion.individually_deleted_ranges();
+        self.activity.peak_individually_deleted_ranges = self
+            .activity
+            .peak_individually_deleted_ranges
+            .max(ranges.len() as u64);
         match sub.cursor.mark_delete_with_ranges(md, ranges) {
             Ok(()) => {}
             Err(LedgerError::MarkDeleteBackward { .. }) => {}

@@ -164,8 +164,14 @@ impl Sim<'_> {
             }
             self.schedule_dispatch(s);
         }
-        let _ = outcome;
         let client = &mut self.clients[s][c];
+        if outcome.delivered > 0 {
+            let pos = Position::new(
+                command.message_id.ledger_id as i64,
+                command.message_id.entry_id as i64,
+            );
+            client.delivery_messages.insert(pos, outcome.delivered);
+        }
         if !client.poll_scheduled {
             client.poll_scheduled = true;
             self.sched.after(
@@ -195,8 +201,17 @@ impl Sim<'_> {
             .as_ref()
             .and_then(|b| b.subs[s].consumer_keys.get(&c).copied());
         let mut acks = Vec::new();
+        // Split entries: messages acknowledged on their own, and the
+        // negative acks of entries whose delivery was fully processed.
+        let mut single_acks: Vec<(Position, MessageRef, Vec<i64>)> = Vec::new();
+        let mut nacks: Vec<(Position, Vec<MessageRef>)> = Vec::new();
         let mut flow_queued = false;
         let cumulative_every = self.w.cumulative_ack_every;
+        let nack_ratio = if cumulative_every == 0 && self.opts.faults {
+            self.w.negative_ack_ratio
+        } else {
+            0.0
+        };
         {
             let client = &mut self.clients[s][c];
             client.poll_scheduled = false;
@@ -215,6 +230,7 @@ impl Sim<'_> {
                     position,
                     batch_index,
                 };
+                let batched = id.batch_index.is_some();
                 let mut deliveries = 1;
                 let mut release = true;
                 if self.opts.sabotage == Some(Sabotage::StopReturningPermits) {
@@ -240,6 +256,7 @@ impl Sim<'_> {
                             | Sabotage::CumulativeAckOnePastReceived
                             | Sabotage::DropFailoverHandover
                             | Sabotage::LoseReplayReadCallbacks
+                            | Sabotage::DuplicateSubscribeReplacesConsumer
                             | Sabotage::FilterWhenReadIssued,
                         )
                         | None => {}
@@ -267,21 +284,58 @@ impl Sim<'_> {
                 if deliveries == 0 {
                     continue; // dropped: never acknowledged
                 }
-                client.consumer.acknowledge(&id);
-                let entry = client
-                    .in_progress
-                    .entry(position)
-                    .or_insert_with(|| (batch_size, Vec::new()));
-                entry.0 = entry.0.saturating_sub(1);
-                entry.1.push(mref);
+                if !client.in_progress.contains_key(&position) {
+                    // The messages this delivery handed over (fewer than
+                    // the batch for a partial batch).
+                    let remaining = client
+                        .delivery_messages
+                        .remove(&position)
+                        .unwrap_or(batch_size);
+                    let split = nack_ratio > 0.0 && self.rng.random_bool(nack_ratio);
+                    client.in_progress.insert(
+                        position,
+                        InProgress {
+                            remaining,
+                            split,
+                            ..InProgress::default()
+                        },
+                    );
+                }
+                let Some(entry) = client.in_progress.get_mut(&position) else {
+                    continue; // inserted just above
+                };
+                entry.remaining = entry.remaining.saturating_sub(1);
+                if !entry.split {
+                    client.consumer.acknowledge(&id);
+                    entry.refs.push(mref);
+                } else if self.rng.random_bool(0.5) {
+                    // Acknowledged on its own: for a batched entry a
+                    // batch-index ack (`ack_set`: every index but this one
+                    // still unacknowledged), else the whole entry.
+                    client.consumer.acknowledge(&id);
+                    let ack_set = if batched {
+                        crate::permits::wire::ack_set_from_indexes(
+                            (0..batch_size).filter(|i| *i != batch_index),
+                        )
+                    } else {
+                        Vec::new()
+                    };
+                    single_acks.push((position, mref, ack_set));
+                } else {
+                    entry.nacked.push(mref);
+                }
                 client.since_cumulative += 1;
-                if entry.0 == 0 {
-                    let (_, refs) = client.in_progress.remove(&position).unwrap_or_default();
+                if entry.remaining == 0 {
+                    let done = client.in_progress.remove(&position).unwrap_or_default();
                     client.dispatch_seeks.remove(&position);
-                    if cumulative_every > 0 {
+                    if done.split {
+                        if !done.nacked.is_empty() {
+                            nacks.push((position, done.nacked));
+                        }
+                    } else if cumulative_every > 0 {
                         client.cumulative_upto = Some(position);
                     } else {
-                        acks.push((position, refs));
+                        acks.push((position, done.refs));
                     }
                 }
             }
@@ -311,6 +365,38 @@ impl Sim<'_> {
                         messages,
                         txn,
                         cumulative: false,
+                        ack_set: Vec::new(),
+                    },
+                );
+            }
+            for (position, mref, ack_set) in single_acks {
+                self.sched.after(
+                    NET_MS,
+                    Ev::Ack {
+                        sub: s,
+                        incarnation,
+                        broker_generation,
+                        key,
+                        position,
+                        messages: vec![mref],
+                        txn: None,
+                        cumulative: false,
+                        ack_set,
+                    },
+                );
+            }
+            // After this poll's acks (the connection is ordered): the
+            // broker redelivers what is still unacknowledged of the entry.
+            for (position, messages) in nacks {
+                self.sched.after(
+                    NET_MS,
+                    Ev::Nack {
+                        sub: s,
+                        incarnation,
+                        broker_generation,
+                        key,
+                        position,
+                        messages,
                     },
                 );
             }
@@ -395,6 +481,7 @@ impl Sim<'_> {
                 messages: Vec::new(),
                 txn,
                 cumulative: true,
+                ack_set: Vec::new(),
             },
         );
     }

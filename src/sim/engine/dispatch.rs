@@ -264,6 +264,7 @@ impl Sim<'_> {
                         // copies are filtered so: an entry the dispatcher
                         // itself hands back for replay while a transaction
                         // holds it is still delivered (and caught).
+                        self.activity.delayed_scheduled += ps.len() as u64;
                         replay.extend(ps.into_iter().filter(|p| !sub.txn_acked.contains(p)));
                     }
                     Err(e) => return Err(SimError::Component(format!("delayed: {e}"))),
@@ -299,7 +300,10 @@ impl Sim<'_> {
             Ok(entries) => {
                 for e in entries {
                     if let Some((batch, key, _)) = Self::entry_info(&e.data) {
-                        to_route.push(SimEntry::new(e.position, batch, key, e.data));
+                        let ack_set = sub.deletion.batch_ack_set(e.position);
+                        to_route.push(
+                            SimEntry::new(e.position, batch, key, e.data).with_ack_set(ack_set),
+                        );
                     }
                 }
                 Ok(false)
@@ -335,12 +339,15 @@ impl Sim<'_> {
         let n = (permits as usize).clamp(1, MAX_READ_ENTRIES);
         let deletion = &sub.deletion;
         let mut skipped = 0u64;
+        let mut lookups = 0u64;
         let read = sub.cursor.read_entries_with_skip(n, |l, e| {
             let d = deletion.is_deleted_for_read_scheduling(l, e);
+            lookups += 1;
             skipped += u64::from(d);
             d
         });
         self.activity.reads_skipped_by_hint += skipped;
+        self.activity.hint_lookups += lookups;
         let entries = match read {
             Ok(entries) => entries,
             Err(LedgerError::StorageUnavailable { .. }) => return Ok(None),
@@ -428,7 +435,10 @@ impl Sim<'_> {
                             .tracker_violation(&sub.name, &what, self.sched.now());
                     }
                     match added {
-                        Ok(true) => self.delayed_truth[s].accepted(e.position, deliver_at),
+                        Ok(true) => {
+                            self.activity.delayed_tracked += 1;
+                            self.delayed_truth[s].accepted(e.position, deliver_at);
+                        }
                         Ok(false) => self.delayed_truth[s].declined(e.position),
                         Err(_) => {}
                     }
@@ -447,7 +457,8 @@ impl Sim<'_> {
                     }
                 }
             }
-            to_route.push(SimEntry::new(e.position, batch, key, e.data));
+            let ack_set = sub.deletion.batch_ack_set(e.position);
+            to_route.push(SimEntry::new(e.position, batch, key, e.data).with_ack_set(ack_set));
         }
         Ok(())
     }
@@ -521,6 +532,10 @@ impl Sim<'_> {
             let payloads: BTreeMap<Position, Arc<Vec<u8>>> = batch
                 .iter()
                 .map(|e| (e.entry.position, Arc::clone(&e.payload)))
+                .collect();
+            let batch_sizes: BTreeMap<Position, u32> = batch
+                .iter()
+                .map(|e| (e.entry.position, e.entry.batch_size))
                 .collect();
             let permits_before = sub
                 .dispatcher
@@ -673,6 +688,12 @@ impl Sim<'_> {
                     cmd.message_id.ledger_id as i64,
                     cmd.message_id.entry_id as i64,
                 );
+                if let Some(p) = cmd.message_permits {
+                    self.activity.commands_with_permits += 1;
+                    if p < batch_sizes.get(&pos).copied().unwrap_or(1) {
+                        self.activity.partial_batch_commands += 1;
+                    }
+                }
                 sent.deliveries
                     .push((slot, key.connection_id, cmd, Arc::clone(&payloads[&pos])));
             }

@@ -45,6 +45,19 @@ pub(super) enum Ev {
         txn: Option<TxnId>,
         /// A cumulative ack up to `position` (Failover).
         cumulative: bool,
+        /// A batch-index ack: the indexes of the entry still unacknowledged
+        /// after it (Pulsar's `ack_set`; empty = the whole entry).
+        ack_set: Vec<i64>,
+    },
+    /// A negative ack of `messages` of the entry at `position`
+    /// (`CommandRedeliverUnacknowledgedMessages` with its message id).
+    Nack {
+        sub: SubIdx,
+        incarnation: crate::permits::client::Incarnation,
+        broker_generation: u64,
+        key: ConsumerKey,
+        position: Position,
+        messages: Vec<MessageRef>,
     },
     Commit {
         sub: SubIdx,
@@ -98,6 +111,12 @@ pub(super) enum Ev {
     },
     /// The broker's clock steps forward.
     ClockJump,
+    /// Consumer `consumer` of `sub` sends its Subscribe again on the same
+    /// connection with the same consumer id.
+    DuplicateSubscribe {
+        sub: SubIdx,
+        consumer: ConsumerIdx,
+    },
     /// Admin clear-backlog of subscription `sub` (the delayed tracker is
     /// cleared).
     ClearBacklog {
@@ -124,6 +143,7 @@ impl Ev {
             Ev::Deliver { sub, .. } => ("client (permits)", "Deliver", Some(sub.0)),
             Ev::AppPoll { sub, .. } => ("client (permits)", "AppPoll", Some(sub.0)),
             Ev::Ack { sub, .. } => ("broker ack path (cursor, pending_ack)", "Ack", Some(sub.0)),
+            Ev::Nack { sub, .. } => ("broker ack path (negative ack)", "Nack", Some(sub.0)),
             Ev::Commit { sub, .. } => ("broker ack path (pending_ack)", "Commit", Some(sub.0)),
             Ev::AckFlush { sub, .. } => ("client (acks)", "AckFlush", Some(sub.0)),
             Ev::FlushFlows { sub, .. } => ("client (flows)", "FlushFlows", Some(sub.0)),
@@ -141,6 +161,11 @@ impl Ev {
             Ev::Seek { sub } => ("admin seek", "Seek", Some(sub.0)),
             Ev::Rewind { sub } => ("dispatcher rewind (delayed)", "Rewind", Some(sub.0)),
             Ev::ClockJump => ("broker clock (delayed)", "ClockJump", None),
+            Ev::DuplicateSubscribe { sub, .. } => (
+                "client duplicate Subscribe (permits)",
+                "DuplicateSubscribe",
+                Some(sub.0),
+            ),
             Ev::ClearBacklog { sub } => (
                 "admin clear-backlog (delayed clear)",
                 "ClearBacklog",

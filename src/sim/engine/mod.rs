@@ -70,6 +70,7 @@ mod acks;
 mod broker;
 mod checks;
 mod client;
+mod client_faults;
 mod delayed_faults;
 mod dispatch;
 mod events;
@@ -101,6 +102,16 @@ impl SimEntry {
             key,
             payload: Arc::new(payload),
         }
+    }
+
+    /// The entry with the cursor's stored ack set of a partially
+    /// acknowledged batch (set bit = index still to deliver), if any: the
+    /// dispatcher sends only those indexes and P is their count.
+    fn with_ack_set(mut self, ack_set: Option<Vec<i64>>) -> Self {
+        if let Some(a) = ack_set {
+            self.entry.ack_set = a;
+        }
+        self
     }
 }
 
@@ -178,6 +189,11 @@ pub enum Sabotage {
     /// into a named livelock of this run (with
     /// [`Watchdog::exit_on_hang`] set; without it the run never ends).
     LoseReplayReadCallbacks,
+    /// The broker handles the first duplicate Subscribe as a new consumer:
+    /// it removes the one it has (its pending messages go back for
+    /// redelivery) and registers it again with a zero balance, instead of
+    /// answering Success and keeping it.
+    DuplicateSubscribeReplacesConsumer,
 }
 
 /// Options of one run besides the workload.
@@ -274,6 +290,12 @@ struct SubRt {
     /// Acks applied in memory, not yet persisted: acknowledged (for the
     /// checker) once the mark-delete + ranges reach the store.
     unpersisted: Vec<MessageRef>,
+    /// Messages of partially acknowledged batch entries (batch-index acks
+    /// applied to the deletion state): acknowledged for the checker only
+    /// once their entry is deleted whole and persisted (the persisted form
+    /// here is the mark-delete and ranges; a restart forgets the partial
+    /// state and redelivers the whole entry).
+    partial_acked: BTreeMap<Position, Vec<MessageRef>>,
     /// Highest cumulative ack applied in memory, not yet persisted.
     unpersisted_cumulative: Option<Position>,
     /// Committed transactional acks a replay handed back
@@ -319,12 +341,30 @@ struct Broker {
     timer: Arc<VirtualTimer>,
 }
 
+/// One entry the application is processing (the messages of one delivery).
+#[derive(Debug, Default)]
+struct InProgress {
+    /// Messages of this delivery not yet processed.
+    remaining: u32,
+    /// Messages processed, for the entry's ack.
+    refs: Vec<MessageRef>,
+    /// Settled message by message (`Workload::negative_ack_ratio`): each
+    /// acknowledged on its own or negatively acknowledged.
+    split: bool,
+    /// Split: the messages negatively acknowledged so far.
+    nacked: Vec<MessageRef>,
+}
+
 /// Client side of one consumer (survives broker restarts; reconnects).
 struct ClientRt {
     connection: crate::sync::Arc<ClientConnection>,
     consumer: ClientConsumer,
-    /// Messages of the entry being processed: position → (remaining, refs).
-    in_progress: BTreeMap<Position, (u32, Vec<MessageRef>)>,
+    /// Entries being processed by the application.
+    in_progress: BTreeMap<Position, InProgress>,
+    /// Messages the last command for an entry handed to the application
+    /// (fewer than its batch size for a partial batch), until its first
+    /// message is processed.
+    delivery_messages: BTreeMap<Position, u32>,
     last_delivery_ms: VirtualMs,
     /// Since when this consumer has had backlog and free receiver queue
     /// without a delivery (the stall clock), if it has.
@@ -595,6 +635,7 @@ pub fn run(
     let late_hang_violations = u64::from(late_hang.is_some());
     let first_violation = first_violation.or(late_hang);
     let wall_ms = started.elapsed().as_millis() as u64;
+    let components = super::report::components(&sim.activity);
     let deliveries_per_sec = if wall_ms == 0 {
         counts.delivered as f64
     } else {
@@ -616,6 +657,7 @@ pub fn run(
             + late_hang_violations,
         counts,
         activity: sim.activity,
+        components,
         first_violation,
         timing: Timing {
             wall_ms,
@@ -651,6 +693,7 @@ impl Sim<'_> {
                     connection,
                     consumer,
                     in_progress: BTreeMap::new(),
+                    delivery_messages: BTreeMap::new(),
                     last_delivery_ms: 0,
                     stall_since: None,
                     poll_scheduled: false,
@@ -678,6 +721,7 @@ impl Sim<'_> {
             .after(self.stall_check_interval(), Ev::StallCheck);
         if self.opts.faults {
             self.plan_faults();
+            self.plan_client_faults();
         }
         Ok(())
     }
@@ -799,6 +843,7 @@ impl Sim<'_> {
                 | Ev::Rewind { .. }
                 | Ev::ClearBacklog { .. }
                 | Ev::ClockJump
+                | Ev::DuplicateSubscribe { .. }
                 | Ev::StallCheck
                 | Ev::DelayedTick(_)
                 | Ev::Persist(_) => {}
@@ -934,6 +979,7 @@ impl Sim<'_> {
                 messages,
                 txn,
                 cumulative,
+                ack_set,
             } => {
                 let current = self
                     .broker
@@ -947,9 +993,29 @@ impl Sim<'_> {
                 }
                 if cumulative {
                     self.cumulative_ack(sub, broker_generation, key, position, txn)
+                } else if !ack_set.is_empty() {
+                    self.batch_index_ack(sub, broker_generation, key, position, messages, ack_set)
                 } else {
                     self.ack(sub, broker_generation, key, position, messages, txn)
                 }
+            }
+            Ev::Nack {
+                sub,
+                incarnation,
+                broker_generation,
+                key,
+                position,
+                messages,
+            } => {
+                let current = self
+                    .broker
+                    .as_ref()
+                    .and_then(|b| b.subs[sub].client_of(key))
+                    .map(|c| self.clients[sub][c].consumer.state().incarnation());
+                if current.is_some_and(|i| i != incarnation) {
+                    return Ok(()); // from an incarnation closed since
+                }
+                self.nack(sub, broker_generation, key, position, messages)
             }
             Ev::Commit {
                 sub,
@@ -972,6 +1038,10 @@ impl Sim<'_> {
                 Ok(())
             }
             Ev::FlushFlows { sub, consumer } => self.flush_flows(sub, consumer),
+            Ev::DuplicateSubscribe { sub, consumer } => {
+                self.faults_pending = self.faults_pending.saturating_sub(1);
+                self.duplicate_subscribe(sub, consumer)
+            }
             Ev::Persist(s) => {
                 self.persist(s)?;
                 self.sched.after(PERSIST_INTERVAL_MS, Ev::Persist(s));

@@ -331,11 +331,13 @@ impl Sim<'_> {
                         let record = PendingAckRecord::abort(*txn, AckType::Individual);
                         let durable = pa_durable(&self.pa_truth[s], &record);
                         h.append(record, durable);
+                        self.activity.txn_aborts += 1;
                     }
                     if let Some((txn, _)) = summary.cumulative {
                         let record = PendingAckRecord::abort(txn, AckType::Cumulative);
                         let durable = pa_durable(&self.pa_truth[s], &record);
                         h.append(record, durable);
+                        self.activity.txn_aborts += 1;
                     }
                     let completed_reads = stats
                         .completed
