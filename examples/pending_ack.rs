@@ -8,8 +8,8 @@ use std::sync::Arc;
 
 use pulsar_core::ledger::{LedgerConfig, ManagedLedger, MemoryStore};
 use pulsar_core::pending_ack::{
-    AckedPosition, ExecutorMode, HandleConfig, InlineReads, PendingAckHandle, PendingAckRecord,
-    ReplayExecutorPool, TxnId, VirtualTimer,
+    AckedPosition, ExecutorMode, HandleConfig, InlineReads, MemorySubscription, PendingAckHandle,
+    PendingAckRecord, ReplayExecutorPool, TxnId, VirtualTimer,
 };
 use pulsar_core::Position;
 
@@ -35,6 +35,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let handle = PendingAckHandle::new(
         "persistent://public/default/t-sub",
         cursor,
+        Arc::new(MemorySubscription::default()),
         &pool,
         Arc::new(InlineReads),
         Arc::new(VirtualTimer::new()),

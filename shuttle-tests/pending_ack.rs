@@ -110,6 +110,7 @@ fn build(
     let handle = PendingAckHandle::new(
         format!("h{i}"),
         cursor,
+        Arc::new(MemorySubscription::default()),
         pool,
         reader.clone(),
         timer.clone(),

@@ -29,6 +29,7 @@ fn handle(name: &str, c: &Arc<ManagedCursor>, pool: &ReplayExecutorPool) -> Pend
     PendingAckHandle::new(
         name,
         Arc::clone(c),
+        Arc::new(MemorySubscription::default()),
         pool,
         Arc::new(InlineReads),
         Arc::new(VirtualTimer::new()),
@@ -198,7 +199,9 @@ fn commit(t: u64) -> PendingAckRecord {
 
 /// The pending-ack log is trimmed (mark-deleted) up to the last entry before
 /// the oldest unresolved transaction, by the replay and by appends alike, so
-/// a restart replays only what is still pending.
+/// a restart replays only what is still pending; never past a committed ack
+/// the subscription has not persisted (until then the log is its only
+/// durable copy), and the trim advances when the subscription persists.
 #[test]
 fn replay_and_appends_trim_the_log_up_to_the_oldest_unresolved_entry() {
     let _w = watchdog::arm("log trim", Duration::from_secs(20));
@@ -209,12 +212,37 @@ fn replay_and_appends_trim_the_log_up_to_the_oldest_unresolved_entry() {
     let before = c.mark_delete_position();
     assert!(before < p0);
     let pool = ReplayExecutorPool::new(1, ExecutorMode::Manual).unwrap();
-    let h = handle("trim", &c, &pool);
+    let sub = Arc::new(MemorySubscription::default());
+    let h = PendingAckHandle::new(
+        "trim",
+        Arc::clone(&c),
+        Arc::clone(&sub) as Arc<dyn SubscriptionView>,
+        &pool,
+        Arc::new(InlineReads),
+        Arc::new(VirtualTimer::new()),
+        HandleConfig::default(),
+    )
+    .unwrap();
     h.init();
     pool.run_pending();
     assert_eq!(h.state(), HandleState::Ready);
-    // t1 resolved at p0; t2 still pending at p1.
-    assert_eq!(c.mark_delete_position(), p0, "replay trims up to p0");
+    // t1 committed at p0, but the subscription has not persisted it.
+    assert_eq!(c.mark_delete_position(), before, "the commit keeps p0");
+    let recovered = h.committed_acks();
+    assert_eq!(
+        recovered,
+        vec![CommittedAck::Entry(Position::new(9, 1))],
+        "the replay hands the commit back"
+    );
+    for a in &recovered {
+        sub.apply(a);
+    }
+    h.subscription_persisted();
+    assert_eq!(c.mark_delete_position(), before, "applied, not persisted");
+    sub.persist();
+    h.subscription_persisted();
+    // t1 resolved and durable at p0; t2 still pending at p1.
+    assert_eq!(c.mark_delete_position(), p0, "trimmed up to p0");
     let a3 = append(&h, ack(3, 3)).unwrap().unwrap();
     assert_eq!(
         c.mark_delete_position(),
@@ -223,9 +251,19 @@ fn replay_and_appends_trim_the_log_up_to_the_oldest_unresolved_entry() {
     );
     let a4 = append(&h, commit(2)).unwrap().unwrap();
     assert!(a4.position > a3.position && a3.position > p1);
-    // p1 resolved; p2 holds only resolved records; p3 (t3) still pending.
+    assert_eq!(c.mark_delete_position(), p0, "t2's commit not persisted");
+    sub.apply(&CommittedAck::Entry(Position::new(9, 2)));
+    sub.persist();
+    h.subscription_persisted();
+    // p1 resolved and durable; p2 holds only resolved records; p3 (t3)
+    // still pending.
     assert_eq!(c.mark_delete_position(), ml.next_valid_position(p1));
-    let a5 = append(&h, commit(3)).unwrap().unwrap();
+    let a5 = append(
+        &h,
+        PendingAckRecord::abort(TxnId::new(1, 3), AckType::Individual),
+    )
+    .unwrap()
+    .unwrap();
     assert_eq!(c.mark_delete_position(), a5.position, "everything resolved");
     assert!(h.summary().individual.is_empty());
 }

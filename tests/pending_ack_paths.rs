@@ -54,6 +54,7 @@ fn new_handle(
     PendingAckHandle::new(
         name,
         Arc::clone(cursor),
+        Arc::new(MemorySubscription::default()),
         pool,
         dispatcher,
         Arc::clone(timer) as Arc<dyn Timer>,

@@ -91,6 +91,7 @@ fn replay_with_failing_read(fail_read: usize, kind: ReadFailureKind) -> Outcome 
         let h = PendingAckHandle::new(
             "read-failure",
             cursor,
+            Arc::new(MemorySubscription::default()),
             &pool,
             Arc::new(InlineReads),
             Arc::clone(&timer) as Arc<dyn Timer>,

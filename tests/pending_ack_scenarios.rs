@@ -166,6 +166,7 @@ fn handle(
     PendingAckHandle::new(
         name,
         Arc::clone(&log.cursor),
+        Arc::new(MemorySubscription::default()),
         pool,
         Arc::new(InlineReads),
         Arc::clone(timer) as Arc<dyn Timer>,
@@ -589,6 +590,7 @@ fn failed_attempt_with_batching_cancels_the_flush_timer() {
     let h2 = PendingAckHandle::new(
         "again",
         cursor2,
+        Arc::new(MemorySubscription::default()),
         &pool2,
         Arc::new(InlineReads),
         timer2.clone(),
@@ -617,6 +619,7 @@ fn threads_reader_thread_and_system_timer() {
     let h = PendingAckHandle::new(
         "thr",
         Arc::clone(&log.cursor),
+        Arc::new(MemorySubscription::default()),
         &pool,
         reader.clone(),
         timer,
@@ -666,6 +669,7 @@ fn threads_one_executor_failing_neighbours_do_not_starve_a_healthy_handle() {
         PendingAckHandle::new(
             name,
             Arc::clone(&log.cursor),
+            Arc::new(MemorySubscription::default()),
             &pool,
             reader.clone(),
             Arc::clone(&timer),

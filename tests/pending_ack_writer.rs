@@ -271,6 +271,7 @@ fn wait_timeout_with_huge_timeout_does_not_panic() {
     let handle = PendingAckHandle::new(
         "t-sub",
         cursor,
+        Arc::new(MemorySubscription::default()),
         &pool,
         Arc::new(InlineReads),
         timer,

@@ -19,13 +19,15 @@ use tracing::{error, info, warn};
 use super::backoff::{Backoff, BackoffConfig};
 use super::error::PendingAckError;
 use super::executor::{ReplayExecutor, ReplayExecutorPool};
-use super::record::PendingAckRecord;
+use super::record::{AckType, PendingAckOp, PendingAckRecord};
 use super::replay::ReadDispatcher;
 use super::replay::{ReplayAttempt, ReplayConfig, ReplayReport};
-use super::state::{PendingAckState, PendingAckSummary};
+use super::state::{PendingAckState, PendingAckSummary, SubscribedState};
+use super::subscription::{CommittedAck, SubscriptionView};
 use super::timer::{Timer, TimerId};
 use super::writer::{AppendAck, AppendCallback, BufferedWriter, WriterConfig};
 use crate::ledger::ManagedCursor;
+use crate::position::Position;
 use crate::sync::{AtomicU64, Condvar, Mutex, Ordering};
 
 /// Handle lifecycle (Pulsar's `PendingAckHandleState`).
@@ -214,6 +216,8 @@ struct Inner {
     /// The pending-ack log cursor; replaced when a closed one is reopened
     /// through its managed ledger.
     cursor: Mutex<Arc<ManagedCursor>>,
+    /// The subscription whose transactional acks this handle holds.
+    subscription: Arc<dyn SubscriptionView>,
     executor: Arc<ReplayExecutor>,
     dispatcher: Arc<dyn ReadDispatcher>,
     timer: Arc<dyn Timer>,
@@ -247,14 +251,19 @@ impl PendingAckHandle {
     /// Creates a handle (state None) for the pending-ack log read through
     /// `cursor` (Pulsar: ML `<topic>-<sub>__transaction_pending_ack`, cursor
     /// `__pending_ack_state`, cached and shared by every attempt). The cursor
-    /// stays owned by the caller: the handle never closes it. Call
-    /// [`PendingAckHandle::init`] to start replaying.
+    /// stays owned by the caller: the handle never closes it. `subscription`
+    /// is the subscription's cursor as the handle sees it (Pulsar's handle
+    /// holds its `PersistentSubscription`): a transactional ack of a position
+    /// it already deleted is a conflict, and the log is trimmed only past
+    /// commits its persisted state holds. Call [`PendingAckHandle::init`] to
+    /// start replaying.
     ///
     /// # Errors
     /// [`PendingAckError::InvalidConfig`] for a bad configuration.
     pub fn new(
         name: impl Into<String>,
         cursor: Arc<ManagedCursor>,
+        subscription: Arc<dyn SubscriptionView>,
         pool: &ReplayExecutorPool,
         dispatcher: Arc<dyn ReadDispatcher>,
         timer: Arc<dyn Timer>,
@@ -268,6 +277,7 @@ impl PendingAckHandle {
         Ok(Self {
             inner: Arc::new(Inner {
                 cursor: Mutex::new(cursor),
+                subscription,
                 executor,
                 dispatcher,
                 timer,
@@ -434,7 +444,7 @@ impl PendingAckHandle {
         // arises between this check and the append completing is reported
         // by `apply_persisted`, and replay skips that record the same way.
         let checked = self.inner.state.lock().check(&record);
-        if let Err(e) = checked {
+        if let Err(e) = checked.and_then(|()| self.check_subscription(&record)) {
             callback(Err(e));
             return;
         }
@@ -452,6 +462,43 @@ impl PendingAckHandle {
         );
     }
 
+    /// Pulsar's check of the subscription cursor before a transactional
+    /// ack (`TransactionConflictException`): an individual ack of an entry
+    /// (or batch index) the subscription already deleted, or a cumulative
+    /// ack at or below its mark-delete.
+    fn check_subscription(&self, r: &PendingAckRecord) -> Result<(), PendingAckError> {
+        if r.op != PendingAckOp::Ack {
+            return Ok(());
+        }
+        let sub = &*self.inner.subscription;
+        let conflict = |position, batch_index| PendingAckError::AckConflict {
+            txn_id: r.txn_id,
+            position,
+            batch_index,
+            holder: None,
+        };
+        if r.ack_type == AckType::Cumulative {
+            return match r.positions.first() {
+                Some(p) if p.position <= sub.mark_delete_position() => {
+                    Err(conflict(p.position, None))
+                }
+                _ => Ok(()),
+            };
+        }
+        for ap in &r.positions {
+            let p = ap.position;
+            if sub.is_deleted(p, None) {
+                return Err(conflict(p, None));
+            }
+            for i in ap.acked_indexes().into_iter().flatten() {
+                if sub.is_deleted(p, Some(i)) {
+                    return Err(conflict(p, Some(i)));
+                }
+            }
+        }
+        Ok(())
+    }
+
     fn apply_persisted(
         &self,
         ack: AppendAck,
@@ -462,21 +509,56 @@ impl PendingAckHandle {
             let applied = st.apply_checked(record).map(|_| ());
             st.index_log_entry(ack.position, std::slice::from_ref(record));
             let trim = if ack.batch_index + 1 == ack.batch_size {
-                st.take_trim()
+                st.take_trim(&*self.inner.subscription)
             } else {
                 None
             };
             (trim, applied)
         };
         if let Some(p) = trim {
-            let cursor = self.cursor();
-            if p > cursor.mark_delete_position() {
-                if let Err(e) = cursor.mark_delete(p) {
-                    tracing::debug!(handle = %self.inner.name, %e, "pending-ack log trim failed");
-                }
-            }
+            self.trim_log(p);
         }
         applied
+    }
+
+    /// Mark-deletes the pending-ack log up to `p` (never backwards).
+    fn trim_log(&self, p: Position) {
+        let cursor = self.cursor();
+        if p > cursor.mark_delete_position() {
+            if let Err(e) = cursor.mark_delete(p) {
+                tracing::debug!(handle = %self.inner.name, %e, "pending-ack log trim failed");
+            }
+        }
+    }
+
+    /// The committed transactional acks the pending-ack log still holds
+    /// and the subscription's persisted state does not (log order). After
+    /// a replay these are the commits a crash may have taken from the
+    /// subscription cursor before it was persisted: the embedder applies
+    /// them to the subscription (idempotent), persists it, and calls
+    /// [`PendingAckHandle::subscription_persisted`]. Empty before Ready.
+    pub fn committed_acks(&self) -> Vec<CommittedAck> {
+        if self.state() != HandleState::Ready {
+            return Vec::new();
+        }
+        let acks = self.inner.state.lock().committed_acks();
+        acks.into_iter()
+            .filter(|a| !self.inner.subscription.holds_durably(a))
+            .collect()
+    }
+
+    /// The subscription persisted its cursor: trims the pending-ack log past
+    /// the entries whose committed acks the subscription now holds durably
+    /// (Pulsar's `MLPendingAckStore` trims up to the subscription's
+    /// persisted mark-delete). Only in Ready (a replay trims as it goes).
+    pub fn subscription_persisted(&self) {
+        if self.state() != HandleState::Ready {
+            return;
+        }
+        let trim = self.inner.state.lock().take_trim(&*self.inner.subscription);
+        if let Some(p) = trim {
+            self.trim_log(p);
+        }
     }
 
     /// Closes the handle: cancels a pending retry, interrupts a running
@@ -615,7 +697,10 @@ impl PendingAckHandle {
         }
         let result = {
             let mut st = inner.state.lock();
-            attempt.run(&mut *st)
+            attempt.run(&mut SubscribedState {
+                state: &mut st,
+                subscription: &*inner.subscription,
+            })
         };
         let reads = attempt.reads_issued() as u64;
         {

@@ -16,6 +16,20 @@
 //!   rules; [`classify`] decides which failures complete the replay.
 //! - [`ReadDispatcher`]: where issued reads run: [`InlineReads`] (the
 //!   completion re-enters the replay thread) or a [`ReaderThread`].
+//! - [`SubscriptionView`]: the handle's view of its subscription's cursor
+//!   (live: what it already deleted; durable: what its persisted mark-delete
+//!   and individually deleted ranges hold), implemented by
+//!   [`CursorSubscription`] (a [`ManagedCursor`](crate::ledger::ManagedCursor)
+//!   with its [`CursorDeletionState`](crate::cursor::CursorDeletionState))
+//!   and [`MemorySubscription`]. A transactional ack of a position the
+//!   subscription deleted is a conflict (Pulsar's
+//!   `TransactionConflictException`); the log is trimmed only past commits
+//!   the subscription holds durably
+//!   ([`PendingAckHandle::subscription_persisted`]), and the commits a
+//!   replay recovers that it does not are handed back
+//!   ([`PendingAckHandle::committed_acks`], [`CommittedAck`]) to be
+//!   re-applied, so a committed ack survives a crash before the
+//!   subscription cursor is persisted.
 //! - [`PendingAckHandle`]: state machine None/Initializing/Ready/Error/Close,
 //!   [`Backoff`] retries on an injectable [`Timer`] ([`VirtualTimer`] in
 //!   tests), [`ReadyWaiter`]s that always complete, idempotent handlers
@@ -38,7 +52,7 @@
 //! let cursor = Arc::new(ml.open_cursor("__pending_ack_state")?);
 //! let pool = ReplayExecutorPool::new(1, ExecutorMode::Manual)?;
 //! let timer = Arc::new(VirtualTimer::new());
-//! let handle = PendingAckHandle::new("t-sub", cursor, &pool, Arc::new(InlineReads), timer, HandleConfig::default())?;
+//! let handle = PendingAckHandle::new("t-sub", cursor, Arc::new(MemorySubscription::default()), &pool, Arc::new(InlineReads), timer, HandleConfig::default())?;
 //! let waiter = handle.ready_waiter();
 //! handle.init();
 //! pool.run_pending();
@@ -59,10 +73,15 @@
 //! | `CloseFreesExecutor`, `AttemptEnds` | [`PendingAckHandle::close`] → `ReplayAttempt::interrupt`; the failure path never waits for outstanding reads | same as above; `shuttle-tests/pending_ack.rs` | - (liveness; traces are finite) |
 //! | `HandleSettles` | [`PendingAckHandle`] retry/give-up; closed cursor reopened or given up after [`HandleConfig::max_cursor_reopen_attempts`] | `tests/pending_ack_paths.rs` `closed_cursor_is_reopened_through_the_managed_ledger_on_the_redb_store`, `closed_cursor_that_cannot_reopen_fails_waiters_after_a_bounded_number_of_attempts` | `RunSettles` in the trace cfg (every recorded run ends Ready or Error) |
 //! | `RefusedOnlyOnConflict`, `PendingKeptUntilResolved`, `NoPendingDeleted` (PendingAckReplayBatch) | [`PendingAckState::check`], [`PendingAckState::apply_checked`] | `tests/pending_ack_paths.rs` `disjoint_batch_indexes_of_one_entry_by_two_txns_are_both_pending`, `replay_of_batch_index_acks_rebuilds_the_same_state`; `tests/pending_ack_batch_model.rs` (proptest vs a reference model) | - |
+//! | `CommittedAckDurable` (PendingAckReplayDurable: a committed ack is in the subscription's persisted state or its ACK record is still in the untrimmed log) | [`PendingAckState::take_trim`] (trims past an entry only once the [`SubscriptionView`] holds its commits durably), [`PendingAckHandle::committed_acks`] (the replay hands back every commit the subscription lacks) | `tests/pending_ack_subscription.rs` (a real crash on the redb store between the commit and the subscription's persist, individual and cumulative), `tests/pending_ack_handle_contract.rs` `replay_and_appends_trim_the_log_up_to_the_oldest_unresolved_entry`; simulator rule "committed ack lost in a restart" (mutant `pending_ack_trim_before_apply`) | - |
+//! | `PendingNotDeleted` (PendingAckReplayDurable: a pending ack never holds a position the subscription deleted) | [`PendingAckHandle::append`] checks the [`SubscriptionView`] before writing ([`PendingAckError::AckConflict`], holder `None`) | `tests/pending_ack_subscription.rs` `a_transactional_ack_of_an_entry_the_subscription_deleted_is_a_conflict`; simulator probe acks of the mark-delete entry (mutant `pending_ack_ack_of_deleted_accepted`) | - |
 //! | log bytes = protoc's for `TransactionPendingAck.proto` | [`record::PendingAckRecord::encode`], [`record::encode_batch`], [`record::decode_entry`] | `tests/pending_ack_wire.rs` (golden bytes per record kind and value class) | - |
 //!
 //! Checks: `specs/PendingAckReplay.tla` (protocol, with bug cfgs),
 //! `specs/PendingAckReplayBatch.tla` (batch-index acks),
+//! `specs/PendingAckReplayDurable.tla` (the log and the subscription
+//! cursor's persisted state across a crash between any two durable writes;
+//! bug cfgs trim-before-apply and no conflict check),
 //! `loom-tests/pending_ack.rs` (the real `fill_queue`/`read_failed`
 //! orderings), `shuttle-tests/pending_ack.rs` (several handles on one
 //! executor), `tests/pending_ack_scenarios.rs` (virtual-time scenarios),
@@ -91,6 +110,7 @@ mod reader;
 pub mod record;
 pub(crate) mod replay;
 mod state;
+mod subscription;
 mod timer;
 mod writer;
 
@@ -106,6 +126,7 @@ pub use replay::{
     classify, FailureDisposition, ReadDispatcher, ReadJob, ReplayConfig, ReplayReport, ReplaySink,
 };
 pub use state::{PendingAckState, PendingAckSummary};
+pub use subscription::{CommittedAck, CursorSubscription, MemorySubscription, SubscriptionView};
 #[cfg(not(any(loom, feature = "shuttle")))]
 pub use timer::SystemTimer;
 pub use timer::{Timer, TimerId, TimerTask, VirtualTimer};

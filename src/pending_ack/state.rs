@@ -21,6 +21,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use super::error::PendingAckError;
 use super::record::{AckType, PendingAckOp, PendingAckRecord, TxnId};
 use super::replay::ReplaySink;
+use super::subscription::{CommittedAck, SubscriptionView};
 use crate::position::Position;
 
 /// Who holds pending individual acks on one position: a whole-entry ack by
@@ -53,6 +54,13 @@ pub struct PendingAckState {
     mark_delete: Position,
     log_unresolved: BTreeMap<Position, BTreeSet<TxnId>>,
     txn_log_entries: BTreeMap<TxnId, BTreeSet<Position>>,
+    /// Per log entry, the committed acks of transactions whose first ACK
+    /// record is in it: the entry may be trimmed only once the subscription
+    /// holds every one of them durably.
+    log_committed: BTreeMap<Position, Vec<CommittedAck>>,
+    /// Acks committed by an applied COMMIT record whose log entry is not
+    /// indexed yet ([`PendingAckState::index_log_entry`] files them).
+    committed_unindexed: BTreeMap<TxnId, Vec<CommittedAck>>,
     records_applied: u64,
     records_skipped: u64,
 }
@@ -96,6 +104,8 @@ impl PendingAckState {
             mark_delete,
             log_unresolved: BTreeMap::new(),
             txn_log_entries: BTreeMap::new(),
+            log_committed: BTreeMap::new(),
+            committed_unindexed: BTreeMap::new(),
             records_applied: 0,
             records_skipped: 0,
         }
@@ -255,14 +265,16 @@ impl PendingAckState {
                 let Some(held) = self.individual.remove(&t) else {
                     return false;
                 };
+                let commit = op == PendingAckOp::Commit;
+                let mut committed = Vec::new();
                 for (p, what) in held {
-                    let commit = op == PendingAckOp::Commit;
                     match what {
                         None => {
                             self.position_acks.remove(&p);
                             if commit {
                                 self.deleted.insert(p);
                                 self.deleted_indexes.remove(&p);
+                                committed.push(CommittedAck::Entry(p));
                             }
                         }
                         Some(indexes) => {
@@ -278,14 +290,25 @@ impl PendingAckState {
                             }
                             if commit {
                                 let d = self.deleted_indexes.entry(p).or_default();
-                                d.extend(indexes);
+                                d.extend(indexes.iter().copied());
                                 if batch_size > 0 && d.len() >= batch_size as usize {
                                     self.deleted_indexes.remove(&p);
                                     self.deleted.insert(p);
                                 }
+                                committed.push(CommittedAck::BatchIndexes {
+                                    position: p,
+                                    batch_size,
+                                    indexes,
+                                });
                             }
                         }
                     }
+                }
+                if !committed.is_empty() {
+                    self.committed_unindexed
+                        .entry(t)
+                        .or_default()
+                        .extend(committed);
                 }
                 true
             }
@@ -293,6 +316,12 @@ impl PendingAckState {
                 Some((owner, _)) if owner == t => {
                     self.cumulative = None;
                     let p = self.cumulative_commit_to;
+                    if op == PendingAckOp::Commit {
+                        self.committed_unindexed
+                            .entry(t)
+                            .or_default()
+                            .push(CommittedAck::MarkDelete(p));
+                    }
                     if op == PendingAckOp::Commit && p > self.mark_delete {
                         self.mark_delete = p;
                         self.deleted = self.deleted.split_off(&p);
@@ -324,11 +353,21 @@ impl PendingAckState {
         }
         for r in records {
             if r.op != PendingAckOp::Ack {
-                if let Some(entries) = self.txn_log_entries.remove(&r.txn_id) {
-                    for e in entries {
-                        if let Some(set) = self.log_unresolved.get_mut(&e) {
-                            set.remove(&r.txn_id);
-                        }
+                let entries = self.txn_log_entries.remove(&r.txn_id);
+                // The commit is re-applied by a replay only while the log
+                // still holds the transaction's first ACK record: its
+                // committed acks keep that entry (and so every later one)
+                // until the subscription holds them durably.
+                if let Some(acks) = self.committed_unindexed.remove(&r.txn_id) {
+                    let first = entries
+                        .as_ref()
+                        .and_then(|e| e.first().copied())
+                        .map_or(position, |e| e.min(position));
+                    self.log_committed.entry(first).or_default().extend(acks);
+                }
+                for e in entries.into_iter().flatten() {
+                    if let Some(set) = self.log_unresolved.get_mut(&e) {
+                        set.remove(&r.txn_id);
                     }
                 }
             }
@@ -336,18 +375,56 @@ impl PendingAckState {
     }
 
     /// Forgets the prefix of indexed log entries whose transactions are all
-    /// resolved and returns the last of them: the position the pending-ack
-    /// log may be mark-deleted (trimmed) to. `None` if nothing new.
-    pub fn take_trim(&mut self) -> Option<Position> {
+    /// resolved and whose committed acks `subscription` holds durably, and
+    /// returns the last of them: the position the pending-ack log may be
+    /// mark-deleted (trimmed) to. `None` if nothing new. Never past a
+    /// committed ack the subscription has not persisted: until then the
+    /// untrimmed log is its only durable copy.
+    pub fn take_trim(&mut self, subscription: &dyn SubscriptionView) -> Option<Position> {
+        self.trim_prefix(&|a| subscription.holds_durably(a))
+    }
+
+    fn trim_prefix(&mut self, durable: &dyn Fn(&CommittedAck) -> bool) -> Option<Position> {
         let mut trim = None;
         while let Some(entry) = self.log_unresolved.first_entry() {
             if !entry.get().is_empty() {
                 break;
             }
-            trim = Some(*entry.key());
+            let key = *entry.key();
+            if let Some(acks) = self.log_committed.get_mut(&key) {
+                acks.retain(|a| !durable(a));
+                if !acks.is_empty() {
+                    break;
+                }
+                self.log_committed.remove(&key);
+            }
+            trim = Some(key);
             entry.remove();
         }
         trim
+    }
+
+    /// The committed acks still recorded in the untrimmed log (in log
+    /// order): a replay recovers them, and those the subscription does not
+    /// hold durably must be re-applied to it.
+    pub fn committed_acks(&self) -> Vec<CommittedAck> {
+        self.log_committed.values().flatten().cloned().collect()
+    }
+
+    /// Applies the records of log entry `position` (as a replay does) and
+    /// returns how far the log may be trimmed given what `subscription`
+    /// holds durably ([`PendingAckState::take_trim`]).
+    pub fn apply_log_entry(
+        &mut self,
+        position: Position,
+        records: &[PendingAckRecord],
+        subscription: &dyn SubscriptionView,
+    ) -> Option<Position> {
+        for r in records {
+            self.apply(r);
+        }
+        self.index_log_entry(position, records);
+        self.take_trim(subscription)
     }
 
     /// Records applied (that changed state) since creation.
@@ -400,6 +477,8 @@ impl PendingAckState {
     }
 }
 
+/// A replay into a state with no subscription (tools, models): no committed
+/// ack counts as durable, so the log is never trimmed past a commit.
 impl ReplaySink for PendingAckState {
     fn apply_entry(
         &mut self,
@@ -410,7 +489,25 @@ impl ReplaySink for PendingAckState {
             self.apply(r);
         }
         self.index_log_entry(position, records);
-        self.take_trim()
+        self.trim_prefix(&|_| false)
+    }
+}
+
+/// A replay into the handle's state, trimming the log as far as the
+/// handle's subscription holds the commits durably.
+pub(crate) struct SubscribedState<'a> {
+    pub(crate) state: &'a mut PendingAckState,
+    pub(crate) subscription: &'a dyn SubscriptionView,
+}
+
+impl ReplaySink for SubscribedState<'_> {
+    fn apply_entry(
+        &mut self,
+        position: Position,
+        records: &[PendingAckRecord],
+    ) -> Option<Position> {
+        self.state
+            .apply_log_entry(position, records, self.subscription)
     }
 }
 
@@ -418,6 +515,7 @@ impl ReplaySink for PendingAckState {
 mod tests {
     use super::*;
     use crate::pending_ack::record::AckedPosition;
+    use crate::pending_ack::subscription::CommittedAck;
 
     /// Ledger 5 holds every position of these tests.
     fn p(e: i64) -> Position {
@@ -502,22 +600,50 @@ mod tests {
     }
 
     #[test]
-    fn trim_stops_at_first_unresolved_entry() {
+    fn trim_stops_at_first_unresolved_entry_and_at_commits_the_subscription_has_not_persisted() {
+        use crate::pending_ack::subscription::{MemorySubscription, SubscriptionView};
+        let t1 = TxnId::new(0, 1);
+        let t2 = TxnId::new(0, 2);
+        let sub = MemorySubscription::default();
+        let mut s = PendingAckState::default();
+        let ack = |t, e| PendingAckRecord::individual_ack(t, vec![AckedPosition::whole(p(e))]);
+        let l = |e| Position::new(1, e);
+        assert_eq!(s.apply_log_entry(l(0), &[ack(t1, 1)], &sub), None);
+        assert_eq!(s.apply_log_entry(l(1), &[ack(t2, 2)], &sub), None);
+        let c1 = PendingAckRecord::commit(t1, AckType::Individual);
+        assert_eq!(
+            s.apply_log_entry(l(2), &[c1], &sub),
+            None,
+            "t1's commit is not in the subscription's durable state"
+        );
+        assert_eq!(s.committed_acks(), vec![CommittedAck::Entry(p(1))]);
+        // Applied to the subscription but not persisted: still kept.
+        sub.apply(&CommittedAck::Entry(p(1)));
+        assert!(sub.is_deleted(p(1), None));
+        assert_eq!(s.take_trim(&sub), None);
+        sub.persist();
+        assert_eq!(s.take_trim(&sub), Some(l(0)), "t2 still pending at l(1)");
+        assert!(s.committed_acks().is_empty());
+        let a2 = PendingAckRecord::abort(t2, AckType::Individual);
+        assert_eq!(s.apply_log_entry(l(3), &[a2], &sub), Some(l(3)));
+    }
+
+    #[test]
+    fn a_replay_without_a_subscription_never_trims_past_a_commit() {
         let t1 = TxnId::new(0, 1);
         let t2 = TxnId::new(0, 2);
         let mut s = PendingAckState::default();
         let ack = |t, e| PendingAckRecord::individual_ack(t, vec![AckedPosition::whole(p(e))]);
-        assert_eq!(s.apply_entry(Position::new(1, 0), &[ack(t1, 1)]), None);
-        assert_eq!(s.apply_entry(Position::new(1, 1), &[ack(t2, 2)]), None);
-        let c1 = PendingAckRecord::commit(t1, AckType::Individual);
+        let l = |e| Position::new(1, e);
+        assert_eq!(s.apply_entry(l(0), &[ack(t1, 1)]), None);
+        let a1 = PendingAckRecord::abort(t1, AckType::Individual);
         assert_eq!(
-            s.apply_entry(Position::new(1, 2), &[c1]),
-            Some(Position::new(1, 0))
+            s.apply_entry(l(1), &[a1]),
+            Some(l(1)),
+            "aborted: nothing to keep"
         );
-        let a2 = PendingAckRecord::abort(t2, AckType::Individual);
-        assert_eq!(
-            s.apply_entry(Position::new(1, 3), &[a2]),
-            Some(Position::new(1, 3))
-        );
+        assert_eq!(s.apply_entry(l(2), &[ack(t2, 2)]), None);
+        let c2 = PendingAckRecord::commit(t2, AckType::Individual);
+        assert_eq!(s.apply_entry(l(3), &[c2]), None);
     }
 }

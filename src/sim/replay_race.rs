@@ -227,6 +227,7 @@ fn drive_handle(
     let handle = PendingAckHandle::new(
         name,
         cursor,
+        Arc::new(crate::pending_ack::MemorySubscription::default()),
         &pool,
         Arc::new(InlineReads),
         Arc::clone(&timer) as Arc<dyn Timer>,

@@ -31,6 +31,13 @@ pub struct Activity {
     /// cumulative ack was still pending on the subscription (Pulsar's
     /// transaction conflict); the client acks that range again later.
     pub txn_cumulative_conflicts: u64,
+    /// Probe transactional acks of the subscription's mark-delete entry
+    /// (already deleted) refused as a transaction conflict, as Pulsar's
+    /// handle does after checking the subscription cursor.
+    pub txn_acks_of_deleted_refused: u64,
+    /// Committed transactional acks a replay handed back after a restart
+    /// (the subscription had not persisted them) and the broker re-applied.
+    pub commits_reapplied: u64,
     /// Read failures injected into the topic and pending-ack ledgers.
     pub read_failures_injected: u64,
     /// Batches the client found corrupted.
@@ -181,7 +188,7 @@ impl fmt::Display for Report {
         };
         writeln!(f, "data dir: {} (sync: {}{what})", self.data_dir, self.sync)?;
         writeln!(f)?;
-        let rows: [(&str, String); 36] = [
+        let rows: [(&str, String); 37] = [
             ("published", c.published.to_string()),
             ("delivered", c.delivered.to_string()),
             ("acked", c.acked.to_string()),
@@ -235,6 +242,13 @@ impl fmt::Display for Report {
                 format!(
                     "{} ({}; {})",
                     a.cumulative_acks, a.txn_cumulative_acks, a.txn_cumulative_conflicts
+                ),
+            ),
+            (
+                "txn acks of deleted entries refused / commits re-applied after a restart",
+                format!(
+                    "{} / {}",
+                    a.txn_acks_of_deleted_refused, a.commits_reapplied
                 ),
             ),
             (

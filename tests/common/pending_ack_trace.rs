@@ -15,8 +15,8 @@ use pulsar_core::ledger::{
     LedgerConfig, ManagedCursor, ManagedLedger, MemoryStore, ReadFailureKind,
 };
 use pulsar_core::pending_ack::{
-    AckedPosition, HandleConfig, PendingAckHandle, PendingAckRecord, ReadDispatcher, ReplayConfig,
-    ReplayExecutorPool, Timer, TxnId,
+    AckedPosition, HandleConfig, MemorySubscription, PendingAckHandle, PendingAckRecord,
+    ReadDispatcher, ReplayConfig, ReplayExecutorPool, Timer, TxnId,
 };
 use pulsar_core::Position;
 use serde_json::{json, Value};
@@ -193,7 +193,16 @@ pub fn handle(
         },
         ..HandleConfig::default()
     };
-    PendingAckHandle::new(name, Arc::clone(cursor), pool, reads, timer, config).unwrap()
+    PendingAckHandle::new(
+        name,
+        Arc::clone(cursor),
+        Arc::new(MemorySubscription::default()),
+        pool,
+        reads,
+        timer,
+        config,
+    )
+    .unwrap()
 }
 
 /// Writes one run's `lines` (spec terms, `Init` first) to `out`, each tagged

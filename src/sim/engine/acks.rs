@@ -31,6 +31,37 @@ impl Sim<'_> {
         let now = self.sched.now();
         self.checker.ack_applied(&sub.name, acker, &messages, now);
         if let (Some(txn), Some(h)) = (txn, &sub.pending_ack) {
+            // Every 16th transactional ack, a probe: a transactional ack of
+            // the subscription's mark-delete entry (already deleted) must be
+            // refused as a conflict and write nothing (Pulsar checks the
+            // subscription cursor: TransactionConflictException). Refused,
+            // it changes nothing, so the run is the same with or without it.
+            self.txn_acks_seen += 1;
+            let md = sub.deletion.mark_delete_position();
+            if self.txn_acks_seen % 16 == 0 && md.entry_id >= 0 {
+                let probe = TxnId::new(1, self.txn_acks_seen);
+                let out = Arc::new(std::sync::Mutex::new(None));
+                let o = Arc::clone(&out);
+                h.append(
+                    PendingAckRecord::individual_ack(probe, vec![AckedPosition::whole(md)]),
+                    Box::new(move |r| {
+                        *o.lock().unwrap_or_else(|e| e.into_inner()) = Some(r);
+                    }),
+                );
+                let outcome = out.lock().unwrap_or_else(|e| e.into_inner()).take();
+                match outcome {
+                    Some(Err(crate::pending_ack::PendingAckError::AckConflict { .. })) => {
+                        self.activity.txn_acks_of_deleted_refused += 1;
+                    }
+                    Some(Ok(_)) => self.checker.replay_violation(
+                        &sub.name,
+                        &format!("transactional ack of a deleted entry accepted: {md} is at the subscription's mark-delete (Pulsar: TransactionConflictException)"),
+                        now,
+                    ),
+                    // Queued until the handle is ready, or not ready.
+                    _ => {}
+                }
+            }
             let record =
                 PendingAckRecord::individual_ack(txn, vec![AckedPosition::whole(position)]);
             let durable = pa_durable(&self.pa_truth[s], &record);
@@ -194,10 +225,22 @@ impl Sim<'_> {
             self.schedule_dispatch(s);
             return Ok(());
         }
+        let mut commit_durable = false;
         if let Some(h) = &sub.pending_ack {
             let record = PendingAckRecord::commit(txn, AckType::Individual);
             let durable = pa_durable(&self.pa_truth[s], &record);
-            h.append(record, durable);
+            let done = Arc::new(AtomicBool::new(false));
+            let d = Arc::clone(&done);
+            h.append(
+                record,
+                Box::new(move |r| {
+                    d.store(r.is_ok(), Ordering::SeqCst);
+                    durable(r);
+                }),
+            );
+            // Appended synchronously (batching off); a commit that is not
+            // durable by now counts as a plain ack.
+            commit_durable = done.load(Ordering::SeqCst);
         }
         let ps: Vec<Position> = positions.iter().map(|(p, _)| *p).collect();
         sub.deletion
@@ -206,7 +249,10 @@ impl Sim<'_> {
         for p in &ps {
             sub.txn_acked.remove(p);
         }
-        for (_, refs) in positions {
+        for (p, refs) in positions {
+            if commit_durable {
+                self.committed_refs[s].insert(p, (txn, refs.clone()));
+            }
             sub.unpersisted.extend(refs);
         }
         self.schedule_dispatch(s);

@@ -45,12 +45,14 @@ impl Sim<'_> {
         let mut subs = Vec::new();
         for s in SubIdx::all(self.w.subscriptions) {
             let name = format!("sub-{s}");
-            let cursor = ledger.open_cursor(&name).map_err(comp("open cursor"))?;
-            let deletion = CursorDeletionState::recover(
-                cursor.mark_delete_position(),
-                &cursor.individually_deleted_ranges(),
-            )
-            .map_err(comp("recover cursor"))?;
+            let cursor = Arc::new(ledger.open_cursor(&name).map_err(comp("open cursor"))?);
+            let deletion = Arc::new(
+                CursorDeletionState::recover(
+                    cursor.mark_delete_position(),
+                    &cursor.individually_deleted_ranges(),
+                )
+                .map_err(comp("recover cursor"))?,
+            );
             #[cfg(feature = "trace")]
             crate::trace::deletion::cursor(deletion.trace_id(), TOPIC, &name);
             let delayed = if self.w.delayed_ratio > 0.0 {
@@ -128,6 +130,10 @@ impl Sim<'_> {
                 let handle = PendingAckHandle::new(
                     format!("{TOPIC}-{name}"),
                     Arc::clone(&pa_cursor),
+                    Arc::new(CursorSubscription::new(
+                        Arc::clone(&cursor),
+                        Arc::clone(&deletion),
+                    )),
                     &pool,
                     if self.opts.sabotage == Some(Sabotage::LoseReplayReadCallbacks) {
                         Arc::new(LostReads)
@@ -175,6 +181,7 @@ impl Sim<'_> {
                 consumer_keys: BTreeMap::new(),
                 unpersisted: Vec::new(),
                 unpersisted_cumulative: None,
+                recovered_commits: false,
                 failover_order: Vec::new(),
                 open_cumulative_txn: None,
                 txn_acked: BTreeSet::new(),
@@ -434,7 +441,10 @@ impl Sim<'_> {
             return Ok(());
         };
         let sub = &mut b.subs[s];
-        if sub.unpersisted.is_empty() && sub.unpersisted_cumulative.is_none() {
+        if sub.unpersisted.is_empty()
+            && sub.unpersisted_cumulative.is_none()
+            && !sub.recovered_commits
+        {
             return Ok(());
         }
         let md = sub.deletion.mark_delete_position();
@@ -443,6 +453,14 @@ impl Sim<'_> {
             Ok(()) => {}
             Err(LedgerError::MarkDeleteBackward { .. }) => {}
             Err(e) => return Err(SimError::Component(format!("persist mark-delete: {e}"))),
+        }
+        sub.recovered_commits = false;
+        let deletion = Arc::clone(&sub.deletion);
+        self.committed_refs[s].retain(|p, _| !deletion.is_message_deleted(*p));
+        // The pending-ack log may now forget the commits the subscription
+        // holds durably.
+        if let Some(h) = &sub.pending_ack {
+            h.subscription_persisted();
         }
         let name = sub.name.clone();
         let now = self.sched.now();

@@ -56,8 +56,9 @@ use crate::ledger::{
     RedbStore, SyncMode,
 };
 use crate::pending_ack::{
-    AckType, AckedPosition, ExecutorMode, HandleConfig, HandleState, InlineReads, PendingAckHandle,
-    PendingAckRecord, ReplayExecutorPool, TxnId, VirtualTimer,
+    AckType, AckedPosition, CommittedAck, CursorSubscription, ExecutorMode, HandleConfig,
+    HandleState, InlineReads, PendingAckHandle, PendingAckRecord, ReplayExecutorPool, TxnId,
+    VirtualTimer,
 };
 use crate::permits::broker::BrokerEntry;
 use crate::permits::client::{encode_entry_payload, ClientConnection, ClientConsumer, ClientFrame};
@@ -257,8 +258,8 @@ struct SimPayload {
 /// Broker-side state of one subscription (dropped on restart).
 struct SubRt {
     name: String,
-    cursor: ManagedCursor,
-    deletion: CursorDeletionState,
+    cursor: Arc<ManagedCursor>,
+    deletion: Arc<CursorDeletionState>,
     dispatcher: SharedDispatcher,
     delayed: Option<BucketDelayedDeliveryTracker>,
     pending_ack: Option<PendingAckHandle>,
@@ -275,6 +276,10 @@ struct SubRt {
     unpersisted: Vec<MessageRef>,
     /// Highest cumulative ack applied in memory, not yet persisted.
     unpersisted_cumulative: Option<Position>,
+    /// Committed transactional acks a replay handed back
+    /// ([`PendingAckHandle::committed_acks`]) were applied in memory: the
+    /// next persist writes them even with no other ack pending.
+    recovered_commits: bool,
     /// Failover: consumer slots in subscribe order; the first is active.
     failover_order: Vec<ConsumerIdx>,
     /// The transaction holding the pending cumulative ack, if any (Pulsar
@@ -406,6 +411,17 @@ struct Sim<'a> {
     /// Per subscription: the pending-ack log's ledgers lost since its last
     /// completed replay.
     pa_ledger_lost: Vec<BTreeSet<i64>>,
+    /// Per subscription, entries whose transactional ack was committed (its
+    /// COMMIT record durable in the pending-ack log) and not yet persisted
+    /// with the subscription cursor, with the committing transaction and
+    /// the entry's messages: a replay after a restart must re-apply such a
+    /// commit (the checker rule "a committed ack is never redelivered after
+    /// a restart"), and its messages count as acknowledged once the
+    /// subscription persists it.
+    committed_refs: Vec<BTreeMap<Position, (TxnId, Vec<MessageRef>)>>,
+    /// Transactional individual acks the broker applied (paces the probe
+    /// acks of deleted entries).
+    txn_acks_seen: u64,
     /// The operator turned auto-skip on.
     operator_auto_skip: bool,
     operator_reload_planned: bool,
@@ -506,6 +522,8 @@ pub fn run(
             .map(|_| Arc::default())
             .collect(),
         pa_ledger_lost: vec![BTreeSet::new(); workload.subscriptions as usize],
+        committed_refs: vec![BTreeMap::new(); workload.subscriptions as usize],
+        txn_acks_seen: 0,
         operator_auto_skip: false,
         operator_reload_planned: false,
         replay_bound_reported: vec![false; workload.subscriptions as usize],

@@ -230,6 +230,9 @@ impl Sim<'_> {
                     let found_individual: BTreeSet<TxnId> =
                         summary.individual.keys().copied().collect();
                     let found_cumulative = summary.cumulative.map(|(t, _)| t);
+                    // Transactions with a record in a skipped lost ledger:
+                    // their commits may be lost with it.
+                    let mut lost_txns = BTreeSet::new();
                     if let Some((_, lost)) = self.pa_expected[s].take() {
                         // What is durable now: no append happens while the
                         // subscription replays, and records the crashed
@@ -240,6 +243,7 @@ impl Sim<'_> {
                             .unwrap_or_else(|e| e.into_inner())
                             .clone();
                         let touched = expected.touched_by(&lost);
+                        lost_txns.clone_from(&touched);
                         let bad = !replay_agrees(
                             (&found_individual, found_cumulative),
                             &expected,
@@ -281,6 +285,46 @@ impl Sim<'_> {
                         truth.cumulative = found_cumulative;
                     }
                     end_replay_plan(&self.replay_plans[s], &mut self.activity);
+                    // Commits the log still holds that the subscription's
+                    // persisted state lacks (the broker crashed before
+                    // persisting the subscription): re-applied to the
+                    // subscription, persisted with its next persist.
+                    let view =
+                        CursorSubscription::new(Arc::clone(&sub.cursor), Arc::clone(&sub.deletion));
+                    for ack in h.committed_acks() {
+                        view.apply(&ack, b.ledger.as_ref())
+                            .map_err(comp("re-apply a committed ack"))?;
+                        sub.recovered_commits = true;
+                        self.activity.commits_reapplied += 1;
+                        match ack {
+                            CommittedAck::Entry(p) => {
+                                if let Some((_, refs)) = self.committed_refs[s].get(&p) {
+                                    sub.unpersisted.extend(refs.iter().copied());
+                                }
+                            }
+                            CommittedAck::MarkDelete(p) => {
+                                sub.unpersisted_cumulative =
+                                    sub.unpersisted_cumulative.max(Some(p));
+                            }
+                            CommittedAck::BatchIndexes { .. } => {}
+                        }
+                    }
+                    // A committed ack is never redelivered after a restart:
+                    // every entry whose commit was durable and not yet
+                    // persisted with the subscription is deleted again.
+                    for (p, (txn, _)) in &self.committed_refs[s] {
+                        if !lost_txns.contains(txn) && !sub.deletion.is_message_deleted(*p) {
+                            self.checker.replay_violation(
+                                &sub.name,
+                                &format!(
+                                    "committed ack lost in a restart: {p} (transaction {txn:?}, COMMIT durable) is not deleted after the replay and will be redelivered"
+                                ),
+                                now,
+                            );
+                        }
+                    }
+                    let deletion = Arc::clone(&sub.deletion);
+                    self.committed_refs[s].retain(|p, _| deletion.is_message_deleted(*p));
                     // Transactions left open by the restart are aborted (the
                     // coordinator timed them out): their messages are redelivered.
                     for txn in summary.individual.keys() {
