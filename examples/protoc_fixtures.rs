@@ -45,16 +45,13 @@ use pulsar_core::permits::wire::{
 use pulsar_core::Position;
 use roaring::RoaringBitmap;
 
-/// The `pulsar-core serve` binary's own PulsarApi messages (the handshake,
-/// lookup, producer and response commands), compiled from the binary's
-/// source so the check covers the definitions the server sends with.
-#[allow(dead_code)]
-#[path = "../src/bin/pulsar-core/serve/proto.rs"]
-mod serve_proto;
-use serve_proto::{
-    CommandAckResponse, CommandConnected, CommandError, CommandGetLastMessageIdResponse,
-    CommandGetSchemaResponse, CommandLookupTopicResponse, CommandPartitionedTopicMetadataResponse,
-    CommandProducerSuccess, CommandSendError, CommandSendReceipt, Empty, ServeCommand,
+/// The broker core's own PulsarApi messages (the handshake, lookup,
+/// producer and response commands `pulsar-core serve` answers with).
+use pulsar_core::broker::proto::{
+    BrokerCommand as ServeCommand, CommandAckResponse, CommandConnected, CommandError,
+    CommandGetLastMessageIdResponse, CommandGetSchemaResponse, CommandLookupTopicResponse,
+    CommandPartitionedTopicMetadataResponse, CommandProducerSuccess, CommandSendError,
+    CommandSendReceipt, Empty,
 };
 
 /// What a fixture is, so its decoded form can be compared.

@@ -13,6 +13,7 @@
 //! | [`pending_ack`] | 001 | pending-ack log replay: read pipeline, failure classification, rewind, retry with backoff, buffered writer |
 //! | [`delayed`] | 000 | bucket delayed delivery tracker with durable snapshots |
 //! | [`permits`] | 003 | PIP-491 exact permit accounting: `message_permits` on the wire, broker finalisation, client budget, per-incarnation accumulator |
+//! | [`broker`] | all | the broker core: topics, subscriptions, dispatch, acks as a sans-io state machine (`serve` drives it) |
 //! | `sim` (feature `sim`) | all | `pulsar-core simulate`: the broker-in-a-box on the real components, fault injection, independent delivery checker |
 //!
 //! All synchronisation goes through one facade (`src/sync.rs`, the only place
@@ -33,6 +34,7 @@
 //! An embedder that needs only the components sets `default-features = false`.
 #![warn(missing_docs)]
 
+pub mod broker;
 pub mod cursor;
 pub mod delayed;
 pub mod ledger;

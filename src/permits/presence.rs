@@ -86,6 +86,8 @@ fn read_varint(bytes: &[u8], at: &mut usize) -> Option<u64> {
 struct Field<'a> {
     tag: u32,
     delimited: Option<&'a [u8]>,
+    /// The value of a varint field.
+    varint: Option<u64>,
 }
 
 fn walk<'a>(message: &str, bytes: &'a [u8]) -> Result<Vec<Field<'a>>, PresenceError> {
@@ -114,9 +116,10 @@ fn walk<'a>(message: &str, bytes: &'a [u8]) -> Result<Vec<Field<'a>>, PresenceEr
             });
         }
         let mut delimited = None;
+        let mut varint = None;
         match wire_type {
             0 => {
-                read_varint(bytes, &mut at).ok_or_else(|| truncated(at))?;
+                varint = Some(read_varint(bytes, &mut at).ok_or_else(|| truncated(at))?);
             }
             1 => {
                 at = at
@@ -152,6 +155,7 @@ fn walk<'a>(message: &str, bytes: &'a [u8]) -> Result<Vec<Field<'a>>, PresenceEr
         fields.push(Field {
             tag: tag as u32,
             delimited,
+            varint,
         });
     }
     Ok(fields)
@@ -220,6 +224,52 @@ fn check_parts(
 /// defect (truncation, invalid key) found while walking.
 pub fn check_required(spec: &RequiredSpec, bytes: &[u8]) -> Result<(), PresenceError> {
     check_parts(spec, spec.message, &[bytes], 0)
+}
+
+/// The bytes of the first occurrence of length-delimited field `tag` in
+/// `bytes` (a message named `message` in errors); `Ok(None)` when absent.
+///
+/// # Errors
+/// [`PresenceError`] for a structural defect found while walking.
+pub fn find_delimited<'a>(
+    message: &str,
+    bytes: &'a [u8],
+    tag: u32,
+) -> Result<Option<&'a [u8]>, PresenceError> {
+    Ok(walk(message, bytes)?
+        .into_iter()
+        .find(|f| f.tag == tag && f.delimited.is_some())
+        .and_then(|f| f.delimited))
+}
+
+/// The value of the first occurrence of varint field `tag` in `bytes`;
+/// `Ok(None)` when absent.
+///
+/// # Errors
+/// [`PresenceError`] for a structural defect found while walking.
+pub fn find_varint(message: &str, bytes: &[u8], tag: u32) -> Result<Option<u64>, PresenceError> {
+    Ok(walk(message, bytes)?
+        .into_iter()
+        .find(|f| f.tag == tag && f.varint.is_some())
+        .and_then(|f| f.varint))
+}
+
+/// The first of `tags` that does not occur in `bytes` (any wire type);
+/// `Ok(None)` when every one occurs. For messages known by tag only (the
+/// broker's commands checked by number, see `crate::broker::proto`).
+///
+/// # Errors
+/// [`PresenceError`] for a structural defect found while walking.
+pub fn first_missing_tag(
+    message: &str,
+    bytes: &[u8],
+    tags: &[u32],
+) -> Result<Option<u32>, PresenceError> {
+    let fields = walk(message, bytes)?;
+    Ok(tags
+        .iter()
+        .copied()
+        .find(|t| !fields.iter().any(|f| f.tag == *t)))
 }
 
 #[cfg(all(test, not(any(loom, feature = "shuttle"))))]

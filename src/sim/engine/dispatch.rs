@@ -12,7 +12,7 @@
 //! | [`Sim::read_replays`] | reads them by position (an outage puts them back) |
 //! | [`Sim::read_new_entries`] | the cursor read, each candidate checked with the lock-free hint; with read latency it completes later ([`Sim::complete_read`]) |
 //! | [`Sim::admit_read_entries`] | the locked post-I/O filter and its boundary check, then the delayed tracker's add |
-//! | [`Sim::route`] | Key_Shared by hash range, Failover to the active consumer, Shared by permits |
+//! | [`Sim::route`] | Key_Shared by Pulsar's consistent-hashing selector ([`crate::broker::key_shared`]), Failover to the active consumer, Shared by permits |
 //! | [`Sim::send_routed`] | sends what each consumer has permits for (admission, P debit, write completion) |
 //! | [`Sim::finish_pass`] | schedules deliveries, reconnects after write failures and the next pass |
 //!
@@ -34,17 +34,41 @@
 //! after a rewind with a read pending); a restart drops it with the broker.
 
 use super::*;
+use crate::broker::key_shared::{
+    sticky_key_hash, ConsistentHashingSelector, DEFAULT_REPLICA_POINTS,
+};
 use crate::ledger::Entry;
 
-pub(super) fn hash_key(key: u32) -> u32 {
-    // A fixed 32-bit mix (murmur3 finalizer) onto Key_Shared's 0..65536 ring.
-    let mut h = key;
-    h ^= h >> 16;
-    h = h.wrapping_mul(0x85eb_ca6b);
-    h ^= h >> 13;
-    h = h.wrapping_mul(0xc2b2_ae35);
-    h ^= h >> 16;
-    h % 65_536
+std::thread_local! {
+    /// The last Key_Shared ring built, with the consumer slots it holds
+    /// (rebuilt when they change; a function of the slots only, so the
+    /// cache never changes a run's routing).
+    static KEY_SHARED_RING: std::cell::RefCell<Option<(Vec<ConsumerIdx>, ConsistentHashingSelector<ConsumerIdx>)>> =
+        const { std::cell::RefCell::new(None) };
+}
+
+/// The consumer slot Pulsar's default Key_Shared selector
+/// ([`crate::broker::key_shared`]: consistent hashing, 100 points per
+/// consumer, Murmur3 slots 1..=65535) picks for application key `key` among
+/// the connected `slots`; the sticky key is the key's decimal form (the
+/// partition key a producer of this workload would set), a consumer's name
+/// `consumer-{slot}`.
+pub(super) fn key_shared_slot(slots: &[ConsumerIdx], key: u32) -> ConsumerIdx {
+    let slot = sticky_key_hash(key.to_string().as_bytes());
+    KEY_SHARED_RING.with(|cell| {
+        let mut cache = cell.borrow_mut();
+        if cache.as_ref().is_none_or(|(s, _)| s.as_slice() != slots) {
+            let mut ring = ConsistentHashingSelector::new(DEFAULT_REPLICA_POINTS);
+            for c in slots {
+                ring.add_consumer(*c, &format!("consumer-{}", c.0));
+            }
+            *cache = Some((slots.to_vec(), ring));
+        }
+        cache
+            .as_ref()
+            .and_then(|(_, ring)| ring.select(slot).copied())
+            .unwrap_or(slots[0])
+    })
 }
 
 /// Whether `p` is out on a consumer and not yet acknowledged (a due
@@ -428,7 +452,7 @@ impl Sim<'_> {
         Ok(())
     }
 
-    /// Routes `to_route` to consumer queues: Key_Shared by hash range,
+    /// Routes `to_route` to consumer queues: Key_Shared by Pulsar's ring,
     /// Failover to the active consumer, Shared to the one with most permits.
     fn route(&mut self, s: SubIdx, to_route: Vec<SimEntry>) {
         let w = self.w;
@@ -439,11 +463,7 @@ impl Sim<'_> {
         let slots: Vec<ConsumerIdx> = sub.consumer_keys.keys().copied().collect();
         for e in to_route {
             let slot = match w.subscription_type {
-                SubscriptionType::KeyShared => {
-                    let h = hash_key(e.key) as usize;
-                    let n = w.consumers_per_subscription as usize;
-                    slots[(h * n / 65_536).min(slots.len() - 1)]
-                }
+                SubscriptionType::KeyShared => key_shared_slot(&slots, e.key),
                 SubscriptionType::Failover => sub
                     .failover_order
                     .iter()

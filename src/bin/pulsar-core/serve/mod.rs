@@ -1,33 +1,149 @@
-//! `pulsar-core serve`: a single-node endpoint of Pulsar's binary protocol
-//! on the crate's components, for real Pulsar clients (non-partitioned
-//! persistent topics; see the README section "serve" for what is supported).
+//! `pulsar-core serve`: a network adapter that runs the library's broker
+//! core ([`pulsar_core::broker::Broker`]) for real Pulsar clients
+//! (non-partitioned persistent topics; see the README section "serve" for
+//! what is supported). The core decides every answer; this module adds
+//! what a network node needs around it: accept, framing and its size
+//! limit, a writer thread and outbound queue per connection (whose written
+//! bytes it reports to the core), keep-alive, the wall clock, the timer,
+//! the permit-ledger and frame-recording files.
 //!
-//! Threads: one acceptor (which also runs dispatch on every subscription
-//! every 50 ms, for due delayed entries and consumers whose connection
-//! drained its outbound queue, and the permit-ledger snapshot every second)
-//! and two threads per connection (std::net, blocking): one reads and
-//! handles commands, one writes the connection's outbound queue, so no
-//! socket write ever happens under a subscription's lock. SIGINT/SIGTERM stop accepting, write a
-//! final permit-ledger snapshot and exit 0; every acknowledged send and ack
-//! is already committed (the store fsyncs each commit), so a kill -9 loses
-//! nothing acknowledged either.
+//! Threads: one acceptor (which also fires the core's timer when its
+//! deadline has passed, sweeps every subscription once a second, and
+//! writes the permit-ledger snapshot every second) and two threads per
+//! connection (std::net, blocking): one reads frames and hands them to the
+//! core, one writes the connection's outbound queue, so no socket write
+//! ever happens under the core's lock. The core is behind one lock
+//! ([`Node`]); lock order: the node, then a connection's outbound queue.
+//! SIGINT/SIGTERM stop accepting, write a final permit-ledger snapshot and
+//! exit 0; every acknowledged send and ack is already committed (the store
+//! fsyncs each commit), so a kill -9 loses nothing acknowledged either.
 
-mod broker;
 mod conn;
-mod proto;
 mod record;
 
+use std::collections::BTreeMap;
+use std::io::Write;
 use std::net::TcpListener;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+use pulsar_core::broker::{Broker, BrokerConfig, IncarnationRecord, Output};
 use pulsar_core::ledger::{RedbStore, SyncMode};
 
-use broker::Broker;
+use conn::ConnWriter;
 use record::Recorder;
+
+/// Locks a mutex, recovering it from a panicked holder (a panic in one
+/// connection's thread must not take the node down).
+pub fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Current wall time in epoch milliseconds (the core's `now`).
+pub fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
+}
+
+/// The broker core behind one lock, with the writers its outputs go to.
+pub struct Node {
+    inner: Mutex<NodeInner>,
+}
+
+struct NodeInner {
+    core: Broker,
+    writers: BTreeMap<u64, Arc<ConnWriter>>,
+    permit_ledger: Option<std::fs::File>,
+}
+
+impl NodeInner {
+    /// Routes every queued output: frames to their connection's queue,
+    /// closes to its socket, incarnation records to the permit ledger.
+    fn flush(&mut self) {
+        while let Some(o) = self.core.poll_output() {
+            match o {
+                Output::Frame { conn, frame } => {
+                    if let Some(w) = self.writers.get(&conn) {
+                        w.send(&frame);
+                    }
+                }
+                Output::Close { conn, reason } => {
+                    tracing::debug!(conn, %reason, "the core closed the connection");
+                    if let Some(w) = self.writers.get(&conn) {
+                        w.close();
+                    }
+                }
+                Output::Incarnation(r) => self.write_ledger(&r),
+            }
+        }
+    }
+
+    /// Writes one permit-ledger line.
+    fn write_ledger(&mut self, c: &IncarnationRecord) {
+        let Some(f) = &mut self.permit_ledger else {
+            return;
+        };
+        let line = format!(
+            "{{\"boot\":{},\"incarnation\":{},\"connection_id\":{},\"consumer_id\":{},\"topic\":{:?},\"subscription\":{:?},\"granted\":{},\"debited\":{},\"available\":{},\"min_available\":{},\"commands\":{},\"unacked\":{},\"end\":{:?}}}\n",
+            std::process::id(),
+            c.incarnation,
+            c.connection_id,
+            c.consumer_id,
+            c.topic,
+            c.subscription,
+            c.granted,
+            c.debited,
+            c.available,
+            c.min_available,
+            c.commands,
+            c.unacked,
+            c.end
+        );
+        if let Err(e) = f.write_all(line.as_bytes()).and_then(|()| f.flush()) {
+            tracing::error!(error = %e, "cannot write the permit ledger");
+        }
+    }
+}
+
+impl Node {
+    /// Runs `f` on the core, then routes its outputs.
+    pub fn with<R>(&self, f: impl FnOnce(&mut Broker) -> R) -> R {
+        let mut g = lock(&self.inner);
+        let r = f(&mut g.core);
+        g.flush();
+        r
+    }
+
+    /// A connection opened: its writer receives the core's frames for it.
+    pub fn open(&self, writer: Arc<ConnWriter>) {
+        let mut g = lock(&self.inner);
+        let id = writer.id;
+        g.writers.insert(id, writer);
+        g.core.handle_open(id, now_ms());
+        g.flush();
+    }
+
+    /// A connection ended.
+    pub fn close(&self, id: u64) {
+        let mut g = lock(&self.inner);
+        g.core.handle_close(id, now_ms());
+        g.flush();
+        g.writers.remove(&id);
+    }
+
+    /// Snapshots every live incarnation into the permit ledger.
+    fn snapshot_ledger(&self, end: &str) {
+        let mut g = lock(&self.inner);
+        for r in g.core.incarnations(end) {
+            g.write_ledger(&r);
+        }
+    }
+}
 
 /// `serve` arguments.
 #[derive(clap::Args, Debug)]
@@ -102,7 +218,13 @@ fn serve(args: ServeArgs) -> Result<(), String> {
         .advertised_url
         .clone()
         .unwrap_or_else(|| format!("pulsar://{local}"));
-    let broker = Arc::new(Broker::new(store, ledger));
+    let node = Arc::new(Node {
+        inner: Mutex::new(NodeInner {
+            core: Broker::new(store, BrokerConfig::new(advertised.clone()), now_ms()),
+            writers: BTreeMap::new(),
+            permit_ledger: ledger,
+        }),
+    });
     let stop = Arc::new(AtomicBool::new(false));
     {
         let stop = Arc::clone(&stop);
@@ -118,6 +240,7 @@ fn serve(args: ServeArgs) -> Result<(), String> {
     let open_conns = Arc::new(AtomicUsize::new(0));
     let max_conns = usize::try_from(args.max_connections).unwrap_or(usize::MAX);
     let mut last_snapshot = Instant::now();
+    let mut last_sweep = Instant::now();
     while !stop.load(Ordering::SeqCst) {
         match listener.accept() {
             // Only the acceptor increments the count: the check then the
@@ -131,16 +254,13 @@ fn serve(args: ServeArgs) -> Result<(), String> {
                 let id = next_conn.fetch_add(1, Ordering::Relaxed);
                 open_conns.fetch_add(1, Ordering::AcqRel);
                 let open = Arc::clone(&open_conns);
-                let broker = Arc::clone(&broker);
-                let advertised = advertised.clone();
+                let node = Arc::clone(&node);
                 let recorder = recorder.clone();
                 let spawned = std::thread::Builder::new()
                     .name(format!("conn-{id}"))
                     .spawn(move || {
                         tracing::info!(conn = id, %peer, "connection opened");
-                        let why = conn::serve_connection(
-                            broker, stream, id, advertised, recorder, keep_alive,
-                        );
+                        let why = conn::serve_connection(node, stream, id, recorder, keep_alive);
                         match why {
                             conn::ConnError::Io(e)
                                 if e.kind() == std::io::ErrorKind::UnexpectedEof =>
@@ -166,13 +286,20 @@ fn serve(args: ServeArgs) -> Result<(), String> {
                 std::thread::sleep(Duration::from_millis(50));
             }
         }
-        broker.dispatch_all();
+        // The core's timer (due delayed entries), and a sweep of every
+        // subscription once a second.
+        let now = now_ms();
+        let due = node.with(|core| core.poll_timeout().is_some_and(|t| t <= now));
+        if due || last_sweep.elapsed() >= Duration::from_secs(1) {
+            node.with(|core| core.handle_timeout(now));
+            last_sweep = Instant::now();
+        }
         if last_snapshot.elapsed() >= Duration::from_secs(1) {
-            broker.snapshot_ledger("snapshot");
+            node.snapshot_ledger("snapshot");
             last_snapshot = Instant::now();
         }
     }
-    broker.snapshot_ledger("shutdown");
+    node.snapshot_ledger("shutdown");
     eprintln!("pulsar-core serve: stopped");
     Ok(())
 }

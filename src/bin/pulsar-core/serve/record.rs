@@ -9,7 +9,7 @@ use std::fs::File;
 use std::io::Write;
 use std::sync::Mutex;
 
-use super::broker::lock;
+use super::lock;
 
 /// Appends frame lines to a file.
 pub struct Recorder {

@@ -1,18 +1,24 @@
-//! Server-side `PulsarApi.proto` (proto2) messages that the library's
-//! [`pulsar_core::permits::wire`] does not declare: the connect handshake,
-//! lookup, producer/send, errors and the envelope that carries them. Field
-//! numbers, types, labels and defaults are Pulsar's; optional fields are
-//! `Option` so an explicit value (also 0) is on the wire, as protoc writes it.
-//! Messages shared with the permit protocol (`CommandMessage`, `CommandFlow`,
-//! `CommandAck`, `MessageIdData`, `CommandRedeliverUnacknowledgedMessages`)
-//! are the library's types, nested here.
+//! Pulsar's `PulsarApi.proto` (proto2) messages the broker core reads and
+//! writes that [`crate::permits::wire`] does not declare: the connect
+//! handshake, lookup, producer/send, errors and the envelope that carries
+//! them ([`BrokerCommand`], a `BaseCommand` with every command the core
+//! handles). Field numbers, types, labels and defaults are Pulsar's;
+//! optional fields are `Option` so an explicit value (also 0) is on the
+//! wire, as protoc writes it (`bash .ci/check protoc` compares them).
+//! Messages shared with the permit protocol (`CommandMessage`,
+//! `CommandFlow`, `CommandAck`, `MessageIdData`,
+//! `CommandRedeliverUnacknowledgedMessages`, `CommandSubscribe`) are
+//! [`crate::permits::wire`]'s types, nested here.
 //!
 //! Required fields decode to their default when missing (prost); the
-//! handlers that need one check presence through [`has_required`], so a
+//! handlers that need one check presence through [`has_required`], which
+//! runs the crate's one proto2 walker ([`crate::permits::presence`]), so a
 //! client that omits one gets a typed error, never a guess.
 
 use prost::Message;
-pub use pulsar_core::permits::wire::{
+
+use crate::permits::presence;
+pub use crate::permits::wire::{
     CommandAck, CommandFlow, CommandMessage, CommandRedeliverUnacknowledgedMessages,
     CommandSubscribe, CommandSuccess, MessageIdData,
 };
@@ -336,6 +342,9 @@ pub struct DispatchMetadata {
     /// `num_messages_in_batch = 11`, default 1.
     #[prost(int32, optional, tag = "11", default = "1")]
     pub num_messages_in_batch: Option<i32>,
+    /// `partition_key_b64_encoded = 17`, default false.
+    #[prost(bool, optional, tag = "17", default = "false")]
+    pub partition_key_b64_encoded: Option<bool>,
     /// `ordering_key = 18`.
     #[prost(bytes = "vec", optional, tag = "18")]
     pub ordering_key: Option<Vec<u8>>,
@@ -344,9 +353,9 @@ pub struct DispatchMetadata {
     pub deliver_at_time: Option<i64>,
 }
 
-/// `BaseCommand` with every command the server reads or writes.
+/// `BaseCommand` with every command the broker core reads or writes.
 #[derive(Clone, PartialEq, Message)]
-pub struct ServeCommand {
+pub struct BrokerCommand {
     /// `type = 1`, required.
     #[prost(int32, required, tag = "1")]
     pub r#type: i32,
@@ -457,103 +466,33 @@ pub fn request_id_tag(ty: i32) -> Option<u32> {
 }
 
 /// Reads varint field `tag` of the message that `BaseCommand` carries in
-/// field `outer` (raw protobuf walk; `None` when absent or malformed).
+/// field `outer` (`None` when absent or malformed).
 pub fn nested_varint(base: &[u8], outer: u32, tag: u32) -> Option<u64> {
-    let inner = find_len_field(base, outer)?;
-    find_varint_field(inner, tag)
-}
-
-fn read_varint(buf: &[u8], at: &mut usize) -> Option<u64> {
-    let mut v: u64 = 0;
-    for shift in (0..64).step_by(7) {
-        let b = *buf.get(*at)?;
-        *at += 1;
-        v |= u64::from(b & 0x7f) << shift;
-        if b & 0x80 == 0 {
-            return Some(v);
-        }
-    }
-    None
-}
-
-fn skip_field(buf: &[u8], at: &mut usize, wire: u64) -> Option<()> {
-    match wire {
-        0 => read_varint(buf, at).map(|_| ()),
-        1 => {
-            *at = at.checked_add(8)?;
-            (*at <= buf.len()).then_some(())
-        }
-        2 => {
-            let len = usize::try_from(read_varint(buf, at)?).ok()?;
-            *at = at.checked_add(len)?;
-            (*at <= buf.len()).then_some(())
-        }
-        5 => {
-            *at = at.checked_add(4)?;
-            (*at <= buf.len()).then_some(())
-        }
-        _ => None,
-    }
-}
-
-fn find_len_field(buf: &[u8], tag: u32) -> Option<&[u8]> {
-    let mut at = 0;
-    while at < buf.len() {
-        let key = read_varint(buf, &mut at)?;
-        let (t, wire) = ((key >> 3) as u32, key & 7);
-        if t == tag && wire == 2 {
-            let len = usize::try_from(read_varint(buf, &mut at)?).ok()?;
-            return buf.get(at..at.checked_add(len)?);
-        }
-        skip_field(buf, &mut at, wire)?;
-    }
-    None
-}
-
-fn find_varint_field(buf: &[u8], tag: u32) -> Option<u64> {
-    let mut at = 0;
-    while at < buf.len() {
-        let key = read_varint(buf, &mut at)?;
-        let (t, wire) = ((key >> 3) as u32, key & 7);
-        if t == tag && wire == 0 {
-            return read_varint(buf, &mut at);
-        }
-        skip_field(buf, &mut at, wire)?;
-    }
-    None
+    let inner = presence::find_delimited("BaseCommand", base, outer).ok()??;
+    presence::find_varint("command", inner, tag).ok()?
 }
 
 /// Whether `BaseCommand` bytes carry field `outer` and, inside it, every
 /// field of `required` (proto2 presence, as Pulsar's decoder checks it).
+///
+/// # Errors
+/// A description of the first absent field, or of the structural defect
+/// found while walking.
 pub fn has_required(base: &[u8], outer: u32, required: &[u32]) -> Result<(), String> {
-    let Some(inner) = find_len_field(base, outer) else {
+    let malformed = |_| format!("malformed command in field {outer}");
+    let Some(inner) = presence::find_delimited("BaseCommand", base, outer).map_err(malformed)?
+    else {
         return Err(format!("BaseCommand lacks field {outer} for its type"));
     };
-    for &tag in required {
-        let mut at = 0;
-        let mut found = false;
-        while at < inner.len() {
-            let Some(key) = read_varint(inner, &mut at) else {
-                return Err(format!("malformed command in field {outer}"));
-            };
-            if (key >> 3) as u32 == tag {
-                found = true;
-                break;
-            }
-            if skip_field(inner, &mut at, key & 7).is_none() {
-                return Err(format!("malformed command in field {outer}"));
-            }
-        }
-        if !found {
-            return Err(format!(
-                "command in BaseCommand field {outer} lacks required field {tag}"
-            ));
-        }
+    match presence::first_missing_tag("command", inner, required).map_err(malformed)? {
+        None => Ok(()),
+        Some(tag) => Err(format!(
+            "command in BaseCommand field {outer} lacks required field {tag}"
+        )),
     }
-    Ok(())
 }
 
-#[cfg(test)]
+#[cfg(all(test, not(any(loom, feature = "shuttle"))))]
 mod tests {
     use super::*;
 
@@ -607,7 +546,7 @@ mod tests {
 
     #[test]
     fn protoc_presence_optional_zero_is_on_the_wire() {
-        let cmd = ServeCommand {
+        let cmd = BrokerCommand {
             r#type: ty::PARTITIONED_METADATA_RESPONSE,
             partition_metadata_response: Some(CommandPartitionedTopicMetadataResponse {
                 partitions: Some(0),

@@ -1,0 +1,847 @@
+//! Per-connection command handling (Pulsar's `ServerCnx`): the handshake,
+//! lookups, producers and SEND, consumers and their Flow / ACK / redelivery
+//! / close, GET_LAST_MESSAGE_ID, GET_SCHEMA, PING, and the answers to
+//! commands the core does not implement.
+//!
+//! A command that does not decode, lacks a required field, has a type that
+//! is no `BaseCommand.Type`, carries a payload it cannot have, comes before
+//! CONNECT or is a second CONNECT closes the connection
+//! ([`ConnectionError`]). Commands the core does not implement get a
+//! `CommandError` naming their request id (`UnsupportedVersionError`),
+//! never a silent drop.
+
+use std::collections::BTreeMap;
+
+use prost::Message;
+
+use crate::permits::broker::{Consumer, ConsumerKey};
+use crate::permits::frame::parse_entry_payload;
+use crate::permits::wire::MessageIdData;
+use crate::Position;
+
+use super::entry::entry_info;
+use super::error::{BrokerError, ConnectionError};
+use super::output::Output;
+use super::proto::{self, server_error, ty, BrokerCommand};
+use super::subscription::{sub_type, SubConsumer, Subscription};
+use super::topic::{name_for_error, MAX_NAME_BYTES};
+use super::{Broker, ConnectionId, MAX_MESSAGE_SIZE, PROTOCOL_VERSION};
+
+/// A consumer on a connection: where it is attached.
+#[derive(Debug, Clone)]
+struct ConsumerRef {
+    topic: String,
+    subscription: String,
+}
+
+/// A producer on a connection.
+#[derive(Debug, Clone)]
+struct ProducerRef {
+    topic: String,
+    name: String,
+}
+
+/// One open connection's state.
+#[derive(Debug, Default)]
+pub(crate) struct Connection {
+    connected: bool,
+    consumers: BTreeMap<u64, ConsumerRef>,
+    producers: BTreeMap<u64, ProducerRef>,
+}
+
+/// The position of a message id; `None` when its ledger_id or entry_id is
+/// above `i64::MAX` (no entry is there: positions are signed).
+fn position_of(m: &MessageIdData) -> Option<Position> {
+    Some(Position::new(
+        i64::try_from(m.ledger_id).ok()?,
+        i64::try_from(m.entry_id).ok()?,
+    ))
+}
+
+fn require(raw: &[u8], ty: i32, fields: &[u32]) -> Result<(), ConnectionError> {
+    proto::has_required(raw, ty as u32, fields).map_err(ConnectionError::Malformed)
+}
+
+impl Broker {
+    /// Connection `conn` opened (Pulsar's channel active). Reopening an id
+    /// still open closes the old connection first.
+    pub fn handle_open(&mut self, conn: ConnectionId, now_ms: u64) {
+        self.tick(now_ms);
+        if self.conns.contains_key(&conn) {
+            self.forget(conn);
+        }
+        self.conns.insert(conn, Connection::default());
+        self.out.outbound.insert(conn, 0);
+    }
+
+    /// Connection `conn` is gone: its consumers are removed (their
+    /// unacknowledged entries go to replay and other consumers get them)
+    /// and its producers closed.
+    pub fn handle_close(&mut self, conn: ConnectionId, now_ms: u64) {
+        self.tick(now_ms);
+        self.forget(conn);
+    }
+
+    /// Whether `conn` is open and has completed CONNECT.
+    pub fn is_connected(&self, conn: ConnectionId) -> bool {
+        self.conns.get(&conn).is_some_and(|c| c.connected)
+    }
+
+    fn forget(&mut self, conn: ConnectionId) {
+        let Some(c) = self.conns.remove(&conn) else {
+            return;
+        };
+        for id in c.consumers.keys() {
+            self.drop_consumer(conn, &c.consumers, *id, "disconnected");
+        }
+        self.out.outbound.remove(&conn);
+    }
+
+    /// One frame of connection `conn`: its `BaseCommand` bytes and the
+    /// payload after them. On an error the connection is closed: the core
+    /// forgets it and queues [`Output::Close`].
+    ///
+    /// # Errors
+    /// [`ConnectionError`]: why the connection closes.
+    pub fn handle_frame(
+        &mut self,
+        conn: ConnectionId,
+        command: &[u8],
+        payload: &[u8],
+        now_ms: u64,
+    ) -> Result<(), ConnectionError> {
+        self.tick(now_ms);
+        if !self.conns.contains_key(&conn) {
+            return Err(ConnectionError::UnknownConnection(conn));
+        }
+        let result = BrokerCommand::decode(command)
+            .map_err(|e| ConnectionError::Malformed(format!("BaseCommand: {e}")))
+            .and_then(|cmd| self.handle_command(conn, cmd, command, payload));
+        if let Err(e) = &result {
+            self.forget(conn);
+            self.out.queue.push_back(Output::Close {
+                conn,
+                reason: e.to_string(),
+            });
+        }
+        result
+    }
+
+    fn reply(&mut self, conn: ConnectionId, cmd: BrokerCommand) {
+        self.out.frame(conn, &cmd, Vec::new());
+    }
+
+    fn error(&mut self, conn: ConnectionId, request_id: u64, error: i32, message: String) {
+        tracing::info!(conn, request_id, error, %message, "CommandError");
+        self.reply(
+            conn,
+            BrokerCommand {
+                r#type: ty::ERROR,
+                error: Some(proto::CommandError {
+                    request_id,
+                    error,
+                    message,
+                }),
+                ..Default::default()
+            },
+        );
+    }
+
+    fn success(&mut self, conn: ConnectionId, request_id: u64) {
+        self.reply(
+            conn,
+            BrokerCommand {
+                r#type: ty::SUCCESS,
+                success: Some(proto::CommandSuccess { request_id }),
+                ..Default::default()
+            },
+        );
+    }
+
+    fn conn_mut(&mut self, conn: ConnectionId) -> &mut Connection {
+        self.conns.entry(conn).or_default()
+    }
+
+    /// The subscription consumer `consumer_id` of `conn` is attached to,
+    /// with its topic's ledger.
+    fn consumer_sub(
+        &mut self,
+        conn: ConnectionId,
+        consumer_id: u64,
+    ) -> Option<(
+        &std::sync::Arc<crate::ledger::ManagedLedger>,
+        &mut Subscription,
+    )> {
+        let r = self.conns.get(&conn)?.consumers.get(&consumer_id)?.clone();
+        let t = self.topics.get_mut(&r.topic)?;
+        let s = t.subscriptions.get_mut(&r.subscription)?;
+        Some((&t.ml, s))
+    }
+
+    /// Dispatches the subscription of consumer `consumer_id` of `conn`.
+    fn dispatch_consumer_sub(&mut self, conn: ConnectionId, consumer_id: u64) {
+        let Some(r) = self
+            .conns
+            .get(&conn)
+            .and_then(|c| c.consumers.get(&consumer_id))
+            .cloned()
+        else {
+            return;
+        };
+        self.dispatch_sub(&r.topic, &r.subscription);
+    }
+
+    fn dispatch_sub(&mut self, topic: &str, subscription: &str) {
+        if let Some(t) = self.topics.get_mut(topic) {
+            if let Some(s) = t.subscriptions.get_mut(subscription) {
+                if !s.consumers.is_empty() {
+                    s.dispatch(&t.ml, &mut self.out);
+                }
+            }
+        }
+    }
+
+    fn handle_command(
+        &mut self,
+        conn: ConnectionId,
+        cmd: BrokerCommand,
+        raw: &[u8],
+        payload: &[u8],
+    ) -> Result<(), ConnectionError> {
+        tracing::debug!(conn, ty = cmd.r#type, "command");
+        if !proto::is_command_type(cmd.r#type) {
+            return Err(ConnectionError::Malformed(format!(
+                "command type {} is not a BaseCommand.Type value",
+                cmd.r#type
+            )));
+        }
+        let connected = self.conns.get(&conn).is_some_and(|c| c.connected);
+        if !connected && cmd.r#type != ty::CONNECT {
+            return Err(ConnectionError::Protocol(format!(
+                "command type {} before CONNECT",
+                cmd.r#type
+            )));
+        }
+        if !payload.is_empty() && cmd.r#type != ty::SEND {
+            return Err(ConnectionError::Malformed(format!(
+                "command type {} carries a payload",
+                cmd.r#type
+            )));
+        }
+        match cmd.r#type {
+            ty::CONNECT => {
+                if connected {
+                    return Err(ConnectionError::Protocol("second CONNECT".into()));
+                }
+                require(raw, ty::CONNECT, &[1])?;
+                let c = cmd.connect.unwrap_or_default();
+                tracing::info!(conn, client = %c.client_version, protocol = ?c.protocol_version, "connected");
+                self.conn_mut(conn).connected = true;
+                let pv = c.protocol_version.unwrap_or(0).min(PROTOCOL_VERSION);
+                let server_version = self.config.server_version.clone();
+                self.reply(
+                    conn,
+                    BrokerCommand {
+                        r#type: ty::CONNECTED,
+                        connected: Some(proto::CommandConnected {
+                            server_version,
+                            protocol_version: Some(pv),
+                            max_message_size: Some(MAX_MESSAGE_SIZE),
+                        }),
+                        ..Default::default()
+                    },
+                );
+            }
+            ty::PING => self.reply(
+                conn,
+                BrokerCommand {
+                    r#type: ty::PONG,
+                    pong: Some(proto::Empty {}),
+                    ..Default::default()
+                },
+            ),
+            ty::PONG => {}
+            ty::PARTITIONED_METADATA => {
+                require(raw, ty::PARTITIONED_METADATA, &[1, 2])?;
+                let m = cmd.partition_metadata.unwrap_or_default();
+                let resp = match self.topic(&m.topic) {
+                    Ok(_) => proto::CommandPartitionedTopicMetadataResponse {
+                        partitions: Some(0),
+                        request_id: m.request_id,
+                        response: Some(0),
+                        error: None,
+                        message: None,
+                    },
+                    Err(e) => proto::CommandPartitionedTopicMetadataResponse {
+                        partitions: None,
+                        request_id: m.request_id,
+                        response: Some(1),
+                        error: Some(e.server_error()),
+                        message: Some(e.to_string()),
+                    },
+                };
+                self.reply(
+                    conn,
+                    BrokerCommand {
+                        r#type: ty::PARTITIONED_METADATA_RESPONSE,
+                        partition_metadata_response: Some(resp),
+                        ..Default::default()
+                    },
+                );
+            }
+            ty::LOOKUP => {
+                require(raw, ty::LOOKUP, &[1, 2])?;
+                let m = cmd.lookup_topic.unwrap_or_default();
+                let resp = match self.topic(&m.topic) {
+                    Ok(_) => proto::CommandLookupTopicResponse {
+                        broker_service_url: Some(self.config.advertised_url.clone()),
+                        response: Some(1),
+                        request_id: m.request_id,
+                        authoritative: Some(true),
+                        error: None,
+                        message: None,
+                    },
+                    Err(e) => proto::CommandLookupTopicResponse {
+                        broker_service_url: None,
+                        response: Some(2),
+                        request_id: m.request_id,
+                        authoritative: None,
+                        error: Some(e.server_error()),
+                        message: Some(e.to_string()),
+                    },
+                };
+                self.reply(
+                    conn,
+                    BrokerCommand {
+                        r#type: ty::LOOKUP_RESPONSE,
+                        lookup_topic_response: Some(resp),
+                        ..Default::default()
+                    },
+                );
+            }
+            ty::PRODUCER => {
+                require(raw, ty::PRODUCER, &[1, 2, 3])?;
+                let p = cmd.producer.unwrap_or_default();
+                self.handle_producer(conn, p);
+            }
+            ty::SEND => {
+                require(raw, ty::SEND, &[1, 2])?;
+                let s = cmd.send.unwrap_or_default();
+                self.handle_send(conn, s, payload);
+            }
+            ty::CLOSE_PRODUCER => {
+                require(raw, ty::CLOSE_PRODUCER, &[1, 2])?;
+                let c = cmd.close_producer.unwrap_or_default();
+                if let Some(p) = self.conn_mut(conn).producers.remove(&c.id) {
+                    tracing::info!(conn, producer = %p.name, "producer closed");
+                }
+                self.success(conn, c.request_id);
+            }
+            ty::SUBSCRIBE => {
+                require(raw, ty::SUBSCRIBE, &[1, 2, 3, 4, 5])?;
+                let s = cmd.subscribe.unwrap_or_default();
+                self.handle_subscribe(conn, s);
+            }
+            ty::FLOW => {
+                require(raw, ty::FLOW, &[1, 2])?;
+                let f = cmd.flow.unwrap_or_default();
+                let key = ConsumerKey {
+                    connection_id: conn,
+                    consumer_id: f.consumer_id,
+                };
+                let Some((_, sub)) = self.consumer_sub(conn, f.consumer_id) else {
+                    tracing::warn!(
+                        conn,
+                        consumer_id = f.consumer_id,
+                        "Flow for an unknown consumer ignored"
+                    );
+                    return Ok(());
+                };
+                if let Err(e) = sub.flow(key, f.message_permits) {
+                    tracing::warn!(conn, error = %e, "Flow rejected");
+                }
+                self.dispatch_consumer_sub(conn, f.consumer_id);
+            }
+            ty::ACK => {
+                require(raw, ty::ACK, &[1, 2])?;
+                let a = cmd.ack.unwrap_or_default();
+                self.handle_ack(conn, a);
+            }
+            ty::REDELIVER_UNACKNOWLEDGED_MESSAGES => {
+                require(raw, ty::REDELIVER_UNACKNOWLEDGED_MESSAGES, &[1])?;
+                let r = cmd.redeliver_unacknowledged_messages.unwrap_or_default();
+                let key = ConsumerKey {
+                    connection_id: conn,
+                    consumer_id: r.consumer_id,
+                };
+                let positions: Vec<Position> =
+                    r.message_ids.iter().filter_map(position_of).collect();
+                if positions.len() != r.message_ids.len() {
+                    tracing::warn!(conn, "redeliver: message ids above i64::MAX ignored");
+                    if positions.is_empty() {
+                        // Never "redeliver everything" for ids that were all invalid.
+                        return Ok(());
+                    }
+                }
+                if let Some((_, sub)) = self.consumer_sub(conn, r.consumer_id) {
+                    sub.redeliver(key, &positions, r.consumer_epoch);
+                    self.dispatch_consumer_sub(conn, r.consumer_id);
+                }
+            }
+            ty::CLOSE_CONSUMER => {
+                require(raw, ty::CLOSE_CONSUMER, &[1, 2])?;
+                let c = cmd.close_consumer.unwrap_or_default();
+                if let Some(r) = self.conn_mut(conn).consumers.remove(&c.id) {
+                    let one = BTreeMap::from([(c.id, r)]);
+                    self.drop_consumer(conn, &one, c.id, "closed");
+                }
+                self.success(conn, c.request_id);
+            }
+            ty::UNSUBSCRIBE => {
+                require(raw, ty::UNSUBSCRIBE, &[1, 2])?;
+                let u = cmd.unsubscribe.unwrap_or_default();
+                self.error(
+                    conn,
+                    u.request_id,
+                    server_error::UNSUPPORTED_VERSION_ERROR,
+                    "unsubscribe is not supported by pulsar-core serve".into(),
+                );
+            }
+            ty::GET_LAST_MESSAGE_ID => {
+                require(raw, ty::GET_LAST_MESSAGE_ID, &[1, 2])?;
+                let g = cmd.get_last_message_id.unwrap_or_default();
+                let Some((ml, sub)) = self.consumer_sub(conn, g.id) else {
+                    self.error(
+                        conn,
+                        g.request_id,
+                        server_error::CONSUMER_NOT_FOUND,
+                        format!("consumer {} not found", g.id),
+                    );
+                    return Ok(());
+                };
+                let last = ml.last_confirmed_entry();
+                let md = sub.mark_delete();
+                let id = |p: Position| MessageIdData {
+                    ledger_id: p.ledger_id.max(0) as u64,
+                    entry_id: p.entry_id as u64,
+                    partition: Some(-1),
+                    ..Default::default()
+                };
+                // (L, -1) is "no entry": Pulsar writes entryId as the
+                // unsigned form of -1.
+                self.reply(
+                    conn,
+                    BrokerCommand {
+                        r#type: ty::GET_LAST_MESSAGE_ID_RESPONSE,
+                        get_last_message_id_response: Some(
+                            proto::CommandGetLastMessageIdResponse {
+                                last_message_id: id(last),
+                                request_id: g.request_id,
+                                consumer_mark_delete_position: Some(id(md)),
+                            },
+                        ),
+                        ..Default::default()
+                    },
+                );
+            }
+            ty::GET_SCHEMA => {
+                let request_id = proto::nested_varint(raw, ty::GET_SCHEMA as u32, 1).unwrap_or(0);
+                self.reply(
+                    conn,
+                    BrokerCommand {
+                        r#type: ty::GET_SCHEMA_RESPONSE,
+                        get_schema_response: Some(proto::CommandGetSchemaResponse {
+                            request_id,
+                            error_code: Some(server_error::TOPIC_NOT_FOUND),
+                            error_message: Some("pulsar-core serve keeps no schemas".into()),
+                        }),
+                        ..Default::default()
+                    },
+                );
+            }
+            other => {
+                let name = format!("command type {other} is not supported by pulsar-core serve");
+                match proto::request_id_tag(other)
+                    .and_then(|tag| proto::nested_varint(raw, other as u32, tag))
+                {
+                    Some(request_id) => self.error(
+                        conn,
+                        request_id,
+                        server_error::UNSUPPORTED_VERSION_ERROR,
+                        name,
+                    ),
+                    None => tracing::warn!(
+                        conn,
+                        ty = other,
+                        "unsupported command without a request id ignored"
+                    ),
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn handle_producer(&mut self, conn: ConnectionId, p: proto::CommandProducer) {
+        if let Some(existing) = self.conn_mut(conn).producers.get(&p.producer_id) {
+            // Pulsar's ServerCnx: a producer id already open on this
+            // connection answers success with that producer's name and
+            // keeps it (on its topic).
+            let producer_name = existing.name.clone();
+            self.reply(
+                conn,
+                BrokerCommand {
+                    r#type: ty::PRODUCER_SUCCESS,
+                    producer_success: Some(proto::CommandProducerSuccess {
+                        request_id: p.request_id,
+                        producer_name,
+                        last_sequence_id: Some(-1),
+                    }),
+                    ..Default::default()
+                },
+            );
+            return;
+        }
+        match self.topic(&p.topic) {
+            Ok(topic) => {
+                let name = p
+                    .producer_name
+                    .filter(|n| !n.is_empty())
+                    .unwrap_or_else(|| format!("serve-{conn}-{}", p.producer_id));
+                tracing::info!(conn, topic = %topic, producer = %name, "producer");
+                self.conn_mut(conn).producers.insert(
+                    p.producer_id,
+                    ProducerRef {
+                        topic,
+                        name: name.clone(),
+                    },
+                );
+                self.reply(
+                    conn,
+                    BrokerCommand {
+                        r#type: ty::PRODUCER_SUCCESS,
+                        producer_success: Some(proto::CommandProducerSuccess {
+                            request_id: p.request_id,
+                            producer_name: name,
+                            last_sequence_id: Some(-1),
+                        }),
+                        ..Default::default()
+                    },
+                );
+            }
+            Err(e) => self.error(conn, p.request_id, e.server_error(), e.to_string()),
+        }
+    }
+
+    fn send_error(
+        &mut self,
+        conn: ConnectionId,
+        s: &proto::CommandSend,
+        error: i32,
+        message: String,
+    ) {
+        tracing::warn!(conn, producer_id = s.producer_id, sequence_id = s.sequence_id, %message, "SendError");
+        self.reply(
+            conn,
+            BrokerCommand {
+                r#type: ty::SEND_ERROR,
+                send_error: Some(proto::CommandSendError {
+                    producer_id: s.producer_id,
+                    sequence_id: s.sequence_id,
+                    error,
+                    message,
+                }),
+                ..Default::default()
+            },
+        );
+    }
+
+    /// SEND: validates the entry, appends it (synchronously: the receipt is
+    /// queued after the commit), then dispatches the topic's subscriptions.
+    fn handle_send(&mut self, conn: ConnectionId, s: proto::CommandSend, payload: &[u8]) {
+        let Some(p) = self.conn_mut(conn).producers.get(&s.producer_id).cloned() else {
+            return self.send_error(
+                conn,
+                &s,
+                server_error::TOPIC_NOT_FOUND,
+                format!("producer {} not found", s.producer_id),
+            );
+        };
+        if s.is_chunk == Some(true) {
+            return self.send_error(
+                conn,
+                &s,
+                server_error::NOT_ALLOWED_ERROR,
+                "chunked messages are not supported".into(),
+            );
+        }
+        if s.txnid_most_bits.unwrap_or(0) != 0 || s.txnid_least_bits.unwrap_or(0) != 0 {
+            return self.send_error(
+                conn,
+                &s,
+                server_error::NOT_ALLOWED_ERROR,
+                "transactions are not supported".into(),
+            );
+        }
+        if let Err(e) = parse_entry_payload(payload) {
+            return self.send_error(
+                conn,
+                &s,
+                server_error::CHECKSUM_ERROR,
+                format!("bad entry payload: {e}"),
+            );
+        }
+        if let Err(e) = entry_info(payload) {
+            return self.send_error(
+                conn,
+                &s,
+                server_error::NOT_ALLOWED_ERROR,
+                format!("bad message metadata: {e}"),
+            );
+        }
+        let Some(topic) = self.topics.get_mut(&p.topic) else {
+            return self.send_error(
+                conn,
+                &s,
+                server_error::TOPIC_NOT_FOUND,
+                format!("topic {} not open", p.topic),
+            );
+        };
+        let pos = match topic.ml.append(payload) {
+            Ok(p) => p,
+            Err(e) => {
+                return self.send_error(conn, &s, server_error::PERSISTENCE_ERROR, e.to_string())
+            }
+        };
+        self.reply(
+            conn,
+            BrokerCommand {
+                r#type: ty::SEND_RECEIPT,
+                send_receipt: Some(proto::CommandSendReceipt {
+                    producer_id: s.producer_id,
+                    sequence_id: s.sequence_id,
+                    message_id: Some(MessageIdData {
+                        ledger_id: pos.ledger_id as u64,
+                        entry_id: pos.entry_id as u64,
+                        ..Default::default()
+                    }),
+                    highest_sequence_id: Some(s.highest_sequence_id.unwrap_or(0)),
+                }),
+                ..Default::default()
+            },
+        );
+        if let Some(t) = self.topics.get_mut(&p.topic) {
+            for sub in t.subscriptions.values_mut() {
+                if !sub.consumers.is_empty() {
+                    sub.dispatch(&t.ml, &mut self.out);
+                }
+            }
+        }
+    }
+
+    fn handle_ack(&mut self, conn: ConnectionId, a: crate::permits::wire::CommandAck) {
+        let result = if a.message_id.iter().any(|m| position_of(m).is_none()) {
+            if self.consumer_sub(conn, a.consumer_id).is_none() {
+                Err(format!("ack for unknown consumer {}", a.consumer_id))
+            } else {
+                Err("ack of a message id whose ledger_id or entry_id is above i64::MAX".into())
+            }
+        } else {
+            match self.consumer_sub(conn, a.consumer_id) {
+                None => Err(format!("ack for unknown consumer {}", a.consumer_id)),
+                Some((ml, sub)) => {
+                    let ml = std::sync::Arc::clone(ml);
+                    sub.ack(&ml, a.ack_type == 1, &a.message_id)
+                }
+            }
+        };
+        if let Err(e) = &result {
+            tracing::warn!(conn, error = %e, "ack failed");
+        }
+        if let Some(request_id) = a.request_id {
+            let (error, message) = match &result {
+                Ok(()) => (None, None),
+                Err(e) => (Some(server_error::UNKNOWN_ERROR), Some(e.clone())),
+            };
+            self.reply(
+                conn,
+                BrokerCommand {
+                    r#type: ty::ACK_RESPONSE,
+                    ack_response: Some(proto::CommandAckResponse {
+                        consumer_id: a.consumer_id,
+                        error,
+                        message,
+                        request_id: Some(request_id),
+                    }),
+                    ..Default::default()
+                },
+            );
+        }
+        if result.is_ok() {
+            self.dispatch_consumer_sub(conn, a.consumer_id);
+        }
+    }
+
+    fn handle_subscribe(&mut self, conn: ConnectionId, s: crate::permits::wire::CommandSubscribe) {
+        if self.conn_mut(conn).consumers.contains_key(&s.consumer_id) {
+            // A re-subscribe of a live consumer id is idempotent in Pulsar.
+            return self.success(conn, s.request_id);
+        }
+        if s.subscription.len() > MAX_NAME_BYTES {
+            return self.error(
+                conn,
+                s.request_id,
+                server_error::NOT_ALLOWED_ERROR,
+                format!(
+                    "subscription name {} is above {} bytes",
+                    name_for_error(&s.subscription),
+                    MAX_NAME_BYTES
+                ),
+            );
+        }
+        if s.durable == Some(false) {
+            return self.error(
+                conn,
+                s.request_id,
+                server_error::NOT_ALLOWED_ERROR,
+                "non-durable subscriptions (readers) are not supported".into(),
+            );
+        }
+        if !(0..=3).contains(&s.sub_type) {
+            return self.error(
+                conn,
+                s.request_id,
+                server_error::NOT_ALLOWED_ERROR,
+                format!("unknown subType {}", s.sub_type),
+            );
+        }
+        let topic = match self.topic(&s.topic) {
+            Ok(t) => t,
+            Err(e) => return self.error(conn, s.request_id, e.server_error(), e.to_string()),
+        };
+        match self.subscribe(conn, &topic, &s) {
+            Ok(()) => {
+                self.conn_mut(conn).consumers.insert(
+                    s.consumer_id,
+                    ConsumerRef {
+                        topic: topic.clone(),
+                        subscription: s.subscription.clone(),
+                    },
+                );
+                self.success(conn, s.request_id);
+            }
+            Err(e) => self.error(conn, s.request_id, e.server_error(), e.to_string()),
+        }
+    }
+
+    /// Attaches a consumer to subscription `s.subscription` of `topic`
+    /// (opening or recovering it).
+    fn subscribe(
+        &mut self,
+        conn: ConnectionId,
+        topic: &str,
+        s: &crate::permits::wire::CommandSubscribe,
+    ) -> Result<(), BrokerError> {
+        let now = self.now();
+        let clock: std::sync::Arc<dyn crate::delayed::Clock> = self.clock.clone();
+        let Some(t) = self.topics.get_mut(topic) else {
+            return Err(BrokerError::Component(format!("topic {topic} not open")));
+        };
+        if !t.subscriptions.contains_key(&s.subscription) {
+            let sub = Subscription::open(
+                &self.store,
+                &t.ml,
+                &s.subscription,
+                s.sub_type,
+                s.initial_position == Some(1),
+                clock,
+                now,
+            )?;
+            t.subscriptions.insert(s.subscription.clone(), sub);
+        }
+        let Some(sub) = t.subscriptions.get_mut(&s.subscription) else {
+            return Err(BrokerError::Component("subscription vanished".into()));
+        };
+        if sub.consumers.is_empty() {
+            sub.sub_type = s.sub_type;
+        } else if sub.sub_type != s.sub_type {
+            return Err(BrokerError::ConsumerBusy(format!(
+                "subscription {} has type {}, not {}",
+                s.subscription, sub.sub_type, s.sub_type
+            )));
+        } else if s.sub_type == sub_type::EXCLUSIVE {
+            return Err(BrokerError::ConsumerBusy(format!(
+                "exclusive subscription {} already has a consumer",
+                s.subscription
+            )));
+        }
+        let key = ConsumerKey {
+            connection_id: conn,
+            consumer_id: s.consumer_id,
+        };
+        let epoch = s.consumer_epoch.unwrap_or(0);
+        let incarnation = self.next_incarnation;
+        self.next_incarnation += 1;
+        sub.add_consumer(SubConsumer {
+            key,
+            incarnation,
+            epoch,
+            name: s.consumer_name.clone().unwrap_or_default(),
+            priority: s.priority_level.unwrap_or(0),
+            conn,
+            permits: Consumer::new(key, epoch),
+            granted: 0,
+            debited: 0,
+            commands: 0,
+            min_available: 0,
+            redeliveries: 0,
+        });
+        tracing::info!(topic = %t.name, subscription = %s.subscription, ?key, incarnation, sub_type = s.sub_type, "consumer subscribed");
+        if let Some(c) = sub.consumers.iter().find(|c| c.key == key) {
+            let record = c.record(&t.name, &s.subscription, "subscribed");
+            self.out.queue.push_back(Output::Incarnation(record));
+        }
+        Ok(())
+    }
+
+    /// Removes consumer `consumer_id` of `conn` (found in `refs`) from its
+    /// subscription, records its permit ledger and dispatches what it
+    /// left to the others.
+    fn drop_consumer(
+        &mut self,
+        conn: ConnectionId,
+        refs: &BTreeMap<u64, ConsumerRef>,
+        consumer_id: u64,
+        end: &str,
+    ) {
+        let Some(r) = refs.get(&consumer_id) else {
+            return;
+        };
+        let key = ConsumerKey {
+            connection_id: conn,
+            consumer_id,
+        };
+        let Some(t) = self.topics.get_mut(&r.topic) else {
+            return;
+        };
+        let Some(sub) = t.subscriptions.get_mut(&r.subscription) else {
+            return;
+        };
+        if let Some(removed) = sub.remove_consumer(key) {
+            tracing::info!(
+                conn,
+                ?key,
+                incarnation = removed.incarnation,
+                granted = removed.granted,
+                debited = removed.debited,
+                available = removed.permits.available_permits(),
+                end,
+                "consumer removed"
+            );
+            let record = removed.record(&t.name, &r.subscription, end);
+            self.out.queue.push_back(Output::Incarnation(record));
+            if !sub.consumers.is_empty() {
+                sub.dispatch(&t.ml, &mut self.out);
+            }
+        }
+    }
+}

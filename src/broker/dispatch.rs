@@ -1,0 +1,291 @@
+//! The dispatch pipeline of a subscription (Pulsar's
+//! `PersistentDispatcherMultipleConsumers` / `…SingleActiveConsumer` /
+//! `PersistentStickyKeyDispatcherMultipleConsumers` `readMoreEntries` →
+//! `sendMessagesToConsumers`), one round after another while a consumer
+//! can receive:
+//!
+//! 1. **replay**: entries redelivered or left by a removed consumer
+//!    (Key_Shared: only those whose consumer can receive now);
+//! 2. **due delayed entries** from the delayed tracker;
+//! 3. **read** new entries from the cursor with the lock-free
+//!    read-scheduling hint (`SkipDeleted`: one run-end query per deleted
+//!    run), then the locked **post-I/O filter** (`filter_read_entries`);
+//! 4. per entry: the delayed tracker's **add** (an entry it accepts waits;
+//!    one it declines is due and goes on), **routing** (Shared round-robin,
+//!    Failover/Exclusive the first consumer, Key_Shared the consistent-hashing
+//!    ring of `key_shared.rs`, a key held by one consumer at a time), and the
+//!    **PIP-491 send** through `permits::broker::Consumer::send_messages`
+//!    (P debited, `message_permits` on the MESSAGE), queued as a frame.
+//!
+//! An entry that cannot go now (no consumer with permits, its key held
+//! elsewhere, or waiting behind a replayed entry of its key) goes to replay.
+//! A consumer whose connection is at or above the outbound high watermark
+//! counts as having no permits (Pulsar's `Consumer.isWritable`).
+
+use crate::cursor::SkipDeleted;
+use crate::ledger::{Entry, ManagedLedger};
+use crate::permits::broker::{AdmitAll, BrokerEntry};
+use crate::Position;
+
+use super::entry::{entry_info, EntryInfo};
+use super::output::Outbox;
+use super::proto::{ty, BrokerCommand};
+use super::subscription::{sub_type, SubConsumer, Subscription};
+
+/// Entries read from the cursor (or replayed) per dispatch round.
+pub const READ_BATCH: usize = 100;
+/// Rounds per dispatch call at most (each round sends or stops).
+const MAX_ROUNDS: usize = 1000;
+
+/// Whether dispatch may send consumer `c` a MESSAGE now: permits left and
+/// its connection below the high watermark.
+fn can_receive(c: &SubConsumer, out: &Outbox) -> bool {
+    c.permits.available_permits() > 0 && out.is_writable(c.conn)
+}
+
+impl Subscription {
+    /// Σ available permits of the consumers dispatch may send to now.
+    fn total_permits(&self, out: &Outbox) -> i64 {
+        self.consumers
+            .iter()
+            .filter(|c| out.is_writable(c.conn))
+            .map(|c| c.permits.available_permits().max(0))
+            .sum()
+    }
+
+    /// Index of the consumer that owns slot `key_hash` on the Key_Shared ring.
+    fn key_owner(&self, key_hash: u32) -> Option<usize> {
+        let key = self.selector.select(key_hash)?;
+        self.consumers.iter().position(|c| c.key == *key)
+    }
+
+    /// Sends what the consumers have permits for: replay first, then due
+    /// delayed entries, then new entries from the cursor.
+    pub(crate) fn dispatch(&mut self, ml: &ManagedLedger, out: &mut Outbox) {
+        let mut rounds = 0;
+        while self.total_permits(out) > 0 && rounds < MAX_ROUNDS {
+            rounds += 1;
+            let mut progressed = false;
+            // 1. replay
+            if !self.replay.is_empty() {
+                // Key_Shared: only entries whose consumer can receive, so
+                // entries of a stalled consumer do not starve the others.
+                let key_shared = self.sub_type == sub_type::KEY_SHARED;
+                let positions: Vec<Position> = self
+                    .replay
+                    .iter()
+                    .filter(|(_, h)| {
+                        !key_shared
+                            || self
+                                .key_owner(**h)
+                                .is_some_and(|i| can_receive(&self.consumers[i], out))
+                    })
+                    .map(|(p, _)| *p)
+                    .take(READ_BATCH)
+                    .collect();
+                for p in &positions {
+                    self.replay.remove(p);
+                }
+                progressed |= self.deliver_positions(ml, &positions, true, out);
+            }
+            // 2. delayed entries whose time has come
+            if self.total_permits(out) > 0 && self.tracker.has_message_available() {
+                match self.tracker.get_scheduled_messages(READ_BATCH) {
+                    Ok(positions) if !positions.is_empty() => {
+                        progressed |= self.deliver_positions(ml, &positions, true, out);
+                    }
+                    Ok(_) => {}
+                    Err(e) => tracing::error!(error = %e, "delayed tracker"),
+                }
+            }
+            // 3. new entries
+            if self.total_permits(out) > 0 {
+                let n = (self.total_permits(out) as usize).clamp(1, READ_BATCH);
+                // The lock-free hint per entry; a deleted entry's run end is
+                // asked once and the scan hops past the whole run.
+                let mut skip = SkipDeleted::new(&self.deletion);
+                let read = self.cursor.read_entries_with_skip_runs(n, &mut skip);
+                match read {
+                    Ok(entries) if !entries.is_empty() => {
+                        let entries = self.deletion.filter_read_entries(entries, |e| e.position);
+                        progressed |= self.deliver_entries(entries, false, out);
+                        if self.cursor.has_more_entries() {
+                            progressed = true;
+                        }
+                    }
+                    Ok(_) => {}
+                    Err(e) => {
+                        tracing::error!(error = %e, subscription = %self.name, "cursor read failed");
+                        break;
+                    }
+                }
+            }
+            if !progressed {
+                break;
+            }
+        }
+    }
+
+    fn deliver_positions(
+        &mut self,
+        ml: &ManagedLedger,
+        positions: &[Position],
+        due: bool,
+        out: &mut Outbox,
+    ) -> bool {
+        let live: Vec<Position> = positions
+            .iter()
+            .copied()
+            .filter(|p| !self.deletion.is_message_deleted(*p))
+            .collect();
+        if live.is_empty() {
+            return false;
+        }
+        match ml.read_positions(&live) {
+            Ok(entries) => self.deliver_entries(entries, due, out),
+            Err(e) => {
+                tracing::error!(error = %e, "replay read failed");
+                for p in live {
+                    self.replay.insert(p, 0);
+                }
+                false
+            }
+        }
+    }
+
+    /// Whether the delayed tracker holds the entry at `p` for later
+    /// delivery (Pulsar's dispatcher `trackDelayedDelivery`). Only the
+    /// tracker's answer counts: `addMessage` returning false means "due by
+    /// the tracker's clock, dispatch now", so an entry whose time falls
+    /// between the reader's clock and the tracker's is dispatched, never
+    /// dropped. Pulsar applies `deliver_at_time` only on Shared and
+    /// Key_Shared subscriptions; Exclusive/Failover dispatch in order.
+    pub(crate) fn held_by_tracker(&self, p: Position, deliver_at: Option<i64>) -> bool {
+        let Some(t) = deliver_at
+            .filter(|_| self.sub_type == sub_type::SHARED || self.sub_type == sub_type::KEY_SHARED)
+        else {
+            return false;
+        };
+        match self.tracker.add_message(p.ledger_id, p.entry_id, t) {
+            Ok(tracked) => tracked,
+            Err(e) => {
+                tracing::warn!(error = %e, position = %p, "delayed tracker refused; delivering now");
+                false
+            }
+        }
+    }
+
+    /// Picks the consumer for an entry with `key_hash`; `None` when none can
+    /// receive it now (the entry waits in replay).
+    fn pick(&mut self, key_hash: u32, out: &Outbox) -> Option<usize> {
+        let n = self.consumers.len();
+        if n == 0 {
+            return None;
+        }
+        match self.sub_type {
+            sub_type::SHARED => {
+                for i in 0..n {
+                    let idx = (self.round_robin + i) % n;
+                    if can_receive(&self.consumers[idx], out) {
+                        self.round_robin = (idx + 1) % n;
+                        return Some(idx);
+                    }
+                }
+                None
+            }
+            sub_type::KEY_SHARED => self
+                .key_owner(key_hash)
+                .filter(|&idx| can_receive(&self.consumers[idx], out)),
+            _ => can_receive(&self.consumers[0], out).then_some(0),
+        }
+    }
+
+    /// Whether a consumer other than `idx` holds unacknowledged entries of
+    /// key slot `key_hash`.
+    fn key_held_elsewhere(&self, key_hash: u32, idx: usize) -> bool {
+        self.inflight.iter().any(|(p, h)| {
+            *h == key_hash
+                && self
+                    .consumers
+                    .iter()
+                    .enumerate()
+                    .any(|(j, c)| j != idx && c.permits.pending_acks().contains_key(p))
+        })
+    }
+
+    /// Routes entries to consumers and queues their MESSAGE frames; returns
+    /// whether any was sent.
+    fn deliver_entries(&mut self, entries: Vec<Entry>, due: bool, out: &mut Outbox) -> bool {
+        let mut sent_any = false;
+        for entry in entries {
+            let info = entry_info(&entry.data).unwrap_or_else(|e| {
+                tracing::warn!(position = %entry.position, error = %e, "entry metadata unreadable; delivering as one message");
+                EntryInfo::unreadable()
+            });
+            let p = entry.position;
+            if !due && self.held_by_tracker(p, info.deliver_at) {
+                continue;
+            }
+            // A key with entries waiting in replay keeps its order: new
+            // entries of that key wait behind them.
+            let blocked = self.sub_type == sub_type::KEY_SHARED
+                && self
+                    .replay
+                    .iter()
+                    .any(|(q, h)| *h == info.key_hash && *q < p);
+            let pick = if blocked {
+                None
+            } else {
+                self.pick(info.key_hash, out)
+            };
+            // Key_Shared: a key is held by one consumer at a time; when the
+            // consumer set changed, the key waits until the consumer still
+            // holding unacknowledged entries of it acknowledges them.
+            let pick = pick.filter(|&idx| {
+                self.sub_type != sub_type::KEY_SHARED
+                    || !self.key_held_elsewhere(info.key_hash, idx)
+            });
+            let Some(idx) = pick else {
+                self.replay.insert(p, info.key_hash);
+                continue;
+            };
+            // A partially acknowledged batch goes out with the indexes still
+            // to deliver (the deletion state's ack set).
+            let ack_set = self.deletion.batch_ack_set(p).unwrap_or_default();
+            let redelivery = self.redelivery_count.get(&p).copied().unwrap_or(0);
+            let c = &mut self.consumers[idx];
+            let dispatch = c.permits.send_messages(
+                vec![BrokerEntry {
+                    position: p,
+                    batch_size: info.batch_size,
+                    ack_set,
+                }],
+                &mut AdmitAll,
+                0,
+            );
+            let Some(mut cmd) = dispatch.commands.into_iter().next() else {
+                tracing::debug!(position = %p, not_sent = ?dispatch.not_sent, "entry not sent");
+                continue;
+            };
+            let permits = u64::from(dispatch.result.total_permits());
+            cmd.consumer_epoch = Some(c.epoch);
+            // The count sent is the number of earlier deliveries.
+            cmd.redelivery_count = Some(redelivery);
+            cmd.message_id.partition = Some(-1);
+            let base = BrokerCommand {
+                r#type: ty::MESSAGE,
+                message: Some(cmd),
+                ..Default::default()
+            };
+            c.debited += permits;
+            c.commands += 1;
+            c.min_available = c.min_available.min(c.permits.available_permits());
+            out.frame(c.conn, &base, entry.data);
+            self.inflight.insert(p, info.key_hash);
+            self.batch_sizes.insert(p, info.batch_size);
+            *self.redelivery_count.entry(p).or_insert(0) += 1;
+            sent_any = true;
+        }
+        sent_any
+    }
+}

@@ -1,0 +1,55 @@
+//! The core's errors: [`BrokerError`] (a request refused, answered to the
+//! client with a `ServerError` code; the connection stays open) and
+//! [`ConnectionError`] (the connection is closed, with the reason logged by
+//! the adapter).
+
+use super::proto::server_error;
+
+/// A refused request, answered as `CommandError` (or the response's error
+/// fields) with [`BrokerError::server_error`].
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum BrokerError {
+    /// Storage or component failure (`PersistenceError`).
+    #[error("{0}")]
+    Component(String),
+    /// Topic name not `persistent://tenant/namespace/topic` (`InvalidTopicName`).
+    #[error("invalid topic name {0:?}: expected persistent://tenant/namespace/topic")]
+    InvalidTopic(String),
+    /// Exclusive subscription already has a consumer, or a sub type
+    /// mismatch (`ConsumerBusy`).
+    #[error("{0}")]
+    ConsumerBusy(String),
+}
+
+impl BrokerError {
+    /// The `ServerError` value Pulsar answers with.
+    pub fn server_error(&self) -> i32 {
+        match self {
+            BrokerError::Component(_) => server_error::PERSISTENCE_ERROR,
+            BrokerError::InvalidTopic(_) => server_error::INVALID_TOPIC_NAME,
+            BrokerError::ConsumerBusy(_) => server_error::CONSUMER_BUSY,
+        }
+    }
+}
+
+pub(crate) fn comp(e: impl std::fmt::Display) -> BrokerError {
+    BrokerError::Component(e.to_string())
+}
+
+/// Why the core closed a connection (Pulsar's `ServerCnx` closes the channel
+/// on each): the adapter closes its socket. The core has already forgotten
+/// the connection (its consumers' unacknowledged entries went to replay).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ConnectionError {
+    /// A command that does not decode, lacks a required field, has a type
+    /// that is no `BaseCommand.Type`, or carries a payload it cannot have.
+    #[error("malformed frame: {0}")]
+    Malformed(String),
+    /// A command before CONNECT, or a second CONNECT.
+    #[error("protocol violation: {0}")]
+    Protocol(String),
+    /// An input for a connection the core does not know (never opened, or
+    /// already closed).
+    #[error("unknown connection {0}")]
+    UnknownConnection(u64),
+}

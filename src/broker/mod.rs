@@ -1,0 +1,298 @@
+//! # The broker core: one Pulsar node as a sans-io state machine
+//!
+//! [`Broker`] is the part of a Pulsar broker between the wire and the
+//! store: topics, subscriptions, the dispatch pipeline, acks and
+//! redelivery, on the crate's components. It has no sockets, no threads,
+//! no wall clock and no randomness: decoded commands, connection events,
+//! write completions and the time go in; frames, connection closes,
+//! permit-ledger records and the next timer deadline come out (the style
+//! of `quinn-proto` and `magnetar-proto`). `pulsar-core serve` drives it
+//! over TCP; a deterministic driver (a simulator) can drive it on virtual
+//! time and put latency and faults around it.
+//!
+//! | here | Pulsar |
+//! |---|---|
+//! | [`Broker`] (connections, topics) | `BrokerService`, `ServerCnx` (per-command handling, `connection.rs`) |
+//! | [`topic::Topic`] | `PersistentTopic` (one `ManagedLedger`) |
+//! | [`subscription::Subscription`] | `PersistentSubscription` + the dispatcher's state (cursor, replay set = `redeliveryMessages`, delayed tracker) |
+//! | `dispatch.rs` | `PersistentDispatcherMultipleConsumers` (Shared), `PersistentDispatcherSingleActiveConsumer` (Exclusive, Failover), `PersistentStickyKeyDispatcherMultipleConsumers` (Key_Shared) |
+//! | [`subscription::SubConsumer`] | `Consumer` (with PIP-491 permits: `permits::broker::Consumer`) |
+//! | [`key_shared`] | `ConsistentHashingStickyKeyConsumerSelector`, `Murmur3_32Hash`, `Commands.peekStickyKey` |
+//! | [`proto`] | the `PulsarApi.proto` messages the core reads and writes |
+//!
+//! ## Input / output contract
+//!
+//! Inputs (every one takes `now_ms`, epoch milliseconds, the driver's
+//! clock; the core's delayed trackers read it through a
+//! [`crate::delayed::VirtualClock`] the core sets from these inputs):
+//!
+//! - [`Broker::handle_open`]: a connection opened (the driver picks its id).
+//! - [`Broker::handle_frame`]: one frame's `BaseCommand` bytes and payload
+//!   (the driver did the framing and its size limit).
+//! - [`Broker::handle_written`]: the driver wrote `n` bytes of the frames
+//!   queued for a connection (the write completion that makes it writable
+//!   again; see below).
+//! - [`Broker::handle_close`]: the connection is gone.
+//! - [`Broker::handle_timeout`]: the timer fired.
+//!
+//! Outputs, in order, from [`Broker::poll_output`] ([`Output`]):
+//! `Frame { conn, frame }` (an encoded `BaseCommand` and its payload; the
+//! driver writes [`OutFrame::encode`]), `Close { conn, reason }`,
+//! `Incarnation(record)` (a consumer incarnation subscribed or ended: its
+//! PIP-491 permit ledger). [`Broker::poll_timeout`] is the next deadline
+//! (`None`: no timer needed).
+//!
+//! Writability: the core counts the bytes of every frame it queues for a
+//! connection and subtracts what [`Broker::handle_written`] reports. At or
+//! above [`BrokerConfig::outbound_high_watermark`] the connection's
+//! consumers get no MESSAGE (Pulsar's `Consumer.isWritable`); replies to
+//! commands are always queued. A driver that never reports writes stalls
+//! dispatch at the watermark, never loses a frame.
+//!
+//! ## Blocking, units, errors
+//!
+//! Store I/O is synchronous inside the core: durable writes (appends, the
+//! cursor's deletion state, cursor properties, delayed-tracker snapshots)
+//! are issued on the [`crate::ledger::RedbStore`] and their completion is the
+//! return of the call that issued them; a SEND_RECEIPT or an ack response
+//! is queued only after its commit. Reads of entries are synchronous too.
+//! So every input may block on the store for the duration of a commit.
+//!
+//! Units: time in epoch milliseconds (`u64`), sizes in bytes, permits in
+//! messages (PIP-491: a batch entry costs its deliverable indexes).
+//!
+//! A request the core refuses is answered on the wire with Pulsar's
+//! `ServerError` code ([`BrokerError::server_error`]) and changes nothing
+//! else. A malformed command, a missing required field or a protocol
+//! violation closes the connection: [`Broker::handle_frame`] returns the
+//! [`ConnectionError`], the core forgets the connection (its consumers'
+//! unacknowledged entries go to replay) and queues `Output::Close`. No
+//! input panics.
+//!
+//! ## Concurrency contract
+//!
+//! `Broker` is one `&mut self` state machine with no locks of its own; a
+//! driver with threads holds it behind one lock and serialises the
+//! inputs (`serve` does). Iteration order never depends on hashing: topics,
+//! subscriptions, connections and positions are in `BTreeMap`s, so the same
+//! inputs give the same outputs. The components it owns synchronise
+//! internally through `crate::sync` (the loom/shuttle facade).
+//!
+//! Not implemented (answered as Pulsar answers an unsupported request):
+//! transactions (transactional SEND and ACK get `NotAllowedError`),
+//! chunked messages, unsubscribe, seek, readers (non-durable
+//! subscriptions), schemas, partitioned topics (every topic has 0
+//! partitions), Key_Shared `STICKY` mode.
+
+mod connection;
+mod dispatch;
+pub mod entry;
+pub mod error;
+pub mod key_shared;
+pub mod output;
+pub mod proto;
+pub mod subscription;
+pub mod topic;
+
+use std::collections::BTreeMap;
+// Ownership handles use std's Arc in every build (see `ledger::managed_ledger`).
+use std::sync::Arc;
+
+use crate::delayed::VirtualClock;
+use crate::ledger::{LedgerConfig, ManagedLedger, RedbStore};
+
+pub use dispatch::READ_BATCH;
+pub use entry::{entry_info, EntryInfo};
+pub use error::{BrokerError, ConnectionError};
+pub use output::{IncarnationRecord, OutFrame, Output};
+pub use topic::{name_for_error, normalize_topic, Topic, MAX_NAME_BYTES};
+
+use connection::Connection;
+use output::Outbox;
+
+/// A connection's id, chosen by the driver (unique while open; `serve`
+/// never reuses one).
+pub type ConnectionId = u64;
+
+/// Largest frame `serve` accepts: Pulsar's `maxMessageSize` (5 MiB) plus
+/// 10 KiB of headers.
+pub const MAX_FRAME_SIZE: usize = crate::permits::frame::DEFAULT_MAX_FRAME_SIZE;
+/// Advertised `max_message_size` (Pulsar's default `maxMessageSize`).
+pub const MAX_MESSAGE_SIZE: i32 = 5 * 1024 * 1024;
+/// Protocol version the core speaks (v19: up to transactions' TC connect).
+pub const PROTOCOL_VERSION: i32 = 19;
+/// Default outbound high watermark of a connection (bytes queued and not
+/// yet written above which its consumers get no MESSAGE).
+pub const OUTBOUND_HIGH_WATERMARK: usize = 4 * 1024 * 1024;
+
+/// The core's settings.
+#[derive(Debug, Clone)]
+pub struct BrokerConfig {
+    /// The URL lookups answer (`pulsar://host:port`).
+    pub advertised_url: String,
+    /// `server_version` of CONNECTED.
+    pub server_version: String,
+    /// See [`OUTBOUND_HIGH_WATERMARK`].
+    pub outbound_high_watermark: usize,
+}
+
+impl BrokerConfig {
+    /// Defaults with lookups answering `advertised_url`.
+    pub fn new(advertised_url: impl Into<String>) -> Self {
+        Self {
+            advertised_url: advertised_url.into(),
+            server_version: format!("pulsar-core {}", env!("CARGO_PKG_VERSION")),
+            outbound_high_watermark: OUTBOUND_HIGH_WATERMARK,
+        }
+    }
+}
+
+/// The single node: its store, topics and connections.
+pub struct Broker {
+    store: RedbStore,
+    config: BrokerConfig,
+    topics: BTreeMap<String, Topic>,
+    conns: BTreeMap<ConnectionId, Connection>,
+    out: Outbox,
+    next_incarnation: u64,
+    clock: Arc<VirtualClock>,
+}
+
+impl Broker {
+    /// A core on `store` at time `now_ms`. Topics and subscriptions are
+    /// opened (and recovered from the store) on first use.
+    pub fn new(store: RedbStore, config: BrokerConfig, now_ms: u64) -> Self {
+        let out = Outbox {
+            high_watermark: config.outbound_high_watermark,
+            ..Outbox::default()
+        };
+        Self {
+            store,
+            config,
+            topics: BTreeMap::new(),
+            conns: BTreeMap::new(),
+            out,
+            next_incarnation: 1,
+            clock: Arc::new(VirtualClock::new(now_ms)),
+        }
+    }
+
+    /// The store.
+    pub fn store(&self) -> &RedbStore {
+        &self.store
+    }
+
+    /// Open topics, by name.
+    pub fn topics(&self) -> &BTreeMap<String, Topic> {
+        &self.topics
+    }
+
+    /// Advances the core's clock to `now_ms` (never backwards).
+    fn tick(&mut self, now_ms: u64) {
+        use crate::delayed::Clock;
+        if now_ms > self.clock.now_ms() {
+            self.clock.set(now_ms);
+        }
+    }
+
+    fn now(&self) -> u64 {
+        use crate::delayed::Clock;
+        self.clock.now_ms()
+    }
+
+    /// The next output, in the order produced; `None` when none is queued.
+    pub fn poll_output(&mut self) -> Option<Output> {
+        self.out.queue.pop_front()
+    }
+
+    /// The next deadline (epoch ms) at which [`Broker::handle_timeout`]
+    /// should run: the earliest delivery time of a delayed entry on a
+    /// subscription with consumers. A deadline at or before now means "as
+    /// soon as you can"; `None`: no timer needed.
+    pub fn poll_timeout(&self) -> Option<u64> {
+        self.topics
+            .values()
+            .flat_map(|t| t.subscriptions.values())
+            .filter(|s| !s.consumers.is_empty())
+            .filter_map(|s| s.tracker.next_delivery_time())
+            .min()
+    }
+
+    /// The timer fired: dispatches every subscription with consumers (due
+    /// delayed entries, and anything a consumer can now take).
+    pub fn handle_timeout(&mut self, now_ms: u64) {
+        self.tick(now_ms);
+        for t in self.topics.values_mut() {
+            for s in t.subscriptions.values_mut() {
+                if !s.consumers.is_empty() {
+                    s.dispatch(&t.ml, &mut self.out);
+                }
+            }
+        }
+    }
+
+    /// The driver wrote `bytes` of the frames queued for `conn`; when that
+    /// takes the connection below the high watermark, its subscriptions
+    /// dispatch again.
+    pub fn handle_written(&mut self, conn: ConnectionId, bytes: usize, now_ms: u64) {
+        self.tick(now_ms);
+        let Some(b) = self.out.outbound.get_mut(&conn) else {
+            return;
+        };
+        let was = *b < self.out.high_watermark;
+        *b = b.saturating_sub(bytes);
+        if !was && *b < self.out.high_watermark {
+            self.dispatch_connection(conn);
+        }
+    }
+
+    /// Dispatches every subscription with a consumer on `conn`.
+    fn dispatch_connection(&mut self, conn: ConnectionId) {
+        for t in self.topics.values_mut() {
+            for s in t.subscriptions.values_mut() {
+                if s.consumers.iter().any(|c| c.conn == conn) {
+                    s.dispatch(&t.ml, &mut self.out);
+                }
+            }
+        }
+    }
+
+    /// Permit-ledger records of every live consumer incarnation, labelled
+    /// `end` (e.g. `snapshot`), in topic, subscription, attach order.
+    pub fn incarnations(&self, end: &str) -> Vec<IncarnationRecord> {
+        let mut v = Vec::new();
+        for t in self.topics.values() {
+            for (name, s) in &t.subscriptions {
+                for c in &s.consumers {
+                    v.push(c.record(&t.name, name, end));
+                }
+            }
+        }
+        v
+    }
+
+    /// Opens (or recovers) topic `name` (normalised) and returns its name.
+    fn topic(&mut self, name: &str) -> Result<String, BrokerError> {
+        let name = normalize_topic(name)?;
+        if !self.topics.contains_key(&name) {
+            let ml = ManagedLedger::open(
+                name.clone(),
+                LedgerConfig::default(),
+                Arc::new(self.store.clone()),
+            )
+            .map_err(error::comp)?;
+            self.topics.insert(
+                name.clone(),
+                Topic {
+                    name: name.clone(),
+                    ml,
+                    subscriptions: BTreeMap::new(),
+                },
+            );
+        }
+        Ok(name)
+    }
+}
+
+#[cfg(all(test, not(any(loom, feature = "shuttle"))))]
+mod tests;

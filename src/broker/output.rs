@@ -1,0 +1,135 @@
+//! The core's outputs: frames per connection, connection closes and the
+//! permit-ledger records of consumer incarnations, queued in order and
+//! taken with [`super::Broker::poll_output`]; plus the per-connection
+//! outbound byte count that decides writability.
+
+use std::collections::{BTreeMap, VecDeque};
+
+use prost::Message;
+
+use super::proto::BrokerCommand;
+use super::ConnectionId;
+
+/// One output of the core, in the order it was produced.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Output {
+    /// A frame for connection `conn`.
+    Frame {
+        /// The connection.
+        conn: ConnectionId,
+        /// The frame.
+        frame: OutFrame,
+    },
+    /// The core closed connection `conn` (a malformed command or a protocol
+    /// violation); the adapter closes its socket.
+    Close {
+        /// The connection.
+        conn: ConnectionId,
+        /// Why.
+        reason: String,
+    },
+    /// A consumer incarnation subscribed or ended: one permit-ledger record.
+    Incarnation(IncarnationRecord),
+}
+
+/// One frame as the core produced it: the encoded `BaseCommand` and the
+/// payload that follows it (a MESSAGE's entry; empty otherwise).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OutFrame {
+    /// The encoded `BaseCommand` (protoc's bytes).
+    pub command: Vec<u8>,
+    /// The bytes after the command (Pulsar's headers and payload).
+    pub payload: Vec<u8>,
+}
+
+impl OutFrame {
+    pub(crate) fn new(cmd: &BrokerCommand, payload: Vec<u8>) -> Self {
+        Self {
+            command: cmd.encode_to_vec(),
+            payload,
+        }
+    }
+
+    /// Bytes on the wire: `[total_size][command_size][command][payload]`.
+    pub fn wire_len(&self) -> usize {
+        8 + self.command.len() + self.payload.len()
+    }
+
+    /// The frame as written on the wire.
+    pub fn encode(&self) -> Vec<u8> {
+        let total = 4 + self.command.len() + self.payload.len();
+        let mut buf = Vec::with_capacity(4 + total);
+        buf.extend_from_slice(&(total as u32).to_be_bytes());
+        buf.extend_from_slice(&(self.command.len() as u32).to_be_bytes());
+        buf.extend_from_slice(&self.command);
+        buf.extend_from_slice(&self.payload);
+        buf
+    }
+
+    /// The command, decoded again (for tests and recorders).
+    ///
+    /// # Errors
+    /// prost's error for bytes that do not decode (never for a frame the
+    /// core produced).
+    pub fn decode_command(&self) -> Result<BrokerCommand, prost::DecodeError> {
+        BrokerCommand::decode(self.command.as_slice())
+    }
+}
+
+/// The permit ledger of one consumer incarnation (PIP-491 accounting, as
+/// the broker saw it).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IncarnationRecord {
+    /// Unique per subscribe across connections (1, 2, … per core).
+    pub incarnation: u64,
+    /// The connection.
+    pub connection_id: u64,
+    /// The consumer id on it.
+    pub consumer_id: u64,
+    /// Topic name.
+    pub topic: String,
+    /// Subscription name.
+    pub subscription: String,
+    /// Σ Flow permits received.
+    pub granted: u64,
+    /// Σ `message_permits` of the MESSAGE commands sent.
+    pub debited: u64,
+    /// Available permits now.
+    pub available: i64,
+    /// Lowest available balance observed.
+    pub min_available: i64,
+    /// MESSAGE commands sent.
+    pub commands: u64,
+    /// Unacknowledged messages now.
+    pub unacked: i64,
+    /// `subscribed`, `closed`, `disconnected`, or the caller's label of a
+    /// snapshot.
+    pub end: String,
+}
+
+/// The output queue and each connection's outbound bytes not yet reported
+/// written ([`super::Broker::handle_written`]): dispatch sends a connection
+/// no MESSAGE while its count is at or above the high watermark (Pulsar's
+/// `Consumer.isWritable`).
+#[derive(Debug, Default)]
+pub(crate) struct Outbox {
+    pub(crate) queue: VecDeque<Output>,
+    pub(crate) outbound: BTreeMap<ConnectionId, usize>,
+    pub(crate) high_watermark: usize,
+}
+
+impl Outbox {
+    pub(crate) fn frame(&mut self, conn: ConnectionId, cmd: &BrokerCommand, payload: Vec<u8>) {
+        let frame = OutFrame::new(cmd, payload);
+        if let Some(b) = self.outbound.get_mut(&conn) {
+            *b += frame.wire_len();
+        }
+        self.queue.push_back(Output::Frame { conn, frame });
+    }
+
+    pub(crate) fn is_writable(&self, conn: ConnectionId) -> bool {
+        self.outbound
+            .get(&conn)
+            .is_some_and(|b| *b < self.high_watermark)
+    }
+}

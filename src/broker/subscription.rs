@@ -1,0 +1,405 @@
+//! One subscription (Pulsar's `PersistentSubscription` with its
+//! dispatcher's state): the durable cursor, the deletion state, the delayed
+//! tracker, the replay set and the consumers; Flow, acks (individual,
+//! cumulative, batch-index `ack_set`), redelivery and consumer removal. The
+//! dispatch pipeline itself is in `dispatch.rs`.
+
+use std::collections::BTreeMap;
+// Ownership handles use std's Arc in every build (see `ledger::managed_ledger`).
+use std::sync::Arc;
+
+use crate::cursor::CursorDeletionState;
+use crate::delayed::{
+    BucketDelayedDeliveryTracker, BucketTrackerConfig, Clock, RedbSnapshotStorage,
+};
+use crate::ledger::{ManagedCursor, ManagedLedger, RedbStore};
+use crate::permits::broker::{Consumer, ConsumerKey};
+use crate::permits::wire::{self, MessageIdData};
+use crate::Position;
+
+use super::entry::entry_info;
+use super::error::{comp, BrokerError};
+use super::key_shared::{ConsistentHashingSelector, DEFAULT_REPLICA_POINTS};
+use super::output::IncarnationRecord;
+use super::ConnectionId;
+
+/// Cursor property marking a subscription the core created (so a recovered
+/// cursor is not mistaken for a new `Latest` one).
+const CREATED_PROPERTY: &str = "serve.created";
+
+/// `CommandSubscribe.SubType` values.
+pub mod sub_type {
+    /// `Exclusive`.
+    pub const EXCLUSIVE: i32 = 0;
+    /// `Shared`.
+    pub const SHARED: i32 = 1;
+    /// `Failover`.
+    pub const FAILOVER: i32 = 2;
+    /// `Key_Shared`.
+    pub const KEY_SHARED: i32 = 3;
+}
+
+/// A consumer incarnation attached to a subscription (Pulsar's `Consumer`).
+#[derive(Debug)]
+pub struct SubConsumer {
+    /// (connection, consumer id).
+    pub key: ConsumerKey,
+    /// Unique per subscribe, across connections.
+    pub incarnation: u64,
+    /// `consumer_epoch` the client last announced.
+    pub epoch: u64,
+    pub(crate) name: String,
+    pub(crate) priority: i32,
+    /// Its connection.
+    pub conn: ConnectionId,
+    /// The library's permit state of this incarnation.
+    pub permits: Consumer,
+    /// Σ Flow permits received.
+    pub granted: u64,
+    /// Σ `message_permits` of the MESSAGE commands sent.
+    pub debited: u64,
+    /// MESSAGE commands sent.
+    pub commands: u64,
+    /// Lowest available balance observed.
+    pub min_available: i64,
+    /// Redelivery requests received.
+    pub redeliveries: u64,
+}
+
+impl SubConsumer {
+    /// Its permit-ledger record.
+    pub fn record(&self, topic: &str, subscription: &str, end: &str) -> IncarnationRecord {
+        IncarnationRecord {
+            incarnation: self.incarnation,
+            connection_id: self.key.connection_id,
+            consumer_id: self.key.consumer_id,
+            topic: topic.to_string(),
+            subscription: subscription.to_string(),
+            granted: self.granted,
+            debited: self.debited,
+            available: self.permits.available_permits(),
+            min_available: self.min_available,
+            commands: self.commands,
+            unacked: self.permits.unacked_messages(),
+            end: end.to_string(),
+        }
+    }
+}
+
+/// One subscription: durable cursor, deletion state, delayed tracker,
+/// replay set and consumers.
+pub struct Subscription {
+    pub(crate) name: String,
+    /// [`sub_type`] value.
+    pub sub_type: i32,
+    pub(crate) cursor: ManagedCursor,
+    pub(crate) deletion: CursorDeletionState,
+    pub(crate) tracker: BucketDelayedDeliveryTracker,
+    /// Entries to (re)deliver before new reads, with their key hash.
+    pub(crate) replay: BTreeMap<Position, u32>,
+    /// Key hash of every entry delivered and not acknowledged.
+    pub(crate) inflight: BTreeMap<Position, u32>,
+    pub(crate) redelivery_count: BTreeMap<Position, u32>,
+    /// Batch size B of every entry delivered and not yet deleted (an ack's
+    /// `MessageIdData.batch_size` is optional and the C++ client omits it).
+    pub(crate) batch_sizes: BTreeMap<Position, u32>,
+    /// Attached consumers (Failover: in priority, then name order).
+    pub consumers: Vec<SubConsumer>,
+    pub(crate) round_robin: usize,
+    /// Key_Shared: the consistent-hashing ring of the consumers.
+    pub(crate) selector: ConsistentHashingSelector<ConsumerKey>,
+}
+
+/// `ack_set` restricted to the indexes of a batch of `size` messages (set
+/// bit = index still unacknowledged; bits at or above `size` cleared).
+fn within_batch(ack_set: &[i64], size: u32) -> Vec<i64> {
+    let all = wire::ack_set_from_indexes(0..size);
+    all.iter()
+        .zip(ack_set.iter().chain(std::iter::repeat(&0)))
+        .map(|(a, b)| a & b)
+        .collect()
+}
+
+impl Subscription {
+    /// Opens (or recovers) subscription `name` on `ml`: a new one starts at
+    /// the end of the topic unless `earliest`; a recovered one at its
+    /// persisted mark-delete, individually deleted entries and batch ack
+    /// sets. The delayed tracker reads time from `clock`; `now_ms` stamps a
+    /// new subscription's creation.
+    ///
+    /// # Errors
+    /// [`BrokerError::Component`] when the store fails.
+    pub fn open(
+        store: &RedbStore,
+        ml: &Arc<ManagedLedger>,
+        name: &str,
+        sub_type: i32,
+        earliest: bool,
+        clock: Arc<dyn Clock>,
+        now_ms: u64,
+    ) -> Result<Self, BrokerError> {
+        let cursor = ml.open_cursor(name).map_err(comp)?;
+        let props = cursor.properties().map_err(comp)?;
+        if !props.contains_key(CREATED_PROPERTY) {
+            if !earliest {
+                cursor
+                    .mark_delete(ml.last_confirmed_entry())
+                    .map_err(comp)?;
+            }
+            cursor
+                .set_property(CREATED_PROPERTY, i64::try_from(now_ms).unwrap_or(i64::MAX))
+                .map_err(comp)?;
+        }
+        // Mark-delete, individually deleted entries and the batch ack sets
+        // of partially acknowledged batches, as the last ack persisted them.
+        let deletion = cursor.recover_deletion_state().map_err(comp)?;
+        let storage = RedbSnapshotStorage::new(store.clone(), ml.name(), name).map_err(comp)?;
+        let config = BucketTrackerConfig {
+            tick_time_ms: 100,
+            deliver_at_time_strict: true,
+            ..BucketTrackerConfig::default()
+        };
+        let tracker =
+            BucketDelayedDeliveryTracker::new(config, Arc::new(storage), clock).map_err(comp)?;
+        tracker.update_mark_delete(deletion.mark_delete_position());
+        tracing::info!(
+            topic = ml.name(),
+            subscription = name,
+            mark_delete = %deletion.mark_delete_position(),
+            ranges = deletion.individually_deleted_ranges().len(),
+            delayed = tracker.number_of_delayed_messages(),
+            "subscription opened"
+        );
+        Ok(Self {
+            name: name.to_string(),
+            sub_type,
+            cursor,
+            deletion,
+            tracker,
+            replay: BTreeMap::new(),
+            inflight: BTreeMap::new(),
+            redelivery_count: BTreeMap::new(),
+            batch_sizes: BTreeMap::new(),
+            consumers: Vec::new(),
+            round_robin: 0,
+            selector: ConsistentHashingSelector::new(DEFAULT_REPLICA_POINTS),
+        })
+    }
+
+    /// The subscription name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The mark-delete position.
+    pub fn mark_delete(&self) -> Position {
+        self.deletion.mark_delete_position()
+    }
+
+    /// The deletion state (mark-delete, individually deleted ranges, batch
+    /// ack sets).
+    pub fn deletion(&self) -> &CursorDeletionState {
+        &self.deletion
+    }
+
+    /// The delayed tracker.
+    pub fn tracker(&self) -> &BucketDelayedDeliveryTracker {
+        &self.tracker
+    }
+
+    /// Entries waiting for redelivery.
+    pub fn replay_len(&self) -> usize {
+        self.replay.len()
+    }
+
+    pub(crate) fn consumer_mut(&mut self, key: ConsumerKey) -> Option<&mut SubConsumer> {
+        self.consumers.iter_mut().find(|c| c.key == key)
+    }
+
+    /// Attaches a consumer (the caller checked the subscription's type).
+    pub(crate) fn add_consumer(&mut self, c: SubConsumer) {
+        if self.sub_type == sub_type::KEY_SHARED {
+            self.selector.add_consumer(c.key, &c.name);
+        }
+        self.consumers.push(c);
+        if self.sub_type == sub_type::FAILOVER {
+            self.consumers
+                .sort_by(|a, b| (a.priority, &a.name).cmp(&(b.priority, &b.name)));
+        }
+    }
+
+    /// Applies a Flow (the caller dispatches afterwards).
+    pub(crate) fn flow(&mut self, key: ConsumerKey, permits: u32) -> Result<(), String> {
+        let c = self
+            .consumer_mut(key)
+            .ok_or_else(|| format!("Flow for unknown consumer {key:?}"))?;
+        c.permits.flow_permits(permits).map_err(|e| e.to_string())?;
+        c.granted += u64::from(permits);
+        Ok(())
+    }
+
+    /// Removes consumer `key`; its unacknowledged entries go to replay (the
+    /// caller dispatches afterwards).
+    pub(crate) fn remove_consumer(&mut self, key: ConsumerKey) -> Option<SubConsumer> {
+        let idx = self.consumers.iter().position(|c| c.key == key)?;
+        let c = self.consumers.remove(idx);
+        self.selector.remove_consumer(&key);
+        for (p, _) in c.permits.pending_acks().iter() {
+            let h = self.inflight.remove(p).unwrap_or(0);
+            self.replay.insert(*p, h);
+        }
+        Some(c)
+    }
+
+    /// Moves `positions` of consumer `key` (all its pending when empty) to
+    /// replay (the caller dispatches afterwards).
+    pub(crate) fn redeliver(
+        &mut self,
+        key: ConsumerKey,
+        positions: &[Position],
+        epoch: Option<u64>,
+    ) {
+        let Some(c) = self.consumers.iter_mut().find(|c| c.key == key) else {
+            return;
+        };
+        if let Some(e) = epoch {
+            c.epoch = c.epoch.max(e);
+        }
+        c.redeliveries += 1;
+        let targets: Vec<Position> = if positions.is_empty() {
+            c.permits.pending_acks().keys().copied().collect()
+        } else {
+            positions.to_vec()
+        };
+        let mut moved = Vec::new();
+        for p in targets {
+            if c.permits.acknowledge(p).is_ok() {
+                moved.push(p);
+            }
+        }
+        for p in moved {
+            let h = self.inflight.remove(&p).unwrap_or(0);
+            self.replay.insert(p, h);
+        }
+    }
+
+    /// Batch size B of the entry at `p` (recorded at delivery, else read
+    /// from the ledger); an error, with no state changed, for a position
+    /// the ledger does not hold or an entry whose metadata is unreadable.
+    fn batch_size_of(&mut self, ml: &ManagedLedger, p: Position) -> Result<u32, String> {
+        if let Some(b) = self.batch_sizes.get(&p) {
+            return Ok(*b);
+        }
+        let size = match ml.read_positions(&[p]) {
+            Ok(e) => e
+                .first()
+                .and_then(|e| entry_info(&e.data).ok())
+                .map(|i| i.batch_size)
+                .ok_or_else(|| format!("ack_set for unreadable entry {p}"))?,
+            Err(e) => return Err(format!("ack_set for entry {p}: {e}")),
+        };
+        self.batch_sizes.insert(p, size);
+        Ok(size)
+    }
+
+    /// Acknowledges `ids` (individual, with batch-index `ack_set`) or
+    /// cumulatively up to the first id, and persists the deletion state in
+    /// one store transaction (synchronously: its completion is the return).
+    /// The caller dispatches afterwards.
+    ///
+    /// # Errors
+    /// A description of the failure (unreadable entry for an `ack_set`,
+    /// store failure); the acks before it in `ids` may have been applied in
+    /// memory but are persisted only by a later successful ack.
+    pub fn ack(
+        &mut self,
+        ml: &ManagedLedger,
+        cumulative: bool,
+        ids: &[MessageIdData],
+    ) -> Result<(), String> {
+        let mut full = Vec::new();
+        for id in ids {
+            let p = Position::new(id.ledger_id as i64, id.entry_id as i64);
+            if !cumulative && !id.ack_set.is_empty() {
+                // The deletion state ANDs the stored set with this one (an
+                // index once acknowledged stays so) and deletes the entry
+                // when none is left; bits at or above B are not indexes.
+                let size = self.batch_size_of(ml, p)?;
+                let remaining = within_batch(&id.ack_set, size);
+                self.deletion
+                    .delete_batch_indexes(p, &remaining, ml)
+                    .map_err(|e| e.to_string())?;
+                continue;
+            }
+            full.push(p);
+        }
+        if cumulative {
+            // A cumulative ack inside a batch (batch-index acks on) carries
+            // the batch's remaining indexes: everything before the entry is
+            // acknowledged, the entry itself only partially.
+            let mut batch_acked = false;
+            if let Some(id) = ids.first().filter(|id| !id.ack_set.is_empty()) {
+                let p = Position::new(id.ledger_id as i64, id.entry_id as i64);
+                if !self.deletion.is_message_deleted(p) {
+                    // The entry must exist (its B read from it) and the kept
+                    // set covers B indexes only: a peer's ack_set never
+                    // grows the state beyond the entries' own sizes.
+                    let size = self.batch_size_of(ml, p)?;
+                    let remaining = within_batch(&id.ack_set, size);
+                    self.deletion
+                        .delete_batch_indexes(p, &remaining, ml)
+                        .map_err(|e| e.to_string())?;
+                    batch_acked = true;
+                }
+                full = vec![p.previous_in_ledger()];
+            }
+            let advance = full
+                .iter()
+                .max()
+                .copied()
+                .filter(|p| *p > self.deletion.mark_delete_position());
+            match advance {
+                Some(p) => self
+                    .deletion
+                    .mark_delete(p, ml)
+                    .map(|_| ())
+                    .map_err(|e| e.to_string())?,
+                // Nothing new: nothing to persist.
+                None if !batch_acked => return Ok(()),
+                None => {}
+            }
+        } else if !full.is_empty() {
+            self.deletion.delete(&full, ml).map_err(|e| e.to_string())?;
+        }
+        // Mark-delete, every individually deleted entry and the batch ack
+        // sets in one store transaction (no range cap).
+        let md = self.deletion.mark_delete_position();
+        self.cursor
+            .persist_deletion_state(&self.deletion, &[])
+            .map_err(|e| e.to_string())?;
+        self.tracker.update_mark_delete(md);
+        // Settle pending acks of every consumer for what is now deleted.
+        let deleted = |p: &Position| self.deletion.is_message_deleted(*p);
+        for c in &mut self.consumers {
+            let done: Vec<Position> = c
+                .permits
+                .pending_acks()
+                .keys()
+                .copied()
+                .filter(deleted)
+                .collect();
+            for p in done {
+                let _ = c.permits.acknowledge(p);
+            }
+        }
+        let deletion = &self.deletion;
+        self.inflight
+            .retain(|p, _| !deletion.is_message_deleted(*p));
+        self.replay.retain(|p, _| !deletion.is_message_deleted(*p));
+        self.redelivery_count
+            .retain(|p, _| !deletion.is_message_deleted(*p));
+        self.batch_sizes
+            .retain(|p, _| !deletion.is_message_deleted(*p));
+        Ok(())
+    }
+}
