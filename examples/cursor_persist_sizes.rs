@@ -2,8 +2,8 @@
 //! Pulsar's two `PositionInfo` forms (MessageRange list, long[] per ledger)
 //! and the crate's compact form (portable Roaring per ledger, chunked), for
 //! backlogs of 10 k, 1 M and 30 M entries with random and striped ack
-//! patterns. Prints the Markdown table of the README's "Cursor persistence"
-//! section.
+//! patterns. Prints the Markdown table whose numbers are
+//! docs/measurements/cursor-persist-sizes.toml.
 //!
 //! ```text
 //! cargo run --release --example cursor_persist_sizes -- --full

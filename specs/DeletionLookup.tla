@@ -1,7 +1,10 @@
 --------------------------- MODULE DeletionLookup ---------------------------
 (***************************************************************************)
-(* The cursor deletion state of pulsar-core's src/cursor (seed 004) and    *)
-(* its lock-free read-scheduling hint.                                     *)
+(* A subscription's cursor deletion state (Pulsar's ManagedCursorImpl:    *)
+(* mark-delete + individually deleted ranges; pulsar-core's src/cursor)    *)
+(* and its lock-free read-scheduling hint, which the dispatcher asks to   *)
+(* skip reading acknowledged entries. It protects: a "deleted" answer is  *)
+(* never stale after a reset (a seek or rewind) that already completed.   *)
 (*                                                                         *)
 (* Authoritative state (guarded by the cursor write lock): the mark-delete *)
 (* position md and an ordered map ledger -> bitmap object. Bitmap objects *)

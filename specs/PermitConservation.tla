@@ -1,7 +1,8 @@
 ------------------------- MODULE PermitConservation -------------------------
 (***************************************************************************)
 (* PIP-491 permit conservation across broker-consumer incarnations         *)
-(* (pulsar-core src/permits, seed 003).                                    *)
+(* (pulsar-core src/permits): the client returns exactly the permits P    *)
+(* each message used, to exactly the incarnation that was debited.        *)
 (*                                                                         *)
 (* One client consumer id on one connection. Each Subscribe starts a new   *)
 (* incarnation 1..MaxInc with a receiver queue of RQ permits. The broker   *)

@@ -1,5 +1,5 @@
 //! Scenario tests of the pending-ack replay on virtual time (seed 001): the
-//! numbers quoted in the README come from these tests (run with
+//! numbers quoted in docs/internals/ARCHITECTURE.md come from these tests (run with
 //! `--nocapture` to see them printed).
 //!
 //! Plain std test: compiled out in loom/shuttle builds (their primitives

@@ -99,7 +99,7 @@
 //! grouped ack one extra word store per entry (under the write lock it
 //! already holds) and each touched 4,096-entry span 512 bytes. Grouped acks
 //! take each bitmap's write lock once per group
-//! ([`PositionRangeSet::add_entries`]). Numbers are in the README.
+//! ([`PositionRangeSet::add_entries`]). Numbers: `docs/measurements/deletion-lookup-*.toml`.
 //!
 //! Checks: `loom-tests/cursor.rs`, `shuttle-tests/cursor.rs`,
 //! `tests/cursor_range_set.rs` (proptest against a `BTreeSet` oracle),
@@ -122,21 +122,108 @@
 //! after a restart names its cursor's previous state (`pred`) and must
 //! open as that state last persisted.
 //!
-//! | spec invariant | maintained by | checked by |
-//! |---|---|---|
-//! | A lock-free bitmap read reports a bit only if no clear or re-tag of that bitmap overlapped it (a reused summary slot reads as empty: the spec's fresh bitmap ids) | `BitMirror::contains_validated` (seqlock read), `BitMirror::clear_range` / `BitMirror::clear_all_and` (version brackets), `LedgerBitmap::reassign` (re-tag inside the bracket) | loom `summary_slot_reuse_inside_old_bounds_never_leaks_another_ledgers_bits` (fails with the version re-check removed), `summary_slot_reuse_by_two_writer_threads_never_leaks_another_ledgers_bits` (fails with Relaxed bit sets), `summary_slot_reuse_never_leaks_another_ledgers_bits`; negative-control models `negative_control_mirror_read_without_version_validation` (loom, shuttle), `negative_control_mirror_read_without_acquire_fence`, `negative_control_mirror_set_relaxed_in_another_writer_thread` (loom); `tests/cursor_range_set.rs` (the directory equals the set, entries across the mirror's word, chunk and end boundaries) |
-//! | `NoStalePositive` (a "deleted" hint is deleted when returned) | [`CursorDeletionState::read_scheduling_lookup`] (epoch re-check), [`CursorDeletionState::reset`] (odd/even epoch around its writes) | loom `hint_never_stale_positive_with_backward_reset*`, shuttle `hint_random_schedules`, `hint_pct_depth3_schedules`; trace validation of 400 shuttle random schedules and 60 PCT schedules of a mark-delete crossing the ledger boundary, and of 100 sequential proptest cases (248 runs: recoveries and restarts start new ones) whose every hint answer also equals a `BTreeSet` reference model's (`tests/trace_deletion_model.rs`; `.ci/check trace`); seed mutant `cursor_no_epoch_recheck` rejected at `RRecheck` |
-//! | `RMarkDelete` is one atomic step (`AtomicMD`) | `PublishedMarkDelete::load` (one `AtomicU64` or one published cell) | loom `..._unpacked_mark_delete`, shuttle `negative_control_mark_delete_as_two_atomics_is_caught`; trace validation: seed mutants `cursor_torn_mark_delete`, `cursor_torn_mark_delete_read_order` and `tests/trace_mutants/deletion_torn_mark_delete.patch` rejected at `RMarkDelete` (the PCT boundary schedules) |
-//! | `EpochOddIffResetting` | [`CursorDeletionState::reset`] (the only epoch writer, under the write lock) | trace validation (`ResetBegin`/`ResetEnd` lines carry the epoch written) |
-//! | `Deleted(p)` = `p <= md \/ InMap(p)` (the authoritative check) | [`CursorDeletionState::is_message_deleted`], [`CursorDeletionState::delete`] (`Ack`, `Advance`) | `tests/cursor_range_set.rs` (proptest vs `BTreeSet`), `tests/trace_deletion_model.rs` (after every step of its traced cases: mark-delete, individual deleted ranges, `is_message_deleted` and `filter_read_entries` against a `BTreeSet` model), unit tests; trace validation (`RLocked` answers must equal the spec's `Deleted(q)`) |
-//! | The mark-delete moves only through deleted entries (`Advance`: `RunEndFrom(md, c)`), or from an explicit mark-delete's position through the deleted run after it (`MarkDelete(t, c)`) | [`CursorDeletionState::delete`], [`CursorDeletionState::mark_delete`] (`advance_locked`) | unit tests, `tests/cursor_range_set.rs`; trace validation of the simulator's deletion states (six simulate runs, `.ci/trace`) and of the proptest model cases (`tests/trace_deletion_model.rs`: out-of-order acks, explicit mark-deletes through deleted runs, an empty ledger between two): `tests/trace_mutants/deletion_advance_over_unacked_sim.patch` rejected at `Advance` by either alone, `deletion_mark_delete_dropped_sim.patch` at `MarkDeleteAdvanced` |
-//! | Restore = the acknowledged set (every persisted form restores the snapshot exactly, or fails typed) | [`CursorDeletionState::snapshot`], [`CursorDeletionState::from_snapshot`], [`compact::encode`] / [`compact::decode`], [`position_info::encode_position_info`] / [`position_info::decode_position_info`] | `tests/cursor_persist.rs` (restart through `ManagedCursor` on redb, > 10 k ranges; 50 M-entry backlogs), `tests/cursor_position_info.rs` (golden bytes, proptest both forms), `tests/cursor_batch.rs` |
-//! | `RecoveredAsPersisted` (a cursor recovered after a restart holds exactly the mark-delete and individually deleted ranges it last persisted: Pulsar's `ManagedCursorImpl` recovery of `markDeletePosition` + `individualDeletedMessages`; nothing lost, nothing not yet persisted) | [`ManagedCursor::mark_delete_with_ranges`](crate::ledger::ManagedCursor::mark_delete_with_ranges), [`ManagedCursor::reset`](crate::ledger::ManagedCursor::reset), [`ManagedCursor::persist_deletion_state`](crate::ledger::ManagedCursor::persist_deletion_state) (write the record), [`ManagedLedger::open_cursor`](crate::ledger::ManagedLedger::open_cursor) (reads it back), [`CursorDeletionState::recover`], [`ManagedCursor::recover_deletion_state`](crate::ledger::ManagedCursor::recover_deletion_state) | trace validation of the simulator's restarts (`.ci/trace`: 35 recovered states linked to their predecessor runs in five of its six simulate runs (`txn-outage`, `failover`, `delayed`, `fanout`, `permit-churn`), 9 of them with individually deleted ranges): `tests/trace_mutants/deletion_recovery_drops_ranges_sim.patch` (recovery keeps the mark-delete, drops the ranges) rejected at the recovered `Open`; `tests/cursor_persist.rs` (restart through `ManagedCursor` on redb) |
-//! | No silent cap (a form that cannot hold the state refuses it) | [`position_info::to_message`] (`CapExceeded`) | `tests/cursor_position_info.rs::exceeding_pulsars_cap_is_reported_not_truncated`, `tests/cursor_persist.rs` |
-//! | A restore that moves mark-delete backward is bracketed like a reset (`NoStalePositive`) | [`CursorDeletionState::restore`] (shares the reset bracket) | the reset checks above (same code path) |
-//! | Skip / nth / cardinality / range agree with `Deleted(p)` | [`CursorDeletionState::skip_entries`], [`CursorDeletionState::nth_undeleted`], [`CursorDeletionState::cardinality_between`], [`CursorDeletionState::range_containing`], [`CursorDeletionState::deleted_run_end`] | `tests/cursor_skip.rs` (proptest vs `BTreeSet`) |
-//! | The skip scan works per deleted run, not per deleted entry | [`ManagedCursor::read_entries_with_skip_runs`](crate::ledger::ManagedCursor::read_entries_with_skip_runs) + [`SkipDeleted`] | `tests/cursor_skip.rs` (300 k-entry run: 1 run query, 4 hint lookups) |
-//! | A batch ack never un-acknowledges an index; an empty ack set deletes the entry | [`CursorDeletionState::delete_batch_indexes`] | `tests/cursor_batch.rs` |
+//! | spec | invariant | functions | tests |
+//! |---|---|---|---|
+//! | `DeletionLookup` | `NoStalePositive` | [`CursorDeletionState::read_scheduling_lookup`], [`CursorDeletionState::reset`], [`CursorDeletionState::restore`] | `epoch_recheck_no_positive_after_a_completed_reset`, `negative_control_lookup_without_epoch_recheck`, `control_model_with_epoch_recheck_passes`, `restore_replaces_the_state_inside_the_reset_epoch_bracket`, `record_deletion_lookup_traces` |
+//! | `DeletionLookup` | `NoStalePositive` | `BitMirror::contains_validated`, `BitMirror::clear_range`, `BitMirror::clear_all_and`, `LedgerBitmap::reassign` | `summary_slot_reuse_inside_old_bounds_never_leaks_another_ledgers_bits`, `summary_slot_reuse_by_two_writer_threads_never_leaks_another_ledgers_bits`, `summary_slot_reuse_never_leaks_another_ledgers_bits`, `negative_control_mirror_read_without_version_validation`, `negative_control_mirror_read_without_acquire_fence`, `negative_control_mirror_set_relaxed_in_another_writer_thread`, `range_set_matches_btreeset_oracle` |
+//! | `DeletionLookup` | `NoStalePositive` | `PublishedMarkDelete::load` | `hint_never_stale_positive_with_backward_reset_unpacked_mark_delete`, `mark_delete_across_ledger_boundary`, `negative_control_mark_delete_as_two_atomics`, `negative_control_mark_delete_as_two_atomics_is_caught` |
+//! | `DeletionLookup` | `EpochOddIffResetting` | [`CursorDeletionState::reset`] | `record_deletion_lookup_traces`, `record_deletion_lookup_model_traces` |
+//! | `DeletionLookup` | `Deleted` | [`CursorDeletionState::is_message_deleted`], [`CursorDeletionState::delete`] | `range_set_matches_btreeset_oracle`, `record_deletion_lookup_model_traces` |
+//! | `DeletionLookup` | `Deleted` | [`CursorDeletionState::skip_entries`], [`CursorDeletionState::nth_undeleted`], [`CursorDeletionState::cardinality_between`], [`CursorDeletionState::range_containing`], [`CursorDeletionState::deleted_run_end`] | `skip_apis_agree_with_the_oracle` |
+//! | `TraceDeletionLookup` | `TraceFollowed`, `MarkDeleteAdvanced` | [`CursorDeletionState::delete`], [`CursorDeletionState::mark_delete`], `advance_locked` | `range_set_matches_btreeset_oracle`, `record_deletion_lookup_model_traces` |
+//! | `TraceDeletionLookup` | `RecoveredAsPersisted` | [`ManagedCursor::mark_delete_with_ranges`](crate::ledger::ManagedCursor::mark_delete_with_ranges), [`ManagedCursor::reset`](crate::ledger::ManagedCursor::reset), [`ManagedCursor::persist_deletion_state`](crate::ledger::ManagedCursor::persist_deletion_state), [`ManagedLedger::open_cursor`](crate::ledger::ManagedLedger::open_cursor), [`CursorDeletionState::recover`], [`ManagedCursor::recover_deletion_state`](crate::ledger::ManagedCursor::recover_deletion_state) | `random_acks_with_more_than_10k_ranges_survive_a_restart_through_managed_cursor` |
+//!
+//! What the rows say:
+//!
+//! - `NoStalePositive`: a "deleted" hint is deleted when it is returned.
+//!   `read_scheduling_lookup` re-checks the reset epoch, which `reset` makes
+//!   odd around its writes; `restore` (a restore that moves mark-delete
+//!   backward) shares the reset bracket. Only a test that observes the
+//!   instant the lookup returns sees this property: the shuttle test
+//!   `epoch_recheck_no_positive_after_a_completed_reset` (scenario
+//!   `epoch_recheck_observed`, whose negative control is the seed mutant
+//!   `cursor_no_epoch_recheck`) and the loom model controls. The loom and
+//!   shuttle tests `hint_never_stale_positive_with_backward_reset` and the
+//!   shuttle `hint_random_schedules` / `hint_pct_depth3_schedules` check a
+//!   weaker property (every positive true just before or just after the
+//!   reset; a positive confirmed when no reset overlapped the lookup): their
+//!   scenario file, `tests/scenarios/cursor.rs`, says why deleting the epoch
+//!   re-check passes them.
+//! - The lock-free bitmap read reports a bit only if no clear or re-tag of
+//!   that bitmap overlapped it (a reused summary slot reads as empty: the
+//!   spec's fresh bitmap ids): `contains_validated` is a seqlock read,
+//!   `clear_range` / `clear_all_and` write inside version brackets, and
+//!   `reassign` re-tags inside the bracket. The loom tests fail with the
+//!   version re-check removed (`..._inside_old_bounds_...`) or with Relaxed
+//!   bit sets (`..._by_two_writer_threads_...`); the negative-control models
+//!   run under loom and shuttle (version validation) or loom only (acquire
+//!   fence, Relaxed set in another writer thread); `tests/cursor_range_set.rs`
+//!   checks that the directory equals the set, entries across the mirror's
+//!   word, chunk and end boundaries.
+//! - `RMarkDelete` is one atomic step: `PublishedMarkDelete::load` reads one
+//!   `AtomicU64` or one published cell.
+//! - `EpochOddIffResetting`: `reset` is the only epoch writer, under the
+//!   write lock; trace validation checks it (`ResetBegin`/`ResetEnd` lines
+//!   carry the epoch written).
+//! - `Deleted(p)` = `p <= md \/ InMap(p)` is the authoritative check:
+//!   `is_message_deleted`, and `delete` (`Ack`, `Advance`); checked against a
+//!   `BTreeSet` by `tests/cursor_range_set.rs` and, after every step of its
+//!   traced cases (mark-delete, individually deleted ranges,
+//!   `is_message_deleted`, `filter_read_entries`), by
+//!   `tests/trace_deletion_model.rs`; trace validation requires `RLocked`
+//!   answers to equal the spec's `Deleted(q)`. Skip, nth, cardinality and
+//!   range agree with it (`tests/cursor_skip.rs`, proptest vs `BTreeSet`).
+//! - The mark-delete moves only through deleted entries (`Advance`:
+//!   `RunEndFrom(md, c)`), or from an explicit mark-delete's position through
+//!   the deleted run after it (`MarkDelete(t, c)`).
+//! - `RecoveredAsPersisted`: a cursor recovered after a restart holds exactly
+//!   the mark-delete and individually deleted ranges it last persisted
+//!   (Pulsar's `ManagedCursorImpl` recovery of `markDeletePosition` +
+//!   `individualDeletedMessages`; nothing lost, nothing not yet persisted).
+//!   `mark_delete_with_ranges`, `reset` and `persist_deletion_state` write the
+//!   record; `open_cursor`, `recover` and `recover_deletion_state` read it
+//!   back.
+//!
+//! Guarantees no spec models:
+//!
+//! - Restore = the acknowledged set: every persisted form restores the
+//!   snapshot exactly, or fails typed ([`CursorDeletionState::snapshot`],
+//!   [`CursorDeletionState::from_snapshot`], [`compact::encode`] /
+//!   [`compact::decode`], [`position_info::encode_position_info`] /
+//!   [`position_info::decode_position_info`]; `tests/cursor_persist.rs`:
+//!   restart through `ManagedCursor` on redb, > 10 k ranges, 50 M-entry
+//!   backlogs; `tests/cursor_position_info.rs`: golden bytes, proptest of
+//!   both forms; `tests/cursor_batch.rs`).
+//! - No silent cap: a form that cannot hold the state refuses it
+//!   ([`position_info::to_message`], `CapExceeded`;
+//!   `exceeding_pulsars_cap_is_reported_not_truncated`, `tests/cursor_persist.rs`).
+//! - The skip scan works per deleted run, not per deleted entry
+//!   ([`ManagedCursor::read_entries_with_skip_runs`](crate::ledger::ManagedCursor::read_entries_with_skip_runs)
+//!   with [`SkipDeleted`]; `a_300k_deleted_run_behind_a_pinned_mark_delete_is_one_hop`:
+//!   a 300 k-entry run costs 1 run query and 4 hint lookups).
+//! - A batch ack never un-acknowledges an index; an empty ack set deletes the
+//!   entry ([`CursorDeletionState::delete_batch_indexes`]; `tests/cursor_batch.rs`).
+//!
+//! Trace validation (`.ci/check trace`): 400 shuttle random schedules and 60
+//! PCT schedules of a mark-delete crossing the ledger boundary, and 100
+//! sequential proptest cases (248 runs: recoveries and restarts start new
+//! ones) whose every hint answer also equals a `BTreeSet` reference model's
+//! (`tests/trace_deletion_model.rs`). Rejected there: the seed mutant
+//! `cursor_no_epoch_recheck` at `RRecheck`; the seed mutants
+//! `cursor_torn_mark_delete`, `cursor_torn_mark_delete_read_order` and
+//! `tests/trace_mutants/deletion_torn_mark_delete.patch` at `RMarkDelete`
+//! (the PCT boundary schedules);
+//! `tests/trace_mutants/deletion_advance_over_unacked_sim.patch` at
+//! `Advance`, by the simulator's deletion states (six simulate runs,
+//! `.ci/trace`) or the proptest model cases (out-of-order acks, explicit
+//! mark-deletes through deleted runs, an empty ledger between two) alone;
+//! `deletion_mark_delete_dropped_sim.patch` at `MarkDeleteAdvanced`;
+//! `tests/trace_mutants/deletion_recovery_drops_ranges_sim.patch` (recovery
+//! keeps the mark-delete, drops the ranges) at the recovered `Open`, by the
+//! simulator's restarts (35 recovered states linked to their predecessor
+//! runs in five of its six simulate runs: `txn-outage`, `failover`,
+//! `delayed`, `fanout`, `permit-churn`; 9 of them with individually deleted
+//! ranges).
 
 mod bit_mirror;
 pub mod compact;

@@ -111,14 +111,47 @@
 //! (each hook line pins the tracker's state, so every action below is
 //! checked step by step).
 //!
-//! | spec invariant (`BucketMerge`) | maintained by | tests | traces |
+//! | spec | invariant | functions | tests |
 //! |---|---|---|---|
-//! | `CounterEqualsCardinality`: the counter is the runtime index's cardinality | [`BucketDelayedMessageIndex`] (`untrack` decrements only a tracked bit; trim's `untrack_all` only tracked bits) | `add_get_and_expired_readd_untracks`, `trim_untracks_per_bit`, `tracker_matches_model`; [`BucketDelayedDeliveryTracker::verify_invariants`] (`InvariantViolation::CounterNotCardinality`, run by `simulate` after bucket work) | every line's `counter` (mutant `delayed_pop_ignores_untrack` rejected at `Pop`) |
-//! | `NoDoubleDelivery`: no position delivered twice in a lifetime | [`BucketDelayedDeliveryTracker::get_scheduled_messages`] (delivers only if untrack returned true), [`BucketDelayedDeliveryTracker::add_message`] (an expired re-add untracks) | `merge_keeps_only_undispatched_and_adds_no_second_live_copy`, `add_get_and_expired_readd_untracks`, `tracker_matches_model` | `Pop` lines' `delivered`; the re-read's `Add` lines after a restart (mutant `delayed_expired_readd_keeps_bit` rejected at `Add`) |
-//! | `NoLoss`: every added, undelivered, unacknowledged position is tracked, across restarts | merge (reads segments `1..=last`), recovery (restores each bucket's bitmap) | `merge_reads_segment_one_so_restart_loses_nothing`, `recovery_restores_into_runtime_index_and_skips_expired`, `merge_persists_gap_positions_so_the_merged_range_is_complete` | `Merge` lines' `segs` (mutant `delayed_merge_from_current_plus_one` rejected at `Merge`, also by the simulator's traces alone); `Recover` lines' `index` (mutant `delayed_recovery_skips_index_restore` rejected at `Recover`, also by the simulator's traces alone) |
-//! | `NoDispatchedRestored`: nothing dispatched is persisted again | merge (keeps only indexes still tracked) | `merge_keeps_only_undispatched_and_adds_no_second_live_copy` | `Merge` lines' `segs` (mutant `delayed_merge_persists_dispatched` rejected at `Merge`) |
-//! | `NoSecondLiveCopy`: a tracked position has at most one queue entry | merge (drops the merged positions' queue entries before queueing segment 1) | `merge_keeps_only_undispatched_and_adds_no_second_live_copy`, `tracker_matches_model` (through [`BucketDelayedDeliveryTracker::verify_invariants`]); `simulate` runs `verify_invariants` after every step that did bucket work (mutant `delayed_merge_second_live_entry`: `InvariantViolation::SecondLiveCopy`) | `Merge` lines' `queue` (mutant `delayed_merge_second_live_entry` rejected at `Merge`) |
-//! | trim untracks per bit (`Trim`) | trim | `trim_untracks_per_bit` | `Trim` lines, recorded by `tests/trace_bucket_merge.rs` only (a simulator run under the faults the spec follows does not trim: README, trace layer) (mutant `delayed_trim_decrements_every_bit`: not rejected, no tracked bit is left below the mark-delete in these runs) |
+//! | `BucketMerge` | `CounterEqualsCardinality` | `BucketDelayedMessageIndex::untrack`, `BucketDelayedMessageIndex::untrack_all`, [`BucketDelayedDeliveryTracker::verify_invariants`] | `add_get_and_expired_readd_untracks`, `trim_untracks_per_bit`, `tracker_matches_model` |
+//! | `BucketMerge` | `NoDoubleDelivery` | [`BucketDelayedDeliveryTracker::get_scheduled_messages`], [`BucketDelayedDeliveryTracker::add_message`] | `merge_keeps_only_undispatched_and_adds_no_second_live_copy`, `add_get_and_expired_readd_untracks`, `tracker_matches_model` |
+//! | `BucketMerge` | `NoLoss` | `BucketDelayedDeliveryTracker::merge_sources`, `BucketDelayedDeliveryTracker::recover_bucket`, `BucketDelayedMessageIndex::restore` | `merge_reads_segment_one_so_restart_loses_nothing`, `recovery_restores_into_runtime_index_and_skips_expired`, `merge_persists_gap_positions_so_the_merged_range_is_complete` |
+//! | `BucketMerge` | `NoDispatchedRestored` | `BucketDelayedDeliveryTracker::merge_sources` | `merge_keeps_only_undispatched_and_adds_no_second_live_copy` |
+//! | `BucketMerge` | `NoSecondLiveCopy` | `BucketDelayedDeliveryTracker::merge`, [`BucketDelayedDeliveryTracker::verify_invariants`] | `merge_keeps_only_undispatched_and_adds_no_second_live_copy`, `tracker_matches_model` |
+//!
+//! What the rows say: the counter is the runtime index's cardinality
+//! (`CounterEqualsCardinality`: `untrack` decrements only a tracked bit,
+//! trim's `untrack_all` only tracked bits); no position is delivered twice in
+//! a lifetime (`NoDoubleDelivery`: a pop delivers only if `untrack` returned
+//! true, an expired re-add untracks); every added, undelivered,
+//! unacknowledged position is tracked, across restarts (`NoLoss`: a merge
+//! reads segments `1..=last`, recovery restores each bucket's bitmap);
+//! nothing dispatched is persisted again (`NoDispatchedRestored`: a merge
+//! keeps only indexes still tracked); a tracked position has at most one
+//! queue entry (`NoSecondLiveCopy`: a merge drops the merged positions' queue
+//! entries before queueing segment 1). The spec's `Trim` action (trim
+//! untracks per bit) is `trim_untracks_per_bit`.
+//!
+//! [`BucketDelayedDeliveryTracker::verify_invariants`] checks
+//! `CounterEqualsCardinality` (`InvariantViolation::CounterNotCardinality`)
+//! and `NoSecondLiveCopy` (`InvariantViolation::SecondLiveCopy`) on the live
+//! tracker: `tracker_matches_model` calls it, and `simulate` runs it after
+//! every step that did bucket work (mutant `delayed_merge_second_live_entry`).
+//!
+//! Trace lines that pin each row: every line's `counter` (mutant
+//! `delayed_pop_ignores_untrack` rejected at `Pop`); `Pop` lines'
+//! `delivered` and the re-read's `Add` lines after a restart (mutant
+//! `delayed_expired_readd_keeps_bit` rejected at `Add`); `Merge` lines'
+//! `segs` (mutants `delayed_merge_from_current_plus_one`, rejected also by the
+//! simulator's traces alone, and `delayed_merge_persists_dispatched`, both at
+//! `Merge`); `Recover` lines' `index` (mutant
+//! `delayed_recovery_skips_index_restore` rejected at `Recover`, also by the
+//! simulator's traces alone); `Merge` lines' `queue` (mutant
+//! `delayed_merge_second_live_entry` rejected at `Merge`); `Trim` lines,
+//! recorded by `tests/trace_bucket_merge.rs` only (a simulator run under the
+//! faults the spec follows does not trim: `docs/testing.md`, trace layer;
+//! mutant `delayed_trim_decrements_every_bit` is not rejected, no tracked bit
+//! is left below the mark-delete in these runs).
 //!
 //! # Recovery of bad snapshots
 //!

@@ -15,12 +15,21 @@
 //! `Persist` line: what a recovered `CursorDeletionState` must equal
 //! (`RecoveredAsPersisted` in `specs/TraceDeletionLookup.tla`).
 //!
-//! | spec invariant | maintained by | checked by |
-//! |---|---|---|
-//! | `ReadAfterMarkDelete` (read position after mark-delete) | [`ManagedCursor::mark_delete_with_ranges`] (pushes the read position past it), [`ManagedCursor::rewind`] | `tests/ledger.rs`, `tests/ledger_cursor_model.rs`; trace validation of 60 cases (`.ci/check trace`) |
-//! | `RewindLandsOnNext` | [`ManagedCursor::rewind`] (`next_valid_position(mark_delete)`) | `tests/ledger.rs`, `tests/ledger_cursor_model.rs`; trace validation; `tests/trace_mutants/ledger_cursor_rewind_to_mark_delete.patch` rejected at `Rewind` |
-//! | `MarkDeleteConfirmed`, `MarkDeleteMonotone` | [`ManagedCursor::mark_delete_with_ranges`] (`MarkDeleteBackward`, `BeyondLastConfirmed`) | `tests/ledger.rs`; trace validation |
-//! | `Read(k)` returns `read..min(read+k-1, lce)` | [`ManagedCursor::read_entries`] | `tests/ledger.rs`; trace validation (each `Read` line's new read position) |
+//! | spec | invariant | functions | tests |
+//! |---|---|---|---|
+//! | `LedgerCursor` | `ReadAfterMarkDelete` | [`ManagedCursor::mark_delete_with_ranges`], [`ManagedCursor::rewind`] | `mark_delete_rewind_and_reset`, `cursor_matches_reference_model` |
+//! | `LedgerCursor` | `RewindLandsOnNext` | [`ManagedCursor::rewind`], `next_valid_position` | `mark_delete_rewind_and_reset`, `cursor_matches_reference_model` |
+//! | `LedgerCursor` | `MarkDeleteConfirmed`, `MarkDeleteMonotone` | [`ManagedCursor::mark_delete_with_ranges`] | `l2_mark_delete_rejects_invalid_positions_and_ranges`, `cursor_matches_reference_model` |
+//!
+//! `mark_delete_with_ranges` pushes the read position past the mark-delete
+//! and refuses a backward or unconfirmed one (`MarkDeleteBackward`,
+//! `BeyondLastConfirmed`); `rewind` lands on
+//! `next_valid_position(mark_delete)`. The spec's `Read(k)` action, which
+//! returns `read..min(read+k-1, lce)`, is [`ManagedCursor::read_entries`]
+//! (`tests/ledger.rs`; each trace `Read` line carries the new read
+//! position). Trace validation (`.ci/check trace`) covers every row on the
+//! model test's 60 cases; `tests/trace_mutants/ledger_cursor_rewind_to_mark_delete.patch`
+//! is rejected at `Rewind`.
 
 use std::collections::BTreeMap;
 

@@ -29,13 +29,36 @@
 //!
 //! # Invariants
 //!
-//! | spec invariant (`LedgerCursor`) | maintained by | tests | traces |
+//! | spec | invariant | functions | tests |
 //! |---|---|---|---|
-//! | `ReadAfterMarkDelete`: the read position is after the mark-delete | [`ManagedCursor::read_entries`], [`ManagedCursor::mark_delete`] (moves the read position along) | `tests/ledger.rs` `mark_delete_rewind_and_reset`, `append_rolls_over_and_reads_in_order`; `tests/ledger_cursor_model.rs` `cursor_matches_reference_model` (proptest, reference model) | `specs/TraceLedgerCursor.tla` on `tests/trace_ledger_cursor.rs`'s runs (the model test's cases) (`Read`/`MarkDelete` pin the read position) |
-//! | `MarkDeleteConfirmed`, `MarkDeleteMonotone`: mark-delete only on confirmed entries, never backward (except [`ManagedCursor::reset`]) | [`ManagedCursor::mark_delete`] | `tests/ledger.rs` `l2_mark_delete_rejects_invalid_positions_and_ranges`; `tests/ledger_cursor_model.rs` (backward and beyond-the-end mark-deletes refused, nothing changes) | same traces (`MarkDelete` pins the position) |
-//! | `RewindLandsOnNext`: rewind and recovery land on the entry after the mark-delete | [`ManagedCursor::rewind`], [`ManagedLedger::open_cursor`] (a recovered cursor) | `tests/ledger.rs` `mark_delete_rewind_and_reset`; `tests/ledger_cursor_model.rs` (reads after a rewind) | same traces (`Rewind`, `Recover`; mutant `ledger_cursor_rewind_to_mark_delete` is rejected there and fails the model test) |
-//! | `MarkDeleteMonotone` through a seek: [`ManagedCursor::reset`] moves the mark-delete to just before the new read position, in either direction | [`ManagedCursor::reset`] | `tests/ledger.rs` `mark_delete_rewind_and_reset`; `tests/ledger_cursor_model.rs` (resets, then reads) | same traces (`Reset`; trace-only mutant `ledger_cursor_reset_acknowledges_read_position` is rejected there) |
-//! | reads with skip: the first run the skip keeps in a window of one ledger, read position after it | [`ManagedCursor::read_entries_with_skip_runs`] | `tests/ledger_cursor_model.rs` (`ReadSkip` against the model's windows) | same traces (`ReadRun`, `SkipTo`: only that reading moves forward and stays within the log; which entries were passed over is not in the trace) |
+//! | `LedgerCursor` | `ReadAfterMarkDelete` | [`ManagedCursor::read_entries`], [`ManagedCursor::mark_delete`] | `mark_delete_rewind_and_reset`, `append_rolls_over_and_reads_in_order`, `cursor_matches_reference_model` |
+//! | `LedgerCursor` | `MarkDeleteConfirmed`, `MarkDeleteMonotone` | [`ManagedCursor::mark_delete`] | `l2_mark_delete_rejects_invalid_positions_and_ranges`, `cursor_matches_reference_model` |
+//! | `LedgerCursor` | `RewindLandsOnNext` | [`ManagedCursor::rewind`], [`ManagedLedger::open_cursor`] | `mark_delete_rewind_and_reset`, `cursor_matches_reference_model` |
+//! | `LedgerCursor` | `MarkDeleteMonotone` | [`ManagedCursor::reset`] | `mark_delete_rewind_and_reset`, `cursor_matches_reference_model` |
+//!
+//! What the rows mean: the read position stays after the mark-delete
+//! (`mark_delete` moves it along); mark-delete lands only on confirmed
+//! entries and never moves backward, except through [`ManagedCursor::reset`]
+//! (a seek), which moves it to just before the new read position in either
+//! direction; rewind and recovery (a cursor reopened by `open_cursor`) land on
+//! the entry after the mark-delete. The model test
+//! (`tests/ledger_cursor_model.rs`, proptest against a reference model)
+//! refuses backward and beyond-the-end mark-deletes with nothing changed,
+//! reads after rewinds and resets, and checks reads with skip
+//! ([`ManagedCursor::read_entries_with_skip_runs`]: the first run the skip
+//! keeps in a window of one ledger, read position after it) against the
+//! model's windows.
+//!
+//! Trace validation: `specs/TraceLedgerCursor.tla` follows
+//! `tests/trace_ledger_cursor.rs`'s runs (the model test's cases). `Read` and
+//! `MarkDelete` lines pin the read position and the mark-delete; `Rewind`,
+//! `Recover` and `Reset` lines the positions they land on (mutant
+//! `ledger_cursor_rewind_to_mark_delete` is rejected there and fails the
+//! model test; trace-only mutant
+//! `ledger_cursor_reset_acknowledges_read_position` is rejected there);
+//! `ReadRun` and `SkipTo` check only that reading with skip moves forward and
+//! stays within the log (which entries were passed over is not in the
+//! trace).
 //!
 //! ```
 //! use std::sync::Arc;

@@ -63,19 +63,62 @@
 //!
 //! # Invariants
 //!
-//! | spec invariant / property | enforced by | tests | traces |
+//! | spec | invariant | functions | tests |
 //! |---|---|---|---|
-//! | `NoReadAfterFailure` (PendingAckReplay) | `ReplayAttempt::fill_queue` (counter before flag), `ReplayAttempt::read_failed` (flag before counter) | `loom-tests/pending_ack.rs` `failed_attempt_issues_exactly_one_read`, negative controls `negative_control_*_reversed_is_caught` | `specs/TracePendingAckReplay.tla` on the runs of `tests/trace_pending_ack.rs` (one thread), `tests/trace_pending_ack_threads.rs` (shuttle: replay, reader and timer threads) and the simulator (each `FqCount`/`FqFlag` line pins the value loaded; mutants `pending_ack_fill_queue_reversed_order`, `pending_ack_read_failed_reversed_order`, `pending_ack_unclassified_failure_only_logs` are rejected) |
-//! | `CompleteImpliesFullyApplied` | `ReplayAttempt::run` (a stored failure before catching up fails the attempt), fresh drained check in `fill_queue` | `loom-tests/pending_ack.rs` `drained_check_never_loses_the_last_read`; `tests/pending_ack_scenarios.rs` `failed_attempt_rewinds_so_the_retry_applies_every_record` | `specs/TracePendingAckReplay.tla` on the runs of `tests/trace_pending_ack.rs` (one thread), `tests/trace_pending_ack_threads.rs` (shuttle: replay, reader and timer threads) and the simulator (`REnd` pins the outcome; mutant `pending_ack_every_failure_fails_attempt` is rejected at `REnd`) |
-//! | `RewindBeforeRetry` | `ReplayAttempt::run` (rewind at attempt start and on failure) | `tests/pending_ack_paths.rs` `reused_cursor_with_read_position_past_the_log_replays_from_the_mark_delete` | `specs/TracePendingAckReplay.tla` on the runs of `tests/trace_pending_ack.rs` (one thread), `tests/trace_pending_ack_threads.rs` (shuttle: replay, reader and timer threads) and the simulator (`HStart`/`REnd` pin the rewound read position, runs with a moved cursor; mutants `pending_ack_failed_attempt_no_rewind`, `pending_ack_partial_replay_reported_complete` are rejected at `HStart`) |
-//! | `ReadyImpliesCaughtUp` | `ReplayAttempt::run` → `drained_end` ([`PendingAckError::IncompleteReplay`]) | `tests/pending_ack_paths.rs` `an_attempt_that_runs_dry_short_of_the_log_end_is_never_ready` | `specs/TracePendingAckReplay.tla` on the runs of `tests/trace_pending_ack.rs` (one thread), `tests/trace_pending_ack_threads.rs` (shuttle: replay, reader and timer threads) and the simulator (`REnd`, `HDone`; the trace cfg also checks `RunSettles`) |
-//! | `LateReadsChangeNothing` | [`ReadJob::run`] under the attempt's read gate, `ReplayAttempt::stop_replay` | `tests/pending_ack_paths.rs` `close_with_a_lost_read_callback_frees_the_executor_and_a_late_callback_changes_nothing`, `late_entries_of_a_closed_attempt_are_released_not_applied`; `loom-tests/pending_ack.rs` `late_read_after_stop_never_moves_the_cursor` (negative control `negative_control_late_read_without_gate_is_caught`) | hooks in place (`EnvTake`/`ReadOk` of a stopped attempt); no recorded run loses a callback yet |
-//! | `CloseFreesExecutor`, `AttemptEnds` | [`PendingAckHandle::close`] → `ReplayAttempt::interrupt`; the failure path never waits for outstanding reads | same as above; `shuttle-tests/pending_ack.rs` | - (liveness; traces are finite) |
-//! | `HandleSettles` | [`PendingAckHandle`] retry/give-up; closed cursor reopened or given up after [`HandleConfig::max_cursor_reopen_attempts`] | `tests/pending_ack_paths.rs` `closed_cursor_is_reopened_through_the_managed_ledger_on_the_redb_store`, `closed_cursor_that_cannot_reopen_fails_waiters_after_a_bounded_number_of_attempts` | `RunSettles` in the trace cfg (every recorded run ends Ready or Error) |
-//! | `RefusedOnlyOnConflict`, `PendingKeptUntilResolved`, `NoPendingDeleted` (PendingAckReplayBatch) | [`PendingAckState::check`], [`PendingAckState::apply_checked`] | `tests/pending_ack_paths.rs` `disjoint_batch_indexes_of_one_entry_by_two_txns_are_both_pending`, `replay_of_batch_index_acks_rebuilds_the_same_state`; `tests/pending_ack_batch_model.rs` (proptest vs a reference model) | - |
-//! | `CommittedAckDurable` (PendingAckReplayDurable: a committed ack is in the subscription's persisted state or its ACK record is still in the untrimmed log) | [`PendingAckState::take_trim`] (trims past an entry only once the [`SubscriptionView`] holds its commits durably), [`PendingAckHandle::committed_acks`] (the replay hands back every commit the subscription lacks) | `tests/pending_ack_subscription.rs` (a real crash on the redb store between the commit and the subscription's persist, individual and cumulative), `tests/pending_ack_handle_contract.rs` `replay_and_appends_trim_the_log_up_to_the_oldest_unresolved_entry`; simulator rule "committed ack lost in a restart" (mutant `pending_ack_trim_before_apply`) | - |
-//! | `PendingNotDeleted` (PendingAckReplayDurable: a pending ack never holds a position the subscription deleted) | [`PendingAckHandle::append`] checks the [`SubscriptionView`] before writing ([`PendingAckError::AckConflict`], holder `None`) | `tests/pending_ack_subscription.rs` `a_transactional_ack_of_an_entry_the_subscription_deleted_is_a_conflict`; simulator probe acks of the mark-delete entry (mutant `pending_ack_ack_of_deleted_accepted`) | - |
-//! | log bytes = protoc's for `TransactionPendingAck.proto` | [`record::PendingAckRecord::encode`], [`record::encode_batch`], [`record::decode_entry`] | `tests/pending_ack_wire.rs` (golden bytes per record kind and value class) | - |
+//! | `PendingAckReplay` | `NoReadAfterFailure` | `ReplayAttempt::fill_queue`, `ReplayAttempt::read_failed` | `failed_attempt_issues_exactly_one_read`, `negative_control_reader_order_reversed_is_caught`, `negative_control_writer_order_reversed_is_caught` |
+//! | `PendingAckReplay` | `CompleteImpliesFullyApplied` | `ReplayAttempt::run`, `ReplayAttempt::fill_queue` | `drained_check_never_loses_the_last_read`, `failed_attempt_rewinds_so_the_retry_applies_every_record` |
+//! | `PendingAckReplay` | `RewindBeforeRetry` | `ReplayAttempt::run` | `reused_cursor_with_read_position_past_the_log_replays_from_the_mark_delete` |
+//! | `PendingAckReplay` | `ReadyImpliesCaughtUp` | `ReplayAttempt::run`, `ReplayAttempt::drained_end` | `an_attempt_that_runs_dry_short_of_the_log_end_is_never_ready` |
+//! | `PendingAckReplay` | `LateReadsChangeNothing` | [`ReadJob::run`], `ReplayAttempt::stop_replay` | `close_with_a_lost_read_callback_frees_the_executor_and_a_late_callback_changes_nothing`, `late_entries_of_a_closed_attempt_are_released_not_applied`, `late_read_after_stop_never_moves_the_cursor`, `negative_control_late_read_without_gate_is_caught` |
+//! | `PendingAckReplay` | `CloseFreesExecutor`, `AttemptEnds` | [`PendingAckHandle::close`], `ReplayAttempt::interrupt` | `close_with_a_lost_read_callback_frees_the_executor_and_a_late_callback_changes_nothing`, `handles_on_one_executor_random`, `handles_on_one_executor_pct` |
+//! | `PendingAckReplay` | `HandleSettles` | `PendingAckHandle::schedule_retry`, `PendingAckHandle::give_up`, `PendingAckHandle::cursor_reopen_failed` | `closed_cursor_is_reopened_through_the_managed_ledger_on_the_redb_store`, `closed_cursor_that_cannot_reopen_fails_waiters_after_a_bounded_number_of_attempts` |
+//! | `PendingAckReplayBatch` | `RefusedOnlyOnConflict`, `PendingKeptUntilResolved`, `NoPendingDeleted` | [`PendingAckState::check`], [`PendingAckState::apply_checked`] | `disjoint_batch_indexes_of_one_entry_by_two_txns_are_both_pending`, `replay_of_batch_index_acks_rebuilds_the_same_state`, `batch_index_acks_match_the_reference_model` |
+//! | `PendingAckReplayDurable` | `CommittedAckDurable` | [`PendingAckState::take_trim`], [`PendingAckHandle::committed_acks`] | `a_committed_ack_survives_a_crash_before_the_subscription_is_persisted`, `a_committed_cumulative_ack_survives_a_crash_before_the_subscription_is_persisted`, `replay_and_appends_trim_the_log_up_to_the_oldest_unresolved_entry` |
+//! | `PendingAckReplayDurable` | `PendingNotDeleted` | [`PendingAckHandle::append`] | `a_transactional_ack_of_an_entry_the_subscription_deleted_is_a_conflict` |
+//!
+//! How: `fill_queue` loads the counter before the flag and `read_failed`
+//! stores the flag before the counter (`NoReadAfterFailure`); a stored
+//! failure before catching up fails the attempt and `fill_queue`'s drained
+//! check is fresh (`CompleteImpliesFullyApplied`); `run` rewinds at attempt
+//! start and on failure (`RewindBeforeRetry`) and ends a dry attempt short
+//! of the log end with [`PendingAckError::IncompleteReplay`]
+//! (`ReadyImpliesCaughtUp`); [`ReadJob::run`] reads under the attempt's
+//! read gate, which `stop_replay` closes (`LateReadsChangeNothing`);
+//! [`PendingAckHandle::close`] interrupts the attempt and the failure path
+//! never waits for outstanding reads (`CloseFreesExecutor`, `AttemptEnds`);
+//! the handle retries or gives up, and a closed cursor is reopened or given
+//! up after [`HandleConfig::max_cursor_reopen_attempts`] (`HandleSettles`).
+//! The log bytes equal protoc's for `TransactionPendingAck.proto`
+//! ([`record::PendingAckRecord::encode`], [`record::encode_batch`],
+//! [`record::decode_entry`]; golden bytes per record kind and value class in
+//! `tests/pending_ack_wire.rs`); no spec models them.
+//!
+//! The log is trimmed past an entry only once the [`SubscriptionView`]
+//! holds that entry's commits durably, and the replay hands back every
+//! commit the subscription lacks (`CommittedAckDurable`; a real crash on
+//! the redb store between the commit and the subscription's persist in
+//! `tests/pending_ack_subscription.rs`; simulator rule "committed ack lost
+//! in a restart", mutant `pending_ack_trim_before_apply`). A transactional
+//! ack of a position the subscription deleted is refused before anything is
+//! written ([`PendingAckError::AckConflict`], holder `None`;
+//! `PendingNotDeleted`, mutant `pending_ack_ack_of_deleted_accepted`).
+//!
+//! Trace validation: `specs/TracePendingAckReplay.tla` on the runs of
+//! `tests/trace_pending_ack.rs` (one thread), `tests/trace_pending_ack_threads.rs`
+//! (shuttle: replay, reader and timer threads) and the simulator. Each
+//! `FqCount`/`FqFlag` line pins the value loaded (mutants
+//! `pending_ack_fill_queue_reversed_order`, `pending_ack_read_failed_reversed_order`,
+//! `pending_ack_unclassified_failure_only_logs` are rejected); `REnd` pins
+//! the outcome (mutant `pending_ack_every_failure_fails_attempt` rejected at
+//! `REnd`); `HStart`/`REnd` pin the rewound read position, in runs with a
+//! moved cursor (mutants `pending_ack_failed_attempt_no_rewind`,
+//! `pending_ack_partial_replay_reported_complete` rejected at `HStart`);
+//! `REnd` and `HDone` check `ReadyImpliesCaughtUp`, and the trace cfg also
+//! checks `RunSettles` (every recorded run ends Ready or Error, the trace
+//! form of `HandleSettles`). `LateReadsChangeNothing` has its hooks in place
+//! (`EnvTake`/`ReadOk` of a stopped attempt), but no recorded run loses a
+//! callback yet; `CloseFreesExecutor` and `AttemptEnds` are liveness, which
+//! finite traces cannot check; the batch-index invariants have no trace.
 //!
 //! Checks: `specs/PendingAckReplay.tla` (protocol, with bug cfgs),
 //! `specs/PendingAckReplayBatch.tla` (batch-index acks),

@@ -29,14 +29,22 @@
 //! allocate, and a frame is rejected before anything is decoded when its
 //! `total_size` exceeds the caller's limit.
 //!
-//! # Invariants
+//! # Guarantees
 //!
-//! | invariant | function | tests (`tests/wire_frames.rs`) |
-//! |---|---|---|
-//! | a MESSAGE frame with a batch payload settles exactly P on the client | [`decode_frame`], [`parse_entry_payload`], `ClientConsumer::handle_frame` | `golden_message_frame_with_batch_payload_settles_exactly_p` |
-//! | encoder output = the protocol's bytes | [`encode_payload_frame`], [`encode_simple_frame`], [`encode_entry_payload`] | `golden_message_frame_…`, `golden_flow_frame` |
-//! | crc32c is Castagnoli over metadata size + metadata + payload | [`crc32c()`], [`parse_entry_payload`] | `crc32c_matches_the_castagnoli_check_value`, `malformed_frames_are_typed_errors` |
-//! | every malformed frame is a typed error, never a panic or a large allocation | all decoders | `malformed_frames_are_typed_errors`, `decoders_never_panic_on_random_and_mutated_bytes` |
+//! No spec models the framing; `tests/wire_frames.rs` checks it:
+//!
+//! - a MESSAGE frame with a batch payload settles exactly P on the client
+//!   ([`decode_frame`], [`parse_entry_payload`], `ClientConsumer::handle_frame`;
+//!   `golden_message_frame_with_batch_payload_settles_exactly_p`);
+//! - encoder output is the protocol's bytes ([`encode_payload_frame`],
+//!   [`encode_simple_frame`], [`encode_entry_payload`]; the `golden_message_frame_*`
+//!   tests, `golden_flow_frame`);
+//! - crc32c is Castagnoli over metadata size + metadata + payload
+//!   ([`crc32c()`], [`parse_entry_payload`];
+//!   `crc32c_matches_the_castagnoli_check_value`, `malformed_frames_are_typed_errors`);
+//! - every malformed frame is a typed error, never a panic or a large
+//!   allocation (all decoders; `malformed_frames_are_typed_errors`,
+//!   `decoders_never_panic_on_random_and_mutated_bytes`).
 //!
 //! Pure functions on byte slices: no shared state, callable from any thread.
 

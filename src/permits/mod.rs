@@ -32,11 +32,29 @@
 //!
 //! # Invariants
 //!
-//! | spec invariant (`PermitConservation`) | maintained by | tests | traces |
+//! | spec | invariant | functions | tests |
 //! |---|---|---|---|
-//! | `Conservation`: broker balance + commands in flight + held + accumulator + queued Flow requests + Flows in flight = RQ, per current incarnation | [`broker::Consumer::send_messages`] (one debit per finalised P), `ClientConsumer::handle_message` → [`CommandBudget`] (d handed off + P − d returned), [`ConsumerPermitState::return_permits`] (checked add, drain at RQ/2) | `tests/permits_proptest.rs` `handle_message_settles_exactly_p`, `budget_claimed_plus_drained_is_p`, `broker_accounting_matches_reference`; `tests/permits_settlement.rs`; `loom-tests/permits.rs` `flow_never_crosses_incarnations_and_credit_is_conserved`; `shuttle-tests/permits.rs` `permits_conserved_*` | `specs/TracePermitConservation.tla` on `tests/trace_permits.rs`'s runs and on simulator runs (`ClientReceive` pins d, `Drain` and `FlushResidual` the accumulator; mutant `permits_budget_returned_twice` is rejected) |
-//! | `NoExcessCredit`: the broker never holds more than RQ for a consumer | [`ClientConnection::subscribe_succeeded`] (one grant per incarnation), [`ClientConnection::flush_flows`] | `client::tests` `subscribe_succeeded_twice_grants_once` | same traces (`BrokerRecv` pins each Flow's permits) |
-//! | `NoStaleCredit`: no Flow is applied to another incarnation than its own | [`ClientConnection::flush_flows`] (revalidates the incarnation under the connection lock), [`ClientConnection::subscribe`] (closes the old state, abandons its credit) | `client::tests` `flow_drains_at_half_queue_and_is_revalidated_on_same_connection_recreate`; `loom-tests/permits.rs` (negative control `negative_control_flow_without_revalidation_crosses_incarnations`) | same traces (`ConnTaskWrite` pins written/dropped; mutant `permits_flow_without_revalidation` is rejected, and its simulator trace too: `tests/trace_mutants/permits_flow_without_revalidation_sim.patch`) |
+//! | `PermitConservation` | `Conservation` | [`broker::Consumer::send_messages`], `ClientConsumer::handle_message`, [`CommandBudget`], [`ConsumerPermitState::return_permits`] | `handle_message_settles_exactly_p`, `budget_claimed_plus_drained_is_p`, `broker_accounting_matches_reference`, `corrupted_payload_credits_its_permits_once`, `flow_never_crosses_incarnations_and_credit_is_conserved`, `permits_conserved_random`, `permits_conserved_pct` |
+//! | `PermitConservation` | `NoExcessCredit` | [`ClientConnection::subscribe_succeeded`], [`ClientConnection::flush_flows`] | `subscribe_succeeded_twice_grants_once` |
+//! | `PermitConservation` | `NoStaleCredit` | [`ClientConnection::flush_flows`], [`ClientConnection::subscribe`] | `flow_drains_at_half_queue_and_is_revalidated_on_same_connection_recreate`, `negative_control_flow_without_revalidation_crosses_incarnations` |
+//!
+//! What the rows say, per current incarnation: broker balance + commands in
+//! flight + held + accumulator + queued Flow requests + Flows in flight = RQ
+//! (`Conservation`: `send_messages` debits once per finalised P,
+//! `handle_message` hands d to the [`CommandBudget`] and returns P − d,
+//! `return_permits` adds checked and drains at RQ/2; `tests/permits_proptest.rs`,
+//! `tests/permits_settlement.rs`, loom and shuttle); the broker never holds
+//! more than RQ for a consumer (`NoExcessCredit`: one grant per incarnation);
+//! no Flow is applied to another incarnation than its own (`NoStaleCredit`:
+//! `flush_flows` revalidates the incarnation under the connection lock,
+//! `subscribe` closes the old state and abandons its credit).
+//!
+//! Trace lines that pin each row: `ClientReceive` pins d, `Drain` and
+//! `FlushResidual` the accumulator (mutant `permits_budget_returned_twice`
+//! is rejected); `BrokerRecv` pins each Flow's permits; `ConnTaskWrite` pins
+//! written/dropped (mutant `permits_flow_without_revalidation` is rejected,
+//! and its simulator trace too:
+//! `tests/trace_mutants/permits_flow_without_revalidation_sim.patch`).
 //!
 //! Trace validation (`bash .ci/trace PermitConservation`) records the real
 //! dispatcher and client consumer through the hooks of `src/trace.rs`'s

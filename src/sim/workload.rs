@@ -370,7 +370,7 @@ impl Workload {
         "failover",
     ];
 
-    /// A named preset (see the README for what each exercises).
+    /// A named preset (docs/internals/simulator.md says what each exercises).
     ///
     /// # Errors
     /// [`WorkloadError::UnknownPreset`].
