@@ -190,4 +190,107 @@ mod tests {
         assert!(!b.dispatchable(p(5), EntryTxn::Abort(t2), p(5)), "marker");
         assert!(b.dispatchable(p(3), EntryTxn::Plain, p(5)));
     }
+
+    use crate::ledger::{LedgerConfig, ManagedLedger, MemoryStore, ReadFailureKind};
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Arc;
+
+    fn marker(t: TxnId, kind: i32) -> Vec<u8> {
+        super::super::proto::TxnMarkerMetadata {
+            producer_name: super::super::proto::MARKER_PRODUCER_NAME.into(),
+            sequence_id: t.least_sig_bits,
+            publish_time: 1,
+            marker_type: Some(kind),
+            txnid_least_bits: Some(t.least_sig_bits),
+            txnid_most_bits: Some(t.most_sig_bits),
+        }
+        .entry()
+    }
+
+    /// A topic of 250 entries: transactions 1..=5 with data entries, 1 and
+    /// 3 committed, 2 aborted, 4 and 5 open.
+    fn topic() -> Arc<ManagedLedger> {
+        let ml = ManagedLedger::open(
+            "persistent://public/default/tb",
+            LedgerConfig::default(),
+            Arc::new(MemoryStore::new()),
+        )
+        .unwrap();
+        for i in 0..250u64 {
+            let data = match i {
+                200 => marker(TxnId::new(0, 1), marker_type::TXN_COMMIT),
+                201 => marker(TxnId::new(0, 2), marker_type::TXN_ABORT),
+                202 => marker(TxnId::new(0, 3), marker_type::TXN_COMMIT),
+                _ if i > 202 => data_entry(TxnId::new(0, 4 + i % 2)),
+                _ => data_entry(TxnId::new(0, i % 5 + 1)),
+            };
+            ml.append(&data).unwrap();
+        }
+        ml
+    }
+
+    fn data_entry(t: TxnId) -> Vec<u8> {
+        let mut md = crate::permits::wire::MessageMetadata {
+            producer_name: "p".into(),
+            sequence_id: 1,
+            publish_time: 2,
+            num_messages_in_batch: None,
+        }
+        .encode_to_vec();
+        prost::encoding::uint64::encode(22, &t.least_sig_bits, &mut md);
+        prost::encoding::uint64::encode(23, &t.most_sig_bits, &mut md);
+        let mut body = Vec::new();
+        body.extend_from_slice(&(md.len() as u32).to_be_bytes());
+        body.extend_from_slice(&md);
+        body.push(b'm');
+        let mut out = vec![0x0e, 0x01];
+        out.extend_from_slice(&crate::permits::frame::crc32c(&body).to_be_bytes());
+        out.extend_from_slice(&body);
+        out
+    }
+
+    #[test]
+    fn recovery_rebuilds_ongoing_and_aborted_from_the_topic() {
+        let ml = topic();
+        let b = TxnBuffer::recover(&ml).unwrap();
+        let open: Vec<u64> = b.ongoing().keys().map(|t| t.least_sig_bits).collect();
+        assert_eq!(open, vec![4, 5]);
+        assert!(b.is_aborted(TxnId::new(0, 2)));
+        assert!(!b.is_aborted(TxnId::new(0, 1)));
+        assert_eq!(
+            b.ongoing()[&TxnId::new(0, 4)],
+            Position::new(ml.ledgers()[0].0, 3)
+        );
+    }
+
+    /// Seed 001's discipline (Pulsar #26379 lacks it): a read failure ends
+    /// the attempt with no further read and is never a recovery; the next
+    /// attempt reads from the first entry again and recovers everything.
+    #[test]
+    fn a_read_failure_ends_the_recovery_attempt_and_the_retry_starts_over() {
+        let ml = topic();
+        let reference = TxnBuffer::recover(&ml).unwrap();
+        for kind in [
+            ReadFailureKind::StorageUnavailable,
+            ReadFailureKind::LedgerNotExist,
+            ReadFailureKind::Fenced,
+        ] {
+            let reads = Arc::new(AtomicUsize::new(0));
+            let r2 = Arc::clone(&reads);
+            // The second read of the attempt fails.
+            ml.faults()
+                .set_policy(move |_| (r2.fetch_add(1, Ordering::SeqCst) == 1).then_some(kind));
+            assert!(
+                TxnBuffer::recover(&ml).is_err(),
+                "{kind:?}: a partial recovery is an error"
+            );
+            assert_eq!(
+                reads.load(Ordering::SeqCst),
+                2,
+                "{kind:?}: no read after the failure"
+            );
+            ml.faults().clear();
+            assert_eq!(TxnBuffer::recover(&ml).unwrap(), reference, "{kind:?}");
+        }
+    }
 }
