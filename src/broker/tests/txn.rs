@@ -508,3 +508,43 @@ fn an_open_transaction_survives_a_crash_and_commits_after_it() {
     assert_eq!(delivered(&out, 9), vec![m]);
     assert!(sub(&b, "work").deletion().is_message_deleted(input));
 }
+
+/// Seed 001's discipline for the transaction buffer (Pulsar closes the
+/// topic; the upstream recovery hot-loops, #26379): a failed recovery does
+/// not open the topic, a request before the backoff passes is refused
+/// without a read, and the retry after it recovers.
+#[test]
+fn a_topic_whose_buffer_cannot_recover_is_not_opened_until_its_backoff_passes() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut b = core(&dir);
+    let ml = ManagedLedger::open(
+        "persistent://public/default/x",
+        LedgerConfig::default(),
+        Arc::new(b.store().clone()),
+    )
+    .unwrap();
+    ml.append(&entry(None, None, None)).unwrap();
+    let reads = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let r2 = Arc::clone(&reads);
+    ml.faults().set_policy(move |_| {
+        r2.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        Some(crate::ledger::ReadFailureKind::StorageUnavailable)
+    });
+    let name = "persistent://public/default/x";
+    let e = b.recover_buffer(name, &ml).unwrap_err();
+    assert_eq!(e.server_error(), server_error::SERVICE_NOT_READY);
+    assert_eq!(reads.load(std::sync::atomic::Ordering::SeqCst), 1);
+    // Before the backoff: refused with no read.
+    assert!(b.recover_buffer(name, &ml).is_err());
+    assert_eq!(
+        reads.load(std::sync::atomic::Ordering::SeqCst),
+        1,
+        "no read before the backoff"
+    );
+    ml.faults().clear();
+    b.handle_timeout(T0 + 100);
+    assert!(
+        b.recover_buffer(name, &ml).is_ok(),
+        "the retry after the backoff recovers"
+    );
+}

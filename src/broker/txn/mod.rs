@@ -45,6 +45,22 @@
 //! them through the same steps; timeouts run on [`super::Broker::poll_timeout`]
 //! / [`super::Broker::handle_timeout`], never a wall clock.
 
+//!
+//! # Invariants
+//!
+//! | spec | invariant | functions | tests |
+//! |---|---|---|---|
+//! | `TransactionBufferRecovery` | `NoReadAfterFailure` | [`scan`], [`TxnBuffer::recover`] | `a_read_failure_ends_the_recovery_attempt_and_the_retry_starts_over` |
+//! | `TransactionBufferRecovery` | `ReadyImpliesFullyApplied` | [`TxnBuffer::recover`], `Broker::recover_buffer` | `a_read_failure_ends_the_recovery_attempt_and_the_retry_starts_over`, `a_topic_whose_buffer_cannot_recover_is_not_opened_until_its_backoff_passes` |
+//!
+//! How: [`scan`] returns at the first failed read (no further read); a
+//! failed recovery returns the error, so the topic is not opened (no
+//! partial buffer is ever served); the next attempt starts from the first
+//! entry (nothing kept between attempts) after a per-topic backoff.
+//! Not modelled: the coordinator and the END_TXN crash points (unit tests:
+//! `a_crash_after_each_durable_write_of_end_txn_is_finished_by_recovery`,
+//! `an_open_transaction_survives_a_crash_and_commits_after_it`).
+
 pub mod buffer;
 pub mod coordinator;
 mod handlers;
