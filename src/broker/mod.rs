@@ -19,6 +19,7 @@
 //! | [`subscription::SubConsumer`] | `Consumer` (with PIP-491 permits: `permits::broker::Consumer`) |
 //! | [`key_shared`] | `ConsistentHashingStickyKeyConsumerSelector`, `Murmur3_32Hash`, `Commands.peekStickyKey` |
 //! | [`proto`] | the `PulsarApi.proto` messages the core reads and writes |
+//! | [`txn`] | `TransactionMetadataStore` (coordinator), `TopicTransactionBuffer`, `PendingAckHandleImpl` wiring, `ServerCnx`'s transaction handlers |
 //!
 //! ## Input / output contract
 //!
@@ -78,8 +79,10 @@
 //! inputs give the same outputs. The components it owns synchronise
 //! internally through `crate::sync` (the loom/shuttle facade).
 //!
+//! Transactions (PIP-31: coordinator, transaction buffer, pending ack) are
+//! in [`txn`].
+//!
 //! Not implemented (answered as Pulsar answers an unsupported request):
-//! transactions (transactional SEND and ACK get `NotAllowedError`),
 //! chunked messages, unsubscribe, seek, readers (non-durable
 //! subscriptions), schemas, partitioned topics (every topic has 0
 //! partitions), Key_Shared `STICKY` mode.

@@ -38,7 +38,7 @@ impl Sim<'_> {
             // it changes nothing, so the run is the same with or without it.
             self.txn_acks_seen += 1;
             let md = sub.deletion.mark_delete_position();
-            if self.txn_acks_seen % 16 == 0 && md.entry_id >= 0 {
+            if self.txn_acks_seen.is_multiple_of(16) && md.entry_id >= 0 {
                 let probe = TxnId::new(1, self.txn_acks_seen);
                 let out = Arc::new(std::sync::Mutex::new(None));
                 let o = Arc::clone(&out);

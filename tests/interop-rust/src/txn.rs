@@ -510,7 +510,12 @@ pub async fn ack_probe(server: &Server, log: Arc<Log>) -> Result<String, String>
     };
     let _ = timeout(Duration::from_secs(5), c.close()).await;
     let _ = timeout(Duration::from_secs(5), prod.close()).await;
-    Ok(format!(
-        "transactional ACK (txn (0,424242), never opened): {ack}; message {after}"
-    ))
+    let report =
+        format!("transactional ACK (txn (0,424242), never opened): {ack}; message {after}");
+    // The check: a transactional ack is never applied as a plain ack (the
+    // message comes back to a new consumer of the subscription).
+    if after.starts_with("NOT redelivered") {
+        return Err(format!("txn-ack-probe FAILED: {report}"));
+    }
+    Ok(report)
 }
