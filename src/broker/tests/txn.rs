@@ -548,3 +548,31 @@ fn a_topic_whose_buffer_cannot_recover_is_not_opened_until_its_backoff_passes() 
         "the retry after the backoff recovers"
     );
 }
+
+/// Cumulative and batch-index transactional acks: pending until the
+/// commit, applied by it (mark-delete moved; the acknowledged indexes
+/// deleted).
+#[test]
+fn cumulative_and_batch_index_transactional_acks_apply_at_commit() {
+    let (_d, mut b) = with_producer();
+    subscribe(&mut b, 1, 7, "work", sub_type::SHARED, "w");
+    let p0 = send(&mut b, 1, 1, 0, &entry(None, None, None));
+    let p1 = send(&mut b, 1, 1, 1, &entry(None, Some(3), None));
+    flow(&mut b, 1, 7, 10);
+    let t = new_txn(&mut b, 1, 60_000);
+    add_subscription(&mut b, 1, t, "work");
+    let tb = (t.most_sig_bits, t.least_sig_bits);
+    // Indexes 0 and 2 of the batch at p1 (set bit = still unacknowledged).
+    let out = txn_ack(&mut b, 1, 7, false, vec![mid(p1, vec![0b010])], tb, 9);
+    assert_eq!(out[0].1.ack_response.clone().unwrap().error, None);
+    let out = txn_ack(&mut b, 1, 7, true, vec![mid(p0, vec![])], tb, 10);
+    assert_eq!(out[0].1.ack_response.clone().unwrap().error, None);
+    assert!(sub(&b, "work").mark_delete() < p0);
+    assert_eq!(end_txn(&mut b, 1, t, true).error, None);
+    assert_eq!(sub(&b, "work").mark_delete(), p0);
+    assert_eq!(
+        sub(&b, "work").deletion().batch_ack_set(p1),
+        Some(vec![0b010]),
+        "index 1 left"
+    );
+}

@@ -23,7 +23,7 @@
 //! - a failed attempt is never reported complete: the topic is not opened;
 //! - the next attempt starts again from the first entry (the rewind: an
 //!   attempt keeps no read position), and only after a backoff (100 ms
-//!   doubling to 60 s per topic, [`super::backoff_ms`]): requests for the
+//!   doubling to 60 s per topic): requests for the
 //!   topic before then are refused at once, without a read.
 //!
 //! While its buffer cannot recover, the topic is not open: lookups,

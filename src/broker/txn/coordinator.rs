@@ -404,3 +404,100 @@ impl Coordinator {
             .collect()
     }
 }
+
+#[cfg(all(test, not(any(loom, feature = "shuttle"))))]
+mod tests {
+    use super::*;
+
+    fn store(dir: &tempfile::TempDir) -> RedbStore {
+        RedbStore::open(dir.path().join("s.redb")).unwrap()
+    }
+
+    #[test]
+    fn the_state_machine_answers_with_pulsars_errors() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut c = Coordinator::open(&store(&dir), 0).unwrap();
+        let t = c.new_txn(1000, 10).unwrap();
+        assert_eq!(t, TxnId::new(0, 1));
+        assert_eq!(c.new_txn(1000, 10).unwrap(), TxnId::new(0, 2));
+        let ghost = TxnId::new(0, 99);
+        assert_eq!(
+            c.add_partitions(ghost, &["t".into()], 11)
+                .unwrap_err()
+                .server_error(),
+            server_error::TRANSACTION_NOT_FOUND
+        );
+        c.add_partitions(t, &["t".into()], 11).unwrap();
+        c.add_subscriptions(t, &[("t".into(), "s".into())], 11)
+            .unwrap();
+        assert_eq!(
+            c.begin_end(t, true, 12).unwrap().status,
+            txn_status::COMMITTING
+        );
+        // A retried commit is the same step; an abort of a committing one is not.
+        assert_eq!(
+            c.begin_end(t, true, 12).unwrap().status,
+            txn_status::COMMITTING
+        );
+        assert_eq!(
+            c.begin_end(t, false, 12).unwrap_err().server_error(),
+            server_error::INVALID_TXN_STATUS
+        );
+        assert_eq!(
+            c.add_partitions(t, &["u".into()], 12)
+                .unwrap_err()
+                .server_error(),
+            server_error::INVALID_TXN_STATUS
+        );
+        c.finish_end(t, 13).unwrap();
+        assert!(c.get(t).is_none());
+        assert_eq!(
+            c.begin_end(t, true, 14).unwrap_err().server_error(),
+            server_error::TRANSACTION_NOT_FOUND
+        );
+        assert_eq!(c.next_timeout(), Some(1010));
+        assert_eq!(c.expired(1009), vec![]);
+        assert_eq!(c.expired(1010), vec![TxnId::new(0, 2)]);
+    }
+
+    /// Drop and reopen the redb store after each durable write: the log
+    /// rebuilds the same transactions, sequence numbers never repeat.
+    #[test]
+    fn recovery_after_each_durable_write_rebuilds_the_same_transactions() {
+        let dir = tempfile::tempdir().unwrap();
+        let steps: Vec<Box<dyn Fn(&mut Coordinator)>> = vec![
+            Box::new(|c| {
+                c.new_txn(500, 1).unwrap();
+            }),
+            Box::new(|c| {
+                c.add_partitions(TxnId::new(0, 1), &["t".into()], 2)
+                    .unwrap()
+            }),
+            Box::new(|c| {
+                c.add_subscriptions(TxnId::new(0, 1), &[("t".into(), "s".into())], 3)
+                    .unwrap()
+            }),
+            Box::new(|c| {
+                c.begin_end(TxnId::new(0, 1), false, 4).unwrap();
+            }),
+            Box::new(|c| c.finish_end(TxnId::new(0, 1), 5).unwrap()),
+        ];
+        let mut expected: Vec<BTreeMap<TxnId, TxnMeta>> = Vec::new();
+        for (i, step) in steps.iter().enumerate() {
+            let mut c = Coordinator::open(&store(&dir), 0).unwrap();
+            if let Some(prev) = expected.last() {
+                assert_eq!(c.transactions(), prev, "after write {i}");
+            }
+            step(&mut c);
+            expected.push(c.transactions().clone());
+            drop(c);
+        }
+        let mut c = Coordinator::open(&store(&dir), 0).unwrap();
+        assert!(c.transactions().is_empty());
+        assert_eq!(
+            c.new_txn(1, 6).unwrap(),
+            TxnId::new(0, 2),
+            "no sequence reused"
+        );
+    }
+}
