@@ -465,7 +465,8 @@ mod tests {
     #[test]
     fn recovery_after_each_durable_write_rebuilds_the_same_transactions() {
         let dir = tempfile::tempdir().unwrap();
-        let steps: Vec<Box<dyn Fn(&mut Coordinator)>> = vec![
+        type Step = Box<dyn Fn(&mut Coordinator)>;
+        let steps: Vec<Step> = vec![
             Box::new(|c| {
                 c.new_txn(500, 1).unwrap();
             }),
