@@ -53,6 +53,7 @@ use pulsar_core::broker::proto::{
     CommandPartitionedTopicMetadataResponse, CommandProducerSuccess, CommandSendError,
     CommandSendReceipt, Empty,
 };
+use pulsar_core::broker::txn::proto::{CommandTcClientConnectResponse, CommandTxnResponse};
 
 /// What a fixture is, so its decoded form can be compared.
 enum Fixture {
@@ -478,6 +479,8 @@ fn fixtures() -> Vec<(&'static str, Fixture)> {
             serve(38, |c| {
                 c.ack_response = Some(CommandAckResponse {
                     consumer_id: 2,
+                    txnid_least_bits: None,
+                    txnid_most_bits: None,
                     error: None,
                     message: None,
                     request_id: Some(7),
@@ -485,7 +488,82 @@ fn fixtures() -> Vec<(&'static str, Fixture)> {
             }),
         ),
         ("serve/pong", serve(19, |c| c.pong = Some(Empty {}))),
+        (
+            "serve/txn_ack_response",
+            serve(38, |c| {
+                c.ack_response = Some(CommandAckResponse {
+                    consumer_id: 2,
+                    txnid_least_bits: Some(0),
+                    txnid_most_bits: Some(0),
+                    error: Some(23),
+                    message: Some("conflict".into()),
+                    request_id: Some(7),
+                })
+            }),
+        ),
+        (
+            "serve/tc_client_connect_response",
+            serve(63, |c| {
+                c.tc_client_connect_response = Some(CommandTcClientConnectResponse {
+                    request_id: 0,
+                    error: None,
+                    message: None,
+                })
+            }),
+        ),
+        (
+            "serve/tc_client_connect_response_error",
+            serve(63, |c| {
+                c.tc_client_connect_response = Some(CommandTcClientConnectResponse {
+                    request_id: 3,
+                    error: Some(20),
+                    message: Some(String::new()),
+                })
+            }),
+        ),
+        (
+            "serve/new_txn_response",
+            serve(51, |c| {
+                c.new_txn_response = Some(txn_response(2, 1, 0, None))
+            }),
+        ),
+        (
+            "serve/add_partition_to_txn_response",
+            serve(53, |c| {
+                c.add_partition_to_txn_response =
+                    Some(txn_response(3, u64::MAX, 0, Some((21, "not open"))))
+            }),
+        ),
+        (
+            "serve/add_subscription_to_txn_response",
+            serve(55, |c| {
+                c.add_subscription_to_txn_response = Some(txn_response(4, 5, 0, None))
+            }),
+        ),
+        (
+            "serve/end_txn_response",
+            serve(57, |c| {
+                c.end_txn_response = Some(txn_response(5, 5, 0, Some((24, "gone"))))
+            }),
+        ),
     ]
+}
+
+/// A coordinator response (`CommandNewTxnResponse` and its siblings share
+/// the shape) with explicit txnid fields.
+fn txn_response(
+    request_id: u64,
+    least: u64,
+    most: u64,
+    error: Option<(i32, &str)>,
+) -> CommandTxnResponse {
+    CommandTxnResponse {
+        request_id,
+        txnid_least_bits: Some(least),
+        txnid_most_bits: Some(most),
+        error: error.map(|e| e.0),
+        message: error.map(|e| e.1.to_string()),
+    }
 }
 
 fn encode(f: &Fixture) -> Vec<u8> {

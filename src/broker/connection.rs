@@ -191,7 +191,7 @@ impl Broker {
         self.dispatch_sub(&r.topic, &r.subscription);
     }
 
-    fn dispatch_sub(&mut self, topic: &str, subscription: &str) {
+    pub(crate) fn dispatch_sub(&mut self, topic: &str, subscription: &str) {
         if let Some(t) = self.topics.get_mut(topic) {
             if let Some(s) = t.subscriptions.get_mut(subscription) {
                 if !s.consumers.is_empty() {
@@ -264,7 +264,21 @@ impl Broker {
             ty::PARTITIONED_METADATA => {
                 require(raw, ty::PARTITIONED_METADATA, &[1, 2])?;
                 let m = cmd.partition_metadata.unwrap_or_default();
-                let resp = match self.topic(&m.topic) {
+                // The coordinator assignment topic: one partition, one
+                // coordinator (tc_id 0) on this node.
+                let tc = m.topic == super::txn::TC_ASSIGN_TOPIC;
+                let resp = match if tc {
+                    Ok(String::new())
+                } else {
+                    self.topic(&m.topic)
+                } {
+                    Ok(_) if tc => proto::CommandPartitionedTopicMetadataResponse {
+                        partitions: Some(1),
+                        request_id: m.request_id,
+                        response: Some(0),
+                        error: None,
+                        message: None,
+                    },
                     Ok(_) => proto::CommandPartitionedTopicMetadataResponse {
                         partitions: Some(0),
                         request_id: m.request_id,
@@ -292,7 +306,13 @@ impl Broker {
             ty::LOOKUP => {
                 require(raw, ty::LOOKUP, &[1, 2])?;
                 let m = cmd.lookup_topic.unwrap_or_default();
-                let resp = match self.topic(&m.topic) {
+                // A coordinator partition is served here without opening a topic.
+                let tc = m.topic.starts_with(super::txn::TC_ASSIGN_TOPIC);
+                let resp = match if tc {
+                    Ok(String::new())
+                } else {
+                    self.topic(&m.topic)
+                } {
                     Ok(_) => proto::CommandLookupTopicResponse {
                         broker_service_url: Some(self.config.advertised_url.clone()),
                         response: Some(1),
@@ -459,6 +479,14 @@ impl Broker {
                     },
                 );
             }
+            ty::TC_CLIENT_CONNECT_REQUEST => {
+                require(raw, cmd.r#type, &[1, 2])?;
+                self.handle_txn_command(conn, cmd);
+            }
+            ty::NEW_TXN | ty::ADD_PARTITION_TO_TXN | ty::ADD_SUBSCRIPTION_TO_TXN | ty::END_TXN => {
+                require(raw, cmd.r#type, &[1])?;
+                self.handle_txn_command(conn, cmd);
+            }
             other => {
                 let name = format!("command type {other} is not supported by pulsar-core serve");
                 match proto::request_id_tag(other)
@@ -574,14 +602,7 @@ impl Broker {
                 "chunked messages are not supported".into(),
             );
         }
-        if s.txnid_most_bits.unwrap_or(0) != 0 || s.txnid_least_bits.unwrap_or(0) != 0 {
-            return self.send_error(
-                conn,
-                &s,
-                server_error::NOT_ALLOWED_ERROR,
-                "transactions are not supported".into(),
-            );
-        }
+        let transactional = s.txnid_most_bits.is_some() || s.txnid_least_bits.is_some();
         if let Err(e) = parse_entry_payload(payload) {
             return self.send_error(
                 conn,
@@ -598,6 +619,25 @@ impl Broker {
                 format!("bad message metadata: {e}"),
             );
         }
+        // A transactional SEND goes to the transaction buffer; a plain one
+        // may not carry a transaction id or a marker in its metadata (a
+        // client cannot forge a commit or abort marker).
+        let txn = if transactional {
+            match self.txn_send_check(&p.topic, s.txnid_most_bits, s.txnid_least_bits, payload) {
+                Ok(id) => Some(id),
+                Err(e) => return self.send_error(conn, &s, e.server_error(), e.to_string()),
+            }
+        } else {
+            if super::txn::entry_txn(payload) != super::txn::EntryTxn::Plain {
+                return self.send_error(
+                    conn,
+                    &s,
+                    server_error::NOT_ALLOWED_ERROR,
+                    "a non-transactional SEND whose metadata carries a txnid or marker_type".into(),
+                );
+            }
+            None
+        };
         let Some(topic) = self.topics.get_mut(&p.topic) else {
             return self.send_error(
                 conn,
@@ -612,6 +652,12 @@ impl Broker {
                 return self.send_error(conn, &s, server_error::PERSISTENCE_ERROR, e.to_string())
             }
         };
+        if let Some(id) = txn {
+            topic
+                .buffer
+                .lock()
+                .observe(pos, super::txn::EntryTxn::Data(id));
+        }
         self.reply(
             conn,
             BrokerCommand {
@@ -639,6 +685,9 @@ impl Broker {
     }
 
     fn handle_ack(&mut self, conn: ConnectionId, a: crate::permits::wire::CommandAck) {
+        if a.txnid_most_bits.is_some() || a.txnid_least_bits.is_some() {
+            return self.handle_txn_ack(conn, a);
+        }
         let result = if a.message_id.iter().any(|m| position_of(m).is_none()) {
             if self.consumer_sub(conn, a.consumer_id).is_none() {
                 Err(format!("ack for unknown consumer {}", a.consumer_id))
@@ -668,6 +717,8 @@ impl Broker {
                     r#type: ty::ACK_RESPONSE,
                     ack_response: Some(proto::CommandAckResponse {
                         consumer_id: a.consumer_id,
+                        txnid_least_bits: None,
+                        txnid_most_bits: None,
                         error,
                         message,
                         request_id: Some(request_id),
@@ -679,6 +730,40 @@ impl Broker {
         if result.is_ok() {
             self.dispatch_consumer_sub(conn, a.consumer_id);
         }
+    }
+
+    /// A transactional ACK (`txnid_*` present): pending in the
+    /// subscription's pending-ack log until the transaction ends; answered
+    /// with a `CommandAckResponse` carrying the transaction id (error
+    /// `TransactionConflict` on a conflict), as Pulsar's `ServerCnx` does.
+    fn handle_txn_ack(&mut self, conn: ConnectionId, a: crate::permits::wire::CommandAck) {
+        let target = self
+            .conns
+            .get(&conn)
+            .and_then(|c| c.consumers.get(&a.consumer_id))
+            .cloned();
+        let result = match target {
+            None => Err(super::txn::TxnError::NotAllowed(format!(
+                "ack for unknown consumer {}",
+                a.consumer_id
+            ))),
+            Some(r) => self.txn_ack(conn, &r.topic, &r.subscription, &a),
+        };
+        if let Err(e) = &result {
+            tracing::warn!(conn, error = %e, "transactional ack refused");
+        }
+        if a.request_id.is_some() {
+            let resp = super::txn::handlers_ack_response(&a, &result);
+            self.reply(
+                conn,
+                BrokerCommand {
+                    r#type: ty::ACK_RESPONSE,
+                    ack_response: Some(resp),
+                    ..Default::default()
+                },
+            );
+        }
+        self.dispatch_consumer_sub(conn, a.consumer_id);
     }
 
     fn handle_subscribe(&mut self, conn: ConnectionId, s: crate::permits::wire::CommandSubscribe) {
@@ -720,6 +805,11 @@ impl Broker {
         };
         match self.subscribe(conn, &topic, &s) {
             Ok(()) => {
+                if let Err(e) = self.attach_txn(&topic, &s.subscription) {
+                    // Transactional acks on it are refused (ServiceNotReady)
+                    // until a later subscribe opens the handle.
+                    tracing::warn!(conn, error = %e, "pending-ack handle not opened");
+                }
                 self.conn_mut(conn).consumers.insert(
                     s.consumer_id,
                     ConsumerRef {

@@ -31,6 +31,7 @@ use super::entry::{entry_info, EntryInfo};
 use super::output::Outbox;
 use super::proto::{ty, BrokerCommand};
 use super::subscription::{sub_type, SubConsumer, Subscription};
+use super::txn::{entry_txn, EntryTxn};
 
 /// Entries read from the cursor (or replayed) per dispatch round.
 pub const READ_BATCH: usize = 100;
@@ -62,10 +63,37 @@ impl Subscription {
     /// Sends what the consumers have permits for: replay first, then due
     /// delayed entries, then new entries from the cursor.
     pub(crate) fn dispatch(&mut self, ml: &ManagedLedger, out: &mut Outbox) {
+        // Markers and aborted transactions' entries met on the way:
+        // acknowledged for this subscription, never dispatched.
+        let mut skipped = Vec::new();
+        self.dispatch_rounds(ml, out, &mut skipped);
+        if !skipped.is_empty() {
+            let deleted = self.deletion.delete(&skipped, ml).map(|_| ());
+            if let Err(e) = deleted
+                .map_err(|e| e.to_string())
+                .and_then(|()| self.persist_and_settle())
+            {
+                tracing::warn!(error = %e, subscription = %self.name, "acknowledging transaction markers / aborted entries failed");
+            }
+        }
+    }
+
+    fn dispatch_rounds(
+        &mut self,
+        ml: &ManagedLedger,
+        out: &mut Outbox,
+        skipped: &mut Vec<Position>,
+    ) {
         let mut rounds = 0;
         while self.total_permits(out) > 0 && rounds < MAX_ROUNDS {
             rounds += 1;
             let mut progressed = false;
+            // The transaction buffer's max read position: nothing past it is
+            // dispatched (entries of an open transaction, and after them).
+            let max_read = self
+                .buffer
+                .lock()
+                .max_read_position(ml.last_confirmed_entry());
             // 1. replay
             if !self.replay.is_empty() {
                 // Key_Shared: only entries whose consumer can receive, so
@@ -74,6 +102,7 @@ impl Subscription {
                 let positions: Vec<Position> = self
                     .replay
                     .iter()
+                    .filter(|(p, _)| **p <= max_read)
                     .filter(|(_, h)| {
                         !key_shared
                             || self
@@ -86,21 +115,29 @@ impl Subscription {
                 for p in &positions {
                     self.replay.remove(p);
                 }
-                progressed |= self.deliver_positions(ml, &positions, true, out);
+                progressed |= self.deliver_positions(ml, &positions, true, out, skipped);
             }
             // 2. delayed entries whose time has come
             if self.total_permits(out) > 0 && self.tracker.has_message_available() {
                 match self.tracker.get_scheduled_messages(READ_BATCH) {
                     Ok(positions) if !positions.is_empty() => {
-                        progressed |= self.deliver_positions(ml, &positions, true, out);
+                        progressed |= self.deliver_positions(ml, &positions, true, out, skipped);
                     }
                     Ok(_) => {}
                     Err(e) => tracing::error!(error = %e, "delayed tracker"),
                 }
             }
             // 3. new entries
-            if self.total_permits(out) > 0 {
-                let n = (self.total_permits(out) as usize).clamp(1, READ_BATCH);
+            let read_at = self.cursor.read_position();
+            if self.total_permits(out) > 0 && read_at <= max_read {
+                let mut n = (self.total_permits(out) as usize).clamp(1, READ_BATCH);
+                // Read no further than the max read position (an entry read
+                // past it after skipping deleted ones waits in replay).
+                if read_at.ledger_id == max_read.ledger_id {
+                    n = n.min((max_read.entry_id - read_at.entry_id + 1).max(1) as usize);
+                } else if max_read < ml.last_confirmed_entry() {
+                    n = 1;
+                }
                 // The lock-free hint per entry; a deleted entry's run end is
                 // asked once and the scan hops past the whole run.
                 let mut skip = SkipDeleted::new(&self.deletion);
@@ -108,7 +145,7 @@ impl Subscription {
                 match read {
                     Ok(entries) if !entries.is_empty() => {
                         let entries = self.deletion.filter_read_entries(entries, |e| e.position);
-                        progressed |= self.deliver_entries(entries, false, out);
+                        progressed |= self.deliver_entries(entries, false, out, skipped);
                         if self.cursor.has_more_entries() {
                             progressed = true;
                         }
@@ -132,6 +169,7 @@ impl Subscription {
         positions: &[Position],
         due: bool,
         out: &mut Outbox,
+        skipped: &mut Vec<Position>,
     ) -> bool {
         let live: Vec<Position> = positions
             .iter()
@@ -142,7 +180,7 @@ impl Subscription {
             return false;
         }
         match ml.read_positions(&live) {
-            Ok(entries) => self.deliver_entries(entries, due, out),
+            Ok(entries) => self.deliver_entries(entries, due, out, skipped),
             Err(e) => {
                 tracing::error!(error = %e, "replay read failed");
                 for p in live {
@@ -215,9 +253,44 @@ impl Subscription {
 
     /// Routes entries to consumers and queues their MESSAGE frames; returns
     /// whether any was sent.
-    fn deliver_entries(&mut self, entries: Vec<Entry>, due: bool, out: &mut Outbox) -> bool {
+    fn deliver_entries(
+        &mut self,
+        entries: Vec<Entry>,
+        due: bool,
+        out: &mut Outbox,
+        skipped: &mut Vec<Position>,
+    ) -> bool {
         let mut sent_any = false;
+        let lac = entries.iter().map(|e| e.position).max();
         for entry in entries {
+            // The transaction buffer: markers and aborted transactions'
+            // entries are acknowledged and skipped; an entry past the max
+            // read position waits in replay; an entry acknowledged inside an
+            // open transaction is not dispatched.
+            let txn = entry_txn(&entry.data);
+            {
+                let buffer = self.buffer.lock();
+                match txn {
+                    EntryTxn::Commit(_) | EntryTxn::Abort(_) | EntryTxn::OtherMarker => {
+                        skipped.push(entry.position);
+                        continue;
+                    }
+                    EntryTxn::Data(t) if buffer.is_aborted(t) => {
+                        skipped.push(entry.position);
+                        continue;
+                    }
+                    _ => {}
+                }
+                if !buffer.dispatchable(entry.position, txn, lac.unwrap_or(entry.position)) {
+                    drop(buffer);
+                    let h = entry_info(&entry.data).map_or(0, |i| i.key_hash);
+                    self.replay.insert(entry.position, h);
+                    continue;
+                }
+            }
+            if self.txn_pending.contains(&entry.position) {
+                continue;
+            }
             let info = entry_info(&entry.data).unwrap_or_else(|e| {
                 tracing::warn!(position = %entry.position, error = %e, "entry metadata unreadable; delivering as one message");
                 EntryInfo::unreadable()

@@ -35,14 +35,14 @@ impl EntryInfo {
 /// `payload_size` (key + 1-byte varint), with an empty payload.
 const MIN_BATCHED_MESSAGE_BYTES: usize = 6;
 
-/// Reads the `MessageMetadata` of a stored entry (`[0x0e02 …]? [0x0e01][crc]?
-/// [size][MessageMetadata]…`).
+/// The `MessageMetadata` bytes of a stored entry (`[0x0e02 …]? [0x0e01][crc]?
+/// [size][MessageMetadata]…`) and the parsed entry (its payload after them).
 ///
 /// # Errors
-/// A description of the defect: a payload that does not parse (checksum,
-/// sizes), metadata that does not decode, or a batch count the payload
-/// cannot hold.
-pub fn entry_info(data: &[u8]) -> Result<EntryInfo, String> {
+/// A description of the defect (checksum, sizes).
+pub fn metadata_and_payload(
+    data: &[u8],
+) -> Result<(&[u8], crate::permits::frame::EntryPayload<'_>), String> {
     let parsed = crate::permits::frame::parse_entry_payload(data).map_err(|e| e.to_string())?;
     let meta_len = data.len() - parsed.payload.len();
     let mut at = 0usize;
@@ -54,6 +54,18 @@ pub fn entry_info(data: &[u8]) -> Result<EntryInfo, String> {
         at += 6;
     }
     let meta = data.get(at + 4..meta_len).ok_or("metadata out of range")?;
+    Ok((meta, parsed))
+}
+
+/// Reads the `MessageMetadata` of a stored entry (`[0x0e02 …]? [0x0e01][crc]?
+/// [size][MessageMetadata]…`).
+///
+/// # Errors
+/// A description of the defect: a payload that does not parse (checksum,
+/// sizes), metadata that does not decode, or a batch count the payload
+/// cannot hold.
+pub fn entry_info(data: &[u8]) -> Result<EntryInfo, String> {
+    let (meta, parsed) = metadata_and_payload(data)?;
     let m = DispatchMetadata::decode(meta).map_err(|e| e.to_string())?;
     let batch = m.num_messages_in_batch.unwrap_or(1);
     // Each message of a batch takes at least MIN_BATCHED_MESSAGE_BYTES of the

@@ -19,6 +19,10 @@ pub enum BrokerError {
     /// mismatch (`ConsumerBusy`).
     #[error("{0}")]
     ConsumerBusy(String),
+    /// The topic cannot serve yet: its transaction buffer has not recovered
+    /// (`ServiceNotReady`).
+    #[error("{0}")]
+    NotReady(String),
 }
 
 impl BrokerError {
@@ -28,6 +32,7 @@ impl BrokerError {
             BrokerError::Component(_) => server_error::PERSISTENCE_ERROR,
             BrokerError::InvalidTopic(_) => server_error::INVALID_TOPIC_NAME,
             BrokerError::ConsumerBusy(_) => server_error::CONSUMER_BUSY,
+            BrokerError::NotReady(_) => server_error::SERVICE_NOT_READY,
         }
     }
 }

@@ -19,6 +19,7 @@
 //! | [`subscription::SubConsumer`] | `Consumer` (with PIP-491 permits: `permits::broker::Consumer`) |
 //! | [`key_shared`] | `ConsistentHashingStickyKeyConsumerSelector`, `Murmur3_32Hash`, `Commands.peekStickyKey` |
 //! | [`proto`] | the `PulsarApi.proto` messages the core reads and writes |
+//! | [`txn`] | `TransactionMetadataStore` (coordinator), `TopicTransactionBuffer`, `PendingAckHandleImpl` wiring, `ServerCnx`'s transaction handlers |
 //!
 //! ## Input / output contract
 //!
@@ -78,8 +79,10 @@
 //! inputs give the same outputs. The components it owns synchronise
 //! internally through `crate::sync` (the loom/shuttle facade).
 //!
+//! Transactions (PIP-31: coordinator, transaction buffer, pending ack) are
+//! in [`txn`].
+//!
 //! Not implemented (answered as Pulsar answers an unsupported request):
-//! transactions (transactional SEND and ACK get `NotAllowedError`),
 //! chunked messages, unsubscribe, seek, readers (non-durable
 //! subscriptions), schemas, partitioned topics (every topic has 0
 //! partitions), Key_Shared `STICKY` mode.
@@ -93,6 +96,7 @@ pub mod output;
 pub mod proto;
 pub mod subscription;
 pub mod topic;
+pub mod txn;
 
 use std::collections::BTreeMap;
 // Ownership handles use std's Arc in every build (see `ledger::managed_ledger`).
@@ -156,6 +160,7 @@ pub struct Broker {
     out: Outbox,
     next_incarnation: u64,
     clock: Arc<VirtualClock>,
+    txn: txn::TxnRuntime,
 }
 
 impl Broker {
@@ -166,7 +171,7 @@ impl Broker {
             high_watermark: config.outbound_high_watermark,
             ..Outbox::default()
         };
-        Self {
+        let mut b = Self {
             store,
             config,
             topics: BTreeMap::new(),
@@ -174,7 +179,15 @@ impl Broker {
             out,
             next_incarnation: 1,
             clock: Arc::new(VirtualClock::new(now_ms)),
+            txn: txn::TxnRuntime::new(now_ms),
+        };
+        // The coordinator recovers at start: transactions a crash left
+        // Committing/Aborting are finished now (a failure is retried from
+        // handle_timeout with backoff).
+        if let Err(e) = b.txn_ready() {
+            tracing::warn!(error = %e, "transaction coordinator not recovered at start");
         }
+        b
     }
 
     /// The store.
@@ -193,6 +206,9 @@ impl Broker {
         if now_ms > self.clock.now_ms() {
             self.clock.set(now_ms);
         }
+        // Pending-ack replay retries fall due on the core's clock.
+        self.txn.timer.advance_to(self.clock.now_ms());
+        self.txn.pool.run_pending();
     }
 
     fn now(&self) -> u64 {
@@ -207,7 +223,9 @@ impl Broker {
 
     /// The next deadline (epoch ms) at which [`Broker::handle_timeout`]
     /// should run: the earliest delivery time of a delayed entry on a
-    /// subscription with consumers. A deadline at or before now means "as
+    /// subscription with consumers, the earliest timeout of an open
+    /// transaction, a pending-ack replay retry, or the coordinator's
+    /// recovery retry. A deadline at or before now means "as
     /// soon as you can"; `None`: no timer needed.
     pub fn poll_timeout(&self) -> Option<u64> {
         self.topics
@@ -215,6 +233,7 @@ impl Broker {
             .flat_map(|t| t.subscriptions.values())
             .filter(|s| !s.consumers.is_empty())
             .filter_map(|s| s.tracker.next_delivery_time())
+            .chain(self.txn_timeout())
             .min()
     }
 
@@ -222,6 +241,7 @@ impl Broker {
     /// delayed entries, and anything a consumer can now take).
     pub fn handle_timeout(&mut self, now_ms: u64) {
         self.tick(now_ms);
+        self.txn_timers();
         for t in self.topics.values_mut() {
             for s in t.subscriptions.values_mut() {
                 if !s.consumers.is_empty() {
@@ -281,12 +301,14 @@ impl Broker {
                 Arc::new(self.store.clone()),
             )
             .map_err(error::comp)?;
+            let buffer = self.recover_buffer(&name, &ml)?;
             self.topics.insert(
                 name.clone(),
                 Topic {
                     name: name.clone(),
                     ml,
                     subscriptions: BTreeMap::new(),
+                    buffer: Arc::new(crate::sync::Mutex::new(buffer)),
                 },
             );
         }

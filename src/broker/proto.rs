@@ -55,6 +55,20 @@ pub mod ty {
     pub const GET_SCHEMA: i32 = 34;
     pub const GET_SCHEMA_RESPONSE: i32 = 35;
     pub const ACK_RESPONSE: i32 = 38;
+    pub const NEW_TXN: i32 = 50;
+    pub const NEW_TXN_RESPONSE: i32 = 51;
+    pub const ADD_PARTITION_TO_TXN: i32 = 52;
+    pub const ADD_PARTITION_TO_TXN_RESPONSE: i32 = 53;
+    pub const ADD_SUBSCRIPTION_TO_TXN: i32 = 54;
+    pub const ADD_SUBSCRIPTION_TO_TXN_RESPONSE: i32 = 55;
+    pub const END_TXN: i32 = 56;
+    pub const END_TXN_RESPONSE: i32 = 57;
+    pub const END_TXN_ON_PARTITION: i32 = 58;
+    pub const END_TXN_ON_PARTITION_RESPONSE: i32 = 59;
+    pub const END_TXN_ON_SUBSCRIPTION: i32 = 60;
+    pub const END_TXN_ON_SUBSCRIPTION_RESPONSE: i32 = 61;
+    pub const TC_CLIENT_CONNECT_REQUEST: i32 = 62;
+    pub const TC_CLIENT_CONNECT_RESPONSE: i32 = 63;
 }
 
 /// `ServerError` values the server answers with.
@@ -63,12 +77,17 @@ pub mod server_error {
     pub const UNKNOWN_ERROR: i32 = 0;
     pub const PERSISTENCE_ERROR: i32 = 2;
     pub const CONSUMER_BUSY: i32 = 5;
+    pub const SERVICE_NOT_READY: i32 = 6;
     pub const CHECKSUM_ERROR: i32 = 9;
     pub const UNSUPPORTED_VERSION_ERROR: i32 = 10;
     pub const TOPIC_NOT_FOUND: i32 = 11;
     pub const CONSUMER_NOT_FOUND: i32 = 13;
     pub const INVALID_TOPIC_NAME: i32 = 17;
+    pub const TRANSACTION_COORDINATOR_NOT_FOUND: i32 = 20;
+    pub const INVALID_TXN_STATUS: i32 = 21;
     pub const NOT_ALLOWED_ERROR: i32 = 22;
+    pub const TRANSACTION_CONFLICT: i32 = 23;
+    pub const TRANSACTION_NOT_FOUND: i32 = 24;
 }
 
 /// `CommandConnect`.
@@ -312,6 +331,12 @@ pub struct CommandAckResponse {
     /// `consumer_id = 1`, required.
     #[prost(uint64, required, tag = "1")]
     pub consumer_id: u64,
+    /// `txnid_least_bits = 2`, default 0 (set on a transactional ack's response).
+    #[prost(uint64, optional, tag = "2", default = "0")]
+    pub txnid_least_bits: Option<u64>,
+    /// `txnid_most_bits = 3`, default 0.
+    #[prost(uint64, optional, tag = "3", default = "0")]
+    pub txnid_most_bits: Option<u64>,
     /// `error = 4`.
     #[prost(int32, optional, tag = "4")]
     pub error: Option<i32>,
@@ -440,6 +465,36 @@ pub struct BrokerCommand {
     #[prost(message, optional, tag = "38")]
     #[allow(missing_docs)]
     pub ack_response: Option<CommandAckResponse>,
+    #[prost(message, optional, tag = "50")]
+    #[allow(missing_docs)]
+    pub new_txn: Option<super::txn::proto::CommandNewTxn>,
+    #[prost(message, optional, tag = "51")]
+    #[allow(missing_docs)]
+    pub new_txn_response: Option<super::txn::proto::CommandTxnResponse>,
+    #[prost(message, optional, tag = "52")]
+    #[allow(missing_docs)]
+    pub add_partition_to_txn: Option<super::txn::proto::CommandAddPartitionToTxn>,
+    #[prost(message, optional, tag = "53")]
+    #[allow(missing_docs)]
+    pub add_partition_to_txn_response: Option<super::txn::proto::CommandTxnResponse>,
+    #[prost(message, optional, tag = "54")]
+    #[allow(missing_docs)]
+    pub add_subscription_to_txn: Option<super::txn::proto::CommandAddSubscriptionToTxn>,
+    #[prost(message, optional, tag = "55")]
+    #[allow(missing_docs)]
+    pub add_subscription_to_txn_response: Option<super::txn::proto::CommandTxnResponse>,
+    #[prost(message, optional, tag = "56")]
+    #[allow(missing_docs)]
+    pub end_txn: Option<super::txn::proto::CommandEndTxn>,
+    #[prost(message, optional, tag = "57")]
+    #[allow(missing_docs)]
+    pub end_txn_response: Option<super::txn::proto::CommandTxnResponse>,
+    #[prost(message, optional, tag = "62")]
+    #[allow(missing_docs)]
+    pub tc_client_connect_request: Option<super::txn::proto::CommandTcClientConnectRequest>,
+    #[prost(message, optional, tag = "63")]
+    #[allow(missing_docs)]
+    pub tc_client_connect_response: Option<super::txn::proto::CommandTcClientConnectResponse>,
 }
 
 /// Whether `ty` is a value of `BaseCommand.Type` (CONNECT = 2 ..

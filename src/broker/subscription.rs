@@ -4,7 +4,7 @@
 //! cumulative, batch-index `ack_set`), redelivery and consumer removal. The
 //! dispatch pipeline itself is in `dispatch.rs`.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 // Ownership handles use std's Arc in every build (see `ledger::managed_ledger`).
 use std::sync::Arc;
 
@@ -13,14 +13,17 @@ use crate::delayed::{
     BucketDelayedDeliveryTracker, BucketTrackerConfig, Clock, RedbSnapshotStorage,
 };
 use crate::ledger::{ManagedCursor, ManagedLedger, RedbStore};
+use crate::pending_ack::PendingAckHandle;
 use crate::permits::broker::{Consumer, ConsumerKey};
 use crate::permits::wire::{self, MessageIdData};
+use crate::sync::Mutex;
 use crate::Position;
 
 use super::entry::entry_info;
 use super::error::{comp, BrokerError};
 use super::key_shared::{ConsistentHashingSelector, DEFAULT_REPLICA_POINTS};
 use super::output::IncarnationRecord;
+use super::txn::TxnBuffer;
 use super::ConnectionId;
 
 /// Cursor property marking a subscription the core created (so a recovered
@@ -92,8 +95,8 @@ pub struct Subscription {
     pub(crate) name: String,
     /// [`sub_type`] value.
     pub sub_type: i32,
-    pub(crate) cursor: ManagedCursor,
-    pub(crate) deletion: CursorDeletionState,
+    pub(crate) cursor: Arc<ManagedCursor>,
+    pub(crate) deletion: Arc<CursorDeletionState>,
     pub(crate) tracker: BucketDelayedDeliveryTracker,
     /// Entries to (re)deliver before new reads, with their key hash.
     pub(crate) replay: BTreeMap<Position, u32>,
@@ -108,6 +111,16 @@ pub struct Subscription {
     pub(crate) round_robin: usize,
     /// Key_Shared: the consistent-hashing ring of the consumers.
     pub(crate) selector: ConsistentHashingSelector<ConsumerKey>,
+    /// The topic's transaction buffer (max read position, aborted
+    /// transactions), shared with the topic.
+    pub(crate) buffer: Arc<Mutex<TxnBuffer>>,
+    /// The pending-ack handle of transactional acks (opened by the broker).
+    pub(crate) pending_ack: Option<PendingAckHandle>,
+    /// Whether the commits the pending-ack replay handed back were applied.
+    pub(crate) pending_ack_applied: bool,
+    /// Entries acknowledged inside a transaction not yet ended: not
+    /// dispatched (an abort puts them back in replay).
+    pub(crate) txn_pending: BTreeSet<Position>,
 }
 
 /// `ack_set` restricted to the indexes of a batch of `size` messages (set
@@ -138,7 +151,7 @@ impl Subscription {
         clock: Arc<dyn Clock>,
         now_ms: u64,
     ) -> Result<Self, BrokerError> {
-        let cursor = ml.open_cursor(name).map_err(comp)?;
+        let cursor = Arc::new(ml.open_cursor(name).map_err(comp)?);
         let props = cursor.properties().map_err(comp)?;
         if !props.contains_key(CREATED_PROPERTY) {
             if !earliest {
@@ -152,7 +165,7 @@ impl Subscription {
         }
         // Mark-delete, individually deleted entries and the batch ack sets
         // of partially acknowledged batches, as the last ack persisted them.
-        let deletion = cursor.recover_deletion_state().map_err(comp)?;
+        let deletion = Arc::new(cursor.recover_deletion_state().map_err(comp)?);
         let storage = RedbSnapshotStorage::new(store.clone(), ml.name(), name).map_err(comp)?;
         let config = BucketTrackerConfig {
             tick_time_ms: 100,
@@ -183,6 +196,10 @@ impl Subscription {
             consumers: Vec::new(),
             round_robin: 0,
             selector: ConsistentHashingSelector::new(DEFAULT_REPLICA_POINTS),
+            buffer: Arc::new(Mutex::new(TxnBuffer::default())),
+            pending_ack: None,
+            pending_ack_applied: false,
+            txn_pending: BTreeSet::new(),
         })
     }
 
@@ -286,7 +303,7 @@ impl Subscription {
     /// Batch size B of the entry at `p` (recorded at delivery, else read
     /// from the ledger); an error, with no state changed, for a position
     /// the ledger does not hold or an entry whose metadata is unreadable.
-    fn batch_size_of(&mut self, ml: &ManagedLedger, p: Position) -> Result<u32, String> {
+    pub(crate) fn batch_size_of(&mut self, ml: &ManagedLedger, p: Position) -> Result<u32, String> {
         if let Some(b) = self.batch_sizes.get(&p) {
             return Ok(*b);
         }
@@ -371,8 +388,17 @@ impl Subscription {
         } else if !full.is_empty() {
             self.deletion.delete(&full, ml).map_err(|e| e.to_string())?;
         }
-        // Mark-delete, every individually deleted entry and the batch ack
-        // sets in one store transaction (no range cap).
+        self.persist_and_settle()
+    }
+
+    /// Persists the deletion state (mark-delete, every individually deleted
+    /// entry and the batch ack sets in one store transaction, no range cap),
+    /// then settles what is now deleted: consumers' pending acks, replay,
+    /// in-flight and per-entry bookkeeping.
+    ///
+    /// # Errors
+    /// The store's failure (nothing settled).
+    pub(crate) fn persist_and_settle(&mut self) -> Result<(), String> {
         let md = self.deletion.mark_delete_position();
         self.cursor
             .persist_deletion_state(&self.deletion, &[])

@@ -341,6 +341,8 @@ fn individual_cumulative_and_batch_index_acks() {
         r#type: ty::ACK_RESPONSE,
         ack_response: Some(proto::CommandAckResponse {
             consumer_id: 7,
+            txnid_least_bits: None,
+            txnid_most_bits: None,
             error: None,
             message: None,
             request_id: Some(9),
@@ -958,3 +960,5 @@ fn a_batch_count_the_payload_cannot_hold_is_rejected() {
         assert!(err.contains("num_messages_in_batch"), "{err}");
     }
 }
+
+mod txn;

@@ -9,6 +9,8 @@ use std::sync::Arc;
 
 use super::error::BrokerError;
 use super::subscription::Subscription;
+use super::txn::TxnBuffer;
+use crate::sync::Mutex;
 
 /// Longest topic or subscription name accepted, in bytes (a bound of
 /// the core's own: each name is a store key and stays in memory while the
@@ -59,4 +61,6 @@ pub struct Topic {
     pub ml: Arc<ManagedLedger>,
     /// Subscriptions by name.
     pub subscriptions: BTreeMap<String, Subscription>,
+    /// Its transaction buffer (shared with its subscriptions' dispatch).
+    pub buffer: Arc<Mutex<TxnBuffer>>,
 }

@@ -310,6 +310,27 @@ def fixtures(ml, api, pa, dl):
           error_code=api.UnknownError, error_message="no schema")
     serve("ack_response", B.ACK_RESPONSE, "ackResponse", consumer_id=2, request_id=7)
     serve("pong", B.PONG, "pong")
+    # Transactions: a transactional ack's response carries the txnid; the
+    # coordinator's responses (success with explicit zero ids, and errors).
+    serve("txn_ack_response", B.ACK_RESPONSE, "ackResponse", consumer_id=2,
+          txnid_least_bits=0, txnid_most_bits=0, error=api.TransactionConflict,
+          message="conflict", request_id=7)
+    serve("tc_client_connect_response", B.TC_CLIENT_CONNECT_RESPONSE,
+          "tcClientConnectResponse", request_id=0)
+    serve("tc_client_connect_response_error", B.TC_CLIENT_CONNECT_RESPONSE,
+          "tcClientConnectResponse", request_id=3,
+          error=api.TransactionCoordinatorNotFound, message="")
+    serve("new_txn_response", B.NEW_TXN_RESPONSE, "newTxnResponse", request_id=2,
+          txnid_least_bits=1, txnid_most_bits=0)
+    serve("add_partition_to_txn_response", B.ADD_PARTITION_TO_TXN_RESPONSE,
+          "addPartitionToTxnResponse", request_id=3, txnid_least_bits=(1 << 64) - 1,
+          txnid_most_bits=0, error=api.InvalidTxnStatus, message="not open")
+    serve("add_subscription_to_txn_response", B.ADD_SUBSCRIPTION_TO_TXN_RESPONSE,
+          "addSubscriptionToTxnResponse", request_id=4, txnid_least_bits=5,
+          txnid_most_bits=0)
+    serve("end_txn_response", B.END_TXN_RESPONSE, "endTxnResponse", request_id=5,
+          txnid_least_bits=5, txnid_most_bits=0, error=api.TransactionNotFound,
+          message="gone")
 
     # Delayed-delivery bucket snapshot: indexes (ts, ledger, entry)
     # (0,0,0) (5,0,3) (5,7,1) in segment 1 (10 ms step), (1000,2,70000) in 2.
