@@ -67,6 +67,18 @@ pub struct CrashPoint {
     pub kind: CrashKind,
 }
 
+/// A crash the simulator took, for the report.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub struct CrashRecord {
+    /// The durable write it fell at, counted from 1 since the broker's last
+    /// (re)start.
+    pub k: u64,
+    /// Before or after that write's fsync.
+    pub kind: CrashKind,
+    /// Virtual time of the crash, ms.
+    pub at_ms: u64,
+}
+
 /// Sizes and counters of a [`CrashStorage`].
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
 pub struct CrashStorageStats {
@@ -106,6 +118,8 @@ struct State {
     /// Durable writes of the current instance.
     syncs: u64,
     armed: Option<CrashPoint>,
+    /// The crash point the current instance died at.
+    fired: Option<CrashPoint>,
     stats: CrashStorageStats,
 }
 
@@ -207,6 +221,7 @@ impl CrashStorage {
         let mut s = self.state.lock();
         s.dead = true;
         s.armed = None;
+        s.fired = None;
     }
 
     /// Whether the current instance has died.
@@ -221,14 +236,16 @@ impl CrashStorage {
 
     /// After a death: every earlier instance is fenced and the image goes
     /// back to the durable layer (everything written since the last sync is
-    /// lost). Counts a crash. Create the restarted process's instance with
-    /// [`CrashStorage::backend`].
-    pub fn recover(&self) {
+    /// lost). Counts a crash and returns the crash point it fell at (`None`
+    /// after [`CrashStorage::crash`]). Create the restarted process's
+    /// instance with [`CrashStorage::backend`].
+    pub fn recover(&self) -> Option<CrashPoint> {
         let mut s = self.state.lock();
         s.roll_back();
         s.epoch += 1;
         s.dead = false;
         s.stats.crashes += 1;
+        s.fired.take()
     }
 
     /// Sizes and counters.
@@ -311,6 +328,7 @@ impl redb::StorageBackend for CrashBackend {
             Some(p) if p.k <= next => {
                 s.armed = None;
                 s.dead = true;
+                s.fired = Some(CrashPoint { k: next, ..p });
                 match p.kind {
                     CrashKind::BeforeSync => Err(io_error("crash storage: crashed before a sync")),
                     CrashKind::AfterSync => {

@@ -22,12 +22,7 @@ impl Sim<'_> {
             old.pool.shutdown();
         }
         self.snapshot_faults.clear();
-        let store =
-            RedbStore::open_with_cache(self.store_path(), self.opts.sync, STORE_CACHE_BYTES)
-                .map_err(|e| SimError::DataDir {
-                    path: self.opts.data_dir.display().to_string(),
-                    reason: e.to_string(),
-                })?;
+        let store = self.open_store()?;
         let dyn_store: Arc<dyn LedgerStore> = Arc::new(store.clone());
         let ledger = ManagedLedger::open(
             TOPIC,
@@ -335,6 +330,8 @@ impl Sim<'_> {
         let Some(b) = self.broker.as_ref() else {
             return Ok(());
         };
+        let published_before = self.published;
+        let producer_seq_before = self.producer_seq.clone();
         // (entry bytes, per message (key, deliver_at_ms))
         type Planned = (Vec<u8>, Vec<(u32, u64)>);
         let mut entries: Vec<Planned> = Vec::new();
@@ -390,7 +387,21 @@ impl Sim<'_> {
             return Ok(());
         }
         let refs: Vec<&[u8]> = entries.iter().map(|(e, _)| e.as_slice()).collect();
-        let positions = b.ledger.append_batch(&refs).map_err(comp("append"))?;
+        let last_before = b.ledger.last_confirmed_entry();
+        let positions = match b.ledger.append_batch(&refs) {
+            Ok(p) => p,
+            Err(_) if self.store_dead() => {
+                // The broker died in the append: no receipt (see `crashes`).
+                self.unreceipted_publish = Some(UnreceiptedPublish {
+                    after: last_before,
+                    entries: entries.into_iter().map(|(_, m)| m).collect(),
+                    published_before,
+                    producer_seq_before,
+                });
+                return Ok(());
+            }
+            Err(e) => return Err(comp("append")(e)),
+        };
         for (pos, (_, msgs)) in positions.iter().zip(&entries) {
             for (i, (key, deliver_at)) in msgs.iter().enumerate() {
                 self.checker.published(

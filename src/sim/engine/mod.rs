@@ -40,6 +40,7 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
 use super::checker::{DeliveryChecker, MessageRef, OrderCheck};
+use super::crash_storage::CrashStorage;
 use super::delayed_storage::ObservedStorage;
 use super::delayed_truth::DelayedTruth;
 use super::report::{peak_memory_kib, Activity, Report, Timing};
@@ -69,6 +70,7 @@ mod acks;
 mod broker;
 mod checks;
 mod client;
+mod crashes;
 mod delayed_faults;
 mod dispatch;
 mod events;
@@ -76,6 +78,7 @@ mod faults;
 mod ids;
 mod replay;
 
+use crashes::{CrashPlan, UnreceiptedPublish};
 use events::Ev;
 use faults::{install_outage, ResetKind};
 use ids::{ConsumerIdx, SubIdx};
@@ -411,6 +414,16 @@ struct Sim<'a> {
     operator_reload_planned: bool,
     /// Per subscription: a replay-bound violation was reported.
     replay_bound_reported: Vec<bool>,
+    /// The store's image in memory, with crash points (`None`: the store
+    /// file in the data dir; see `crashes`).
+    crash: Option<CrashStorage>,
+    /// Crash points still to take.
+    crash_plan: CrashPlan,
+    /// A publish whose append the store's death failed (this event).
+    unreceipted_publish: Option<UnreceiptedPublish>,
+    /// The seek or clear-backlog in progress (this event): subscription
+    /// and the mark-delete it resets to.
+    reset_in_flight: Option<(SubIdx, Position)>,
 }
 
 /// Runs `workload` with `opts` and returns the report.
@@ -509,6 +522,10 @@ pub fn run(
         operator_auto_skip: false,
         operator_reload_planned: false,
         replay_bound_reported: vec![false; workload.subscriptions as usize],
+        crash: Sim::crash_storage_for(workload, opts),
+        crash_plan: CrashPlan::default(),
+        unreceipted_publish: None,
+        reset_in_flight: None,
     };
     sim.checker.set_late_bound(workload.delayed_late_bound());
     let _hang_guard = HangGuard::start(
@@ -615,7 +632,8 @@ impl Sim<'_> {
     }
 
     fn start(&mut self) -> Result<(), SimError> {
-        self.open_broker()?;
+        self.plan_crashes();
+        self.open_broker_surviving_crashes()?;
         // Clients subscribe.
         for s in SubIdx::all(self.w.subscriptions) {
             let mut row = Vec::new();
@@ -732,6 +750,9 @@ impl Sim<'_> {
             }
         }
         self.finished_at = self.sched.now();
+        // Crash points fall in the main loop only (not in the drain and the
+        // clean shutdown that follow).
+        self.finish_crashes();
         if self.heartbeat.hang_report().is_some() {
             return Ok(()); // the run was cancelled by the hang watchdog
         }
@@ -774,6 +795,7 @@ impl Sim<'_> {
             }
             match ev {
                 Ev::Publish
+                | Ev::ArmCrash
                 | Ev::Restart
                 | Ev::Recreate { .. }
                 | Ev::OutageStart
@@ -841,7 +863,15 @@ impl Sim<'_> {
         }
         let (component, label, sub) = ev.label();
         self.heartbeat.begin(now, component, label, sub);
-        self.handle(ev)?;
+        let handled = self.handle(ev);
+        if self.store_dead() {
+            // The store died at a crash point in this event: what the event
+            // did after it (an error included) is the dead process's.
+            self.crash_if_dead()?;
+        } else {
+            handled?;
+        }
+        self.reset_in_flight = None;
         self.heartbeat.end();
         if self.tracker_corrupt {
             return Ok(false); // the violation is reported
@@ -955,9 +985,9 @@ impl Sim<'_> {
             }
             Ev::FlushFlows { sub, consumer } => self.flush_flows(sub, consumer),
             Ev::Persist(s) => {
-                self.persist(s)?;
+                // The timer first: a crash in the persist does not stop it.
                 self.sched.after(PERSIST_INTERVAL_MS, Ev::Persist(s));
-                Ok(())
+                self.persist(s)
             }
             Ev::DelayedTick(s) => {
                 self.check_overdue(s);
@@ -969,6 +999,10 @@ impl Sim<'_> {
             Ev::Restart => {
                 self.faults_pending = self.faults_pending.saturating_sub(1);
                 self.restart()
+            }
+            Ev::ArmCrash => {
+                self.arm_mid_run_crash();
+                Ok(())
             }
             Ev::Reconnect { sub, consumer } => {
                 self.faults_pending = self.faults_pending.saturating_sub(1);
