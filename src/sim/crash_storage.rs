@@ -520,6 +520,25 @@ mod tests {
         }
     }
 
+    /// redb does not create a database atomically: a crash between the
+    /// fsyncs of its creation leaves an image it refuses to open (so the
+    /// simulator creates the store before the broker's first start).
+    #[test]
+    fn a_crash_during_the_creation_of_the_database_leaves_an_image_redb_refuses() {
+        let storage = CrashStorage::new();
+        storage.arm(CrashPoint {
+            k: 2,
+            kind: CrashKind::BeforeSync,
+        });
+        let created = Database::builder().create_with_backend(storage.backend());
+        assert!(created.is_err() || storage.is_dead());
+        drop(created);
+        storage.recover();
+        let reopened = Database::builder().create_with_backend(storage.backend());
+        let err = reopened.expect_err("redb opens a half-created image");
+        assert!(err.to_string().contains("magic number"), "{err}");
+    }
+
     /// With deferred commits (`Durability::None`) nothing reaches the
     /// durable layer before an `Immediate` commit: a crash loses everything
     /// since the last one, and the database reopens consistent at it.

@@ -48,9 +48,23 @@ pub(super) struct UnreceiptedPublish {
 }
 
 impl Sim<'_> {
-    /// The in-memory store with crash points, if the run has them.
-    pub(super) fn crash_storage_for(w: &Workload, opts: &SimOptions) -> Option<CrashStorage> {
-        (opts.faults && w.faults.has_crash_points()).then(CrashStorage::new)
+    /// The in-memory store with crash points, if the run has them. The
+    /// store exists before the broker's first start (created and closed
+    /// cleanly): redb does not create a database atomically (a crash
+    /// between the fsyncs of its creation leaves an image it refuses to
+    /// open, see `crash_storage`'s tests), and the crash points are the
+    /// broker's, counted from its first open of an existing store.
+    pub(super) fn crash_storage_for(
+        w: &Workload,
+        opts: &SimOptions,
+    ) -> Result<Option<CrashStorage>, SimError> {
+        if !(opts.faults && w.faults.has_crash_points()) {
+            return Ok(None);
+        }
+        let storage = CrashStorage::new();
+        RedbStore::open_on_backend(storage.backend(), SyncMode::Immediate, STORE_CACHE_BYTES)
+            .map_err(comp("create the store on the crash storage"))?;
+        Ok(Some(storage))
     }
 
     /// Whether the store died at a crash point.

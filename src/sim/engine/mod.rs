@@ -522,7 +522,7 @@ pub fn run(
         operator_auto_skip: false,
         operator_reload_planned: false,
         replay_bound_reported: vec![false; workload.subscriptions as usize],
-        crash: Sim::crash_storage_for(workload, opts),
+        crash: Sim::crash_storage_for(workload, opts)?,
         crash_plan: CrashPlan::default(),
         unreceipted_publish: None,
         reset_in_flight: None,
