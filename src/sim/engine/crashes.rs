@@ -61,6 +61,13 @@ impl Sim<'_> {
         if !(opts.faults && w.faults.has_crash_points()) {
             return Ok(None);
         }
+        if opts.trace_dir.is_some() {
+            // The trace specs' recovery actions assume the store holds what
+            // the last persist line says; a crash may undo it.
+            return Err(SimError::Component(
+                "trace recording with crash points: the trace specs do not model a crash (set faults.crash_points = 0 and faults.crash_at_writes = [])".into(),
+            ));
+        }
         let storage = CrashStorage::new();
         RedbStore::open_on_backend(storage.backend(), SyncMode::Immediate, STORE_CACHE_BYTES)
             .map_err(comp("create the store on the crash storage"))?;
@@ -151,11 +158,15 @@ impl Sim<'_> {
     /// image: the crash is counted and the next point armed.
     pub(super) fn open_store(&mut self) -> Result<RedbStore, SimError> {
         let Some(st) = self.crash.clone() else {
-            return RedbStore::open_with_cache(self.store_path(), self.opts.sync, STORE_CACHE_BYTES)
-                .map_err(|e| SimError::DataDir {
-                    path: self.opts.data_dir.display().to_string(),
-                    reason: e.to_string(),
-                });
+            return RedbStore::open_with_cache(
+                self.store_path(),
+                self.opts.sync,
+                STORE_CACHE_BYTES,
+            )
+            .map_err(|e| SimError::DataDir {
+                path: self.opts.data_dir.display().to_string(),
+                reason: e.to_string(),
+            });
         };
         if st.is_dead() {
             let point = st.recover();
