@@ -6,7 +6,10 @@ use super::*;
 
 impl Sim<'_> {
     pub(super) fn open_broker(&mut self) -> Result<(), SimError> {
-        let generation = self.broker.as_ref().map_or(0, |b| b.generation + 1);
+        // Counted over every open, a failed one (a crash during recovery)
+        // included: events sent to an earlier broker never reach this one.
+        let generation = self.brokers_opened;
+        self.brokers_opened += 1;
         // The old handles go with the old broker (they hold the store).
         self.heartbeat.set_interrupt(Box::new(|| {}));
         // A crash: every in-memory structure goes. Handles are closed first

@@ -20,13 +20,20 @@
 //!   consumers and gives the delayed tracker the new mark-delete, so its
 //!   trim path runs;
 //! - a restart drops everything in memory and recovers cursor, delayed
-//!   tracker and pending-ack state (replay included) from the store.
+//!   tracker and pending-ack state (replay included) from the store;
+//! - a crash point (`faults.crash_points`, `faults.crash_at_writes`) kills
+//!   the broker at a durable write of the store, kept in memory by
+//!   [`CrashStorage`]: nothing the dead broker did after it reaches a
+//!   client, the store keeps exactly what was fsynced, and the broker
+//!   recovers as after a restart.
 //!
 //! Layout: this file holds the run's state (`Sim`), the event loop and the
 //! event handler; `broker` (open, recover, publish, persist), `dispatch`
 //! (the dispatcher's phases), `acks` (the broker's ack path), `client`
 //! (deliveries, polls, Flow), `replay` (pending-ack replay and its rules),
 //! `faults` (plan, outage, restart, reconnect, re-creation, seek),
+//! `crashes` (crash points: plan, arming, the crash and what the recovered
+//! store says the dead broker made durable),
 //! `checks` (tracker count, overdue, stalls), `events` and `ids`
 //! (subscription and consumer indexes).
 
@@ -196,7 +203,9 @@ pub struct SimOptions {
     /// How the store commits ([`SyncMode::Immediate`]: fsync every commit).
     /// A simulated restart closes the store cleanly, which makes deferred
     /// commits durable too, so both modes give the same report; only
-    /// `Immediate` would survive a real crash or power loss.
+    /// `Immediate` would survive a real crash or power loss. A crash point
+    /// shows it: it loses what was not fsynced, so with `Deferred` the
+    /// checker reports the published messages and acks it lost.
     pub sync: SyncMode,
     /// Livelock and wall-clock watchdogs.
     pub watchdog: Watchdog,
@@ -414,6 +423,8 @@ struct Sim<'a> {
     operator_reload_planned: bool,
     /// Per subscription: a replay-bound violation was reported.
     replay_bound_reported: Vec<bool>,
+    /// Brokers opened so far (the next one's generation).
+    brokers_opened: u64,
     /// The store's image in memory, with crash points (`None`: the store
     /// file in the data dir; see `crashes`).
     crash: Option<CrashStorage>,
@@ -522,6 +533,7 @@ pub fn run(
         operator_auto_skip: false,
         operator_reload_planned: false,
         replay_bound_reported: vec![false; workload.subscriptions as usize],
+        brokers_opened: 0,
         crash: Sim::crash_storage_for(workload, opts)?,
         crash_plan: CrashPlan::default(),
         unreceipted_publish: None,
