@@ -1,5 +1,7 @@
 //! `pulsar-core swarm`: swarm testing. Many small seeded runs, each with a
-//! workload shape and a random subset of fault kinds drawn from its seed;
+//! workload shape and a random subset of fault kinds drawn from its seed
+//! (crash points included: about half the runs kill the broker at 1 to 3
+//! durable writes of its store, `--no-crash-points` turns them off);
 //! one line (or JSON object) per run; stops at the first violation and
 //! prints the exact command that replays it.
 //!
