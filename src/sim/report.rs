@@ -5,6 +5,7 @@ use std::fmt;
 use serde::Serialize;
 
 use super::checker::CheckerCounts;
+use super::crash_storage::{CrashRecord, CrashStorageStats};
 use super::hint_race::HintRaceReport;
 use super::replay_race::ReplayRaceReport;
 
@@ -147,6 +148,15 @@ pub struct Activity {
     /// Duplicate Subscribes the broker answered with Success while keeping
     /// the consumer it had (no second incarnation or grant).
     pub duplicate_subscribes: u64,
+    /// Crash points taken: each killed the broker at the k-th durable write
+    /// since its last (re)start (`faults.crash_points`,
+    /// `faults.crash_at_writes`), in order.
+    pub crashes: Vec<CrashRecord>,
+    /// Crash points armed but not reached before the run ended.
+    pub crash_points_unreached: u64,
+    /// The in-memory store of a run with crash points: durable writes seen,
+    /// bytes written, peak memory (`None`: the file store).
+    pub crash_storage: Option<CrashStorageStats>,
 }
 
 /// One counter of a component's work in the run.
@@ -548,8 +558,41 @@ impl fmt::Display for Report {
                 ),
             )
         });
+        let crashes = a.crash_storage.as_ref().map(|st| {
+            let ks: Vec<String> = a
+                .crashes
+                .iter()
+                .map(|c| {
+                    let kind = match c.kind {
+                        super::crash_storage::CrashKind::BeforeSync => "before",
+                        super::crash_storage::CrashKind::AfterSync => "after",
+                    };
+                    format!("{} {kind}", c.k)
+                })
+                .collect();
+            [
+                (
+                    "crash points taken [k-th durable write, before/after its fsync] / unreached",
+                    format!(
+                        "{} [{}] / {}",
+                        a.crashes.len(),
+                        ks.join(", "),
+                        a.crash_points_unreached
+                    ),
+                ),
+                (
+                    "durable writes / store in memory, peak",
+                    format!(
+                        "{} / {:.1} MiB",
+                        st.durable_writes,
+                        st.peak_bytes as f64 / (1024.0 * 1024.0)
+                    ),
+                ),
+            ]
+        });
         let rows: Vec<(&str, String)> = rows
             .into_iter()
+            .chain(crashes.into_iter().flatten())
             .chain(hint_race)
             .chain(replay_race)
             .collect();

@@ -162,6 +162,27 @@ pub struct Faults {
     /// `ServerCnx.handleSubscribe` with an existing consumer of that id):
     /// no second incarnation, no second grant of the receiver queue.
     pub duplicate_subscribes: u32,
+    /// Crash points drawn from the run's seed: each one kills the broker
+    /// at a durable write of the store (just before or just after that
+    /// write's fsync, drawn) without a clean close: every in-memory
+    /// structure is dropped, the store keeps exactly what was fsynced, and
+    /// the broker recovers from it. They are spread over the publish
+    /// window; some fall a few durable writes after the previous crash's
+    /// reopen (a crash during recovery). A run with crash points keeps its
+    /// store in memory (`sim::crash_storage`).
+    pub crash_points: u32,
+    /// Explicit crash points, taken in order: the broker crashes at the
+    /// k-th durable write (fsync) since its last (re)start, for each k
+    /// here (before or after it, drawn from the seed), before the drawn
+    /// `crash_points`.
+    pub crash_at_writes: Vec<u64>,
+}
+
+impl Faults {
+    /// Whether the run has crash points (and so keeps its store in memory).
+    pub fn has_crash_points(&self) -> bool {
+        self.crash_points > 0 || !self.crash_at_writes.is_empty()
+    }
 }
 
 impl Default for Faults {
@@ -194,6 +215,8 @@ impl Default for Faults {
             clear_backlogs: 0,
             clear_delete_failure_ratio: 0.0,
             duplicate_subscribes: 0,
+            crash_points: 0,
+            crash_at_writes: Vec::new(),
         }
     }
 }
@@ -229,6 +252,8 @@ impl Faults {
             clear_backlogs: 0,
             clear_delete_failure_ratio: 0.0,
             duplicate_subscribes: 0,
+            crash_points: 0,
+            crash_at_writes: Vec::new(),
         }
     }
 }
@@ -715,6 +740,16 @@ impl Workload {
                 100_000,
             ),
             (
+                "faults.crash_points",
+                u64::from(self.faults.crash_points),
+                100,
+            ),
+            (
+                "faults.crash_at_writes (entries)",
+                self.faults.crash_at_writes.len() as u64,
+                100,
+            ),
+            (
                 "faults.operator_auto_skip_after_ms",
                 self.faults.operator_auto_skip_after_ms,
                 HOUR_MS,
@@ -745,6 +780,9 @@ impl Workload {
                     "{name} must be at most {max}, got {value}"
                 )));
             }
+        }
+        if self.faults.crash_at_writes.contains(&0) {
+            return bad("faults.crash_at_writes: durable writes are counted from 1");
         }
         if self.messages.saturating_mul(u64::from(self.subscriptions)) > 2_000_000_000 {
             return bad("messages × subscriptions must be at most 2,000,000,000 deliveries");

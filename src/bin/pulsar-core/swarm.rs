@@ -1,5 +1,7 @@
 //! `pulsar-core swarm`: swarm testing. Many small seeded runs, each with a
-//! workload shape and a random subset of fault kinds drawn from its seed;
+//! workload shape and a random subset of fault kinds drawn from its seed
+//! (crash points included: about half the runs kill the broker at 1 to 3
+//! durable writes of its store, `--no-crash-points` turns them off);
 //! one line (or JSON object) per run; stops at the first violation and
 //! prints the exact command that replays it.
 //!
@@ -48,6 +50,12 @@ pub struct SwarmArgs {
     /// and is I/O-bound).
     #[arg(long, value_enum, default_value_t = SwarmSync::Deferred)]
     sync: SwarmSync,
+    /// Run no crash points (by default about half the runs draw 1 to 3:
+    /// the broker dies at a durable write without a clean close; such a
+    /// run keeps its store in memory and commits with `always` whatever
+    /// `--sync` says, since a deferred commit is lost by a crash by design).
+    #[arg(long)]
+    no_crash_points: bool,
 }
 
 /// `--sync` choices of `swarm`.
@@ -194,6 +202,9 @@ pub fn swarm_workload(seed: u64) -> Workload {
     if r.random_bool(0.3) {
         f.duplicate_subscribes = r.random_range(1..=4);
     }
+    if r.random_bool(0.5) {
+        f.crash_points = r.random_range(1..=3);
+    }
     w.faults = f;
     w
 }
@@ -201,12 +212,27 @@ pub fn swarm_workload(seed: u64) -> Workload {
 /// The outcome of one seed's run.
 type RunResult = Result<Report, String>;
 
+/// The workload of swarm run `seed`, without its crash points if `crash_points` is off.
+fn seed_workload(seed: u64, crash_points: bool) -> Workload {
+    let mut w = swarm_workload(seed);
+    if !crash_points {
+        w.faults.crash_points = 0;
+    }
+    w
+}
+
 /// Runs one swarm seed in a temporary store directory.
-fn run_seed(seed: u64, sync: SyncMode) -> RunResult {
-    let w = swarm_workload(seed);
+fn run_seed(seed: u64, sync: SyncMode, crash_points: bool) -> RunResult {
+    let w = seed_workload(seed, crash_points);
     let dir = tempfile_dir(seed)?;
     let opts = SimOptions {
-        sync,
+        // A crash loses deferred commits by design: crash-point runs fsync
+        // every commit (their store is in memory, so it costs no I/O).
+        sync: if w.faults.has_crash_points() {
+            SyncMode::Immediate
+        } else {
+            sync
+        },
         watchdog: Watchdog {
             exit_on_hang: Some(Duration::from_secs(10)),
             wall_limit: Some(Duration::from_secs(60)),
@@ -220,8 +246,8 @@ fn run_seed(seed: u64, sync: SyncMode) -> RunResult {
 }
 
 /// Prints one run's line (or JSON object).
-fn print_run(seed: u64, report: &Report, json: bool) {
-    let w = swarm_workload(seed);
+fn print_run(seed: u64, report: &Report, json: bool, crash_points: bool) {
+    let w = seed_workload(seed, crash_points);
     let clean = report.is_clean();
     if json {
         let line = serde_json::json!({
@@ -232,12 +258,13 @@ fn print_run(seed: u64, report: &Report, json: bool) {
             "wall_ms": report.timing.wall_ms,
             "virtual_ms": report.virtual_ms,
             "delivered": report.counts.delivered,
+            "crashes": report.activity.crashes,
             "workload": w,
         });
         println!("{line}");
     } else {
         println!(
-            "seed {seed}: {} ({} violations) {:?} subs={} consumers={} messages={} faults: restarts={} outages={} reconnects={} seeks={} lost-ledger={} auto-skip={} replay-read-failures={} delayed={} txn={} nack={}",
+            "seed {seed}: {} ({} violations) {:?} subs={} consumers={} messages={} faults: restarts={} outages={} reconnects={} seeks={} lost-ledger={} auto-skip={} replay-read-failures={} delayed={} txn={} nack={} crashes={}",
             if clean { "ok" } else { "FAILED" },
             report.violations,
             w.subscription_type,
@@ -254,6 +281,7 @@ fn print_run(seed: u64, report: &Report, json: bool) {
             w.delayed_ratio,
             w.txn_ack_ratio,
             w.negative_ack_ratio,
+            report.activity.crashes.len(),
         );
     }
 }
@@ -286,6 +314,7 @@ pub fn swarm(args: SwarmArgs) -> ExitCode {
         SwarmSync::Always => SyncMode::Immediate,
         SwarmSync::Deferred => SyncMode::Deferred,
     };
+    let crash_points = !args.no_crash_points;
     let seeds: Vec<u64> = (a..=b).filter(|s| s % n == i).collect();
     let started = Instant::now();
     let next = AtomicUsize::new(0);
@@ -295,6 +324,7 @@ pub fn swarm(args: SwarmArgs) -> ExitCode {
     let mut failed = 0u64;
     let mut delivered = 0u64;
     let mut virtual_ms = 0u64;
+    let mut crashes = 0u64;
     let mut first_failure: Option<u64> = None;
     let mut error = None;
     std::thread::scope(|scope| {
@@ -306,7 +336,7 @@ pub fn swarm(args: SwarmArgs) -> ExitCode {
                     // Relaxed: the counter only hands out distinct indexes.
                     let k = next.fetch_add(1, Ordering::Relaxed);
                     let Some(&seed) = seeds.get(k) else { break };
-                    if tx.send((k, run_seed(seed, sync))).is_err() {
+                    if tx.send((k, run_seed(seed, sync, crash_points))).is_err() {
                         break;
                     }
                 }
@@ -332,13 +362,15 @@ pub fn swarm(args: SwarmArgs) -> ExitCode {
                 runs += 1;
                 delivered += report.counts.delivered;
                 virtual_ms += report.virtual_ms;
-                print_run(seed, &report, args.json);
+                crashes += report.activity.crashes.len() as u64;
+                print_run(seed, &report, args.json, crash_points);
                 if !report.is_clean() {
                     failed += 1;
                     first_failure.get_or_insert(seed);
                     eprintln!(
-                        "violation at seed {seed}: {}\nreplay with: pulsar-core swarm --seeds {seed}..{seed}",
-                        report.first_violation.as_deref().unwrap_or("(see counts)")
+                        "violation at seed {seed}: {}\nreplay with: pulsar-core swarm --seeds {seed}..{seed}{}",
+                        report.first_violation.as_deref().unwrap_or("(see counts)"),
+                        if crash_points { "" } else { " --no-crash-points" }
                     );
                     if !args.keep_going {
                         stop.store(true, Ordering::Relaxed);
@@ -372,11 +404,12 @@ pub fn swarm(args: SwarmArgs) -> ExitCode {
                 "deliveries_per_sec": deliveries_per_sec,
                 "simulated_per_wall": sim_per_wall,
                 "first_failed_seed": first_failure,
+                "crash_points_taken": crashes,
             })
         );
     } else {
         eprintln!(
-            "swarm: {runs} runs, {failed} failed, {jobs} jobs, {per_sec:.2} runs/s ({:.0} runs/hour), {deliveries_per_sec:.0} deliveries/s, simulated/wall time {sim_per_wall:.1}x ({secs:.1} s)",
+            "swarm: {runs} runs, {failed} failed, {jobs} jobs, {per_sec:.2} runs/s ({:.0} runs/hour), {deliveries_per_sec:.0} deliveries/s, simulated/wall time {sim_per_wall:.1}x ({secs:.1} s), {crashes} crash points taken",
             per_sec * 3_600.0
         );
     }

@@ -6,7 +6,10 @@ use super::*;
 
 impl Sim<'_> {
     pub(super) fn open_broker(&mut self) -> Result<(), SimError> {
-        let generation = self.broker.as_ref().map_or(0, |b| b.generation + 1);
+        // Counted over every open, a failed one (a crash during recovery)
+        // included: events sent to an earlier broker never reach this one.
+        let generation = self.brokers_opened;
+        self.brokers_opened += 1;
         // The old handles go with the old broker (they hold the store).
         self.heartbeat.set_interrupt(Box::new(|| {}));
         // A crash: every in-memory structure goes. Handles are closed first
@@ -22,12 +25,7 @@ impl Sim<'_> {
             old.pool.shutdown();
         }
         self.snapshot_faults.clear();
-        let store =
-            RedbStore::open_with_cache(self.store_path(), self.opts.sync, STORE_CACHE_BYTES)
-                .map_err(|e| SimError::DataDir {
-                    path: self.opts.data_dir.display().to_string(),
-                    reason: e.to_string(),
-                })?;
+        let store = self.open_store()?;
         let dyn_store: Arc<dyn LedgerStore> = Arc::new(store.clone());
         let ledger = ManagedLedger::open(
             TOPIC,
@@ -395,6 +393,8 @@ impl Sim<'_> {
         let Some(b) = self.broker.as_ref() else {
             return Ok(());
         };
+        let published_before = self.published;
+        let producer_seq_before = self.producer_seq.clone();
         // (entry bytes, per message (key, deliver_at_ms))
         type Planned = (Vec<u8>, Vec<(u32, u64)>);
         let mut entries: Vec<Planned> = Vec::new();
@@ -450,7 +450,21 @@ impl Sim<'_> {
             return Ok(());
         }
         let refs: Vec<&[u8]> = entries.iter().map(|(e, _)| e.as_slice()).collect();
-        let positions = b.ledger.append_batch(&refs).map_err(comp("append"))?;
+        let last_before = b.ledger.last_confirmed_entry();
+        let positions = match b.ledger.append_batch(&refs) {
+            Ok(p) => p,
+            Err(_) if self.store_dead() => {
+                // The broker died in the append: no receipt (see `crashes`).
+                self.unreceipted_publish = Some(UnreceiptedPublish {
+                    after: last_before,
+                    entries: entries.into_iter().map(|(_, m)| m).collect(),
+                    published_before,
+                    producer_seq_before,
+                });
+                return Ok(());
+            }
+            Err(e) => return Err(comp("append")(e)),
+        };
         for (pos, (_, msgs)) in positions.iter().zip(&entries) {
             for (i, (key, deliver_at)) in msgs.iter().enumerate() {
                 self.checker.published(

@@ -80,6 +80,9 @@ pub(super) enum Ev {
     DelayedTick(SubIdx),
     ReplayTimers,
     Restart,
+    /// A drawn crash point is armed: the store dies a few durable writes
+    /// later (`crashes`).
+    ArmCrash,
     Reconnect {
         sub: SubIdx,
         consumer: ConsumerIdx,
@@ -151,6 +154,7 @@ impl Ev {
             Ev::DelayedTick(s) => ("delayed", "DelayedTick", Some(s.0)),
             Ev::ReplayTimers => ("pending_ack replay", "ReplayTimers", None),
             Ev::Restart => ("broker restart (recovery)", "Restart", None),
+            Ev::ArmCrash => ("store (crash point)", "ArmCrash", None),
             Ev::Reconnect { sub, .. } => ("client reconnect", "Reconnect", Some(sub.0)),
             Ev::OutageStart => ("storage", "OutageStart", None),
             Ev::OutageEnd => ("storage", "OutageEnd", None),

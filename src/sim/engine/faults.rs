@@ -42,6 +42,7 @@ impl Sim<'_> {
             + f.clock_jumps
             + f.clear_backlogs;
         self.plan_delayed_faults(window);
+        self.plan_drawn_crashes(window);
         for _ in 0..f.same_connection_reconnects {
             let at = self.rng.random_range(0..window);
             let sub = SubIdx(self.rng.random_range(0..self.w.subscriptions as usize));
@@ -95,8 +96,12 @@ impl Sim<'_> {
 
     pub(super) fn restart(&mut self) -> Result<(), SimError> {
         self.activity.restarts += 1;
+        tracing::debug!(at_ms = self.sched.now(), "restart");
         self.checker.restarted();
         let mut lost = Vec::new();
+        // The lost ledger is BookKeeper's doing, not a broker write: no
+        // crash point falls in it.
+        let held = self.crash.as_ref().and_then(|c| c.disarm());
         if self.w.faults.lose_pending_ack_ledger && self.activity.restarts == 1 {
             // Lose the pending-ack log's ledger holding the first record the
             // next replay needs (a deleted BookKeeper ledger).
@@ -116,6 +121,9 @@ impl Sim<'_> {
                     }
                 }
             }
+        }
+        if let (Some(c), Some(point)) = (&self.crash, held) {
+            c.arm(point);
         }
         for (s, ledger_id) in lost {
             self.pa_ledger_lost[s].insert(ledger_id);
@@ -273,6 +281,7 @@ impl Sim<'_> {
         };
         let sub = &mut b.subs[s];
         let target = Position::new(new_mark_delete.ledger_id, new_mark_delete.entry_id + 1);
+        self.reset_in_flight = Some((s, new_mark_delete));
         sub.cursor
             .reset(target)
             .map_err(comp("seek: reset cursor"))?;

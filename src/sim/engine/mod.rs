@@ -20,13 +20,20 @@
 //!   consumers and gives the delayed tracker the new mark-delete, so its
 //!   trim path runs;
 //! - a restart drops everything in memory and recovers cursor, delayed
-//!   tracker and pending-ack state (replay included) from the store.
+//!   tracker and pending-ack state (replay included) from the store;
+//! - a crash point (`faults.crash_points`, `faults.crash_at_writes`) kills
+//!   the broker at a durable write of the store, kept in memory by
+//!   [`CrashStorage`]: nothing the dead broker did after it reaches a
+//!   client, the store keeps exactly what was fsynced, and the broker
+//!   recovers as after a restart.
 //!
 //! Layout: this file holds the run's state (`Sim`), the event loop and the
 //! event handler; `broker` (open, recover, publish, persist), `dispatch`
 //! (the dispatcher's phases), `acks` (the broker's ack path), `client`
 //! (deliveries, polls, Flow), `replay` (pending-ack replay and its rules),
 //! `faults` (plan, outage, restart, reconnect, re-creation, seek),
+//! `crashes` (crash points: plan, arming, the crash and what the recovered
+//! store says the dead broker made durable),
 //! `checks` (tracker count, overdue, stalls), `events` and `ids`
 //! (subscription and consumer indexes).
 
@@ -40,6 +47,7 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
 use super::checker::{DeliveryChecker, MessageRef, OrderCheck};
+use super::crash_storage::CrashStorage;
 use super::delayed_storage::ObservedStorage;
 use super::delayed_truth::DelayedTruth;
 use super::report::{peak_memory_kib, Activity, Report, Timing};
@@ -71,6 +79,7 @@ mod broker;
 mod checks;
 mod client;
 mod client_faults;
+mod crashes;
 mod delayed_faults;
 mod dispatch;
 mod events;
@@ -78,6 +87,7 @@ mod faults;
 mod ids;
 mod replay;
 
+use crashes::{CrashPlan, UnreceiptedPublish};
 use events::Ev;
 use faults::{install_outage, ResetKind};
 use ids::{ConsumerIdx, SubIdx};
@@ -210,7 +220,9 @@ pub struct SimOptions {
     /// How the store commits ([`SyncMode::Immediate`]: fsync every commit).
     /// A simulated restart closes the store cleanly, which makes deferred
     /// commits durable too, so both modes give the same report; only
-    /// `Immediate` would survive a real crash or power loss.
+    /// `Immediate` would survive a real crash or power loss. A crash point
+    /// shows it: it loses what was not fsynced, so with `Deferred` the
+    /// checker reports the published messages and acks it lost.
     pub sync: SyncMode,
     /// Livelock and wall-clock watchdogs.
     pub watchdog: Watchdog,
@@ -467,6 +479,18 @@ struct Sim<'a> {
     operator_reload_planned: bool,
     /// Per subscription: a replay-bound violation was reported.
     replay_bound_reported: Vec<bool>,
+    /// Brokers opened so far (the next one's generation).
+    brokers_opened: u64,
+    /// The store's image in memory, with crash points (`None`: the store
+    /// file in the data dir; see `crashes`).
+    crash: Option<CrashStorage>,
+    /// Crash points still to take.
+    crash_plan: CrashPlan,
+    /// A publish whose append the store's death failed (this event).
+    unreceipted_publish: Option<UnreceiptedPublish>,
+    /// The seek or clear-backlog in progress (this event): subscription
+    /// and the mark-delete it resets to.
+    reset_in_flight: Option<(SubIdx, Position)>,
 }
 
 /// Runs `workload` with `opts` and returns the report.
@@ -567,6 +591,11 @@ pub fn run(
         operator_auto_skip: false,
         operator_reload_planned: false,
         replay_bound_reported: vec![false; workload.subscriptions as usize],
+        brokers_opened: 0,
+        crash: Sim::crash_storage_for(workload, opts)?,
+        crash_plan: CrashPlan::default(),
+        unreceipted_publish: None,
+        reset_in_flight: None,
     };
     sim.checker.set_late_bound(workload.delayed_late_bound());
     let _hang_guard = HangGuard::start(
@@ -675,7 +704,8 @@ impl Sim<'_> {
     }
 
     fn start(&mut self) -> Result<(), SimError> {
-        self.open_broker()?;
+        self.plan_crashes();
+        self.open_broker_surviving_crashes()?;
         // Clients subscribe.
         for s in SubIdx::all(self.w.subscriptions) {
             let mut row = Vec::new();
@@ -794,6 +824,9 @@ impl Sim<'_> {
             }
         }
         self.finished_at = self.sched.now();
+        // Crash points fall in the main loop only (not in the drain and the
+        // clean shutdown that follow).
+        self.finish_crashes();
         if self.heartbeat.hang_report().is_some() {
             return Ok(()); // the run was cancelled by the hang watchdog
         }
@@ -836,6 +869,7 @@ impl Sim<'_> {
             }
             match ev {
                 Ev::Publish
+                | Ev::ArmCrash
                 | Ev::Restart
                 | Ev::Recreate { .. }
                 | Ev::OutageStart
@@ -904,7 +938,15 @@ impl Sim<'_> {
         }
         let (component, label, sub) = ev.label();
         self.heartbeat.begin(now, component, label, sub);
-        self.handle(ev)?;
+        let handled = self.handle(ev);
+        if self.store_dead() {
+            // The store died at a crash point in this event: what the event
+            // did after it (an error included) is the dead process's.
+            self.crash_if_dead()?;
+        } else {
+            handled?;
+        }
+        self.reset_in_flight = None;
         self.heartbeat.end();
         if self.tracker_corrupt {
             return Ok(false); // the violation is reported
@@ -1043,9 +1085,9 @@ impl Sim<'_> {
                 self.duplicate_subscribe(sub, consumer)
             }
             Ev::Persist(s) => {
-                self.persist(s)?;
+                // The timer first: a crash in the persist does not stop it.
                 self.sched.after(PERSIST_INTERVAL_MS, Ev::Persist(s));
-                Ok(())
+                self.persist(s)
             }
             Ev::DelayedTick(s) => {
                 self.check_overdue(s);
@@ -1057,6 +1099,10 @@ impl Sim<'_> {
             Ev::Restart => {
                 self.faults_pending = self.faults_pending.saturating_sub(1);
                 self.restart()
+            }
+            Ev::ArmCrash => {
+                self.arm_mid_run_crash();
+                Ok(())
             }
             Ev::Reconnect { sub, consumer } => {
                 self.faults_pending = self.faults_pending.saturating_sub(1);
