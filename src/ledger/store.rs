@@ -466,21 +466,52 @@ impl RedbStore {
                 .set_cache_size(cache_bytes)
                 .create(path)
                 .map_err(open_error)?;
-            let store = Self {
-                db: Arc::new(db),
-                mode,
-            };
-            // Create every table once so read transactions never see a missing table.
-            let txn = store.begin()?;
-            txn.open_table(ENTRIES)?;
-            txn.open_table(LEDGERS)?;
-            txn.open_table(CURSOR_MARK_DELETE)?;
-            txn.open_table(CURSOR_PROPERTIES)?;
-            txn.open_table(CURSOR_RANGES)?;
-            txn.open_table(CURSOR_DELETION_CHUNKS)?;
-            txn.commit()?;
-            Ok(store)
+            Self::with_tables(db, mode)
         })
+    }
+
+    /// Opens (creating if empty) the store on an embedder's own storage: a
+    /// [`redb::StorageBackend`] (an in-memory image, a block device, a
+    /// crash-injecting wrapper such as the simulator's), with the given
+    /// commit mode and page cache as in [`RedbStore::open_with_cache`].
+    /// What survives a crash is what the backend made durable at its
+    /// `sync_data` calls: with [`SyncMode::Immediate`] every commit ends in
+    /// one.
+    ///
+    /// # Errors
+    /// [`StoreError::Corrupt`] if the backend holds a damaged database,
+    /// [`StoreError::Backend`] if its I/O fails.
+    pub fn open_on_backend(
+        backend: impl redb::StorageBackend,
+        mode: SyncMode,
+        cache_bytes: usize,
+    ) -> Result<Self, StoreError> {
+        contained("open", || {
+            let db = Database::builder()
+                .set_check_integrity_on_open(true)
+                .set_cache_size(cache_bytes)
+                .create_with_backend(backend)
+                .map_err(open_error)?;
+            Self::with_tables(db, mode)
+        })
+    }
+
+    /// Wraps an open database and creates every table once, so read
+    /// transactions never see a missing table.
+    fn with_tables(db: Database, mode: SyncMode) -> Result<Self, StoreError> {
+        let store = Self {
+            db: Arc::new(db),
+            mode,
+        };
+        let txn = store.begin()?;
+        txn.open_table(ENTRIES)?;
+        txn.open_table(LEDGERS)?;
+        txn.open_table(CURSOR_MARK_DELETE)?;
+        txn.open_table(CURSOR_PROPERTIES)?;
+        txn.open_table(CURSOR_RANGES)?;
+        txn.open_table(CURSOR_DELETION_CHUNKS)?;
+        txn.commit()?;
+        Ok(store)
     }
 
     /// The underlying database, for modules that keep their own tables in

@@ -16,6 +16,8 @@
 //! - [`delayed_storage`]: the snapshot storage as the checker observes it;
 //! - [`checker`]: the independent delivery checker (loss, duplicates, order,
 //!   stalls);
+//! - [`crash_storage`]: the store's file image in memory, which can crash
+//!   between two durable writes (the crash points);
 //! - [`report`]: the report (table and JSON);
 //! - [`watchdog`]: livelock and wall-clock watchdogs.
 //!
@@ -24,6 +26,7 @@
 //! same report (wall-clock figures aside).
 
 pub mod checker;
+pub mod crash_storage;
 pub mod delayed_storage;
 pub mod delayed_truth;
 pub mod engine;
