@@ -103,6 +103,8 @@ pub struct Activity {
     /// Flow requests of a closed incarnation that the connection task's
     /// revalidation dropped (queued across a same-connection re-creation).
     pub stale_flows_dropped: u64,
+    /// What the node engine did (`None` for the model engine).
+    pub node: Option<super::node::NodeActivity>,
 }
 
 /// Wall-clock figures (excluded from determinism comparisons).
@@ -351,8 +353,28 @@ impl fmt::Display for Report {
                 ),
             )
         });
+        let node = a.node.as_ref().map(|n| {
+            (
+                "node: crash points (after fsync; not reached) / clean restarts / resent entries (copies delivered) / ack receipts (retries) / batch-index acks / redelivery requests / stale commands",
+                format!(
+                    "{} ({}; {}) / {} / {} ({}) / {} ({}) / {} / {} / {}",
+                    n.crash_points,
+                    n.crashes_after_sync,
+                    n.crash_points_not_reached,
+                    n.clean_restarts,
+                    n.resent_entries,
+                    n.lost_receipt_copies,
+                    n.ack_receipts,
+                    n.ack_retries,
+                    n.batch_index_acks,
+                    n.redelivery_requests,
+                    n.stale_commands
+                ),
+            )
+        });
         let rows: Vec<(&str, String)> = rows
             .into_iter()
+            .chain(node)
             .chain(hint_race)
             .chain(replay_race)
             .collect();

@@ -328,6 +328,11 @@ impl DeliveryChecker {
         self.violation(now_ms, format!("{sub}: post-I/O filter leak: {what}"));
     }
 
+    /// Whether `msg` was published (in the window or retired).
+    pub fn knows(&self, msg: MessageRef) -> bool {
+        !matches!(self.lookup(&msg), window::Lookup::Unknown)
+    }
+
     /// The delivery time of published message `msg` (0 if immediate,
     /// unknown, or already acknowledged on every subscription and so
     /// forgotten).
