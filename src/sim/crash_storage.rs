@@ -415,7 +415,10 @@ mod tests {
         let mut out = vec![0; (3 * BLOCK) as usize];
         after.read(0, &mut out).unwrap();
         assert_eq!(out, durable);
-        assert!(b.read(0, &mut [0; 1]).is_err(), "the old instance is fenced");
+        assert!(
+            b.read(0, &mut [0; 1]).is_err(),
+            "the old instance is fenced"
+        );
         assert_eq!(storage.stats().undo_bytes, 0);
     }
 
@@ -488,7 +491,10 @@ mod tests {
                         break;
                     }
                 }
-                assert!(storage.is_dead(), "k={k} {kind:?}: the crash point was reached");
+                assert!(
+                    storage.is_dead(),
+                    "k={k} {kind:?}: the crash point was reached"
+                );
                 drop(db); // a dead process's close persists nothing
                 storage.recover();
                 let db = open(&storage);
