@@ -63,6 +63,10 @@ pub(super) struct SubState {
     /// Publish indexes exempt from the per-key order check (replayed after
     /// a corrupted delivery); pruned below the retired count.
     pub(super) order_exempt: BTreeSet<usize>,
+    /// Key → live token → messages of the key delivered to that consumer
+    /// incarnation and not acknowledged (kept only when the checker is
+    /// told keys are exclusive, see `DeliveryChecker::set_key_exclusive`).
+    pub(super) key_holders: IntMap<u32, IntMap<u32, u32>>,
 }
 
 impl SubState {
@@ -84,6 +88,9 @@ impl SubState {
         if let Some(t) = self.consumer_token.remove(&consumer) {
             self.tokens[t as usize].1 = false;
             self.token_progress.remove(&t);
+            for holders in self.key_holders.values_mut() {
+                holders.remove(&t);
+            }
         }
         self.epoch += 1;
     }

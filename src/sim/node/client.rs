@@ -666,7 +666,13 @@ impl Node<'_> {
                 let co = &mut self.consumers[c];
                 if !co.poll_scheduled && !co.app.is_empty() {
                     co.poll_scheduled = true;
-                    let at = self.rng.random_range(0..=3);
+                    // Mostly a quick application, sometimes a slow one (it
+                    // holds what it was delivered, unacknowledged, longer).
+                    let at = if self.rng.random_bool(0.1) {
+                        self.rng.random_range(20..=100)
+                    } else {
+                        self.rng.random_range(0..=3)
+                    };
                     self.sched.after(at, Ev::Poll(c));
                 }
             }
@@ -700,7 +706,16 @@ impl Node<'_> {
         let id = co.id;
         match ack.cumulative {
             Some(upto) => {
-                if current {
+                // An ack of this subscription whose receipt was lost (a
+                // crash after its fsync, a closed connection) may be in the
+                // mark-delete already: until its resend is receipted the
+                // client cannot tell what a cumulative ack may cover.
+                let sub_idx = co.sub;
+                let unsettled = self.consumers.iter().any(|o| {
+                    o.sub == sub_idx
+                        && (!o.retry.is_empty() || o.acks.values().any(|a| a.era != o.era))
+                });
+                if current && !unsettled {
                     self.checker.cumulative_ack_applied(&sub, id, upto, now);
                 }
                 self.activity.cumulative_acks += 1;
@@ -745,8 +760,13 @@ impl Node<'_> {
             let pos = mref.position;
             let bi = m.message_id.batch_index.unwrap_or(-1);
             let co = &mut self.consumers[c];
-            if let Some(cl) = co.client.as_mut() {
-                cl.acknowledge(&m.message_id);
+            // An individual ack is sent now: the client skips redeliveries
+            // of it (Pulsar's ack-grouping `isDuplicate`). A message only
+            // covered by a later cumulative ack is not acknowledged yet.
+            if cumulative_every == 0 {
+                if let Some(cl) = co.client.as_mut() {
+                    cl.acknowledge(&m.message_id);
+                }
             }
             let batch = m.message_id.batch_size.filter(|_| bi >= 0);
             if cumulative_every > 0 {

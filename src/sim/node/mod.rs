@@ -138,8 +138,8 @@ enum Ev {
     ToClient { conn: u64, bytes: Vec<u8> },
     /// The core closed `conn`.
     Closed { conn: u64 },
-    /// The core's timer.
-    Timer { gen: u64 },
+    /// The core's timer, for its deadline `deadline` (virtual ms).
+    Timer { gen: u64, deadline: VirtualMs },
     /// A producer publishes its next entry.
     Publish(usize),
     /// A consumer's application takes what its receiver queue holds.
@@ -232,6 +232,7 @@ pub fn run(
     // nothing may come early.
     let mut checker = DeliveryChecker::new(subs.clone(), 0, order);
     checker.set_late_bound(workload.delayed_late_bound());
+    checker.set_key_exclusive(true);
     let mut n = Node {
         w: workload,
         opts,
@@ -414,7 +415,7 @@ impl Node<'_> {
             if !again && self.timer_at.is_none_or(|t| d < t) {
                 self.timer_at = Some(d.max(now));
                 let gen = self.gen;
-                self.sched.at(d.max(now), Ev::Timer { gen });
+                self.sched.at(d.max(now), Ev::Timer { gen, deadline: d });
             }
         }
     }
@@ -637,11 +638,10 @@ impl Node<'_> {
                     self.with_broker(|b, now| b.handle_written(conn, bytes, now));
                 }
             }
-            Ev::Timer { gen } => {
+            Ev::Timer { gen, deadline } => {
                 if gen == self.gen {
-                    let now = self.now();
                     self.timer_at = None;
-                    self.timer_fired = Some(now);
+                    self.timer_fired = Some(deadline);
                     self.with_broker(|b, t| b.handle_timeout(t));
                 }
             }
