@@ -669,7 +669,7 @@ impl Node<'_> {
                     // Mostly a quick application, sometimes a slow one (it
                     // holds what it was delivered, unacknowledged, longer).
                     let at = if self.rng.random_bool(0.1) {
-                        self.rng.random_range(20..=100)
+                        self.rng.random_range(20..=300)
                     } else {
                         self.rng.random_range(0..=3)
                     };
@@ -864,6 +864,22 @@ impl Node<'_> {
             }
             self.checker.delivered(&sub, id, mref, now, 0);
             self.consumers[c].app.push_back((m, mref));
+        }
+        // PIP-491: an incarnation is sent entries while it has permits left
+        // (its receiver queue, then what it returned), a batch costing its
+        // deliverable messages: what it holds unprocessed stays within its
+        // receiver queue plus one batch less one message.
+        let held = self.consumers[c].app.len();
+        let rq = self.w.receiver_queue_size as usize + self.w.batch_size as usize - 1;
+        if held > rq {
+            self.checker.permit_violation(
+                &sub,
+                id,
+                &format!(
+                    "the receiver queue holds {held} messages, above its size {rq}: the broker sent more than this incarnation granted"
+                ),
+                now,
+            );
         }
     }
 
