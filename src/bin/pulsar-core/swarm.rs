@@ -16,7 +16,9 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use pulsar_core::ledger::SyncMode;
-use pulsar_core::sim::{self, Faults, Report, SimOptions, SubscriptionType, Watchdog, Workload};
+use pulsar_core::sim::{
+    self, Engine, Faults, Report, SimOptions, SubscriptionType, Watchdog, Workload,
+};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
@@ -48,6 +50,22 @@ pub struct SwarmArgs {
     /// and is I/O-bound).
     #[arg(long, value_enum, default_value_t = SwarmSync::Deferred)]
     sync: SwarmSync,
+    /// Which broker the runs drive: `model` (the simulator's broker model),
+    /// `node` (the shipped broker core, with crash points), or `mixed` (a
+    /// third of the seeds, drawn from the seed, on the node engine).
+    #[arg(long, value_enum, default_value_t = SwarmEngine::Mixed)]
+    engine: SwarmEngine,
+}
+
+/// `--engine` choices of `swarm`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum SwarmEngine {
+    /// Every run on the model engine.
+    Model,
+    /// Every run on the node engine.
+    Node,
+    /// A third of the runs on the node engine.
+    Mixed,
 }
 
 /// `--sync` choices of `swarm`.
@@ -92,8 +110,10 @@ fn parse_shard(s: &str) -> Result<(u64, u64), String> {
 }
 
 /// The workload of swarm run `seed`: a small shape and a random subset of
-/// the fault kinds (each on with probability 1/2), all drawn from `seed`.
-pub fn swarm_workload(seed: u64) -> Workload {
+/// the fault kinds (each on with probability 1/2), all drawn from `seed`;
+/// on the node engine (see [`SwarmEngine`]) without the faults only the
+/// model engine has, with crash points and redelivery requests.
+pub fn swarm_workload(seed: u64, engine: SwarmEngine) -> Workload {
     let mut r = ChaCha8Rng::seed_from_u64(seed ^ 0x5157_4152_4d00_0000);
     let subscription_type = match r.random_range(0..3) {
         0 => SubscriptionType::KeyShared,
@@ -187,16 +207,57 @@ pub fn swarm_workload(seed: u64) -> Workload {
         f.clear_delete_failure_ratio = 0.5;
     }
     w.faults = f;
+    let node = match engine {
+        SwarmEngine::Model => false,
+        SwarmEngine::Node => true,
+        SwarmEngine::Mixed => r.random_range(0..3) == 0,
+    };
+    if node {
+        node_workload(&mut w, &mut r);
+    }
     w
+}
+
+/// Turns a drawn workload into a node-engine one: the faults the broker
+/// core has no path for yet are dropped, crash points (0 to 3, at a k drawn
+/// from a window of 20 to 300 durable writes) and redelivery requests are
+/// drawn. Failover runs use individual acks: the core does not rewind on an
+/// active-consumer change, so a cumulative ack of the new active consumer
+/// can cover entries only the former one was sent (a known finding).
+fn node_workload(w: &mut Workload, r: &mut ChaCha8Rng) {
+    let old = w.faults.clone();
+    let mut f = Faults::none();
+    f.restarts = old.restarts;
+    f.reconnects = old.reconnects;
+    f.same_connection_reconnects = old.same_connection_reconnects;
+    f.crashes = r.random_range(0..=3);
+    f.crash_window = r.random_range(20..=300);
+    f.redeliveries = if r.random_bool(0.5) {
+        r.random_range(1..=3)
+    } else {
+        0
+    };
+    w.engine = Engine::Node;
+    w.txn_ack_ratio = 0.0;
+    w.cumulative_ack_every = 0;
+    w.faults = f;
 }
 
 /// The outcome of one seed's run.
 type RunResult = Result<Report, String>;
 
 /// Runs one swarm seed in a temporary store directory.
-fn run_seed(seed: u64, sync: SyncMode) -> RunResult {
-    let w = swarm_workload(seed);
+fn run_seed(seed: u64, sync: SyncMode, engine: SwarmEngine) -> RunResult {
+    let w = swarm_workload(seed, engine);
     let dir = tempfile_dir(seed)?;
+    // Node-engine runs crash between durable writes: they commit with
+    // fsync (their store is in memory, so it costs little); with deferred
+    // commits a crash loses receipted work, as it would on a disk.
+    let sync = if w.engine == Engine::Node {
+        SyncMode::Immediate
+    } else {
+        sync
+    };
     let opts = SimOptions {
         sync,
         watchdog: Watchdog {
@@ -212,8 +273,8 @@ fn run_seed(seed: u64, sync: SyncMode) -> RunResult {
 }
 
 /// Prints one run's line (or JSON object).
-fn print_run(seed: u64, report: &Report, json: bool) {
-    let w = swarm_workload(seed);
+fn print_run(seed: u64, report: &Report, json: bool, engine: SwarmEngine) {
+    let w = swarm_workload(seed, engine);
     let clean = report.is_clean();
     if json {
         let line = serde_json::json!({
@@ -225,6 +286,7 @@ fn print_run(seed: u64, report: &Report, json: bool) {
             "virtual_ms": report.virtual_ms,
             "delivered": report.counts.delivered,
             "workload": w,
+            "node": report.activity.node,
         });
         println!("{line}");
     } else {
@@ -246,6 +308,16 @@ fn print_run(seed: u64, report: &Report, json: bool) {
             w.delayed_ratio,
             w.txn_ack_ratio,
         );
+        if let Some(n) = &report.activity.node {
+            println!(
+                "seed {seed}: node engine: crash points {} planned, {} reached ({} after the fsync), {} clean restarts, {} redelivery requests",
+                w.faults.crashes,
+                n.crash_points,
+                n.crashes_after_sync,
+                n.clean_restarts,
+                n.redelivery_requests
+            );
+        }
     }
 }
 
@@ -277,6 +349,7 @@ pub fn swarm(args: SwarmArgs) -> ExitCode {
         SwarmSync::Always => SyncMode::Immediate,
         SwarmSync::Deferred => SyncMode::Deferred,
     };
+    let engine = args.engine;
     let seeds: Vec<u64> = (a..=b).filter(|s| s % n == i).collect();
     let started = Instant::now();
     let next = AtomicUsize::new(0);
@@ -297,7 +370,7 @@ pub fn swarm(args: SwarmArgs) -> ExitCode {
                     // Relaxed: the counter only hands out distinct indexes.
                     let k = next.fetch_add(1, Ordering::Relaxed);
                     let Some(&seed) = seeds.get(k) else { break };
-                    if tx.send((k, run_seed(seed, sync))).is_err() {
+                    if tx.send((k, run_seed(seed, sync, engine))).is_err() {
                         break;
                     }
                 }
@@ -323,13 +396,18 @@ pub fn swarm(args: SwarmArgs) -> ExitCode {
                 runs += 1;
                 delivered += report.counts.delivered;
                 virtual_ms += report.virtual_ms;
-                print_run(seed, &report, args.json);
+                print_run(seed, &report, args.json, args.engine);
                 if !report.is_clean() {
                     failed += 1;
                     first_failure.get_or_insert(seed);
                     eprintln!(
-                        "violation at seed {seed}: {}\nreplay with: pulsar-core swarm --seeds {seed}..{seed}",
-                        report.first_violation.as_deref().unwrap_or("(see counts)")
+                        "violation at seed {seed}: {}\nreplay with: pulsar-core swarm --seeds {seed}..{seed} --engine {}",
+                        report.first_violation.as_deref().unwrap_or("(see counts)"),
+                        match args.engine {
+                            SwarmEngine::Model => "model",
+                            SwarmEngine::Node => "node",
+                            SwarmEngine::Mixed => "mixed",
+                        }
                     );
                     if !args.keep_going {
                         stop.store(true, Ordering::Relaxed);
@@ -392,10 +470,23 @@ mod tests {
 
     #[test]
     fn swarm_workloads_are_valid_and_deterministic() {
-        for seed in 0..500 {
-            let w = swarm_workload(seed);
-            w.validate().unwrap_or_else(|e| panic!("seed {seed}: {e}"));
-            assert_eq!(w, swarm_workload(seed));
+        for engine in [SwarmEngine::Model, SwarmEngine::Node, SwarmEngine::Mixed] {
+            for seed in 0..500 {
+                let w = swarm_workload(seed, engine);
+                w.validate().unwrap_or_else(|e| panic!("seed {seed}: {e}"));
+                assert_eq!(w, swarm_workload(seed, engine));
+            }
+        }
+        // Mixed draws both engines, and the model draws stay as they were.
+        let node = (0..300)
+            .filter(|s| swarm_workload(*s, SwarmEngine::Mixed).engine == Engine::Node)
+            .count();
+        assert!((50..150).contains(&node), "{node}");
+        for seed in 0..100 {
+            let m = swarm_workload(seed, SwarmEngine::Mixed);
+            if m.engine == Engine::Model {
+                assert_eq!(m, swarm_workload(seed, SwarmEngine::Model));
+            }
         }
     }
 
