@@ -226,9 +226,9 @@ pub fn swarm_workload(seed: u64, engine: SwarmEngine) -> Workload {
 /// the new one when the active consumer changes (Pulsar's
 /// `PersistentDispatcherSingleActiveConsumer` rewinds and sends
 /// ACTIVE_CONSUMER_CHANGE), so a consumer that takes over by name order
-/// gets them after newer entries (`swarm --seeds 269..269 --engine mixed`
-/// before this rule), and a cumulative ack of it can cover entries only the
-/// former one was sent.
+/// gets them after newer entries (`simulate --workload
+/// tests/workloads/node_failover.toml --seed 2`), and a cumulative ack of it
+/// can cover entries only the former one was sent.
 fn node_workload(w: &mut Workload, r: &mut ChaCha8Rng) {
     if w.subscription_type == SubscriptionType::Failover {
         w.subscription_type = SubscriptionType::Shared;

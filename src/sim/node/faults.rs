@@ -70,6 +70,14 @@ impl Node<'_> {
 
     /// Runs a planned fault.
     pub(super) fn fault(&mut self, f: Fault) {
+        // A consumer fault waits for its consumer to be connected (after a
+        // restart, a crash or its own reconnect).
+        if let Fault::Reconnect(c) | Fault::SameConnection(c) | Fault::Redeliver(c) = f {
+            if !self.consumers[c].ready() {
+                self.sched.after(100, Ev::Fault(f));
+                return;
+            }
+        }
         self.plan.run += 1;
         match f {
             Fault::Restart => self.clean_restart(),
