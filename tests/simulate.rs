@@ -944,3 +944,61 @@ fn swarm_found_crash_point_regressions_stay_clean() {
         );
     }
 }
+
+/// The node engine's presets: the shipped broker core driven by clients
+/// that speak real frames, with clean restarts, crashes at durable writes,
+/// reconnects, same-connection resubscribes and redelivery requests; each
+/// runs clean and reaches its crash points.
+#[test]
+fn every_node_preset_runs_clean_with_crashes() {
+    for (file, seed) in [
+        ("node_shared_batches.toml", 1),
+        ("node_failover.toml", 1),
+        ("node_key_shared.toml", 1),
+        ("node_delayed.toml", 1),
+    ] {
+        let (w, r) = run_workload_file_clean(file, seed);
+        assert_eq!(w.engine, pulsar_core::sim::Engine::Node, "{file}");
+        let n = r.activity.node.as_ref().expect("node activity");
+        assert!(n.crash_points >= 1, "{file}: no crash point reached: {n:?}");
+        assert!(
+            n.ack_receipts > 0 && n.frames_to_broker > 0,
+            "{file}: {n:?}"
+        );
+        assert_eq!(r.counts.lost, 0, "{file}");
+        assert!(r.counts.published >= w.messages, "{file}");
+        if w.batch_size > 1 && w.cumulative_ack_every == 0 {
+            assert!(n.batch_index_acks > 0, "{file}: no ack_set sent");
+        }
+    }
+}
+
+/// A node-engine run is a function of its seed (wall-clock figures aside).
+#[test]
+fn node_engine_same_seed_same_report() {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/workloads/node_key_shared.toml");
+    let mut w = Workload::from_toml_file(&path).unwrap();
+    w.messages = 800;
+    let a = run_in_tempdir(&w, 7, None);
+    let b = run_in_tempdir(&w, 7, None);
+    assert_eq!(a.counts, b.counts);
+    assert_eq!(a.activity, b.activity);
+    assert_eq!(a.virtual_ms, b.virtual_ms);
+}
+
+/// The node engine refuses what the broker core has no path for, with a
+/// typed error naming the setting; redelivery requests need the node engine.
+#[test]
+fn node_engine_unsupported_settings_are_typed_errors() {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/workloads/node_shared_batches.toml");
+    let mut w = Workload::from_toml_file(&path).unwrap();
+    w.txn_ack_ratio = 0.5;
+    let e = w.validate().unwrap_err().to_string();
+    assert!(e.contains("txn_ack_ratio") && e.contains("node"), "{e}");
+    let mut w = Workload::preset("fanout").unwrap();
+    w.faults.redeliveries = 1;
+    let e = w.validate().unwrap_err().to_string();
+    assert!(e.contains("engine = \"node\""), "{e}");
+}

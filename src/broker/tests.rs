@@ -446,6 +446,50 @@ fn a_closed_consumers_unacknowledged_entries_go_to_another_consumer() {
     assert_eq!(out[0].1, message(9, ps[0], 2, vec![], 1));
 }
 
+/// PIP-491: a consumer closed and subscribed again with the same id on the
+/// same connection is a new incarnation: the old one's unacknowledged
+/// entries are redelivered to it (its client dropped them with the old
+/// incarnation), and its permits are its own grant only, never the old
+/// incarnation's left-over credit.
+#[test]
+fn a_same_connection_resubscribe_is_a_new_incarnation() {
+    let (_d, mut b) = with_producer();
+    let ps: Vec<Position> = (0..3)
+        .map(|i| send(&mut b, 1, 1, i, &entry(None, None, None)))
+        .collect();
+    subscribe(&mut b, 1, 7, "s", sub_type::SHARED, "a");
+    assert_eq!(flow(&mut b, 1, 7, 10).len(), 3);
+    let close = BrokerCommand {
+        r#type: ty::CLOSE_CONSUMER,
+        close_consumer: Some(proto::CommandIdRequest {
+            id: 7,
+            request_id: 5,
+        }),
+        ..Default::default()
+    };
+    assert_eq!(feed(&mut b, 1, close), vec![(1, success(5), 0)]);
+    subscribe(&mut b, 1, 7, "s", sub_type::SHARED, "a");
+    assert_eq!(sub(&b, "s").consumers.len(), 1);
+    assert_eq!(
+        sub(&b, "s").consumers[0].granted,
+        0,
+        "no credit carried over"
+    );
+    let out: Vec<BrokerCommand> = flow(&mut b, 1, 7, 2).into_iter().map(|f| f.1).collect();
+    assert_eq!(
+        out,
+        vec![
+            message(7, ps[0], 1, vec![], 1),
+            message(7, ps[1], 1, vec![], 1)
+        ]
+    );
+    assert_eq!(sub(&b, "s").consumers[0].permits.available_permits(), 0);
+    // Acks of the new incarnation settle what it was delivered.
+    ack(&mut b, 1, 7, false, vec![mid(ps[0], vec![])], None);
+    let out: Vec<BrokerCommand> = flow(&mut b, 1, 7, 1).into_iter().map(|f| f.1).collect();
+    assert_eq!(out, vec![message(7, ps[2], 1, vec![], 1)]);
+}
+
 #[test]
 fn failover_sends_to_the_active_consumer_only() {
     let (_d, mut b) = with_producer();

@@ -4,7 +4,11 @@
 //!
 //! - [`workload`]: presets and the TOML workload format;
 //! - [`scheduler`]: the discrete-event scheduler on virtual time;
-//! - [`engine`]: the broker-in-a-box driving the real components;
+//! - [`engine`]: the broker-in-a-box driving the real components (the
+//!   model engine);
+//! - [`node`]: the node engine, driving the shipped broker core
+//!   ([`crate::broker::Broker`]) with clients that speak real frames, and
+//!   crashes at durable writes;
 //! - [`hint_race`]: real threads on the real cursor deletion state (the
 //!   lock-free hint and the post-I/O filter against an external oracle), the
 //!   first of the two stages that are not single-threaded and deterministic;
@@ -31,6 +35,7 @@ pub mod delayed_storage;
 pub mod delayed_truth;
 pub mod engine;
 pub mod hint_race;
+pub mod node;
 pub mod replay_race;
 pub mod report;
 pub mod scheduler;
@@ -39,7 +44,24 @@ pub mod sim_trace;
 pub mod watchdog;
 pub mod workload;
 
-pub use engine::{run, Sabotage, SimError, SimOptions};
+pub use engine::{Sabotage, SimError, SimOptions};
 pub use report::Report;
 pub use watchdog::Watchdog;
-pub use workload::{Faults, SubscriptionType, Workload, WorkloadError};
+pub use workload::{Engine, Faults, SubscriptionType, Workload, WorkloadError};
+
+/// Runs `workload` on the engine it names ([`Workload::engine`]): the
+/// simulator's broker model ([`engine::run`]) or the shipped broker core
+/// ([`node::run`]).
+///
+/// # Errors
+/// As the engine's `run`.
+pub fn run(
+    workload: &Workload,
+    opts: &SimOptions,
+    progress: Option<&dyn Fn(u64, u64)>,
+) -> Result<Report, SimError> {
+    match workload.engine {
+        Engine::Model => engine::run(workload, opts, progress),
+        Engine::Node => node::run(workload, opts, progress),
+    }
+}

@@ -157,6 +157,8 @@ pub struct Activity {
     /// The in-memory store of a run with crash points: durable writes seen,
     /// bytes written, peak memory (`None`: the file store).
     pub crash_storage: Option<CrashStorageStats>,
+    /// What the node engine did (`None` for the model engine).
+    pub node: Option<super::node::NodeActivity>,
 }
 
 /// One counter of a component's work in the run.
@@ -590,9 +592,29 @@ impl fmt::Display for Report {
                 ),
             ]
         });
+        let node = a.node.as_ref().map(|n| {
+            (
+                "node: crash points (after fsync; not reached) / clean restarts / resent entries (copies delivered) / ack receipts (retries) / batch-index acks / redelivery requests / stale commands",
+                format!(
+                    "{} ({}; {}) / {} / {} ({}) / {} ({}) / {} / {} / {}",
+                    n.crash_points,
+                    n.crashes_after_sync,
+                    n.crash_points_not_reached,
+                    n.clean_restarts,
+                    n.resent_entries,
+                    n.lost_receipt_copies,
+                    n.ack_receipts,
+                    n.ack_retries,
+                    n.batch_index_acks,
+                    n.redelivery_requests,
+                    n.stale_commands
+                ),
+            )
+        });
         let rows: Vec<(&str, String)> = rows
             .into_iter()
             .chain(crashes.into_iter().flatten())
+            .chain(node)
             .chain(hint_race)
             .chain(replay_race)
             .collect();

@@ -22,6 +22,20 @@ pub enum SubscriptionType {
     Failover,
 }
 
+/// Which broker a run drives.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Engine {
+    /// The simulator's own broker model (`sim::engine`): its dispatch,
+    /// acks and pending-ack replay, with every fault of [`Faults`].
+    #[default]
+    Model,
+    /// The shipped broker core (`pulsar_core::broker::Broker`) driven by
+    /// `sim::node`: simulated clients speak real Pulsar frames to it, on
+    /// the crash storage (see `sim::node` for the faults it supports).
+    Node,
+}
+
 /// Default [`Faults::faulty_closes_without_progress`]: a window of 100
 /// messages with 1 % of frames faulty closes the connection with
 /// probability 0.63, so 16 closes in a row without a received message
@@ -176,6 +190,12 @@ pub struct Faults {
     /// here (before or after it, drawn from the seed), before the drawn
     /// `crash_points`.
     pub crash_at_writes: Vec<u64>,
+    /// Node engine: the k of each of its `crash_points` is drawn from
+    /// 1..=this (durable writes since the broker's last (re)start).
+    pub crash_window: u64,
+    /// Node engine: REDELIVER_UNACKNOWLEDGED_MESSAGES requests (a consumer
+    /// bumps its epoch and asks for its unacknowledged messages again).
+    pub redeliveries: u32,
 }
 
 impl Faults {
@@ -217,6 +237,8 @@ impl Default for Faults {
             duplicate_subscribes: 0,
             crash_points: 0,
             crash_at_writes: Vec::new(),
+            crash_window: 200,
+            redeliveries: 0,
         }
     }
 }
@@ -254,6 +276,8 @@ impl Faults {
             duplicate_subscribes: 0,
             crash_points: 0,
             crash_at_writes: Vec::new(),
+            crash_window: 200,
+            redeliveries: 0,
         }
     }
 }
@@ -265,6 +289,8 @@ impl Faults {
 pub struct Workload {
     /// Name shown in the report.
     pub name: String,
+    /// Which broker the run drives (default: the simulator's model).
+    pub engine: Engine,
     /// Producers publishing to the one topic.
     pub producers: u32,
     /// Subscriptions on the topic (fan-out: each gets every message).
@@ -335,6 +361,7 @@ impl Default for Workload {
     fn default() -> Self {
         Self {
             name: "custom".into(),
+            engine: Engine::Model,
             producers: 10,
             subscriptions: 2,
             consumers_per_subscription: 2,
@@ -646,6 +673,60 @@ impl Workload {
         Self::preset(spec)
     }
 
+    /// The first setting the node engine cannot run, if any.
+    pub fn node_unsupported(&self) -> Option<&'static str> {
+        let f = &self.faults;
+        [
+            (self.txn_ack_ratio > 0.0, "txn_ack_ratio > 0"),
+            (f.read_outages > 0, "faults.read_outages > 0"),
+            (f.lose_pending_ack_ledger, "faults.lose_pending_ack_ledger"),
+            (
+                f.corrupted_batch_ratio > 0.0,
+                "faults.corrupted_batch_ratio > 0",
+            ),
+            (
+                f.snapshot_create_failure_ratio > 0.0 || f.snapshot_delete_failure_ratio > 0.0,
+                "snapshot failures",
+            ),
+            (f.seeks > 0, "faults.seeks > 0"),
+            (
+                f.hint_race || f.replay_race,
+                "the hint_race / replay_race stages",
+            ),
+            (
+                f.replay_read_failures > 0,
+                "faults.replay_read_failures > 0",
+            ),
+            (
+                f.invalid_permits_ratio > 0.0 || f.zero_permits_on_corrupted_ratio > 0.0,
+                "faulty-broker permits",
+            ),
+            (
+                f.admission_reject_ratio > 0.0,
+                "faults.admission_reject_ratio > 0",
+            ),
+            (
+                f.write_failure_ratio > 0.0,
+                "faults.write_failure_ratio > 0",
+            ),
+            (f.rewinds > 0, "faults.rewinds > 0"),
+            (f.clock_jumps > 0, "faults.clock_jumps > 0"),
+            (f.clear_backlogs > 0, "faults.clear_backlogs > 0"),
+            (
+                self.negative_ack_ratio > 0.0,
+                "negative_ack_ratio > 0",
+            ),
+            (f.duplicate_subscribes > 0, "faults.duplicate_subscribes > 0"),
+            (
+                !f.crash_at_writes.is_empty(),
+                "faults.crash_at_writes (the node engine draws k from faults.crash_window)",
+            ),
+        ]
+        .into_iter()
+        .find(|(bad, _)| *bad)
+        .map(|(_, what)| what)
+    }
+
     /// Checks every field's range.
     ///
     /// # Errors
@@ -836,6 +917,21 @@ impl Workload {
             );
         }
         let unsupported = |m: &str| Err(WorkloadError::Unsupported(m.to_string()));
+        if self.faults.crash_window == 0 || self.faults.crash_window > 1_000_000 {
+            return bad("faults.crash_window must be in 1..=1,000,000");
+        }
+        if self.faults.redeliveries > 100_000 {
+            return bad("faults.redeliveries must be at most 100,000");
+        }
+        if self.engine == Engine::Node {
+            if let Some(what) = self.node_unsupported() {
+                return Err(WorkloadError::Unsupported(format!(
+                    "{what} with engine = \"node\": the broker core has no such path yet (the model engine has)"
+                )));
+            }
+        } else if self.faults.redeliveries > 0 {
+            return unsupported("faults.redeliveries > 0 needs engine = \"node\"");
+        }
         let failover = self.subscription_type == SubscriptionType::Failover;
         if failover && self.delayed_ratio > 0.0 {
             return unsupported(

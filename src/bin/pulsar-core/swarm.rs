@@ -18,7 +18,9 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use pulsar_core::ledger::SyncMode;
-use pulsar_core::sim::{self, Faults, Report, SimOptions, SubscriptionType, Watchdog, Workload};
+use pulsar_core::sim::{
+    self, Engine, Faults, Report, SimOptions, SubscriptionType, Watchdog, Workload,
+};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
@@ -56,6 +58,22 @@ pub struct SwarmArgs {
     /// `--sync` says, since a deferred commit is lost by a crash by design).
     #[arg(long)]
     no_crash_points: bool,
+    /// Which broker the runs drive: `model` (the simulator's broker model),
+    /// `node` (the shipped broker core, with crash points), or `mixed` (a
+    /// third of the seeds, drawn from the seed, on the node engine).
+    #[arg(long, value_enum, default_value_t = SwarmEngine::Mixed)]
+    engine: SwarmEngine,
+}
+
+/// `--engine` choices of `swarm`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum SwarmEngine {
+    /// Every run on the model engine.
+    Model,
+    /// Every run on the node engine.
+    Node,
+    /// A third of the runs on the node engine.
+    Mixed,
 }
 
 /// `--sync` choices of `swarm`.
@@ -100,8 +118,10 @@ fn parse_shard(s: &str) -> Result<(u64, u64), String> {
 }
 
 /// The workload of swarm run `seed`: a small shape and a random subset of
-/// the fault kinds (each on with probability 1/2), all drawn from `seed`.
-pub fn swarm_workload(seed: u64) -> Workload {
+/// the fault kinds (each on with probability 1/2), all drawn from `seed`;
+/// on the node engine (see [`SwarmEngine`]) without the faults only the
+/// model engine has, with crash points and redelivery requests.
+pub fn swarm_workload(seed: u64, engine: SwarmEngine) -> Workload {
     let mut r = ChaCha8Rng::seed_from_u64(seed ^ 0x5157_4152_4d00_0000);
     let subscription_type = match r.random_range(0..3) {
         0 => SubscriptionType::KeyShared,
@@ -206,15 +226,57 @@ pub fn swarm_workload(seed: u64) -> Workload {
         f.crash_points = r.random_range(1..=3);
     }
     w.faults = f;
+    let node = match engine {
+        SwarmEngine::Model => false,
+        SwarmEngine::Node => true,
+        SwarmEngine::Mixed => r.random_range(0..3) == 0,
+    };
+    if node {
+        node_workload(&mut w, &mut r);
+    }
     w
+}
+
+/// Turns a drawn workload into a node-engine one: the faults the broker
+/// core has no path for yet are dropped, crash points (0 to 3, at a k drawn
+/// from a window of 20 to 300 durable writes) and redelivery requests are
+/// drawn. A Failover draw runs as Shared: the core neither rewinds the
+/// cursor nor hands the former active consumer's unacknowledged entries to
+/// the new one when the active consumer changes (Pulsar's
+/// `PersistentDispatcherSingleActiveConsumer` rewinds and sends
+/// ACTIVE_CONSUMER_CHANGE), so a consumer that takes over by name order
+/// gets them after newer entries (`simulate --workload
+/// tests/workloads/node_failover.toml --seed 2`), and a cumulative ack of it
+/// can cover entries only the former one was sent.
+fn node_workload(w: &mut Workload, r: &mut ChaCha8Rng) {
+    if w.subscription_type == SubscriptionType::Failover {
+        w.subscription_type = SubscriptionType::Shared;
+    }
+    let old = w.faults.clone();
+    let mut f = Faults::none();
+    f.restarts = old.restarts;
+    f.reconnects = old.reconnects;
+    f.same_connection_reconnects = old.same_connection_reconnects;
+    f.crash_points = r.random_range(0..=3);
+    f.crash_window = r.random_range(20..=300);
+    f.redeliveries = if r.random_bool(0.5) {
+        r.random_range(1..=3)
+    } else {
+        0
+    };
+    w.engine = Engine::Node;
+    w.txn_ack_ratio = 0.0;
+    w.negative_ack_ratio = 0.0;
+    w.cumulative_ack_every = 0;
+    w.faults = f;
 }
 
 /// The outcome of one seed's run.
 type RunResult = Result<Report, String>;
 
-/// The workload of swarm run `seed`, without its crash points if `crash_points` is off.
-fn seed_workload(seed: u64, crash_points: bool) -> Workload {
-    let mut w = swarm_workload(seed);
+/// The workload of swarm run `seed` on `engine`, without its crash points if `crash_points` is off.
+fn seed_workload(seed: u64, crash_points: bool, engine: SwarmEngine) -> Workload {
+    let mut w = swarm_workload(seed, engine);
     if !crash_points {
         w.faults.crash_points = 0;
     }
@@ -222,9 +284,17 @@ fn seed_workload(seed: u64, crash_points: bool) -> Workload {
 }
 
 /// Runs one swarm seed in a temporary store directory.
-fn run_seed(seed: u64, sync: SyncMode, crash_points: bool) -> RunResult {
-    let w = seed_workload(seed, crash_points);
+fn run_seed(seed: u64, sync: SyncMode, crash_points: bool, engine: SwarmEngine) -> RunResult {
+    let w = seed_workload(seed, crash_points, engine);
     let dir = tempfile_dir(seed)?;
+    // Node-engine runs crash between durable writes: they commit with
+    // fsync (their store is in memory, so it costs little); with deferred
+    // commits a crash loses receipted work, as it would on a disk.
+    let sync = if w.engine == Engine::Node {
+        SyncMode::Immediate
+    } else {
+        sync
+    };
     let opts = SimOptions {
         // A crash loses deferred commits by design: crash-point runs fsync
         // every commit (their store is in memory, so it costs no I/O).
@@ -246,8 +316,8 @@ fn run_seed(seed: u64, sync: SyncMode, crash_points: bool) -> RunResult {
 }
 
 /// Prints one run's line (or JSON object).
-fn print_run(seed: u64, report: &Report, json: bool, crash_points: bool) {
-    let w = seed_workload(seed, crash_points);
+fn print_run(seed: u64, report: &Report, json: bool, crash_points: bool, engine: SwarmEngine) {
+    let w = seed_workload(seed, crash_points, engine);
     let clean = report.is_clean();
     if json {
         let line = serde_json::json!({
@@ -260,6 +330,7 @@ fn print_run(seed: u64, report: &Report, json: bool, crash_points: bool) {
             "delivered": report.counts.delivered,
             "crashes": report.activity.crashes,
             "workload": w,
+            "node": report.activity.node,
         });
         println!("{line}");
     } else {
@@ -283,6 +354,16 @@ fn print_run(seed: u64, report: &Report, json: bool, crash_points: bool) {
             w.negative_ack_ratio,
             report.activity.crashes.len(),
         );
+        if let Some(n) = &report.activity.node {
+            println!(
+                "seed {seed}: node engine: crash points {} planned, {} reached ({} after the fsync), {} clean restarts, {} redelivery requests",
+                w.faults.crash_points,
+                n.crash_points,
+                n.crashes_after_sync,
+                n.clean_restarts,
+                n.redelivery_requests
+            );
+        }
     }
 }
 
@@ -315,6 +396,7 @@ pub fn swarm(args: SwarmArgs) -> ExitCode {
         SwarmSync::Deferred => SyncMode::Deferred,
     };
     let crash_points = !args.no_crash_points;
+    let engine = args.engine;
     let seeds: Vec<u64> = (a..=b).filter(|s| s % n == i).collect();
     let started = Instant::now();
     let next = AtomicUsize::new(0);
@@ -336,7 +418,7 @@ pub fn swarm(args: SwarmArgs) -> ExitCode {
                     // Relaxed: the counter only hands out distinct indexes.
                     let k = next.fetch_add(1, Ordering::Relaxed);
                     let Some(&seed) = seeds.get(k) else { break };
-                    if tx.send((k, run_seed(seed, sync, crash_points))).is_err() {
+                    if tx.send((k, run_seed(seed, sync, crash_points, engine))).is_err() {
                         break;
                     }
                 }
@@ -363,13 +445,18 @@ pub fn swarm(args: SwarmArgs) -> ExitCode {
                 delivered += report.counts.delivered;
                 virtual_ms += report.virtual_ms;
                 crashes += report.activity.crashes.len() as u64;
-                print_run(seed, &report, args.json, crash_points);
+                print_run(seed, &report, args.json, crash_points, engine);
                 if !report.is_clean() {
                     failed += 1;
                     first_failure.get_or_insert(seed);
                     eprintln!(
-                        "violation at seed {seed}: {}\nreplay with: pulsar-core swarm --seeds {seed}..{seed}{}",
+                        "violation at seed {seed}: {}\nreplay with: pulsar-core swarm --seeds {seed}..{seed} --engine {}{}",
                         report.first_violation.as_deref().unwrap_or("(see counts)"),
+                        match args.engine {
+                            SwarmEngine::Model => "model",
+                            SwarmEngine::Node => "node",
+                            SwarmEngine::Mixed => "mixed",
+                        },
                         if crash_points { "" } else { " --no-crash-points" }
                     );
                     if !args.keep_going {
@@ -435,12 +522,27 @@ mod tests {
     #[test]
     fn swarm_workloads_are_valid_and_deterministic() {
         let (mut nacks, mut duplicates) = (0, 0);
-        for seed in 0..500 {
-            let w = swarm_workload(seed);
-            w.validate().unwrap_or_else(|e| panic!("seed {seed}: {e}"));
-            assert_eq!(w, swarm_workload(seed));
-            nacks += u32::from(w.negative_ack_ratio > 0.0);
-            duplicates += u32::from(w.faults.duplicate_subscribes > 0);
+        for engine in [SwarmEngine::Model, SwarmEngine::Node, SwarmEngine::Mixed] {
+            for seed in 0..500 {
+                let w = swarm_workload(seed, engine);
+                w.validate().unwrap_or_else(|e| panic!("seed {seed}: {e}"));
+                assert_eq!(w, swarm_workload(seed, engine));
+                if engine == SwarmEngine::Model {
+                    nacks += u32::from(w.negative_ack_ratio > 0.0);
+                    duplicates += u32::from(w.faults.duplicate_subscribes > 0);
+                }
+            }
+        }
+        // Mixed draws both engines, and the model draws stay as they were.
+        let node = (0..300)
+            .filter(|s| swarm_workload(*s, SwarmEngine::Mixed).engine == Engine::Node)
+            .count();
+        assert!((50..150).contains(&node), "{node}");
+        for seed in 0..100 {
+            let m = swarm_workload(seed, SwarmEngine::Mixed);
+            if m.engine == Engine::Model {
+                assert_eq!(m, swarm_workload(seed, SwarmEngine::Model));
+            }
         }
         // Random workloads reach negative acks with partial batches and
         // duplicate Subscribes.

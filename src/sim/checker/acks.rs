@@ -31,7 +31,18 @@ impl DeliveryChecker {
             }
         };
         if let Some(s) = self.subs.get_mut(sub) {
-            Self::mark_acked(s, idx - base, &mut self.counts);
+            let i = idx - base;
+            if self.key_exclusive && s.acked[i] != ACKED {
+                let key = self.published[i].1.key;
+                if let (Some(holders), Some(t)) =
+                    (s.key_holders.get_mut(&key), s.delivered[i].checked_sub(1))
+                {
+                    if let Some(n) = holders.get_mut(&t) {
+                        *n = n.saturating_sub(1);
+                    }
+                }
+            }
+            Self::mark_acked(s, i, &mut self.counts);
         }
         self.ack_recorded();
     }

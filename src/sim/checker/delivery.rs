@@ -83,6 +83,30 @@ impl DeliveryChecker {
             }
             self.counts.duplicates_allowed += 1;
         }
+        if self.key_exclusive && self.order == OrderCheck::PerKey {
+            let holders = s.key_holders.entry(p.key).or_default();
+            if prev != 0 {
+                if let Some(n) = holders.get_mut(&(prev - 1)) {
+                    *n = n.saturating_sub(1);
+                }
+            }
+            let other = holders
+                .iter()
+                .find(|(t, n)| **t != token && **n > 0 && s.tokens[**t as usize].1)
+                .map(|(t, _)| s.tokens[*t as usize].0);
+            *holders.entry(token).or_insert(0) += 1;
+            if let Some(holder) = other {
+                self.counts.order_violations += 1;
+                self.violation(
+                    now_ms,
+                    format!(
+                        "{sub}: key {}: {msg} delivered to consumer-{consumer} while consumer-{holder} holds unacknowledged messages of the key",
+                        p.key
+                    ),
+                );
+                return;
+            }
+        }
         if p.deliver_at_ms > 0 {
             if first_time && self.late_bound_ms > 0 && now_ms > p.deliver_at_ms + self.late_bound_ms
             {

@@ -111,6 +111,9 @@ pub struct DeliveryChecker {
     late_bound_ms: u64,
     /// Which order is guaranteed and so checked.
     order: OrderCheck,
+    /// Key_Shared: a key is held by one consumer at a time (see
+    /// [`DeliveryChecker::set_key_exclusive`]).
+    key_exclusive: bool,
 }
 
 impl DeliveryChecker {
@@ -140,7 +143,18 @@ impl DeliveryChecker {
             early_tolerance_ms,
             late_bound_ms: 0,
             order,
+            key_exclusive: false,
         }
+    }
+
+    /// With `PerKey` order: a message of a key delivered to one consumer
+    /// incarnation while another live incarnation holds a delivered and
+    /// unacknowledged message of that key is an order violation (Pulsar 4's
+    /// Key_Shared: a key's messages go to its new consumer only after the
+    /// previous one acknowledged or lost what it holds, PIP-379). Off by
+    /// default.
+    pub fn set_key_exclusive(&mut self, on: bool) {
+        self.key_exclusive = on;
     }
 
     /// Sets the late bound: a delayed message first delivered more than
@@ -326,6 +340,11 @@ impl DeliveryChecker {
     pub fn filter_leak(&mut self, sub: &str, what: &str, now_ms: u64) {
         self.counts.filter_leaks += 1;
         self.violation(now_ms, format!("{sub}: post-I/O filter leak: {what}"));
+    }
+
+    /// Whether `msg` was published (in the window or retired).
+    pub fn knows(&self, msg: MessageRef) -> bool {
+        !matches!(self.lookup(&msg), window::Lookup::Unknown)
     }
 
     /// The delivery time of published message `msg` (0 if immediate,

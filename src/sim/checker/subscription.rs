@@ -67,6 +67,10 @@ pub(super) struct SubState {
     /// (in the incarnation they were delivered to): each may be redelivered
     /// once while that incarnation lives; pruned below the retired count.
     pub(super) nacked: BTreeSet<usize>,
+    /// Key → live token → messages of the key delivered to that consumer
+    /// incarnation and not acknowledged (kept only when the checker is
+    /// told keys are exclusive, see `DeliveryChecker::set_key_exclusive`).
+    pub(super) key_holders: IntMap<u32, IntMap<u32, u32>>,
 }
 
 impl SubState {
@@ -88,6 +92,9 @@ impl SubState {
         if let Some(t) = self.consumer_token.remove(&consumer) {
             self.tokens[t as usize].1 = false;
             self.token_progress.remove(&t);
+            for holders in self.key_holders.values_mut() {
+                holders.remove(&t);
+            }
         }
         self.epoch += 1;
     }

@@ -1,0 +1,946 @@
+//! The simulated Pulsar clients: producers and consumers that encode real
+//! commands, decode every frame the core sends, and report to the checker
+//! only what a client sees (receipts, deliveries, ack receipts,
+//! reconnects).
+
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::sync::Arc;
+
+use prost::Message;
+use rand::Rng;
+
+use crate::broker::proto::{self, ty, BrokerCommand};
+use crate::broker::MAX_FRAME_SIZE;
+use crate::permits::client::{
+    ClientConnection, ClientConsumer, ClientFrame, CloseReason, CommandOutcomeKind, Incarnation,
+    ReceivedMessage,
+};
+use crate::permits::wire::{
+    self, CommandAck, CommandFlow, CommandRedeliverUnacknowledgedMessages, CommandSubscribe,
+    KeySharedMeta, MessageIdData, SingleMessageMetadata,
+};
+use crate::position::Position;
+use crate::sim::checker::MessageRef;
+use crate::sim::workload::SubscriptionType;
+
+use super::wire::{entry_payload, frame, FrameCutter, ProducerMetadata};
+use super::{ClientRef, Ev, Node, EPOCH_BASE_MS, TOPIC};
+
+/// The consumer id every simulated consumer uses on its connection (one
+/// consumer per connection).
+const CONSUMER_ID: u64 = 1;
+/// The producer id on its connection.
+const PRODUCER_ID: u64 = 1;
+
+/// One message of an entry waiting for its receipt: its key and delivery
+/// time (virtual ms, 0 = immediate).
+#[derive(Debug, Clone, Copy)]
+struct PendingMessage {
+    key: u32,
+    deliver_at: u64,
+}
+
+/// An entry sent and not yet receipted.
+#[derive(Debug, Clone)]
+pub(super) struct PendingSend {
+    payload: Vec<u8>,
+    messages: Vec<PendingMessage>,
+}
+
+/// A simulated producer (one connection, producer id 1).
+#[derive(Debug, Default)]
+pub(super) struct Producer {
+    conn: Option<u64>,
+    cutter: FrameCutter,
+    ready: bool,
+    publishing: bool,
+    /// Logical messages not yet put into an entry.
+    to_create: u64,
+    next_seq: u64,
+    pending: BTreeMap<u64, PendingSend>,
+    /// Sequence ids whose connection was lost before their receipt came:
+    /// a copy of them may be in the topic.
+    uncertain: BTreeSet<u64>,
+    /// Logical messages receipted.
+    pub(super) receipted: u64,
+    next_req: u64,
+}
+
+impl Producer {
+    /// Logical messages not yet published (no receipt).
+    pub(super) fn unpublished(&self) -> u64 {
+        self.to_create
+            + self
+                .pending
+                .values()
+                .map(|p| p.messages.len() as u64)
+                .sum::<u64>()
+    }
+}
+
+/// An ack sent and not yet receipted.
+#[derive(Debug, Clone)]
+struct OutAck {
+    /// The consumer's era when the ack was sent (see [`Consumer::era`]).
+    era: u64,
+    ids: Vec<MessageIdData>,
+    msgs: Vec<MessageRef>,
+    cumulative: Option<Position>,
+}
+
+/// A simulated consumer (one connection, consumer id 1).
+#[derive(Debug)]
+pub(super) struct Consumer {
+    sub: usize,
+    /// The checker's stable id of this consumer within its subscription.
+    id: usize,
+    name: String,
+    pub(super) conn: Option<u64>,
+    cutter: FrameCutter,
+    connection: Option<Arc<ClientConnection>>,
+    client: Option<ClientConsumer>,
+    subscribes: BTreeMap<u64, Incarnation>,
+    acks: BTreeMap<u64, OutAck>,
+    retry: Vec<OutAck>,
+    /// Bumped whenever the checker starts a new incarnation of this
+    /// consumer (reconnect, resubscribe, redelivery request, restart): an
+    /// ack receipt of an earlier era counts as an ack only.
+    era: u64,
+    next_req: u64,
+    poll_scheduled: bool,
+    /// Messages the client library handed off (recorded as delivered when
+    /// they arrived), waiting for the application; each holds its permit.
+    app: VecDeque<(ReceivedMessage, MessageRef)>,
+    since_cumulative: u32,
+    cumulative_candidate: Option<Position>,
+}
+
+impl Consumer {
+    /// Whether it is subscribed and may take messages.
+    pub(super) fn ready(&self) -> bool {
+        self.conn.is_some() && self.client.is_some()
+    }
+}
+
+fn payload_text(p: usize, seq: u64, index: usize, m: PendingMessage) -> Vec<u8> {
+    format!("{p} {seq} {index} {} {}", m.key, m.deliver_at).into_bytes()
+}
+
+/// (producer, sequence id, key, delivery time) of a message payload.
+fn parse_payload(bytes: &[u8]) -> Option<(usize, u64, u32, u64)> {
+    let s = std::str::from_utf8(bytes).ok()?;
+    let mut it = s.split(' ');
+    let p = it.next()?.parse().ok()?;
+    let seq = it.next()?.parse().ok()?;
+    let _index: u32 = it.next()?.parse().ok()?;
+    let key = it.next()?.parse().ok()?;
+    let at = it.next()?.parse().ok()?;
+    Some((p, seq, key, at))
+}
+
+fn position_of(id: &MessageIdData) -> Position {
+    Position::new(id.ledger_id as i64, id.entry_id as i64)
+}
+
+impl Node<'_> {
+    /// Creates the clients and schedules their first connect.
+    pub(super) fn setup_clients(&mut self) {
+        let w = self.w;
+        let per = w.messages / u64::from(w.producers);
+        let extra = w.messages % u64::from(w.producers);
+        for i in 0..w.producers as u64 {
+            self.producers.push(Producer {
+                to_create: per + u64::from(i < extra),
+                ..Producer::default()
+            });
+            let at = self.rng.random_range(20..=50);
+            self.sched
+                .at(at, Ev::Connect(ClientRef::Producer(i as usize)));
+        }
+        for s in 0..w.subscriptions as usize {
+            for i in 0..w.consumers_per_subscription as usize {
+                self.consumers.push(Consumer {
+                    sub: s,
+                    id: i,
+                    name: format!("c-{s}-{i}"),
+                    conn: None,
+                    cutter: FrameCutter::default(),
+                    connection: None,
+                    client: None,
+                    subscribes: BTreeMap::new(),
+                    acks: BTreeMap::new(),
+                    retry: Vec::new(),
+                    era: 0,
+                    next_req: 0,
+                    poll_scheduled: false,
+                    app: VecDeque::new(),
+                    since_cumulative: 0,
+                    cumulative_candidate: None,
+                });
+                let c = self.consumers.len() - 1;
+                let at = self.rng.random_range(0..=10);
+                self.sched.at(at, Ev::Connect(ClientRef::Consumer(c)));
+            }
+        }
+    }
+
+    /// A client opens a connection and sends CONNECT.
+    pub(super) fn connect(&mut self, client: ClientRef) {
+        let conn = self.open_conn(client);
+        match client {
+            ClientRef::Producer(p) => {
+                let pr = &mut self.producers[p];
+                pr.conn = Some(conn);
+                pr.cutter = FrameCutter::default();
+                pr.ready = false;
+            }
+            ClientRef::Consumer(c) => {
+                let co = &mut self.consumers[c];
+                co.conn = Some(conn);
+                co.cutter = FrameCutter::default();
+                co.connection = Some(Arc::new(ClientConnection::new(conn)));
+                co.subscribes.clear();
+            }
+        }
+        let cmd = BrokerCommand {
+            r#type: ty::CONNECT,
+            connect: Some(proto::CommandConnect {
+                client_version: "pulsar-core sim-node".into(),
+                protocol_version: Some(crate::broker::PROTOCOL_VERSION),
+            }),
+            ..Default::default()
+        };
+        self.send_to_broker(conn, frame(&cmd, Vec::new()));
+    }
+
+    /// The connection `conn` of `client` is gone (closed by either side or
+    /// with the broker process): the client reconnects after its backoff.
+    pub(super) fn connection_lost(&mut self, conn: u64, client: ClientRef, broker_gone: bool) {
+        let now = self.now();
+        match client {
+            ClientRef::Producer(p) => {
+                let pr = &mut self.producers[p];
+                if pr.conn != Some(conn) {
+                    return;
+                }
+                pr.conn = None;
+                pr.ready = false;
+                let seqs: Vec<u64> = pr.pending.keys().copied().collect();
+                pr.uncertain.extend(seqs);
+            }
+            ClientRef::Consumer(c) => {
+                let co = &mut self.consumers[c];
+                if co.conn != Some(conn) {
+                    return;
+                }
+                co.conn = None;
+                if let Some(cx) = co.connection.take() {
+                    cx.close(CloseReason::Requested);
+                }
+                co.subscribes.clear();
+                let acks: Vec<OutAck> = std::mem::take(&mut co.acks).into_values().collect();
+                co.retry.extend(acks);
+                co.era += 1;
+                co.app.clear();
+                co.poll_scheduled = false;
+                co.since_cumulative = 0;
+                co.cumulative_candidate = None;
+                let (sub, id) = (co.sub, co.id);
+                if !broker_gone {
+                    self.checker.consumer_reconnected(&self.subs[sub], id);
+                }
+                self.activity.reconnects += 1;
+            }
+        }
+        let _ = now;
+        let at = self.backoff();
+        self.sched.after(at, Ev::Connect(client));
+    }
+
+    /// Bytes from the core reach the client of `conn`.
+    pub(super) fn client_receive(&mut self, conn: u64, client: ClientRef, bytes: &[u8]) {
+        let cutter = match client {
+            ClientRef::Producer(p) => &mut self.producers[p].cutter,
+            ClientRef::Consumer(c) => &mut self.consumers[c].cutter,
+        };
+        cutter.push(bytes);
+        loop {
+            let cutter = match client {
+                ClientRef::Producer(p) => &mut self.producers[p].cutter,
+                ClientRef::Consumer(c) => &mut self.consumers[c].cutter,
+            };
+            let f = match cutter.next_frame() {
+                Ok(Some(f)) => f,
+                Ok(None) => return,
+                Err(e) => {
+                    self.checker.livelock(
+                        &format!("the core sent a frame the client cannot cut: {e}"),
+                        self.now(),
+                    );
+                    self.done = true;
+                    return;
+                }
+            };
+            let cmd = match BrokerCommand::decode(f.command.as_slice()) {
+                Ok(c) => c,
+                Err(e) => {
+                    self.checker.livelock(
+                        &format!("the core sent a BaseCommand that does not decode: {e}"),
+                        self.now(),
+                    );
+                    self.done = true;
+                    return;
+                }
+            };
+            if cmd.r#type == ty::PING {
+                let pong = BrokerCommand {
+                    r#type: ty::PONG,
+                    pong: Some(proto::Empty {}),
+                    ..Default::default()
+                };
+                self.send_to_broker(conn, frame(&pong, Vec::new()));
+                continue;
+            }
+            match client {
+                ClientRef::Producer(p) => self.producer_command(p, conn, cmd),
+                ClientRef::Consumer(c) => self.consumer_command(c, conn, cmd, &f.whole),
+            }
+            // A command may have closed the connection.
+            if !self.conns.contains_key(&conn) {
+                return;
+            }
+        }
+    }
+
+    fn producer_command(&mut self, p: usize, conn: u64, cmd: BrokerCommand) {
+        match cmd.r#type {
+            ty::CONNECTED => {
+                let pr = &mut self.producers[p];
+                pr.next_req += 1;
+                let c = BrokerCommand {
+                    r#type: ty::PRODUCER,
+                    producer: Some(proto::CommandProducer {
+                        topic: TOPIC.into(),
+                        producer_id: PRODUCER_ID,
+                        request_id: pr.next_req,
+                        producer_name: Some(format!("p-{p}")),
+                    }),
+                    ..Default::default()
+                };
+                self.send_to_broker(conn, frame(&c, Vec::new()));
+            }
+            ty::PRODUCER_SUCCESS => {
+                let pr = &mut self.producers[p];
+                pr.ready = true;
+                // Pulsar's producer resends what had no receipt, in order.
+                let resend: Vec<(u64, Vec<u8>, usize)> = pr
+                    .pending
+                    .iter()
+                    .map(|(s, e)| (*s, e.payload.clone(), e.messages.len()))
+                    .collect();
+                for (seq, payload, n) in resend {
+                    self.node.resent_entries += 1;
+                    self.send_entry(conn, seq, n, payload);
+                }
+                if !self.producers[p].publishing {
+                    self.producers[p].publishing = true;
+                    self.sched.after(0, Ev::Publish(p));
+                }
+            }
+            ty::SEND_RECEIPT => {
+                let Some(r) = cmd.send_receipt else { return };
+                let Some(e) = self.producers[p].pending.remove(&r.sequence_id) else {
+                    return; // a receipt of a resent entry already receipted
+                };
+                let Some(id) = r.message_id else { return };
+                let pos = position_of(&id);
+                for (i, m) in e.messages.iter().enumerate() {
+                    self.checker.published(
+                        MessageRef {
+                            position: pos,
+                            batch_index: i as u32,
+                        },
+                        m.key,
+                        m.deliver_at,
+                    );
+                }
+                self.producers[p].receipted += e.messages.len() as u64;
+            }
+            ty::SEND_ERROR | ty::ERROR => {
+                // Pulsar's producer closes the connection on a SendError
+                // and resends after reconnecting.
+                self.close_conn(conn);
+                self.connection_lost(conn, ClientRef::Producer(p), false);
+            }
+            _ => {}
+        }
+    }
+
+    fn send_entry(&mut self, conn: u64, seq: u64, n: usize, payload: Vec<u8>) {
+        let c = BrokerCommand {
+            r#type: ty::SEND,
+            send: Some(proto::CommandSend {
+                producer_id: PRODUCER_ID,
+                sequence_id: seq,
+                num_messages: Some(n as i32),
+                txnid_least_bits: None,
+                txnid_most_bits: None,
+                highest_sequence_id: None,
+                is_chunk: None,
+            }),
+            ..Default::default()
+        };
+        self.send_to_broker(conn, frame(&c, payload));
+    }
+
+    /// The producer's next entry: a delayed message alone (Pulsar never
+    /// batches one), else a batch of up to `batch_size` messages of one key
+    /// (key-based batching, as Key_Shared producers use).
+    pub(super) fn publish(&mut self, p: usize) {
+        let w = self.w;
+        let now = self.now();
+        let pr = &self.producers[p];
+        let Some(conn) = pr.conn.filter(|_| pr.ready) else {
+            self.producers[p].publishing = false;
+            return;
+        };
+        if pr.to_create == 0 {
+            self.producers[p].publishing = false;
+            return;
+        }
+        let key = self.rng.random_range(0..w.keys);
+        let delayed = w.delayed_ratio > 0.0 && self.rng.random_bool(w.delayed_ratio);
+        let pr = &mut self.producers[p];
+        let seq = pr.next_seq;
+        pr.next_seq += 1;
+        let (n, deliver_at) = if delayed {
+            (1, now + self.rng.random_range(1..=w.max_delay_ms.max(1)))
+        } else {
+            (u64::from(w.batch_size).min(pr.to_create), 0)
+        };
+        let pr = &mut self.producers[p];
+        pr.to_create -= n;
+        let batched = !delayed && w.batch_size > 1;
+        let messages: Vec<PendingMessage> =
+            (0..n).map(|_| PendingMessage { key, deliver_at }).collect();
+        let key_text = format!("key-{key}");
+        let bodies: Vec<(SingleMessageMetadata, Vec<u8>)> = messages
+            .iter()
+            .enumerate()
+            .map(|(i, m)| {
+                let body = payload_text(p, seq, i, *m);
+                (
+                    SingleMessageMetadata {
+                        partition_key: Some(key_text.clone()),
+                        payload_size: body.len() as i32,
+                        compacted_out: None,
+                    },
+                    body,
+                )
+            })
+            .collect();
+        let meta = ProducerMetadata {
+            producer_name: format!("p-{p}"),
+            sequence_id: seq,
+            publish_time: EPOCH_BASE_MS + now,
+            partition_key: Some(key_text),
+            num_messages_in_batch: batched.then_some(n as i32),
+            deliver_at_time: delayed.then_some((EPOCH_BASE_MS + deliver_at) as i64),
+        };
+        let payload = entry_payload(&meta, &bodies);
+        pr.pending.insert(
+            seq,
+            PendingSend {
+                payload: payload.clone(),
+                messages,
+            },
+        );
+        self.send_entry(conn, seq, n as usize, payload);
+        let next = w.publish_interval_ms.max(1);
+        self.sched.after(next, Ev::Publish(p));
+    }
+
+    /// Encodes what the consumer's connection wrote (Subscribe, Flow,
+    /// CloseConsumer, redelivery, validation-error acks) and sends it.
+    fn flush_consumer(&mut self, c: usize) {
+        let w = self.w;
+        let co = &mut self.consumers[c];
+        let (Some(conn), Some(cx)) = (co.conn, co.connection.clone()) else {
+            return;
+        };
+        let _ = cx.flush_flows();
+        let mut bytes = Vec::new();
+        for f in cx.take_outbox() {
+            let cmd = match f {
+                ClientFrame::Subscribe {
+                    consumer_id,
+                    incarnation,
+                } => {
+                    co.next_req += 1;
+                    co.subscribes.insert(co.next_req, incarnation);
+                    let sub_type = match w.subscription_type {
+                        SubscriptionType::KeyShared => wire::SubType::KeyShared,
+                        SubscriptionType::Shared => wire::SubType::Shared,
+                        SubscriptionType::Failover => wire::SubType::Failover,
+                    } as i32;
+                    BrokerCommand {
+                        r#type: ty::SUBSCRIBE,
+                        subscribe: Some(CommandSubscribe {
+                            topic: TOPIC.into(),
+                            subscription: self.subs[co.sub].clone(),
+                            sub_type,
+                            consumer_id,
+                            request_id: co.next_req,
+                            consumer_name: Some(co.name.clone()),
+                            priority_level: None,
+                            durable: None,
+                            initial_position: Some(1),
+                            key_shared_meta: (w.subscription_type == SubscriptionType::KeyShared)
+                                .then_some(KeySharedMeta { key_shared_mode: 0 }),
+                            consumer_epoch: co.client.as_ref().map(|c| c.epoch()),
+                        }),
+                        ..Default::default()
+                    }
+                }
+                ClientFrame::Flow { command, .. } => {
+                    self.activity.flows += 1;
+                    BrokerCommand {
+                        r#type: ty::FLOW,
+                        flow: Some(CommandFlow {
+                            consumer_id: command.consumer_id,
+                            message_permits: command.message_permits,
+                        }),
+                        ..Default::default()
+                    }
+                }
+                ClientFrame::CloseConsumer { consumer_id, .. } => {
+                    co.next_req += 1;
+                    BrokerCommand {
+                        r#type: ty::CLOSE_CONSUMER,
+                        close_consumer: Some(proto::CommandIdRequest {
+                            id: consumer_id,
+                            request_id: co.next_req,
+                        }),
+                        ..Default::default()
+                    }
+                }
+                ClientFrame::AckValidationError {
+                    consumer_id,
+                    message_id,
+                    validation_error,
+                } => BrokerCommand {
+                    r#type: ty::ACK,
+                    ack: Some(CommandAck {
+                        consumer_id,
+                        ack_type: 0,
+                        message_id: vec![message_id],
+                        validation_error: Some(validation_error as i32),
+                        txnid_least_bits: None,
+                        txnid_most_bits: None,
+                        request_id: None,
+                    }),
+                    ..Default::default()
+                },
+                ClientFrame::RedeliverUnacknowledged {
+                    consumer_id,
+                    consumer_epoch,
+                } => BrokerCommand {
+                    r#type: ty::REDELIVER_UNACKNOWLEDGED_MESSAGES,
+                    redeliver_unacknowledged_messages: Some(
+                        CommandRedeliverUnacknowledgedMessages {
+                            consumer_id,
+                            message_ids: Vec::new(),
+                            consumer_epoch: Some(consumer_epoch),
+                        },
+                    ),
+                    ..Default::default()
+                },
+            };
+            bytes.extend(frame(&cmd, Vec::new()));
+        }
+        self.send_to_broker(conn, bytes);
+    }
+
+    /// Sends an ack with a `request_id` (Pulsar's ack receipt).
+    fn send_ack(&mut self, c: usize, ack: OutAck) {
+        let co = &mut self.consumers[c];
+        let Some(conn) = co.conn else {
+            co.retry.push(ack);
+            return;
+        };
+        co.next_req += 1;
+        let req = co.next_req;
+        let cmd = BrokerCommand {
+            r#type: ty::ACK,
+            ack: Some(CommandAck {
+                consumer_id: CONSUMER_ID,
+                ack_type: if ack.cumulative.is_some() { 1 } else { 0 },
+                message_id: ack.ids.clone(),
+                validation_error: None,
+                txnid_least_bits: None,
+                txnid_most_bits: None,
+                request_id: Some(req),
+            }),
+            ..Default::default()
+        };
+        co.acks.insert(req, ack);
+        self.send_to_broker(conn, frame(&cmd, Vec::new()));
+    }
+
+    fn consumer_command(&mut self, c: usize, conn: u64, cmd: BrokerCommand, whole: &[u8]) {
+        match cmd.r#type {
+            ty::CONNECTED => {
+                let co = &mut self.consumers[c];
+                let Some(cx) = co.connection.clone() else {
+                    return;
+                };
+                let rq = self.w.receiver_queue_size;
+                let subscribed = match co.client.as_mut() {
+                    None => ClientConsumer::subscribe(cx, CONSUMER_ID, rq).map(|n| {
+                        co.client = Some(n);
+                    }),
+                    Some(cl) => cl.resubscribe(cx).map(|_| ()),
+                };
+                if subscribed.is_ok() {
+                    self.flush_consumer(c);
+                }
+            }
+            ty::SUCCESS => {
+                let Some(s) = cmd.success else { return };
+                let co = &mut self.consumers[c];
+                let Some(inc) = co.subscribes.remove(&s.request_id) else {
+                    return; // CloseConsumer's
+                };
+                if let Some(cl) = co.client.as_mut() {
+                    let _ = cl.subscribe_succeeded(inc);
+                }
+                self.flush_consumer(c);
+                let retry = std::mem::take(&mut self.consumers[c].retry);
+                for a in retry {
+                    self.node.ack_retries += 1;
+                    self.send_ack(c, a);
+                }
+            }
+            ty::ERROR => {
+                let Some(e) = cmd.error else { return };
+                if self.consumers[c].subscribes.contains_key(&e.request_id) {
+                    // A refused subscribe: reconnect and try again.
+                    self.close_conn(conn);
+                    self.connection_lost(conn, ClientRef::Consumer(c), false);
+                }
+            }
+            ty::MESSAGE => {
+                let co = &mut self.consumers[c];
+                let Some(cl) = co.client.as_mut() else { return };
+                let outcome = cl.handle_frame(whole, MAX_FRAME_SIZE);
+                match outcome {
+                    Ok(o) => match o.kind {
+                        CommandOutcomeKind::StaleEpoch | CommandOutcomeKind::StaleIncarnation => {
+                            self.node.stale_commands += 1;
+                        }
+                        CommandOutcomeKind::ProtocolError(e) => {
+                            self.checker.permit_violation(
+                                &self.subs[self.consumers[c].sub],
+                                self.consumers[c].id,
+                                &format!("the client closed its connection on a MESSAGE: {e}"),
+                                self.now(),
+                            );
+                            self.close_conn(conn);
+                            self.connection_lost(conn, ClientRef::Consumer(c), false);
+                            return;
+                        }
+                        _ => {}
+                    },
+                    Err(e) => {
+                        self.checker.permit_violation(
+                            &self.subs[self.consumers[c].sub],
+                            self.consumers[c].id,
+                            &format!("MESSAGE not for this consumer: {e}"),
+                            self.now(),
+                        );
+                        return;
+                    }
+                }
+                self.hand_off(c);
+                self.flush_consumer(c);
+                let co = &mut self.consumers[c];
+                if !co.poll_scheduled && !co.app.is_empty() {
+                    co.poll_scheduled = true;
+                    // Mostly a quick application, sometimes a slow one (it
+                    // holds what it was delivered, unacknowledged, longer).
+                    let at = if self.rng.random_bool(0.1) {
+                        self.rng.random_range(20..=300)
+                    } else {
+                        self.rng.random_range(0..=3)
+                    };
+                    self.sched.after(at, Ev::Poll(c));
+                }
+            }
+            ty::ACK_RESPONSE => {
+                let Some(r) = cmd.ack_response else { return };
+                let Some(req) = r.request_id else { return };
+                let Some(ack) = self.consumers[c].acks.remove(&req) else {
+                    return;
+                };
+                if r.error.is_some() {
+                    // Not persisted: the application acknowledges again.
+                    self.send_ack(c, ack);
+                    return;
+                }
+                self.node.ack_receipts += 1;
+                self.ack_receipt(c, ack);
+            }
+            _ => {}
+        }
+    }
+
+    /// An ack's receipt: it is durable. Applied to the consumer's current
+    /// incarnation when it was sent in it; an ack of an earlier era (sent
+    /// before a reconnect, resubscribe or redelivery request, or resent
+    /// after one) only counts as an ack.
+    fn ack_receipt(&mut self, c: usize, ack: OutAck) {
+        let now = self.now();
+        let co = &self.consumers[c];
+        let sub = self.subs[co.sub].clone();
+        let current = ack.era == co.era;
+        let id = co.id;
+        match ack.cumulative {
+            Some(upto) => {
+                // An ack of this subscription whose receipt was lost (a
+                // crash after its fsync, a closed connection) may be in the
+                // mark-delete already: until its resend is receipted the
+                // client cannot tell what a cumulative ack may cover.
+                let sub_idx = co.sub;
+                let unsettled = self.consumers.iter().any(|o| {
+                    o.sub == sub_idx
+                        && (!o.retry.is_empty() || o.acks.values().any(|a| a.era != o.era))
+                });
+                if current && !unsettled {
+                    self.checker.cumulative_ack_applied(&sub, id, upto, now);
+                }
+                self.activity.cumulative_acks += 1;
+                self.checker.cumulative_acked(&sub, upto);
+            }
+            None => {
+                if current {
+                    self.checker.ack_applied(&sub, id, &ack.msgs, now);
+                }
+                for m in &ack.msgs {
+                    self.checker.acked(&sub, *m, now);
+                }
+            }
+        }
+    }
+
+    /// The application takes up to a seeded number of messages from the
+    /// receiver queue: each is a delivery; it acknowledges them (individual
+    /// acks with batch-index `ack_set`, or cumulative acks every
+    /// `cumulative_ack_every` messages on Failover) and returns their
+    /// permits (the client library decides the Flow).
+    pub(super) fn poll(&mut self, c: usize) {
+        let now = self.now();
+        let w = self.w;
+        self.consumers[c].poll_scheduled = false;
+        if !self.consumers[c].ready() {
+            return;
+        }
+        let take = self.rng.random_range(1..=64usize);
+        let cumulative_every = w.cumulative_ack_every;
+        let (sub_name, id) = {
+            let co = &self.consumers[c];
+            (self.subs[co.sub].clone(), co.id)
+        };
+        let mut ids = Vec::new();
+        let mut msgs = Vec::new();
+        let _ = (&sub_name, id, now);
+        for _ in 0..take {
+            let Some((m, mref)) = self.consumers[c].app.pop_front() else {
+                break;
+            };
+            let pos = mref.position;
+            let bi = m.message_id.batch_index.unwrap_or(-1);
+            let co = &mut self.consumers[c];
+            // An individual ack is sent now: the client skips redeliveries
+            // of it (Pulsar's ack-grouping `isDuplicate`). A message only
+            // covered by a later cumulative ack is not acknowledged yet.
+            if cumulative_every == 0 {
+                if let Some(cl) = co.client.as_mut() {
+                    cl.acknowledge(&m.message_id);
+                }
+            }
+            let batch = m.message_id.batch_size.filter(|_| bi >= 0);
+            if cumulative_every > 0 {
+                co.since_cumulative += 1;
+                if batch.is_none_or(|b| bi == b - 1) {
+                    co.cumulative_candidate = Some(pos);
+                }
+            } else {
+                let id = match batch {
+                    Some(b) => {
+                        self.node.batch_index_acks += 1;
+                        MessageIdData {
+                            ledger_id: m.message_id.ledger_id,
+                            entry_id: m.message_id.entry_id,
+                            ack_set: wire::ack_set_from_indexes(
+                                (0..b.max(0) as u32).filter(|i| *i as i32 != bi),
+                            ),
+                            batch_size: Some(b),
+                            ..Default::default()
+                        }
+                    }
+                    None => MessageIdData {
+                        ledger_id: m.message_id.ledger_id,
+                        entry_id: m.message_id.entry_id,
+                        ..Default::default()
+                    },
+                };
+                ids.push(id);
+                msgs.push(mref);
+            }
+            drop(m); // the application is done with it: its permit returns
+        }
+        let era = self.consumers[c].era;
+        if !ids.is_empty() {
+            self.send_ack(
+                c,
+                OutAck {
+                    era,
+                    ids,
+                    msgs,
+                    cumulative: None,
+                },
+            );
+        }
+        let co = &mut self.consumers[c];
+        let empty = co.app.is_empty();
+        if cumulative_every > 0
+            && (co.since_cumulative >= cumulative_every || empty)
+            && co.cumulative_candidate.is_some()
+        {
+            let upto = co.cumulative_candidate.take().unwrap_or_default();
+            co.since_cumulative = 0;
+            self.send_ack(
+                c,
+                OutAck {
+                    era,
+                    ids: vec![MessageIdData {
+                        ledger_id: upto.ledger_id as u64,
+                        entry_id: upto.entry_id as u64,
+                        ..Default::default()
+                    }],
+                    msgs: Vec::new(),
+                    cumulative: Some(upto),
+                },
+            );
+        }
+        self.flush_consumer(c);
+        let co = &mut self.consumers[c];
+        if !empty && !co.poll_scheduled {
+            co.poll_scheduled = true;
+            let at = self.rng.random_range(1..=5);
+            self.sched.after(at, Ev::Poll(c));
+        }
+    }
+
+    /// Takes what the client library handed off into the application's
+    /// queue: each message is a delivery as the client sees it (at its
+    /// arrival, before any later frame of the connection).
+    fn hand_off(&mut self, c: usize) {
+        let now = self.now();
+        let sub = self.subs[self.consumers[c].sub].clone();
+        let id = self.consumers[c].id;
+        while let Some(m) = self.consumers[c]
+            .client
+            .as_mut()
+            .and_then(|cl| cl.receive())
+        {
+            let bi = m.message_id.batch_index.unwrap_or(-1);
+            let mref = MessageRef {
+                position: position_of(&m.message_id),
+                batch_index: bi.max(0) as u32,
+            };
+            if !self.checker.knows(mref) {
+                self.maybe_copy(mref, &m.payload);
+            }
+            self.checker.delivered(&sub, id, mref, now, 0);
+            self.consumers[c].app.push_back((m, mref));
+        }
+        // PIP-491: an incarnation is sent entries while it has permits left
+        // (its receiver queue, then what it returned), a batch costing its
+        // deliverable messages: what it holds unprocessed stays within its
+        // receiver queue plus one batch less one message.
+        let held = self.consumers[c].app.len();
+        let rq = self.w.receiver_queue_size as usize + self.w.batch_size as usize - 1;
+        if held > rq {
+            self.checker.permit_violation(
+                &sub,
+                id,
+                &format!(
+                    "the receiver queue holds {held} messages, above its size {rq}: the broker sent more than this incarnation granted"
+                ),
+                now,
+            );
+        }
+    }
+
+    /// A delivered entry the checker does not know: accepted as the copy
+    /// of a send whose connection was lost before its receipt (registered
+    /// as published), else left to the checker's unknown-message rule.
+    fn maybe_copy(&mut self, mref: MessageRef, payload: &[u8]) {
+        let Some((p, seq, key, at)) = parse_payload(payload) else {
+            return;
+        };
+        if self
+            .producers
+            .get(p)
+            .is_some_and(|pr| pr.uncertain.contains(&seq))
+        {
+            self.node.lost_receipt_copies += 1;
+            self.checker.published(mref, key, at);
+            for s in &self.subs {
+                self.checker.exempt_from_order(s, mref);
+            }
+        }
+    }
+}
+
+impl Node<'_> {
+    /// The consumer closes and subscribes again with the same consumer id
+    /// on the same connection: a new incarnation, whose permits must not
+    /// be credited by anything of the old one (PIP-491).
+    pub(super) fn same_connection(&mut self, c: usize) {
+        let co = &mut self.consumers[c];
+        let (Some(cx), Some(cl)) = (co.connection.clone(), co.client.as_mut()) else {
+            return;
+        };
+        if cl.resubscribe(cx).is_err() {
+            return;
+        }
+        co.era += 1;
+        co.app.clear();
+        co.since_cumulative = 0;
+        co.cumulative_candidate = None;
+        let (sub, id) = (co.sub, co.id);
+        self.checker.consumer_reconnected(&self.subs[sub], id);
+        self.activity.same_connection_recreations += 1;
+        self.flush_consumer(c);
+    }
+
+    /// The consumer asks for its unacknowledged messages again
+    /// (REDELIVER_UNACKNOWLEDGED_MESSAGES with its bumped epoch).
+    pub(super) fn redeliver(&mut self, c: usize) {
+        let co = &mut self.consumers[c];
+        let Some(cl) = co.client.as_mut().filter(|_| co.conn.is_some()) else {
+            return;
+        };
+        cl.redeliver_unacknowledged();
+        co.era += 1;
+        co.app.clear();
+        co.since_cumulative = 0;
+        co.cumulative_candidate = None;
+        let (sub, id) = (co.sub, co.id);
+        self.checker.consumer_reconnected(&self.subs[sub], id);
+        self.node.redelivery_requests += 1;
+        self.flush_consumer(c);
+    }
+}

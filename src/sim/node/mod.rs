@@ -1,0 +1,714 @@
+//! The node engine: `pulsar-core simulate` driving the shipped broker core
+//! ([`crate::broker::Broker`]) on virtual time, with faults around it.
+//!
+//! The core is the one `serve` runs; this driver only swaps the world
+//! around it (the shape of tigerbeetle's VOPR and of a sans-io core's
+//! deterministic engine):
+//!
+//! - **clients that speak real frames** (`client.rs`): producers encode
+//!   CONNECT, PRODUCER and SEND (a `MessageMetadata` with the key, batches
+//!   of several messages, `deliver_at_time` for delayed messages; a
+//!   delayed message goes alone, as Pulsar's producer never batches one);
+//!   consumers encode SUBSCRIBE (Exclusive/Shared/Failover/Key_Shared),
+//!   FLOW, ACK (individual, cumulative, batch-index `ack_set`, each with a
+//!   `request_id`: Pulsar's ack receipts), REDELIVER_UNACKNOWLEDGED_MESSAGES
+//!   and CLOSE_CONSUMER. Their permits are the library's client side
+//!   (`permits::client::ClientConsumer` / `ClientConnection` decide every
+//!   Flow and settle every MESSAGE's `message_permits`). Every frame is
+//!   decoded on arrival (SEND_RECEIPT, MESSAGE, SUCCESS, ERROR,
+//!   ACK_RESPONSE, CONNECTED, PRODUCER_SUCCESS).
+//! - **the network** (this file): bytes go through a [`wire::FrameCutter`]
+//!   on each side (the cut `serve` makes), with a seeded latency per
+//!   transfer; a connection's bytes keep their order, and the broker's
+//!   output keeps the order the core produced it (one outbound link), so
+//!   a SEND_RECEIPT reaches its producer before the MESSAGE of that entry
+//!   reaches a consumer. Write completions (`handle_written`) follow each
+//!   transfer; the core's timer (`poll_timeout`) is a scheduled event.
+//! - **faults** (`faults.rs`): clean restarts, crashes at the k-th durable
+//!   write of the store ([`crate::sim::crash_storage`]), consumer
+//!   reconnects, close/resubscribe on the same connection (a new PIP-491
+//!   incarnation of the same consumer id) and redelivery requests.
+//!
+//! The checker ([`DeliveryChecker`]) sees only what the clients see: a
+//! message is published when its SEND_RECEIPT arrives, delivered when the
+//! application dequeues it, acknowledged when its ACK_RESPONSE arrives
+//! without an error; restarts and reconnects as the clients live them.
+//!
+//! A crash: the store's backend dies at its k-th durable write; the driver
+//! stops feeding the core at once, drops it and every frame in flight from
+//! it (a dead process sends nothing), rolls the store back to its durable
+//! image, opens a new core on it, and every client reconnects as a Pulsar
+//! client does: producers resend what had no receipt, consumers subscribe
+//! again (new incarnations) and resend acks that had no receipt.
+//!
+//! Duplicates after a crash: the core has no deduplication (as Pulsar with
+//! `brokerDeduplicationEnabled=false`), so a SEND whose entry became
+//! durable but whose receipt was lost leaves a copy in the topic, and the
+//! resend a second one. The checker counts the resend as the published
+//! message (its receipt arrived); a delivered entry the checker does not
+//! know is accepted as that copy only when its payload names a send whose
+//! connection was lost before its receipt arrived: it is then registered
+//! as published (exempt from the order rule: it sits at the position of
+//! the lost send) and must be delivered and acknowledged like any other
+//! message. Any other unknown entry is a violation.
+
+mod client;
+mod faults;
+pub mod wire;
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+use serde::Serialize;
+
+use crate::broker::{Broker, BrokerConfig, Output};
+use crate::ledger::RedbStore;
+
+use super::checker::{DeliveryChecker, OrderCheck};
+use super::crash_storage::{CrashKind, CrashPoint, CrashStorage};
+use super::engine::{SimError, SimOptions};
+use super::report::{peak_memory_kib, Activity, Report, Timing};
+use super::scheduler::{Scheduler, VirtualMs};
+use super::watchdog::{HangGuard, Heartbeat};
+use super::workload::{SubscriptionType, Workload};
+
+use client::{Consumer, Producer};
+use faults::FaultPlan;
+use wire::FrameCutter;
+
+/// The broker's epoch-ms clock at virtual time 0.
+pub const EPOCH_BASE_MS: u64 = 1_700_000_000_000;
+/// The topic every client uses.
+pub const TOPIC: &str = "persistent://public/default/sim-node";
+/// Cache of the store, bytes.
+const STORE_CACHE_BYTES: usize = 4 * 1024 * 1024;
+/// A run stops at this virtual time (the rest is "unfinished").
+const VIRTUAL_LIMIT_MS: u64 = 6 * 3_600_000;
+
+/// What the node engine did, beyond the model engine's counters.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct NodeActivity {
+    /// Crash points reached: the broker died at a durable write.
+    pub crash_points: u64,
+    /// Of those, crashes after the fsync (the write durable, no answer sent).
+    pub crashes_after_sync: u64,
+    /// Crash points armed and never reached (the run ended first).
+    pub crash_points_not_reached: u64,
+    /// Clean restarts.
+    pub clean_restarts: u64,
+    /// Entries producers sent again after a lost connection (no receipt).
+    pub resent_entries: u64,
+    /// Copies of such sends delivered (registered as published on delivery).
+    pub lost_receipt_copies: u64,
+    /// Acks sent again after a lost connection (no receipt).
+    pub ack_retries: u64,
+    /// ACK_RESPONSEs received.
+    pub ack_receipts: u64,
+    /// Batch-index acks (`ack_set`) sent.
+    pub batch_index_acks: u64,
+    /// REDELIVER_UNACKNOWLEDGED_MESSAGES sent.
+    pub redelivery_requests: u64,
+    /// MESSAGE commands the client discarded (stale epoch or incarnation).
+    pub stale_commands: u64,
+    /// Frames the clients sent / the core sent.
+    pub frames_to_broker: u64,
+    /// Frames the core sent.
+    pub frames_from_broker: u64,
+    /// Durable writes of the store over the run.
+    pub durable_writes: u64,
+}
+
+/// Which client a connection belongs to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum ClientRef {
+    Producer(usize),
+    Consumer(usize),
+}
+
+/// One event of the run.
+#[derive(Debug)]
+enum Ev {
+    /// Bytes of connection `conn` reach the core (of broker generation `gen`).
+    ToBroker { gen: u64, conn: u64, bytes: Vec<u8> },
+    /// The core's bytes of `conn` were written (generation `gen`).
+    Written { gen: u64, conn: u64, bytes: usize },
+    /// The core's bytes reach the client of `conn`.
+    ToClient { conn: u64, bytes: Vec<u8> },
+    /// The core closed `conn`.
+    Closed { conn: u64 },
+    /// The core's timer, for its deadline `deadline` (virtual ms).
+    Timer { gen: u64, deadline: VirtualMs },
+    /// A producer publishes its next entry.
+    Publish(usize),
+    /// A consumer's application takes what its receiver queue holds.
+    Poll(usize),
+    /// A client (re)connects.
+    Connect(ClientRef),
+    /// A planned fault.
+    Fault(faults::Fault),
+}
+
+impl Ev {
+    fn label(&self) -> (&'static str, &'static str) {
+        match self {
+            Ev::ToBroker { .. } => ("broker core", "ToBroker"),
+            Ev::Written { .. } => ("broker core", "Written"),
+            Ev::ToClient { .. } => ("client", "ToClient"),
+            Ev::Closed { .. } => ("client", "Closed"),
+            Ev::Timer { .. } => ("broker core", "Timer"),
+            Ev::Publish(_) => ("producer", "Publish"),
+            Ev::Poll(_) => ("consumer", "Poll"),
+            Ev::Connect(_) => ("client", "Connect"),
+            Ev::Fault(_) => ("faults", "Fault"),
+        }
+    }
+}
+
+/// The driver's state.
+struct Node<'a> {
+    w: &'a Workload,
+    opts: &'a SimOptions,
+    rng: ChaCha8Rng,
+    sched: Scheduler<Ev>,
+    checker: DeliveryChecker,
+    activity: Activity,
+    node: NodeActivity,
+    heartbeat: Arc<Heartbeat>,
+    storage: CrashStorage,
+    broker: Option<Broker>,
+    /// Incremented at every (re)start: events of an older core are dropped.
+    gen: u64,
+    /// The core's side of each connection: its frame cutter.
+    broker_side: BTreeMap<u64, FrameCutter>,
+    /// Arrival time of the last transfer per client connection (to the core).
+    to_broker_last: BTreeMap<u64, VirtualMs>,
+    /// Arrival time of the core's last transfer (one outbound link).
+    from_broker_last: VirtualMs,
+    /// The core's timer deadline already scheduled (virtual ms) and the
+    /// last deadline that fired.
+    timer_at: Option<VirtualMs>,
+    timer_fired: Option<VirtualMs>,
+    conns: BTreeMap<u64, ClientRef>,
+    next_conn: u64,
+    producers: Vec<Producer>,
+    consumers: Vec<Consumer>,
+    plan: FaultPlan,
+    crashes_left: u32,
+    /// Whether the run's work is done (the loop only drains).
+    done: bool,
+    subs: Vec<String>,
+}
+
+/// Runs `workload` (its `engine` is `node`) with `opts`.
+///
+/// # Errors
+/// [`SimError::Component`] for a workload the engine cannot run or a store
+/// that cannot be opened.
+pub fn run(
+    workload: &Workload,
+    opts: &SimOptions,
+    progress: Option<&dyn Fn(u64, u64)>,
+) -> Result<Report, SimError> {
+    workload
+        .validate()
+        .map_err(|e| SimError::Component(e.to_string()))?;
+    if opts.sabotage.is_some() || opts.trace_dir.is_some() {
+        return Err(SimError::Component(
+            "sabotage and trace recording are the model engine's (engine = \"model\")".into(),
+        ));
+    }
+    let started = std::time::Instant::now();
+    let subs: Vec<String> = (0..workload.subscriptions)
+        .map(|i| format!("sub-{i}"))
+        .collect();
+    let order = match workload.subscription_type {
+        SubscriptionType::KeyShared => OrderCheck::PerKey,
+        SubscriptionType::Failover => OrderCheck::Total,
+        SubscriptionType::Shared => OrderCheck::None,
+    };
+    // The core's delayed tracker is strict (`deliver_at_time_strict`):
+    // nothing may come early.
+    let mut checker = DeliveryChecker::new(subs.clone(), 0, order);
+    checker.set_late_bound(workload.delayed_late_bound());
+    checker.set_key_exclusive(true);
+    let mut n = Node {
+        w: workload,
+        opts,
+        rng: ChaCha8Rng::seed_from_u64(opts.seed),
+        sched: Scheduler::new(),
+        checker,
+        activity: Activity::default(),
+        node: NodeActivity::default(),
+        heartbeat: Arc::new(Heartbeat::default()),
+        storage: CrashStorage::new(),
+        broker: None,
+        gen: 0,
+        broker_side: BTreeMap::new(),
+        to_broker_last: BTreeMap::new(),
+        from_broker_last: 0,
+        timer_at: None,
+        timer_fired: None,
+        conns: BTreeMap::new(),
+        next_conn: 1,
+        producers: Vec::new(),
+        consumers: Vec::new(),
+        plan: FaultPlan::default(),
+        crashes_left: if opts.faults {
+            workload.faults.crash_points
+        } else {
+            0
+        },
+        done: false,
+        subs,
+    };
+    let _hang_guard = HangGuard::start(
+        Arc::clone(&n.heartbeat),
+        opts.watchdog.exit_on_hang,
+        format!(
+            "pulsar-core simulate: workload {}, seed {}",
+            workload.name, opts.seed
+        ),
+    );
+    n.start_broker()?;
+    n.setup_clients();
+    if opts.faults {
+        n.plan_faults();
+    }
+    n.event_loop(progress)?;
+    let virtual_ms = n.sched.now();
+    if n.storage.armed().is_some() {
+        n.node.crash_points_not_reached += 1;
+        n.storage.disarm();
+    }
+    n.node.durable_writes = n.storage.stats().durable_writes;
+    // The last core closes cleanly.
+    n.broker = None;
+    let Node {
+        checker,
+        mut activity,
+        node,
+        ..
+    } = n;
+    let (counts, first_violation) = checker.finish(virtual_ms);
+    activity.node = Some(node);
+    // The core keeps no per-component counters yet: the section reports
+    // what the event loop counted, so an idle component reads NOT EXERCISED.
+    let components = super::report::components(&activity);
+    let wall_ms = started.elapsed().as_millis() as u64;
+    let delivered = counts.delivered;
+    Ok(Report {
+        workload: workload.name.clone(),
+        seed: opts.seed,
+        data_dir: "in memory (sim::crash_storage)".into(),
+        sync: match opts.sync {
+            crate::ledger::SyncMode::Immediate => "always".into(),
+            crate::ledger::SyncMode::Deferred => "deferred".into(),
+        },
+        virtual_ms,
+        violations: counts.violations(),
+        counts,
+        activity,
+        components,
+        first_violation,
+        timing: Timing {
+            hint_race: None,
+            replay_race: None,
+            wall_ms,
+            deliveries_per_sec: delivered as f64 / (wall_ms.max(1) as f64 / 1000.0),
+            peak_memory_kib: peak_memory_kib(),
+        },
+    })
+}
+
+impl Node<'_> {
+    fn now(&self) -> VirtualMs {
+        self.sched.now()
+    }
+
+    /// Opens a core on the store's current image (a new process) and arms
+    /// the next crash point.
+    fn start_broker(&mut self) -> Result<(), SimError> {
+        let store =
+            RedbStore::open_on_backend(self.storage.backend(), self.opts.sync, STORE_CACHE_BYTES)
+                .map_err(|e| SimError::Component(format!("open the store: {e}")))?;
+        self.gen += 1;
+        self.broker_side.clear();
+        self.timer_at = None;
+        self.timer_fired = None;
+        let now = EPOCH_BASE_MS + self.now();
+        self.broker = Some(Broker::new(
+            store,
+            BrokerConfig::new("pulsar://sim-node:6650"),
+            now,
+        ));
+        if self.crashes_left > 0 {
+            let base = self.storage.durable_writes_since_open();
+            let k = base + self.rng.random_range(1..=self.w.faults.crash_window);
+            let kind = if self.rng.random_bool(0.5) {
+                CrashKind::BeforeSync
+            } else {
+                CrashKind::AfterSync
+            };
+            self.storage.arm(CrashPoint { k, kind });
+        }
+        Ok(())
+    }
+
+    /// Calls the core (if it lives), then: if its store died, the crash;
+    /// else its outputs go out and its timer is rescheduled.
+    fn with_broker(&mut self, f: impl FnOnce(&mut Broker, u64)) {
+        let now = EPOCH_BASE_MS + self.now();
+        let Some(b) = self.broker.as_mut() else {
+            return;
+        };
+        let armed = self.storage.armed();
+        f(b, now);
+        if self.storage.is_dead() {
+            if armed.is_some_and(|p| p.kind == CrashKind::AfterSync) {
+                self.node.crashes_after_sync += 1;
+            }
+            self.crash();
+            return;
+        }
+        self.pump();
+    }
+
+    /// Sends the core's outputs and reschedules its timer.
+    fn pump(&mut self) {
+        let now = self.now();
+        let Some(b) = self.broker.as_mut() else {
+            return;
+        };
+        let mut out = Vec::new();
+        while let Some(o) = b.poll_output() {
+            out.push(o);
+        }
+        let deadline = b.poll_timeout();
+        for o in out {
+            match o {
+                Output::Frame { conn, frame } => {
+                    self.node.frames_from_broker += 1;
+                    let bytes = frame.encode();
+                    let at = self.outbound_arrival();
+                    let len = bytes.len();
+                    self.sched.at(at, Ev::ToClient { conn, bytes });
+                    let gen = self.gen;
+                    self.sched.at(
+                        at,
+                        Ev::Written {
+                            gen,
+                            conn,
+                            bytes: len,
+                        },
+                    );
+                }
+                Output::Close { conn, .. } => {
+                    let at = self.outbound_arrival();
+                    self.sched.at(at, Ev::Closed { conn });
+                }
+                Output::Incarnation(_) => {}
+            }
+        }
+        if let Some(d) = deadline {
+            let d = d.saturating_sub(EPOCH_BASE_MS);
+            // A deadline in the past that already fired waits for the next
+            // input (a Flow, an ack): firing it again changes nothing.
+            let again = d <= now && self.timer_fired == Some(d);
+            if !again && self.timer_at.is_none_or(|t| d < t) {
+                self.timer_at = Some(d.max(now));
+                let gen = self.gen;
+                self.sched.at(d.max(now), Ev::Timer { gen, deadline: d });
+            }
+        }
+    }
+
+    fn latency(&mut self) -> VirtualMs {
+        self.rng.random_range(1..=3)
+    }
+
+    fn outbound_arrival(&mut self) -> VirtualMs {
+        let at = (self.now() + self.latency()).max(self.from_broker_last);
+        self.from_broker_last = at;
+        at
+    }
+
+    /// Sends `bytes` from the client of `conn` to the core, sometimes in
+    /// two transfers cut at a random byte (frames split across reads).
+    fn send_to_broker(&mut self, conn: u64, bytes: Vec<u8>) {
+        if bytes.is_empty() {
+            return;
+        }
+        let last = self.to_broker_last.get(&conn).copied().unwrap_or(0);
+        let at = (self.now() + self.latency()).max(last);
+        self.to_broker_last.insert(conn, at);
+        let gen = self.gen;
+        if bytes.len() > 1 && self.rng.random_bool(0.1) {
+            let cut = self.rng.random_range(1..bytes.len());
+            let (a, b) = bytes.split_at(cut);
+            self.sched.at(
+                at,
+                Ev::ToBroker {
+                    gen,
+                    conn,
+                    bytes: a.to_vec(),
+                },
+            );
+            self.sched.at(
+                at,
+                Ev::ToBroker {
+                    gen,
+                    conn,
+                    bytes: b.to_vec(),
+                },
+            );
+        } else {
+            self.sched.at(at, Ev::ToBroker { gen, conn, bytes });
+        }
+    }
+
+    /// A new connection of `client`: the core sees it open.
+    fn open_conn(&mut self, client: ClientRef) -> u64 {
+        let conn = self.next_conn;
+        self.next_conn += 1;
+        self.conns.insert(conn, client);
+        if self.broker.is_some() {
+            self.broker_side.insert(conn, FrameCutter::default());
+            self.with_broker(|b, now| b.handle_open(conn, now));
+        }
+        conn
+    }
+
+    /// The client closes `conn` (the core sees it close).
+    fn close_conn(&mut self, conn: u64) {
+        self.conns.remove(&conn);
+        self.to_broker_last.remove(&conn);
+        if self.broker_side.remove(&conn).is_some() {
+            self.with_broker(|b, now| b.handle_close(conn, now));
+        }
+    }
+
+    /// The broker process died at a crash point: nothing more of it runs.
+    fn crash(&mut self) {
+        self.broker = None;
+        self.storage.recover();
+        self.crashes_left = self.crashes_left.saturating_sub(1);
+        self.node.crash_points += 1;
+        self.after_broker_gone();
+    }
+
+    /// A clean restart: the core is dropped (the store closes cleanly).
+    fn clean_restart(&mut self) {
+        if self.broker.is_none() {
+            return;
+        }
+        self.broker = None;
+        self.node.clean_restarts += 1;
+        self.after_broker_gone();
+    }
+
+    /// Every connection is gone with the old process; a new core starts and
+    /// every client reconnects after its backoff.
+    fn after_broker_gone(&mut self) {
+        self.activity.restarts += 1;
+        self.checker.restarted();
+        if let Err(e) = self.start_broker() {
+            self.checker.livelock(
+                &format!("the store does not reopen after a restart: {e}"),
+                self.now(),
+            );
+            self.done = true;
+            return;
+        }
+        let conns: Vec<(u64, ClientRef)> = self.conns.iter().map(|(c, r)| (*c, *r)).collect();
+        self.conns.clear();
+        self.to_broker_last.clear();
+        for (conn, client) in conns {
+            self.connection_lost(conn, client, true);
+        }
+    }
+
+    fn event_loop(&mut self, progress: Option<&dyn Fn(u64, u64)>) -> Result<(), SimError> {
+        let total = self.w.messages;
+        let mut same_time = (0, 0u64);
+        let mut idle = (self.checker.progress(), 0u64, 0);
+        let mut steps = 0u64;
+        let started = std::time::Instant::now();
+        while !self.done {
+            let Some((now, ev)) = self.sched.pop() else {
+                let (component, recent) = self.heartbeat.describe();
+                self.checker.livelock(
+                    &format!(
+                        "stall at t={}ms: nothing in flight and no timer, with the workload not done (last component {component}; last events: {recent})",
+                        self.now()
+                    ),
+                    self.now(),
+                );
+                break;
+            };
+            if now > VIRTUAL_LIMIT_MS {
+                let unpublished: u64 = self.producers.iter().map(|p| p.unpublished()).sum();
+                self.checker
+                    .unfinished(unpublished.max(1), self.plan.pending(), VIRTUAL_LIMIT_MS);
+                break;
+            }
+            let (component, label) = ev.label();
+            self.heartbeat.begin(now, component, label, None);
+            self.handle(ev);
+            self.heartbeat.end();
+            steps += 1;
+            if let Some(report) = self.heartbeat.hang_report() {
+                self.checker.livelock(&report, now);
+                break;
+            }
+            if same_time.0 == now {
+                same_time.1 += 1;
+                if same_time.1 > self.opts.watchdog.same_time_events {
+                    let (component, recent) = self.heartbeat.describe();
+                    self.checker.livelock(
+                        &format!(
+                            "livelock at t={now}ms in {component}: virtual time did not advance for {} events; last events: {recent}",
+                            same_time.1
+                        ),
+                        now,
+                    );
+                    break;
+                }
+            } else {
+                same_time = (now, 1);
+            }
+            let made = self.checker.progress();
+            if made != idle.0 || self.checker.all_acked() {
+                idle = (made, 0, now);
+            } else {
+                idle.1 += 1;
+                if idle.1 > self.opts.watchdog.no_progress_events {
+                    let (component, recent) = self.heartbeat.describe();
+                    self.checker.livelock(
+                        &format!(
+                            "livelock at t={now}ms in {component}: no message received or acknowledged for {} events ({} virtual ms); last events: {recent}",
+                            idle.1,
+                            now - idle.2
+                        ),
+                        now,
+                    );
+                    break;
+                }
+            }
+            if steps.is_multiple_of(1024) {
+                if let Some(limit) = self.opts.watchdog.wall_limit {
+                    if started.elapsed() > limit {
+                        let (component, recent) = self.heartbeat.describe();
+                        self.checker.livelock(
+                            &format!(
+                                "wall-clock limit of {:.1}s exceeded at t={now}ms in {component}; last events: {recent}",
+                                limit.as_secs_f64()
+                            ),
+                            now,
+                        );
+                        break;
+                    }
+                }
+                if let Some(p) = progress {
+                    let published: u64 = self.producers.iter().map(|p| p.receipted).sum();
+                    p(published.min(total), total);
+                }
+            }
+            if self.finished() {
+                self.done = true;
+            }
+        }
+        Ok(())
+    }
+
+    /// Every message published and acknowledged everywhere, every planned
+    /// fault run.
+    fn finished(&self) -> bool {
+        self.producers.iter().all(|p| p.unpublished() == 0)
+            && self.plan.pending() == 0
+            && self.checker.all_acked()
+    }
+
+    fn handle(&mut self, ev: Ev) {
+        match ev {
+            Ev::ToBroker { gen, conn, bytes } => {
+                if gen == self.gen {
+                    self.broker_receive(conn, &bytes);
+                }
+            }
+            Ev::Written { gen, conn, bytes } => {
+                if gen == self.gen && self.broker_side.contains_key(&conn) {
+                    self.with_broker(|b, now| b.handle_written(conn, bytes, now));
+                }
+            }
+            Ev::Timer { gen, deadline } => {
+                if gen == self.gen {
+                    self.timer_at = None;
+                    self.timer_fired = Some(deadline);
+                    self.with_broker(|b, t| b.handle_timeout(t));
+                }
+            }
+            Ev::ToClient { conn, bytes } => {
+                if let Some(c) = self.conns.get(&conn).copied() {
+                    self.client_receive(conn, c, &bytes);
+                }
+            }
+            Ev::Closed { conn } => {
+                if let Some(c) = self.conns.remove(&conn) {
+                    self.to_broker_last.remove(&conn);
+                    self.connection_lost(conn, c, false);
+                }
+            }
+            Ev::Publish(p) => self.publish(p),
+            Ev::Poll(c) => self.poll(c),
+            Ev::Connect(c) => self.connect(c),
+            Ev::Fault(f) => self.fault(f),
+        }
+    }
+
+    /// The core's side of a connection: bytes cut into frames, each handed
+    /// to `handle_frame`; a framing error closes the connection.
+    fn broker_receive(&mut self, conn: u64, bytes: &[u8]) {
+        let Some(cutter) = self.broker_side.get_mut(&conn) else {
+            return;
+        };
+        cutter.push(bytes);
+        loop {
+            let gen = self.gen;
+            let Some(cutter) = self.broker_side.get_mut(&conn) else {
+                return;
+            };
+            let next = cutter.next_frame();
+            match next {
+                Ok(Some(f)) => {
+                    self.node.frames_to_broker += 1;
+                    let mut closed = false;
+                    self.with_broker(|b, now| {
+                        closed = b.handle_frame(conn, &f.command, &f.payload, now).is_err();
+                    });
+                    if gen != self.gen {
+                        return; // the core died on this frame
+                    }
+                    if closed {
+                        self.broker_side.remove(&conn);
+                        return;
+                    }
+                }
+                Ok(None) => return,
+                Err(reason) => {
+                    self.checker.livelock(
+                        &format!("a client sent a frame the core's framing rejects: {reason}"),
+                        self.now(),
+                    );
+                    self.broker_side.remove(&conn);
+                    return;
+                }
+            }
+        }
+    }
+
+    fn backoff(&mut self) -> VirtualMs {
+        self.rng.random_range(100..=300)
+    }
+}
