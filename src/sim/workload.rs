@@ -712,11 +712,11 @@ impl Workload {
             (f.rewinds > 0, "faults.rewinds > 0"),
             (f.clock_jumps > 0, "faults.clock_jumps > 0"),
             (f.clear_backlogs > 0, "faults.clear_backlogs > 0"),
+            (self.negative_ack_ratio > 0.0, "negative_ack_ratio > 0"),
             (
-                self.negative_ack_ratio > 0.0,
-                "negative_ack_ratio > 0",
+                f.duplicate_subscribes > 0,
+                "faults.duplicate_subscribes > 0",
             ),
-            (f.duplicate_subscribes > 0, "faults.duplicate_subscribes > 0"),
             (
                 !f.crash_at_writes.is_empty(),
                 "faults.crash_at_writes (the node engine draws k from faults.crash_window)",

@@ -418,7 +418,10 @@ pub fn swarm(args: SwarmArgs) -> ExitCode {
                     // Relaxed: the counter only hands out distinct indexes.
                     let k = next.fetch_add(1, Ordering::Relaxed);
                     let Some(&seed) = seeds.get(k) else { break };
-                    if tx.send((k, run_seed(seed, sync, crash_points, engine))).is_err() {
+                    if tx
+                        .send((k, run_seed(seed, sync, crash_points, engine)))
+                        .is_err()
+                    {
                         break;
                     }
                 }
