@@ -91,6 +91,7 @@ mod connection;
 mod dispatch;
 pub mod entry;
 pub mod error;
+pub mod framing;
 pub mod key_shared;
 pub mod output;
 pub mod proto;
@@ -108,6 +109,7 @@ use crate::ledger::{LedgerConfig, ManagedLedger, RedbStore};
 pub use dispatch::READ_BATCH;
 pub use entry::{entry_info, EntryInfo};
 pub use error::{BrokerError, ConnectionError};
+pub use framing::{CutFrame, FrameCutter, FramingError};
 pub use output::{IncarnationRecord, OutFrame, Output};
 pub use topic::{name_for_error, normalize_topic, Topic, MAX_NAME_BYTES};
 

@@ -436,11 +436,23 @@ pub fn encode_entry_payload(
     metadata: &MessageMetadata,
     messages: &[(SingleMessageMetadata, Vec<u8>)],
 ) -> Vec<u8> {
+    encode_entry_payload_with(metadata, metadata.num_messages_in_batch.is_some(), messages)
+}
+
+/// [`encode_entry_payload`] for any `MessageMetadata` message (a caller's
+/// own view of it with more of Pulsar's fields, e.g. `partition_key` or
+/// `deliver_at_time`); `batched` is whether it sets
+/// `num_messages_in_batch`.
+pub fn encode_entry_payload_with(
+    metadata: &impl Message,
+    batched: bool,
+    messages: &[(SingleMessageMetadata, Vec<u8>)],
+) -> Vec<u8> {
     let mut body = Vec::new();
     let md = metadata.encode_to_vec();
     body.extend_from_slice(&(md.len() as u32).to_be_bytes());
     body.extend_from_slice(&md);
-    if metadata.num_messages_in_batch.is_none() && messages.len() == 1 {
+    if !batched && messages.len() == 1 {
         body.extend_from_slice(&messages[0].1);
     } else {
         for (smm, payload) in messages {

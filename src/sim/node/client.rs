@@ -23,8 +23,9 @@ use crate::position::Position;
 use crate::sim::checker::MessageRef;
 use crate::sim::workload::SubscriptionType;
 
-use super::wire::{entry_payload, frame, FrameCutter, ProducerMetadata};
+use super::wire::{entry_payload, frame, ProducerMetadata};
 use super::{ClientRef, Ev, Node, EPOCH_BASE_MS, TOPIC};
+use crate::broker::FrameCutter;
 
 /// The consumer id every simulated consumer uses on its connection (one
 /// consumer per connection).
@@ -281,7 +282,7 @@ impl Node<'_> {
                     return;
                 }
             };
-            let cmd = match BrokerCommand::decode(f.command.as_slice()) {
+            let cmd = match BrokerCommand::decode(f.command()) {
                 Ok(c) => c,
                 Err(e) => {
                     self.checker.livelock(

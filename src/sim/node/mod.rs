@@ -17,7 +17,7 @@
 //!   Flow and settle every MESSAGE's `message_permits`). Every frame is
 //!   decoded on arrival (SEND_RECEIPT, MESSAGE, SUCCESS, ERROR,
 //!   ACK_RESPONSE, CONNECTED, PRODUCER_SUCCESS).
-//! - **the network** (this file): bytes go through a [`wire::FrameCutter`]
+//! - **the network** (this file): bytes go through a [`FrameCutter`]
 //!   on each side (the cut `serve` makes), with a seeded latency per
 //!   transfer; a connection's bytes keep their order, and the broker's
 //!   output keeps the order the core produced it (one outbound link), so
@@ -74,9 +74,9 @@ use super::scheduler::{Scheduler, VirtualMs};
 use super::watchdog::{HangGuard, Heartbeat};
 use super::workload::{SubscriptionType, Workload};
 
+use crate::broker::FrameCutter;
 use client::{Consumer, Producer};
 use faults::FaultPlan;
-use wire::FrameCutter;
 
 /// The broker's epoch-ms clock at virtual time 0.
 pub const EPOCH_BASE_MS: u64 = 1_700_000_000_000;
@@ -685,7 +685,7 @@ impl Node<'_> {
                     self.node.frames_to_broker += 1;
                     let mut closed = false;
                     self.with_broker(|b, now| {
-                        closed = b.handle_frame(conn, &f.command, &f.payload, now).is_err();
+                        closed = b.handle_frame(conn, f.command(), f.payload(), now).is_err();
                     });
                     if gen != self.gen {
                         return; // the core died on this frame

@@ -1,5 +1,5 @@
-//! The simulated clients' side of the wire: Pulsar frames cut from a byte
-//! stream by the rule `serve` applies to its sockets, the producer's
+//! The simulated clients' side of the wire (frames are cut by
+//! [`crate::broker::FrameCutter`], as `serve` cuts its sockets): the producer's
 //! `MessageMetadata` (with the key and `deliver_at_time` a Pulsar producer
 //! sets), entry payloads and command frames built with the crate's own
 //! encoders ([`OutFrame`], `permits::frame`).
@@ -7,8 +7,8 @@
 use prost::Message;
 
 use crate::broker::proto::BrokerCommand;
-use crate::broker::{OutFrame, MAX_FRAME_SIZE};
-use crate::permits::frame::{crc32c, MAGIC_CRC32C};
+use crate::broker::OutFrame;
+use crate::permits::frame::encode_entry_payload_with;
 use crate::permits::wire::SingleMessageMetadata;
 
 /// `MessageMetadata` as a Pulsar producer writes it for the workloads here:
@@ -45,25 +45,7 @@ pub fn entry_payload(
     meta: &ProducerMetadata,
     messages: &[(SingleMessageMetadata, Vec<u8>)],
 ) -> Vec<u8> {
-    let mut body = Vec::new();
-    let md = meta.encode_to_vec();
-    body.extend_from_slice(&(md.len() as u32).to_be_bytes());
-    body.extend_from_slice(&md);
-    if meta.num_messages_in_batch.is_none() && messages.len() == 1 {
-        body.extend_from_slice(&messages[0].1);
-    } else {
-        for (smm, payload) in messages {
-            let s = smm.encode_to_vec();
-            body.extend_from_slice(&(s.len() as u32).to_be_bytes());
-            body.extend_from_slice(&s);
-            body.extend_from_slice(payload);
-        }
-    }
-    let mut out = Vec::with_capacity(6 + body.len());
-    out.extend_from_slice(&MAGIC_CRC32C.to_be_bytes());
-    out.extend_from_slice(&crc32c(&body).to_be_bytes());
-    out.extend_from_slice(&body);
-    out
+    encode_entry_payload_with(meta, meta.num_messages_in_batch.is_some(), messages)
 }
 
 /// One command frame on the wire: `[total_size][command_size][command][payload]`.
@@ -75,116 +57,10 @@ pub fn frame(cmd: &BrokerCommand, payload: Vec<u8>) -> Vec<u8> {
     .encode()
 }
 
-/// One frame cut from a stream: its command bytes, its payload and the
-/// whole frame (for decoders that take a frame).
-#[derive(Debug)]
-pub struct CutFrame {
-    /// The `BaseCommand` bytes.
-    pub command: Vec<u8>,
-    /// The bytes after the command.
-    pub payload: Vec<u8>,
-    /// The frame as it was on the wire.
-    pub whole: Vec<u8>,
-}
-
-/// A byte stream cut into frames by `serve`'s rule (`serve/conn.rs`
-/// `read_loop`): `total_size` above [`MAX_FRAME_SIZE`] or below 4, or a
-/// `command_size` that does not fit, is an error (the connection closes);
-/// a frame is handed on only once all of it arrived.
-#[derive(Debug, Default)]
-pub struct FrameCutter {
-    pending: Vec<u8>,
-}
-
-impl FrameCutter {
-    /// Appends bytes as they arrive.
-    pub fn push(&mut self, bytes: &[u8]) {
-        self.pending.extend_from_slice(bytes);
-    }
-
-    /// The next whole frame, if one has arrived.
-    ///
-    /// # Errors
-    /// Why the connection must close.
-    pub fn next_frame(&mut self) -> Result<Option<CutFrame>, String> {
-        if self.pending.len() < 4 {
-            return Ok(None);
-        }
-        let p = &self.pending;
-        let total = u64::from(u32::from_be_bytes([p[0], p[1], p[2], p[3]]));
-        if total as usize > MAX_FRAME_SIZE {
-            return Err(format!("frame of {total} bytes exceeds the limit"));
-        }
-        if total < 4 {
-            return Err(format!("total_size {total} below 4"));
-        }
-        let end = 4 + total as usize;
-        if p.len() < end {
-            return Ok(None);
-        }
-        let whole: Vec<u8> = self.pending.drain(..end).collect();
-        let cmd_size = u64::from(u32::from_be_bytes([whole[4], whole[5], whole[6], whole[7]]));
-        if cmd_size + 4 > total {
-            return Err(format!(
-                "command_size {cmd_size} exceeds total_size {total}"
-            ));
-        }
-        let cmd_end = 8 + cmd_size as usize;
-        Ok(Some(CutFrame {
-            command: whole[8..cmd_end].to_vec(),
-            payload: whole[cmd_end..].to_vec(),
-            whole,
-        }))
-    }
-}
-
 #[cfg(all(test, not(any(loom, feature = "shuttle"))))]
 mod tests {
     use super::*;
     use crate::broker::entry_info;
-    use crate::broker::proto::ty;
-
-    #[test]
-    fn frames_split_anywhere_are_cut_whole_and_in_order() {
-        let a = frame(
-            &BrokerCommand {
-                r#type: ty::PING,
-                ping: Some(crate::broker::proto::Empty {}),
-                ..Default::default()
-            },
-            Vec::new(),
-        );
-        let b = frame(
-            &BrokerCommand {
-                r#type: ty::PONG,
-                pong: Some(crate::broker::proto::Empty {}),
-                ..Default::default()
-            },
-            vec![1, 2, 3],
-        );
-        let stream: Vec<u8> = a.iter().chain(b.iter()).copied().collect();
-        for split in 0..stream.len() {
-            let mut c = FrameCutter::default();
-            let mut got = Vec::new();
-            for part in [&stream[..split], &stream[split..]] {
-                c.push(part);
-                while let Some(f) = c.next_frame().unwrap() {
-                    got.push(f.whole);
-                }
-            }
-            assert_eq!(got, vec![a.clone(), b.clone()], "split at {split}");
-        }
-    }
-
-    #[test]
-    fn a_frame_above_the_limit_or_with_a_command_past_its_end_is_an_error() {
-        let mut c = FrameCutter::default();
-        c.push(&((MAX_FRAME_SIZE as u32) + 1).to_be_bytes());
-        assert!(c.next_frame().is_err());
-        let mut c = FrameCutter::default();
-        c.push(&[0, 0, 0, 5, 0, 0, 0, 9, 0]);
-        assert!(c.next_frame().is_err());
-    }
 
     #[test]
     fn the_core_reads_key_batch_count_and_delivery_time_from_the_producer_metadata() {

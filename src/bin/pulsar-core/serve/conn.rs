@@ -16,7 +16,7 @@ use std::time::Duration;
 
 use prost::Message;
 use pulsar_core::broker::proto::{ty, BrokerCommand, Empty};
-use pulsar_core::broker::{ConnectionError, OutFrame, MAX_FRAME_SIZE};
+use pulsar_core::broker::{ConnectionError, FrameCutter, FramingError, OutFrame, MAX_FRAME_SIZE};
 
 use super::record::Recorder;
 use super::{lock, now_ms, Node};
@@ -35,10 +35,10 @@ pub enum ConnError {
     /// Socket failure or end of stream.
     #[error("i/o: {0}")]
     Io(#[from] std::io::Error),
-    /// A frame above the bound.
-    #[error("frame of {0} bytes exceeds the limit of {MAX_FRAME_SIZE} bytes")]
-    FrameTooLarge(u64),
-    /// Sizes that disagree, or a stream that ends inside a frame.
+    /// A frame above the bound, or sizes that disagree.
+    #[error(transparent)]
+    Framing(#[from] FramingError),
+    /// A stream that ends inside a frame.
     #[error("malformed frame: {0}")]
     Malformed(String),
     /// The broker core closed the connection.
@@ -241,33 +241,18 @@ fn read_loop(
     keep_alive: Duration,
 ) -> ConnError {
     let id = writer.id;
-    let mut pending: Vec<u8> = Vec::new();
+    let mut cutter = FrameCutter::default();
     let mut chunk = vec![0u8; READ_CHUNK];
     let mut awaiting_pong = false;
     loop {
-        // Handle every whole frame in `pending`.
-        while pending.len() >= 4 {
-            let total = u32::from_be_bytes([pending[0], pending[1], pending[2], pending[3]]);
-            let total = u64::from(total);
-            if total as usize > MAX_FRAME_SIZE {
-                return ConnError::FrameTooLarge(total);
-            }
-            if total < 4 {
-                return ConnError::Malformed(format!("total_size {total} below 4"));
-            }
-            let end = 4 + total as usize;
-            if pending.len() < end {
-                break;
-            }
-            let frame: Vec<u8> = pending.drain(..end).skip(4).collect();
-            let cmd_size = u32::from_be_bytes([frame[0], frame[1], frame[2], frame[3]]) as u64;
-            if cmd_size + 4 > total {
-                return ConnError::Malformed(format!(
-                    "command_size {cmd_size} exceeds total_size {total}"
-                ));
-            }
-            let command = &frame[4..4 + cmd_size as usize];
-            let payload = &frame[4 + cmd_size as usize..];
+        // Handle every whole frame received.
+        loop {
+            let frame = match cutter.next_frame() {
+                Ok(Some(f)) => f,
+                Ok(None) => break,
+                Err(e) => return ConnError::Framing(e),
+            };
+            let (command, payload) = (frame.command(), frame.payload());
             if let Some(r) = recorder {
                 r.record("in", id, command, payload.len());
             }
@@ -275,25 +260,20 @@ fn read_loop(
                 return ConnError::Core(e);
             }
         }
-        let want = if pending.len() >= 4 {
-            let total = u32::from_be_bytes([pending[0], pending[1], pending[2], pending[3]]);
-            4 + total as usize - pending.len()
-        } else {
-            4 - pending.len()
-        };
+        let want = cutter.bytes_wanted();
         let n = want.clamp(1, READ_CHUNK);
         match stream.read(&mut chunk[..n]) {
-            Ok(0) if pending.is_empty() => {
+            Ok(0) if cutter.pending() == 0 => {
                 return ConnError::Io(std::io::Error::from(ErrorKind::UnexpectedEof))
             }
             Ok(0) => {
                 return ConnError::Malformed(format!(
                     "the stream ended inside a frame ({} bytes of it received)",
-                    pending.len()
+                    cutter.pending()
                 ))
             }
             Ok(n) => {
-                pending.extend_from_slice(&chunk[..n]);
+                cutter.push(&chunk[..n]);
                 awaiting_pong = false;
             }
             Err(e) if e.kind() == ErrorKind::Interrupted => {}
