@@ -68,6 +68,61 @@ impl Default for Watchdog {
     }
 }
 
+/// The in-loop watchdogs both simulator engines apply after each event:
+/// events in a row at one virtual millisecond, and the wall-clock bound.
+/// Each check returns the livelock report when its bound is passed.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct LoopWatch {
+    bounds: Watchdog,
+    /// (virtual ms, events in a row at it).
+    same_time: (u64, u64),
+}
+
+impl LoopWatch {
+    /// Watching with `bounds`, the first event at `now`.
+    pub(crate) fn new(bounds: Watchdog, now: u64) -> Self {
+        Self {
+            bounds,
+            same_time: (now, 0),
+        }
+    }
+
+    /// One more event at virtual `now`: a report once more than
+    /// [`Watchdog::same_time_events`] ran at the same millisecond.
+    pub(crate) fn same_time(&mut self, now: u64, heartbeat: &Heartbeat) -> Option<String> {
+        if self.same_time.0 != now {
+            self.same_time = (now, 1);
+            return None;
+        }
+        self.same_time.1 += 1;
+        (self.same_time.1 > self.bounds.same_time_events).then(|| {
+            let (component, recent) = heartbeat.describe();
+            format!(
+                "livelock at t={now}ms in {component}: virtual time did not advance for {} events; last events: {recent}",
+                self.same_time.1
+            )
+        })
+    }
+
+    /// A report once the run has taken longer than
+    /// [`Watchdog::wall_limit`] since `started`.
+    pub(crate) fn wall_limit(
+        &self,
+        started: std::time::Instant,
+        now: u64,
+        heartbeat: &Heartbeat,
+    ) -> Option<String> {
+        let limit = self.bounds.wall_limit?;
+        (started.elapsed() > limit).then(|| {
+            let (component, recent) = heartbeat.describe();
+            format!(
+                "wall-clock limit of {:.1}s exceeded at t={now}ms in {component}; last events: {recent}",
+                limit.as_secs_f64()
+            )
+        })
+    }
+}
+
 /// Number of recent events kept for a livelock report.
 const RECENT: usize = 12;
 
@@ -299,5 +354,51 @@ mod tests {
         }
         assert_eq!(hb.hang_report(), None);
         drop(guard);
+    }
+
+    #[test]
+    fn loop_watch_names_a_run_stuck_at_one_millisecond_and_resets_when_time_moves() {
+        let bounds = Watchdog {
+            same_time_events: 3,
+            ..Watchdog::default()
+        };
+        let hb = Heartbeat::default();
+        let mut w = LoopWatch::new(bounds, 0);
+        for _ in 0..3 {
+            assert_eq!(w.same_time(5, &hb), None);
+        }
+        let report = w
+            .same_time(5, &hb)
+            .expect("a fourth event at t=5 passes the bound");
+        assert!(
+            report.contains("t=5ms") && report.contains("did not advance for 4 events"),
+            "{report}"
+        );
+        // Time moved: the count starts again.
+        assert_eq!(w.same_time(6, &hb), None);
+        assert_eq!(w.same_time(6, &hb), None);
+    }
+
+    #[test]
+    fn loop_watch_reports_the_wall_clock_bound_only_once_passed() {
+        let hb = Heartbeat::default();
+        let none = LoopWatch::new(Watchdog::default(), 0);
+        let long_ago = std::time::Instant::now() - Duration::from_secs(3);
+        assert_eq!(none.wall_limit(long_ago, 7, &hb), None, "no bound set");
+        let bounded = LoopWatch::new(
+            Watchdog {
+                wall_limit: Some(Duration::from_secs(1)),
+                ..Watchdog::default()
+            },
+            0,
+        );
+        assert_eq!(bounded.wall_limit(std::time::Instant::now(), 7, &hb), None);
+        let report = bounded
+            .wall_limit(long_ago, 7, &hb)
+            .expect("past the bound");
+        assert!(
+            report.contains("wall-clock limit of 1.0s exceeded at t=7ms"),
+            "{report}"
+        );
     }
 }

@@ -52,7 +52,7 @@ use super::delayed_storage::ObservedStorage;
 use super::delayed_truth::DelayedTruth;
 use super::report::{peak_memory_kib, Activity, Report, Timing};
 use super::scheduler::{Scheduler, VirtualMs};
-use super::watchdog::{HangGuard, Heartbeat, Watchdog};
+use super::watchdog::{HangGuard, Heartbeat, LoopWatch, Watchdog};
 use super::workload::{SubscriptionType, Workload};
 use crate::cursor::{CursorDeletionState, DeletionError};
 use crate::delayed::{
@@ -759,12 +759,12 @@ impl Sim<'_> {
     fn event_loop(&mut self) -> Result<(), SimError> {
         let expected = self.w.messages * u64::from(self.w.subscriptions);
         let mut steps: u64 = 0;
-        let mut same_time = (0, 0u64);
+        let mut watch = LoopWatch::new(self.opts.watchdog, 0);
         // (messages received or acknowledged, events since that count last
         // changed, virtual time and reconnects when it did)
         let mut progress = (self.checker.progress(), 0u64, 0, self.activity.reconnects);
         while let Some((now, ev)) = self.sched.pop() {
-            if !self.step(now, ev, &mut same_time)? {
+            if !self.step(now, ev, &mut watch)? {
                 break;
             }
             steps += 1;
@@ -794,18 +794,9 @@ impl Sim<'_> {
                 }
             }
             if steps.is_multiple_of(1024) {
-                if let Some(limit) = self.opts.watchdog.wall_limit {
-                    if self.started.elapsed() > limit {
-                        let (component, recent) = self.heartbeat.describe();
-                        self.checker.livelock(
-                            &format!(
-                                "wall-clock limit of {:.1}s exceeded at t={now}ms in {component}; last events: {recent}",
-                                limit.as_secs_f64()
-                            ),
-                            now,
-                        );
-                        break;
-                    }
+                if let Some(report) = watch.wall_limit(self.started, now, &self.heartbeat) {
+                    self.checker.livelock(&report, now);
+                    break;
                 }
             }
             if steps.is_multiple_of(4096) {
@@ -862,7 +853,7 @@ impl Sim<'_> {
             return Ok(()); // lost messages are already the reported violation
         }
         let deadline = self.sched.now() + 10_000;
-        let mut same_time = (self.sched.now(), 0u64);
+        let mut watch = LoopWatch::new(self.opts.watchdog, self.sched.now());
         while let Some((now, ev)) = self.sched.pop() {
             if now > deadline {
                 break;
@@ -885,7 +876,7 @@ impl Sim<'_> {
                 // advance with virtual time (a pending-ack retry due now
                 // fires), and the watchdogs see every event.
                 other => {
-                    if !self.step(now, other, &mut same_time)? {
+                    if !self.step(now, other, &mut watch)? {
                         return Ok(());
                     }
                 }
@@ -923,15 +914,9 @@ impl Sim<'_> {
 
     /// Handles one event at virtual time `now`: sets the clocks, fires the
     /// broker's timers due by then, runs the event under the heartbeat, and
-    /// applies the in-loop watchdogs. `same_time` is (virtual ms, events in
-    /// a row at it). Returns `false` when a watchdog stopped the run (the
-    /// livelock is reported).
-    fn step(
-        &mut self,
-        now: VirtualMs,
-        ev: Ev,
-        same_time: &mut (VirtualMs, u64),
-    ) -> Result<bool, SimError> {
+    /// applies the in-loop watchdogs (`watch`). Returns `false` when a
+    /// watchdog stopped the run (the livelock is reported).
+    fn step(&mut self, now: VirtualMs, ev: Ev, watch: &mut LoopWatch) -> Result<bool, SimError> {
         self.clock.set(now + self.broker_clock_offset_ms);
         if let Some(b) = &self.broker {
             b.timer.advance_to(now);
@@ -957,21 +942,9 @@ impl Sim<'_> {
             self.checker.livelock(&report, now);
             return Ok(false);
         }
-        if same_time.0 == now {
-            same_time.1 += 1;
-            if same_time.1 > self.opts.watchdog.same_time_events {
-                let (component, recent) = self.heartbeat.describe();
-                self.checker.livelock(
-                    &format!(
-                        "livelock at t={now}ms in {component}: virtual time did not advance for {} events; last events: {recent}",
-                        same_time.1
-                    ),
-                    now,
-                );
-                return Ok(false);
-            }
-        } else {
-            *same_time = (now, 1);
+        if let Some(report) = watch.same_time(now, &self.heartbeat) {
+            self.checker.livelock(&report, now);
+            return Ok(false);
         }
         Ok(true)
     }

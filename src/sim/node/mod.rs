@@ -71,7 +71,7 @@ use super::crash_storage::{CrashKind, CrashPoint, CrashStorage};
 use super::engine::{SimError, SimOptions};
 use super::report::{peak_memory_kib, Activity, Report, Timing};
 use super::scheduler::{Scheduler, VirtualMs};
-use super::watchdog::{HangGuard, Heartbeat};
+use super::watchdog::{HangGuard, Heartbeat, LoopWatch};
 use super::workload::{SubscriptionType, Workload};
 
 use crate::broker::FrameCutter;
@@ -531,7 +531,7 @@ impl Node<'_> {
 
     fn event_loop(&mut self, progress: Option<&dyn Fn(u64, u64)>) -> Result<(), SimError> {
         let total = self.w.messages;
-        let mut same_time = (0, 0u64);
+        let mut watch = LoopWatch::new(self.opts.watchdog, 0);
         let mut idle = (self.checker.progress(), 0u64, 0);
         let mut steps = 0u64;
         let started = std::time::Instant::now();
@@ -562,21 +562,9 @@ impl Node<'_> {
                 self.checker.livelock(&report, now);
                 break;
             }
-            if same_time.0 == now {
-                same_time.1 += 1;
-                if same_time.1 > self.opts.watchdog.same_time_events {
-                    let (component, recent) = self.heartbeat.describe();
-                    self.checker.livelock(
-                        &format!(
-                            "livelock at t={now}ms in {component}: virtual time did not advance for {} events; last events: {recent}",
-                            same_time.1
-                        ),
-                        now,
-                    );
-                    break;
-                }
-            } else {
-                same_time = (now, 1);
+            if let Some(report) = watch.same_time(now, &self.heartbeat) {
+                self.checker.livelock(&report, now);
+                break;
             }
             let made = self.checker.progress();
             if made != idle.0 || self.checker.all_acked() {
@@ -597,18 +585,9 @@ impl Node<'_> {
                 }
             }
             if steps.is_multiple_of(1024) {
-                if let Some(limit) = self.opts.watchdog.wall_limit {
-                    if started.elapsed() > limit {
-                        let (component, recent) = self.heartbeat.describe();
-                        self.checker.livelock(
-                            &format!(
-                                "wall-clock limit of {:.1}s exceeded at t={now}ms in {component}; last events: {recent}",
-                                limit.as_secs_f64()
-                            ),
-                            now,
-                        );
-                        break;
-                    }
+                if let Some(report) = watch.wall_limit(started, now, &self.heartbeat) {
+                    self.checker.livelock(&report, now);
+                    break;
                 }
                 if let Some(p) = progress {
                     let published: u64 = self.producers.iter().map(|p| p.receipted).sum();
