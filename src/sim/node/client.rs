@@ -4,12 +4,12 @@
 //! reconnects).
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
-use std::sync::Arc;
 
 use prost::Message;
 use rand::Rng;
 
 use crate::broker::proto::{self, ty, BrokerCommand};
+// The PIP-491 client state takes the facade's `Arc` (loom's under `--cfg loom`).
 use crate::broker::MAX_FRAME_SIZE;
 use crate::permits::client::{
     ClientConnection, ClientConsumer, ClientFrame, CloseReason, CommandOutcomeKind, Incarnation,
@@ -22,6 +22,7 @@ use crate::permits::wire::{
 use crate::position::Position;
 use crate::sim::checker::MessageRef;
 use crate::sim::workload::SubscriptionType;
+use crate::sync::Arc;
 
 use super::wire::{entry_payload, frame, ProducerMetadata};
 use super::{ClientRef, Ev, Node, EPOCH_BASE_MS, TOPIC};

@@ -57,6 +57,26 @@ async fn commit_retrying(
     Err(last)
 }
 
+/// NEW_TXN, re-sent while the answer is a lost session: after a restart the
+/// client may write it to the coordinator connection the kill closed before
+/// it reconnects; such a request never reached the broker, so no
+/// transaction was opened (an application retries it the same way).
+async fn new_transaction_retrying(client: &PulsarClient) -> Result<Transaction, String> {
+    let mut last = String::new();
+    for _ in 0..5 {
+        match timeout(OP, client.new_transaction(TXN_TIMEOUT)).await {
+            Ok(Ok(txn)) => return Ok(txn),
+            Ok(Err(e)) => last = e.to_string(),
+            Err(_) => last = "no NEW_TXN answer".into(),
+        }
+        if !(last.contains("SessionLost") || last.contains("PeerClosed")) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    Err(last)
+}
+
 pub fn topic(base: &str, name: &str) -> String {
     format!("persistent://public/default/{base}-{name}")
 }
@@ -296,7 +316,7 @@ pub async fn run(server: &mut Server, log: Arc<Log>) -> Result<(), String> {
             &log,
             "-",
             "new_transaction",
-            client.new_transaction(TXN_TIMEOUT),
+            new_transaction_retrying(&client),
         )
         .await?;
         let tn = txn_name(&txn);
