@@ -1,7 +1,7 @@
 //! The transactional commands of a connection and the node-internal END_TXN
 //! steps (see the module docs of [`super`]).
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 // Ownership handles use std's Arc in every build (see `ledger::managed_ledger`).
 use std::sync::Arc;
 
@@ -22,7 +22,7 @@ use crate::broker::entry::entry_info;
 use crate::broker::error::{comp, BrokerError};
 use crate::broker::proto::{self, ty, BrokerCommand};
 use crate::broker::subscription::{sub_type, Subscription};
-use crate::broker::{Broker, ConnectionId};
+use crate::broker::{Broker, ConnectionId, Topic};
 
 /// Name of the pending-ack log cursor (Pulsar's `__pending_ack_state`).
 pub const PENDING_ACK_CURSOR: &str = "__pending_ack_state";
@@ -573,22 +573,7 @@ impl Broker {
             self.attach_txn(&topic, sub)
                 .map_err(|e| TxnError::NotReady(e.to_string()))?;
         }
-        let Some(t) = self.topics.get_mut(&topic) else {
-            return Err(TxnError::NotReady(format!("topic {topic} not open")));
-        };
-        let ml = Arc::clone(&t.ml);
-        let Some(s) = t.subscriptions.get_mut(sub) else {
-            return Err(TxnError::NotReady(format!("subscription {sub} not open")));
-        };
-        let h = s.pending_ack.clone().ok_or_else(|| {
-            TxnError::NotReady(format!("subscription {sub}: no pending-ack handle"))
-        })?;
-        if h.state() != HandleState::Ready {
-            return Err(TxnError::NotReady(format!(
-                "subscription {sub}: pending-ack handle {:?}",
-                h.state()
-            )));
-        }
+        let (s, ml, h) = ready_pending_ack(&mut self.topics, &topic, sub)?;
         let summary = h.summary();
         let individual: BTreeSet<Position> =
             summary.individual.get(&id).cloned().unwrap_or_default();
@@ -726,22 +711,7 @@ impl Broker {
                 )));
             }
         }
-        let Some(t) = self.topics.get_mut(topic) else {
-            return Err(TxnError::NotReady(format!("topic {topic} not open")));
-        };
-        let ml = Arc::clone(&t.ml);
-        let Some(s) = t.subscriptions.get_mut(sub) else {
-            return Err(TxnError::NotReady(format!("subscription {sub} not open")));
-        };
-        let h = s.pending_ack.clone().ok_or_else(|| {
-            TxnError::NotReady(format!("subscription {sub}: no pending-ack handle"))
-        })?;
-        if h.state() != HandleState::Ready {
-            return Err(TxnError::NotReady(format!(
-                "subscription {sub}: pending-ack handle {:?}",
-                h.state()
-            )));
-        }
+        let (s, ml, h) = ready_pending_ack(&mut self.topics, topic, sub)?;
         let mut whole = Vec::new();
         let record = if a.ack_type == 1 {
             let m = a.message_id.first().ok_or_else(|| {
@@ -757,13 +727,10 @@ impl Broker {
                     ps.push(AckedPosition::whole(p));
                 } else {
                     let size = s.batch_size_of(&ml, p).map_err(TxnError::NotAllowed)?;
+                    // A set bit is an index still unacknowledged (missing
+                    // words are zero: acknowledged).
                     let acked: Vec<u32> = (0..size)
-                        .filter(|i| {
-                            // set bit = index still unacknowledged
-                            m.ack_set
-                                .get((*i / 64) as usize)
-                                .is_none_or(|word| word & (1i64 << (i % 64)) == 0)
-                        })
+                        .filter(|i| !crate::permits::wire::is_deliverable(&m.ack_set, *i))
                         .collect();
                     if acked.is_empty() {
                         continue;
@@ -795,6 +762,34 @@ impl Broker {
         let _ = conn;
         Ok(())
     }
+}
+
+/// Subscription `sub` of open topic `topic`, its managed ledger and its
+/// pending-ack handle, which must be Ready: where a transaction's acks and
+/// its END_TXN reach a subscription ([`TxnError::NotReady`] otherwise).
+fn ready_pending_ack<'a>(
+    topics: &'a mut BTreeMap<String, Topic>,
+    topic: &str,
+    sub: &str,
+) -> Result<(&'a mut Subscription, Arc<ManagedLedger>, PendingAckHandle), TxnError> {
+    let Some(t) = topics.get_mut(topic) else {
+        return Err(TxnError::NotReady(format!("topic {topic} not open")));
+    };
+    let ml = Arc::clone(&t.ml);
+    let Some(s) = t.subscriptions.get_mut(sub) else {
+        return Err(TxnError::NotReady(format!("subscription {sub} not open")));
+    };
+    let h = s
+        .pending_ack
+        .clone()
+        .ok_or_else(|| TxnError::NotReady(format!("subscription {sub}: no pending-ack handle")))?;
+    if h.state() != HandleState::Ready {
+        return Err(TxnError::NotReady(format!(
+            "subscription {sub}: pending-ack handle {:?}",
+            h.state()
+        )));
+    }
+    Ok((s, ml, h))
 }
 
 fn position(m: &crate::permits::wire::MessageIdData) -> Result<Position, TxnError> {
