@@ -997,7 +997,7 @@ fn node_engine_unsupported_settings_are_typed_errors() {
     w.txn_ack_ratio = 0.5;
     let e = w.validate().unwrap_err().to_string();
     assert!(e.contains("txn_ack_ratio") && e.contains("node"), "{e}");
-    let mut w = Workload::preset("fanout").unwrap();
+    let mut w = Workload::preset("delayed").unwrap();
     w.faults.redeliveries = 1;
     let e = w.validate().unwrap_err().to_string();
     assert!(e.contains("engine = \"node\""), "{e}");

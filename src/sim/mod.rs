@@ -15,6 +15,7 @@
 //! - [`replay_race`]: the real pending-ack replay on real threads and a real
 //!   managed ledger (read-ahead failures, a reload over a cached cursor, the
 //!   read-failure race) against an external oracle;
+//! - [`stages`]: runs those two stages after any engine's event loop;
 //! - [`delayed_truth`]: what the delayed tracker should hold (its count rule,
 //!   and what its merges and recoveries must keep);
 //! - [`delayed_storage`]: the snapshot storage as the checker observes it;
@@ -39,6 +40,7 @@ pub mod node;
 pub mod replay_race;
 pub mod report;
 pub mod scheduler;
+pub mod stages;
 #[cfg(feature = "trace")]
 pub mod sim_trace;
 pub mod watchdog;

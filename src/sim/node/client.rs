@@ -24,6 +24,7 @@ use crate::sim::checker::MessageRef;
 use crate::sim::workload::SubscriptionType;
 use crate::sync::Arc;
 
+use super::faulty::Damage;
 use super::wire::{entry_payload, frame, ProducerMetadata};
 use super::{ClientRef, Ev, Node, EPOCH_BASE_MS, TOPIC};
 use crate::broker::FrameCutter;
@@ -93,9 +94,9 @@ struct OutAck {
 /// A simulated consumer (one connection, consumer id 1).
 #[derive(Debug)]
 pub(super) struct Consumer {
-    sub: usize,
+    pub(super) sub: usize,
     /// The checker's stable id of this consumer within its subscription.
-    id: usize,
+    pub(super) id: usize,
     name: String,
     pub(super) conn: Option<u64>,
     cutter: FrameCutter,
@@ -115,6 +116,9 @@ pub(super) struct Consumer {
     app: VecDeque<(ReceivedMessage, MessageRef)>,
     since_cumulative: u32,
     cumulative_candidate: Option<Position>,
+    /// Connections closed on an injected invalid P in a row, with nothing
+    /// received in between (`faults.faulty_closes_without_progress`).
+    pub(super) faulty_closes: u32,
 }
 
 impl Consumer {
@@ -178,6 +182,7 @@ impl Node<'_> {
                     app: VecDeque::new(),
                     since_cumulative: 0,
                     cumulative_candidate: None,
+                    faulty_closes: 0,
                 });
                 let c = self.consumers.len() - 1;
                 let at = self.rng.random_range(0..=10);
@@ -305,7 +310,9 @@ impl Node<'_> {
             }
             match client {
                 ClientRef::Producer(p) => self.producer_command(p, conn, cmd),
-                ClientRef::Consumer(c) => self.consumer_command(c, conn, cmd, &f.whole),
+                ClientRef::Consumer(c) => {
+                    self.consumer_command(c, conn, cmd, &f.whole, f.payload())
+                }
             }
             // A command may have closed the connection.
             if !self.conns.contains_key(&conn) {
@@ -526,23 +533,33 @@ impl Node<'_> {
                         ..Default::default()
                     }
                 }
+                // The simulator damages entries in transit only (the stored
+                // entry is intact): the validation-error ack goes out as a
+                // negative ack of the entry, so the core redelivers it
+                // (Pulsar's broker would delete it) and the loss check
+                // stays exact (see `faulty.rs`).
                 ClientFrame::AckValidationError {
                     consumer_id,
                     message_id,
-                    validation_error,
-                } => BrokerCommand {
-                    r#type: ty::ACK,
-                    ack: Some(CommandAck {
-                        consumer_id,
-                        ack_type: 0,
-                        message_id: vec![message_id],
-                        validation_error: Some(validation_error as i32),
-                        txnid_least_bits: None,
-                        txnid_most_bits: None,
-                        request_id: None,
-                    }),
-                    ..Default::default()
-                },
+                    ..
+                } => {
+                    self.activity.negative_acks += 1;
+                    BrokerCommand {
+                        r#type: ty::REDELIVER_UNACKNOWLEDGED_MESSAGES,
+                        redeliver_unacknowledged_messages: Some(
+                            CommandRedeliverUnacknowledgedMessages {
+                                consumer_id,
+                                message_ids: vec![MessageIdData {
+                                    ledger_id: message_id.ledger_id,
+                                    entry_id: message_id.entry_id,
+                                    ..Default::default()
+                                }],
+                                consumer_epoch: None,
+                            },
+                        ),
+                        ..Default::default()
+                    }
+                }
                 ClientFrame::RedeliverUnacknowledged {
                     consumer_id,
                     consumer_epoch,
@@ -589,7 +606,14 @@ impl Node<'_> {
         self.send_to_broker(conn, frame(&cmd, Vec::new()));
     }
 
-    fn consumer_command(&mut self, c: usize, conn: u64, cmd: BrokerCommand, whole: &[u8]) {
+    fn consumer_command(
+        &mut self,
+        c: usize,
+        conn: u64,
+        cmd: BrokerCommand,
+        whole: &[u8],
+        payload: &[u8],
+    ) {
         match cmd.r#type {
             ty::CONNECTED => {
                 let co = &mut self.consumers[c];
@@ -632,10 +656,19 @@ impl Node<'_> {
                 }
             }
             ty::MESSAGE => {
+                let (damage, damaged) =
+                    self.damage_message(self.consumers[c].faulty_closes, &cmd, payload);
+                let whole = damaged.as_deref().unwrap_or(whole);
                 let co = &mut self.consumers[c];
                 let Some(cl) = co.client.as_mut() else { return };
                 let outcome = cl.handle_frame(whole, MAX_FRAME_SIZE);
-                match outcome {
+                if damage != Damage::None {
+                    let kind = outcome.map(|o| o.kind).ok();
+                    if self.damaged_message(c, conn, &cmd, payload, damage, kind) {
+                        return; // the client closed the connection
+                    }
+                } else {
+                    match outcome {
                     Ok(o) => match o.kind {
                         CommandOutcomeKind::StaleEpoch | CommandOutcomeKind::StaleIncarnation => {
                             self.node.stale_commands += 1;
@@ -662,6 +695,7 @@ impl Node<'_> {
                         );
                         return;
                     }
+                }
                 }
                 self.hand_off(c);
                 self.flush_consumer(c);
@@ -866,6 +900,7 @@ impl Node<'_> {
             }
             self.checker.delivered(&sub, id, mref, now, 0);
             self.consumers[c].app.push_back((m, mref));
+            self.consumers[c].faulty_closes = 0;
         }
         // PIP-491: an incarnation is sent entries while it has permits left
         // (its receiver queue, then what it returned), a batch costing its
