@@ -40,9 +40,9 @@ pub mod node;
 pub mod replay_race;
 pub mod report;
 pub mod scheduler;
-pub mod stages;
 #[cfg(feature = "trace")]
 pub mod sim_trace;
+pub mod stages;
 pub mod watchdog;
 pub mod workload;
 

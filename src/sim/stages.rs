@@ -23,7 +23,9 @@ pub struct Stages {
 impl Stages {
     /// Violations of both stages.
     pub fn violations(&self) -> u64 {
-        self.hint_race.as_ref().map_or(0, HintRaceReport::violations)
+        self.hint_race
+            .as_ref()
+            .map_or(0, HintRaceReport::violations)
             + self
                 .replay_race
                 .as_ref()
@@ -49,8 +51,8 @@ impl Stages {
 pub fn run(workload: &Workload, faults: bool, heartbeat: &Arc<Heartbeat>) -> Stages {
     let cancelled = heartbeat.hang_report().is_some();
     let go = faults && !cancelled;
-    let hint_race =
-        (go && workload.faults.hint_race).then(|| super::hint_race::run(&HintRaceConfig::default()));
+    let hint_race = (go && workload.faults.hint_race)
+        .then(|| super::hint_race::run(&HintRaceConfig::default()));
     let replay_race = (go && workload.faults.replay_race).then(|| {
         heartbeat.enter("replay_race stage");
         let hb = Arc::clone(heartbeat);

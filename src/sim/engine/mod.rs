@@ -664,9 +664,7 @@ pub fn run(
         }
         .to_string(),
         virtual_ms: finished_at,
-        violations: counts.violations()
-            + stage_violations
-            + late_hang_violations,
+        violations: counts.violations() + stage_violations + late_hang_violations,
         counts,
         activity: sim.activity,
         components,

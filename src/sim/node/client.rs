@@ -669,33 +669,34 @@ impl Node<'_> {
                     }
                 } else {
                     match outcome {
-                    Ok(o) => match o.kind {
-                        CommandOutcomeKind::StaleEpoch | CommandOutcomeKind::StaleIncarnation => {
-                            self.node.stale_commands += 1;
-                        }
-                        CommandOutcomeKind::ProtocolError(e) => {
+                        Ok(o) => match o.kind {
+                            CommandOutcomeKind::StaleEpoch
+                            | CommandOutcomeKind::StaleIncarnation => {
+                                self.node.stale_commands += 1;
+                            }
+                            CommandOutcomeKind::ProtocolError(e) => {
+                                self.checker.permit_violation(
+                                    &self.subs[self.consumers[c].sub],
+                                    self.consumers[c].id,
+                                    &format!("the client closed its connection on a MESSAGE: {e}"),
+                                    self.now(),
+                                );
+                                self.close_conn(conn);
+                                self.connection_lost(conn, ClientRef::Consumer(c), false);
+                                return;
+                            }
+                            _ => {}
+                        },
+                        Err(e) => {
                             self.checker.permit_violation(
                                 &self.subs[self.consumers[c].sub],
                                 self.consumers[c].id,
-                                &format!("the client closed its connection on a MESSAGE: {e}"),
+                                &format!("MESSAGE not for this consumer: {e}"),
                                 self.now(),
                             );
-                            self.close_conn(conn);
-                            self.connection_lost(conn, ClientRef::Consumer(c), false);
                             return;
                         }
-                        _ => {}
-                    },
-                    Err(e) => {
-                        self.checker.permit_violation(
-                            &self.subs[self.consumers[c].sub],
-                            self.consumers[c].id,
-                            &format!("MESSAGE not for this consumer: {e}"),
-                            self.now(),
-                        );
-                        return;
                     }
-                }
                 }
                 self.hand_off(c);
                 self.flush_consumer(c);

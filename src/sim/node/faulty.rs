@@ -179,10 +179,7 @@ impl Node<'_> {
         // (`flush_consumer`) and the core redelivers it, after later
         // entries: the batch is exempt from the order rule, and the loss
         // check stays exact.
-        let position = Position::new(
-            m.message_id.ledger_id as i64,
-            m.message_id.entry_id as i64,
-        );
+        let position = Position::new(m.message_id.ledger_id as i64, m.message_id.entry_id as i64);
         let batch = crate::broker::entry_info(payload).map_or(1, |i| i.batch_size);
         for batch_index in 0..batch {
             self.checker.exempt_from_order(
