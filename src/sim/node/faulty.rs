@@ -26,7 +26,7 @@
 
 use rand::Rng;
 
-use crate::broker::proto::BrokerCommand;
+use crate::proto::command::BrokerCommand;
 use crate::permits::client::CommandOutcomeKind;
 use crate::position::Position;
 use crate::sim::checker::MessageRef;
