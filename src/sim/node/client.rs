@@ -119,6 +119,9 @@ pub(super) struct Consumer {
     /// Connections closed on an injected invalid P in a row, with nothing
     /// received in between (`faults.faulty_closes_without_progress`).
     pub(super) faulty_closes: u32,
+    /// While set, Flows the client library decides stay queued on its
+    /// connection (a re-creation right after a poll: `same_connection`).
+    hold_flows: bool,
 }
 
 impl Consumer {
@@ -183,6 +186,7 @@ impl Node<'_> {
                     since_cumulative: 0,
                     cumulative_candidate: None,
                     faulty_closes: 0,
+                    hold_flows: false,
                 });
                 let c = self.consumers.len() - 1;
                 let at = self.rng.random_range(0..=10);
@@ -477,9 +481,28 @@ impl Node<'_> {
         let (Some(conn), Some(cx)) = (co.conn, co.connection.clone()) else {
             return;
         };
-        let _ = cx.flush_flows();
+        if co.hold_flows {
+            return;
+        }
+        let flushed = cx.flush_flows();
+        self.activity.stale_flows_dropped += flushed.dropped.len() as u64;
+        let current = co.client.as_ref().map(|cl| cl.state().incarnation());
+        let mut stale = Vec::new();
         let mut bytes = Vec::new();
         for f in cx.take_outbox() {
+            // PIP-491: credit is scoped to one incarnation. A Flow of an
+            // incarnation closed since (re-created on this same connection,
+            // so the core cannot tell) would credit its replacement with
+            // permits it never used.
+            if let ClientFrame::Flow {
+                incarnation,
+                command,
+            } = &f
+            {
+                if current.is_some_and(|cur| cur != *incarnation) {
+                    stale.push((command.message_permits, *incarnation, current));
+                }
+            }
             let cmd = match f {
                 ClientFrame::Subscribe {
                     consumer_id,
@@ -576,6 +599,17 @@ impl Node<'_> {
                 },
             };
             bytes.extend(frame(&cmd, Vec::new()));
+        }
+        let (sub, id) = (self.subs[co.sub].clone(), co.id);
+        for (permits, incarnation, current) in stale {
+            self.checker.permit_violation(
+                &sub,
+                id,
+                &format!(
+                    "a Flow of {permits} permits from closed incarnation {incarnation:?} reached its replacement {current:?} on the same connection"
+                ),
+                self.sched.now(),
+            );
         }
         self.send_to_broker(conn, bytes);
     }
@@ -947,6 +981,12 @@ impl Node<'_> {
     /// on the same connection: a new incarnation, whose permits must not
     /// be credited by anything of the old one (PIP-491).
     pub(super) fn same_connection(&mut self, c: usize) {
+        // Right after a poll whose returned permits queued a Flow (not yet
+        // written): the revalidation must drop it, it must never credit
+        // the replacement (PIP-491).
+        self.consumers[c].hold_flows = true;
+        self.poll(c);
+        self.consumers[c].hold_flows = false;
         let co = &mut self.consumers[c];
         let (Some(cx), Some(cl)) = (co.connection.clone(), co.client.as_mut()) else {
             return;

@@ -26,9 +26,9 @@
 
 use rand::Rng;
 
-use crate::proto::command::BrokerCommand;
 use crate::permits::client::CommandOutcomeKind;
 use crate::position::Position;
+use crate::proto::command::BrokerCommand;
 use crate::sim::checker::MessageRef;
 
 use super::wire::frame;
