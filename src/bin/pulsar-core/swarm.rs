@@ -303,7 +303,7 @@ fn print_run(seed: u64, report: &Report, json: bool, crash_points: bool) {
             w.delayed_ratio,
             w.txn_ack_ratio,
             w.negative_ack_ratio,
-            report.activity.crashes.len(),
+            report.activity.node.as_ref().map_or(0, |n| n.crash_points),
         );
         if let Some(n) = &report.activity.node {
             println!(
@@ -390,7 +390,7 @@ pub fn swarm(args: SwarmArgs) -> ExitCode {
                 runs += 1;
                 delivered += report.counts.delivered;
                 virtual_ms += report.virtual_ms;
-                crashes += report.activity.crashes.len() as u64;
+                crashes += report.activity.node.as_ref().map_or(0, |n| n.crash_points);
                 print_run(seed, &report, args.json, crash_points);
                 if !report.is_clean() {
                     failed += 1;
