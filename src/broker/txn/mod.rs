@@ -65,6 +65,8 @@ pub mod buffer;
 pub mod coordinator;
 mod handlers;
 pub mod proto;
+pub mod snapshot;
+mod snapshots;
 
 use std::collections::BTreeMap;
 // Ownership handles use std's Arc in every build (see `ledger::managed_ledger`).
@@ -149,6 +151,14 @@ pub(crate) struct TxnRuntime {
     pub(crate) timer: Arc<VirtualTimer>,
     /// Topic → (failed recoveries, earliest next attempt).
     pub(crate) buffer_retry: BTreeMap<String, (u32, u64)>,
+    /// When transaction buffers take snapshots.
+    pub(crate) snapshot_config: snapshot::SnapshotConfig,
+    /// Snapshot topic → key → position of its latest snapshot message.
+    pub(crate) snapshot_index: BTreeMap<String, BTreeMap<String, Position>>,
+    /// Topic → its snapshot bookkeeping.
+    pub(crate) snapshot_book: BTreeMap<String, snapshots::SnapshotBook>,
+    /// `sequence_id` of the last snapshot message written.
+    pub(crate) snapshot_seq: u64,
 }
 
 impl TxnRuntime {
@@ -164,6 +174,10 @@ impl TxnRuntime {
                 .expect("one manual executor is a valid pool"),
             timer,
             buffer_retry: BTreeMap::new(),
+            snapshot_config: snapshot::SnapshotConfig::default(),
+            snapshot_index: BTreeMap::new(),
+            snapshot_book: BTreeMap::new(),
+            snapshot_seq: 0,
         }
     }
 }
