@@ -11,7 +11,7 @@
 //! ## Recovery, and a topic whose buffer cannot recover
 //!
 //! [`TxnBuffer::recover`] reads the topic from its first entry
-//! ([`super::scan`]): a data entry with a transaction id opens that
+//! ([`super::scan`]; [`TxnBuffer::recover_from`] from a snapshot): a data entry with a transaction id opens that
 //! transaction (if it has not ended), a `TXN_COMMIT` marker ends it, a
 //! `TXN_ABORT` marker ends it and records it aborted. Seed 001's discipline,
 //! which Pulsar's `TopicTransactionBuffer` recovery lacks (Pulsar #26379: it
@@ -21,8 +21,9 @@
 //! - every read failure ends the attempt, and no read is issued after it
 //!   (the scan returns the failure at once);
 //! - a failed attempt is never reported complete: the topic is not opened;
-//! - the next attempt starts again from the first entry (the rewind: an
-//!   attempt keeps no read position), and only after a backoff (100 ms
+//! - the next attempt starts again from its start (the snapshot's max read
+//!   position, or the first entry: the rewind, an attempt keeps no read
+//!   position), and only after a backoff (100 ms
 //!   doubling to 60 s per topic): requests for the
 //!   topic before then are refused at once, without a read.
 //!

@@ -104,6 +104,22 @@ impl Broker {
     /// Key → position of its latest snapshot message on snapshot topic
     /// `st`, read once from the topic's first entry.
     fn snapshot_index(&mut self, st: &str) -> Result<&BTreeMap<String, Position>, BrokerError> {
+        if !self.txn.snapshot_index.contains_key(st) && !self.topics.contains_key(st) {
+            // A namespace without snapshots: nothing is created for it
+            // (Pulsar checks that the system topic exists).
+            use crate::ledger::LedgerStore;
+            let stored = self.store.load_ledger(st).map_err(|e| {
+                BrokerError::NotReady(format!(
+                    "transaction buffer snapshots of {} not read: {e}",
+                    crate::broker::name_for_error(st)
+                ))
+            })?;
+            if stored.ledgers.is_empty() {
+                self.txn
+                    .snapshot_index
+                    .insert(st.to_string(), BTreeMap::new());
+            }
+        }
         if !self.txn.snapshot_index.contains_key(st) {
             let ml = self.topic_ml(st)?;
             let mut index = BTreeMap::new();

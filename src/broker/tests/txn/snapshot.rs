@@ -23,6 +23,10 @@ fn full_replay(b: &Broker) -> TxnBuffer {
 fn the_first_transactional_entry_of_a_topic_takes_its_first_snapshot() {
     let Flow { _dir, mut b, input } = flow_setup();
     assert_eq!(b.txn_buffer_snapshot(TOPIC).unwrap(), None);
+    assert!(
+        !b.topics().contains_key(SNAP_TOPIC),
+        "a namespace without transactions gets no snapshot topic"
+    );
     let t = new_txn(&mut b, 1, 60_000);
     add_partition(&mut b, 1, t);
     let m = receipt_pos(&txn_send(&mut b, 1, 1, 1, t));
