@@ -82,7 +82,6 @@
 pub mod buffer;
 pub mod coordinator;
 mod handlers;
-pub mod proto;
 pub mod snapshot;
 mod snapshots;
 

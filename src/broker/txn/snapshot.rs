@@ -373,7 +373,7 @@ pub fn snapshot_entry(
     body.extend_from_slice(&md);
     body.extend_from_slice(&payload);
     let mut out = vec![0x0e, 0x01];
-    out.extend_from_slice(&crate::permits::frame::crc32c(&body).to_be_bytes());
+    out.extend_from_slice(&crate::proto::frame::crc32c(&body).to_be_bytes());
     out.extend_from_slice(&body);
     out
 }
