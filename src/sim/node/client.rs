@@ -326,6 +326,8 @@ impl Node<'_> {
                         producer_id: PRODUCER_ID,
                         request_id: pr.next_req,
                         producer_name: Some(format!("p-{p}")),
+                        producer_access_mode: None,
+                        topic_epoch: None,
                     }),
                     ..Default::default()
                 };
