@@ -12,7 +12,7 @@
 //! Durable form (Pulsar snapshots the map into the properties of a cursor
 //! named `pulsar.dedup` and replays the ledger after the cursor's
 //! mark-delete): the same here, on the project's store. Every
-//! [`SNAPSHOT_INTERVAL`] entries the whole map is written as the cursor's
+//! [`SNAPSHOT_INTERVAL`] entries (or [`SNAPSHOT_INTERVAL_MS`] of sends) the whole map is written as the cursor's
 //! properties in one redb transaction, then the cursor is mark-deleted at
 //! the last entry the map covers. At topic open the map is read back and
 //! every entry after the mark-delete is replayed from its
@@ -46,6 +46,9 @@ pub const CURSOR: &str = "pulsar.dedup";
 /// Entries between two snapshots (Pulsar's
 /// `brokerDeduplicationEntriesInterval` default).
 pub const SNAPSHOT_INTERVAL: u64 = 1000;
+/// Time between two snapshots while entries are appended (Pulsar's
+/// `brokerDeduplicationSnapshotIntervalSeconds` default, 120 s).
+pub const SNAPSHOT_INTERVAL_MS: u64 = 120_000;
 /// Property key prefix of a producer's highest persisted sequence id.
 const SEQ_PREFIX: &str = "seq/";
 /// Property key of the topic epoch.
@@ -75,6 +78,8 @@ pub struct Deduplication {
     since_snapshot: u64,
     /// The last entry the map covers.
     last: Option<Position>,
+    /// When the last snapshot was taken (core time, ms).
+    snapshot_ms: u64,
     epoch: Option<u64>,
 }
 
@@ -93,6 +98,7 @@ impl Deduplication {
         store: &RedbStore,
         ml: &Arc<ManagedLedger>,
         enabled: bool,
+        now_ms: u64,
     ) -> Result<Self, BrokerError> {
         let cursor = ml.open_cursor(CURSOR).map_err(comp)?;
         let props = cursor.properties().map_err(comp)?;
@@ -113,6 +119,7 @@ impl Deduplication {
             persisted,
             since_snapshot: 0,
             last: None,
+            snapshot_ms: now_ms,
             epoch,
         };
         let mut replayed = 0u64;
@@ -142,6 +149,12 @@ impl Deduplication {
             d.snapshot()?;
         }
         Ok(d)
+    }
+
+    /// The cursor's mark-delete: entries after it are replayed at the next
+    /// open (and held back from trimming).
+    pub fn mark_delete(&self) -> Position {
+        self.cursor.mark_delete_position()
     }
 
     /// The durable topic epoch.
@@ -194,8 +207,10 @@ impl Deduplication {
         *e = (*e).max(h);
     }
 
-    /// Entry `pos` of `name` (`sequence_id` ..= `highest`) was persisted.
-    /// Every [`SNAPSHOT_INTERVAL`] entries the map is snapshotted; a failed
+    /// Entry `pos` of `name` (`sequence_id` ..= `highest`) was persisted at
+    /// `now_ms`. Every [`SNAPSHOT_INTERVAL`] entries, or at the first entry
+    /// [`SNAPSHOT_INTERVAL_MS`] after the last snapshot, the map is
+    /// snapshotted (so the cursor holds back at most that tail); a failed
     /// snapshot is logged and retried at the next entry (the map stays
     /// exact in memory, and the replay after a crash covers the gap).
     pub fn persisted(
@@ -205,13 +220,17 @@ impl Deduplication {
         highest: u64,
         chunk: Option<ChunkPart>,
         pos: Position,
+        now_ms: u64,
     ) {
         self.last = Some(pos);
         self.since_snapshot += 1;
         if self.enabled {
             self.record(name, sequence_id, highest, chunk);
         }
-        if self.since_snapshot >= SNAPSHOT_INTERVAL {
+        if self.since_snapshot >= SNAPSHOT_INTERVAL
+            || now_ms >= self.snapshot_ms.saturating_add(SNAPSHOT_INTERVAL_MS)
+        {
+            self.snapshot_ms = now_ms;
             if let Err(e) = self.snapshot() {
                 tracing::warn!(ledger = %self.ledger, error = %e, "deduplication snapshot failed");
             }

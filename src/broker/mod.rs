@@ -320,7 +320,12 @@ impl Broker {
             )
             .map_err(error::comp)?;
             let buffer = self.recover_buffer(&name, &ml)?;
-            let dedup = dedup::Deduplication::recover(&self.store, &ml, self.config.deduplication)?;
+            let dedup = dedup::Deduplication::recover(
+                &self.store,
+                &ml,
+                self.config.deduplication,
+                self.now(),
+            )?;
             let producers = producer::TopicProducers::new(dedup.topic_epoch());
             self.topics.insert(
                 name.clone(),

@@ -396,6 +396,7 @@ impl Broker {
             }
             None
         };
+        let now = self.now();
         let Some(topic) = self.topics.get_mut(&p.topic) else {
             return self.send_error(
                 conn,
@@ -428,6 +429,7 @@ impl Broker {
             s.highest_sequence_id.unwrap_or(0),
             chunk,
             pos,
+            now,
         );
         if let Some(id) = txn {
             topic

@@ -405,3 +405,39 @@ fn an_unknown_access_mode_and_the_dedup_cursor_name_are_refused() {
         server_error::NOT_ALLOWED_ERROR
     );
 }
+
+#[test]
+fn a_snapshot_is_taken_once_its_time_interval_passed() {
+    use super::super::dedup::{CURSOR, SNAPSHOT_INTERVAL_MS};
+    let dir = tempfile::tempdir().unwrap();
+    let mut b = core(&dir);
+    connect(&mut b, 1);
+    ok(&producer_cmd(&mut b, 1, 1, Some("p"), 0, None));
+    send_one(&mut b, 1, 1, 1, false, &entry_of("p", 1, |_| {}));
+    assert_eq!(
+        b.store()
+            .cursor_properties(TOPIC, CURSOR)
+            .unwrap()
+            .get("seq/p"),
+        None
+    );
+    let later = T0 + SNAPSHOT_INTERVAL_MS;
+    b.handle_frame(
+        1,
+        &enc(&send_cmd(1, 2, false)),
+        &entry_of("p", 2, |_| {}),
+        later,
+    )
+    .unwrap();
+    frames(&mut b);
+    assert_eq!(
+        b.store()
+            .cursor_properties(TOPIC, CURSOR)
+            .unwrap()
+            .get("seq/p"),
+        Some(&2)
+    );
+    // The cursor's mark-delete follows: the snapshotted entries are not held back.
+    let md = b.topics()[TOPIC].dedup.mark_delete();
+    assert_eq!(md, b.topics()[TOPIC].ml.last_confirmed_entry());
+}
