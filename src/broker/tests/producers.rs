@@ -441,3 +441,32 @@ fn a_snapshot_is_taken_once_its_time_interval_passed() {
     let md = b.topics()[TOPIC].dedup.mark_delete();
     assert_eq!(md, b.topics()[TOPIC].ml.last_confirmed_entry());
 }
+
+#[test]
+fn a_queued_producer_with_a_stale_epoch_is_refused_on_its_turn_and_the_next_one_promoted() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut b = core(&dir);
+    for c in 1..=3 {
+        connect(&mut b, c);
+    }
+    assert_eq!(
+        ok(&producer_cmd(&mut b, 1, 1, Some("a"), 1, Some(5))).topic_epoch,
+        Some(5)
+    );
+    let q = ok(&producer_cmd(&mut b, 2, 1, Some("old"), 2, Some(2)));
+    assert_eq!(q.producer_ready, Some(false));
+    let q = ok(&producer_cmd(&mut b, 3, 1, Some("new"), 2, None));
+    assert_eq!(q.producer_ready, Some(false));
+    b.handle_close(1, T0);
+    let out = frames(&mut b);
+    assert_eq!(out.len(), 2, "{out:?}");
+    assert_eq!(
+        (out[0].0, out[0].1.error.clone().unwrap().error),
+        (2, server_error::PRODUCER_FENCED)
+    );
+    let r = out[1].1.producer_success.clone().unwrap();
+    assert_eq!(
+        (out[1].0, r.producer_ready, r.topic_epoch),
+        (3, Some(true), Some(6))
+    );
+}
