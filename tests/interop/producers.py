@@ -109,7 +109,8 @@ def dedup(server, url, workdir):
     t = "persistent://public/default/dedup-kill"
     client = pulsar.Client(url, operation_timeout_seconds=30)
     prod = client.create_producer(t, producer_name="dedup-p", batching_enabled=False,
-                                  send_timeout_millis=60000, max_pending_messages=200)
+                                  send_timeout_millis=60000, max_pending_messages=200,
+                                  block_if_queue_full=True)
     done = threading.Semaphore(0)
     errors = []
     acked = [0]
