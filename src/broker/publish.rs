@@ -32,14 +32,14 @@
 //! refuse it locally (`MessageTooBig`) or chunk it; a frame above the
 //! frame limit closes the connection, as Pulsar's frame decoder does.
 
-use crate::permits::frame::parse_entry_payload;
-use crate::permits::wire::MessageIdData;
+use crate::proto::command::{self, server_error, ty, BrokerCommand};
+use crate::proto::frame::parse_entry_payload;
+use crate::proto::wire::MessageIdData;
 
 use super::chunking::publish_metadata;
 use super::dedup::Verdict;
 use super::entry::entry_info;
 use super::producer::{AccessMode, Admitted, ProducerSlot};
-use super::proto::{self, server_error, ty, BrokerCommand};
 use super::topic::{name_for_error, MAX_NAME_BYTES};
 use super::{Broker, ConnectionId};
 
@@ -81,7 +81,7 @@ impl Broker {
             conn,
             BrokerCommand {
                 r#type: ty::PRODUCER_SUCCESS,
-                producer_success: Some(proto::CommandProducerSuccess {
+                producer_success: Some(command::CommandProducerSuccess {
                     request_id,
                     producer_name,
                     last_sequence_id: Some(last_sequence_id),
@@ -99,7 +99,7 @@ impl Broker {
             .map_or(-1, |t| t.dedup.last_sequence_id(name))
     }
 
-    pub(super) fn handle_producer(&mut self, conn: ConnectionId, p: proto::CommandProducer) {
+    pub(super) fn handle_producer(&mut self, conn: ConnectionId, p: command::CommandProducer) {
         if let Some(existing) = self.conn_mut(conn).producers.get(&p.producer_id).cloned() {
             // Pulsar's ServerCnx: a producer id already open on this
             // connection answers success with that producer's name and
@@ -194,7 +194,7 @@ impl Broker {
                         f.conn,
                         BrokerCommand {
                             r#type: ty::CLOSE_PRODUCER,
-                            close_producer: Some(proto::CommandIdRequest {
+                            close_producer: Some(command::CommandIdRequest {
                                 id: f.producer_id,
                                 request_id: BROKER_REQUEST_ID,
                             }),
@@ -287,7 +287,7 @@ impl Broker {
     fn send_error(
         &mut self,
         conn: ConnectionId,
-        s: &proto::CommandSend,
+        s: &command::CommandSend,
         error: i32,
         message: String,
     ) {
@@ -296,7 +296,7 @@ impl Broker {
             conn,
             BrokerCommand {
                 r#type: ty::SEND_ERROR,
-                send_error: Some(proto::CommandSendError {
+                send_error: Some(command::CommandSendError {
                     producer_id: s.producer_id,
                     sequence_id: s.sequence_id,
                     error,
@@ -308,7 +308,7 @@ impl Broker {
     }
 
     /// A refusal no retry cures: the code `conn`'s client fails the message on.
-    fn final_error(&mut self, conn: ConnectionId, s: &proto::CommandSend, message: String) {
+    fn final_error(&mut self, conn: ConnectionId, s: &command::CommandSend, message: String) {
         let code = final_send_error(
             self.conns
                 .get(&conn)
@@ -317,12 +317,12 @@ impl Broker {
         self.send_error(conn, s, code, message);
     }
 
-    fn receipt(&mut self, conn: ConnectionId, s: &proto::CommandSend, id: MessageIdData) {
+    fn receipt(&mut self, conn: ConnectionId, s: &command::CommandSend, id: MessageIdData) {
         self.reply(
             conn,
             BrokerCommand {
                 r#type: ty::SEND_RECEIPT,
-                send_receipt: Some(proto::CommandSendReceipt {
+                send_receipt: Some(command::CommandSendReceipt {
                     producer_id: s.producer_id,
                     sequence_id: s.sequence_id,
                     message_id: Some(id),
@@ -339,7 +339,7 @@ impl Broker {
     pub(super) fn handle_send(
         &mut self,
         conn: ConnectionId,
-        s: proto::CommandSend,
+        s: command::CommandSend,
         payload: &[u8],
     ) {
         let Some(p) = self

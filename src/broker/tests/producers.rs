@@ -19,7 +19,7 @@ fn producer_cmd(
         conn,
         BrokerCommand {
             r#type: ty::PRODUCER,
-            producer: Some(proto::CommandProducer {
+            producer: Some(command::CommandProducer {
                 topic: "t".into(),
                 producer_id: pid,
                 request_id: 100 + pid,
@@ -32,7 +32,7 @@ fn producer_cmd(
     )
 }
 
-fn ok(out: &[(u64, BrokerCommand, usize)]) -> proto::CommandProducerSuccess {
+fn ok(out: &[(u64, BrokerCommand, usize)]) -> command::CommandProducerSuccess {
     assert_eq!(out.len(), 1, "{out:?}");
     out[0].1.producer_success.clone().expect("PRODUCER_SUCCESS")
 }
@@ -74,7 +74,7 @@ fn chunk_fields(uuid: &str, id: i32, n: i32) -> impl Fn(&mut Vec<u8>) + '_ {
 fn send_cmd(pid: u64, seq: u64, is_chunk: bool) -> BrokerCommand {
     BrokerCommand {
         r#type: ty::SEND,
-        send: Some(proto::CommandSend {
+        send: Some(command::CommandSend {
             producer_id: pid,
             sequence_id: seq,
             is_chunk: is_chunk.then_some(true),
@@ -145,7 +145,7 @@ fn a_second_exclusive_producer_is_fenced_and_names_are_unique() {
         2,
         BrokerCommand {
             r#type: ty::CLOSE_PRODUCER,
-            close_producer: Some(proto::CommandIdRequest {
+            close_producer: Some(command::CommandIdRequest {
                 id: 3,
                 request_id: 9,
             }),
@@ -370,7 +370,7 @@ fn a_refusal_no_retry_cures_gets_the_code_the_client_fails_the_message_on() {
         2,
         &enc(&BrokerCommand {
             r#type: ty::CONNECT,
-            connect: Some(proto::CommandConnect {
+            connect: Some(command::CommandConnect {
                 client_version: "Pulsar-Java-v3.3.0".into(),
                 protocol_version: Some(21),
             }),

@@ -10,7 +10,7 @@
 
 use std::collections::BTreeMap;
 
-use crate::permits::wire::MessageIdData;
+use crate::proto::wire::MessageIdData;
 use crate::Position;
 
 /// Where each (producer, sequence id) was seen stored.
