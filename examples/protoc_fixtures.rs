@@ -416,6 +416,8 @@ fn fixtures() -> Vec<(&'static str, Fixture)> {
                     request_id: 1,
                     producer_name: "p".into(),
                     last_sequence_id: Some(-1),
+                    topic_epoch: Some(3),
+                    producer_ready: Some(false),
                 })
             }),
         ),
@@ -426,6 +428,17 @@ fn fixtures() -> Vec<(&'static str, Fixture)> {
                     producer_id: 0,
                     sequence_id: 0,
                     message_id: Some(id(3, 4)),
+                    highest_sequence_id: Some(0),
+                })
+            }),
+        ),
+        (
+            "serve/send_receipt_duplicate",
+            serve(7, |c| {
+                c.send_receipt = Some(CommandSendReceipt {
+                    producer_id: 0,
+                    sequence_id: 9,
+                    message_id: Some(id(u64::MAX, u64::MAX)),
                     highest_sequence_id: Some(0),
                 })
             }),

@@ -86,6 +86,8 @@ fn producer(b: &mut Broker, conn: u64, pid: u64) {
                 producer_id: pid,
                 request_id: 100 + pid,
                 producer_name: Some("p".into()),
+                producer_access_mode: None,
+                topic_epoch: None,
             }),
             ..Default::default()
         },
@@ -764,10 +766,9 @@ fn protocol_errors_close_the_connection_and_requests_get_pulsars_codes() {
         .unwrap();
     let out = frames(&mut b);
     let e = out[0].1.send_error.clone().unwrap();
-    assert_eq!(
-        (e.sequence_id, e.error),
-        (4, server_error::NOT_ALLOWED_ERROR)
-    );
+    // A refusal no retry cures: the code a non-Java client fails the one
+    // message on (publish::final_send_error).
+    assert_eq!((e.sequence_id, e.error), (4, server_error::CHECKSUM_ERROR));
     // An invalid topic name on lookup.
     let out = feed(
         &mut b,
@@ -1005,4 +1006,5 @@ fn a_batch_count_the_payload_cannot_hold_is_rejected() {
     }
 }
 
+mod producers;
 mod txn;

@@ -82,12 +82,14 @@ pub mod server_error {
     pub const UNSUPPORTED_VERSION_ERROR: i32 = 10;
     pub const TOPIC_NOT_FOUND: i32 = 11;
     pub const CONSUMER_NOT_FOUND: i32 = 13;
+    pub const PRODUCER_BUSY: i32 = 16;
     pub const INVALID_TOPIC_NAME: i32 = 17;
     pub const TRANSACTION_COORDINATOR_NOT_FOUND: i32 = 20;
     pub const INVALID_TXN_STATUS: i32 = 21;
     pub const NOT_ALLOWED_ERROR: i32 = 22;
     pub const TRANSACTION_CONFLICT: i32 = 23;
     pub const TRANSACTION_NOT_FOUND: i32 = 24;
+    pub const PRODUCER_FENCED: i32 = 25;
 }
 
 /// `CommandConnect`.
@@ -195,6 +197,12 @@ pub struct CommandProducer {
     /// `producer_name = 4`.
     #[prost(string, optional, tag = "4")]
     pub producer_name: Option<String>,
+    /// `producer_access_mode = 10` (`ProducerAccessMode`), default Shared (0).
+    #[prost(int32, optional, tag = "10", default = "0")]
+    pub producer_access_mode: Option<i32>,
+    /// `topic_epoch = 11`: the epoch a reconnecting exclusive producer held.
+    #[prost(uint64, optional, tag = "11")]
+    pub topic_epoch: Option<u64>,
 }
 
 /// `CommandProducerSuccess`.
@@ -209,6 +217,14 @@ pub struct CommandProducerSuccess {
     /// `last_sequence_id = 3`, optional int64, default -1.
     #[prost(int64, optional, tag = "3", default = "-1")]
     pub last_sequence_id: Option<i64>,
+    /// `topic_epoch = 5`.
+    #[prost(uint64, optional, tag = "5")]
+    pub topic_epoch: Option<u64>,
+    /// `producer_ready = 6`, default true (false: a `WaitForExclusive`
+    /// producer is queued; a second PRODUCER_SUCCESS with the same
+    /// request id follows when it gets the topic).
+    #[prost(bool, optional, tag = "6", default = "true")]
+    pub producer_ready: Option<bool>,
 }
 
 /// `CommandSend`.

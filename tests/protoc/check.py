@@ -297,7 +297,9 @@ def fixtures(ml, api, pa, dl):
           brokerServiceUrl="pulsar://127.0.0.1:6650",
           response=api.CommandLookupTopicResponse.Connect, request_id=0, authoritative=False)
     serve("producer_success", B.PRODUCER_SUCCESS, "producer_success", request_id=1,
-          producer_name="p", last_sequence_id=-1)
+          producer_name="p", last_sequence_id=-1, topic_epoch=3, producer_ready=False)
+    serve("send_receipt_duplicate", B.SEND_RECEIPT, "send_receipt", producer_id=0, sequence_id=9,
+          message_id={"ledger": 2**64 - 1, "entry": 2**64 - 1}, highest_sequence_id=0)
     serve("send_receipt", B.SEND_RECEIPT, "send_receipt", producer_id=0, sequence_id=0,
           message_id={"ledger": 3, "entry": 4}, highest_sequence_id=0)
     serve("send_error", B.SEND_ERROR, "send_error", producer_id=1, sequence_id=2,

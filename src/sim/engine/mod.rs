@@ -204,6 +204,10 @@ pub enum Sabotage {
     /// redelivery) and registers it again with a zero balance, instead of
     /// answering Success and keeping it.
     DuplicateSubscribeReplacesConsumer,
+    /// Node engine: the broker core runs without deduplication, so a send
+    /// retried after a lost receipt (a crash, a reconnect) is stored again
+    /// (the "stored once" rule must catch it).
+    NoDeduplication,
 }
 
 /// Options of one run besides the workload.

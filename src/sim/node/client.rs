@@ -337,6 +337,8 @@ impl Node<'_> {
                         producer_id: PRODUCER_ID,
                         request_id: pr.next_req,
                         producer_name: Some(format!("p-{p}")),
+                        producer_access_mode: None,
+                        topic_epoch: None,
                     }),
                     ..Default::default()
                 };
@@ -366,7 +368,16 @@ impl Node<'_> {
                     return; // a receipt of a resent entry already receipted
                 };
                 let Some(id) = r.message_id else { return };
+                if super::stored_once::is_duplicate_receipt(&id) {
+                    // Not stored again: the copy of an earlier send (whose
+                    // receipt was lost) is the message, registered when it
+                    // is delivered (its sequence id is uncertain).
+                    self.node.deduplicated_sends += 1;
+                    self.producers[p].receipted += e.messages.len() as u64;
+                    return;
+                }
                 let pos = position_of(&id);
+                self.check_stored_once(p, r.sequence_id, pos);
                 for (i, m) in e.messages.iter().enumerate() {
                     self.checker.published(
                         MessageRef {
@@ -930,6 +941,9 @@ impl Node<'_> {
                 position: position_of(&m.message_id),
                 batch_index: bi.max(0) as u32,
             };
+            if let Some((p, seq, _, _)) = parse_payload(&m.payload) {
+                self.check_stored_once(p, seq, mref.position);
+            }
             if !self.checker.knows(mref) {
                 self.maybe_copy(mref, &m.payload);
             }
@@ -950,6 +964,18 @@ impl Node<'_> {
                 &format!(
                     "the receiver queue holds {held} messages, above its size {rq}: the broker sent more than this incarnation granted"
                 ),
+                now,
+            );
+        }
+    }
+
+    /// Producer `p`'s entry `seq` is at `pos`: a second position is the
+    /// "stored twice" violation ([`super::stored_once`]).
+    fn check_stored_once(&mut self, p: usize, seq: u64, pos: Position) {
+        if let Err(first) = self.stored_once.stored(p, seq, pos) {
+            let now = self.now();
+            self.checker.stored_twice(
+                &format!("producer p-{p} sequence id {seq} at {first} and at {pos}"),
                 now,
             );
         }

@@ -55,6 +55,7 @@
 mod client;
 mod faults;
 mod faulty;
+mod stored_once;
 pub mod wire;
 
 use std::collections::BTreeMap;
@@ -103,6 +104,9 @@ pub struct NodeActivity {
     pub resent_entries: u64,
     /// Copies of such sends delivered (registered as published on delivery).
     pub lost_receipt_copies: u64,
+    /// Resent entries the broker answered as duplicates (receipt `(-1, -1)`,
+    /// not stored again: deduplication).
+    pub deduplicated_sends: u64,
     /// Acks sent again after a lost connection (no receipt).
     pub ack_retries: u64,
     /// ACK_RESPONSEs received.
@@ -195,6 +199,8 @@ struct Node<'a> {
     next_conn: u64,
     producers: Vec<Producer>,
     consumers: Vec<Consumer>,
+    /// The "stored once" rule's record ([`stored_once`]).
+    stored_once: stored_once::StoredOnce,
     plan: FaultPlan,
     crashes_left: u32,
     /// Whether the run's work is done (the loop only drains).
@@ -215,7 +221,11 @@ pub fn run(
     workload
         .validate()
         .map_err(|e| SimError::Component(e.to_string()))?;
-    if opts.sabotage.is_some() || opts.trace_dir.is_some() {
+    // NoDeduplication is the node engine's own (the stored-once rule's control).
+    let model_sabotage = opts
+        .sabotage
+        .is_some_and(|s| s != crate::sim::Sabotage::NoDeduplication);
+    if model_sabotage || opts.trace_dir.is_some() {
         return Err(SimError::Component(
             "sabotage and trace recording are the model engine's (engine = \"model\")".into(),
         ));
@@ -247,6 +257,7 @@ pub fn run(
         broker: None,
         gen: 0,
         broker_side: BTreeMap::new(),
+        stored_once: stored_once::StoredOnce::default(),
         to_broker_last: BTreeMap::new(),
         from_broker_last: 0,
         timer_at: None,
@@ -344,11 +355,9 @@ impl Node<'_> {
         self.timer_at = None;
         self.timer_fired = None;
         let now = EPOCH_BASE_MS + self.now();
-        self.broker = Some(Broker::new(
-            store,
-            BrokerConfig::new("pulsar://sim-node:6650"),
-            now,
-        ));
+        let mut config = BrokerConfig::new("pulsar://sim-node:6650");
+        config.deduplication = self.opts.sabotage != Some(crate::sim::Sabotage::NoDeduplication);
+        self.broker = Some(Broker::new(store, config, now));
         if self.crashes_left > 0 {
             let base = self.storage.durable_writes_since_open();
             let k = base + self.rng.random_range(1..=self.w.faults.crash_window);
