@@ -509,7 +509,7 @@ impl Workload {
                 },
                 ..base
             },
-            // Seed 004's shape: 500 producers, one topic, 20 Key_Shared
+            // The read-scheduling hint's contended shape: 500 producers, one topic, 20 Key_Shared
             // subscriptions × 10 consumers.
             "fanout" => Workload {
                 name: name.into(),

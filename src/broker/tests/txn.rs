@@ -507,8 +507,8 @@ fn an_open_transaction_survives_a_crash_and_commits_after_it() {
     assert!(sub(&b, "work").deletion().is_message_deleted(input));
 }
 
-/// Seed 001's discipline for the transaction buffer (Pulsar closes the
-/// topic; the upstream recovery hot-loops, #26379): a failed recovery does
+/// The replay read-failure discipline for the transaction buffer (Pulsar closes the
+/// topic; the upstream recovery re-issues a failed read in a loop): a failed recovery does
 /// not open the topic, a request before the backoff passes is refused
 /// without a read, and the retry after it recovers.
 #[test]

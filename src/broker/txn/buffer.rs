@@ -13,8 +13,8 @@
 //! [`TxnBuffer::recover`] reads the topic from its first entry
 //! ([`super::scan`]): a data entry with a transaction id opens that
 //! transaction (if it has not ended), a `TXN_COMMIT` marker ends it, a
-//! `TXN_ABORT` marker ends it and records it aborted. Seed 001's discipline,
-//! which Pulsar's `TopicTransactionBuffer` recovery lacks (Pulsar #26379: it
+//! `TXN_ABORT` marker ends it and records it aborted. The pending-ack replay's
+//! read-failure discipline, which Pulsar's `TopicTransactionBuffer` recovery lacks (it
 //! re-issues a failed read in a hot loop and can report a partial recovery
 //! as complete):
 //!
@@ -253,7 +253,7 @@ mod tests {
         );
     }
 
-    /// Seed 001's discipline (Pulsar #26379 lacks it): a read failure ends
+    /// The replay read-failure discipline (Pulsar's recovery lacks it): a read failure ends
     /// the attempt with no further read and is never a recovery; the next
     /// attempt reads from the first entry again and recovers everything.
     #[test]
