@@ -12,38 +12,7 @@
 //! chunk only (Pulsar's `MessageDeduplication`: "all chunks of a message use
 //! the same sequence ID").
 
-use prost::Message;
-
-use super::entry::metadata_and_payload;
-
-/// `MessageMetadata`: the fields deduplication and chunk validation read.
-#[derive(Clone, PartialEq, Message)]
-pub struct PublishMetadata {
-    /// `producer_name = 1` (required in Pulsar).
-    #[prost(string, optional, tag = "1")]
-    pub producer_name: Option<String>,
-    /// `sequence_id = 2` (required in Pulsar).
-    #[prost(uint64, optional, tag = "2")]
-    pub sequence_id: Option<u64>,
-    /// `marker_type = 20`.
-    #[prost(int32, optional, tag = "20")]
-    pub marker_type: Option<i32>,
-    /// `highest_sequence_id = 24`, default 0.
-    #[prost(uint64, optional, tag = "24")]
-    pub highest_sequence_id: Option<u64>,
-    /// `uuid = 26`.
-    #[prost(string, optional, tag = "26")]
-    pub uuid: Option<String>,
-    /// `num_chunks_from_msg = 27`.
-    #[prost(int32, optional, tag = "27")]
-    pub num_chunks_from_msg: Option<i32>,
-    /// `total_chunk_msg_size = 28`.
-    #[prost(int32, optional, tag = "28")]
-    pub total_chunk_msg_size: Option<i32>,
-    /// `chunk_id = 29`.
-    #[prost(int32, optional, tag = "29")]
-    pub chunk_id: Option<i32>,
-}
+use crate::proto::metadata::MessageMetadata;
 
 /// Where a chunk stands in its message.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -61,24 +30,33 @@ impl ChunkPart {
     }
 }
 
-/// Reads the [`PublishMetadata`] of an entry's bytes (checksum and sizes
-/// already checked by the caller or checked here).
+/// Reads the full [`MessageMetadata`] of an entry's bytes (checksum and
+/// sizes checked here).
 ///
 /// # Errors
 /// A description of the defect.
-pub fn publish_metadata(data: &[u8]) -> Result<PublishMetadata, String> {
-    let (meta, _) = metadata_and_payload(data)?;
-    PublishMetadata::decode(meta).map_err(|e| e.to_string())
+pub fn publish_metadata(data: &[u8]) -> Result<MessageMetadata, String> {
+    crate::proto::frame::parse_entry_payload(data)
+        .map(|p| p.metadata)
+        .map_err(|e| e.to_string())
 }
 
-impl PublishMetadata {
+/// What a SEND's metadata says about chunking and markers.
+pub trait PublishFields {
     /// The chunk this entry is, if it is one (`None`: a whole message).
     ///
     /// # Errors
     /// A description of chunk fields that do not describe a chunk:
     /// `is_chunk` set without them, a `chunk_id` outside
     /// `0..num_chunks_from_msg`, no `uuid`, a negative total size.
-    pub fn chunk(&self, is_chunk: bool) -> Result<Option<ChunkPart>, String> {
+    fn chunk(&self, is_chunk: bool) -> Result<Option<ChunkPart>, String>;
+    /// Whether the entry is a marker (transaction commit/abort, …), which
+    /// no producer's sequence counts.
+    fn is_marker(&self) -> bool;
+}
+
+impl PublishFields for MessageMetadata {
+    fn chunk(&self, is_chunk: bool) -> Result<Option<ChunkPart>, String> {
         let (Some(id), Some(n)) = (self.chunk_id, self.num_chunks_from_msg) else {
             if is_chunk {
                 return Err(
@@ -102,9 +80,7 @@ impl PublishMetadata {
         }))
     }
 
-    /// Whether the entry is a marker (transaction commit/abort, …), which
-    /// no producer's sequence counts.
-    pub fn is_marker(&self) -> bool {
+    fn is_marker(&self) -> bool {
         self.marker_type.is_some_and(|m| m != 0)
     }
 }
@@ -113,16 +89,15 @@ impl PublishMetadata {
 mod tests {
     use super::*;
 
-    fn md(chunk: Option<(i32, i32)>, uuid: Option<&str>) -> PublishMetadata {
-        PublishMetadata {
-            producer_name: Some("p".into()),
-            sequence_id: Some(3),
-            marker_type: None,
-            highest_sequence_id: None,
+    fn md(chunk: Option<(i32, i32)>, uuid: Option<&str>) -> MessageMetadata {
+        MessageMetadata {
+            producer_name: "p".into(),
+            sequence_id: 3,
             uuid: uuid.map(String::from),
             num_chunks_from_msg: chunk.map(|c| c.1),
             total_chunk_msg_size: chunk.map(|_| 10),
             chunk_id: chunk.map(|c| c.0),
+            ..MessageMetadata::default()
         }
     }
 

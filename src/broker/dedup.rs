@@ -38,7 +38,7 @@ use std::sync::Arc;
 use crate::ledger::{ManagedCursor, ManagedLedger, RedbStore};
 use crate::Position;
 
-use super::chunking::{publish_metadata, ChunkPart};
+use super::chunking::{publish_metadata, ChunkPart, PublishFields};
 use super::error::{comp, BrokerError};
 
 /// The cursor whose properties hold the snapshot (Pulsar's name).
@@ -137,11 +137,13 @@ impl Deduplication {
                 if md.is_marker() {
                     continue;
                 }
-                let (Some(name), Some(seq)) = (md.producer_name.as_ref(), md.sequence_id) else {
-                    continue;
-                };
                 let chunk = md.chunk(false).ok().flatten();
-                d.record(name, seq, md.highest_sequence_id.unwrap_or(0), chunk);
+                d.record(
+                    &md.producer_name,
+                    md.sequence_id,
+                    md.highest_sequence_id.unwrap_or(0),
+                    chunk,
+                );
             }
         }
         d.since_snapshot = replayed;

@@ -36,7 +36,7 @@ use crate::proto::command::{self, server_error, ty, BrokerCommand};
 use crate::proto::frame::parse_entry_payload;
 use crate::proto::wire::MessageIdData;
 
-use super::chunking::publish_metadata;
+use super::chunking::{publish_metadata, PublishFields};
 use super::dedup::Verdict;
 use super::entry::entry_info;
 use super::producer::{AccessMode, Admitted, ProducerSlot};

@@ -11,9 +11,10 @@ use crate::delayed::VirtualClock;
 use crate::ledger::{LedgerConfig, ManagedLedger, RedbStore};
 use crate::proto::command::{self, server_error, ty, BrokerCommand};
 use crate::proto::frame::{crc32c, encode_entry_payload};
+use crate::proto::metadata::{MessageMetadata, SingleMessageMetadata};
 use crate::proto::wire::{
     CommandAck, CommandFlow, CommandMessage, CommandRedeliverUnacknowledgedMessages,
-    CommandSubscribe, MessageIdData, MessageMetadata, SingleMessageMetadata,
+    CommandSubscribe, MessageIdData,
 };
 use crate::Position;
 
@@ -100,19 +101,16 @@ fn producer(b: &mut Broker, conn: u64, pid: u64) {
 /// partition key and `deliver_at_time`, and `batch` messages (a batch when
 /// `Some`).
 fn entry(key: Option<&str>, batch: Option<u32>, deliver_at: Option<i64>) -> Vec<u8> {
-    let mut md = MessageMetadata {
+    let md = MessageMetadata {
         producer_name: "p".into(),
         sequence_id: 1,
         publish_time: 2,
+        partition_key: key.map(str::to_string),
         num_messages_in_batch: batch.map(|n| n as i32),
+        deliver_at_time: deliver_at,
+        ..Default::default()
     }
     .encode_to_vec();
-    if let Some(k) = key {
-        prost::encoding::string::encode(6, &k.to_string(), &mut md);
-    }
-    if let Some(t) = deliver_at {
-        prost::encoding::int64::encode(19, &t, &mut md);
-    }
     let mut body = Vec::new();
     body.extend_from_slice(&(md.len() as u32).to_be_bytes());
     body.extend_from_slice(&md);
@@ -854,6 +852,7 @@ fn entry_metadata_gives_batch_size_and_rejects_corruption() {
         sequence_id: 1,
         publish_time: 2,
         num_messages_in_batch: Some(3),
+        ..Default::default()
     };
     let one = |b: &[u8]| {
         (
@@ -985,6 +984,7 @@ fn a_batch_count_the_payload_cannot_hold_is_rejected() {
         sequence_id: 1,
         publish_time: 2,
         num_messages_in_batch: Some(n),
+        ..Default::default()
     };
     let one = || {
         (

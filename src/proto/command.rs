@@ -368,32 +368,6 @@ pub struct CommandAckResponse {
 #[derive(Clone, PartialEq, Message)]
 pub struct Empty {}
 
-/// `MessageMetadata`: the fields dispatch reads (key, batch size, delay).
-#[derive(Clone, PartialEq, Message)]
-pub struct DispatchMetadata {
-    /// `partition_key = 6`.
-    #[prost(string, optional, tag = "6")]
-    pub partition_key: Option<String>,
-    /// `compression = 8` (`CompressionType`, 0 = NONE).
-    #[prost(int32, optional, tag = "8")]
-    pub compression: Option<i32>,
-    /// `uncompressed_size = 9`.
-    #[prost(uint32, optional, tag = "9")]
-    pub uncompressed_size: Option<u32>,
-    /// `num_messages_in_batch = 11`, default 1.
-    #[prost(int32, optional, tag = "11", default = "1")]
-    pub num_messages_in_batch: Option<i32>,
-    /// `partition_key_b64_encoded = 17`, default false.
-    #[prost(bool, optional, tag = "17", default = "false")]
-    pub partition_key_b64_encoded: Option<bool>,
-    /// `ordering_key = 18`.
-    #[prost(bytes = "vec", optional, tag = "18")]
-    pub ordering_key: Option<Vec<u8>>,
-    /// `deliver_at_time = 19`, epoch milliseconds.
-    #[prost(int64, optional, tag = "19")]
-    pub deliver_at_time: Option<i64>,
-}
-
 /// `BaseCommand` with every command the broker core reads or writes.
 #[derive(Clone, PartialEq, Message)]
 pub struct BrokerCommand {

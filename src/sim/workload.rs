@@ -509,10 +509,9 @@ impl Workload {
                 },
                 ..base
             },
-            // Seed 004's shape: 500 producers, one topic, 20 Key_Shared
+            // The read-scheduling hint's contended shape: 500 producers, one topic, 20 Key_Shared
             // subscriptions × 10 consumers, on the shipped broker core
-            // (its Key_Shared routing, the read with the lock-free hint and
-            // the post-I/O filter), then the hint_race stage.
+            // (its Key_Shared routing, the read with the hint), then the hint_race stage.
             "fanout" => Workload {
                 name: name.into(),
                 engine: Engine::Node,

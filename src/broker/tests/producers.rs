@@ -48,7 +48,7 @@ fn entry_of(name: &str, seq: u64, extra: impl Fn(&mut Vec<u8>)) -> Vec<u8> {
         producer_name: name.into(),
         sequence_id: seq,
         publish_time: 2,
-        num_messages_in_batch: None,
+        ..MessageMetadata::default()
     }
     .encode_to_vec();
     extra(&mut md);

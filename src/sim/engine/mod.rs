@@ -72,7 +72,8 @@ use crate::permits::broker::BrokerEntry;
 use crate::permits::client::{encode_entry_payload, ClientConnection, ClientConsumer, ClientFrame};
 use crate::permits::{ConsumerKey, SharedDispatcher};
 use crate::position::Position;
-use crate::proto::wire::{CommandMessage, MessageMetadata, SingleMessageMetadata};
+use crate::proto::metadata::{MessageMetadata, SingleMessageMetadata};
+use crate::proto::wire::CommandMessage;
 
 mod acks;
 mod broker;

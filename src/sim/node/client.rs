@@ -16,18 +16,21 @@ use crate::permits::client::{
     ReceivedMessage,
 };
 use crate::position::Position;
+use crate::proto::metadata::SingleMessageMetadata;
 use crate::proto::wire::{
     self, CommandAck, CommandFlow, CommandRedeliverUnacknowledgedMessages, CommandSubscribe,
-    KeySharedMeta, MessageIdData, SingleMessageMetadata,
+    KeySharedMeta, MessageIdData,
 };
 use crate::sim::checker::MessageRef;
 use crate::sim::workload::SubscriptionType;
 use crate::sync::Arc;
 
 use super::faulty::Damage;
-use super::wire::{entry_payload, frame, ProducerMetadata};
+use super::wire::frame;
 use super::{ClientRef, Ev, Node, EPOCH_BASE_MS, TOPIC};
 use crate::broker::FrameCutter;
+use crate::proto::frame::encode_entry_payload;
+use crate::proto::metadata::MessageMetadata;
 
 /// The consumer id every simulated consumer uses on its connection (one
 /// consumer per connection).
@@ -463,15 +466,16 @@ impl Node<'_> {
                 )
             })
             .collect();
-        let meta = ProducerMetadata {
+        let meta = MessageMetadata {
             producer_name: format!("p-{p}"),
             sequence_id: seq,
             publish_time: EPOCH_BASE_MS + now,
             partition_key: Some(key_text),
             num_messages_in_batch: batched.then_some(n as i32),
             deliver_at_time: delayed.then_some((EPOCH_BASE_MS + deliver_at) as i64),
+            ..Default::default()
         };
-        let payload = entry_payload(&meta, &bodies);
+        let payload = encode_entry_payload(&meta, &bodies);
         pr.pending.insert(
             seq,
             PendingSend {
