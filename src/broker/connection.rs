@@ -95,6 +95,7 @@ impl Broker {
             self.drop_consumer(conn, &c.consumers, *id, "disconnected");
         }
         self.out.outbound.remove(&conn);
+        self.out.active_listeners.remove(&conn);
     }
 
     /// One frame of connection `conn`: its `BaseCommand` bytes and the
@@ -238,6 +239,9 @@ impl Broker {
                 tracing::info!(conn, client = %c.client_version, protocol = ?c.protocol_version, "connected");
                 self.conn_mut(conn).connected = true;
                 let pv = c.protocol_version.unwrap_or(0).min(PROTOCOL_VERSION);
+                if c.protocol_version.unwrap_or(0) >= super::ACTIVE_CONSUMER_LISTENER_VERSION {
+                    self.out.active_listeners.insert(conn);
+                }
                 let server_version = self.config.server_version.clone();
                 self.reply(
                     conn,
@@ -804,7 +808,7 @@ impl Broker {
             Err(e) => return self.error(conn, s.request_id, e.server_error(), e.to_string()),
         };
         match self.subscribe(conn, &topic, &s) {
-            Ok(()) => {
+            Ok(active_before) => {
                 if let Err(e) = self.attach_txn(&topic, &s.subscription) {
                     // Transactional acks on it are refused (ServiceNotReady)
                     // until a later subscribe opens the handle.
@@ -818,19 +822,31 @@ impl Broker {
                     },
                 );
                 self.success(conn, s.request_id);
+                let key = ConsumerKey {
+                    connection_id: conn,
+                    consumer_id: s.consumer_id,
+                };
+                if let Some(sub) = self
+                    .topics
+                    .get_mut(&topic)
+                    .and_then(|t| t.subscriptions.get_mut(&s.subscription))
+                {
+                    sub.after_consumers_changed(active_before, Some(key), &mut self.out);
+                }
             }
             Err(e) => self.error(conn, s.request_id, e.server_error(), e.to_string()),
         }
     }
 
     /// Attaches a consumer to subscription `s.subscription` of `topic`
-    /// (opening or recovering it).
+    /// (opening or recovering it); returns the subscription's active
+    /// consumer before it (Exclusive / Failover).
     fn subscribe(
         &mut self,
         conn: ConnectionId,
         topic: &str,
         s: &crate::permits::wire::CommandSubscribe,
-    ) -> Result<(), BrokerError> {
+    ) -> Result<Option<ConsumerKey>, BrokerError> {
         let now = self.now();
         let clock: std::sync::Arc<dyn crate::delayed::Clock> = self.clock.clone();
         let Some(t) = self.topics.get_mut(topic) else {
@@ -868,6 +884,7 @@ impl Broker {
             connection_id: conn,
             consumer_id: s.consumer_id,
         };
+        let active_before = sub.active_consumer();
         let epoch = s.consumer_epoch.unwrap_or(0);
         let incarnation = self.next_incarnation;
         self.next_incarnation += 1;
@@ -890,7 +907,7 @@ impl Broker {
             let record = c.record(&t.name, &s.subscription, "subscribed");
             self.out.queue.push_back(Output::Incarnation(record));
         }
-        Ok(())
+        Ok(active_before)
     }
 
     /// Removes consumer `consumer_id` of `conn` (found in `refs`) from its
@@ -916,7 +933,9 @@ impl Broker {
         let Some(sub) = t.subscriptions.get_mut(&r.subscription) else {
             return;
         };
+        let active_before = sub.active_consumer();
         if let Some(removed) = sub.remove_consumer(key) {
+            sub.after_consumers_changed(active_before, None, &mut self.out);
             tracing::info!(
                 conn,
                 ?key,

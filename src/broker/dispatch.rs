@@ -47,8 +47,11 @@ fn can_receive(c: &SubConsumer, out: &Outbox) -> bool {
 impl Subscription {
     /// Σ available permits of the consumers dispatch may send to now.
     fn total_permits(&self, out: &Outbox) -> i64 {
+        // Exclusive / Failover: only the active consumer is sent entries.
+        let active = self.active_consumer();
         self.consumers
             .iter()
+            .filter(|c| active.is_none_or(|k| c.key == k))
             .filter(|c| out.is_writable(c.conn))
             .map(|c| c.permits.available_permits().max(0))
             .sum()

@@ -3,7 +3,7 @@
 //! taken with [`super::Broker::poll_output`]; plus the per-connection
 //! outbound byte count that decides writability.
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 use prost::Message;
 
@@ -116,6 +116,9 @@ pub(crate) struct Outbox {
     pub(crate) queue: VecDeque<Output>,
     pub(crate) outbound: BTreeMap<ConnectionId, usize>,
     pub(crate) high_watermark: usize,
+    /// Connections whose client understands `ACTIVE_CONSUMER_CHANGE`
+    /// (protocol version 12 or later).
+    pub(crate) active_listeners: BTreeSet<ConnectionId>,
 }
 
 impl Outbox {

@@ -498,8 +498,10 @@ fn failover_sends_to_the_active_consumer_only() {
         .collect();
     connect(&mut b, 2);
     // Active: lowest priority level, then name: "a" on connection 2.
-    subscribe(&mut b, 1, 7, "f", sub_type::FAILOVER, "b");
-    subscribe(&mut b, 2, 8, "f", sub_type::FAILOVER, "a");
+    let out = feed(&mut b, 1, subscribe_cmd(7, "f", sub_type::FAILOVER, "b", 0));
+    assert_eq!(out[0], (1, success(207), 0));
+    let out = feed(&mut b, 2, subscribe_cmd(8, "f", sub_type::FAILOVER, "a", 0));
+    assert_eq!(out[0], (2, success(208), 0));
     assert!(flow(&mut b, 1, 7, 10).is_empty());
     let out = flow(&mut b, 2, 8, 10);
     assert_eq!(
@@ -1006,3 +1008,5 @@ fn a_batch_count_the_payload_cannot_hold_is_rejected() {
 }
 
 mod txn;
+
+mod failover;

@@ -112,6 +112,9 @@ pub struct NodeActivity {
     pub redelivery_requests: u64,
     /// MESSAGE commands the client discarded (stale epoch or incarnation).
     pub stale_commands: u64,
+    /// ACTIVE_CONSUMER_CHANGE notices telling a Failover consumer it is
+    /// not the active one.
+    pub inactive_notices: u64,
     /// Frames the clients sent / the core sent.
     pub frames_to_broker: u64,
     /// Frames the core sent.
