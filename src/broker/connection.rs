@@ -96,6 +96,7 @@ impl Broker {
         }
         self.out.outbound.remove(&conn);
         self.out.active_listeners.remove(&conn);
+        self.out.writes.remove(&conn);
     }
 
     /// One frame of connection `conn`: its `BaseCommand` bytes and the
@@ -864,6 +865,7 @@ impl Broker {
             )?;
             t.subscriptions.insert(s.subscription.clone(), sub);
         }
+        let admission = self.config.admission.clone();
         let Some(sub) = t.subscriptions.get_mut(&s.subscription) else {
             return Err(BrokerError::Component("subscription vanished".into()));
         };
@@ -884,6 +886,7 @@ impl Broker {
             connection_id: conn,
             consumer_id: s.consumer_id,
         };
+        sub.admission = admission;
         let active_before = sub.active_consumer();
         let epoch = s.consumer_epoch.unwrap_or(0);
         let incarnation = self.next_incarnation;
@@ -908,6 +911,26 @@ impl Broker {
             self.out.queue.push_back(Output::Incarnation(record));
         }
         Ok(active_before)
+    }
+
+    /// Removes consumer `consumer_id` of `conn` as a close does (its end
+    /// labelled `end`); whether it was attached.
+    pub(crate) fn remove_consumer_of(
+        &mut self,
+        conn: ConnectionId,
+        consumer_id: u64,
+        end: &str,
+    ) -> bool {
+        let Some(r) = self
+            .conns
+            .get_mut(&conn)
+            .and_then(|c| c.consumers.remove(&consumer_id))
+        else {
+            return false;
+        };
+        let one = BTreeMap::from([(consumer_id, r)]);
+        self.drop_consumer(conn, &one, consumer_id, end);
+        true
     }
 
     /// Removes consumer `consumer_id` of `conn` (found in `refs`) from its

@@ -24,7 +24,7 @@
 
 use crate::cursor::SkipDeleted;
 use crate::ledger::{Entry, ManagedLedger};
-use crate::permits::broker::{AdmitAll, BrokerEntry};
+use crate::permits::broker::{AdmitAll, BrokerEntry, NotSentReason};
 use crate::Position;
 
 use super::entry::{entry_info, EntryInfo};
@@ -302,13 +302,10 @@ impl Subscription {
             if !due && self.held_by_tracker(p, info.deliver_at) {
                 continue;
             }
-            // A key with entries waiting in replay keeps its order: new
-            // entries of that key wait behind them.
-            let blocked = self.sub_type == sub_type::KEY_SHARED
-                && self
-                    .replay
-                    .iter()
-                    .any(|(q, h)| *h == info.key_hash && *q < p);
+            // An entry waiting in replay keeps its order: later entries of
+            // its key (Key_Shared) or of the subscription (Exclusive,
+            // Failover) wait behind it.
+            let blocked = self.blocked_by_replay(p, info.key_hash);
             let pick = if blocked {
                 None
             } else {
@@ -329,18 +326,34 @@ impl Subscription {
             // to deliver (the deletion state's ack set).
             let ack_set = self.deletion.batch_ack_set(p).unwrap_or_default();
             let redelivery = self.redelivery_count.get(&p).copied().unwrap_or(0);
+            let hook = self.admission.clone();
             let c = &mut self.consumers[idx];
-            let dispatch = c.permits.send_messages(
-                vec![BrokerEntry {
-                    position: p,
-                    batch_size: info.batch_size,
-                    ack_set,
-                }],
-                &mut AdmitAll,
-                0,
-            );
+            let entries = vec![BrokerEntry {
+                position: p,
+                batch_size: info.batch_size,
+                ack_set,
+            }];
+            let dispatch = match &hook {
+                Some(h) => c.permits.send_messages(
+                    entries,
+                    &mut |k, e: &BrokerEntry| h.admit(k, e.position),
+                    0,
+                ),
+                None => c.permits.send_messages(entries, &mut AdmitAll, 0),
+            };
             let Some(mut cmd) = dispatch.commands.into_iter().next() else {
                 tracing::debug!(position = %p, not_sent = ?dispatch.not_sent, "entry not sent");
+                if dispatch
+                    .not_sent
+                    .iter()
+                    .any(|(_, r)| *r == NotSentReason::RejectedByAdmission)
+                {
+                    // Neither sent nor debited: back to replay, where later
+                    // entries see it, and another round re-reads it.
+                    self.replay.insert(p, info.key_hash);
+                    self.admission_rejections += 1;
+                    sent_any = true;
+                }
                 continue;
             };
             let permits = u64::from(dispatch.result.total_permits());
@@ -356,7 +369,16 @@ impl Subscription {
             c.debited += permits;
             c.commands += 1;
             c.min_available = c.min_available.min(c.permits.available_permits());
-            out.frame(c.conn, &base, entry.data);
+            out.message_frame(
+                c.conn,
+                &base,
+                entry.data,
+                super::output::SentMessage {
+                    consumer: c.key,
+                    incarnation: c.incarnation,
+                    position: p,
+                },
+            );
             self.inflight.insert(p, info.key_hash);
             self.batch_sizes.insert(p, info.batch_size);
             *self.redelivery_count.entry(p).or_insert(0) += 1;

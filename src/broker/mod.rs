@@ -87,6 +87,7 @@
 //! subscriptions), schemas, partitioned topics (every topic has 0
 //! partitions), Key_Shared `STICKY` mode.
 
+mod admission;
 mod connection;
 mod dispatch;
 pub mod entry;
@@ -99,6 +100,7 @@ pub mod proto;
 pub mod subscription;
 pub mod topic;
 pub mod txn;
+mod write_failure;
 
 use std::collections::BTreeMap;
 // Ownership handles use std's Arc in every build (see `ledger::managed_ledger`).
@@ -107,6 +109,7 @@ use std::sync::Arc;
 use crate::delayed::VirtualClock;
 use crate::ledger::{LedgerConfig, ManagedLedger, RedbStore};
 
+pub use admission::AdmissionHook;
 pub use dispatch::READ_BATCH;
 pub use entry::{entry_info, EntryInfo};
 pub use error::{BrokerError, ConnectionError};
@@ -142,6 +145,8 @@ pub struct BrokerConfig {
     pub server_version: String,
     /// See [`OUTBOUND_HIGH_WATERMARK`].
     pub outbound_high_watermark: usize,
+    /// Pending-ack admission ([`AdmissionHook`]); `None` admits every entry.
+    pub admission: Option<AdmissionHook>,
 }
 
 impl BrokerConfig {
@@ -151,6 +156,7 @@ impl BrokerConfig {
             advertised_url: advertised_url.into(),
             server_version: format!("pulsar-core {}", env!("CARGO_PKG_VERSION")),
             outbound_high_watermark: OUTBOUND_HIGH_WATERMARK,
+            admission: None,
         }
     }
 }
@@ -265,7 +271,9 @@ impl Broker {
         };
         let was = *b < self.out.high_watermark;
         *b = b.saturating_sub(bytes);
-        if !was && *b < self.out.high_watermark {
+        let below = *b < self.out.high_watermark;
+        self.out.completed(conn, bytes);
+        if !was && below {
             self.dispatch_connection(conn);
         }
     }

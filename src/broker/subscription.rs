@@ -121,6 +121,10 @@ pub struct Subscription {
     /// Entries acknowledged inside a transaction not yet ended: not
     /// dispatched (an abort puts them back in replay).
     pub(crate) txn_pending: BTreeSet<Position>,
+    /// The embedder's pending-ack admission rule (`None`: admit all).
+    pub(crate) admission: Option<super::admission::AdmissionHook>,
+    /// Entries refused by admission (each put back in replay).
+    pub admission_rejections: u64,
 }
 
 /// `ack_set` restricted to the indexes of a batch of `size` messages (set
@@ -200,6 +204,8 @@ impl Subscription {
             pending_ack: None,
             pending_ack_applied: false,
             txn_pending: BTreeSet::new(),
+            admission: None,
+            admission_rejections: 0,
         })
     }
 
