@@ -48,11 +48,9 @@ impl Broker {
             return;
         }
         tracing::warn!(conn, consumer = ?m.consumer, position = %m.position, "MESSAGE write failed: removing the consumer");
-        if !self.remove_consumer_of(conn, m.consumer.consumer_id, "write failed") {
-            return;
-        }
         // Pulsar's broker-initiated CloseConsumer (no request of the client:
-        // request_id 0); the client subscribes again.
+        // request_id 0), queued before the removal (`cnx.closeConsumer`);
+        // the client subscribes again.
         self.out.frame(
             conn,
             &BrokerCommand {
@@ -65,5 +63,8 @@ impl Broker {
             },
             Vec::new(),
         );
+        // After the notice: what the removal hands to other consumers is
+        // queued behind it.
+        self.remove_consumer_of(conn, m.consumer.consumer_id, "write failed");
     }
 }

@@ -678,6 +678,12 @@ impl Node<'_> {
                     self.sched.after(at, Ev::Poll(c));
                 }
             }
+            ty::CLOSE_CONSUMER => {
+                // The broker closed the consumer (a failed write): the
+                // client subscribes again, on a new connection here.
+                self.close_conn(conn);
+                self.connection_lost(conn, ClientRef::Consumer(c), false);
+            }
             ty::ACTIVE_CONSUMER_CHANGE
                 if cmd.active_consumer_change.and_then(|a| a.is_active) == Some(false) =>
             {

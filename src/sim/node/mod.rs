@@ -137,6 +137,8 @@ enum Ev {
     ToBroker { gen: u64, conn: u64, bytes: Vec<u8> },
     /// The core's bytes of `conn` were written (generation `gen`).
     Written { gen: u64, conn: u64, bytes: usize },
+    /// The core's bytes of `conn` could not be written (generation `gen`).
+    WriteFailed { gen: u64, conn: u64, bytes: usize },
     /// The core's bytes reach the client of `conn`.
     ToClient { conn: u64, bytes: Vec<u8> },
     /// The core closed `conn`.
@@ -158,6 +160,7 @@ impl Ev {
         match self {
             Ev::ToBroker { .. } => ("broker core", "ToBroker"),
             Ev::Written { .. } => ("broker core", "Written"),
+            Ev::WriteFailed { .. } => ("broker core", "WriteFailed"),
             Ev::ToClient { .. } => ("client", "ToClient"),
             Ev::Closed { .. } => ("client", "Closed"),
             Ev::Timer { .. } => ("broker core", "Timer"),
@@ -202,6 +205,8 @@ struct Node<'a> {
     /// Whether the run's work is done (the loop only drains).
     done: bool,
     subs: Vec<String>,
+    /// Entries the core's admission hook refused (every core of the run).
+    admission_rejections: Arc<crate::sync::AtomicU64>,
 }
 
 /// Runs `workload` (its `engine` is `node`) with `opts`.
@@ -265,6 +270,7 @@ pub fn run(
         },
         done: false,
         subs,
+        admission_rejections: Arc::new(crate::sync::AtomicU64::new(0)),
     };
     let _hang_guard = HangGuard::start(
         Arc::clone(&n.heartbeat),
@@ -286,6 +292,9 @@ pub fn run(
         n.storage.disarm();
     }
     n.node.durable_writes = n.storage.stats().durable_writes;
+    n.activity.admission_rejections = n
+        .admission_rejections
+        .load(crate::sync::Ordering::Relaxed);
     // The last core closes cleanly.
     n.broker = None;
     let Node {
@@ -341,11 +350,9 @@ impl Node<'_> {
         self.timer_at = None;
         self.timer_fired = None;
         let now = EPOCH_BASE_MS + self.now();
-        self.broker = Some(Broker::new(
-            store,
-            BrokerConfig::new("pulsar://sim-node:6650"),
-            now,
-        ));
+        let mut config = BrokerConfig::new("pulsar://sim-node:6650");
+        config.admission = self.admission_hook(Arc::clone(&self.admission_rejections));
+        self.broker = Some(Broker::new(store, config, now));
         if self.crashes_left > 0 {
             let base = self.storage.durable_writes_since_open();
             let k = base + self.rng.random_range(1..=self.w.faults.crash_window);
@@ -396,8 +403,17 @@ impl Node<'_> {
                     let bytes = frame.encode();
                     let at = self.outbound_arrival();
                     let len = bytes.len();
-                    self.sched.at(at, Ev::ToClient { conn, bytes });
                     let gen = self.gen;
+                    if self.write_fails(&frame) {
+                        let ev = Ev::WriteFailed {
+                            gen,
+                            conn,
+                            bytes: len,
+                        };
+                        self.sched.at(at, ev);
+                        continue;
+                    }
+                    self.sched.at(at, Ev::ToClient { conn, bytes });
                     self.sched.at(
                         at,
                         Ev::Written {
@@ -622,6 +638,12 @@ impl Node<'_> {
             Ev::Written { gen, conn, bytes } => {
                 if gen == self.gen && self.broker_side.contains_key(&conn) {
                     self.with_broker(|b, now| b.handle_written(conn, bytes, now));
+                }
+            }
+            Ev::WriteFailed { gen, conn, bytes } => {
+                if gen == self.gen && self.broker_side.contains_key(&conn) {
+                    self.activity.write_failure_removals += 1;
+                    self.with_broker(|b, now| b.handle_write_failed(conn, bytes, now));
                 }
             }
             Ev::Timer { gen, deadline } => {
