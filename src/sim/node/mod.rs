@@ -292,9 +292,7 @@ pub fn run(
         n.storage.disarm();
     }
     n.node.durable_writes = n.storage.stats().durable_writes;
-    n.activity.admission_rejections = n
-        .admission_rejections
-        .load(crate::sync::Ordering::Relaxed);
+    n.activity.admission_rejections = n.admission_rejections.load(crate::sync::Ordering::Relaxed);
     // The last core closes cleanly.
     n.broker = None;
     let Node {
