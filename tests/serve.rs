@@ -14,10 +14,10 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use prost::Message;
-use pulsar_core::broker::proto::{self, ty, BrokerCommand};
 use pulsar_core::broker::{FrameCutter, OutFrame};
-use pulsar_core::permits::frame::crc32c;
-use pulsar_core::permits::wire::{
+use pulsar_core::proto::command::{self as proto, ty, BrokerCommand};
+use pulsar_core::proto::frame::crc32c;
+use pulsar_core::proto::wire::{
     CommandAck, CommandFlow, CommandSubscribe, MessageIdData, MessageMetadata,
 };
 

@@ -15,8 +15,8 @@
 use crate::permits::broker::ConsumerKey;
 
 use super::output::Outbox;
-use super::proto::{ty, BrokerCommand, CommandActiveConsumerChange};
 use super::subscription::{sub_type, Subscription};
+use crate::proto::command::{ty, BrokerCommand, CommandActiveConsumerChange};
 
 /// First protocol version whose clients understand `ACTIVE_CONSUMER_CHANGE`
 /// (`ProtocolVersion.v12`).

@@ -11,8 +11,8 @@
 //! permit, and the consumer's balance leaks until it stalls.
 
 use super::output::SentMessage;
-use super::proto::{ty, BrokerCommand, CommandIdRequest};
 use super::{Broker, ConnectionId};
+use crate::proto::command::{ty, BrokerCommand, CommandIdRequest};
 
 impl Broker {
     /// The driver could not write the next `bytes` bytes of the frames

@@ -6,7 +6,7 @@ use super::*;
 fn active_change(cid: u64, is_active: bool) -> BrokerCommand {
     BrokerCommand {
         r#type: ty::ACTIVE_CONSUMER_CHANGE,
-        active_consumer_change: Some(proto::CommandActiveConsumerChange {
+        active_consumer_change: Some(command::CommandActiveConsumerChange {
             consumer_id: cid,
             is_active: Some(is_active),
         }),
@@ -83,7 +83,7 @@ fn a_consumer_that_is_not_active_is_told_so_and_nothing_rewinds() {
         1,
         BrokerCommand {
             r#type: ty::CLOSE_CONSUMER,
-            close_consumer: Some(proto::CommandIdRequest {
+            close_consumer: Some(command::CommandIdRequest {
                 id: 7,
                 request_id: 9,
             }),
@@ -103,7 +103,7 @@ fn clients_before_protocol_12_get_no_active_consumer_change() {
         3,
         BrokerCommand {
             r#type: ty::CONNECT,
-            connect: Some(proto::CommandConnect {
+            connect: Some(command::CommandConnect {
                 client_version: "old".into(),
                 protocol_version: Some(11),
             }),
