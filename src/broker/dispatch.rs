@@ -27,6 +27,7 @@ use crate::ledger::{Entry, ManagedLedger};
 use crate::permits::broker::{AdmitAll, BrokerEntry, NotSentReason};
 use crate::Position;
 
+use super::counters::CountingSkip;
 use super::entry::{entry_info, EntryInfo};
 use super::output::Outbox;
 use super::subscription::{sub_type, SubConsumer, Subscription};
@@ -124,6 +125,7 @@ impl Subscription {
             if self.total_permits(out) > 0 && self.tracker.has_message_available() {
                 match self.tracker.get_scheduled_messages(READ_BATCH) {
                     Ok(positions) if !positions.is_empty() => {
+                        self.counters.delayed_scheduled += positions.len() as u64;
                         progressed |= self.deliver_positions(ml, &positions, true, out, skipped);
                     }
                     Ok(_) => {}
@@ -143,11 +145,20 @@ impl Subscription {
                 }
                 // The lock-free hint per entry; a deleted entry's run end is
                 // asked once and the scan hops past the whole run.
-                let mut skip = SkipDeleted::new(&self.deletion);
+                let mut skip = CountingSkip {
+                    inner: SkipDeleted::new(&self.deletion),
+                    hits: 0,
+                };
                 let read = self.cursor.read_entries_with_skip_runs(n, &mut skip);
+                self.counters.cursor_reads += 1;
+                self.counters.hint_lookups += skip.inner.hint_calls;
+                self.counters.hint_hits += skip.hits;
                 match read {
                     Ok(entries) if !entries.is_empty() => {
+                        let read = entries.len() as u64;
                         let entries = self.deletion.filter_read_entries(entries, |e| e.position);
+                        self.counters.entries_read += read;
+                        self.counters.filtered_after_read += read - entries.len() as u64;
                         progressed |= self.deliver_entries(entries, false, out, skipped);
                         if self.cursor.has_more_entries() {
                             progressed = true;
@@ -300,6 +311,7 @@ impl Subscription {
             });
             let p = entry.position;
             if !due && self.held_by_tracker(p, info.deliver_at) {
+                self.counters.delayed_added += 1;
                 continue;
             }
             // An entry waiting in replay keeps its order: later entries of
@@ -366,6 +378,12 @@ impl Subscription {
                 message: Some(cmd),
                 ..Default::default()
             };
+            self.counters.messages_sent += 1;
+            self.counters.permits_debited += permits;
+            if permits < u64::from(info.batch_size) {
+                self.counters.partial_batches += 1;
+            }
+            let c = &mut self.consumers[idx];
             c.debited += permits;
             c.commands += 1;
             c.min_available = c.min_available.min(c.permits.available_permits());

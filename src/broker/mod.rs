@@ -33,6 +33,10 @@
 //! - [`Broker::handle_written`]: the driver wrote `n` bytes of the frames
 //!   queued for a connection (the write completion that makes it writable
 //!   again; see below).
+//! - [`Broker::handle_write_failed`]: the driver could not write the next
+//!   `n` bytes queued for a connection (`write_failure.rs`: the consumer
+//!   incarnation a failed MESSAGE was for is removed and sent
+//!   CLOSE_CONSUMER; its P is never re-credited, PIP-491).
 //! - [`Broker::handle_close`]: the connection is gone.
 //! - [`Broker::handle_timeout`]: the timer fired.
 //!
@@ -80,15 +84,21 @@
 //! internally through `crate::sync` (the loom/shuttle facade).
 //!
 //! Transactions (PIP-31: coordinator, transaction buffer, pending ack) are
-//! in [`txn`].
+//! in [`txn`]. Failover's active-consumer change (rewind to the
+//! mark-delete, `ACTIVE_CONSUMER_CHANGE`) is in `failover.rs`; pending-ack
+//! admission ([`AdmissionHook`], [`BrokerConfig::admission`]) in
+//! `admission.rs`; the per-component work counters
+//! ([`Broker::counters`]) in [`counters`].
 //!
 //! Not implemented (answered as Pulsar answers an unsupported request):
 //! chunked messages, unsubscribe, seek, readers (non-durable
 //! subscriptions), schemas, partitioned topics (every topic has 0
-//! partitions), Key_Shared `STICKY` mode.
+//! partitions), Key_Shared `STICKY` mode. `non-persistent://` topics are
+//! answered `NotAllowedError` (final for the official clients).
 
 mod admission;
 mod connection;
+pub mod counters;
 mod dispatch;
 pub mod entry;
 pub mod error;
@@ -109,6 +119,7 @@ use crate::delayed::VirtualClock;
 use crate::ledger::{LedgerConfig, ManagedLedger, RedbStore};
 
 pub use admission::AdmissionHook;
+pub use counters::DispatchCounters;
 pub use dispatch::READ_BATCH;
 pub use entry::{entry_info, EntryInfo};
 pub use error::{BrokerError, ConnectionError};

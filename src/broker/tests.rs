@@ -1028,4 +1028,5 @@ fn a_batch_count_the_payload_cannot_hold_is_rejected() {
 mod txn;
 
 mod admission;
+mod counters;
 mod failover;

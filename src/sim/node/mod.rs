@@ -53,6 +53,7 @@
 //! message. Any other unknown entry is a violation.
 
 mod client;
+mod counters;
 mod faults;
 pub mod wire;
 
@@ -207,6 +208,8 @@ struct Node<'a> {
     subs: Vec<String>,
     /// Entries the core's admission hook refused (every core of the run).
     admission_rejections: Arc<crate::sync::AtomicU64>,
+    /// The per-component counters of the cores dropped so far.
+    core_counters: crate::broker::DispatchCounters,
 }
 
 /// Runs `workload` (its `engine` is `node`) with `opts`.
@@ -271,6 +274,7 @@ pub fn run(
         done: false,
         subs,
         admission_rejections: Arc::new(crate::sync::AtomicU64::new(0)),
+        core_counters: crate::broker::DispatchCounters::default(),
     };
     let _hang_guard = HangGuard::start(
         Arc::clone(&n.heartbeat),
@@ -294,7 +298,9 @@ pub fn run(
     n.node.durable_writes = n.storage.stats().durable_writes;
     n.activity.admission_rejections = n.admission_rejections.load(crate::sync::Ordering::Relaxed);
     // The last core closes cleanly.
+    n.collect_core_counters();
     n.broker = None;
+    counters::into_activity(&n.core_counters, &mut n.activity);
     let Node {
         checker,
         mut activity,
@@ -303,8 +309,8 @@ pub fn run(
     } = n;
     let (counts, first_violation) = checker.finish(virtual_ms);
     activity.node = Some(node);
-    // The core keeps no per-component counters yet: the section reports
-    // what the event loop counted, so an idle component reads NOT EXERCISED.
+    // The core's per-component counters (`counters.rs`) and what the event
+    // loop counted: a component with no work reads NOT EXERCISED.
     let components = super::report::components(&activity);
     let wall_ms = started.elapsed().as_millis() as u64;
     let delivered = counts.delivered;
@@ -508,6 +514,7 @@ impl Node<'_> {
 
     /// The broker process died at a crash point: nothing more of it runs.
     fn crash(&mut self) {
+        self.collect_core_counters();
         self.broker = None;
         self.storage.recover();
         self.crashes_left = self.crashes_left.saturating_sub(1);
@@ -520,6 +527,7 @@ impl Node<'_> {
         if self.broker.is_none() {
             return;
         }
+        self.collect_core_counters();
         self.broker = None;
         self.node.clean_restarts += 1;
         self.after_broker_gone();
