@@ -92,6 +92,8 @@ impl Broker {
             self.remove_producer(conn, *id, p);
         }
         self.out.outbound.remove(&conn);
+        self.out.active_listeners.remove(&conn);
+        self.out.writes.remove(&conn);
     }
 
     /// One frame of connection `conn`: its `BaseCommand` bytes and the
@@ -242,6 +244,9 @@ impl Broker {
                 self.conn_mut(conn).connected = true;
                 self.conn_mut(conn).client_version = c.client_version.clone();
                 let pv = c.protocol_version.unwrap_or(0).min(PROTOCOL_VERSION);
+                if c.protocol_version.unwrap_or(0) >= super::ACTIVE_CONSUMER_LISTENER_VERSION {
+                    self.out.active_listeners.insert(conn);
+                }
                 let server_version = self.config.server_version.clone();
                 self.reply(
                     conn,
@@ -645,7 +650,7 @@ impl Broker {
             Err(e) => return self.error(conn, s.request_id, e.server_error(), e.to_string()),
         };
         match self.subscribe(conn, &topic, &s) {
-            Ok(()) => {
+            Ok(active_before) => {
                 if let Err(e) = self.attach_txn(&topic, &s.subscription) {
                     // Transactional acks on it are refused (ServiceNotReady)
                     // until a later subscribe opens the handle.
@@ -659,19 +664,31 @@ impl Broker {
                     },
                 );
                 self.success(conn, s.request_id);
+                let key = ConsumerKey {
+                    connection_id: conn,
+                    consumer_id: s.consumer_id,
+                };
+                if let Some(sub) = self
+                    .topics
+                    .get_mut(&topic)
+                    .and_then(|t| t.subscriptions.get_mut(&s.subscription))
+                {
+                    sub.after_consumers_changed(active_before, Some(key), &mut self.out);
+                }
             }
             Err(e) => self.error(conn, s.request_id, e.server_error(), e.to_string()),
         }
     }
 
     /// Attaches a consumer to subscription `s.subscription` of `topic`
-    /// (opening or recovering it).
+    /// (opening or recovering it); returns the subscription's active
+    /// consumer before it (Exclusive / Failover).
     fn subscribe(
         &mut self,
         conn: ConnectionId,
         topic: &str,
         s: &crate::proto::wire::CommandSubscribe,
-    ) -> Result<(), BrokerError> {
+    ) -> Result<Option<ConsumerKey>, BrokerError> {
         let now = self.now();
         let clock: std::sync::Arc<dyn crate::delayed::Clock> = self.clock.clone();
         let Some(t) = self.topics.get_mut(topic) else {
@@ -689,6 +706,7 @@ impl Broker {
             )?;
             t.subscriptions.insert(s.subscription.clone(), sub);
         }
+        let admission = self.config.admission.clone();
         let Some(sub) = t.subscriptions.get_mut(&s.subscription) else {
             return Err(BrokerError::Component("subscription vanished".into()));
         };
@@ -709,6 +727,8 @@ impl Broker {
             connection_id: conn,
             consumer_id: s.consumer_id,
         };
+        sub.admission = admission;
+        let active_before = sub.active_consumer();
         let epoch = s.consumer_epoch.unwrap_or(0);
         let incarnation = self.next_incarnation;
         self.next_incarnation += 1;
@@ -731,7 +751,27 @@ impl Broker {
             let record = c.record(&t.name, &s.subscription, "subscribed");
             self.out.queue.push_back(Output::Incarnation(record));
         }
-        Ok(())
+        Ok(active_before)
+    }
+
+    /// Removes consumer `consumer_id` of `conn` as a close does (its end
+    /// labelled `end`); whether it was attached.
+    pub(crate) fn remove_consumer_of(
+        &mut self,
+        conn: ConnectionId,
+        consumer_id: u64,
+        end: &str,
+    ) -> bool {
+        let Some(r) = self
+            .conns
+            .get_mut(&conn)
+            .and_then(|c| c.consumers.remove(&consumer_id))
+        else {
+            return false;
+        };
+        let one = BTreeMap::from([(consumer_id, r)]);
+        self.drop_consumer(conn, &one, consumer_id, end);
+        true
     }
 
     /// Removes consumer `consumer_id` of `conn` (found in `refs`) from its
@@ -757,7 +797,9 @@ impl Broker {
         let Some(sub) = t.subscriptions.get_mut(&r.subscription) else {
             return;
         };
+        let active_before = sub.active_consumer();
         if let Some(removed) = sub.remove_consumer(key) {
+            sub.after_consumers_changed(active_before, None, &mut self.out);
             tracing::info!(
                 conn,
                 ?key,

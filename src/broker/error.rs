@@ -15,6 +15,13 @@ pub enum BrokerError {
     /// Topic name not `persistent://tenant/namespace/topic` (`InvalidTopicName`).
     #[error("invalid topic name {0:?}: expected persistent://tenant/namespace/topic")]
     InvalidTopic(String),
+    /// A `non-persistent://` topic: answered `NotAllowedError`, which the
+    /// official clients treat as final (the C++ client's
+    /// `isResultRetryable` lists `ResultNotAllowedError` as not retryable),
+    /// so the application's create or subscribe fails at once instead of
+    /// retrying `InvalidTopicName` until its operation timeout.
+    #[error("non-persistent topics are not supported by pulsar-core: {0:?}")]
+    NonPersistent(String),
     /// Exclusive subscription already has a consumer, or a sub type
     /// mismatch (`ConsumerBusy`).
     #[error("{0}")]
@@ -38,6 +45,7 @@ impl BrokerError {
         match self {
             BrokerError::Component(_) => server_error::PERSISTENCE_ERROR,
             BrokerError::InvalidTopic(_) => server_error::INVALID_TOPIC_NAME,
+            BrokerError::NonPersistent(_) => server_error::NOT_ALLOWED_ERROR,
             BrokerError::ConsumerBusy(_) => server_error::CONSUMER_BUSY,
             BrokerError::NotReady(_) => server_error::SERVICE_NOT_READY,
             BrokerError::ProducerBusy(_) => server_error::PRODUCER_BUSY,

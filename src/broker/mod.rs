@@ -36,6 +36,10 @@
 //! - [`Broker::handle_written`]: the driver wrote `n` bytes of the frames
 //!   queued for a connection (the write completion that makes it writable
 //!   again; see below).
+//! - [`Broker::handle_write_failed`]: the driver could not write the next
+//!   `n` bytes queued for a connection (`write_failure.rs`: the consumer
+//!   incarnation a failed MESSAGE was for is removed and sent
+//!   CLOSE_CONSUMER; its P is never re-credited, PIP-491).
 //! - [`Broker::handle_close`]: the connection is gone.
 //! - [`Broker::handle_timeout`]: the timer fired.
 //!
@@ -83,19 +87,27 @@
 //! internally through `crate::sync` (the loom/shuttle facade).
 //!
 //! Transactions (PIP-31: coordinator, transaction buffer, pending ack) are
-//! in [`txn`].
+//! in [`txn`]. Failover's active-consumer change (rewind to the
+//! mark-delete, `ACTIVE_CONSUMER_CHANGE`) is in `failover.rs`; pending-ack
+//! admission ([`AdmissionHook`], [`BrokerConfig::admission`]) in
+//! `admission.rs`; the per-component work counters
+//! ([`Broker::counters`]) in [`counters`].
 //!
 //! Not implemented (answered as Pulsar answers an unsupported request):
 //! unsubscribe, seek, readers (non-durable
 //! subscriptions), schemas, partitioned topics (every topic has 0
-//! partitions), Key_Shared `STICKY` mode.
+//! partitions), Key_Shared `STICKY` mode. `non-persistent://` topics are
+//! answered `NotAllowedError` (final for the official clients).
 
+mod admission;
 pub mod chunking;
 mod connection;
+pub mod counters;
 pub mod dedup;
 mod dispatch;
 pub mod entry;
 pub mod error;
+mod failover;
 pub mod framing;
 pub mod key_shared;
 pub mod output;
@@ -104,6 +116,7 @@ mod publish;
 pub mod subscription;
 pub mod topic;
 pub mod txn;
+mod write_failure;
 
 use std::collections::BTreeMap;
 // Ownership handles use std's Arc in every build (see `ledger::managed_ledger`).
@@ -112,9 +125,12 @@ use std::sync::Arc;
 use crate::delayed::VirtualClock;
 use crate::ledger::{LedgerConfig, ManagedLedger, RedbStore};
 
+pub use admission::AdmissionHook;
+pub use counters::DispatchCounters;
 pub use dispatch::READ_BATCH;
 pub use entry::{entry_info, EntryInfo};
 pub use error::{BrokerError, ConnectionError};
+pub use failover::ACTIVE_CONSUMER_LISTENER_VERSION;
 pub use framing::{CutFrame, FrameCutter, FramingError};
 pub use output::{IncarnationRecord, OutFrame, Output};
 pub use topic::{name_for_error, normalize_topic, Topic, MAX_NAME_BYTES};
@@ -150,6 +166,8 @@ pub struct BrokerConfig {
     /// ([`dedup`]; Pulsar's `brokerDeduplicationEnabled`, off by default
     /// there, on by default here).
     pub deduplication: bool,
+    /// Pending-ack admission ([`AdmissionHook`]); `None` admits every entry.
+    pub admission: Option<AdmissionHook>,
 }
 
 impl BrokerConfig {
@@ -160,6 +178,7 @@ impl BrokerConfig {
             server_version: format!("pulsar-core {}", env!("CARGO_PKG_VERSION")),
             outbound_high_watermark: OUTBOUND_HIGH_WATERMARK,
             deduplication: true,
+            admission: None,
         }
     }
 }
@@ -278,7 +297,9 @@ impl Broker {
         };
         let was = *b < self.out.high_watermark;
         *b = b.saturating_sub(bytes);
-        if !was && *b < self.out.high_watermark {
+        let below = *b < self.out.high_watermark;
+        self.out.completed(conn, bytes);
+        if !was && below {
             self.dispatch_connection(conn);
         }
     }

@@ -121,6 +121,12 @@ pub struct Subscription {
     /// Entries acknowledged inside a transaction not yet ended: not
     /// dispatched (an abort puts them back in replay).
     pub(crate) txn_pending: BTreeSet<Position>,
+    /// The embedder's pending-ack admission rule (`None`: admit all).
+    pub(crate) admission: Option<super::admission::AdmissionHook>,
+    /// Entries refused by admission (each put back in replay).
+    pub admission_rejections: u64,
+    /// The components' work on this subscription.
+    pub counters: super::counters::DispatchCounters,
 }
 
 /// `ack_set` restricted to the indexes of a batch of `size` messages (set
@@ -200,6 +206,9 @@ impl Subscription {
             pending_ack: None,
             pending_ack_applied: false,
             txn_pending: BTreeSet::new(),
+            admission: None,
+            admission_rejections: 0,
+            counters: super::counters::DispatchCounters::default(),
         })
     }
 
@@ -346,6 +355,7 @@ impl Subscription {
                 self.deletion
                     .delete_batch_indexes(p, &remaining, ml)
                     .map_err(|e| e.to_string())?;
+                self.counters.batch_index_acks += 1;
                 continue;
             }
             full.push(p);
@@ -403,6 +413,8 @@ impl Subscription {
         self.cursor
             .persist_deletion_state(&self.deletion, &[])
             .map_err(|e| e.to_string())?;
+        let ranges = self.deletion.individually_deleted_ranges().len() as u64;
+        self.counters.peak_deleted_ranges = self.counters.peak_deleted_ranges.max(ranges);
         self.tracker.update_mark_delete(md);
         // Settle pending acks of every consumer for what is now deleted.
         let deleted = |p: &Position| self.deletion.is_message_deleted(*p);

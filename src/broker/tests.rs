@@ -498,8 +498,10 @@ fn failover_sends_to_the_active_consumer_only() {
         .collect();
     connect(&mut b, 2);
     // Active: lowest priority level, then name: "a" on connection 2.
-    subscribe(&mut b, 1, 7, "f", sub_type::FAILOVER, "b");
-    subscribe(&mut b, 2, 8, "f", sub_type::FAILOVER, "a");
+    let out = feed(&mut b, 1, subscribe_cmd(7, "f", sub_type::FAILOVER, "b", 0));
+    assert_eq!(out[0], (1, success(207), 0));
+    let out = feed(&mut b, 2, subscribe_cmd(8, "f", sub_type::FAILOVER, "a", 0));
+    assert_eq!(out[0], (2, success(208), 0));
     assert!(flow(&mut b, 1, 7, 10).is_empty());
     let out = flow(&mut b, 2, 8, 10);
     assert_eq!(
@@ -780,6 +782,25 @@ fn protocol_errors_close_the_connection_and_requests_get_pulsars_codes() {
             ..Default::default()
         },
     );
+    // A non-persistent topic: NotAllowedError, which the official clients
+    // do not retry (InvalidTopicName they retry until their timeout).
+    let r = out[0].1.lookup_topic_response.clone().unwrap();
+    assert_eq!(
+        (r.response, r.error),
+        (Some(2), Some(server_error::NOT_ALLOWED_ERROR))
+    );
+    let out = feed(
+        &mut b,
+        3,
+        BrokerCommand {
+            r#type: ty::LOOKUP,
+            lookup_topic: Some(command::CommandLookupTopic {
+                topic: "persistent://a//c".into(),
+                request_id: 4,
+            }),
+            ..Default::default()
+        },
+    );
     let r = out[0].1.lookup_topic_response.clone().unwrap();
     assert_eq!(
         (r.response, r.error),
@@ -1008,3 +1029,7 @@ fn a_batch_count_the_payload_cannot_hold_is_rejected() {
 
 mod producers;
 mod txn;
+
+mod admission;
+mod counters;
+mod failover;

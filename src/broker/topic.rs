@@ -38,6 +38,9 @@ pub fn normalize_topic(name: &str) -> Result<String, BrokerError> {
     if name.len() > MAX_NAME_BYTES {
         return Err(BrokerError::InvalidTopic(name_for_error(name)));
     }
+    if name.starts_with("non-persistent://") {
+        return Err(BrokerError::NonPersistent(name_for_error(name)));
+    }
     if let Some(rest) = name.strip_prefix("persistent://") {
         if rest.split('/').count() == 3 && rest.split('/').all(|p| !p.is_empty()) {
             return Ok(name.to_string());

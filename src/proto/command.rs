@@ -52,6 +52,7 @@ pub mod ty {
     pub const LOOKUP_RESPONSE: i32 = 24;
     pub const GET_LAST_MESSAGE_ID: i32 = 29;
     pub const GET_LAST_MESSAGE_ID_RESPONSE: i32 = 30;
+    pub const ACTIVE_CONSUMER_CHANGE: i32 = 31;
     pub const GET_SCHEMA: i32 = 34;
     pub const GET_SCHEMA_RESPONSE: i32 = 35;
     pub const ACK_RESPONSE: i32 = 38;
@@ -364,6 +365,18 @@ pub struct CommandAckResponse {
     pub request_id: Option<u64>,
 }
 
+/// `CommandActiveConsumerChange` (Failover: whether the consumer is the
+/// active one).
+#[derive(Clone, PartialEq, Message)]
+pub struct CommandActiveConsumerChange {
+    /// `consumer_id = 1`, required.
+    #[prost(uint64, required, tag = "1")]
+    pub consumer_id: u64,
+    /// `is_active = 2`, optional bool, default false.
+    #[prost(bool, optional, tag = "2", default = "false")]
+    pub is_active: Option<bool>,
+}
+
 /// `CommandPing` / `CommandPong` (no fields).
 #[derive(Clone, PartialEq, Message)]
 pub struct Empty {}
@@ -449,6 +462,9 @@ pub struct BrokerCommand {
     #[prost(message, optional, tag = "30")]
     #[allow(missing_docs)]
     pub get_last_message_id_response: Option<CommandGetLastMessageIdResponse>,
+    #[prost(message, optional, tag = "31")]
+    #[allow(missing_docs)]
+    pub active_consumer_change: Option<CommandActiveConsumerChange>,
     #[prost(message, optional, tag = "35")]
     #[allow(missing_docs)]
     pub get_schema_response: Option<CommandGetSchemaResponse>,
@@ -587,6 +603,24 @@ mod tests {
         assert_eq!(request_id_tag(18), None);
         // Truncated bytes are None, not a panic.
         assert_eq!(nested_varint(&raw[..raw.len() - 1], 28, tag), None);
+    }
+
+    #[test]
+    fn active_consumer_change_bytes_are_protocs() {
+        // type=31, field 31 {consumer_id=7, is_active=false}: the default
+        // value is on the wire (proto2 presence), as protoc writes a set field.
+        let cmd = BrokerCommand {
+            r#type: ty::ACTIVE_CONSUMER_CHANGE,
+            active_consumer_change: Some(CommandActiveConsumerChange {
+                consumer_id: 7,
+                is_active: Some(false),
+            }),
+            ..Default::default()
+        };
+        assert_eq!(
+            cmd.encode_to_vec(),
+            vec![0x08, 31, 0xfa, 0x01, 4, 0x08, 7, 0x10, 0]
+        );
     }
 
     #[test]

@@ -698,14 +698,6 @@ impl Workload {
                 f.replay_read_failures > 0,
                 "faults.replay_read_failures > 0",
             ),
-            (
-                f.admission_reject_ratio > 0.0,
-                "faults.admission_reject_ratio > 0",
-            ),
-            (
-                f.write_failure_ratio > 0.0,
-                "faults.write_failure_ratio > 0",
-            ),
             (f.rewinds > 0, "faults.rewinds > 0"),
             (f.clock_jumps > 0, "faults.clock_jumps > 0"),
             (f.clear_backlogs > 0, "faults.clear_backlogs > 0"),

@@ -203,18 +203,11 @@ pub fn swarm_workload(seed: u64) -> Workload {
 /// Turns a drawn workload into a node-engine one: the faults the broker
 /// core has no path for yet are dropped, crash points (0 to 3, at a k drawn
 /// from a window of 20 to 300 durable writes) and redelivery requests are
-/// drawn. A Failover draw runs as Shared: the core neither rewinds the
-/// cursor nor hands the former active consumer's unacknowledged entries to
-/// the new one when the active consumer changes (Pulsar's
-/// `PersistentDispatcherSingleActiveConsumer` rewinds and sends
-/// ACTIVE_CONSUMER_CHANGE), so a consumer that takes over by name order
-/// gets them after newer entries (`simulate --workload
-/// tests/workloads/node_failover.toml --seed 2`), and a cumulative ack of it
-/// can cover entries only the former one was sent.
+/// drawn. A Failover draw runs as Failover under the per-subscription total
+/// order rule: on a change of active consumer the core rewinds to the
+/// mark-delete and sends ACTIVE_CONSUMER_CHANGE (Pulsar's
+/// `PersistentDispatcherSingleActiveConsumer`).
 fn node_workload(w: &mut Workload, r: &mut ChaCha8Rng) {
-    if w.subscription_type == SubscriptionType::Failover {
-        w.subscription_type = SubscriptionType::Shared;
-    }
     let old = w.faults.clone();
     let mut f = Faults::none();
     f.restarts = old.restarts;

@@ -800,6 +800,8 @@ fn ready_pending_ack<'a>(
             h.state()
         )));
     }
+    // One pending-ack operation follows (a transactional ack or an END_TXN).
+    s.counters.pending_ack_ops += 1;
     Ok((s, ml, h))
 }
 

@@ -762,6 +762,17 @@ impl Node<'_> {
                     self.sched.after(at, Ev::Poll(c));
                 }
             }
+            ty::CLOSE_CONSUMER => {
+                // The broker closed the consumer (a failed write): the
+                // client subscribes again, on a new connection here.
+                self.close_conn(conn);
+                self.connection_lost(conn, ClientRef::Consumer(c), false);
+            }
+            ty::ACTIVE_CONSUMER_CHANGE
+                if cmd.active_consumer_change.and_then(|a| a.is_active) == Some(false) =>
+            {
+                self.became_inactive(c);
+            }
             ty::ACK_RESPONSE => {
                 let Some(r) = cmd.ack_response else { return };
                 let Some(req) = r.request_id else { return };
@@ -1031,6 +1042,27 @@ impl Node<'_> {
         let (sub, id) = (co.sub, co.id);
         self.checker.consumer_reconnected(&self.subs[sub], id);
         self.activity.same_connection_recreations += 1;
+        self.flush_consumer(c);
+    }
+
+    /// ACTIVE_CONSUMER_CHANGE told a Failover consumer it is not the
+    /// active one: the broker rewound to the mark-delete, so what this
+    /// consumer holds unacknowledged goes to the active consumer. The
+    /// application drops what it had not processed (its permits return)
+    /// and, for the checker, this incarnation's hold on its messages ends
+    /// (their redelivery to the active consumer is Pulsar's Failover).
+    pub(super) fn became_inactive(&mut self, c: usize) {
+        let co = &mut self.consumers[c];
+        if co.client.is_none() {
+            return;
+        }
+        co.era += 1;
+        co.app.clear();
+        co.since_cumulative = 0;
+        co.cumulative_candidate = None;
+        let (sub, id) = (co.sub, co.id);
+        self.checker.consumer_reconnected(&self.subs[sub], id);
+        self.node.inactive_notices += 1;
         self.flush_consumer(c);
     }
 

@@ -53,6 +53,7 @@
 //! message. Any other unknown entry is a violation.
 
 mod client;
+mod counters;
 mod faults;
 mod faulty;
 mod stored_once;
@@ -117,6 +118,9 @@ pub struct NodeActivity {
     pub redelivery_requests: u64,
     /// MESSAGE commands the client discarded (stale epoch or incarnation).
     pub stale_commands: u64,
+    /// ACTIVE_CONSUMER_CHANGE notices telling a Failover consumer it is
+    /// not the active one.
+    pub inactive_notices: u64,
     /// Frames the clients sent / the core sent.
     pub frames_to_broker: u64,
     /// Frames the core sent.
@@ -139,6 +143,8 @@ enum Ev {
     ToBroker { gen: u64, conn: u64, bytes: Vec<u8> },
     /// The core's bytes of `conn` were written (generation `gen`).
     Written { gen: u64, conn: u64, bytes: usize },
+    /// The core's bytes of `conn` could not be written (generation `gen`).
+    WriteFailed { gen: u64, conn: u64, bytes: usize },
     /// The core's bytes reach the client of `conn`.
     ToClient { conn: u64, bytes: Vec<u8> },
     /// The core closed `conn`.
@@ -160,6 +166,7 @@ impl Ev {
         match self {
             Ev::ToBroker { .. } => ("broker core", "ToBroker"),
             Ev::Written { .. } => ("broker core", "Written"),
+            Ev::WriteFailed { .. } => ("broker core", "WriteFailed"),
             Ev::ToClient { .. } => ("client", "ToClient"),
             Ev::Closed { .. } => ("client", "Closed"),
             Ev::Timer { .. } => ("broker core", "Timer"),
@@ -206,6 +213,10 @@ struct Node<'a> {
     /// Whether the run's work is done (the loop only drains).
     done: bool,
     subs: Vec<String>,
+    /// Entries the core's admission hook refused (every core of the run).
+    admission_rejections: Arc<crate::sync::AtomicU64>,
+    /// The per-component counters of the cores dropped so far.
+    core_counters: crate::broker::DispatchCounters,
 }
 
 /// Runs `workload` (its `engine` is `node`) with `opts`.
@@ -274,6 +285,8 @@ pub fn run(
         },
         done: false,
         subs,
+        admission_rejections: Arc::new(crate::sync::AtomicU64::new(0)),
+        core_counters: crate::broker::DispatchCounters::default(),
     };
     let _hang_guard = HangGuard::start(
         Arc::clone(&n.heartbeat),
@@ -295,8 +308,11 @@ pub fn run(
         n.storage.disarm();
     }
     n.node.durable_writes = n.storage.stats().durable_writes;
+    n.activity.admission_rejections = n.admission_rejections.load(crate::sync::Ordering::Relaxed);
     // The last core closes cleanly.
+    n.collect_core_counters();
     n.broker = None;
+    counters::into_activity(&n.core_counters, &mut n.activity);
     let Node {
         checker,
         mut activity,
@@ -310,8 +326,8 @@ pub fn run(
     let stages = super::stages::run(workload, opts.faults, &heartbeat);
     let first_violation = first_violation.or_else(|| stages.first_violation());
     activity.node = Some(node);
-    // The core keeps no per-component counters yet: the section reports
-    // what the event loop counted, so an idle component reads NOT EXERCISED.
+    // The core's per-component counters (`counters.rs`) and what the event
+    // loop counted: a component with no work reads NOT EXERCISED.
     let components = super::report::components(&activity);
     let wall_ms = started.elapsed().as_millis() as u64;
     let delivered = counts.delivered;
@@ -357,6 +373,7 @@ impl Node<'_> {
         let now = EPOCH_BASE_MS + self.now();
         let mut config = BrokerConfig::new("pulsar://sim-node:6650");
         config.deduplication = self.opts.sabotage != Some(crate::sim::Sabotage::NoDeduplication);
+        config.admission = self.admission_hook(Arc::clone(&self.admission_rejections));
         self.broker = Some(Broker::new(store, config, now));
         if self.crashes_left > 0 {
             let base = self.storage.durable_writes_since_open();
@@ -408,8 +425,17 @@ impl Node<'_> {
                     let bytes = frame.encode();
                     let at = self.outbound_arrival();
                     let len = bytes.len();
-                    self.sched.at(at, Ev::ToClient { conn, bytes });
                     let gen = self.gen;
+                    if self.write_fails(&frame) {
+                        let ev = Ev::WriteFailed {
+                            gen,
+                            conn,
+                            bytes: len,
+                        };
+                        self.sched.at(at, ev);
+                        continue;
+                    }
+                    self.sched.at(at, Ev::ToClient { conn, bytes });
                     self.sched.at(
                         at,
                         Ev::Written {
@@ -506,6 +532,7 @@ impl Node<'_> {
 
     /// The broker process died at a crash point: nothing more of it runs.
     fn crash(&mut self) {
+        self.collect_core_counters();
         self.broker = None;
         self.storage.recover();
         self.crashes_left = self.crashes_left.saturating_sub(1);
@@ -518,6 +545,7 @@ impl Node<'_> {
         if self.broker.is_none() {
             return;
         }
+        self.collect_core_counters();
         self.broker = None;
         self.node.clean_restarts += 1;
         self.after_broker_gone();
@@ -634,6 +662,12 @@ impl Node<'_> {
             Ev::Written { gen, conn, bytes } => {
                 if gen == self.gen && self.broker_side.contains_key(&conn) {
                     self.with_broker(|b, now| b.handle_written(conn, bytes, now));
+                }
+            }
+            Ev::WriteFailed { gen, conn, bytes } => {
+                if gen == self.gen && self.broker_side.contains_key(&conn) {
+                    self.activity.write_failure_removals += 1;
+                    self.with_broker(|b, now| b.handle_write_failed(conn, bytes, now));
                 }
             }
             Ev::Timer { gen, deadline } => {

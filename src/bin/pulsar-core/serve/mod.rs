@@ -53,6 +53,11 @@ pub fn now_ms() -> u64 {
 /// The broker core behind one lock, with the writers its outputs go to.
 pub struct Node {
     inner: Mutex<NodeInner>,
+    /// Test fault (`--fail-message-writes-every`): every n-th MESSAGE frame
+    /// is not written and reported failed to the core (0: never).
+    pub fail_message_writes_every: u64,
+    /// MESSAGE frames the writers have seen (for the fault above).
+    pub message_writes: AtomicU64,
 }
 
 struct NodeInner {
@@ -111,6 +116,16 @@ impl NodeInner {
 }
 
 impl Node {
+    /// Whether the test fault fails this frame's write: every
+    /// `fail_message_writes_every`-th MESSAGE (`BaseCommand.type`, its
+    /// first field, after the two 4-byte sizes: 0x08, 9).
+    pub fn fail_this_write(&self, frame: &[u8]) -> bool {
+        let every = self.fail_message_writes_every;
+        every > 0
+            && frame.get(8..10) == Some(&[0x08, 9][..])
+            && (self.message_writes.fetch_add(1, Ordering::Relaxed) + 1).is_multiple_of(every)
+    }
+
     /// Runs `f` on the core, then routes its outputs.
     pub fn with<R>(&self, f: impl FnOnce(&mut Broker) -> R) -> R {
         let mut g = lock(&self.inner);
@@ -176,6 +191,15 @@ pub struct ServeArgs {
     /// read and an outbound queue bounded by `conn::OUTBOUND_LIMIT`).
     #[arg(long, default_value_t = 1024, value_parser = clap::value_parser!(u64).range(1..))]
     max_connections: u64,
+    /// Test fault: the core's pending-ack admission refuses every n-th
+    /// entry it offers (0: admit all). For `tests/serve.rs`.
+    #[arg(long, hide = true, default_value_t = 0)]
+    reject_admission_every: u64,
+    /// Test fault: every n-th MESSAGE frame is not written and reported to
+    /// the core as a failed write; the connection stays (0: never). For
+    /// `tests/serve.rs`.
+    #[arg(long, hide = true, default_value_t = 0)]
+    fail_message_writes_every: u64,
 }
 
 fn open_append(p: &PathBuf) -> Result<std::fs::File, String> {
@@ -218,12 +242,22 @@ fn serve(args: ServeArgs) -> Result<(), String> {
         .advertised_url
         .clone()
         .unwrap_or_else(|| format!("pulsar://{local}"));
+    let mut config = BrokerConfig::new(advertised.clone());
+    if args.reject_admission_every > 0 {
+        let every = args.reject_admission_every;
+        let offered = AtomicU64::new(0);
+        config.admission = Some(pulsar_core::broker::AdmissionHook::new(move |_, _| {
+            !(offered.fetch_add(1, Ordering::Relaxed) + 1).is_multiple_of(every)
+        }));
+    }
     let node = Arc::new(Node {
         inner: Mutex::new(NodeInner {
-            core: Broker::new(store, BrokerConfig::new(advertised.clone()), now_ms()),
+            core: Broker::new(store, config, now_ms()),
             writers: BTreeMap::new(),
             permit_ledger: ledger,
         }),
+        fail_message_writes_every: args.fail_message_writes_every,
+        message_writes: AtomicU64::new(0),
     });
     let stop = Arc::new(AtomicBool::new(false));
     {
