@@ -635,27 +635,48 @@ pub fn run(
     sim.checker
         .unfinished(unpublished, faults_not_run, virtual_ms);
     let (counts, first_violation) = sim.checker.finish(virtual_ms);
-    // A run the hang watchdog cancelled ends with its livelock: the extra
-    // stages are not run.
-    let cancelled = sim.heartbeat.hang_report().is_some();
-    let hint_race = (opts.faults && workload.faults.hint_race && !cancelled)
-        .then(|| super::hint_race::run(&super::hint_race::HintRaceConfig::default()));
-    let hint_race_violations = hint_race.as_ref().map_or(0, |h| h.violations());
-    let first_violation =
-        first_violation.or_else(|| hint_race.as_ref().and_then(|h| h.first_violation.clone()));
-    let replay_race = (opts.faults && workload.faults.replay_race && !cancelled).then(|| {
-        sim.heartbeat.enter("replay_race stage");
-        let heartbeat = Arc::clone(&sim.heartbeat);
-        super::replay_race::run_with_progress(
-            &super::replay_race::ReplayRaceConfig {
-                race: std::time::Duration::from_millis(workload.faults.replay_race_ms),
-            },
-            &move || heartbeat.end(),
-        )
-    });
-    let replay_race_violations = replay_race.as_ref().map_or(0, |r| r.violations());
-    let first_violation =
-        first_violation.or_else(|| replay_race.as_ref().and_then(|r| r.first_violation.clone()));
+    #[cfg(feature = "race-hooks")]
+    let (hint_race, replay_race, first_violation) = {
+        // A run the hang watchdog cancelled ends with its livelock: the
+        // extra stages are not run.
+        let cancelled = sim.heartbeat.hang_report().is_some();
+        let hint_race = (opts.faults && workload.faults.hint_race && !cancelled)
+            .then(|| super::hint_race::run(&super::hint_race::HintRaceConfig::default()));
+        let first_violation =
+            first_violation.or_else(|| hint_race.as_ref().and_then(|h| h.first_violation.clone()));
+        let replay_race = (opts.faults && workload.faults.replay_race && !cancelled).then(|| {
+            sim.heartbeat.enter("replay_race stage");
+            let heartbeat = Arc::clone(&sim.heartbeat);
+            super::replay_race::run_with_progress(
+                &super::replay_race::ReplayRaceConfig {
+                    race: std::time::Duration::from_millis(workload.faults.replay_race_ms),
+                },
+                &move || heartbeat.end(),
+            )
+        });
+        let first_violation = first_violation
+            .or_else(|| replay_race.as_ref().and_then(|r| r.first_violation.clone()));
+        (hint_race, replay_race, first_violation)
+    };
+    #[cfg(feature = "race-hooks")]
+    let race_violations = hint_race.as_ref().map_or(0, |h| h.violations())
+        + replay_race.as_ref().map_or(0, |r| r.violations());
+    #[cfg(not(feature = "race-hooks"))]
+    let race_violations = 0;
+    // The two real-thread stages need the components' test hooks, built
+    // only with the `race-hooks` feature: a build without it says which
+    // stages the workload asked for and did not get.
+    let stages_not_built: Vec<&'static str> = if cfg!(feature = "race-hooks") || !opts.faults {
+        Vec::new()
+    } else {
+        [
+            (workload.faults.hint_race, "hint_race"),
+            (workload.faults.replay_race, "replay_race"),
+        ]
+        .into_iter()
+        .filter_map(|(asked, stage)| asked.then_some(stage))
+        .collect()
+    };
     // A hang the watchdog cancelled is a violation even if the run then
     // ended by itself (e.g. the interrupt unstuck a stage after the loop).
     let late_hang = (counts.livelocks == 0)
@@ -680,10 +701,7 @@ pub fn run(
         }
         .to_string(),
         virtual_ms: finished_at,
-        violations: counts.violations()
-            + hint_race_violations
-            + replay_race_violations
-            + late_hang_violations,
+        violations: counts.violations() + race_violations + late_hang_violations,
         counts,
         activity: sim.activity,
         components,
@@ -692,8 +710,11 @@ pub fn run(
             wall_ms,
             deliveries_per_sec,
             peak_memory_kib: peak_memory_kib(),
+            #[cfg(feature = "race-hooks")]
             hint_race,
+            #[cfg(feature = "race-hooks")]
             replay_race,
+            stages_not_built,
         },
     })
 }

@@ -313,8 +313,11 @@ pub fn run(
         components,
         first_violation,
         timing: Timing {
+            #[cfg(feature = "race-hooks")]
             hint_race: None,
+            #[cfg(feature = "race-hooks")]
             replay_race: None,
+            stages_not_built: Vec::new(),
             wall_ms,
             deliveries_per_sec: delivered as f64 / (wall_ms.max(1) as f64 / 1000.0),
             peak_memory_kib: peak_memory_kib(),
