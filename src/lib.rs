@@ -48,6 +48,12 @@ pub mod position;
 pub mod sim;
 #[cfg(feature = "trace")]
 pub mod trace;
+// Without the `trace` feature the components' trace hooks are the no-op
+// twins of src/trace_nop.rs (each call compiles to nothing).
+#[cfg(not(feature = "trace"))]
+mod trace_nop;
+#[cfg(not(feature = "trace"))]
+use trace_nop as trace;
 
 mod sync;
 // The model-checking internals (not public API; see src/model.rs): what the
