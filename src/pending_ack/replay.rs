@@ -21,9 +21,9 @@
 //! very code; `specs/PendingAckReplay.tla` checks the protocol. Between the
 //! two loads and between the two stores are the test hook points
 //! [`hook::Point::FillQueueBetweenLoads`] and
-//! [`hook::Point::ReadFailedBetweenStores`] (one relaxed load when no hook
-//! is installed), where the simulator's `replay_race` stage places the
-//! other thread's operation on every run.
+//! [`hook::Point::ReadFailedBetweenStores`] (nothing without the
+//! `race-hooks` feature), where the simulator's `replay_race` stage places
+//! the other thread's operation on every run.
 //!
 //! Start of an attempt: the cursor is cached and shared, so its read
 //! position may be anywhere; [`ReplayAttempt::run`] first rewinds it to the
@@ -362,8 +362,8 @@ impl ReplayAttempt {
     /// failure" hold: R1 (no read outstanding) FIRST, and only if it held,
     /// R2 (`is_readable`). Between them is the test hook point
     /// [`hook::Point::FillQueueBetweenLoads`] (the simulator's
-    /// `replay_race` stage completes a read failure there; one relaxed
-    /// load when no hook is installed).
+    /// `replay_race` stage completes a read failure there; nothing
+    /// without the `race-hooks` feature).
     fn may_issue_read(&self) -> bool {
         if !self.no_outstanding_read() {
             return false;
@@ -436,7 +436,7 @@ impl ReplayAttempt {
         crate::trace::pending_ack::env_finish(&self.name, "w2");
         // Test hook point between the two stores (the `replay_race` stage
         // runs a whole `fill_queue` pass of the replay thread here;
-        // one relaxed load when no hook is installed).
+        // nothing without the `race-hooks` feature).
         hook::at(hook::Point::ReadFailedBetweenStores);
         self.outstanding_reads.fetch_sub(1, Ordering::SeqCst);
         crate::trace::pending_ack::env_finish(&self.name, "w3");
