@@ -19,7 +19,7 @@
 
 #[cfg(not(any(loom, feature = "shuttle")))]
 fn main() {
-    use pulsar_core::cursor::CursorDeletionState;
+    use pulsar_core::deletion::CursorDeletionState;
     use pulsar_core::Position;
     use std::hint::black_box;
 

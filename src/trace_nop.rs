@@ -20,12 +20,12 @@ pub(crate) mod deletion {
 
     /// Nothing recorded.
     #[inline(always)]
-    pub(crate) fn open(_md: Position, _set: &mut crate::cursor::PositionRangeSet) -> Id {
+    pub(crate) fn open(_md: Position, _set: &mut crate::deletion::PositionRangeSet) -> Id {
         Id
     }
     /// Nothing recorded.
     #[inline(always)]
-    pub(crate) fn cursor(_state: &crate::cursor::CursorDeletionState, _ml: &str, _cur: &str) {}
+    pub(crate) fn cursor(_state: &crate::deletion::CursorDeletionState, _ml: &str, _cur: &str) {}
     /// Nothing recorded.
     #[inline(always)]
     pub(crate) fn persist(
