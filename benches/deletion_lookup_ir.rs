@@ -24,7 +24,9 @@ fn main() {
     use std::hint::black_box;
 
     // Numbers only: `cargo bench` passes `--bench` and any name filter.
-    let mut args = std::env::args().skip(1).filter_map(|a| a.parse::<u64>().ok());
+    let mut args = std::env::args()
+        .skip(1)
+        .filter_map(|a| a.parse::<u64>().ok());
     let n = args.next().unwrap_or(128);
     let k = args.next().unwrap_or(1000);
     let ranges: Vec<(Position, Position)> = (0..n as i64)
