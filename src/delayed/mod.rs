@@ -193,7 +193,7 @@ mod error;
 mod index;
 pub mod snapshot;
 mod storage;
-mod tracker;
+pub(crate) mod tracker;
 
 pub use bucket::{BucketContext, ImmutableBucket, MutableBucket};
 pub use clock::{Clock, SystemClock, VirtualClock};

@@ -339,9 +339,7 @@ impl ManagedLedger {
             out.extend((0..n).map(|i| Position::new(seg.ledger_id, seg.first_entry_id + i)));
             state.ledgers.entry(seg.ledger_id).or_default().entries = seg.first_entry_id + n;
         }
-        #[cfg(feature = "trace")]
-        out.iter()
-            .for_each(|p| crate::trace::ledger_cursor::append_entry(&self.name, *p));
+        crate::trace::ledger_cursor::append_entries(&self.name, &out);
         Ok(out)
     }
 
@@ -526,7 +524,6 @@ impl ManagedLedger {
             ));
         }
         let loaded = self.store.load_cursor(&self.name, &name)?;
-        #[cfg(feature = "trace")]
         let recovered = loaded.is_some();
         let (mark_delete, individually_deleted) = match loaded {
             Some(c) => (c.mark_delete, c.individually_deleted),
@@ -545,14 +542,13 @@ impl ManagedLedger {
             }
         };
         let read_position = self.state.lock().next_valid_after(mark_delete);
-        #[cfg(feature = "trace")]
-        if recovered {
-            crate::trace::ledger_cursor::recover(&self.name, &name, mark_delete, read_position);
-        } else {
-            crate::trace::ledger_cursor::open(&self.name, &name, mark_delete, read_position);
-            // The new cursor's record, saved above.
-            crate::trace::deletion::persist(&self.name, &name, mark_delete, &[]);
-        }
+        crate::trace::ledger_cursor::opened(
+            &self.name,
+            &name,
+            recovered,
+            mark_delete,
+            read_position,
+        );
         Ok(ManagedCursor::new(
             Arc::clone(self),
             name,

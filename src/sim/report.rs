@@ -6,7 +6,9 @@ use serde::Serialize;
 
 use super::checker::CheckerCounts;
 use super::crash_storage::{CrashRecord, CrashStorageStats};
+#[cfg(feature = "race-hooks")]
 use super::hint_race::HintRaceReport;
+#[cfg(feature = "race-hooks")]
 use super::replay_race::ReplayRaceReport;
 
 /// Component activity during the run (what the faults exercised).
@@ -300,11 +302,18 @@ pub fn components(a: &Activity) -> Vec<ComponentReport> {
 pub struct Timing {
     /// The `hint_race` stage (real threads; its counters vary with timing,
     /// its violations are also counted in [`Report::violations`]), if run.
+    #[cfg(feature = "race-hooks")]
     pub hint_race: Option<HintRaceReport>,
     /// The `replay_race` stage (real threads on the pending-ack replay; its
     /// counters vary with timing, its violations are also counted in
     /// [`Report::violations`]), if run.
+    #[cfg(feature = "race-hooks")]
     pub replay_race: Option<ReplayRaceReport>,
+    /// The real-thread stages the workload asked for that this build does
+    /// not have (`hint_race`, `replay_race`: they need the components' test
+    /// hooks, built with the `race-hooks` feature only).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub stages_not_built: Vec<&'static str>,
     /// Wall time of the run, ms.
     pub wall_ms: u64,
     /// Deliveries per wall-clock second.
@@ -531,6 +540,7 @@ impl fmt::Display for Report {
                 ),
             ),
         ];
+        #[cfg(feature = "race-hooks")]
         let hint_race = t.hint_race.as_ref().map(|h| {
             (
                 "hint_race: lookups / positives / filtered (violations)",
@@ -545,6 +555,7 @@ impl fmt::Display for Report {
                 ),
             )
         });
+        #[cfg(feature = "race-hooks")]
         let replay_race = t.replay_race.as_ref().map(|r| {
             (
                 "replay_race: ready / failed attempts / race trials (violations)",
@@ -615,9 +626,20 @@ impl fmt::Display for Report {
             .into_iter()
             .chain(crashes.into_iter().flatten())
             .chain(node)
+            .collect();
+        #[cfg(feature = "race-hooks")]
+        let rows: Vec<(&str, String)> = rows
+            .into_iter()
             .chain(hint_race)
             .chain(replay_race)
             .collect();
+        let not_built = (!t.stages_not_built.is_empty()).then(|| {
+            (
+                "stages not built (feature race-hooks)",
+                t.stages_not_built.join(", "),
+            )
+        });
+        let rows: Vec<(&str, String)> = rows.into_iter().chain(not_built).collect();
         let width = rows.iter().map(|(k, _)| k.len()).max().unwrap_or(0);
         for (k, v) in rows {
             writeln!(f, "  {k:<width$}  {v}")?;

@@ -678,8 +678,11 @@ pub fn run(
             wall_ms,
             deliveries_per_sec,
             peak_memory_kib: peak_memory_kib(),
+            #[cfg(feature = "race-hooks")]
             hint_race: stages.hint_race,
+            #[cfg(feature = "race-hooks")]
             replay_race: stages.replay_race,
+            stages_not_built: stages.not_built,
         },
     })
 }

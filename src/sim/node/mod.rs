@@ -346,8 +346,11 @@ pub fn run(
         components,
         first_violation,
         timing: Timing {
+            #[cfg(feature = "race-hooks")]
             hint_race: stages.hint_race,
+            #[cfg(feature = "race-hooks")]
             replay_race: stages.replay_race,
+            stages_not_built: stages.not_built,
             wall_ms,
             deliveries_per_sec: delivered as f64 / (wall_ms.max(1) as f64 / 1000.0),
             peak_memory_kib: peak_memory_kib(),
