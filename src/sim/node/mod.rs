@@ -54,6 +54,7 @@
 
 mod client;
 mod faults;
+pub mod txn;
 pub mod wire;
 
 use std::collections::BTreeMap;
@@ -118,6 +119,8 @@ pub struct NodeActivity {
     pub frames_from_broker: u64,
     /// Durable writes of the store over the run.
     pub durable_writes: u64,
+    /// Transactions (`txn.rs`).
+    pub txn: txn::TxnActivity,
 }
 
 /// Which client a connection belongs to.
@@ -125,6 +128,8 @@ pub struct NodeActivity {
 enum ClientRef {
     Producer(usize),
     Consumer(usize),
+    /// The transaction client or the second topic's reader (`txn.rs`).
+    Txn(txn::Role),
 }
 
 /// One event of the run.
@@ -148,6 +153,8 @@ enum Ev {
     Connect(ClientRef),
     /// A planned fault.
     Fault(faults::Fault),
+    /// A timed step of the transaction client (`txn.rs`).
+    Txn(txn::TxnEv),
 }
 
 impl Ev {
@@ -162,6 +169,7 @@ impl Ev {
             Ev::Poll(_) => ("consumer", "Poll"),
             Ev::Connect(_) => ("client", "Connect"),
             Ev::Fault(_) => ("faults", "Fault"),
+            Ev::Txn(_) => ("transaction client", "Txn"),
         }
     }
 }
@@ -199,6 +207,8 @@ struct Node<'a> {
     /// Whether the run's work is done (the loop only drains).
     done: bool,
     subs: Vec<String>,
+    /// The transaction client and the second topic's reader (`txn.rs`).
+    txn: txn::TxnSide,
 }
 
 /// Runs `workload` (its `engine` is `node`) with `opts`.
@@ -262,6 +272,7 @@ pub fn run(
         },
         done: false,
         subs,
+        txn: txn::TxnSide::default(),
     };
     let _hang_guard = HangGuard::start(
         Arc::clone(&n.heartbeat),
@@ -273,6 +284,7 @@ pub fn run(
     );
     n.start_broker()?;
     n.setup_clients();
+    n.setup_txn()?;
     if opts.faults {
         n.plan_faults();
     }
@@ -283,6 +295,8 @@ pub fn run(
         n.storage.disarm();
     }
     n.node.durable_writes = n.storage.stats().durable_writes;
+    n.node.txn = std::mem::take(&mut n.txn.activity);
+    let txn_work = txn::component(&n.node.txn);
     // The last core closes cleanly.
     n.broker = None;
     let Node {
@@ -295,7 +309,8 @@ pub fn run(
     activity.node = Some(node);
     // The core keeps no per-component counters yet: the section reports
     // what the event loop counted, so an idle component reads NOT EXERCISED.
-    let components = super::report::components(&activity);
+    let mut components = super::report::components(&activity);
+    components.push(txn_work);
     let wall_ms = started.elapsed().as_millis() as u64;
     let delivered = counts.delivered;
     Ok(Report {
@@ -607,6 +622,7 @@ impl Node<'_> {
         self.producers.iter().all(|p| p.unpublished() == 0)
             && self.plan.pending() == 0
             && self.checker.all_acked()
+            && self.txn_finished()
     }
 
     fn handle(&mut self, ev: Ev) {
@@ -643,6 +659,7 @@ impl Node<'_> {
             Ev::Poll(c) => self.poll(c),
             Ev::Connect(c) => self.connect(c),
             Ev::Fault(f) => self.fault(f),
+            Ev::Txn(e) => self.txn_event(e),
         }
     }
 
