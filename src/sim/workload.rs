@@ -1002,6 +1002,13 @@ pub struct TxnWorkload {
     pub ttl_ms: u64,
     /// Pause between two transactions, virtual ms.
     pub gap_ms: u64,
+    /// Of the run's `faults.crash_points`, how many move to an END_TXN:
+    /// when the client sends one, the armed crash point moves to one of
+    /// the next few durable writes (the coordinator's Committing/Aborting,
+    /// the markers, the pending-ack COMMIT/ABORT, the subscription's
+    /// persist, Committed/Aborted), so the broker dies inside a commit or
+    /// an abort and its recovery must finish it.
+    pub crashes_during_end: u32,
 }
 
 impl Default for TxnWorkload {
@@ -1016,6 +1023,7 @@ impl Default for TxnWorkload {
             timeout_ms: 1_000,
             ttl_ms: 600_000,
             gap_ms: 20,
+            crashes_during_end: 0,
         }
     }
 }

@@ -46,6 +46,7 @@ use crate::permits::frame::encode_entry_payload_with;
 use crate::permits::wire::{self, CommandAck, CommandFlow, CommandSubscribe, MessageIdData};
 use crate::position::Position;
 use crate::sim::checker::{MessageRef, TxnMsg, TxnOutcome};
+use crate::sim::crash_storage::CrashPoint;
 use crate::sim::engine::SimError;
 use crate::sim::report::ComponentReport;
 
@@ -117,6 +118,8 @@ pub struct TxnActivity {
     pub open_across_crash: u64,
     /// END_TXNs in flight when the broker crashed or restarted.
     pub end_in_flight_at_crash: u64,
+    /// Crash points moved into an END_TXN (`txn.crashes_during_end`).
+    pub crash_points_in_end: u64,
     /// END_TXNs re-sent (after a lost connection or a retryable error).
     pub end_retries: u64,
     /// Coordinator requests refused while it recovers, retried.
@@ -201,6 +204,8 @@ pub(super) struct TxnSide {
     reader_cutter: FrameCutter,
     reader_req: u64,
     reader_received: u32,
+    /// Crash points still to move into an END_TXN.
+    crashes_during_end: u32,
     pub(super) activity: TxnActivity,
 }
 
@@ -253,6 +258,7 @@ pub(super) fn component(a: &TxnActivity) -> ComponentReport {
             ("transactional SENDs receipted", a.sends, true),
             ("transactional ACKs receipted", a.acks, true),
             ("open across a crash or restart", a.open_across_crash, false),
+            ("crash points moved into an END_TXN", a.crash_points_in_end, false),
             ("END_TXN in flight at a crash or restart", a.end_in_flight_at_crash, false),
             ("second-topic deliveries", a.reader_deliveries, true),
         ],
@@ -272,6 +278,7 @@ impl Node<'_> {
             ));
         }
         self.txn.enabled = true;
+        self.txn.crashes_during_end = self.w.txn.crashes_during_end;
         let at = self.rng.random_range(20..=50);
         self.sched.at(at, Ev::Connect(ClientRef::Txn(Role::Client)));
         let at = self.rng.random_range(0..=10);
@@ -879,6 +886,15 @@ impl Node<'_> {
         let Some(id) = self.txn.txns.get(&k).and_then(|x| x.id) else {
             return;
         };
+        // Move the armed crash point into this END_TXN's durable writes.
+        if self.txn.crashes_during_end > 0 && self.txn.conn.is_some() {
+            if let Some(p) = self.storage.armed() {
+                self.txn.crashes_during_end -= 1;
+                let k = self.storage.durable_writes_since_open() + self.rng.random_range(1..=6);
+                self.storage.arm(CrashPoint { k, kind: p.kind });
+                self.txn.activity.crash_points_in_end += 1;
+            }
+        }
         let req = self.txn_req(Req::End(k));
         self.txn_send(
             &BrokerCommand {
