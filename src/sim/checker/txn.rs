@@ -81,6 +81,8 @@ pub(super) struct TxnState {
     /// (subscription, message) acknowledged by an aborted transaction,
     /// not yet delivered there again.
     aborted_acks: BTreeSet<(String, MessageRef)>,
+    /// The end-of-run rules ran (at a stall, before the stall is named).
+    judged: bool,
 }
 
 impl DeliveryChecker {
@@ -310,9 +312,13 @@ impl DeliveryChecker {
         self.txn.aborted_acks.remove(&key);
     }
 
-    /// End of the run: committed messages never delivered, aborted acks
-    /// whose entries never came back.
-    pub(super) fn txn_finish(&mut self, now_ms: u64) {
+    /// End of the run (or a stall: nothing more can be delivered):
+    /// committed messages never delivered, aborted acks whose entries
+    /// never came back. Runs once.
+    pub fn txn_finish(&mut self, now_ms: u64) {
+        if std::mem::replace(&mut self.txn.judged, true) {
+            return;
+        }
         let mut lost = Vec::new();
         for (k, v) in &self.txn.txns {
             if v.phase == Some(Phase::Ended(TxnOutcome::Committed)) {

@@ -552,6 +552,9 @@ impl Node<'_> {
         let started = std::time::Instant::now();
         while !self.done {
             let Some((now, ev)) = self.sched.pop() else {
+                // Nothing more can be delivered: the transaction rules that
+                // judge the end name what is missing before the stall.
+                self.checker.txn_finish(self.now());
                 let (component, recent) = self.heartbeat.describe();
                 self.checker.livelock(
                     &format!(
