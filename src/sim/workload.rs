@@ -1037,7 +1037,9 @@ impl TxnWorkload {
         let bad = |m: &str| Err(WorkloadError::Invalid(m.to_string()));
         let ratio = |r: f64| (0.0..=1.0).contains(&r);
         if self.transactions > 10_000 || self.messages_per_topic > 1_000 {
-            return bad("txn.transactions must be at most 10,000 and txn.messages_per_topic at most 1,000");
+            return bad(
+                "txn.transactions must be at most 10,000 and txn.messages_per_topic at most 1,000",
+            );
         }
         if !ratio(self.ack_ratio)
             || !ratio(self.abort_ratio)

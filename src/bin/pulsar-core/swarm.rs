@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 
 use pulsar_core::ledger::SyncMode;
 use pulsar_core::sim::{
-    self, Engine, Faults, Report, SimOptions, SubscriptionType, Watchdog, Workload,
+    self, Engine, Faults, Report, SimOptions, SubscriptionType, TxnWorkload, Watchdog, Workload,
 };
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -265,10 +265,28 @@ fn node_workload(w: &mut Workload, r: &mut ChaCha8Rng) {
         0
     };
     w.engine = Engine::Node;
-    w.txn_ack_ratio = 0.0;
+    let txn_ack_ratio = std::mem::take(&mut w.txn_ack_ratio);
     w.negative_ack_ratio = 0.0;
     w.cumulative_ack_every = 0;
     w.faults = f;
+    // A transactional draw runs transactions as a client speaks them
+    // (`sim::node::txn`), drawn last so the draws above stay as they
+    // were. Shared only: a key's entry held inside an open transaction
+    // would stay with its consumer under Key_Shared's key exclusivity.
+    if txn_ack_ratio > 0.0 {
+        w.subscription_type = SubscriptionType::Shared;
+        let crash_points = w.faults.crash_points;
+        w.txn = TxnWorkload {
+            transactions: r.random_range(5..=30),
+            messages_per_topic: r.random_range(1..=5),
+            ack_ratio: txn_ack_ratio,
+            abort_ratio: [0.2, 0.5][r.random_range(0..2)],
+            timeout_ratio: [0.0, 0.1, 0.2][r.random_range(0..3)],
+            open_ms: r.random_range(50..=300),
+            crashes_during_end: r.random_range(0..=crash_points),
+            ..TxnWorkload::default()
+        };
+    }
 }
 
 /// The outcome of one seed's run.
@@ -350,7 +368,7 @@ fn print_run(seed: u64, report: &Report, json: bool, crash_points: bool, engine:
             w.faults.pending_ack_auto_skip,
             w.faults.replay_read_failures,
             w.delayed_ratio,
-            w.txn_ack_ratio,
+            if w.txn.transactions > 0 { w.txn.ack_ratio } else { w.txn_ack_ratio },
             w.negative_ack_ratio,
             report.activity.crashes.len(),
         );
@@ -363,6 +381,13 @@ fn print_run(seed: u64, report: &Report, json: bool, crash_points: bool, engine:
                 n.clean_restarts,
                 n.redelivery_requests
             );
+            if w.txn.transactions > 0 {
+                let t = &n.txn;
+                println!(
+                    "seed {seed}: transactions: {} committed, {} aborted, {} left to their timeout, {} END_TXN in flight at a crash",
+                    t.committed, t.aborted, t.timed_out, t.end_in_flight_at_crash
+                );
+            }
         }
     }
 }
@@ -550,6 +575,14 @@ mod tests {
         // Random workloads reach negative acks with partial batches and
         // duplicate Subscribes.
         assert!(nacks > 50 && duplicates > 50, "{nacks} {duplicates}");
+        // Node draws reach transactions over the wire, some with crash
+        // points moved into END_TXN.
+        let txn: Vec<Workload> = (0..300)
+            .map(|s| swarm_workload(s, SwarmEngine::Node))
+            .filter(|w| w.txn.transactions > 0)
+            .collect();
+        let in_end = txn.iter().filter(|w| w.txn.crashes_during_end > 0).count();
+        assert!(txn.len() > 100 && in_end > 20, "{} {in_end}", txn.len());
     }
 
     #[test]

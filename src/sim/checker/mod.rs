@@ -54,9 +54,9 @@ mod txn;
 mod window;
 
 pub use counts::CheckerCounts;
-pub use txn::{TxnMsg, TxnOutcome};
 use int_map::IntMap;
 use subscription::{Published, SubState, NOT_ACKED, SKIPPED};
+pub use txn::{TxnMsg, TxnOutcome};
 use window::{Retired, RETIRE_EVERY};
 
 /// Identity of one logical message: the entry holding it and its index in

@@ -437,7 +437,9 @@ impl Node<'_> {
                 self.txn_resume();
             }
             ty::PRODUCER_SUCCESS => {
-                let Some(r) = cmd.producer_success else { return };
+                let Some(r) = cmd.producer_success else {
+                    return;
+                };
                 if let Some(Req::Producer(i)) = self.txn.reqs.remove(&r.request_id) {
                     self.txn.producers_ready[i] = true;
                     self.txn_resume();
@@ -491,7 +493,9 @@ impl Node<'_> {
                 }
             }
             ty::NEW_TXN_RESPONSE => {
-                let Some(r) = cmd.new_txn_response else { return };
+                let Some(r) = cmd.new_txn_response else {
+                    return;
+                };
                 let Some(Req::NewTxn(k)) = self.txn.reqs.remove(&r.request_id) else {
                     return;
                 };
@@ -544,7 +548,9 @@ impl Node<'_> {
                             self.txn_open(k);
                         }
                     }
-                    Some(server_error::TRANSACTION_NOT_FOUND | server_error::INVALID_TXN_STATUS) => {
+                    Some(
+                        server_error::TRANSACTION_NOT_FOUND | server_error::INVALID_TXN_STATUS,
+                    ) => {
                         // Not open any more: abort it.
                         if let Some(x) = self.txn.txns.get_mut(&k) {
                             x.uncertain = true;
@@ -562,7 +568,9 @@ impl Node<'_> {
                 }
             }
             ty::END_TXN_RESPONSE => {
-                let Some(r) = cmd.end_txn_response else { return };
+                let Some(r) = cmd.end_txn_response else {
+                    return;
+                };
                 let Some(Req::End(k)) = self.txn.reqs.remove(&r.request_id) else {
                     return;
                 };
@@ -868,7 +876,8 @@ impl Node<'_> {
                     x.step = Step::Done;
                 }
                 let at = sent_at + ttl;
-                self.sched.at(at.max(self.now()), Ev::Txn(TxnEv::TimedOut(k)));
+                self.sched
+                    .at(at.max(self.now()), Ev::Txn(TxnEv::TimedOut(k)));
                 let gap = self.w.txn.gap_ms;
                 self.sched.after(gap, Ev::Txn(TxnEv::Next));
                 return;
@@ -931,11 +940,13 @@ impl Node<'_> {
             } else {
                 TxnOutcome::Aborted
             }),
-            Some(server_error::TRANSACTION_NOT_FOUND) => Some(match (commit, x.end_retried && within_ttl) {
-                (false, _) => TxnOutcome::Aborted,
-                (true, true) => TxnOutcome::Committed,
-                (true, false) => TxnOutcome::Unknown,
-            }),
+            Some(server_error::TRANSACTION_NOT_FOUND) => {
+                Some(match (commit, x.end_retried && within_ttl) {
+                    (false, _) => TxnOutcome::Aborted,
+                    (true, true) => TxnOutcome::Committed,
+                    (true, false) => TxnOutcome::Unknown,
+                })
+            }
             Some(server_error::INVALID_TXN_STATUS) if commit => Some(TxnOutcome::Aborted),
             Some(server_error::INVALID_TXN_STATUS) => Some(TxnOutcome::Unknown),
             // Not ready, persistence, coordinator recovering: the
@@ -1125,7 +1136,8 @@ impl Node<'_> {
             }
             ty::MESSAGE => {
                 let Some(m) = cmd.message else { return };
-                let pos = Position::new(m.message_id.ledger_id as i64, m.message_id.entry_id as i64);
+                let pos =
+                    Position::new(m.message_id.ledger_id as i64, m.message_id.entry_id as i64);
                 let now = self.now();
                 self.txn.activity.reader_deliveries += 1;
                 self.checker.txn_delivery(1, pos, now);
