@@ -366,3 +366,135 @@ impl DeliveryChecker {
         }
     }
 }
+
+#[cfg(all(test, not(any(loom, feature = "shuttle"))))]
+mod tests {
+    use super::*;
+    use crate::sim::checker::OrderCheck;
+
+    fn m(e: i64) -> MessageRef {
+        MessageRef {
+            position: Position::new(1, e),
+            batch_index: 0,
+        }
+    }
+
+    fn checker() -> DeliveryChecker {
+        DeliveryChecker::new(["s".to_string()], 0, OrderCheck::None)
+    }
+
+    /// The rule a finished checker names (`None`: no transaction rule broke).
+    fn rule(c: DeliveryChecker) -> Option<String> {
+        let (counts, first) = c.finish(1_000);
+        (counts.txn_violations > 0).then(|| first.unwrap_or_default())
+    }
+
+    /// A transaction with one message on each topic (topic 0 at 1:5,
+    /// topic 1 at 2:5), committed, each delivered once; an entry acked
+    /// inside it: the clean run every negative control below breaks once.
+    fn committed(c: &mut DeliveryChecker, deliver: bool) {
+        c.published(m(1), 0, 0);
+        c.delivered("s", 0, m(1), 1, 0);
+        c.txn_begun(0, 0, 60_000);
+        c.txn_sent((0, 0, 0), m(5).position);
+        c.txn_sent((0, 1, 0), Position::new(2, 5));
+        c.txn_acked(0, "s", m(1));
+        c.txn_end_requested(0, true, 10);
+        c.txn_ended(0, TxnOutcome::Committed, 11);
+        if deliver {
+            c.published(m(5), TXN_KEY_FOR_TEST, 0);
+            c.txn_message_delivered((0, 0, 0), m(5).position, 12);
+            c.delivered("s", 0, m(5), 12, 0);
+            c.acked("s", m(5), 13);
+            c.txn_message_delivered((0, 1, 0), Position::new(2, 5), 12);
+        }
+    }
+
+    const TXN_KEY_FOR_TEST: u32 = u32::MAX;
+
+    #[test]
+    fn a_committed_transaction_delivered_once_is_clean() {
+        let mut c = checker();
+        committed(&mut c, true);
+        assert_eq!(rule(c), None);
+    }
+
+    #[test]
+    fn committed_lost_names_a_committed_message_never_delivered() {
+        let mut c = checker();
+        committed(&mut c, false);
+        assert!(rule(c).unwrap().contains("committed-lost"));
+    }
+
+    #[test]
+    fn committed_duplicated_names_a_message_visible_at_two_positions() {
+        let mut c = checker();
+        committed(&mut c, true);
+        c.txn_message_delivered((0, 1, 0), Position::new(2, 9), 20);
+        assert!(rule(c).unwrap().contains("committed-duplicated"));
+    }
+
+    #[test]
+    fn committed_ack_redelivered_names_an_entry_delivered_after_its_commit() {
+        let mut c = checker();
+        committed(&mut c, true);
+        c.txn_ack_delivery("s", m(1), 20);
+        assert!(rule(c).unwrap().contains("committed-ack-redelivered"));
+    }
+
+    #[test]
+    fn open_visible_names_a_message_delivered_before_its_commit_was_requested() {
+        let mut c = checker();
+        c.txn_begun(0, 0, 60_000);
+        c.txn_sent((0, 1, 0), Position::new(2, 5));
+        c.txn_message_delivered((0, 1, 0), Position::new(2, 5), 5);
+        assert!(rule(c).unwrap().contains("open-visible"));
+    }
+
+    #[test]
+    fn aborted_visible_names_a_message_of_an_aborted_transaction() {
+        let mut c = checker();
+        c.txn_begun(0, 0, 60_000);
+        c.txn_sent((0, 1, 0), Position::new(2, 5));
+        c.txn_end_requested(0, false, 5);
+        c.txn_ended(0, TxnOutcome::Aborted, 6);
+        c.txn_message_delivered((0, 1, 0), Position::new(2, 5), 7);
+        assert!(rule(c).unwrap().contains("aborted-visible"));
+    }
+
+    #[test]
+    fn past_max_read_position_names_an_entry_after_an_open_transaction() {
+        let mut c = checker();
+        c.txn_begun(0, 0, 1_000);
+        c.txn_sent((0, 0, 0), m(5).position);
+        // Before it and after its timeout may pass: allowed.
+        c.txn_delivery(0, m(4).position, 10);
+        c.txn_delivery(0, m(6).position, 1_000);
+        assert_eq!(c.counts.txn_violations, 0);
+        c.txn_delivery(0, m(6).position, 999);
+        assert!(rule(c).unwrap().contains("past-max-read-position"));
+    }
+
+    #[test]
+    fn aborted_ack_not_redelivered_names_an_entry_that_never_came_back() {
+        for redelivered in [true, false] {
+            let mut c = checker();
+            c.published(m(1), 0, 0);
+            c.delivered("s", 0, m(1), 1, 0);
+            c.txn_begun(0, 0, 60_000);
+            c.txn_acked(0, "s", m(1));
+            c.txn_end_requested(0, false, 10);
+            c.txn_ended(0, TxnOutcome::Aborted, 11);
+            if redelivered {
+                // Released for one redelivery to the same incarnation.
+                c.txn_ack_delivery("s", m(1), 12);
+                c.delivered("s", 0, m(1), 12, 0);
+                c.acked("s", m(1), 13);
+                let (counts, first) = c.finish(20);
+                assert_eq!(counts.violations(), 0, "{first:?}");
+            } else {
+                assert!(rule(c).unwrap().contains("aborted-ack-not-redelivered"));
+            }
+        }
+    }
+}
