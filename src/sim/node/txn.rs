@@ -34,17 +34,17 @@ use prost::Message;
 use rand::Rng;
 use serde::Serialize;
 
-use crate::broker::proto::{self, server_error, ty, BrokerCommand};
-use crate::broker::txn::proto::{
-    txn_action, CommandAddPartitionToTxn, CommandAddSubscriptionToTxn, CommandEndTxn,
-    CommandNewTxn, CommandTcClientConnectRequest, TxnSubscription,
-};
 use crate::broker::txn::TxnId;
 use crate::broker::{CutFrame, FrameCutter};
 use crate::ledger::SyncMode;
-use crate::permits::frame::encode_entry_payload_with;
-use crate::permits::wire::{self, CommandAck, CommandFlow, CommandSubscribe, MessageIdData};
 use crate::position::Position;
+use crate::proto::command::{self as proto, server_error, ty, BrokerCommand};
+use crate::proto::frame::encode_entry_payload_with;
+use crate::proto::txn::{
+    txn_action, CommandAddPartitionToTxn, CommandAddSubscriptionToTxn, CommandEndTxn,
+    CommandNewTxn, CommandTcClientConnectRequest, TxnSubscription,
+};
+use crate::proto::wire::{self, CommandAck, CommandFlow, CommandSubscribe, MessageIdData};
 use crate::sim::checker::{MessageRef, TxnMsg, TxnOutcome};
 use crate::sim::crash_storage::CrashPoint;
 use crate::sim::engine::SimError;
