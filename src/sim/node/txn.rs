@@ -955,9 +955,13 @@ impl Node<'_> {
             Some(_) => None,
         };
         let Some(outcome) = outcome else {
-            self.txn.activity.end_retries += 1;
+            // The retry may find it ended (recovery finished it): within
+            // the ttl that is the end it asked for.
+            if let Some(x) = self.txn.txns.get_mut(&k) {
+                x.end_retried = true;
+            }
             self.txn.activity.coordinator_retries += 1;
-            self.sched.after(RETRY_MS, Ev::Txn(TxnEv::Retry));
+            self.txn_schedule_retry();
             return;
         };
         match outcome {
