@@ -297,7 +297,18 @@ impl Subscription {
                 }
                 if !buffer.dispatchable(entry.position, txn, lac.unwrap_or(entry.position)) {
                     drop(buffer);
-                    let h = entry_info(&entry.data).map_or(0, |i| i.key_hash);
+                    let info = entry_info(&entry.data).ok();
+                    // A delayed entry read past the max read position goes
+                    // to the tracker (it comes back here when due), never
+                    // straight to replay: replays are delivered as due.
+                    if !due
+                        && info
+                            .as_ref()
+                            .is_some_and(|i| self.held_by_tracker(entry.position, i.deliver_at))
+                    {
+                        continue;
+                    }
+                    let h = info.map_or(0, |i| i.key_hash);
                     self.replay.insert(entry.position, h);
                     continue;
                 }

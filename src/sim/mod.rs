@@ -51,7 +51,7 @@ pub mod workload;
 pub use engine::{Sabotage, SimError, SimOptions};
 pub use report::Report;
 pub use watchdog::Watchdog;
-pub use workload::{Engine, Faults, SubscriptionType, Workload, WorkloadError};
+pub use workload::{Engine, Faults, SubscriptionType, TxnWorkload, Workload, WorkloadError};
 
 /// Runs `workload` on the engine it names ([`Workload::engine`]): the
 /// simulator's broker model ([`engine::run`]) or the shipped broker core

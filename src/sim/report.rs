@@ -187,7 +187,7 @@ pub struct ComponentReport {
 }
 
 impl ComponentReport {
-    fn new(component: &str, counters: &[(&str, u64, bool)]) -> Self {
+    pub(crate) fn new(component: &str, counters: &[(&str, u64, bool)]) -> Self {
         let counters: Vec<ComponentCounter> = counters
             .iter()
             .map(|(name, value, key)| ComponentCounter {
@@ -392,7 +392,7 @@ impl fmt::Display for Report {
         };
         writeln!(f, "data dir: {} (sync: {}{what})", self.data_dir, self.sync)?;
         writeln!(f)?;
-        let rows: [(&str, String); 37] = [
+        let rows: [(&str, String); 38] = [
             ("published", c.published.to_string()),
             ("delivered", c.delivered.to_string()),
             ("acked", c.acked.to_string()),
@@ -429,6 +429,7 @@ impl fmt::Display for Report {
                 "acked entries past the post-I/O filter",
                 c.filter_leaks.to_string(),
             ),
+            ("transaction rule violations", c.txn_violations.to_string()),
             ("livelocks (watchdog)", c.livelocks.to_string()),
             (
                 "restarts / reconnects",

@@ -92,6 +92,8 @@ struct OutAck {
     ids: Vec<MessageIdData>,
     msgs: Vec<MessageRef>,
     cumulative: Option<Position>,
+    /// Inside transaction (number, id) (`txn.rs`).
+    txn: Option<(u64, crate::broker::txn::TxnId)>,
 }
 
 /// A simulated consumer (one connection, consumer id 1).
@@ -215,6 +217,7 @@ impl Node<'_> {
                 co.connection = Some(Arc::new(ClientConnection::new(conn)));
                 co.subscribes.clear();
             }
+            ClientRef::Txn(r) => self.txn_connecting(r, conn),
         }
         let cmd = BrokerCommand {
             r#type: ty::CONNECT,
@@ -265,6 +268,11 @@ impl Node<'_> {
                 }
                 self.activity.reconnects += 1;
             }
+            ClientRef::Txn(r) => {
+                if !self.txn_connection_lost(r, conn, broker_gone) {
+                    return;
+                }
+            }
         }
         let _ = now;
         let at = self.backoff();
@@ -276,12 +284,14 @@ impl Node<'_> {
         let cutter = match client {
             ClientRef::Producer(p) => &mut self.producers[p].cutter,
             ClientRef::Consumer(c) => &mut self.consumers[c].cutter,
+            ClientRef::Txn(r) => self.txn_cutter(r),
         };
         cutter.push(bytes);
         loop {
             let cutter = match client {
                 ClientRef::Producer(p) => &mut self.producers[p].cutter,
                 ClientRef::Consumer(c) => &mut self.consumers[c].cutter,
+                ClientRef::Txn(r) => self.txn_cutter(r),
             };
             let f = match cutter.next_frame() {
                 Ok(Some(f)) => f,
@@ -320,6 +330,7 @@ impl Node<'_> {
                 ClientRef::Consumer(c) => {
                     self.consumer_command(c, conn, cmd, &f.whole, f.payload())
                 }
+                ClientRef::Txn(r) => self.txn_command(r, conn, cmd, &f),
             }
             // A command may have closed the connection.
             if !self.conns.contains_key(&conn) {
@@ -645,8 +656,8 @@ impl Node<'_> {
                 ack_type: if ack.cumulative.is_some() { 1 } else { 0 },
                 message_id: ack.ids.clone(),
                 validation_error: None,
-                txnid_least_bits: None,
-                txnid_most_bits: None,
+                txnid_least_bits: ack.txn.map(|(_, t)| t.least_sig_bits),
+                txnid_most_bits: ack.txn.map(|(_, t)| t.most_sig_bits),
                 request_id: Some(req),
             }),
             ..Default::default()
@@ -692,6 +703,13 @@ impl Node<'_> {
                 self.flush_consumer(c);
                 let retry = std::mem::take(&mut self.consumers[c].retry);
                 for a in retry {
+                    if let Some((k, _)) = a.txn {
+                        // A transactional ack without a receipt: its
+                        // transaction is aborted, the entry comes back.
+                        let sub = self.subs[self.consumers[c].sub].clone();
+                        self.txn_ack_settled(k, &sub, &a.msgs, None, true);
+                        continue;
+                    }
                     self.node.ack_retries += 1;
                     self.send_ack(c, a);
                 }
@@ -779,6 +797,16 @@ impl Node<'_> {
                 let Some(ack) = self.consumers[c].acks.remove(&req) else {
                     return;
                 };
+                if let Some((k, _)) = ack.txn {
+                    let sub = self.subs[self.consumers[c].sub].clone();
+                    self.txn_ack_settled(k, &sub, &ack.msgs, r.error, false);
+                    if r.error.is_some() {
+                        // Refused inside the transaction: acknowledged again
+                        // without it.
+                        self.send_ack(c, OutAck { txn: None, ..ack });
+                    }
+                    return;
+                }
                 if r.error.is_some() {
                     // Not persisted: the application acknowledges again.
                     self.send_ack(c, ack);
@@ -849,6 +877,14 @@ impl Node<'_> {
         };
         let mut ids = Vec::new();
         let mut msgs = Vec::new();
+        // This poll's acks of non-batched entries may go inside the open
+        // transaction (`txn.rs`).
+        let txn = if cumulative_every == 0 {
+            self.txn_for_ack()
+        } else {
+            None
+        };
+        let (mut txn_ids, mut txn_msgs) = (Vec::new(), Vec::new());
         let _ = (&sub_name, id, now);
         for _ in 0..take {
             let Some((m, mref)) = self.consumers[c].app.pop_front() else {
@@ -857,6 +893,19 @@ impl Node<'_> {
             let pos = mref.position;
             let bi = m.message_id.batch_index.unwrap_or(-1);
             let co = &mut self.consumers[c];
+            let batch = m.message_id.batch_size.filter(|_| bi >= 0);
+            if txn.is_some() && batch.is_none() {
+                // A transactional ack: an abort makes the entry come back,
+                // so the client does not mark it acknowledged.
+                txn_ids.push(MessageIdData {
+                    ledger_id: m.message_id.ledger_id,
+                    entry_id: m.message_id.entry_id,
+                    ..Default::default()
+                });
+                txn_msgs.push(mref);
+                drop(m);
+                continue;
+            }
             // An individual ack is sent now: the client skips redeliveries
             // of it (Pulsar's ack-grouping `isDuplicate`). A message only
             // covered by a later cumulative ack is not acknowledged yet.
@@ -865,7 +914,6 @@ impl Node<'_> {
                     cl.acknowledge(&m.message_id);
                 }
             }
-            let batch = m.message_id.batch_size.filter(|_| bi >= 0);
             if cumulative_every > 0 {
                 co.since_cumulative += 1;
                 if batch.is_none_or(|b| bi == b - 1) {
@@ -897,6 +945,22 @@ impl Node<'_> {
             drop(m); // the application is done with it: its permit returns
         }
         let era = self.consumers[c].era;
+        if let Some(t) = txn {
+            if txn_ids.is_empty() {
+                self.txn_ack_unused(t.0);
+            } else {
+                self.send_ack(
+                    c,
+                    OutAck {
+                        era,
+                        ids: txn_ids,
+                        msgs: txn_msgs,
+                        cumulative: None,
+                        txn: Some(t),
+                    },
+                );
+            }
+        }
         if !ids.is_empty() {
             self.send_ack(
                 c,
@@ -905,6 +969,7 @@ impl Node<'_> {
                     ids,
                     msgs,
                     cumulative: None,
+                    txn: None,
                 },
             );
         }
@@ -927,6 +992,7 @@ impl Node<'_> {
                     }],
                     msgs: Vec::new(),
                     cumulative: Some(upto),
+                    txn: None,
                 },
             );
         }
@@ -959,6 +1025,7 @@ impl Node<'_> {
             if let Some((p, seq, _, _)) = parse_payload(&m.payload) {
                 self.check_stored_once(p, seq, mref.position);
             }
+            self.txn_on_delivery(&sub, mref, &m.payload);
             if !self.checker.knows(mref) {
                 self.maybe_copy(mref, &m.payload);
             }

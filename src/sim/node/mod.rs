@@ -57,6 +57,7 @@ mod counters;
 mod faults;
 mod faulty;
 mod stored_once;
+pub mod txn;
 pub mod wire;
 
 use std::collections::BTreeMap;
@@ -127,6 +128,8 @@ pub struct NodeActivity {
     pub frames_from_broker: u64,
     /// Durable writes of the store over the run.
     pub durable_writes: u64,
+    /// Transactions (`txn.rs`).
+    pub txn: txn::TxnActivity,
 }
 
 /// Which client a connection belongs to.
@@ -134,6 +137,8 @@ pub struct NodeActivity {
 enum ClientRef {
     Producer(usize),
     Consumer(usize),
+    /// The transaction client or the second topic's reader (`txn.rs`).
+    Txn(txn::Role),
 }
 
 /// One event of the run.
@@ -159,6 +164,8 @@ enum Ev {
     Connect(ClientRef),
     /// A planned fault.
     Fault(faults::Fault),
+    /// A timed step of the transaction client (`txn.rs`).
+    Txn(txn::TxnEv),
 }
 
 impl Ev {
@@ -174,6 +181,7 @@ impl Ev {
             Ev::Poll(_) => ("consumer", "Poll"),
             Ev::Connect(_) => ("client", "Connect"),
             Ev::Fault(_) => ("faults", "Fault"),
+            Ev::Txn(_) => ("transaction client", "Txn"),
         }
     }
 }
@@ -217,6 +225,8 @@ struct Node<'a> {
     admission_rejections: Arc<crate::sync::AtomicU64>,
     /// The per-component counters of the cores dropped so far.
     core_counters: crate::broker::DispatchCounters,
+    /// The transaction client and the second topic's reader (`txn.rs`).
+    txn: txn::TxnSide,
 }
 
 /// Runs `workload` (its `engine` is `node`) with `opts`.
@@ -287,6 +297,7 @@ pub fn run(
         subs,
         admission_rejections: Arc::new(crate::sync::AtomicU64::new(0)),
         core_counters: crate::broker::DispatchCounters::default(),
+        txn: txn::TxnSide::default(),
     };
     let _hang_guard = HangGuard::start(
         Arc::clone(&n.heartbeat),
@@ -298,6 +309,7 @@ pub fn run(
     );
     n.start_broker()?;
     n.setup_clients();
+    n.setup_txn()?;
     if opts.faults {
         n.plan_faults();
     }
@@ -309,6 +321,8 @@ pub fn run(
     }
     n.node.durable_writes = n.storage.stats().durable_writes;
     n.activity.admission_rejections = n.admission_rejections.load(crate::sync::Ordering::Relaxed);
+    n.node.txn = std::mem::take(&mut n.txn.activity);
+    let txn_work = txn::component(&n.node.txn);
     // The last core closes cleanly.
     n.collect_core_counters();
     n.broker = None;
@@ -328,7 +342,8 @@ pub fn run(
     activity.node = Some(node);
     // The core's per-component counters (`counters.rs`) and what the event
     // loop counted: a component with no work reads NOT EXERCISED.
-    let components = super::report::components(&activity);
+    let mut components = super::report::components(&activity);
+    components.push(txn_work);
     let wall_ms = started.elapsed().as_millis() as u64;
     let delivered = counts.delivered;
     Ok(Report {
@@ -583,6 +598,9 @@ impl Node<'_> {
         let started = std::time::Instant::now();
         while !self.done {
             let Some((now, ev)) = self.sched.pop() else {
+                // Nothing more can be delivered: the transaction rules that
+                // judge the end name what is missing before the stall.
+                self.checker.txn_finish(self.now());
                 let (component, recent) = self.heartbeat.describe();
                 self.checker.livelock(
                     &format!(
@@ -653,6 +671,7 @@ impl Node<'_> {
         self.producers.iter().all(|p| p.unpublished() == 0)
             && self.plan.pending() == 0
             && self.checker.all_acked()
+            && self.txn_finished()
     }
 
     fn handle(&mut self, ev: Ev) {
@@ -695,6 +714,7 @@ impl Node<'_> {
             Ev::Poll(c) => self.poll(c),
             Ev::Connect(c) => self.connect(c),
             Ev::Fault(f) => self.fault(f),
+            Ev::Txn(e) => self.txn_event(e),
         }
     }
 
