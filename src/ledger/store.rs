@@ -22,6 +22,10 @@ pub struct StoredLedgerInfo {
     /// The ledger's data was lost/deleted: reads of it fail with
     /// `LedgerNotExist`, but it stays in the ledger list.
     pub lost: bool,
+    /// Payload bytes stored in the ledger (Pulsar's `LedgerInfo.size`; 0
+    /// once its data is lost). Counted by the retention size limit of
+    /// [`ManagedLedger::trim_consumed_ledgers`](super::ManagedLedger::trim_consumed_ledgers).
+    pub size_bytes: u64,
 }
 
 /// Persisted state of one managed ledger.
@@ -83,6 +87,12 @@ pub trait LedgerStore: Send + Sync + std::fmt::Debug {
     /// Drops the data of ledger `ledger_id` and marks it lost (simulates a
     /// deleted BookKeeper ledger). Idempotent.
     fn mark_ledger_lost(&self, name: &str, ledger_id: i64) -> Result<(), StoreError>;
+    /// Deletes ledgers `ledger_ids` of managed ledger `name` in ONE atomic
+    /// write: their entries, sizes and ledger-list rows (Pulsar's consumed
+    /// ledger trimming, after which the space is free for reuse). Unknown
+    /// ids are ignored. After a crash either every listed ledger is gone or
+    /// none is.
+    fn delete_ledgers(&self, name: &str, ledger_ids: &[i64]) -> Result<(), StoreError>;
     /// Loads cursor `cursor` of managed ledger `name`.
     fn load_cursor(&self, name: &str, cursor: &str) -> Result<Option<StoredCursor>, StoreError>;
     /// Persists the mark-delete position and individually deleted ranges of
@@ -196,6 +206,7 @@ impl LedgerStore for MemoryStore {
                 .entry(seg.ledger_id)
                 .or_default();
             info.entries = seg.first_entry_id + seg.payloads.len() as i64;
+            info.size_bytes += payload_bytes(seg.payloads);
         }
         Ok(())
     }
@@ -238,6 +249,27 @@ impl LedgerStore for MemoryStore {
             .and_then(|l| l.ledgers.get_mut(&ledger_id))
         {
             info.lost = true;
+            info.size_bytes = 0;
+        }
+        Ok(())
+    }
+
+    fn delete_ledgers(&self, name: &str, ledger_ids: &[i64]) -> Result<(), StoreError> {
+        let mut inner = self.inner.lock();
+        for &ledger_id in ledger_ids {
+            let lo = (name.to_string(), ledger_id, i64::MIN);
+            let hi = (name.to_string(), ledger_id, i64::MAX);
+            let keys: Vec<_> = inner
+                .entries
+                .range(lo..=hi)
+                .map(|(k, _)| k.clone())
+                .collect();
+            for k in keys {
+                inner.entries.remove(&k);
+            }
+            if let Some(l) = inner.ledgers.get_mut(name) {
+                l.ledgers.remove(&ledger_id);
+            }
         }
         Ok(())
     }
@@ -367,6 +399,9 @@ impl LedgerStore for MemoryStore {
 const ENTRIES: TableDefinition<(&str, i64, i64), &[u8]> = TableDefinition::new("ml_entries");
 /// `(managed ledger, ledger id) → (entry count, lost)`.
 const LEDGERS: TableDefinition<(&str, i64), (i64, bool)> = TableDefinition::new("ml_ledgers");
+/// `(managed ledger, ledger id) → payload bytes stored` (absent: 0, a file
+/// written before sizes were kept counts from its next append).
+const LEDGER_SIZES: TableDefinition<(&str, i64), u64> = TableDefinition::new("ml_ledger_sizes");
 /// `(managed ledger, cursor) → mark-delete (ledger id, entry id)`.
 const CURSOR_MARK_DELETE: TableDefinition<(&str, &str), (i64, i64)> =
     TableDefinition::new("ml_cursor_mark_delete");
@@ -506,6 +541,7 @@ impl RedbStore {
         let txn = store.begin()?;
         txn.open_table(ENTRIES)?;
         txn.open_table(LEDGERS)?;
+        txn.open_table(LEDGER_SIZES)?;
         txn.open_table(CURSOR_MARK_DELETE)?;
         txn.open_table(CURSOR_PROPERTIES)?;
         txn.open_table(CURSOR_RANGES)?;
@@ -659,6 +695,11 @@ fn remove_chunks(
     Ok(())
 }
 
+/// Payload bytes of one append segment.
+fn payload_bytes(payloads: &[&[u8]]) -> u64 {
+    payloads.iter().map(|p| p.len() as u64).sum()
+}
+
 fn encode_ranges(ranges: &[(Position, Position)]) -> Vec<u8> {
     let mut out = Vec::with_capacity(ranges.len() * 32);
     for (lo, hi) in ranges {
@@ -694,12 +735,21 @@ impl LedgerStore for RedbStore {
         contained("load_ledger", || {
             let txn = self.db.begin_read()?;
             let t = txn.open_table(LEDGERS)?;
+            let sizes = txn.open_table(LEDGER_SIZES)?;
             let mut out = StoredLedger::default();
             for row in t.range((name, i64::MIN)..=(name, i64::MAX))? {
                 let (k, v) = row?;
                 let (_, id) = k.value();
                 let (entries, lost) = v.value();
-                out.ledgers.insert(id, StoredLedgerInfo { entries, lost });
+                let size_bytes = sizes.get((name, id))?.map_or(0, |v| v.value());
+                out.ledgers.insert(
+                    id,
+                    StoredLedgerInfo {
+                        entries,
+                        lost,
+                        size_bytes,
+                    },
+                );
             }
             Ok(out)
         })
@@ -726,6 +776,7 @@ impl LedgerStore for RedbStore {
             {
                 let mut e = txn.open_table(ENTRIES)?;
                 let mut l = txn.open_table(LEDGERS)?;
+                let mut sizes = txn.open_table(LEDGER_SIZES)?;
                 for seg in segments {
                     for (i, p) in seg.payloads.iter().enumerate() {
                         e.insert((name, seg.ledger_id, seg.first_entry_id + i as i64), *p)?;
@@ -734,6 +785,8 @@ impl LedgerStore for RedbStore {
                         (name, seg.ledger_id),
                         (seg.first_entry_id + seg.payloads.len() as i64, false),
                     )?;
+                    let size = sizes.get((name, seg.ledger_id))?.map_or(0, |v| v.value());
+                    sizes.insert((name, seg.ledger_id), size + payload_bytes(seg.payloads))?;
                 }
             }
             txn.commit()?;
@@ -775,6 +828,28 @@ impl LedgerStore for RedbStore {
                 let mut l = txn.open_table(LEDGERS)?;
                 let entries = l.get((name, ledger_id))?.map(|v| v.value().0).unwrap_or(0);
                 l.insert((name, ledger_id), (entries, true))?;
+                txn.open_table(LEDGER_SIZES)?.remove((name, ledger_id))?;
+            }
+            txn.commit()?;
+            Ok(())
+        })
+    }
+
+    fn delete_ledgers(&self, name: &str, ledger_ids: &[i64]) -> Result<(), StoreError> {
+        contained("delete_ledgers", || {
+            let txn = self.begin()?;
+            {
+                let mut e = txn.open_table(ENTRIES)?;
+                let mut l = txn.open_table(LEDGERS)?;
+                let mut sizes = txn.open_table(LEDGER_SIZES)?;
+                for &ledger_id in ledger_ids {
+                    e.retain_in(
+                        (name, ledger_id, i64::MIN)..=(name, ledger_id, i64::MAX),
+                        |_, _| false,
+                    )?;
+                    l.remove((name, ledger_id))?;
+                    sizes.remove((name, ledger_id))?;
+                }
             }
             txn.commit()?;
             Ok(())
@@ -991,7 +1066,31 @@ impl RedbStore {
                             .entry(name.to_string())
                             .or_default()
                             .ledgers
-                            .insert(id, StoredLedgerInfo { entries, lost });
+                            .insert(
+                                id,
+                                StoredLedgerInfo {
+                                    entries,
+                                    lost,
+                                    size_bytes: 0,
+                                },
+                            );
+                    }
+                }
+                Err(e) if missing(&e) => {}
+                Err(e) => return Err(e.into()),
+            }
+            match txn.open_table(LEDGER_SIZES) {
+                Ok(t) => {
+                    for row in t.iter()? {
+                        let (k, v) = row?;
+                        let (name, id) = k.value();
+                        if let Some(info) = out
+                            .ledgers
+                            .get_mut(name)
+                            .and_then(|l| l.ledgers.get_mut(&id))
+                        {
+                            info.size_bytes = v.value();
+                        }
                     }
                 }
                 Err(e) if missing(&e) => {}
