@@ -93,6 +93,7 @@ pub mod entry;
 pub mod error;
 pub mod framing;
 pub mod key_shared;
+mod lifecycle;
 pub mod output;
 pub mod proto;
 pub mod subscription;
@@ -103,8 +104,9 @@ use std::collections::BTreeMap;
 // Ownership handles use std's Arc in every build (see `ledger::managed_ledger`).
 use std::sync::Arc;
 
+use crate::delayed::BucketTrackerConfig;
 use crate::delayed::VirtualClock;
-use crate::ledger::{LedgerConfig, ManagedLedger, RedbStore};
+use crate::ledger::{LedgerConfig, ManagedLedger, RedbStore, RetentionPolicy};
 
 pub use dispatch::READ_BATCH;
 pub use entry::{entry_info, EntryInfo};
@@ -140,6 +142,15 @@ pub struct BrokerConfig {
     pub server_version: String,
     /// See [`OUTBOUND_HIGH_WATERMARK`].
     pub outbound_high_watermark: usize,
+    /// Every topic's managed-ledger settings (entries per ledger, auto-skip
+    /// of non-recoverable data).
+    pub ledger: LedgerConfig,
+    /// How long consumed ledgers are kept (default: not kept, as Pulsar).
+    pub retention: RetentionPolicy,
+    /// How often consumed ledgers are trimmed, ms (`lifecycle.rs`).
+    pub retention_check_interval_ms: u64,
+    /// Every subscription's delayed-delivery bucket tracker settings.
+    pub delayed: BucketTrackerConfig,
 }
 
 impl BrokerConfig {
@@ -149,6 +160,10 @@ impl BrokerConfig {
             advertised_url: advertised_url.into(),
             server_version: format!("pulsar-core {}", env!("CARGO_PKG_VERSION")),
             outbound_high_watermark: OUTBOUND_HIGH_WATERMARK,
+            ledger: LedgerConfig::default(),
+            retention: Self::DEFAULT_RETENTION,
+            retention_check_interval_ms: Self::DEFAULT_RETENTION_CHECK_INTERVAL_MS,
+            delayed: subscription::default_tracker_config(),
         }
     }
 }
@@ -163,6 +178,7 @@ pub struct Broker {
     next_incarnation: u64,
     clock: Arc<VirtualClock>,
     txn: txn::TxnRuntime,
+    lifecycle: lifecycle::Lifecycle,
 }
 
 impl Broker {
@@ -182,6 +198,7 @@ impl Broker {
             next_incarnation: 1,
             clock: Arc::new(VirtualClock::new(now_ms)),
             txn: txn::TxnRuntime::new(now_ms),
+            lifecycle: lifecycle::Lifecycle::default(),
         };
         // The coordinator recovers at start: transactions a crash left
         // Committing/Aborting are finished now (a failure is retried from
@@ -227,7 +244,7 @@ impl Broker {
     /// should run: the earliest delivery time of a delayed entry on a
     /// subscription with consumers, the earliest timeout of an open
     /// transaction, a pending-ack replay retry, or the coordinator's
-    /// recovery retry. A deadline at or before now means "as
+    /// recovery retry, consumed-ledger trimming. A deadline at or before now means "as
     /// soon as you can"; `None`: no timer needed.
     pub fn poll_timeout(&self) -> Option<u64> {
         self.topics
@@ -236,14 +253,17 @@ impl Broker {
             .filter(|s| !s.consumers.is_empty())
             .filter_map(|s| s.tracker.next_delivery_time())
             .chain(self.txn_timeout())
+            .chain(self.trim_deadline())
             .min()
     }
 
     /// The timer fired: dispatches every subscription with consumers (due
-    /// delayed entries, and anything a consumer can now take).
+    /// delayed entries, and anything a consumer can now take), and trims
+    /// consumed ledgers when their interval has passed.
     pub fn handle_timeout(&mut self, now_ms: u64) {
         self.tick(now_ms);
         self.txn_timers();
+        self.trim_if_due();
         for t in self.topics.values_mut() {
             for s in t.subscriptions.values_mut() {
                 if !s.consumers.is_empty() {
@@ -299,7 +319,7 @@ impl Broker {
         if !self.topics.contains_key(&name) {
             let ml = ManagedLedger::open(
                 name.clone(),
-                LedgerConfig::default(),
+                self.config.ledger.clone(),
                 Arc::new(self.store.clone()),
             )
             .map_err(error::comp)?;

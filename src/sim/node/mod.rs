@@ -87,6 +87,20 @@ const STORE_CACHE_BYTES: usize = 4 * 1024 * 1024;
 /// A run stops at this virtual time (the rest is "unfinished").
 const VIRTUAL_LIMIT_MS: u64 = 6 * 3_600_000;
 
+/// Virtual ms between two trims of consumed ledgers in the node engine.
+const RETENTION_CHECK_INTERVAL_MS: u64 = 1_000;
+
+/// The core's settings for workload `w`: its entries per ledger (a
+/// workload with small ledgers has consumed ledgers trimmed, at crash
+/// points too), no retention, trimming every
+/// [`RETENTION_CHECK_INTERVAL_MS`].
+fn node_broker_config(w: &Workload) -> BrokerConfig {
+    let mut c = BrokerConfig::new("pulsar://sim-node:6650");
+    c.ledger.max_entries_per_ledger = w.max_entries_per_ledger;
+    c.retention_check_interval_ms = RETENTION_CHECK_INTERVAL_MS;
+    c
+}
+
 /// What the node engine did, beyond the model engine's counters.
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
 pub struct NodeActivity {
@@ -118,6 +132,9 @@ pub struct NodeActivity {
     pub frames_from_broker: u64,
     /// Durable writes of the store over the run.
     pub durable_writes: u64,
+    /// Consumed ledgers the core deleted (`broker::lifecycle`), over every
+    /// broker generation.
+    pub ledgers_deleted: u64,
 }
 
 /// Which client a connection belongs to.
@@ -284,7 +301,7 @@ pub fn run(
     }
     n.node.durable_writes = n.storage.stats().durable_writes;
     // The last core closes cleanly.
-    n.broker = None;
+    n.retire_broker();
     let Node {
         checker,
         mut activity,
@@ -338,11 +355,7 @@ impl Node<'_> {
         self.timer_at = None;
         self.timer_fired = None;
         let now = EPOCH_BASE_MS + self.now();
-        self.broker = Some(Broker::new(
-            store,
-            BrokerConfig::new("pulsar://sim-node:6650"),
-            now,
-        ));
+        self.broker = Some(Broker::new(store, node_broker_config(self.w), now));
         if self.crashes_left > 0 {
             let base = self.storage.durable_writes_since_open();
             let k = base + self.rng.random_range(1..=self.w.faults.crash_window);
@@ -489,9 +502,16 @@ impl Node<'_> {
         }
     }
 
+    /// Drops the core, counting what it did.
+    fn retire_broker(&mut self) {
+        if let Some(b) = self.broker.take() {
+            self.node.ledgers_deleted += b.ledgers_deleted_total();
+        }
+    }
+
     /// The broker process died at a crash point: nothing more of it runs.
     fn crash(&mut self) {
-        self.broker = None;
+        self.retire_broker();
         self.storage.recover();
         self.crashes_left = self.crashes_left.saturating_sub(1);
         self.node.crash_points += 1;
@@ -503,7 +523,7 @@ impl Node<'_> {
         if self.broker.is_none() {
             return;
         }
-        self.broker = None;
+        self.retire_broker();
         self.node.clean_restarts += 1;
         self.after_broker_gone();
     }
