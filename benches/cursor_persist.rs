@@ -11,8 +11,10 @@
 use std::hint::black_box;
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion};
-use pulsar_core::cursor::position_info::{decode_position_info, encode_position_info, PulsarForm};
-use pulsar_core::cursor::{compact, DeletionSnapshot};
+use pulsar_core::deletion::position_info::{
+    decode_position_info, encode_position_info, PulsarForm,
+};
+use pulsar_core::deletion::{compact, DeletionSnapshot};
 use pulsar_core::Position;
 use rand::{RngCore, SeedableRng};
 use rand_chacha::ChaCha8Rng;

@@ -26,7 +26,7 @@ mod bench {
     use std::time::{Duration, Instant};
 
     use criterion::{BenchmarkId, Criterion};
-    use pulsar_core::cursor::{CursorDeletionState, LedgerLayout};
+    use pulsar_core::deletion::{CursorDeletionState, LedgerLayout};
     use pulsar_core::Position;
 
     /// (group, variant, N) → per-sample ns/op.

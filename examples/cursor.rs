@@ -4,7 +4,7 @@
 //!
 //! Run: `cargo run --example cursor`
 
-use pulsar_core::cursor::{CursorDeletionState, LedgerLayout};
+use pulsar_core::deletion::{CursorDeletionState, LedgerLayout};
 use pulsar_core::Position;
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {

@@ -25,11 +25,11 @@
 use std::hint::black_box;
 use std::time::{Duration, Instant};
 
-use pulsar_core::cursor::position_info::{
+use pulsar_core::deletion::position_info::{
     decode_position_info, encode_position_info, PositionInfoError, PulsarForm,
     PULSAR_MAX_UNACKED_RANGES_TO_PERSIST,
 };
-use pulsar_core::cursor::{compact, DeletionSnapshot};
+use pulsar_core::deletion::{compact, DeletionSnapshot};
 use pulsar_core::Position;
 use rand::{RngCore, SeedableRng};
 use rand_chacha::ChaCha8Rng;

@@ -5,7 +5,7 @@
 //! Run: `cargo run --example permits`
 
 use pulsar_core::permits::client::{resolve_full, CommandBudget};
-use pulsar_core::permits::wire::CommandMessage;
+use pulsar_core::proto::wire::CommandMessage;
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     // A batch of 10 messages of which indexes 0, 1, 2 are still deliverable

@@ -5,7 +5,7 @@
 //! answers with, encoded by the crate's own encoders.
 //!
 //! - no argument (or `encode`): one line per fixture, `NAME HEX`, the bytes
-//!   `cursor::position_info`, `pending_ack::record`, `permits::wire` and
+//!   `cursor::position_info`, `pending_ack::record`, `proto::wire` and
 //!   `delayed::snapshot` produce; the checker compares them with protoc's bytes for the same
 //!   fixture built from the `.proto` transcriptions in `tests/protoc/`.
 //! - `decode FILE`: FILE holds `NAME HEX` lines written by protoc's
@@ -25,20 +25,20 @@ use std::collections::BTreeMap;
 use std::process::ExitCode;
 
 use prost::Message;
-use pulsar_core::cursor::position_info::{
-    decode_managed_cursor_info, decode_position_info, encode_managed_cursor_info,
-    encode_position_info, DecodedPositionInfo, PulsarForm,
-};
-use pulsar_core::cursor::DeletionSnapshot;
 use pulsar_core::delayed::snapshot::{decode_metadata, decode_segment};
 use pulsar_core::delayed::{
     cut_segments, DelayedIndex, DelayedOperationType, IndexEntry, SnapshotMetadata,
     SnapshotSegment, SnapshotSegmentMetadata,
 };
+use pulsar_core::deletion::position_info::{
+    decode_managed_cursor_info, decode_position_info, encode_managed_cursor_info,
+    encode_position_info, DecodedPositionInfo, PulsarForm,
+};
+use pulsar_core::deletion::DeletionSnapshot;
 use pulsar_core::pending_ack::record::{
     decode_entry, encode_batch, AckedPosition, PendingAckRecord, TxnId,
 };
-use pulsar_core::permits::wire::{
+use pulsar_core::proto::wire::{
     decode_base_command, AckType, BaseCommand, Command, CommandAck, CommandFlow, CommandMessage,
     MessageIdData,
 };
@@ -47,13 +47,13 @@ use roaring::RoaringBitmap;
 
 /// The broker core's own PulsarApi messages (the handshake, lookup,
 /// producer and response commands `pulsar-core serve` answers with).
-use pulsar_core::broker::proto::{
+use pulsar_core::proto::command::{
     BrokerCommand as ServeCommand, CommandAckResponse, CommandConnected, CommandError,
     CommandGetLastMessageIdResponse, CommandGetSchemaResponse, CommandLookupTopicResponse,
     CommandPartitionedTopicMetadataResponse, CommandProducerSuccess, CommandSendError,
     CommandSendReceipt, Empty,
 };
-use pulsar_core::broker::txn::proto::{CommandTcClientConnectResponse, CommandTxnResponse};
+use pulsar_core::proto::txn::{CommandTcClientConnectResponse, CommandTxnResponse};
 
 /// What a fixture is, so its decoded form can be compared.
 enum Fixture {

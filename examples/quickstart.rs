@@ -7,7 +7,7 @@
 
 use std::sync::Arc;
 
-use pulsar_core::cursor::{CursorDeletionState, SkipDeleted};
+use pulsar_core::deletion::{CursorDeletionState, SkipDeleted};
 use pulsar_core::ledger::{LedgerConfig, ManagedLedger, MemoryStore};
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {

@@ -1,4 +1,4 @@
-//! loom: the lock-free read-scheduling hint of `src/cursor` never gives a
+//! loom: the lock-free read-scheduling hint of `src/deletion` never gives a
 //! stale positive, in every interleaving (preemption bound 2; 3 with
 //! `LOOM_MAX_PREEMPTIONS=3`). The scenarios and their negative controls are
 //! `tests/scenarios/cursor.rs` (see its docs for what each checks and what

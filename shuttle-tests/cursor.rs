@@ -1,4 +1,4 @@
-//! shuttle: the lock-free read-scheduling hint of `src/cursor` under large
+//! shuttle: the lock-free read-scheduling hint of `src/deletion` under large
 //! random and PCT (depth 3) schedules, with fixed seeds. The scenarios and
 //! their negative controls are `tests/scenarios/cursor.rs` (see its docs),
 //! shared with `loom-tests/cursor.rs`: every loom scenario runs here too,

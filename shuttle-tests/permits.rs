@@ -41,7 +41,7 @@ use pulsar_core::permits::client::{
     encode_entry_payload, ClientConnection, ClientConsumer, ClientFrame, CloseReason,
     CommandOutcomeKind, Incarnation, ReturnOutcome,
 };
-use pulsar_core::permits::wire::{
+use pulsar_core::proto::wire::{
     ack_set_from_indexes, CommandMessage, MessageMetadata, SingleMessageMetadata,
 };
 use pulsar_core::Position;

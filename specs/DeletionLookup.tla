@@ -1,7 +1,7 @@
 --------------------------- MODULE DeletionLookup ---------------------------
 (***************************************************************************)
 (* A subscription's cursor deletion state (Pulsar's ManagedCursorImpl:    *)
-(* mark-delete + individually deleted ranges; pulsar-core's src/cursor)    *)
+(* mark-delete + individually deleted ranges; pulsar-core's src/deletion)    *)
 (* and its lock-free read-scheduling hint, which the dispatcher asks to   *)
 (* skip reading acknowledged entries. It protects: a "deleted" answer is  *)
 (* never stale after a reset (a seek or rewind) that already completed.   *)

@@ -1,6 +1,6 @@
 ------------------------- MODULE TraceDeletionLookup -------------------------
 (***************************************************************************)
-(* Trace validation of src/cursor against DeletionLookup: TLC replays the  *)
+(* Trace validation of src/deletion against DeletionLookup: TLC replays the  *)
 (* ndjson lines the implementation's hooks recorded (src/trace.rs,        *)
 (* feature `trace`; one line per spec action, named after it) and         *)
 (* constrains DeletionLookup's actions to follow them, line by line.      *)

@@ -9,9 +9,10 @@
 //! |---|---|---|
 //! | [`position`] | — | `Position` (ledger_id, entry_id) |
 //! | [`ledger`] | — | managed-ledger substrate: ledgers, entries, cursors, durable store |
-//! | [`cursor`] | 004 | individually deleted ranges (roaring per ledger) and the lock-free read-scheduling hint |
+//! | [`deletion`] | 004 | a cursor's deletion state: mark-delete, individually deleted ranges (roaring per ledger) and the lock-free read-scheduling hint |
 //! | [`pending_ack`] | 001 | pending-ack log replay: read pipeline, failure classification, rewind, retry with backoff, buffered writer |
 //! | [`delayed`] | 000 | bucket delayed delivery tracker with durable snapshots |
+//! | [`proto`] | — | Pulsar's binary protocol: `PulsarApi.proto` messages, frames, message metadata, proto2 presence |
 //! | [`permits`] | 003 | PIP-491 exact permit accounting: `message_permits` on the wire, broker finalisation, client budget, per-incarnation accumulator |
 //! | [`broker`] | all | the broker core: topics, subscriptions, dispatch, acks as a sans-io state machine (`serve` drives it) |
 //! | `sim` (feature `sim`) | all | `pulsar-core simulate`: the broker-in-a-box on the real components, fault injection, independent delivery checker |
@@ -35,12 +36,13 @@
 #![warn(missing_docs)]
 
 pub mod broker;
-pub mod cursor;
 pub mod delayed;
+pub mod deletion;
 pub mod ledger;
 pub mod pending_ack;
 pub mod permits;
 pub mod position;
+pub mod proto;
 #[cfg(feature = "sim")]
 pub mod sim;
 #[cfg(feature = "trace")]

@@ -429,7 +429,7 @@ impl<T: fmt::Debug> fmt::Debug for Published<T> {
 
 /// A cell written at most once, then read without a lock: a lazily
 /// allocated part of a structure that lock-free readers reach (the cursor's
-/// bitmap mirror chunks, `crate::cursor`'s `BitMirror`).
+/// bitmap mirror chunks, `crate::deletion`'s `BitMirror`).
 ///
 /// Contract: [`SetOnce::with`] runs its closure on the value if it has been
 /// set (and returns `None` otherwise); everything the initialising thread

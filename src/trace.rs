@@ -33,7 +33,7 @@
 //!
 //! | spec                  | hooks                                 | recorded by |
 //! |-----------------------|---------------------------------------|-------------|
-//! | `DeletionLookup`      | [`deletion`] (src/cursor)             | `tests/trace_deletion.rs` (shuttle random schedules; PCT schedules of a mark-delete crossing the ledger boundary); `tests/trace_deletion_model.rs` (proptest cases from a fixed seed, each checked against a `BTreeSet` reference model while recorded: acks in and out of order, explicit mark-deletes, resets, restarts); `pulsar-core simulate --trace-dir` (`crate::sim::sim_trace`: one run per deletion state, with its cursor's `Persist` lines; a state recovered after a restart names its cursor's previous run) |
+//! | `DeletionLookup`      | [`deletion`] (src/deletion)             | `tests/trace_deletion.rs` (shuttle random schedules; PCT schedules of a mark-delete crossing the ledger boundary); `tests/trace_deletion_model.rs` (proptest cases from a fixed seed, each checked against a `BTreeSet` reference model while recorded: acks in and out of order, explicit mark-deletes, resets, restarts); `pulsar-core simulate --trace-dir` (`crate::sim::sim_trace`: one run per deletion state, with its cursor's `Persist` lines; a state recovered after a restart names its cursor's previous run) |
 //! | `LedgerCursor`        | [`ledger_cursor`] (src/ledger)        | `tests/trace_ledger_cursor.rs` (the cases of the proptest model test `tests/ledger_cursor_model.rs`, fixed seed, each checked against the reference model while recorded); `pulsar-core simulate --trace-dir` (`crate::sim::sim_trace`: one run per cursor) |
 //! | `PendingAckReplay`    | [`pending_ack`] (src/pending_ack)     | `tests/trace_pending_ack.rs` (handle runs: manual executor, virtual timer, inline reads, injected read failures); `tests/trace_pending_ack_threads.rs` (the same runs under shuttle schedules: executor thread, reader thread, timer); `pulsar-core simulate --trace-dir` (`crate::sim::sim_trace`) |
 //! | `PermitConservation`  | [`permits`] (src/permits)             | `tests/trace_permits.rs`; `pulsar-core simulate --trace-dir` (`crate::sim::sim_trace`, feature `sim`) |
@@ -85,7 +85,7 @@ pub(crate) fn record(action: &'static str, fields: serde_json::Value) {
     }
 }
 
-/// Hooks of `specs/DeletionLookup.tla` (src/cursor): every line names its
+/// Hooks of `specs/DeletionLookup.tla` (src/deletion): every line names its
 /// cursor deletion state (`ds`, from [`next_id`](deletion::next_id), so the
 /// simulator's lines split into one run per state); positions are
 /// `[ledger_id, entry_id]`, epochs the reset epoch as read or written.

@@ -19,8 +19,8 @@ use pulsar_core::delayed::{
 use pulsar_core::ledger::{LedgerConfig, LedgerStore, ManagedLedger, RedbStore};
 use pulsar_core::pending_ack::record::encode_batch;
 use pulsar_core::pending_ack::{AckType, AckedPosition, PendingAckRecord, TxnId};
-use pulsar_core::permits::frame::{encode_entry_payload, encode_payload_frame};
-use pulsar_core::permits::wire::{
+use pulsar_core::proto::frame::{encode_entry_payload, encode_payload_frame};
+use pulsar_core::proto::wire::{
     Command as WireCommand, CommandMessage, MessageIdData, MessageMetadata, SingleMessageMetadata,
 };
 use pulsar_core::Position;

@@ -7,8 +7,10 @@
 
 use std::sync::Arc;
 
-use pulsar_core::cursor::position_info::{decode_position_info, encode_position_info, PulsarForm};
-use pulsar_core::cursor::{BatchAckOutcome, CursorDeletionState, LedgerLayout};
+use pulsar_core::deletion::position_info::{
+    decode_position_info, encode_position_info, PulsarForm,
+};
+use pulsar_core::deletion::{BatchAckOutcome, CursorDeletionState, LedgerLayout};
 use pulsar_core::ledger::{LedgerConfig, ManagedLedger, RedbStore};
 
 mod common;

@@ -8,8 +8,8 @@
 //! The streams are built field by field with a valid CRC-32C trailer, so
 //! each case reaches the check it is about instead of failing the checksum.
 
-use pulsar_core::cursor::compact::{self, CompactError, MAGIC, VERSION};
-use pulsar_core::cursor::DeletionSnapshot;
+use pulsar_core::deletion::compact::{self, CompactError, MAGIC, VERSION};
+use pulsar_core::deletion::DeletionSnapshot;
 use pulsar_core::Position;
 use roaring::RoaringBitmap;
 

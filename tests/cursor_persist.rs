@@ -7,10 +7,10 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use pulsar_core::cursor::position_info::{
+use pulsar_core::deletion::position_info::{
     decode_position_info, encode_position_info, PositionInfoError, PulsarForm,
 };
-use pulsar_core::cursor::{compact, CursorDeletionState, DeletionSnapshot, LedgerLayout};
+use pulsar_core::deletion::{compact, CursorDeletionState, DeletionSnapshot, LedgerLayout};
 use pulsar_core::ledger::{
     LedgerConfig, LedgerError, LedgerStore, ManagedLedger, RedbStore, StoreError,
 };

@@ -13,12 +13,12 @@
 use std::collections::BTreeMap;
 
 use proptest::prelude::*;
-use pulsar_core::cursor::position_info::{
+use pulsar_core::deletion::position_info::{
     bitmap_to_words, decode_position_info, encode_position_info, words_to_bitmap,
     PositionInfoError, PulsarForm,
 };
-use pulsar_core::cursor::DeletionSnapshot;
-use pulsar_core::permits::presence::PresenceError;
+use pulsar_core::deletion::DeletionSnapshot;
+use pulsar_core::proto::presence::PresenceError;
 use pulsar_core::Position;
 use roaring::RoaringBitmap;
 
@@ -291,7 +291,7 @@ proptest! {
 
 #[test]
 fn managed_cursor_info_for_the_metadata_store() {
-    use pulsar_core::cursor::position_info::{
+    use pulsar_core::deletion::position_info::{
         decode_managed_cursor_info, encode_managed_cursor_info,
     };
     // cursorsLedgerId -1 (ten bytes), mark-delete 5:0 as optional fields 2
@@ -368,16 +368,16 @@ fn batch_positions_must_name_an_entry() {
     assert_eq!(decoded.snapshot.batch_ack_sets.len(), 1);
     // the same bytes with ledger id -1 in the batch position
     let mut info =
-        pulsar_core::cursor::position_info::to_message(&with_batch(0, 3), RANGES, &[]).unwrap();
+        pulsar_core::deletion::position_info::to_message(&with_batch(0, 3), RANGES, &[]).unwrap();
     info.batched_entry_deletion_index_info[0].position.ledger_id = -1;
     assert!(matches!(
-        pulsar_core::cursor::position_info::from_message(&info),
+        pulsar_core::deletion::position_info::from_message(&info),
         Err(PositionInfoError::InvalidBatchPosition { .. })
     ));
     info.batched_entry_deletion_index_info[0].position.ledger_id = 0;
     info.batched_entry_deletion_index_info[0].position.entry_id = -1;
     assert!(matches!(
-        pulsar_core::cursor::position_info::from_message(&info),
+        pulsar_core::deletion::position_info::from_message(&info),
         Err(PositionInfoError::InvalidBatchPosition { .. })
     ));
 }

@@ -10,7 +10,7 @@ use common::{deleted_ranges, p};
 use std::collections::BTreeSet;
 
 use proptest::prelude::*;
-use pulsar_core::cursor::{PositionRangeSet, RangeSetError};
+use pulsar_core::deletion::{PositionRangeSet, RangeSetError};
 use pulsar_core::Position;
 
 const U32_MAX: i64 = u32::MAX as i64;

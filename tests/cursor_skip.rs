@@ -8,7 +8,7 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 
 use proptest::prelude::*;
-use pulsar_core::cursor::{CursorDeletionState, LedgerLayout, SkipDeleted, SkipMode};
+use pulsar_core::deletion::{CursorDeletionState, LedgerLayout, SkipDeleted, SkipMode};
 use pulsar_core::ledger::{LedgerConfig, ManagedLedger, MemoryStore};
 use pulsar_core::Position;
 use rand::{Rng, SeedableRng};

@@ -12,7 +12,7 @@
 
 use std::sync::Arc;
 
-use pulsar_core::cursor::CursorDeletionState;
+use pulsar_core::deletion::CursorDeletionState;
 use pulsar_core::ledger::{
     LedgerConfig, LedgerStore, ManagedLedger, MemoryStore, RedbStore, StoreError,
 };

@@ -20,7 +20,7 @@ mod watchdog;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use pulsar_core::cursor::CursorDeletionState;
+use pulsar_core::deletion::CursorDeletionState;
 use pulsar_core::ledger::{LedgerConfig, LedgerStore, ManagedCursor, ManagedLedger, RedbStore};
 use pulsar_core::pending_ack::*;
 use pulsar_core::Position;

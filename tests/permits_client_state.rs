@@ -14,7 +14,7 @@ use pulsar_core::permits::client::{
     ClientConnection, ClientConsumer, ClientFrame, ClientPermitError, CloseReason, CommandBudget,
     Incarnation, ReturnOutcome,
 };
-use pulsar_core::permits::wire::CommandFlow;
+use pulsar_core::proto::wire::CommandFlow;
 
 fn accepted(
     flow_requested: u32,
@@ -149,7 +149,7 @@ fn a_command_budget_counts_what_is_left_to_claim() {
 #[test]
 fn explicit_permits_are_valid_from_1_to_i32_max_inclusive() {
     use pulsar_core::permits::client::{resolve_early, PermitProtocolError, PermitSource};
-    use pulsar_core::permits::wire::{CommandMessage, MAX_PERMITS};
+    use pulsar_core::proto::wire::{CommandMessage, MAX_PERMITS};
     let early = |p: u32| {
         resolve_early(&CommandMessage {
             message_permits: Some(p),

@@ -22,7 +22,7 @@ use pulsar_core::permits::client::{
     encode_entry_payload, resolve_early, resolve_full, ClientConnection, ClientConsumer,
     CommandBudget, CommandOutcomeKind, PermitProtocolError, PermitSource,
 };
-use pulsar_core::permits::wire::{
+use pulsar_core::proto::wire::{
     self, CommandFlow, CommandMessage, MessageIdData, MessageMetadata, SingleMessageMetadata,
 };
 use std::sync::Arc;

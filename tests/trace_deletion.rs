@@ -1,5 +1,5 @@
 //! Trace recording for `specs/TraceDeletionLookup.tla`: the lock-free
-//! read-scheduling hint of `src/cursor` under fixed-seed shuttle random
+//! read-scheduling hint of `src/deletion` under fixed-seed shuttle random
 //! schedules — two grouped-ack threads, a reset thread (one backward reset,
 //! mark-delete back to (1,-1)) and ONE lookup thread (the spec has one
 //! reader). Every run's hook lines (src/trace.rs) go to one ndjson file,
@@ -22,7 +22,7 @@ use std::io::Write;
 use std::sync::Mutex as StdMutex;
 
 use pulsar_core::__model::sync::{thread, Arc};
-use pulsar_core::cursor::{CursorDeletionState, LedgerLayout};
+use pulsar_core::deletion::{CursorDeletionState, LedgerLayout};
 use pulsar_core::{trace, Position};
 use shuttle::scheduler::{PctScheduler, RandomScheduler};
 use shuttle::{Config, Runner};

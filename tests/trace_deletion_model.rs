@@ -1,6 +1,6 @@
 //! Trace recording for `specs/TraceDeletionLookup.tla` from proptest model
 //! runs: single-threaded operation sequences on one cursor deletion state
-//! of `src/cursor` (`CursorDeletionState`), generated from a fixed seed,
+//! of `src/deletion` (`CursorDeletionState`), generated from a fixed seed,
 //! each checked against a reference model while it is recorded.
 //!
 //! The managed ledger's layout is ledger_id 1 (entry_id 0..=3), 2 (no
@@ -58,7 +58,7 @@ use std::io::Write;
 use proptest::prelude::*;
 use proptest::strategy::ValueTree;
 use proptest::test_runner::{Config, RngAlgorithm, TestRng, TestRunner};
-use pulsar_core::cursor::{compact, CursorDeletionState, DeletionError, LedgerLayout};
+use pulsar_core::deletion::{compact, CursorDeletionState, DeletionError, LedgerLayout};
 use pulsar_core::{trace, Position};
 use serde_json::Value;
 

@@ -19,12 +19,12 @@ use pulsar_core::delayed::snapshot::{
 use pulsar_core::permits::client::{
     ClientConnection, ClientConsumer, ClientPermitError, CommandOutcomeKind, PermitProtocolError,
 };
-use pulsar_core::permits::frame::{
+use pulsar_core::proto::frame::{
     self, decode_frame, decode_frame_prefix, encode_entry_payload, encode_simple_frame,
     parse_entry_payload, split_batch, FrameError, PayloadError, DEFAULT_MAX_FRAME_SIZE,
 };
-use pulsar_core::permits::presence::check_required;
-use pulsar_core::permits::wire::{
+use pulsar_core::proto::presence::check_required;
+use pulsar_core::proto::wire::{
     self, Command, CommandFlow, CommandMessage, MessageIdData, MessageMetadata,
     SingleMessageMetadata, BASE_COMMAND,
 };

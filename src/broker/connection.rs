@@ -15,17 +15,17 @@ use std::collections::BTreeMap;
 use prost::Message;
 
 use crate::permits::broker::{Consumer, ConsumerKey};
-use crate::permits::frame::parse_entry_payload;
-use crate::permits::wire::MessageIdData;
+use crate::proto::frame::parse_entry_payload;
+use crate::proto::wire::MessageIdData;
 use crate::Position;
 
 use super::entry::entry_info;
 use super::error::{BrokerError, ConnectionError};
 use super::output::Output;
-use super::proto::{self, server_error, ty, BrokerCommand};
 use super::subscription::{sub_type, SubConsumer, Subscription};
 use super::topic::{name_for_error, MAX_NAME_BYTES};
 use super::{Broker, ConnectionId, MAX_MESSAGE_SIZE, PROTOCOL_VERSION};
+use crate::proto::command::{self, server_error, ty, BrokerCommand};
 
 /// A consumer on a connection: where it is attached.
 #[derive(Debug, Clone)]
@@ -59,7 +59,7 @@ fn position_of(m: &MessageIdData) -> Option<Position> {
 }
 
 fn require(raw: &[u8], ty: i32, fields: &[u32]) -> Result<(), ConnectionError> {
-    proto::has_required(raw, ty as u32, fields).map_err(ConnectionError::Malformed)
+    command::has_required(raw, ty as u32, fields).map_err(ConnectionError::Malformed)
 }
 
 impl Broker {
@@ -137,7 +137,7 @@ impl Broker {
             conn,
             BrokerCommand {
                 r#type: ty::ERROR,
-                error: Some(proto::CommandError {
+                error: Some(command::CommandError {
                     request_id,
                     error,
                     message,
@@ -152,7 +152,7 @@ impl Broker {
             conn,
             BrokerCommand {
                 r#type: ty::SUCCESS,
-                success: Some(proto::CommandSuccess { request_id }),
+                success: Some(command::CommandSuccess { request_id }),
                 ..Default::default()
             },
         );
@@ -209,7 +209,7 @@ impl Broker {
         payload: &[u8],
     ) -> Result<(), ConnectionError> {
         tracing::debug!(conn, ty = cmd.r#type, "command");
-        if !proto::is_command_type(cmd.r#type) {
+        if !command::is_command_type(cmd.r#type) {
             return Err(ConnectionError::Malformed(format!(
                 "command type {} is not a BaseCommand.Type value",
                 cmd.r#type
@@ -243,7 +243,7 @@ impl Broker {
                     conn,
                     BrokerCommand {
                         r#type: ty::CONNECTED,
-                        connected: Some(proto::CommandConnected {
+                        connected: Some(command::CommandConnected {
                             server_version,
                             protocol_version: Some(pv),
                             max_message_size: Some(MAX_MESSAGE_SIZE),
@@ -256,7 +256,7 @@ impl Broker {
                 conn,
                 BrokerCommand {
                     r#type: ty::PONG,
-                    pong: Some(proto::Empty {}),
+                    pong: Some(command::Empty {}),
                     ..Default::default()
                 },
             ),
@@ -272,21 +272,21 @@ impl Broker {
                 } else {
                     self.topic(&m.topic)
                 } {
-                    Ok(_) if tc => proto::CommandPartitionedTopicMetadataResponse {
+                    Ok(_) if tc => command::CommandPartitionedTopicMetadataResponse {
                         partitions: Some(1),
                         request_id: m.request_id,
                         response: Some(0),
                         error: None,
                         message: None,
                     },
-                    Ok(_) => proto::CommandPartitionedTopicMetadataResponse {
+                    Ok(_) => command::CommandPartitionedTopicMetadataResponse {
                         partitions: Some(0),
                         request_id: m.request_id,
                         response: Some(0),
                         error: None,
                         message: None,
                     },
-                    Err(e) => proto::CommandPartitionedTopicMetadataResponse {
+                    Err(e) => command::CommandPartitionedTopicMetadataResponse {
                         partitions: None,
                         request_id: m.request_id,
                         response: Some(1),
@@ -313,7 +313,7 @@ impl Broker {
                 } else {
                     self.topic(&m.topic)
                 } {
-                    Ok(_) => proto::CommandLookupTopicResponse {
+                    Ok(_) => command::CommandLookupTopicResponse {
                         broker_service_url: Some(self.config.advertised_url.clone()),
                         response: Some(1),
                         request_id: m.request_id,
@@ -321,7 +321,7 @@ impl Broker {
                         error: None,
                         message: None,
                     },
-                    Err(e) => proto::CommandLookupTopicResponse {
+                    Err(e) => command::CommandLookupTopicResponse {
                         broker_service_url: None,
                         response: Some(2),
                         request_id: m.request_id,
@@ -454,7 +454,7 @@ impl Broker {
                     BrokerCommand {
                         r#type: ty::GET_LAST_MESSAGE_ID_RESPONSE,
                         get_last_message_id_response: Some(
-                            proto::CommandGetLastMessageIdResponse {
+                            command::CommandGetLastMessageIdResponse {
                                 last_message_id: id(last),
                                 request_id: g.request_id,
                                 consumer_mark_delete_position: Some(id(md)),
@@ -465,12 +465,12 @@ impl Broker {
                 );
             }
             ty::GET_SCHEMA => {
-                let request_id = proto::nested_varint(raw, ty::GET_SCHEMA as u32, 1).unwrap_or(0);
+                let request_id = command::nested_varint(raw, ty::GET_SCHEMA as u32, 1).unwrap_or(0);
                 self.reply(
                     conn,
                     BrokerCommand {
                         r#type: ty::GET_SCHEMA_RESPONSE,
-                        get_schema_response: Some(proto::CommandGetSchemaResponse {
+                        get_schema_response: Some(command::CommandGetSchemaResponse {
                             request_id,
                             error_code: Some(server_error::TOPIC_NOT_FOUND),
                             error_message: Some("pulsar-core serve keeps no schemas".into()),
@@ -489,8 +489,8 @@ impl Broker {
             }
             other => {
                 let name = format!("command type {other} is not supported by pulsar-core serve");
-                match proto::request_id_tag(other)
-                    .and_then(|tag| proto::nested_varint(raw, other as u32, tag))
+                match command::request_id_tag(other)
+                    .and_then(|tag| command::nested_varint(raw, other as u32, tag))
                 {
                     Some(request_id) => self.error(
                         conn,
@@ -509,7 +509,7 @@ impl Broker {
         Ok(())
     }
 
-    fn handle_producer(&mut self, conn: ConnectionId, p: proto::CommandProducer) {
+    fn handle_producer(&mut self, conn: ConnectionId, p: command::CommandProducer) {
         if let Some(existing) = self.conn_mut(conn).producers.get(&p.producer_id) {
             // Pulsar's ServerCnx: a producer id already open on this
             // connection answers success with that producer's name and
@@ -519,7 +519,7 @@ impl Broker {
                 conn,
                 BrokerCommand {
                     r#type: ty::PRODUCER_SUCCESS,
-                    producer_success: Some(proto::CommandProducerSuccess {
+                    producer_success: Some(command::CommandProducerSuccess {
                         request_id: p.request_id,
                         producer_name,
                         last_sequence_id: Some(-1),
@@ -547,7 +547,7 @@ impl Broker {
                     conn,
                     BrokerCommand {
                         r#type: ty::PRODUCER_SUCCESS,
-                        producer_success: Some(proto::CommandProducerSuccess {
+                        producer_success: Some(command::CommandProducerSuccess {
                             request_id: p.request_id,
                             producer_name: name,
                             last_sequence_id: Some(-1),
@@ -563,7 +563,7 @@ impl Broker {
     fn send_error(
         &mut self,
         conn: ConnectionId,
-        s: &proto::CommandSend,
+        s: &command::CommandSend,
         error: i32,
         message: String,
     ) {
@@ -572,7 +572,7 @@ impl Broker {
             conn,
             BrokerCommand {
                 r#type: ty::SEND_ERROR,
-                send_error: Some(proto::CommandSendError {
+                send_error: Some(command::CommandSendError {
                     producer_id: s.producer_id,
                     sequence_id: s.sequence_id,
                     error,
@@ -585,7 +585,7 @@ impl Broker {
 
     /// SEND: validates the entry, appends it (synchronously: the receipt is
     /// queued after the commit), then dispatches the topic's subscriptions.
-    fn handle_send(&mut self, conn: ConnectionId, s: proto::CommandSend, payload: &[u8]) {
+    fn handle_send(&mut self, conn: ConnectionId, s: command::CommandSend, payload: &[u8]) {
         let Some(p) = self.conn_mut(conn).producers.get(&s.producer_id).cloned() else {
             return self.send_error(
                 conn,
@@ -662,7 +662,7 @@ impl Broker {
             conn,
             BrokerCommand {
                 r#type: ty::SEND_RECEIPT,
-                send_receipt: Some(proto::CommandSendReceipt {
+                send_receipt: Some(command::CommandSendReceipt {
                     producer_id: s.producer_id,
                     sequence_id: s.sequence_id,
                     message_id: Some(MessageIdData {
@@ -684,7 +684,7 @@ impl Broker {
         }
     }
 
-    fn handle_ack(&mut self, conn: ConnectionId, a: crate::permits::wire::CommandAck) {
+    fn handle_ack(&mut self, conn: ConnectionId, a: crate::proto::wire::CommandAck) {
         if a.txnid_most_bits.is_some() || a.txnid_least_bits.is_some() {
             return self.handle_txn_ack(conn, a);
         }
@@ -715,7 +715,7 @@ impl Broker {
                 conn,
                 BrokerCommand {
                     r#type: ty::ACK_RESPONSE,
-                    ack_response: Some(proto::CommandAckResponse {
+                    ack_response: Some(command::CommandAckResponse {
                         consumer_id: a.consumer_id,
                         txnid_least_bits: None,
                         txnid_most_bits: None,
@@ -736,7 +736,7 @@ impl Broker {
     /// subscription's pending-ack log until the transaction ends; answered
     /// with a `CommandAckResponse` carrying the transaction id (error
     /// `TransactionConflict` on a conflict), as Pulsar's `ServerCnx` does.
-    fn handle_txn_ack(&mut self, conn: ConnectionId, a: crate::permits::wire::CommandAck) {
+    fn handle_txn_ack(&mut self, conn: ConnectionId, a: crate::proto::wire::CommandAck) {
         let target = self
             .conns
             .get(&conn)
@@ -766,7 +766,7 @@ impl Broker {
         self.dispatch_consumer_sub(conn, a.consumer_id);
     }
 
-    fn handle_subscribe(&mut self, conn: ConnectionId, s: crate::permits::wire::CommandSubscribe) {
+    fn handle_subscribe(&mut self, conn: ConnectionId, s: crate::proto::wire::CommandSubscribe) {
         if self.conn_mut(conn).consumers.contains_key(&s.consumer_id) {
             // A re-subscribe of a live consumer id is idempotent in Pulsar.
             return self.success(conn, s.request_id);
@@ -829,7 +829,7 @@ impl Broker {
         &mut self,
         conn: ConnectionId,
         topic: &str,
-        s: &crate::permits::wire::CommandSubscribe,
+        s: &crate::proto::wire::CommandSubscribe,
     ) -> Result<(), BrokerError> {
         let now = self.now();
         let clock: std::sync::Arc<dyn crate::delayed::Clock> = self.clock.clone();

@@ -22,16 +22,16 @@
 //! A consumer whose connection is at or above the outbound high watermark
 //! counts as having no permits (Pulsar's `Consumer.isWritable`).
 
-use crate::cursor::SkipDeleted;
+use crate::deletion::SkipDeleted;
 use crate::ledger::{Entry, ManagedLedger};
 use crate::permits::broker::{AdmitAll, BrokerEntry};
 use crate::Position;
 
 use super::entry::{entry_info, EntryInfo};
 use super::output::Outbox;
-use super::proto::{ty, BrokerCommand};
 use super::subscription::{sub_type, SubConsumer, Subscription};
 use super::txn::{entry_txn, EntryTxn};
+use crate::proto::command::{ty, BrokerCommand};
 
 /// Entries read from the cursor (or replayed) per dispatch round.
 pub const READ_BATCH: usize = 100;

@@ -5,7 +5,7 @@
 use prost::Message;
 
 use super::key_shared::{sticky_key, sticky_key_hash, NONE_KEY};
-use super::proto::DispatchMetadata;
+use crate::proto::command::DispatchMetadata;
 
 /// What dispatch needs from an entry's metadata.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -42,8 +42,8 @@ const MIN_BATCHED_MESSAGE_BYTES: usize = 6;
 /// A description of the defect (checksum, sizes).
 pub fn metadata_and_payload(
     data: &[u8],
-) -> Result<(&[u8], crate::permits::frame::EntryPayload<'_>), String> {
-    let parsed = crate::permits::frame::parse_entry_payload(data).map_err(|e| e.to_string())?;
+) -> Result<(&[u8], crate::proto::frame::EntryPayload<'_>), String> {
+    let parsed = crate::proto::frame::parse_entry_payload(data).map_err(|e| e.to_string())?;
     let meta_len = data.len() - parsed.payload.len();
     let mut at = 0usize;
     if data.get(0..2) == Some(&[0x0e, 0x02]) {
@@ -75,7 +75,7 @@ pub fn entry_info(data: &[u8]) -> Result<EntryInfo, String> {
     // bounded like any frame.
     let batch_bytes = match m.compression {
         Some(c) if c != 0 => (m.uncompressed_size.unwrap_or(0) as usize)
-            .min(crate::permits::frame::DEFAULT_MAX_FRAME_SIZE),
+            .min(crate::proto::frame::DEFAULT_MAX_FRAME_SIZE),
         _ => parsed.payload.len(),
     };
     if batch > 1 && (batch as usize).saturating_mul(MIN_BATCHED_MESSAGE_BYTES) > batch_bytes {

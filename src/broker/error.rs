@@ -3,7 +3,7 @@
 //! [`ConnectionError`] (the connection is closed, with the reason logged by
 //! the adapter).
 
-use super::proto::server_error;
+use crate::proto::command::server_error;
 
 /// A refused request, answered as `CommandError` (or the response's error
 /// fields) with [`BrokerError::server_error`].

@@ -123,8 +123,8 @@ impl FrameCutter {
 #[cfg(all(test, not(any(loom, feature = "shuttle"))))]
 mod tests {
     use super::*;
-    use crate::broker::proto::{ty, BrokerCommand, Empty};
     use crate::broker::OutFrame;
+    use crate::proto::command::{ty, BrokerCommand, Empty};
     use prost::Message;
 
     fn frame(cmd: &BrokerCommand, payload: Vec<u8>) -> Vec<u8> {

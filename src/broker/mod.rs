@@ -18,7 +18,7 @@
 //! | `dispatch.rs` | `PersistentDispatcherMultipleConsumers` (Shared), `PersistentDispatcherSingleActiveConsumer` (Exclusive, Failover), `PersistentStickyKeyDispatcherMultipleConsumers` (Key_Shared) |
 //! | [`subscription::SubConsumer`] | `Consumer` (with PIP-491 permits: `permits::broker::Consumer`) |
 //! | [`key_shared`] | `ConsistentHashingStickyKeyConsumerSelector`, `Murmur3_32Hash`, `Commands.peekStickyKey` |
-//! | [`proto`] | the `PulsarApi.proto` messages the core reads and writes |
+//! | [`crate::proto::command`] | the `PulsarApi.proto` messages the core reads and writes |
 //! | [`txn`] | `TransactionMetadataStore` (coordinator), `TopicTransactionBuffer`, `PendingAckHandleImpl` wiring, `ServerCnx`'s transaction handlers |
 //!
 //! ## Input / output contract
@@ -95,7 +95,6 @@ pub mod framing;
 pub mod key_shared;
 mod lifecycle;
 pub mod output;
-pub mod proto;
 pub mod subscription;
 pub mod topic;
 pub mod txn;
@@ -124,7 +123,7 @@ pub type ConnectionId = u64;
 
 /// Largest frame `serve` accepts: Pulsar's `maxMessageSize` (5 MiB) plus
 /// 10 KiB of headers.
-pub const MAX_FRAME_SIZE: usize = crate::permits::frame::DEFAULT_MAX_FRAME_SIZE;
+pub const MAX_FRAME_SIZE: usize = crate::proto::frame::DEFAULT_MAX_FRAME_SIZE;
 /// Advertised `max_message_size` (Pulsar's default `maxMessageSize`).
 pub const MAX_MESSAGE_SIZE: i32 = 5 * 1024 * 1024;
 /// Protocol version the core speaks (v19: up to transactions' TC connect).

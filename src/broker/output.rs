@@ -7,8 +7,8 @@ use std::collections::{BTreeMap, VecDeque};
 
 use prost::Message;
 
-use super::proto::BrokerCommand;
 use super::ConnectionId;
+use crate::proto::command::BrokerCommand;
 
 /// One output of the core, in the order it was produced.
 #[derive(Debug, Clone, PartialEq, Eq)]

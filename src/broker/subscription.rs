@@ -8,14 +8,14 @@ use std::collections::{BTreeMap, BTreeSet};
 // Ownership handles use std's Arc in every build (see `ledger::managed_ledger`).
 use std::sync::Arc;
 
-use crate::cursor::CursorDeletionState;
 use crate::delayed::{
     BucketDelayedDeliveryTracker, BucketTrackerConfig, Clock, RedbSnapshotStorage,
 };
+use crate::deletion::CursorDeletionState;
 use crate::ledger::{ManagedCursor, ManagedLedger, RedbStore};
 use crate::pending_ack::PendingAckHandle;
 use crate::permits::broker::{Consumer, ConsumerKey};
-use crate::permits::wire::{self, MessageIdData};
+use crate::proto::wire::{self, MessageIdData};
 use crate::sync::Mutex;
 use crate::Position;
 

@@ -5,13 +5,13 @@ use std::sync::Arc;
 
 use prost::Message;
 
-use super::proto::{self, server_error, ty, BrokerCommand};
 use super::subscription::{sub_type, Subscription};
 use super::*;
 use crate::delayed::VirtualClock;
 use crate::ledger::{LedgerConfig, ManagedLedger, RedbStore};
-use crate::permits::frame::{crc32c, encode_entry_payload};
-use crate::permits::wire::{
+use crate::proto::command::{self, server_error, ty, BrokerCommand};
+use crate::proto::frame::{crc32c, encode_entry_payload};
+use crate::proto::wire::{
     CommandAck, CommandFlow, CommandMessage, CommandRedeliverUnacknowledgedMessages,
     CommandSubscribe, MessageIdData, MessageMetadata, SingleMessageMetadata,
 };
@@ -56,7 +56,7 @@ fn connect(b: &mut Broker, conn: u64) {
         conn,
         BrokerCommand {
             r#type: ty::CONNECT,
-            connect: Some(proto::CommandConnect {
+            connect: Some(command::CommandConnect {
                 client_version: "test".into(),
                 protocol_version: Some(21),
             }),
@@ -65,7 +65,7 @@ fn connect(b: &mut Broker, conn: u64) {
     );
     let expected = BrokerCommand {
         r#type: ty::CONNECTED,
-        connected: Some(proto::CommandConnected {
+        connected: Some(command::CommandConnected {
             server_version: format!("pulsar-core {}", env!("CARGO_PKG_VERSION")),
             protocol_version: Some(PROTOCOL_VERSION),
             max_message_size: Some(MAX_MESSAGE_SIZE),
@@ -81,7 +81,7 @@ fn producer(b: &mut Broker, conn: u64, pid: u64) {
         conn,
         BrokerCommand {
             r#type: ty::PRODUCER,
-            producer: Some(proto::CommandProducer {
+            producer: Some(command::CommandProducer {
                 topic: "t".into(),
                 producer_id: pid,
                 request_id: 100 + pid,
@@ -150,7 +150,7 @@ fn send_with(
 ) -> (Position, Vec<(u64, BrokerCommand, usize)>) {
     let c = BrokerCommand {
         r#type: ty::SEND,
-        send: Some(proto::CommandSend {
+        send: Some(command::CommandSend {
             producer_id: pid,
             sequence_id: seq,
             ..Default::default()
@@ -203,7 +203,7 @@ fn subscribe(b: &mut Broker, conn: u64, cid: u64, sub: &str, st: i32, name: &str
 fn success(request_id: u64) -> BrokerCommand {
     BrokerCommand {
         r#type: ty::SUCCESS,
-        success: Some(proto::CommandSuccess { request_id }),
+        success: Some(command::CommandSuccess { request_id }),
         ..Default::default()
     }
 }
@@ -339,7 +339,7 @@ fn individual_cumulative_and_batch_index_acks() {
     let out = ack(&mut b, 1, 7, false, vec![mid(ps[2], vec![0b100])], Some(9));
     let ack_response = BrokerCommand {
         r#type: ty::ACK_RESPONSE,
-        ack_response: Some(proto::CommandAckResponse {
+        ack_response: Some(command::CommandAckResponse {
             consumer_id: 7,
             txnid_least_bits: None,
             txnid_most_bits: None,
@@ -421,7 +421,7 @@ fn a_closed_consumers_unacknowledged_entries_go_to_another_consumer() {
         1,
         BrokerCommand {
             r#type: ty::CLOSE_CONSUMER,
-            close_consumer: Some(proto::CommandIdRequest {
+            close_consumer: Some(command::CommandIdRequest {
                 id: 7,
                 request_id: 5,
             }),
@@ -461,7 +461,7 @@ fn a_same_connection_resubscribe_is_a_new_incarnation() {
     assert_eq!(flow(&mut b, 1, 7, 10).len(), 3);
     let close = BrokerCommand {
         r#type: ty::CLOSE_CONSUMER,
-        close_consumer: Some(proto::CommandIdRequest {
+        close_consumer: Some(command::CommandIdRequest {
             id: 7,
             request_id: 5,
         }),
@@ -665,7 +665,7 @@ fn dispatch_waits_for_writes_below_the_high_watermark() {
         1,
         &enc(&BrokerCommand {
             r#type: ty::CONNECT,
-            connect: Some(proto::CommandConnect {
+            connect: Some(command::CommandConnect {
                 client_version: "test".into(),
                 protocol_version: Some(21),
             }),
@@ -721,7 +721,7 @@ fn protocol_errors_close_the_connection_and_requests_get_pulsars_codes() {
     b.handle_open(2, T0);
     let ping = BrokerCommand {
         r#type: ty::PING,
-        ping: Some(proto::Empty {}),
+        ping: Some(command::Empty {}),
         ..Default::default()
     };
     assert!(matches!(
@@ -752,7 +752,7 @@ fn protocol_errors_close_the_connection_and_requests_get_pulsars_codes() {
     // A transactional SEND is refused with NotAllowedError.
     let c = BrokerCommand {
         r#type: ty::SEND,
-        send: Some(proto::CommandSend {
+        send: Some(command::CommandSend {
             producer_id: 1,
             sequence_id: 4,
             txnid_most_bits: Some(1),
@@ -774,7 +774,7 @@ fn protocol_errors_close_the_connection_and_requests_get_pulsars_codes() {
         3,
         BrokerCommand {
             r#type: ty::LOOKUP,
-            lookup_topic: Some(proto::CommandLookupTopic {
+            lookup_topic: Some(command::CommandLookupTopic {
                 topic: "non-persistent://a/b/c".into(),
                 request_id: 3,
             }),
@@ -809,7 +809,7 @@ fn a_delayed_entry_is_delivered_when_the_injected_time_comes() {
     let now = at as u64 + 1_000;
     let c = BrokerCommand {
         r#type: ty::SEND,
-        send: Some(proto::CommandSend {
+        send: Some(command::CommandSend {
             producer_id: 1,
             sequence_id: 1,
             ..Default::default()

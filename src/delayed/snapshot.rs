@@ -14,7 +14,7 @@ use prost::Message;
 use roaring::RoaringBitmap;
 
 use super::error::DelayedError;
-use crate::permits::presence::{check_required, RequiredSpec};
+use crate::proto::presence::{check_required, RequiredSpec};
 
 /// Prefix of the cursor property that names a committed bucket snapshot:
 /// `#pulsar.internal.delayed.bucket_<start>_<end>` → snapshot id.

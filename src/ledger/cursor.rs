@@ -37,7 +37,7 @@ use super::error::LedgerError;
 use super::faults::ReadRequest;
 use super::managed_ledger::{Entry, ManagedLedger};
 use super::store::StoredLedgerInfo;
-use crate::cursor::{compact, CursorDeletionState};
+use crate::deletion::{compact, CursorDeletionState};
 use crate::position::Position;
 use crate::sync::Mutex;
 // `Arc<ManagedLedger>` is an ownership handle: std's Arc in every build.
@@ -359,7 +359,7 @@ impl ManagedCursor {
     /// deleted run costs one `skip` and one run query per run instead of
     /// one `skip` per entry. A run that ends beyond the window moves the
     /// read position past the whole run. With
-    /// [`SkipDeleted`](crate::cursor::SkipDeleted) the work per call is
+    /// [`SkipDeleted`](crate::deletion::SkipDeleted) the work per call is
     /// O(deleted runs crossed + entries read), each run query a short
     /// deletion-state read lock (never held across the walk).
     ///
@@ -480,8 +480,8 @@ impl ManagedCursor {
     /// Persists `state` (mark-delete, every individually deleted entry and
     /// batch ack set) together with `property_updates` (`Some` sets,
     /// `None` removes) in ONE atomic store write, in the crate's compact
-    /// form ([`crate::cursor::compact`], chunks of
-    /// [`DEFAULT_CHUNK_BYTES`](crate::cursor::compact::DEFAULT_CHUNK_BYTES)):
+    /// form ([`crate::deletion::compact`], chunks of
+    /// [`DEFAULT_CHUNK_BYTES`](crate::deletion::compact::DEFAULT_CHUNK_BYTES)):
     /// exact at any number of ranges (no Pulsar-style cap). The snapshot is
     /// taken under the state's read lock, so a grouped ack is wholly in it
     /// or not. Replaces the legacy range record; afterwards

@@ -95,6 +95,7 @@
 //! ```
 
 mod cursor;
+mod deletion_state;
 mod error;
 mod faults;
 mod managed_ledger;

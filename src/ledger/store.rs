@@ -117,7 +117,7 @@ pub trait LedgerStore: Send + Sync + std::fmt::Debug {
     fn list_cursors(&self, name: &str) -> Result<Vec<String>, StoreError>;
     /// Persists cursor `cursor`'s whole deletion state in ONE atomic write:
     /// the mark-delete position, the compact deletion-state chunks
-    /// ([`crate::cursor::compact`], replacing any earlier chunks and the
+    /// ([`crate::deletion::compact`], replacing any earlier chunks and the
     /// legacy range record) and the property updates (`Some` sets, `None`
     /// removes). A crash shows either all of it or the previous state.
     fn save_deletion_state(
@@ -413,7 +413,7 @@ const CURSOR_PROPERTIES: TableDefinition<(&str, &str, &str), i64> =
 const CURSOR_RANGES: TableDefinition<(&str, &str), &[u8]> =
     TableDefinition::new("ml_cursor_individually_deleted");
 /// `(managed ledger, cursor, chunk index) → chunk` of the compact deletion
-/// state ([`crate::cursor::compact`]); chunk indexes `0..n`, no gaps.
+/// state ([`crate::deletion::compact`]); chunk indexes `0..n`, no gaps.
 const CURSOR_DELETION_CHUNKS: TableDefinition<(&str, &str, u32), &[u8]> =
     TableDefinition::new("ml_cursor_deletion_chunks");
 
@@ -1168,7 +1168,7 @@ impl RedbStore {
                         list.push(v.value().to_vec());
                     }
                     for (key, list) in chunks {
-                        let snapshot = crate::cursor::compact::decode(&list).map_err(|e| {
+                        let snapshot = crate::deletion::compact::decode(&list).map_err(|e| {
                             StoreError::Corrupt(format!("cursor {} of {}: {e}", key.1, key.0))
                         })?;
                         out.cursors

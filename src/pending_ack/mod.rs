@@ -20,7 +20,7 @@
 //!   (live: what it already deleted; durable: what its persisted mark-delete
 //!   and individually deleted ranges hold), implemented by
 //!   [`CursorSubscription`] (a [`ManagedCursor`](crate::ledger::ManagedCursor)
-//!   with its [`CursorDeletionState`](crate::cursor::CursorDeletionState))
+//!   with its [`CursorDeletionState`](crate::deletion::CursorDeletionState))
 //!   and [`MemorySubscription`]. A transactional ack of a position the
 //!   subscription deleted is a conflict (Pulsar's
 //!   `TransactionConflictException`); the log is trimmed only past commits

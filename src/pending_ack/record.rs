@@ -62,8 +62,8 @@ pub enum PendingAckOp {
 
 /// Individual or cumulative acknowledgement: `TransactionPendingAck.proto`
 /// imports `PulsarApi.proto`'s `CommandAck.AckType`, so this is the one
-/// definition in [`crate::permits::wire`].
-pub use crate::permits::wire::AckType;
+/// definition in [`crate::proto::wire`].
+pub use crate::proto::wire::AckType;
 
 /// Wire form of one acknowledged position (proto2 `PendingAckMetadata`).
 ///

@@ -22,7 +22,7 @@
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
-use crate::cursor::{CursorDeletionState, DeletionError, LedgerTopology};
+use crate::deletion::{CursorDeletionState, DeletionError, LedgerTopology};
 use crate::ledger::ManagedCursor;
 use crate::position::Position;
 

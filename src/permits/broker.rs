@@ -54,8 +54,8 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use crate::permits::wire::{self, CommandMessage, MessageIdData, MAX_PERMITS};
 use crate::position::Position;
+use crate::proto::wire::{self, CommandMessage, MessageIdData, MAX_PERMITS};
 
 /// Errors of the broker-side permit accounting. Every failing call leaves
 /// the state unchanged.

@@ -3,11 +3,10 @@
 //! (`CommandMessage.message_permits`), and the client returns exactly P to
 //! exactly the broker-consumer incarnation that was debited.
 //!
+//! The messages, frames and the `ack_set` convention are [`crate::proto`]'s.
+//!
 //! | submodule | role | Pulsar counterpart |
 //! |---|---|---|
-//! | [`wire`] | prost types with `PulsarApi.proto` field numbers (`BaseCommand` and the commands exchanged), required-field checks; `ack_set` helpers | `PulsarApi.proto` |
-//! | [`frame`] | simple / payload frames, entry payload (`0x0e01` crc32c, `0x0e02` broker-entry prefix), batch framing | `Commands` (binary protocol framing) |
-//! | [`presence`] | proto2 `required`-field presence walk shared by every decoder | protobuf-java `isInitialized` |
 //! | [`broker`] | per-entry finalisation after pending-ack admission; one [`SendMessagesResult`] drives every debit | `Consumer.sendMessages`, `SendMessagesResult`, Shared dispatchers |
 //! | [`client`] | resolution ladder, command budget, per-incarnation [`ConsumerPermitState`], Flow revalidation; [`ClientConsumer::handle_frame`] takes real frames | `MessagePermitAccounting`, `ConsumerImpl`, `ConsumerPermitState` |
 //!
@@ -75,7 +74,7 @@
 //!
 //! ```
 //! use pulsar_core::permits::client::{CommandBudget, resolve_full};
-//! use pulsar_core::permits::wire::CommandMessage;
+//! use pulsar_core::proto::wire::CommandMessage;
 //!
 //! // partial batch of B = 10 with indexes 0, 1, 2 deliverable, P = 3
 //! let cmd = CommandMessage { ack_set: vec![0b111], message_permits: Some(3), ..Default::default() };
@@ -87,12 +86,10 @@
 
 pub mod broker;
 pub mod client;
-pub mod frame;
-pub mod presence;
-pub mod wire;
 
 // The broker side's consumer is `BrokerConsumer` here, next to the client's
 // `ClientConsumer` (`broker::Consumer` is Pulsar's name inside the module).
+pub use crate::proto::wire::WireError;
 pub use broker::{
     AdmitAll, BrokerEntry, BrokerPermitError, Consumer as BrokerConsumer, ConsumerKey, Dispatch,
     SendMessagesResult, SharedDispatcher,
@@ -100,4 +97,3 @@ pub use broker::{
 pub use client::{
     ClientConnection, ClientConsumer, CommandBudget, ConsumerPermitState, PermitProtocolError,
 };
-pub use wire::WireError;

@@ -68,7 +68,7 @@ use std::time::{Duration, Instant};
 
 use serde::Serialize;
 
-use crate::cursor::{CursorDeletionState, LedgerLayout, SchedulingLookup};
+use crate::deletion::{CursorDeletionState, LedgerLayout, SchedulingLookup};
 use crate::position::Position;
 
 /// Entries per ledger in the stage's layout.

@@ -112,7 +112,7 @@ pub struct Activity {
     /// revalidation dropped (queued across a same-connection re-creation).
     pub stale_flows_dropped: u64,
     /// Positions the dispatcher asked the lock-free read-scheduling hint
-    /// about ([`crate::cursor::CursorDeletionState::is_deleted_for_read_scheduling`]).
+    /// about ([`crate::deletion::CursorDeletionState::is_deleted_for_read_scheduling`]).
     pub hint_lookups: u64,
     /// Most individually deleted ranges a subscription's deletion state
     /// held when its mark-delete and ranges were persisted.

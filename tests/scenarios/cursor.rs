@@ -1,4 +1,4 @@
-//! The concurrent scenarios of `src/cursor` (the lock-free read-scheduling
+//! The concurrent scenarios of `src/deletion` (the lock-free read-scheduling
 //! hint, `CursorDeletionState::is_deleted_for_read_scheduling`), written once
 //! against the crate's sync facade and run by `loom-tests/cursor.rs`
 //! (exhaustively, preemption bound 2; 3 with `LOOM_MAX_PREEMPTIONS=3`) and
@@ -31,7 +31,7 @@
 #[cfg(loom)]
 use pulsar_core::__model::sync::AtomicBool;
 use pulsar_core::__model::sync::{fence, thread, Arc, AtomicI64, AtomicU64, AtomicUsize, Ordering};
-use pulsar_core::cursor::{CursorDeletionState, LedgerLayout};
+use pulsar_core::deletion::{CursorDeletionState, LedgerLayout};
 use pulsar_core::Position;
 
 use crate::common::p;
@@ -250,7 +250,7 @@ pub fn summary_slot_reuse() {
 /// the mirror's version validation (or the owner check under the lock,
 /// above the mirror) stops it.
 pub fn summary_slot_reuse_directory() {
-    use pulsar_core::cursor::PositionRangeSet;
+    use pulsar_core::deletion::PositionRangeSet;
     let mut set = PositionRangeSet::new();
     set.add(p(1, 3)).unwrap();
     set.add(p(1, 7)).unwrap();
@@ -280,7 +280,7 @@ pub fn summary_slot_reuse_directory() {
 /// (B's thread has no fence of its own).
 pub fn summary_slot_reuse_two_writers() {
     use pulsar_core::__model::sync::Mutex;
-    use pulsar_core::cursor::PositionRangeSet;
+    use pulsar_core::deletion::PositionRangeSet;
     let set = Arc::new(Mutex::new(PositionRangeSet::new()));
     let dir = {
         let mut s = set.lock();

@@ -17,8 +17,8 @@ use pulsar_core::delayed::RedbSnapshotStorage;
 use pulsar_core::ledger::{RedbStore, StoreContents};
 use pulsar_core::pending_ack::record::decode_entry;
 use pulsar_core::pending_ack::{AckType, PendingAckOp, PendingAckRecord, PendingAckState};
-use pulsar_core::permits::frame::{self, DEFAULT_MAX_FRAME_SIZE};
-use pulsar_core::permits::wire::{self, Command, MessageIdData, MessageMetadata};
+use pulsar_core::proto::frame::{self, DEFAULT_MAX_FRAME_SIZE};
+use pulsar_core::proto::wire::{self, Command, MessageIdData, MessageMetadata};
 use pulsar_core::Position;
 
 /// The store file inside a data dir (as `simulate` writes it).

@@ -106,7 +106,7 @@ fn a_subscription_without_consumers_keeps_its_backlog_and_a_restart_recovers_aft
             1,
             BrokerCommand {
                 r#type: ty::CLOSE_CONSUMER,
-                close_consumer: Some(proto::CommandIdRequest {
+                close_consumer: Some(command::CommandIdRequest {
                     id: 8,
                     request_id: 9,
                 }),

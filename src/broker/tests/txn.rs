@@ -59,8 +59,8 @@ fn a_transactional_ack_is_not_applied_as_a_plain_ack() {
     );
 }
 
-use crate::broker::txn::proto as tp;
 use crate::broker::txn::TxnId;
+use crate::proto::txn as tp;
 
 fn tc_connect(b: &mut Broker, conn: u64) -> Vec<(u64, BrokerCommand, usize)> {
     feed(
@@ -216,7 +216,7 @@ fn txn_send(
 ) -> Vec<(u64, BrokerCommand, usize)> {
     let c = BrokerCommand {
         r#type: ty::SEND,
-        send: Some(proto::CommandSend {
+        send: Some(command::CommandSend {
             producer_id: pid,
             sequence_id: seq,
             txnid_least_bits: Some(t.least_sig_bits),

@@ -42,9 +42,9 @@ use prost::Message;
 use crate::ledger::{LedgerError, ManagedLedger};
 use crate::Position;
 
-use super::proto::{marker_type, TxnEntryMetadata};
 use super::TxnId;
 use crate::broker::entry::metadata_and_payload;
+use crate::proto::txn::{marker_type, TxnEntryMetadata};
 
 /// What an entry means to the transaction buffer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -196,8 +196,8 @@ mod tests {
     use std::sync::Arc;
 
     fn marker(t: TxnId, kind: i32) -> Vec<u8> {
-        super::super::proto::TxnMarkerMetadata {
-            producer_name: super::super::proto::MARKER_PRODUCER_NAME.into(),
+        crate::proto::txn::TxnMarkerMetadata {
+            producer_name: crate::proto::txn::MARKER_PRODUCER_NAME.into(),
             sequence_id: t.least_sig_bits,
             publish_time: 1,
             marker_type: Some(kind),
@@ -230,7 +230,7 @@ mod tests {
     }
 
     fn data_entry(t: TxnId) -> Vec<u8> {
-        let mut md = crate::permits::wire::MessageMetadata {
+        let mut md = crate::proto::wire::MessageMetadata {
             producer_name: "p".into(),
             sequence_id: 1,
             publish_time: 2,
@@ -244,7 +244,7 @@ mod tests {
         body.extend_from_slice(&md);
         body.push(b'm');
         let mut out = vec![0x0e, 0x01];
-        out.extend_from_slice(&crate::permits::frame::crc32c(&body).to_be_bytes());
+        out.extend_from_slice(&crate::proto::frame::crc32c(&body).to_be_bytes());
         out.extend_from_slice(&body);
         out
     }

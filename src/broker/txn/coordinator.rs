@@ -10,9 +10,9 @@ use prost::Message;
 
 use crate::ledger::{LedgerConfig, ManagedLedger, RedbStore};
 
-use super::proto::{metadata_op, txn_status, TransactionMetadataEntry, TxnSubscription};
 use super::TxnId;
-use crate::broker::proto::server_error;
+use crate::proto::command::server_error;
+use crate::proto::txn::{metadata_op, txn_status, TransactionMetadataEntry, TxnSubscription};
 
 /// Why a coordinator request is refused, with Pulsar's `ServerError` code
 /// ([`TxnError::server_error`]).

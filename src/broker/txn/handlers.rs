@@ -10,19 +10,19 @@ use crate::pending_ack::{
     AckType, AckedPosition, CursorSubscription, HandleConfig, HandleState, InlineReads,
     PendingAckError, PendingAckHandle, PendingAckRecord,
 };
-use crate::permits::wire::CommandAck;
+use crate::proto::wire::CommandAck;
 use crate::sync::Mutex;
 use crate::Position;
 
 use super::buffer::{entry_txn, EntryTxn, TxnBuffer};
 use super::coordinator::{Coordinator, TxnError};
-use super::proto::{self as tproto, marker_type, txn_action, TxnMarkerMetadata};
 use super::{backoff_ms, TxnId};
 use crate::broker::entry::entry_info;
 use crate::broker::error::{comp, BrokerError};
-use crate::broker::proto::{self, ty, BrokerCommand};
 use crate::broker::subscription::{sub_type, Subscription};
 use crate::broker::{Broker, ConnectionId, Topic};
+use crate::proto::command::{self, ty, BrokerCommand};
+use crate::proto::txn::{self as tproto, marker_type, txn_action, TxnMarkerMetadata};
 
 /// Name of the pending-ack log cursor (Pulsar's `__pending_ack_state`).
 pub const PENDING_ACK_CURSOR: &str = "__pending_ack_state";
@@ -739,7 +739,7 @@ impl Broker {
                     // A set bit is an index still unacknowledged (missing
                     // words are zero: acknowledged).
                     let acked: Vec<u32> = (0..size)
-                        .filter(|i| !crate::permits::wire::is_deliverable(&m.ack_set, *i))
+                        .filter(|i| !crate::proto::wire::is_deliverable(&m.ack_set, *i))
                         .collect();
                     if acked.is_empty() {
                         continue;
@@ -801,7 +801,7 @@ fn ready_pending_ack<'a>(
     Ok((s, ml, h))
 }
 
-fn position(m: &crate::permits::wire::MessageIdData) -> Result<Position, TxnError> {
+fn position(m: &crate::proto::wire::MessageIdData) -> Result<Position, TxnError> {
     Ok(Position::new(
         i64::try_from(m.ledger_id)
             .map_err(|_| TxnError::NotAllowed("ledger_id above i64::MAX".into()))?,
@@ -837,9 +837,9 @@ fn response(
 pub(crate) fn txn_ack_response(
     a: &CommandAck,
     r: &Result<(), TxnError>,
-) -> proto::CommandAckResponse {
+) -> command::CommandAckResponse {
     let (error, message) = split(r);
-    proto::CommandAckResponse {
+    command::CommandAckResponse {
         consumer_id: a.consumer_id,
         txnid_least_bits: Some(a.txnid_least_bits.unwrap_or(0)),
         txnid_most_bits: Some(a.txnid_most_bits.unwrap_or(0)),

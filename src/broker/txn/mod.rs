@@ -64,7 +64,6 @@
 pub mod buffer;
 pub mod coordinator;
 mod handlers;
-pub mod proto;
 
 use std::collections::BTreeMap;
 // Ownership handles use std's Arc in every build (see `ledger::managed_ledger`).

@@ -10,8 +10,8 @@ use super::state::{
     ClientConnection, ClientFrame, ClientPermitError, CloseReason, ConsumerPermitState,
     Incarnation, ReturnOutcome, ValidationError,
 };
-use crate::permits::frame::{self, PayloadError};
-use crate::permits::wire::{self, Command, CommandMessage, MessageIdData, WireError};
+use crate::proto::frame::{self, PayloadError};
+use crate::proto::wire::{self, Command, CommandMessage, MessageIdData, WireError};
 use crate::sync::{Arc, Ordering};
 
 /// The one permit a handed-off message owes its source incarnation.
@@ -372,7 +372,7 @@ impl ClientConsumer {
     /// Handles one delivered command with its entry payload, Pulsar's
     /// `headersAndPayload` (`[0x0e02 …]? [0x0e01][crc32c]? [metadata size][MessageMetadata][payload]`,
     /// see [`frame::parse_entry_payload`] and
-    /// [`encode_entry_payload`](crate::permits::frame::encode_entry_payload)):
+    /// [`encode_entry_payload`](crate::proto::frame::encode_entry_payload)):
     /// resolve P, validate, expand, settle.
     ///
     /// Outcomes: invalid / inconsistent explicit P closes the connection and

@@ -40,7 +40,7 @@
 //! | `acked.rs` | `AcknowledgedMessages` (an incarnation's acks as bitmaps, for `isDuplicate`) |
 //! | `consumer.rs` | [`ClientConsumer`], [`PermitToken`], [`ReceivedMessage`] |
 //!
-//! Framing (frames, entry payloads, crc32c) lives in [`crate::permits::frame`].
+//! Framing (frames, entry payloads, crc32c) lives in [`crate::proto::frame`].
 
 mod acked;
 mod budget;
@@ -50,7 +50,7 @@ mod state;
 #[cfg(all(test, not(any(loom, feature = "shuttle"))))]
 mod tests;
 
-pub use crate::permits::frame::{crc32c, encode_entry_payload};
+pub use crate::proto::frame::{crc32c, encode_entry_payload};
 pub use budget::{BudgetError, CommandBudget};
 pub use consumer::{
     ClientConsumer, CommandOutcome, CommandOutcomeKind, PermitToken, ReceivedMessage, Resubscribed,

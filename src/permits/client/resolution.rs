@@ -2,8 +2,8 @@
 //! `message_permits` → `ack_set` popcount → `num_messages_in_batch` → 1),
 //! and the protocol errors that close the connection.
 
-use crate::permits::frame::FrameError;
-use crate::permits::wire::{self, CommandMessage, WireError, MAX_PERMITS};
+use crate::proto::frame::FrameError;
+use crate::proto::wire::{self, CommandMessage, WireError, MAX_PERMITS};
 
 /// Where a resolved P came from (the rung of the ladder).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -4,7 +4,7 @@
 use std::collections::{BTreeMap, VecDeque};
 
 use super::resolution::PermitProtocolError;
-use crate::permits::wire::{CommandFlow, MessageIdData, MAX_PERMITS};
+use crate::proto::wire::{CommandFlow, MessageIdData, MAX_PERMITS};
 use crate::sync::{Arc, AtomicBool, AtomicU64, Mutex, Ordering};
 
 /// Identity of one broker-consumer incarnation: the connection and a serial

@@ -2,8 +2,8 @@
 //! revalidation per incarnation, and exact settlement per command.
 
 use super::*;
-use crate::permits::frame::encode_entry_payload;
-use crate::permits::wire::{
+use crate::proto::frame::encode_entry_payload;
+use crate::proto::wire::{
     self, CommandMessage, MessageIdData, MessageMetadata, SingleMessageMetadata, WireError,
     MAX_PERMITS,
 };
@@ -311,7 +311,7 @@ fn mid_batch_failure_and_failed_handoff_return_the_rest() {
     let mut cut = full[6..30].to_vec();
     let crc = crc32c(&cut);
     cut.splice(0..0, crc.to_be_bytes());
-    cut.splice(0..0, crate::permits::frame::MAGIC_CRC32C.to_be_bytes());
+    cut.splice(0..0, crate::proto::frame::MAGIC_CRC32C.to_be_bytes());
     let out = c.handle_message(&cmd(Some(4), vec![]), &cut).unwrap();
     assert_eq!(out.delivered + out.returned, 4);
     assert!(matches!(

@@ -134,15 +134,15 @@ impl Sim<'_> {
             .delete_batch_indexes(position, &ack_set, b.ledger.as_ref())
             .map_err(comp("batch-index ack"))?;
         match outcome {
-            crate::cursor::BatchAckOutcome::Partial(_) => {
+            crate::deletion::BatchAckOutcome::Partial(_) => {
                 sub.partial_acked
                     .entry(position)
                     .or_default()
                     .extend(messages);
                 return Ok(());
             }
-            crate::cursor::BatchAckOutcome::EntryDeleted(_)
-            | crate::cursor::BatchAckOutcome::AlreadyDeleted => {
+            crate::deletion::BatchAckOutcome::EntryDeleted(_)
+            | crate::deletion::BatchAckOutcome::AlreadyDeleted => {
                 let _ = sub.dispatcher.acknowledge(key, position);
                 sub.unpersisted.extend(messages);
                 if let Some(earlier) = sub.partial_acked.remove(&position) {

@@ -489,14 +489,14 @@ impl Sim<'_> {
     /// Decodes an entry's key and delivery time (first message of the batch).
     pub(super) fn entry_info(data: &[u8]) -> Option<(u32, u32, u64)> {
         // Pulsar's entry payload layout, parsed by the frame codec.
-        let entry = crate::permits::frame::parse_entry_payload(data).ok()?;
+        let entry = crate::proto::frame::parse_entry_payload(data).ok()?;
         let md = &entry.metadata;
         let batch = md.num_messages_in_batch.unwrap_or(1).max(1) as u32;
         let rest = entry.payload;
         let body = if md.num_messages_in_batch.is_none() {
             rest
         } else {
-            let (smm, start) = crate::permits::frame::read_batch_message_header(rest, 0).ok()?;
+            let (smm, start) = crate::proto::frame::read_batch_message_header(rest, 0).ok()?;
             rest.get(start..start + smm.payload_size as usize)?
         };
         let p = SimPayload::decode(body).ok()?;

@@ -99,14 +99,14 @@ impl Sim<'_> {
         };
         let invalid_p = command.message_permits != command_permits_sent(command, original);
         // The broker writes a real Pulsar payload frame; the client decodes it.
-        let frame_bytes = crate::permits::frame::encode_payload_frame(
-            &crate::permits::wire::Command::Message(command.clone()).into_base(),
+        let frame_bytes = crate::proto::frame::encode_payload_frame(
+            &crate::proto::wire::Command::Message(command.clone()).into_base(),
             payload,
         );
         let client = &mut self.clients[s][c];
         let outcome = client
             .consumer
-            .handle_frame(&frame_bytes, crate::permits::frame::DEFAULT_MAX_FRAME_SIZE)
+            .handle_frame(&frame_bytes, crate::proto::frame::DEFAULT_MAX_FRAME_SIZE)
             .map_err(comp("handle message"))?;
         if invalid_p {
             if client.connection.is_closed() {
@@ -314,7 +314,7 @@ impl Sim<'_> {
                     // still unacknowledged), else the whole entry.
                     client.consumer.acknowledge(&id);
                     let ack_set = if batched {
-                        crate::permits::wire::ack_set_from_indexes(
+                        crate::proto::wire::ack_set_from_indexes(
                             (0..batch_size).filter(|i| *i != batch_index),
                         )
                     } else {
@@ -521,15 +521,15 @@ impl Sim<'_> {
                     );
                 }
                 // The client writes a real FLOW frame; the broker decodes it.
-                let bytes = crate::permits::frame::encode_simple_frame(
-                    &crate::permits::wire::Command::Flow(command).into_base(),
+                let bytes = crate::proto::frame::encode_simple_frame(
+                    &crate::proto::wire::Command::Flow(command).into_base(),
                 );
-                let command = match crate::permits::frame::decode_frame(
+                let command = match crate::proto::frame::decode_frame(
                     &bytes,
-                    crate::permits::frame::DEFAULT_MAX_FRAME_SIZE,
+                    crate::proto::frame::DEFAULT_MAX_FRAME_SIZE,
                 ) {
-                    Ok(crate::permits::frame::Frame {
-                        command: crate::permits::wire::Command::Flow(f),
+                    Ok(crate::proto::frame::Frame {
+                        command: crate::proto::wire::Command::Flow(f),
                         ..
                     }) => f,
                     other => {

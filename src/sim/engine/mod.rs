@@ -54,11 +54,11 @@ use super::report::{peak_memory_kib, Activity, Report, Timing};
 use super::scheduler::{Scheduler, VirtualMs};
 use super::watchdog::{HangGuard, Heartbeat, LoopWatch, Watchdog};
 use super::workload::{SubscriptionType, Workload};
-use crate::cursor::{CursorDeletionState, DeletionError};
 use crate::delayed::{
     BucketDelayedDeliveryTracker, BucketSnapshotStorage, BucketTrackerConfig, FaultPlan,
     FaultyStorage, RecoveryPolicy, RedbSnapshotStorage, VirtualClock,
 };
+use crate::deletion::{CursorDeletionState, DeletionError};
 use crate::ledger::{
     LedgerConfig, LedgerError, LedgerStore, ManagedCursor, ManagedLedger, ReadFailureKind,
     RedbStore, SyncMode,
@@ -70,9 +70,9 @@ use crate::pending_ack::{
 };
 use crate::permits::broker::BrokerEntry;
 use crate::permits::client::{encode_entry_payload, ClientConnection, ClientConsumer, ClientFrame};
-use crate::permits::wire::{CommandMessage, MessageMetadata, SingleMessageMetadata};
 use crate::permits::{ConsumerKey, SharedDispatcher};
 use crate::position::Position;
+use crate::proto::wire::{CommandMessage, MessageMetadata, SingleMessageMetadata};
 
 mod acks;
 mod broker;

@@ -8,18 +8,18 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use prost::Message;
 use rand::Rng;
 
-use crate::broker::proto::{self, ty, BrokerCommand};
+use crate::proto::command::{self, ty, BrokerCommand};
 // The PIP-491 client state takes the facade's `Arc` (loom's under `--cfg loom`).
 use crate::broker::MAX_FRAME_SIZE;
 use crate::permits::client::{
     ClientConnection, ClientConsumer, ClientFrame, CloseReason, CommandOutcomeKind, Incarnation,
     ReceivedMessage,
 };
-use crate::permits::wire::{
+use crate::position::Position;
+use crate::proto::wire::{
     self, CommandAck, CommandFlow, CommandRedeliverUnacknowledgedMessages, CommandSubscribe,
     KeySharedMeta, MessageIdData, SingleMessageMetadata,
 };
-use crate::position::Position;
 use crate::sim::checker::MessageRef;
 use crate::sim::workload::SubscriptionType;
 use crate::sync::Arc;
@@ -206,7 +206,7 @@ impl Node<'_> {
         }
         let cmd = BrokerCommand {
             r#type: ty::CONNECT,
-            connect: Some(proto::CommandConnect {
+            connect: Some(command::CommandConnect {
                 client_version: "pulsar-core sim-node".into(),
                 protocol_version: Some(crate::broker::PROTOCOL_VERSION),
             }),
@@ -297,7 +297,7 @@ impl Node<'_> {
             if cmd.r#type == ty::PING {
                 let pong = BrokerCommand {
                     r#type: ty::PONG,
-                    pong: Some(proto::Empty {}),
+                    pong: Some(command::Empty {}),
                     ..Default::default()
                 };
                 self.send_to_broker(conn, frame(&pong, Vec::new()));
@@ -321,7 +321,7 @@ impl Node<'_> {
                 pr.next_req += 1;
                 let c = BrokerCommand {
                     r#type: ty::PRODUCER,
-                    producer: Some(proto::CommandProducer {
+                    producer: Some(command::CommandProducer {
                         topic: TOPIC.into(),
                         producer_id: PRODUCER_ID,
                         request_id: pr.next_req,
@@ -381,7 +381,7 @@ impl Node<'_> {
     fn send_entry(&mut self, conn: u64, seq: u64, n: usize, payload: Vec<u8>) {
         let c = BrokerCommand {
             r#type: ty::SEND,
-            send: Some(proto::CommandSend {
+            send: Some(command::CommandSend {
                 producer_id: PRODUCER_ID,
                 sequence_id: seq,
                 num_messages: Some(n as i32),
@@ -519,7 +519,7 @@ impl Node<'_> {
                     co.next_req += 1;
                     BrokerCommand {
                         r#type: ty::CLOSE_CONSUMER,
-                        close_consumer: Some(proto::CommandIdRequest {
+                        close_consumer: Some(command::CommandIdRequest {
                             id: consumer_id,
                             request_id: co.next_req,
                         }),

@@ -2,14 +2,14 @@
 //! [`crate::broker::FrameCutter`], as `serve` cuts its sockets): the producer's
 //! `MessageMetadata` (with the key and `deliver_at_time` a Pulsar producer
 //! sets), entry payloads and command frames built with the crate's own
-//! encoders ([`OutFrame`], `permits::frame`).
+//! encoders ([`OutFrame`], `proto::frame`).
 
 use prost::Message;
 
-use crate::broker::proto::BrokerCommand;
 use crate::broker::OutFrame;
-use crate::permits::frame::encode_entry_payload_with;
-use crate::permits::wire::SingleMessageMetadata;
+use crate::proto::command::BrokerCommand;
+use crate::proto::frame::encode_entry_payload_with;
+use crate::proto::wire::SingleMessageMetadata;
 
 /// `MessageMetadata` as a Pulsar producer writes it for the workloads here:
 /// the required fields, the key (`partition_key`, what Key_Shared routes
@@ -40,7 +40,7 @@ pub struct ProducerMetadata {
 /// An entry payload as a producer sends it:
 /// `[0x0e01][crc32c][metadata_size][MessageMetadata][payload]`, the payload
 /// being, for a batch, `[size][SingleMessageMetadata][payload]` per message
-/// (the layout `permits::frame::encode_entry_payload` writes).
+/// (the layout `proto::frame::encode_entry_payload` writes).
 pub fn entry_payload(
     meta: &ProducerMetadata,
     messages: &[(SingleMessageMetadata, Vec<u8>)],

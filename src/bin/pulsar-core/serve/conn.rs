@@ -15,8 +15,8 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
 
 use prost::Message;
-use pulsar_core::broker::proto::{ty, BrokerCommand, Empty};
 use pulsar_core::broker::{ConnectionError, FrameCutter, FramingError, OutFrame, MAX_FRAME_SIZE};
+use pulsar_core::proto::command::{ty, BrokerCommand, Empty};
 
 use super::record::Recorder;
 use super::{lock, now_ms, Node};

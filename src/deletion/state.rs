@@ -3,7 +3,6 @@
 
 use std::collections::BTreeMap;
 
-use crate::ledger::ManagedLedger;
 use crate::position::Position;
 use crate::sync::{fence, AtomicU64, CachePadded, Ordering, Published, RwLock};
 
@@ -92,7 +91,8 @@ use super::range_set::{DeletionDirectory, PositionRangeSet, RangeSetError};
 /// last confirmed entry (acks beyond it are rejected) and which positions
 /// hold entries (mark-delete may jump over positions that hold none).
 ///
-/// Implemented by [`ManagedLedger`] (live topology; the cursor calls it
+/// Implemented by [`ManagedLedger`](crate::ledger::ManagedLedger) (live topology, in
+/// `src/ledger/deletion_state.rs`; the cursor calls it
 /// while holding its own write lock, so the lock order is cursor → ledger)
 /// and by [`LedgerLayout`] (a fixed layout value).
 pub trait LedgerTopology {
@@ -106,23 +106,9 @@ pub trait LedgerTopology {
     fn ledger_entries(&self) -> Vec<(i64, i64)>;
 }
 
-impl LedgerTopology for ManagedLedger {
-    fn last_confirmed_entry(&self) -> Position {
-        ManagedLedger::last_confirmed_entry(self)
-    }
-    /// With auto-skip of non-recoverable data on, a lost ledger holds no
-    /// position: its entries count as deleted for every cursor.
-    fn next_valid_position(&self, p: Position) -> Position {
-        ManagedLedger::next_valid_position_for_cursors(self, p)
-    }
-    fn ledger_entries(&self) -> Vec<(i64, i64)> {
-        ManagedLedger::ledgers(self)
-    }
-}
-
 /// A fixed ledger layout: ledger id → number of entries (entries `0..n`).
 /// A plain value (no synchronisation) for embedding the deletion state
-/// without a [`ManagedLedger`], and for the models in `loom-tests/` and
+/// without a [`ManagedLedger`](crate::ledger::ManagedLedger), and for the models in `loom-tests/` and
 /// `shuttle-tests/`.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct LedgerLayout {

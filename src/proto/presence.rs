@@ -256,7 +256,7 @@ pub fn find_varint(message: &str, bytes: &[u8], tag: u32) -> Result<Option<u64>,
 
 /// The first of `tags` that does not occur in `bytes` (any wire type);
 /// `Ok(None)` when every one occurs. For messages known by tag only (the
-/// broker's commands checked by number, see `crate::broker::proto`).
+/// broker's commands checked by number, see `crate::proto::command`).
 ///
 /// # Errors
 /// [`PresenceError`] for a structural defect found while walking.

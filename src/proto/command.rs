@@ -1,5 +1,5 @@
 //! Pulsar's `PulsarApi.proto` (proto2) messages the broker core reads and
-//! writes that [`crate::permits::wire`] does not declare: the connect
+//! writes that [`crate::proto::wire`] does not declare: the connect
 //! handshake, lookup, producer/send, errors and the envelope that carries
 //! them ([`BrokerCommand`], a `BaseCommand` with every command the core
 //! handles). Field numbers, types, labels and defaults are Pulsar's;
@@ -8,17 +8,17 @@
 //! Messages shared with the permit protocol (`CommandMessage`,
 //! `CommandFlow`, `CommandAck`, `MessageIdData`,
 //! `CommandRedeliverUnacknowledgedMessages`, `CommandSubscribe`) are
-//! [`crate::permits::wire`]'s types, nested here.
+//! [`crate::proto::wire`]'s types, nested here.
 //!
 //! Required fields decode to their default when missing (prost); the
 //! handlers that need one check presence through [`has_required`], which
-//! runs the crate's one proto2 walker ([`crate::permits::presence`]), so a
+//! runs the crate's one proto2 walker ([`crate::proto::presence`]), so a
 //! client that omits one gets a typed error, never a guess.
 
 use prost::Message;
 
-use crate::permits::presence;
-pub use crate::permits::wire::{
+use crate::proto::presence;
+pub use crate::proto::wire::{
     CommandAck, CommandFlow, CommandMessage, CommandRedeliverUnacknowledgedMessages,
     CommandSubscribe, CommandSuccess, MessageIdData,
 };
@@ -467,34 +467,34 @@ pub struct BrokerCommand {
     pub ack_response: Option<CommandAckResponse>,
     #[prost(message, optional, tag = "50")]
     #[allow(missing_docs)]
-    pub new_txn: Option<super::txn::proto::CommandNewTxn>,
+    pub new_txn: Option<super::txn::CommandNewTxn>,
     #[prost(message, optional, tag = "51")]
     #[allow(missing_docs)]
-    pub new_txn_response: Option<super::txn::proto::CommandTxnResponse>,
+    pub new_txn_response: Option<super::txn::CommandTxnResponse>,
     #[prost(message, optional, tag = "52")]
     #[allow(missing_docs)]
-    pub add_partition_to_txn: Option<super::txn::proto::CommandAddPartitionToTxn>,
+    pub add_partition_to_txn: Option<super::txn::CommandAddPartitionToTxn>,
     #[prost(message, optional, tag = "53")]
     #[allow(missing_docs)]
-    pub add_partition_to_txn_response: Option<super::txn::proto::CommandTxnResponse>,
+    pub add_partition_to_txn_response: Option<super::txn::CommandTxnResponse>,
     #[prost(message, optional, tag = "54")]
     #[allow(missing_docs)]
-    pub add_subscription_to_txn: Option<super::txn::proto::CommandAddSubscriptionToTxn>,
+    pub add_subscription_to_txn: Option<super::txn::CommandAddSubscriptionToTxn>,
     #[prost(message, optional, tag = "55")]
     #[allow(missing_docs)]
-    pub add_subscription_to_txn_response: Option<super::txn::proto::CommandTxnResponse>,
+    pub add_subscription_to_txn_response: Option<super::txn::CommandTxnResponse>,
     #[prost(message, optional, tag = "56")]
     #[allow(missing_docs)]
-    pub end_txn: Option<super::txn::proto::CommandEndTxn>,
+    pub end_txn: Option<super::txn::CommandEndTxn>,
     #[prost(message, optional, tag = "57")]
     #[allow(missing_docs)]
-    pub end_txn_response: Option<super::txn::proto::CommandTxnResponse>,
+    pub end_txn_response: Option<super::txn::CommandTxnResponse>,
     #[prost(message, optional, tag = "62")]
     #[allow(missing_docs)]
-    pub tc_client_connect_request: Option<super::txn::proto::CommandTcClientConnectRequest>,
+    pub tc_client_connect_request: Option<super::txn::CommandTcClientConnectRequest>,
     #[prost(message, optional, tag = "63")]
     #[allow(missing_docs)]
-    pub tc_client_connect_response: Option<super::txn::proto::CommandTcClientConnectResponse>,
+    pub tc_client_connect_response: Option<super::txn::CommandTcClientConnectResponse>,
 }
 
 /// Whether `ty` is a value of `BaseCommand.Type` (CONNECT = 2 ..

@@ -54,7 +54,7 @@
 
 use prost::Message;
 
-use crate::permits::presence::{check_required, RequiredSpec};
+use crate::proto::presence::{check_required, RequiredSpec};
 
 /// Largest permit value the protocol allows in one command or Flow
 /// (`i32::MAX`, PIP-491's valid range is `1..=2^31-1`).
@@ -77,7 +77,7 @@ pub enum WireError {
     /// A proto2 `required` field is absent (or the raw structure is broken
     /// in a way found while checking presence).
     #[error(transparent)]
-    Presence(#[from] crate::permits::presence::PresenceError),
+    Presence(#[from] crate::proto::presence::PresenceError),
     /// A `BaseCommand` whose `type` names a command whose field is absent.
     #[error("BaseCommand of type {type_name} ({type_value}) lacks its {type_name} field")]
     MissingCommand {
@@ -842,7 +842,7 @@ pub fn deliverable_indexes(ack_set: &[i64], batch_size: u32) -> impl Iterator<It
 #[cfg(all(test, not(any(loom, feature = "shuttle"))))]
 mod tests {
     use super::*;
-    use crate::permits::presence::PresenceError;
+    use crate::proto::presence::PresenceError;
 
     #[test]
     fn ack_set_bits_follow_word_and_bit_layout() {

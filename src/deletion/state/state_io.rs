@@ -2,8 +2,8 @@
 //! live state and every persisted form ([`DeletionSnapshot`]).
 
 use super::{CursorDeletionState, DeletionError};
-use crate::cursor::range_set::{PositionRangeSet, RangeSetError};
-use crate::cursor::snapshot::DeletionSnapshot;
+use crate::deletion::range_set::{PositionRangeSet, RangeSetError};
+use crate::deletion::snapshot::DeletionSnapshot;
 
 fn check_snapshot(snapshot: &DeletionSnapshot) -> Result<(), DeletionError> {
     super::validate_bound(snapshot.mark_delete)?;

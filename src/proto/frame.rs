@@ -50,7 +50,7 @@
 
 use prost::Message;
 
-use crate::permits::wire::{
+use crate::proto::wire::{
     self, BaseCommand, Command, MessageMetadata, SingleMessageMetadata, WireError,
 };
 

@@ -391,28 +391,6 @@ fn recover_trims_ranges_at_or_below_mark_delete() {
 }
 
 #[test]
-fn works_with_a_managed_ledger() {
-    use crate::ledger::{LedgerConfig, ManagedLedger, MemoryStore};
-    let ml = ManagedLedger::open(
-        "t",
-        LedgerConfig {
-            max_entries_per_ledger: 3,
-            ..LedgerConfig::default()
-        },
-        std::sync::Arc::new(MemoryStore::new()),
-    )
-    .unwrap();
-    let ps: Vec<_> = (0..5).map(|i| ml.append(&[i]).unwrap()).collect();
-    let st = CursorDeletionState::new(Position::new(ps[0].ledger_id, -1)).unwrap();
-    st.delete(&ps[..4], &*ml).unwrap();
-    assert_eq!(st.mark_delete_position(), ps[3]);
-    assert!(matches!(
-        st.delete(&[ps[4].next_in_ledger()], &*ml),
-        Err(DeletionError::BeyondLastConfirmed { .. })
-    ));
-}
-
-#[test]
 fn negative_ledger_ids_are_rejected_everywhere_a_member_is_named() {
     // i64::MIN is the free summary-slot marker, so a ledger with that id
     // would share a slot with the next new ledger: every negative ledger id

@@ -40,7 +40,7 @@ impl CursorDeletionState {
         ack_set: &[i64],
         ledger: &dyn LedgerTopology,
     ) -> Result<BatchAckOutcome, DeletionError> {
-        crate::cursor::range_set::member_entry(position)?;
+        crate::deletion::range_set::member_entry(position)?;
         {
             let mut g = self.inner.write();
             let last_confirmed = ledger.last_confirmed_entry();
@@ -61,7 +61,7 @@ impl CursorDeletionState {
                     .collect(),
                 None => ack_set.to_vec(),
             };
-            crate::cursor::snapshot::trim_ack_set(&mut next);
+            crate::deletion::snapshot::trim_ack_set(&mut next);
             if !next.is_empty() {
                 g.batch_ack_sets.insert(position, next.clone());
                 return Ok(BatchAckOutcome::Partial(next));

@@ -313,7 +313,7 @@ impl DirectorySnapshot {
 /// Concurrency: any thread, any time, concurrently with every mutation of
 /// the set. On its own the answer is only "was deleted at some instant
 /// during the call" for forward-only changes; use it through
-/// [`crate::cursor::CursorDeletionState::is_deleted_for_read_scheduling`],
+/// [`crate::deletion::CursorDeletionState::is_deleted_for_read_scheduling`],
 /// which adds the reset-epoch guard.
 #[derive(Clone)]
 pub struct DeletionDirectory {

@@ -270,7 +270,7 @@ impl TxnMarkerMetadata {
         body.extend_from_slice(&(md.len() as u32).to_be_bytes());
         body.extend_from_slice(&md);
         let mut out = vec![0x0e, 0x01];
-        out.extend_from_slice(&crate::permits::frame::crc32c(&body).to_be_bytes());
+        out.extend_from_slice(&crate::proto::frame::crc32c(&body).to_be_bytes());
         out.extend_from_slice(&body);
         out
     }

@@ -49,7 +49,7 @@
 //! *stale positive*: a message silently skipped).
 //!
 //! ```
-//! use pulsar_core::cursor::{CursorDeletionState, LedgerLayout};
+//! use pulsar_core::deletion::{CursorDeletionState, LedgerLayout};
 //! use pulsar_core::Position;
 //!
 //! let ledger = LedgerLayout::new([(1, 10), (2, 10)]);
@@ -227,19 +227,19 @@
 
 mod bit_mirror;
 pub mod compact;
-mod deletion;
 pub mod position_info;
 mod range_set;
 mod read_skip;
 mod snapshot;
+mod state;
 
-pub use deletion::{
-    BatchAckOutcome, CursorDeletionState, DeleteOutcome, DeletionError, LedgerLayout,
-    LedgerTopology, SchedulingLookup, SkipMode,
-};
 pub use range_set::{DeletionDirectory, PositionRangeSet, RangeSetError};
 pub use read_skip::SkipDeleted;
 pub use snapshot::DeletionSnapshot;
+pub use state::{
+    BatchAckOutcome, CursorDeletionState, DeleteOutcome, DeletionError, LedgerLayout,
+    LedgerTopology, SchedulingLookup, SkipMode,
+};
 
 #[cfg(all(test, not(any(loom, feature = "shuttle"))))]
 mod tests;

@@ -62,8 +62,8 @@ use roaring::RoaringBitmap;
 
 use super::range_set::{PositionRangeSet, RangeSetError};
 use super::snapshot::DeletionSnapshot;
-use crate::permits::presence::{check_required, PresenceError, RequiredSpec};
 use crate::position::Position;
+use crate::proto::presence::{check_required, PresenceError, RequiredSpec};
 
 /// Pulsar's default `managedLedgerMaxUnackedRangesToPersist`.
 pub const PULSAR_MAX_UNACKED_RANGES_TO_PERSIST: usize = 10_000;

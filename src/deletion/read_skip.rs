@@ -1,8 +1,9 @@
 //! [`SkipDeleted`]: the deletion state as the skip predicate of
-//! [`ManagedCursor::read_entries_with_skip_runs`](crate::ledger::ManagedCursor::read_entries_with_skip_runs).
+//! [`ManagedCursor::read_entries_with_skip_runs`](crate::ledger::ManagedCursor::read_entries_with_skip_runs)
+//! (the ledger implements its `ReadSkip` for it, `src/ledger/deletion_state.rs`:
+//! the deletion state does not depend on the ledger).
 
 use super::CursorDeletionState;
-use crate::ledger::ReadSkip;
 
 /// Skips entries the lock-free hint reports deleted and hops to the end of
 /// each deleted run (Pulsar's read-scheduling predicate with PR #26299's
@@ -33,14 +34,18 @@ impl<'a> SkipDeleted<'a> {
     }
 }
 
-impl ReadSkip for SkipDeleted<'_> {
-    fn skip(&mut self, ledger_id: i64, entry_id: i64) -> bool {
+impl SkipDeleted<'_> {
+    /// Whether `(ledger_id, entry_id)` may be skipped without reading it:
+    /// the lock-free hint says it is deleted.
+    pub fn skip(&mut self, ledger_id: i64, entry_id: i64) -> bool {
         self.hint_calls += 1;
         self.state
             .is_deleted_for_read_scheduling(ledger_id, entry_id)
     }
 
-    fn skipped_run_end(&mut self, ledger_id: i64, entry_id: i64) -> Option<i64> {
+    /// The last entry id of the deleted run of `ledger_id` starting at
+    /// `entry_id` (asked after [`skip`](Self::skip) answered `true`).
+    pub fn skipped_run_end(&mut self, ledger_id: i64, entry_id: i64) -> Option<i64> {
         self.run_queries += 1;
         self.state.deleted_run_end(ledger_id, entry_id)
     }
