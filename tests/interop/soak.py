@@ -10,9 +10,11 @@ are deleted and redb reuses their pages).
 
 Writes W/soak.csv: elapsed_s, produced, acked, produced_bytes, store_bytes
 (one row a second). The curve is bounded when the largest file size in the
-last third of the run is at most 1.25 x the largest in the middle third,
-and at least 3 x the final file size was produced (so data was deleted, not
-merely never written). Every confirmed message must be acknowledged by the
+last half of the run is at most 2 x the largest in the first half (redb
+grows its file by doubling a region: one doubling is allowed) and at least
+2 x that largest size was produced (without deletion the file holds every
+byte produced). The producer stays at most 5,000 messages ahead of the
+acks (a steady produce/ack load). Every confirmed message must be acknowledged by the
 end. Sizes come from the environment in CI (INTEROP_SOAK_SECS).
 """
 import argparse
@@ -22,8 +24,11 @@ import sys
 import threading
 import time
 
-BOUND = 1.25
-TURNOVER = 3.0
+# redb grows its file by doubling a region and truncates free space at the
+# end now and then: one doubling over the run is allowed.
+GROWTH = 2.0
+BACKLOG = 5000
+TURNOVER = 2.0
 
 
 def judge(rows):
@@ -31,19 +36,18 @@ def judge(rows):
     if len(rows) < 6:
         return [f"only {len(rows)} samples: run longer"]
     t_end = rows[-1]["elapsed_s"]
-    mid = [r["store_bytes"] for r in rows if t_end / 3 <= r["elapsed_s"] < 2 * t_end / 3]
-    late = [r["store_bytes"] for r in rows if r["elapsed_s"] >= 2 * t_end / 3]
+    first = [r["store_bytes"] for r in rows if r["elapsed_s"] < t_end / 2]
+    last = [r["store_bytes"] for r in rows if r["elapsed_s"] >= t_end / 2]
+    if not first or not last:
+        return ["no samples in the first or last half"]
     fails = []
-    if not mid or not late:
-        return ["no samples in the middle or last third"]
-    if max(late) > BOUND * max(mid):
-        fails.append(f"serve.redb still grows: {max(mid)} bytes at most in the middle third, "
-                     f"{max(late)} in the last third (bound {BOUND}x)")
+    if max(last) > GROWTH * max(first):
+        fails.append(f"serve.redb still grows: {max(first):.0f} bytes at most in the first half, "
+                     f"{max(last):.0f} in the last half (bound {GROWTH}x)")
     produced = rows[-1]["produced_bytes"]
-    final = rows[-1]["store_bytes"]
-    if produced < TURNOVER * final:
-        fails.append(f"produced {produced} bytes, final file {final}: under {TURNOVER}x, "
-                     "the run did not turn the store over")
+    if produced < TURNOVER * max(last):
+        fails.append(f"produced {produced:.0f} bytes, the file reached {max(last):.0f} in the "
+                     f"last half: under {TURNOVER}x, consumed data was not deleted")
     return fails
 
 
@@ -87,7 +91,9 @@ def run(a):
     stats = {"produced": 0, "acked": 0, "bytes": 0, "failed": 0}
     lock = threading.Lock()
     stop = threading.Event()
-    in_flight = threading.Semaphore(2000)
+    # Below the client's max_pending_messages (1000): a full queue fails
+    # the send at once instead of waiting.
+    in_flight = threading.Semaphore(500)
     payload = os.urandom(a.payload)
 
     def on_sent(res, _mid):
@@ -100,7 +106,13 @@ def run(a):
         in_flight.release()
 
     def produce():
+        # Steady produce/ack: at most BACKLOG messages ahead of the acks.
         while not stop.is_set():
+            with lock:
+                ahead = stats["produced"] - stats["acked"]
+            if ahead > BACKLOG:
+                time.sleep(0.005)
+                continue
             if in_flight.acquire(timeout=1):
                 producer.send_async(payload, on_sent)
 
