@@ -665,3 +665,57 @@ proptest! {
         run_model(&ops, Arc::new(RedbStore::open(dir.path().join("m.redb")).unwrap()))?;
     }
 }
+
+/// A crash at the durable write of a ledger deletion (before or after its
+/// fsync): the reopened store shows every ledger of the deletion or none,
+/// and every cursor recovers at its mark-delete and reads exactly the
+/// entries after it (none of them in a deleted ledger).
+#[test]
+fn a_crash_at_a_ledger_deletion_shows_all_of_it_or_none() {
+    use pulsar_core::ledger::SyncMode;
+    use pulsar_core::sim::crash_storage::{CrashKind, CrashPoint, CrashStorage};
+    for kind in [CrashKind::BeforeSync, CrashKind::AfterSync] {
+        let storage = CrashStorage::new();
+        let open = || {
+            let store = RedbStore::open_on_backend(storage.backend(), SyncMode::Immediate, 1 << 20)
+                .unwrap();
+            ManagedLedger::open("t", cfg(2), Arc::new(store)).unwrap()
+        };
+        let ml = open();
+        append_n(&ml, 7); // ledgers 1..=3 full, 4 holds one
+        let a = ml.open_cursor("a").unwrap();
+        let b = ml.open_cursor("b").unwrap();
+        a.mark_delete(p(3, 1)).unwrap();
+        b.mark_delete(p(2, 0)).unwrap();
+        // The next durable write is the deletion of ledger 1.
+        storage.arm(CrashPoint {
+            k: storage.durable_writes_since_open() + 1,
+            kind,
+        });
+        let trimmed = ml.trim_consumed_ledgers(0, NONE, None);
+        assert!(storage.is_dead(), "{kind:?}: the crash point was reached");
+        // Before the fsync the commit fails; after it the commit is
+        // durable and answered, and the process dies right after.
+        assert_eq!(trimmed.is_ok(), kind == CrashKind::AfterSync, "{kind:?}");
+        drop((a, b, ml));
+        storage.recover();
+        let ml = open();
+        let expected = match kind {
+            CrashKind::BeforeSync => vec![1, 2, 3, 4],
+            CrashKind::AfterSync => vec![2, 3, 4],
+        };
+        assert_eq!(ids(&ml), expected, "{kind:?}");
+        let b = ml.open_cursor("b").unwrap();
+        assert_eq!(b.mark_delete_position(), p(2, 0));
+        let read: Vec<Position> = b
+            .read_entries(10)
+            .unwrap()
+            .iter()
+            .map(|e| e.position)
+            .collect();
+        assert_eq!(read, vec![p(2, 1), p(3, 0), p(3, 1), p(4, 0)], "{kind:?}");
+        // The interrupted trim runs again to the same end.
+        ml.trim_consumed_ledgers(0, NONE, None).unwrap();
+        assert_eq!(ids(&ml), vec![2, 3, 4], "{kind:?}");
+    }
+}
