@@ -23,7 +23,8 @@ pub struct StoredLedgerInfo {
     /// `LedgerNotExist`, but it stays in the ledger list.
     pub lost: bool,
     /// Payload bytes stored in the ledger (Pulsar's `LedgerInfo.size`; 0
-    /// once its data is lost). Counted by the retention size limit of
+    /// once its data is lost). Not a stored record: [`RedbStore`] sums it
+    /// from the entries when it loads the ledger list. Counted by the retention size limit of
     /// [`ManagedLedger::trim_consumed_ledgers`](super::ManagedLedger::trim_consumed_ledgers).
     pub size_bytes: u64,
 }
@@ -399,9 +400,6 @@ impl LedgerStore for MemoryStore {
 const ENTRIES: TableDefinition<(&str, i64, i64), &[u8]> = TableDefinition::new("ml_entries");
 /// `(managed ledger, ledger id) → (entry count, lost)`.
 const LEDGERS: TableDefinition<(&str, i64), (i64, bool)> = TableDefinition::new("ml_ledgers");
-/// `(managed ledger, ledger id) → payload bytes stored` (absent: 0, a file
-/// written before sizes were kept counts from its next append).
-const LEDGER_SIZES: TableDefinition<(&str, i64), u64> = TableDefinition::new("ml_ledger_sizes");
 /// `(managed ledger, cursor) → mark-delete (ledger id, entry id)`.
 const CURSOR_MARK_DELETE: TableDefinition<(&str, &str), (i64, i64)> =
     TableDefinition::new("ml_cursor_mark_delete");
@@ -541,7 +539,6 @@ impl RedbStore {
         let txn = store.begin()?;
         txn.open_table(ENTRIES)?;
         txn.open_table(LEDGERS)?;
-        txn.open_table(LEDGER_SIZES)?;
         txn.open_table(CURSOR_MARK_DELETE)?;
         txn.open_table(CURSOR_PROPERTIES)?;
         txn.open_table(CURSOR_RANGES)?;
@@ -735,21 +732,29 @@ impl LedgerStore for RedbStore {
         contained("load_ledger", || {
             let txn = self.db.begin_read()?;
             let t = txn.open_table(LEDGERS)?;
-            let sizes = txn.open_table(LEDGER_SIZES)?;
             let mut out = StoredLedger::default();
             for row in t.range((name, i64::MIN)..=(name, i64::MAX))? {
                 let (k, v) = row?;
                 let (_, id) = k.value();
                 let (entries, lost) = v.value();
-                let size_bytes = sizes.get((name, id))?.map_or(0, |v| v.value());
                 out.ledgers.insert(
                     id,
                     StoredLedgerInfo {
                         entries,
                         lost,
-                        size_bytes,
+                        size_bytes: 0,
                     },
                 );
+            }
+            // Sizes are not a stored record: summed from the entries (one
+            // pass over the managed ledger's entries at open; trimming keeps
+            // it short), so the write path is unchanged.
+            let e = txn.open_table(ENTRIES)?;
+            for row in e.range((name, i64::MIN, i64::MIN)..=(name, i64::MAX, i64::MAX))? {
+                let (k, v) = row?;
+                if let Some(info) = out.ledgers.get_mut(&k.value().1) {
+                    info.size_bytes += v.value().len() as u64;
+                }
             }
             Ok(out)
         })
@@ -776,7 +781,6 @@ impl LedgerStore for RedbStore {
             {
                 let mut e = txn.open_table(ENTRIES)?;
                 let mut l = txn.open_table(LEDGERS)?;
-                let mut sizes = txn.open_table(LEDGER_SIZES)?;
                 for seg in segments {
                     for (i, p) in seg.payloads.iter().enumerate() {
                         e.insert((name, seg.ledger_id, seg.first_entry_id + i as i64), *p)?;
@@ -785,8 +789,6 @@ impl LedgerStore for RedbStore {
                         (name, seg.ledger_id),
                         (seg.first_entry_id + seg.payloads.len() as i64, false),
                     )?;
-                    let size = sizes.get((name, seg.ledger_id))?.map_or(0, |v| v.value());
-                    sizes.insert((name, seg.ledger_id), size + payload_bytes(seg.payloads))?;
                 }
             }
             txn.commit()?;
@@ -828,7 +830,6 @@ impl LedgerStore for RedbStore {
                 let mut l = txn.open_table(LEDGERS)?;
                 let entries = l.get((name, ledger_id))?.map(|v| v.value().0).unwrap_or(0);
                 l.insert((name, ledger_id), (entries, true))?;
-                txn.open_table(LEDGER_SIZES)?.remove((name, ledger_id))?;
             }
             txn.commit()?;
             Ok(())
@@ -841,14 +842,12 @@ impl LedgerStore for RedbStore {
             {
                 let mut e = txn.open_table(ENTRIES)?;
                 let mut l = txn.open_table(LEDGERS)?;
-                let mut sizes = txn.open_table(LEDGER_SIZES)?;
                 for &ledger_id in ledger_ids {
                     e.retain_in(
                         (name, ledger_id, i64::MIN)..=(name, ledger_id, i64::MAX),
                         |_, _| false,
                     )?;
                     l.remove((name, ledger_id))?;
-                    sizes.remove((name, ledger_id))?;
                 }
             }
             txn.commit()?;
@@ -1079,23 +1078,6 @@ impl RedbStore {
                 Err(e) if missing(&e) => {}
                 Err(e) => return Err(e.into()),
             }
-            match txn.open_table(LEDGER_SIZES) {
-                Ok(t) => {
-                    for row in t.iter()? {
-                        let (k, v) = row?;
-                        let (name, id) = k.value();
-                        if let Some(info) = out
-                            .ledgers
-                            .get_mut(name)
-                            .and_then(|l| l.ledgers.get_mut(&id))
-                        {
-                            info.size_bytes = v.value();
-                        }
-                    }
-                }
-                Err(e) if missing(&e) => {}
-                Err(e) => return Err(e.into()),
-            }
             match txn.open_table(ENTRIES) {
                 Ok(t) => {
                     for row in t.iter()? {
@@ -1104,6 +1086,13 @@ impl RedbStore {
                         let stats = out.entry_stats.entry(name.to_string()).or_default();
                         stats.0 += 1;
                         stats.1 += v.value().len() as u64;
+                        if let Some(info) = out
+                            .ledgers
+                            .get_mut(name)
+                            .and_then(|led| led.ledgers.get_mut(&l))
+                        {
+                            info.size_bytes += v.value().len() as u64;
+                        }
                         if keep_entries(name) {
                             out.entries
                                 .insert((name.to_string(), l, e), v.value().to_vec());
