@@ -576,3 +576,5 @@ fn cumulative_and_batch_index_transactional_acks_apply_at_commit() {
         "index 1 left"
     );
 }
+
+mod snapshot;

@@ -1,6 +1,19 @@
 //! The transaction coordinator (Pulsar's `MLTransactionMetadataStore`):
 //! transactions by id with their state, partitions, subscriptions and
 //! timeout, every change appended to a durable log before it takes effect.
+//!
+//! ## Trimming the log
+//!
+//! A transaction's records are deleted on the log's cursor
+//! (`transaction.subscription`, as `MLTransactionLogImpl` names it) once
+//! its last record (Committed/Aborted) is durable — written only after
+//! every partition and subscription applied the end (its marker appended,
+//! its pending-ack commit applied and persisted). The cursor's mark-delete
+//! moves over the contiguous prefix of deleted records, so recovery reads
+//! the log from there, and ledgers below it may be deleted. The highest
+//! transaction sequence is kept in the cursor property `max_local_txn_id`
+//! (Pulsar keeps it in a managed-ledger property of that name), written
+//! before the mark-delete moves, so a trimmed log never reuses an id.
 
 use std::collections::{BTreeMap, BTreeSet};
 // Ownership handles use std's Arc in every build (see `ledger::managed_ledger`).
@@ -8,7 +21,8 @@ use std::sync::Arc;
 
 use prost::Message;
 
-use crate::ledger::{LedgerConfig, ManagedLedger, RedbStore};
+use crate::ledger::{LedgerConfig, ManagedCursor, ManagedLedger, RedbStore};
+use crate::Position;
 
 use super::TxnId;
 use crate::proto::command::server_error;
@@ -103,9 +117,22 @@ pub struct TxnMeta {
 pub struct Coordinator {
     tc_id: u64,
     log: Arc<ManagedLedger>,
+    cursor: ManagedCursor,
     txns: BTreeMap<TxnId, TxnMeta>,
     max_sequence: u64,
+    /// Log records of the transactions not yet ended.
+    records: BTreeMap<TxnId, Vec<Position>>,
+    /// Records of ended transactions above the cursor's mark-delete.
+    deleted: BTreeSet<Position>,
 }
+
+/// Name of the coordinator log's cursor (`MLTransactionLogImpl`'s
+/// `TRANSACTION_SUBSCRIPTION_NAME`).
+pub const LOG_CURSOR: &str = "transaction.subscription";
+
+/// Cursor property holding the highest transaction sequence handed out
+/// (`MLTransactionSequenceIdGenerator`'s `max_local_txn_id`).
+pub const MAX_LOCAL_TXN_ID: &str = "max_local_txn_id";
 
 /// The coordinator log's managed-ledger name for `tc_id`.
 pub fn log_name(tc_id: u64) -> String {
@@ -128,20 +155,30 @@ impl Coordinator {
             Arc::new(store.clone()),
         )
         .map_err(persistence)?;
+        let cursor = log.open_cursor(LOG_CURSOR).map_err(persistence)?;
+        let kept = cursor
+            .properties()
+            .map_err(persistence)?
+            .get(MAX_LOCAL_TXN_ID)
+            .map_or(0, |v| *v as u64);
+        let from = cursor.mark_delete_position();
         let mut c = Self {
             tc_id,
             log,
+            cursor,
             txns: BTreeMap::new(),
-            max_sequence: 0,
+            max_sequence: kept,
+            records: BTreeMap::new(),
+            deleted: BTreeSet::new(),
         };
         let mut bad = None;
         let log = Arc::clone(&c.log);
-        super::scan(&log, super::before_first(&log), |e| {
+        super::scan(&log, from, |e| {
             if bad.is_some() {
                 return;
             }
             match TransactionMetadataEntry::decode(e.data.as_slice()) {
-                Ok(r) => c.apply(&r),
+                Ok(r) => c.apply(&r, e.position),
                 Err(err) => bad = Some(format!("coordinator log entry {}: {err}", e.position)),
             }
         })
@@ -149,6 +186,7 @@ impl Coordinator {
         if let Some(b) = bad {
             return Err(TxnError::Persistence(b));
         }
+        c.trim();
         tracing::info!(
             tc_id,
             open = c.txns.len(),
@@ -173,12 +211,51 @@ impl Coordinator {
         self.txns.get(&id)
     }
 
-    fn apply(&mut self, r: &TransactionMetadataEntry) {
+    /// The cursor's mark-delete: the log is read from there at recovery.
+    pub fn log_mark_delete(&self) -> Position {
+        self.cursor.mark_delete_position()
+    }
+
+    /// Moves the log cursor's mark-delete over the contiguous records of
+    /// ended transactions (`max_local_txn_id` first). A store failure
+    /// leaves it where it was (retried at the next end).
+    fn trim(&mut self) {
+        let mut md = self.cursor.mark_delete_position();
+        let lac = self.log.last_confirmed_entry();
+        loop {
+            let next = self.log.next_valid_position(md);
+            if next > lac || !self.deleted.contains(&next) {
+                break;
+            }
+            md = next;
+        }
+        if md == self.cursor.mark_delete_position() {
+            return;
+        }
+        let r = self
+            .cursor
+            .set_property(MAX_LOCAL_TXN_ID, self.max_sequence as i64)
+            .and_then(|()| self.cursor.mark_delete(md));
+        match r {
+            Ok(()) => {
+                self.deleted = self.deleted.split_off(&md.next_in_ledger());
+            }
+            Err(e) => tracing::warn!(error = %e, "coordinator log not trimmed"),
+        }
+    }
+
+    fn apply(&mut self, r: &TransactionMetadataEntry, at: Position) {
         let id = TxnId::new(
             r.txnid_most_bits.unwrap_or(0),
             r.txnid_least_bits.unwrap_or(0),
         );
         self.max_sequence = self.max_sequence.max(id.least_sig_bits);
+        if r.metadata_op != Some(metadata_op::NEW) && !self.txns.contains_key(&id) {
+            // A record of a transaction that already ended.
+            self.deleted.insert(at);
+            return;
+        }
+        self.records.entry(id).or_default().push(at);
         match r.metadata_op {
             Some(metadata_op::NEW) => {
                 let start = r.start_time.unwrap_or(0);
@@ -210,6 +287,8 @@ impl Coordinator {
             Some(metadata_op::UPDATE) => match r.new_status {
                 Some(txn_status::COMMITTED | txn_status::ABORTED) => {
                     self.txns.remove(&id);
+                    self.deleted
+                        .extend(self.records.remove(&id).unwrap_or_default());
                 }
                 Some(s) => {
                     if let Some(t) = self.txns.get_mut(&id) {
@@ -224,8 +303,8 @@ impl Coordinator {
 
     /// Appends `r` to the log (durable on return), then applies it.
     fn log(&mut self, r: TransactionMetadataEntry) -> Result<(), TxnError> {
-        self.log.append(&r.encode_to_vec()).map_err(persistence)?;
-        self.apply(&r);
+        let at = self.log.append(&r.encode_to_vec()).map_err(persistence)?;
+        self.apply(&r, at);
         Ok(())
     }
 
@@ -373,7 +452,9 @@ impl Coordinator {
         let mut r = Self::record(id, metadata_op::UPDATE, now_ms);
         r.expected_status = Some(expected);
         r.new_status = Some(new);
-        self.log(r)
+        self.log(r)?;
+        self.trim();
+        Ok(())
     }
 
     /// Transactions a crash left Committing or Aborting (recovery finishes
@@ -499,6 +580,44 @@ mod tests {
             c.new_txn(1, 6).unwrap(),
             TxnId::new(0, 2),
             "no sequence reused"
+        );
+    }
+
+    /// The log is trimmed (its cursor's mark-delete) over the records of
+    /// ended transactions, never past a record of one still open; a
+    /// recovery reads from there and reuses no sequence.
+    #[test]
+    fn the_log_is_trimmed_as_transactions_end_and_no_sequence_is_reused() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut c = Coordinator::open(&store(&dir), 0).unwrap();
+        let start = c.log_mark_delete();
+        let t1 = c.new_txn(1000, 1).unwrap();
+        let t2 = c.new_txn(1000, 1).unwrap();
+        c.add_partitions(t1, &["t".into()], 2).unwrap();
+        c.begin_end(t2, false, 3).unwrap();
+        c.finish_end(t2, 3).unwrap();
+        assert_eq!(c.log_mark_delete(), start, "t1's NEW is first and open");
+        c.begin_end(t1, true, 4).unwrap();
+        c.finish_end(t1, 4).unwrap();
+        let lac = c.log.last_confirmed_entry();
+        assert_eq!(c.log_mark_delete(), lac, "every record of an ended txn");
+        let t3 = c.new_txn(1000, 5).unwrap();
+        drop(c);
+        let mut c = Coordinator::open(&store(&dir), 0).unwrap();
+        assert_eq!(c.log_mark_delete(), lac);
+        assert_eq!(
+            c.transactions().keys().copied().collect::<Vec<_>>(),
+            vec![t3]
+        );
+        c.begin_end(t3, false, 6).unwrap();
+        c.finish_end(t3, 6).unwrap();
+        drop(c);
+        let mut c = Coordinator::open(&store(&dir), 0).unwrap();
+        assert!(c.transactions().is_empty());
+        assert_eq!(
+            c.new_txn(1, 7).unwrap(),
+            TxnId::new(0, 4),
+            "the whole log trimmed: max_local_txn_id keeps the sequence"
         );
     }
 }

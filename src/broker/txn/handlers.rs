@@ -142,10 +142,15 @@ impl Broker {
                         .as_ref()
                         .is_some_and(|h| h.state() == HandleState::Ready)
             });
-        [c, pending_ack_retry, unapplied.then(|| self.now())]
-            .into_iter()
-            .flatten()
-            .min()
+        [
+            c,
+            pending_ack_retry,
+            unapplied.then(|| self.now()),
+            self.snapshot_timeout(),
+        ]
+        .into_iter()
+        .flatten()
+        .min()
     }
 
     /// Timer work: recovery retries, timed-out transactions aborted, the
@@ -190,6 +195,7 @@ impl Broker {
             self.apply_recovered_commits(&t, &s);
             self.dispatch_sub(&t, &s);
         }
+        self.snapshot_timers();
     }
 
     /// Recovers the transaction buffer of topic `name` (backoff after a
@@ -208,7 +214,7 @@ impl Broker {
                 )));
             }
         }
-        match TxnBuffer::recover(ml) {
+        match self.recover_buffer_attempt(name, ml) {
             Ok(b) => {
                 self.txn.buffer_retry.remove(name);
                 if !b.ongoing().is_empty() {
@@ -227,10 +233,7 @@ impl Broker {
                     .buffer_retry
                     .insert(name.to_string(), (failures + 1, at));
                 tracing::warn!(topic = name, error = %e, retry_at = at, "transaction buffer recovery failed; topic not opened");
-                Err(BrokerError::NotReady(format!(
-                    "topic {}: transaction buffer recovery failed: {e}",
-                    crate::broker::name_for_error(name)
-                )))
+                Err(e)
             }
         }
     }
@@ -552,6 +555,7 @@ impl Broker {
                 s.dispatch(&t.ml, &mut self.out);
             }
         }
+        self.txn_ended_on(&topic);
         Ok(())
     }
 
@@ -685,6 +689,14 @@ impl Broker {
                 "topic {topic} was not added to transaction {id:?} (ADD_PARTITION_TO_TXN)"
             )));
         }
+        if super::snapshot::is_snapshot_topic(topic) {
+            return Err(TxnError::NotAllowed(format!(
+                "topic {topic} is a system topic (no transaction buffer)"
+            )));
+        }
+        // The topic's first snapshot before its first transactional entry.
+        self.first_snapshot(topic)
+            .map_err(|e| TxnError::NotReady(e.to_string()))?;
         Ok(id)
     }
 

@@ -20,8 +20,13 @@
 //!   `MessageMetadata.txnid_most_bits`/`txnid_least_bits`; the end of a
 //!   transaction on a topic is a marker entry (`marker_type` `TXN_COMMIT` /
 //!   `TXN_ABORT`, producer `pulsar.txn.marker`, empty payload, as
-//!   `Markers.newTxnMarker` writes it). The buffer is rebuilt by reading the
-//!   topic (see [`buffer`] for the recovery discipline).
+//!   `Markers.newTxnMarker` writes it). The buffer is rebuilt from its
+//!   latest snapshot and the topic's entries after the snapshot's max read
+//!   position (see [`buffer`] for the recovery discipline).
+//! - Transaction buffer snapshots: Pulsar's `TransactionBufferSnapshot`
+//!   (Avro) on the namespace's system topic `__transaction_buffer_snapshot`,
+//!   keyed by topic ([`snapshot`] for the bytes, `snapshots.rs` for the
+//!   triggers and loading).
 //! - Transactional acks: the subscription's pending-ack log
 //!   (`<topic>-<sub>__transaction_pending_ack`, cursor
 //!   `__pending_ack_state`), replayed by `crate::pending_ack`.
@@ -36,6 +41,10 @@
 //!    go back to the replay set (redelivered) (`END_TXN_ON_SUBSCRIPTION`);
 //! 4. the coordinator logs Committing → Committed (Aborting → Aborted); the
 //!    client gets `END_TXN_RESPONSE`.
+//!
+//! The coordinator's log is trimmed (its cursor's mark-delete moves) over
+//! the records of transactions whose step 4 is durable, and the buffer's
+//! aborted set over ledgers that are gone (see [`coordinator`], [`buffer`]).
 //!
 //! Recovery finishes every Committing/Aborting transaction by redoing 2–4
 //! (each step is idempotent: a partition whose buffer no longer holds the
@@ -52,18 +61,29 @@
 //! |---|---|---|---|
 //! | `TransactionBufferRecovery` | `NoReadAfterFailure` | [`scan`], [`TxnBuffer::recover`] | `a_read_failure_ends_the_recovery_attempt_and_the_retry_starts_over` |
 //! | `TransactionBufferRecovery` | `ReadyImpliesFullyApplied` | [`TxnBuffer::recover`], `Broker::recover_buffer` | `a_read_failure_ends_the_recovery_attempt_and_the_retry_starts_over`, `a_topic_whose_buffer_cannot_recover_is_not_opened_until_its_backoff_passes` |
+//! | `TransactionBufferSnapshot` | `SnapshotRecoveryEqualsFullReplay` | [`TxnBuffer::recover_from`], [`TxnBuffer::snapshot`], `Broker::recover_buffer_attempt`, `Broker::take_txn_buffer_snapshot` | `recovery_from_a_snapshot_and_the_tail_equals_a_full_replay`, `a_snapshot_past_an_open_transactions_first_entry_differs_from_a_full_replay`, `recovery_from_the_snapshot_equals_a_full_read_across_a_crash` |
 //!
 //! How: [`scan`] returns at the first failed read (no further read); a
 //! failed recovery returns the error, so the topic is not opened (no
-//! partial buffer is ever served); the next attempt starts from the first
-//! entry (nothing kept between attempts) after a per-topic backoff.
-//! Not modelled: the coordinator and the END_TXN crash points (unit tests:
+//! partial buffer is ever served); the next attempt starts again (from the
+//! snapshot's max read position, or the first entry; nothing kept between
+//! attempts) after a per-topic backoff; reading the snapshot topic is part
+//! of the attempt. A snapshot records the max read position (before the
+//! first entry of the oldest open transaction) and the aborted set at one
+//! instant, and recovery starts with that set and reads every entry after
+//! that position. Not modelled: the coordinator, its log trimming and the
+//! END_TXN crash points (unit tests:
 //! `a_crash_after_each_durable_write_of_end_txn_is_finished_by_recovery`,
-//! `an_open_transaction_survives_a_crash_and_commits_after_it`).
+//! `an_open_transaction_survives_a_crash_and_commits_after_it`,
+//! `the_log_is_trimmed_as_transactions_end_and_no_sequence_is_reused`);
+//! trimming the aborted set as ledgers are deleted
+//! (`the_aborted_set_is_trimmed_when_the_ledger_of_the_abort_marker_is_gone`).
 
 pub mod buffer;
 pub mod coordinator;
 mod handlers;
+pub mod snapshot;
+mod snapshots;
 
 use std::collections::BTreeMap;
 // Ownership handles use std's Arc in every build (see `ledger::managed_ledger`).
@@ -77,6 +97,7 @@ pub use crate::pending_ack::TxnId;
 pub use buffer::{entry_txn, EntryTxn, TxnBuffer};
 pub use coordinator::{Coordinator, TxnError, TxnMeta};
 pub(crate) use handlers::txn_ack_response as handlers_ack_response;
+pub use snapshot::{SnapshotConfig, TransactionBufferSnapshot};
 
 /// Topic-name prefix of the coordinator's assignment topic
 /// (`transaction_coordinator_assign`, its partitions are the coordinators).
@@ -148,6 +169,14 @@ pub(crate) struct TxnRuntime {
     pub(crate) timer: Arc<VirtualTimer>,
     /// Topic → (failed recoveries, earliest next attempt).
     pub(crate) buffer_retry: BTreeMap<String, (u32, u64)>,
+    /// When transaction buffers take snapshots.
+    pub(crate) snapshot_config: snapshot::SnapshotConfig,
+    /// Snapshot topic → key → position of its latest snapshot message.
+    pub(crate) snapshot_index: BTreeMap<String, BTreeMap<String, Position>>,
+    /// Topic → its snapshot bookkeeping.
+    pub(crate) snapshot_book: BTreeMap<String, snapshots::SnapshotBook>,
+    /// `sequence_id` of the last snapshot message written.
+    pub(crate) snapshot_seq: u64,
 }
 
 impl TxnRuntime {
@@ -163,6 +192,10 @@ impl TxnRuntime {
                 .expect("one manual executor is a valid pool"),
             timer,
             buffer_retry: BTreeMap::new(),
+            snapshot_config: snapshot::SnapshotConfig::default(),
+            snapshot_index: BTreeMap::new(),
+            snapshot_book: BTreeMap::new(),
+            snapshot_seq: 0,
         }
     }
 }
