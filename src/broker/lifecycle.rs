@@ -26,7 +26,8 @@
 //! Hook for per-ledger state of other components: [`Broker::trim_ledgers`]
 //! returns the deleted ledger ids per topic, and
 //! `Broker::ledgers_deleted` is where the core tells its own components
-//! (e.g. the transaction buffer's aborted set) about them.
+//! about them (the transaction buffer's aborted set:
+//! `TxnBuffer::ledgers_deleted`).
 
 use crate::ledger::{ManagedLedger, RetentionPolicy, TrimOutcome};
 use crate::Position;
@@ -105,10 +106,16 @@ impl Broker {
         done
     }
 
-    /// Ledgers `deleted` of `topic` are gone: components that keep state
-    /// per ledger of the topic drop it here.
+    /// Ledgers `deleted` of `topic` are gone (always a prefix of its ledger
+    /// list): components that keep state per ledger of the topic drop it
+    /// here. The transaction buffer forgets the aborted transactions whose
+    /// abort marker was in one of them.
     fn ledgers_deleted(&mut self, topic: &str, deleted: &[i64]) {
-        tracing::debug!(topic, ?deleted, "ledgers deleted");
+        let (Some(t), Some(up_to)) = (self.topics.get(topic), deleted.iter().max()) else {
+            return;
+        };
+        let forgotten = t.buffer.lock().ledgers_deleted(*up_to);
+        tracing::debug!(topic, ?deleted, forgotten, "ledgers deleted");
     }
 
     /// Ledgers deleted by trimming since the core started.
