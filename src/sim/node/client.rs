@@ -24,6 +24,7 @@ use crate::sim::checker::MessageRef;
 use crate::sim::workload::SubscriptionType;
 use crate::sync::Arc;
 
+use super::faulty::Damage;
 use super::wire::{entry_payload, frame, ProducerMetadata};
 use super::{ClientRef, Ev, Node, EPOCH_BASE_MS, TOPIC};
 use crate::broker::FrameCutter;
@@ -93,9 +94,9 @@ struct OutAck {
 /// A simulated consumer (one connection, consumer id 1).
 #[derive(Debug)]
 pub(super) struct Consumer {
-    sub: usize,
+    pub(super) sub: usize,
     /// The checker's stable id of this consumer within its subscription.
-    id: usize,
+    pub(super) id: usize,
     name: String,
     pub(super) conn: Option<u64>,
     cutter: FrameCutter,
@@ -115,6 +116,12 @@ pub(super) struct Consumer {
     app: VecDeque<(ReceivedMessage, MessageRef)>,
     since_cumulative: u32,
     cumulative_candidate: Option<Position>,
+    /// Connections closed on an injected invalid P in a row, with nothing
+    /// received in between (`faults.faulty_closes_without_progress`).
+    pub(super) faulty_closes: u32,
+    /// While set, Flows the client library decides stay queued on its
+    /// connection (a re-creation right after a poll: `same_connection`).
+    hold_flows: bool,
 }
 
 impl Consumer {
@@ -178,6 +185,8 @@ impl Node<'_> {
                     app: VecDeque::new(),
                     since_cumulative: 0,
                     cumulative_candidate: None,
+                    faulty_closes: 0,
+                    hold_flows: false,
                 });
                 let c = self.consumers.len() - 1;
                 let at = self.rng.random_range(0..=10);
@@ -305,7 +314,9 @@ impl Node<'_> {
             }
             match client {
                 ClientRef::Producer(p) => self.producer_command(p, conn, cmd),
-                ClientRef::Consumer(c) => self.consumer_command(c, conn, cmd, &f.whole),
+                ClientRef::Consumer(c) => {
+                    self.consumer_command(c, conn, cmd, &f.whole, f.payload())
+                }
             }
             // A command may have closed the connection.
             if !self.conns.contains_key(&conn) {
@@ -470,9 +481,28 @@ impl Node<'_> {
         let (Some(conn), Some(cx)) = (co.conn, co.connection.clone()) else {
             return;
         };
-        let _ = cx.flush_flows();
+        if co.hold_flows {
+            return;
+        }
+        let flushed = cx.flush_flows();
+        self.activity.stale_flows_dropped += flushed.dropped.len() as u64;
+        let current = co.client.as_ref().map(|cl| cl.state().incarnation());
+        let mut stale = Vec::new();
         let mut bytes = Vec::new();
         for f in cx.take_outbox() {
+            // PIP-491: credit is scoped to one incarnation. A Flow of an
+            // incarnation closed since (re-created on this same connection,
+            // so the core cannot tell) would credit its replacement with
+            // permits it never used.
+            if let ClientFrame::Flow {
+                incarnation,
+                command,
+            } = &f
+            {
+                if current.is_some_and(|cur| cur != *incarnation) {
+                    stale.push((command.message_permits, *incarnation, current));
+                }
+            }
             let cmd = match f {
                 ClientFrame::Subscribe {
                     consumer_id,
@@ -526,23 +556,33 @@ impl Node<'_> {
                         ..Default::default()
                     }
                 }
+                // The simulator damages entries in transit only (the stored
+                // entry is intact): the validation-error ack goes out as a
+                // negative ack of the entry, so the core redelivers it
+                // (Pulsar's broker would delete it) and the loss check
+                // stays exact (see `faulty.rs`).
                 ClientFrame::AckValidationError {
                     consumer_id,
                     message_id,
-                    validation_error,
-                } => BrokerCommand {
-                    r#type: ty::ACK,
-                    ack: Some(CommandAck {
-                        consumer_id,
-                        ack_type: 0,
-                        message_id: vec![message_id],
-                        validation_error: Some(validation_error as i32),
-                        txnid_least_bits: None,
-                        txnid_most_bits: None,
-                        request_id: None,
-                    }),
-                    ..Default::default()
-                },
+                    ..
+                } => {
+                    self.activity.negative_acks += 1;
+                    BrokerCommand {
+                        r#type: ty::REDELIVER_UNACKNOWLEDGED_MESSAGES,
+                        redeliver_unacknowledged_messages: Some(
+                            CommandRedeliverUnacknowledgedMessages {
+                                consumer_id,
+                                message_ids: vec![MessageIdData {
+                                    ledger_id: message_id.ledger_id,
+                                    entry_id: message_id.entry_id,
+                                    ..Default::default()
+                                }],
+                                consumer_epoch: None,
+                            },
+                        ),
+                        ..Default::default()
+                    }
+                }
                 ClientFrame::RedeliverUnacknowledged {
                     consumer_id,
                     consumer_epoch,
@@ -559,6 +599,17 @@ impl Node<'_> {
                 },
             };
             bytes.extend(frame(&cmd, Vec::new()));
+        }
+        let (sub, id) = (self.subs[co.sub].clone(), co.id);
+        for (permits, incarnation, current) in stale {
+            self.checker.permit_violation(
+                &sub,
+                id,
+                &format!(
+                    "a Flow of {permits} permits from closed incarnation {incarnation:?} reached its replacement {current:?} on the same connection"
+                ),
+                self.sched.now(),
+            );
         }
         self.send_to_broker(conn, bytes);
     }
@@ -589,7 +640,14 @@ impl Node<'_> {
         self.send_to_broker(conn, frame(&cmd, Vec::new()));
     }
 
-    fn consumer_command(&mut self, c: usize, conn: u64, cmd: BrokerCommand, whole: &[u8]) {
+    fn consumer_command(
+        &mut self,
+        c: usize,
+        conn: u64,
+        cmd: BrokerCommand,
+        whole: &[u8],
+        payload: &[u8],
+    ) {
         match cmd.r#type {
             ty::CONNECTED => {
                 let co = &mut self.consumers[c];
@@ -632,35 +690,46 @@ impl Node<'_> {
                 }
             }
             ty::MESSAGE => {
+                let (damage, damaged) =
+                    self.damage_message(self.consumers[c].faulty_closes, &cmd, payload);
+                let whole = damaged.as_deref().unwrap_or(whole);
                 let co = &mut self.consumers[c];
                 let Some(cl) = co.client.as_mut() else { return };
                 let outcome = cl.handle_frame(whole, MAX_FRAME_SIZE);
-                match outcome {
-                    Ok(o) => match o.kind {
-                        CommandOutcomeKind::StaleEpoch | CommandOutcomeKind::StaleIncarnation => {
-                            self.node.stale_commands += 1;
-                        }
-                        CommandOutcomeKind::ProtocolError(e) => {
+                if damage != Damage::None {
+                    let kind = outcome.map(|o| o.kind).ok();
+                    if self.damaged_message(c, conn, &cmd, payload, damage, kind) {
+                        return; // the client closed the connection
+                    }
+                } else {
+                    match outcome {
+                        Ok(o) => match o.kind {
+                            CommandOutcomeKind::StaleEpoch
+                            | CommandOutcomeKind::StaleIncarnation => {
+                                self.node.stale_commands += 1;
+                            }
+                            CommandOutcomeKind::ProtocolError(e) => {
+                                self.checker.permit_violation(
+                                    &self.subs[self.consumers[c].sub],
+                                    self.consumers[c].id,
+                                    &format!("the client closed its connection on a MESSAGE: {e}"),
+                                    self.now(),
+                                );
+                                self.close_conn(conn);
+                                self.connection_lost(conn, ClientRef::Consumer(c), false);
+                                return;
+                            }
+                            _ => {}
+                        },
+                        Err(e) => {
                             self.checker.permit_violation(
                                 &self.subs[self.consumers[c].sub],
                                 self.consumers[c].id,
-                                &format!("the client closed its connection on a MESSAGE: {e}"),
+                                &format!("MESSAGE not for this consumer: {e}"),
                                 self.now(),
                             );
-                            self.close_conn(conn);
-                            self.connection_lost(conn, ClientRef::Consumer(c), false);
                             return;
                         }
-                        _ => {}
-                    },
-                    Err(e) => {
-                        self.checker.permit_violation(
-                            &self.subs[self.consumers[c].sub],
-                            self.consumers[c].id,
-                            &format!("MESSAGE not for this consumer: {e}"),
-                            self.now(),
-                        );
-                        return;
                     }
                 }
                 self.hand_off(c);
@@ -866,6 +935,7 @@ impl Node<'_> {
             }
             self.checker.delivered(&sub, id, mref, now, 0);
             self.consumers[c].app.push_back((m, mref));
+            self.consumers[c].faulty_closes = 0;
         }
         // PIP-491: an incarnation is sent entries while it has permits left
         // (its receiver queue, then what it returned), a batch costing its
@@ -911,6 +981,12 @@ impl Node<'_> {
     /// on the same connection: a new incarnation, whose permits must not
     /// be credited by anything of the old one (PIP-491).
     pub(super) fn same_connection(&mut self, c: usize) {
+        // Right after a poll whose returned permits queued a Flow (not yet
+        // written): the revalidation must drop it, it must never credit
+        // the replacement (PIP-491).
+        self.consumers[c].hold_flows = true;
+        self.poll(c);
+        self.consumers[c].hold_flows = false;
         let co = &mut self.consumers[c];
         let (Some(cx), Some(cl)) = (co.connection.clone(), co.client.as_mut()) else {
             return;

@@ -54,6 +54,7 @@
 
 mod client;
 mod faults;
+mod faulty;
 pub mod wire;
 
 use std::collections::BTreeMap;
@@ -306,9 +307,14 @@ pub fn run(
         checker,
         mut activity,
         node,
+        heartbeat,
         ..
     } = n;
     let (counts, first_violation) = checker.finish(virtual_ms);
+    // The stages on real threads (the shipped cursor deletion state and
+    // pending-ack replay), as after a model-engine run.
+    let stages = super::stages::run(workload, opts.faults, &heartbeat);
+    let first_violation = first_violation.or_else(|| stages.first_violation());
     activity.node = Some(node);
     // The core keeps no per-component counters yet: the section reports
     // what the event loop counted, so an idle component reads NOT EXERCISED.
@@ -324,14 +330,14 @@ pub fn run(
             crate::ledger::SyncMode::Deferred => "deferred".into(),
         },
         virtual_ms,
-        violations: counts.violations(),
+        violations: counts.violations() + stages.violations(),
         counts,
         activity,
         components,
         first_violation,
         timing: Timing {
-            hint_race: None,
-            replay_race: None,
+            hint_race: stages.hint_race,
+            replay_race: stages.replay_race,
             wall_ms,
             deliveries_per_sec: delivered as f64 / (wall_ms.max(1) as f64 / 1000.0),
             peak_memory_kib: peak_memory_kib(),
