@@ -695,7 +695,7 @@ impl Broker {
             return Err(BrokerError::Component(format!("topic {topic} not open")));
         };
         if !t.subscriptions.contains_key(&s.subscription) {
-            let sub = Subscription::open(
+            let sub = Subscription::open_with(
                 &self.store,
                 &t.ml,
                 &s.subscription,
@@ -703,6 +703,7 @@ impl Broker {
                 s.initial_position == Some(1),
                 clock,
                 now,
+                self.config.delayed.clone(),
             )?;
             t.subscriptions.insert(s.subscription.clone(), sub);
         }

@@ -110,6 +110,7 @@ pub mod error;
 mod failover;
 pub mod framing;
 pub mod key_shared;
+mod lifecycle;
 pub mod output;
 pub mod producer;
 mod publish;
@@ -122,8 +123,9 @@ use std::collections::BTreeMap;
 // Ownership handles use std's Arc in every build (see `ledger::managed_ledger`).
 use std::sync::Arc;
 
+use crate::delayed::BucketTrackerConfig;
 use crate::delayed::VirtualClock;
-use crate::ledger::{LedgerConfig, ManagedLedger, RedbStore};
+use crate::ledger::{LedgerConfig, ManagedLedger, RedbStore, RetentionPolicy};
 
 pub use admission::AdmissionHook;
 pub use counters::DispatchCounters;
@@ -168,6 +170,15 @@ pub struct BrokerConfig {
     pub deduplication: bool,
     /// Pending-ack admission ([`AdmissionHook`]); `None` admits every entry.
     pub admission: Option<AdmissionHook>,
+    /// Every topic's managed-ledger settings (entries per ledger, auto-skip
+    /// of non-recoverable data).
+    pub ledger: LedgerConfig,
+    /// How long consumed ledgers are kept (default: not kept, as Pulsar).
+    pub retention: RetentionPolicy,
+    /// How often consumed ledgers are trimmed, ms (`lifecycle.rs`).
+    pub retention_check_interval_ms: u64,
+    /// Every subscription's delayed-delivery bucket tracker settings.
+    pub delayed: BucketTrackerConfig,
 }
 
 impl BrokerConfig {
@@ -179,6 +190,10 @@ impl BrokerConfig {
             outbound_high_watermark: OUTBOUND_HIGH_WATERMARK,
             deduplication: true,
             admission: None,
+            ledger: LedgerConfig::default(),
+            retention: Self::DEFAULT_RETENTION,
+            retention_check_interval_ms: Self::DEFAULT_RETENTION_CHECK_INTERVAL_MS,
+            delayed: subscription::default_tracker_config(),
         }
     }
 }
@@ -196,6 +211,7 @@ pub struct Broker {
     started_ms: u64,
     clock: Arc<VirtualClock>,
     txn: txn::TxnRuntime,
+    lifecycle: lifecycle::Lifecycle,
 }
 
 impl Broker {
@@ -216,6 +232,7 @@ impl Broker {
             started_ms: now_ms,
             clock: Arc::new(VirtualClock::new(now_ms)),
             txn: txn::TxnRuntime::new(now_ms),
+            lifecycle: lifecycle::Lifecycle::default(),
         };
         // The coordinator recovers at start: transactions a crash left
         // Committing/Aborting are finished now (a failure is retried from
@@ -261,7 +278,7 @@ impl Broker {
     /// should run: the earliest delivery time of a delayed entry on a
     /// subscription with consumers, the earliest timeout of an open
     /// transaction, a pending-ack replay retry, or the coordinator's
-    /// recovery retry. A deadline at or before now means "as
+    /// recovery retry, consumed-ledger trimming. A deadline at or before now means "as
     /// soon as you can"; `None`: no timer needed.
     pub fn poll_timeout(&self) -> Option<u64> {
         self.topics
@@ -270,14 +287,17 @@ impl Broker {
             .filter(|s| !s.consumers.is_empty())
             .filter_map(|s| s.tracker.next_delivery_time())
             .chain(self.txn_timeout())
+            .chain(self.trim_deadline())
             .min()
     }
 
     /// The timer fired: dispatches every subscription with consumers (due
-    /// delayed entries, and anything a consumer can now take).
+    /// delayed entries, and anything a consumer can now take), and trims
+    /// consumed ledgers when their interval has passed.
     pub fn handle_timeout(&mut self, now_ms: u64) {
         self.tick(now_ms);
         self.txn_timers();
+        self.trim_if_due();
         for t in self.topics.values_mut() {
             for s in t.subscriptions.values_mut() {
                 if !s.consumers.is_empty() {
@@ -335,7 +355,7 @@ impl Broker {
         if !self.topics.contains_key(&name) {
             let ml = ManagedLedger::open(
                 name.clone(),
-                LedgerConfig::default(),
+                self.config.ledger.clone(),
                 Arc::new(self.store.clone()),
             )
             .map_err(error::comp)?;

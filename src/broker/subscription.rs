@@ -139,15 +139,22 @@ fn within_batch(ack_set: &[i64], size: u32) -> Vec<i64> {
         .collect()
 }
 
+/// The delayed tracker settings of a subscription unless the
+/// [`BrokerConfig`](super::BrokerConfig) says otherwise: Pulsar's bucket
+/// defaults, a 100 ms tick and strict delivery times.
+pub fn default_tracker_config() -> BucketTrackerConfig {
+    BucketTrackerConfig {
+        tick_time_ms: 100,
+        deliver_at_time_strict: true,
+        ..BucketTrackerConfig::default()
+    }
+}
+
 impl Subscription {
-    /// Opens (or recovers) subscription `name` on `ml`: a new one starts at
-    /// the end of the topic unless `earliest`; a recovered one at its
-    /// persisted mark-delete, individually deleted entries and batch ack
-    /// sets. The delayed tracker reads time from `clock`; `now_ms` stamps a
-    /// new subscription's creation.
+    /// As [`Subscription::open_with`] with [`default_tracker_config`].
     ///
     /// # Errors
-    /// [`BrokerError::Component`] when the store fails.
+    /// As [`Subscription::open_with`].
     pub fn open(
         store: &RedbStore,
         ml: &Arc<ManagedLedger>,
@@ -156,6 +163,31 @@ impl Subscription {
         earliest: bool,
         clock: Arc<dyn Clock>,
         now_ms: u64,
+    ) -> Result<Self, BrokerError> {
+        let config = default_tracker_config();
+        Self::open_with(store, ml, name, sub_type, earliest, clock, now_ms, config)
+    }
+
+    /// Opens (or recovers) subscription `name` on `ml`: a new one starts at
+    /// the end of the topic unless `earliest`; a recovered one at its
+    /// persisted mark-delete, individually deleted entries and batch ack
+    /// sets. The delayed tracker reads time from `clock`; `now_ms` stamps a
+    /// new subscription's creation.
+    ///
+    /// The delayed tracker runs with `tracker_config`.
+    ///
+    /// # Errors
+    /// [`BrokerError::Component`] when the store fails.
+    #[allow(clippy::too_many_arguments)]
+    pub fn open_with(
+        store: &RedbStore,
+        ml: &Arc<ManagedLedger>,
+        name: &str,
+        sub_type: i32,
+        earliest: bool,
+        clock: Arc<dyn Clock>,
+        now_ms: u64,
+        tracker_config: BucketTrackerConfig,
     ) -> Result<Self, BrokerError> {
         let cursor = Arc::new(ml.open_cursor(name).map_err(comp)?);
         let props = cursor.properties().map_err(comp)?;
@@ -173,13 +205,8 @@ impl Subscription {
         // of partially acknowledged batches, as the last ack persisted them.
         let deletion = Arc::new(cursor.recover_deletion_state().map_err(comp)?);
         let storage = RedbSnapshotStorage::new(store.clone(), ml.name(), name).map_err(comp)?;
-        let config = BucketTrackerConfig {
-            tick_time_ms: 100,
-            deliver_at_time_strict: true,
-            ..BucketTrackerConfig::default()
-        };
-        let tracker =
-            BucketDelayedDeliveryTracker::new(config, Arc::new(storage), clock).map_err(comp)?;
+        let tracker = BucketDelayedDeliveryTracker::new(tracker_config, Arc::new(storage), clock)
+            .map_err(comp)?;
         tracker.update_mark_delete(deletion.mark_delete_position());
         tracing::info!(
             topic = ml.name(),
@@ -347,6 +374,12 @@ impl Subscription {
         for id in ids {
             let p = Position::new(id.ledger_id as i64, id.entry_id as i64);
             if !cumulative && !id.ack_set.is_empty() {
+                // Already acknowledged (e.g. an ack the client re-sent after
+                // a lost receipt, whose ledger consumed-ledger trimming may
+                // have deleted since): nothing to do, and nothing to read.
+                if self.deletion.is_message_deleted(p) {
+                    continue;
+                }
                 // The deletion state ANDs the stored set with this one (an
                 // index once acknowledged stays so) and deletes the entry
                 // when none is left; bits at or above B are not indexes.

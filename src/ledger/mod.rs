@@ -15,6 +15,9 @@
 //!   ([`ManagedLedger::mark_ledger_lost`]) fails reads with
 //!   [`LedgerError::LedgerNotExist`] unless
 //!   [`LedgerConfig::auto_skip_non_recoverable_data`] is on.
+//! - [`ManagedLedger::trim_consumed_ledgers`] deletes the ledgers every
+//!   durable cursor has consumed, under a [`RetentionPolicy`] (Pulsar's
+//!   consumed-ledger trimming; what holds a ledger is in `trim.rs`).
 //! - Storage is a [`LedgerStore`]: [`RedbStore`] (durable, default) or
 //!   [`MemoryStore`] (tests).
 //!
@@ -97,6 +100,7 @@ mod error;
 mod faults;
 mod managed_ledger;
 mod store;
+mod trim;
 
 pub use cursor::{ManagedCursor, PersistedDeletionState, ReadSkip};
 pub use error::{LedgerError, ReadFailureKind, StoreError};
@@ -107,3 +111,4 @@ pub use store::{
     AppendSegment, LedgerStore, MemoryStore, RedbStore, StoredCursor, StoredLedger,
     StoredLedgerInfo, SyncMode, DEFAULT_CACHE_BYTES,
 };
+pub use trim::{RetentionPolicy, TrimOutcome};

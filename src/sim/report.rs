@@ -606,9 +606,9 @@ impl fmt::Display for Report {
         });
         let node = a.node.as_ref().map(|n| {
             (
-                "node: crash points (after fsync; not reached) / clean restarts / resent entries (copies delivered) / ack receipts (retries) / batch-index acks / redelivery requests / stale commands",
+                "node: crash points (after fsync; not reached) / clean restarts / resent entries (copies delivered) / ack receipts (retries) / batch-index acks / redelivery requests / stale commands / ledgers deleted",
                 format!(
-                    "{} ({}; {}) / {} / {} ({}) / {} ({}) / {} / {} / {}",
+                    "{} ({}; {}) / {} / {} ({}) / {} ({}) / {} / {} / {} / {}",
                     n.crash_points,
                     n.crashes_after_sync,
                     n.crash_points_not_reached,
@@ -619,7 +619,8 @@ impl fmt::Display for Report {
                     n.ack_retries,
                     n.batch_index_acks,
                     n.redelivery_requests,
-                    n.stale_commands
+                    n.stale_commands,
+                    n.ledgers_deleted
                 ),
             )
         });

@@ -91,6 +91,20 @@ const STORE_CACHE_BYTES: usize = 4 * 1024 * 1024;
 /// A run stops at this virtual time (the rest is "unfinished").
 const VIRTUAL_LIMIT_MS: u64 = 6 * 3_600_000;
 
+/// Virtual ms between two trims of consumed ledgers in the node engine.
+const RETENTION_CHECK_INTERVAL_MS: u64 = 1_000;
+
+/// The core's settings for workload `w`: its entries per ledger (a
+/// workload with small ledgers has consumed ledgers trimmed, at crash
+/// points too), no retention, trimming every
+/// [`RETENTION_CHECK_INTERVAL_MS`].
+fn node_broker_config(w: &Workload) -> BrokerConfig {
+    let mut c = BrokerConfig::new("pulsar://sim-node:6650");
+    c.ledger.max_entries_per_ledger = w.max_entries_per_ledger;
+    c.retention_check_interval_ms = RETENTION_CHECK_INTERVAL_MS;
+    c
+}
+
 /// What the node engine did, beyond the model engine's counters.
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
 pub struct NodeActivity {
@@ -130,6 +144,9 @@ pub struct NodeActivity {
     pub durable_writes: u64,
     /// Transactions (`txn.rs`).
     pub txn: txn::TxnActivity,
+    /// Consumed ledgers the core deleted (`broker::lifecycle`), over every
+    /// broker generation.
+    pub ledgers_deleted: u64,
 }
 
 /// Which client a connection belongs to.
@@ -324,8 +341,7 @@ pub fn run(
     n.node.txn = std::mem::take(&mut n.txn.activity);
     let txn_work = txn::component(&n.node.txn);
     // The last core closes cleanly.
-    n.collect_core_counters();
-    n.broker = None;
+    n.retire_broker();
     counters::into_activity(&n.core_counters, &mut n.activity);
     let Node {
         checker,
@@ -389,7 +405,7 @@ impl Node<'_> {
         self.timer_at = None;
         self.timer_fired = None;
         let now = EPOCH_BASE_MS + self.now();
-        let mut config = BrokerConfig::new("pulsar://sim-node:6650");
+        let mut config = node_broker_config(self.w);
         config.deduplication = self.opts.sabotage != Some(crate::sim::Sabotage::NoDeduplication);
         config.admission = self.admission_hook(Arc::clone(&self.admission_rejections));
         self.broker = Some(Broker::new(store, config, now));
@@ -548,10 +564,17 @@ impl Node<'_> {
         }
     }
 
+    /// Drops the core, counting what it did.
+    fn retire_broker(&mut self) {
+        self.collect_core_counters();
+        if let Some(b) = self.broker.take() {
+            self.node.ledgers_deleted += b.ledgers_deleted_total();
+        }
+    }
+
     /// The broker process died at a crash point: nothing more of it runs.
     fn crash(&mut self) {
-        self.collect_core_counters();
-        self.broker = None;
+        self.retire_broker();
         self.storage.recover();
         self.crashes_left = self.crashes_left.saturating_sub(1);
         self.node.crash_points += 1;
@@ -563,8 +586,7 @@ impl Node<'_> {
         if self.broker.is_none() {
             return;
         }
-        self.collect_core_counters();
-        self.broker = None;
+        self.retire_broker();
         self.node.clean_restarts += 1;
         self.after_broker_gone();
     }

@@ -31,7 +31,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use pulsar_core::broker::{Broker, BrokerConfig, IncarnationRecord, Output};
-use pulsar_core::ledger::{RedbStore, SyncMode};
+use pulsar_core::ledger::{RedbStore, RetentionPolicy, SyncMode};
 
 use conn::ConnWriter;
 use record::Recorder;
@@ -200,6 +200,60 @@ pub struct ServeArgs {
     /// `tests/serve.rs`.
     #[arg(long, hide = true, default_value_t = 0)]
     fail_message_writes_every: u64,
+    /// Entries per ledger before a topic rolls over to a new ledger
+    /// (`managedLedgerMaxEntriesPerLedger`); consumed ledgers are deleted
+    /// whole, so this is the unit in which the store's space comes back.
+    #[arg(long, default_value_t = 50_000, value_parser = clap::value_parser!(u32).range(1..))]
+    ledger_max_entries: u32,
+    /// Consumed ledgers are kept this many minutes (`retentionTimeInMinutes`;
+    /// 0: not kept, -1: forever).
+    #[arg(long, default_value_t = 0, allow_hyphen_values = true, value_parser = clap::value_parser!(i64).range(-1..))]
+    retention_time_minutes: i64,
+    /// Consumed ledgers are kept while a topic holds less than this many MiB
+    /// (`retentionSizeInMB`; 0: not kept, -1: no limit).
+    #[arg(long, default_value_t = 0, allow_hyphen_values = true, value_parser = clap::value_parser!(i64).range(-1..))]
+    retention_size_mb: i64,
+    /// Seconds between two trims of consumed ledgers
+    /// (`retentionCheckIntervalInSeconds`).
+    #[arg(long, default_value_t = 120, value_parser = clap::value_parser!(u64).range(1..=86_400))]
+    retention_check_interval_secs: u64,
+    /// Delayed delivery: indexes a bucket holds before it is sealed into a
+    /// snapshot (`delayedDeliveryMinIndexCountPerBucket`).
+    #[arg(long, default_value_t = 50_000, value_parser = clap::value_parser!(u64).range(1..))]
+    delayed_min_index_count_per_bucket: u64,
+    /// Delayed delivery: indexes per snapshot segment
+    /// (`delayedDeliveryMaxIndexesPerBucketSnapshotSegment`).
+    #[arg(long, default_value_t = 5_000, value_parser = clap::value_parser!(i64).range(1..))]
+    delayed_bucket_max_indexes: i64,
+    /// Delayed delivery: sealed buckets kept before the oldest are merged
+    /// (`delayedDeliveryMaxNumBuckets`; -1: no limit, no merge).
+    #[arg(long, default_value_t = -1, allow_hyphen_values = true, value_parser = clap::value_parser!(i64).range(-1..))]
+    delayed_max_num_buckets: i64,
+}
+
+impl ServeArgs {
+    /// The core's settings from these arguments.
+    fn broker_config(&self, advertised: String) -> BrokerConfig {
+        let mut c = BrokerConfig::new(advertised);
+        c.ledger.max_entries_per_ledger = self.ledger_max_entries;
+        c.retention = RetentionPolicy {
+            time_ms: if self.retention_time_minutes < 0 {
+                -1
+            } else {
+                self.retention_time_minutes.saturating_mul(60_000)
+            },
+            size_bytes: if self.retention_size_mb < 0 {
+                -1
+            } else {
+                self.retention_size_mb.saturating_mul(1024 * 1024)
+            },
+        };
+        c.retention_check_interval_ms = self.retention_check_interval_secs * 1000;
+        c.delayed.min_index_count_per_bucket = self.delayed_min_index_count_per_bucket;
+        c.delayed.max_indexes_per_bucket_snapshot_segment = self.delayed_bucket_max_indexes;
+        c.delayed.max_num_buckets = self.delayed_max_num_buckets;
+        c
+    }
 }
 
 fn open_append(p: &PathBuf) -> Result<std::fs::File, String> {
@@ -242,7 +296,7 @@ fn serve(args: ServeArgs) -> Result<(), String> {
         .advertised_url
         .clone()
         .unwrap_or_else(|| format!("pulsar://{local}"));
-    let mut config = BrokerConfig::new(advertised.clone());
+    let mut config = args.broker_config(advertised.clone());
     if args.reject_admission_every > 0 {
         let every = args.reject_admission_every;
         let offered = AtomicU64::new(0);
