@@ -159,6 +159,12 @@ impl Deduplication {
         self.cursor.mark_delete_position()
     }
 
+    /// Whether entries were appended since the last snapshot (the cursor
+    /// holds them back from trimming).
+    pub fn behind_snapshot(&self) -> bool {
+        self.since_snapshot > 0
+    }
+
     /// The durable topic epoch.
     pub fn topic_epoch(&self) -> Option<u64> {
         self.epoch

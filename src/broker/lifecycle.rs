@@ -88,7 +88,16 @@ impl Broker {
         self.lifecycle.last_trim_ms = now_ms;
         let retention = self.config.retention;
         let mut done = Vec::new();
-        for t in self.topics.values() {
+        for t in self.topics.values_mut() {
+            // The deduplication cursor is durable and holds every entry
+            // after its last snapshot: snapshot it first, as Pulsar's
+            // periodic deduplication snapshot does, so it holds nothing the
+            // subscriptions released (a failure keeps it where it was).
+            if t.dedup.behind_snapshot() {
+                if let Err(e) = t.dedup.snapshot() {
+                    tracing::warn!(topic = %t.name, error = %e, "deduplication snapshot before trimming failed");
+                }
+            }
             let held = held_by(t);
             match t.ml.trim_consumed_ledgers(now_ms, retention, held) {
                 Ok(out) if !out.deleted_ledgers.is_empty() => done.push((t.name.clone(), out)),

@@ -6,6 +6,8 @@
 use super::*;
 
 /// A core whose topics roll over every 3 entries and trim every second.
+/// Deduplication stays on: its durable cursor is snapshotted before each
+/// trim, so only the subscriptions set the boundary.
 fn small_ledgers(dir: &tempfile::TempDir) -> Broker {
     let mut config = BrokerConfig::new("pulsar://node:6650");
     config.ledger.max_entries_per_ledger = 3;
