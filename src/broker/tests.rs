@@ -1005,4 +1005,5 @@ fn a_batch_count_the_payload_cannot_hold_is_rejected() {
     }
 }
 
+mod batch_cumulative;
 mod txn;
