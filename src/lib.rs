@@ -5,17 +5,17 @@
 //! (TLA+ specs in `specs/`, loom and shuttle models in `loom-tests/` and
 //! `shuttle-tests/`, proptest model tests in `tests/`).
 //!
-//! | module | Pulsar seed | what it is |
+//! | module | Pulsar counterpart | what it is |
 //! |---|---|---|
-//! | [`position`] | — | `Position` (ledger_id, entry_id) |
-//! | [`ledger`] | — | managed-ledger substrate: ledgers, entries, cursors, durable store |
-//! | [`deletion`] | 004 | a cursor's deletion state: mark-delete, individually deleted ranges (roaring per ledger) and the lock-free read-scheduling hint |
-//! | [`pending_ack`] | 001 | pending-ack log replay: read pipeline, failure classification, rewind, retry with backoff, buffered writer |
-//! | [`delayed`] | 000 | bucket delayed delivery tracker with durable snapshots |
-//! | [`proto`] | — | Pulsar's binary protocol: `PulsarApi.proto` messages, frames, message metadata, proto2 presence |
-//! | [`permits`] | 003 | PIP-491 exact permit accounting: `message_permits` on the wire, broker finalisation, client budget, per-incarnation accumulator |
-//! | [`broker`] | all | the broker core: topics, subscriptions, dispatch, acks as a sans-io state machine (`serve` drives it) |
-//! | `sim` (feature `sim`) | all | `pulsar-core simulate`: the broker-in-a-box on the real components, fault injection, independent delivery checker |
+//! | [`position`] | `Position` | `Position` (ledger_id, entry_id) |
+//! | [`ledger`] | `ManagedLedgerImpl`, `ManagedCursorImpl` | managed-ledger substrate: ledgers, entries, cursors, durable store |
+//! | [`deletion`] | `PositionRangeSet`, `ManagedCursorImpl`'s individual deletion | a cursor's deletion state: mark-delete, individually deleted ranges (roaring per ledger) and the lock-free read-scheduling hint |
+//! | [`pending_ack`] | `MLPendingAckStore` | pending-ack log replay: read pipeline, failure classification, rewind, retry with backoff, buffered writer |
+//! | [`delayed`] | `BucketDelayedDeliveryTracker` | bucket delayed delivery tracker with durable snapshots |
+//! | [`proto`] | `PulsarApi.proto`, `Commands` | Pulsar's binary protocol: `PulsarApi.proto` messages, frames, message metadata, proto2 presence |
+//! | [`permits`] | PIP-491 | PIP-491 exact permit accounting: `message_permits` on the wire, broker finalisation, client budget, per-incarnation accumulator |
+//! | [`broker`] | `BrokerService`, `ServerCnx`, `PersistentTopic` | the broker core: topics, subscriptions, dispatch, acks as a sans-io state machine (`serve` drives it) |
+//! | `sim` (feature `sim`) | — | `pulsar-core simulate`: the broker-in-a-box on the real components, fault injection, independent delivery checker |
 //!
 //! All synchronisation goes through one facade (`src/sync.rs`, the only place
 //! that chooses std / loom / shuttle primitives); in every build but the

@@ -23,6 +23,13 @@ pub enum BrokerError {
     /// (`ServiceNotReady`).
     #[error("{0}")]
     NotReady(String),
+    /// A producer name already in use on the topic, or a shared producer
+    /// while an exclusive one holds or waits for the topic (`ProducerBusy`).
+    #[error("{0}")]
+    ProducerBusy(String),
+    /// An exclusive producer refused or fenced out (`ProducerFenced`).
+    #[error("{0}")]
+    ProducerFenced(String),
 }
 
 impl BrokerError {
@@ -33,6 +40,8 @@ impl BrokerError {
             BrokerError::InvalidTopic(_) => server_error::INVALID_TOPIC_NAME,
             BrokerError::ConsumerBusy(_) => server_error::CONSUMER_BUSY,
             BrokerError::NotReady(_) => server_error::SERVICE_NOT_READY,
+            BrokerError::ProducerBusy(_) => server_error::PRODUCER_BUSY,
+            BrokerError::ProducerFenced(_) => server_error::PRODUCER_FENCED,
         }
     }
 }

@@ -19,6 +19,9 @@
 //! | [`subscription::SubConsumer`] | `Consumer` (with PIP-491 permits: `permits::broker::Consumer`) |
 //! | [`key_shared`] | `ConsistentHashingStickyKeyConsumerSelector`, `Murmur3_32Hash`, `Commands.peekStickyKey` |
 //! | [`crate::proto::command`] | the `PulsarApi.proto` messages the core reads and writes |
+//! | [`producer`] | `AbstractTopic.addProducer` / `incrementTopicEpochIfNeeded` (access modes, names, topic epoch) |
+//! | [`dedup`] | `MessageDeduplication` |
+//! | [`chunking`] | the chunk fields of `MessageMetadata` (PIP-37; stored and dispatched per chunk) |
 //! | [`txn`] | `TransactionMetadataStore` (coordinator), `TopicTransactionBuffer`, `PendingAckHandleImpl` wiring, `ServerCnx`'s transaction handlers |
 //!
 //! ## Input / output contract
@@ -83,17 +86,21 @@
 //! in [`txn`].
 //!
 //! Not implemented (answered as Pulsar answers an unsupported request):
-//! chunked messages, unsubscribe, seek, readers (non-durable
+//! unsubscribe, seek, readers (non-durable
 //! subscriptions), schemas, partitioned topics (every topic has 0
 //! partitions), Key_Shared `STICKY` mode.
 
+pub mod chunking;
 mod connection;
+pub mod dedup;
 mod dispatch;
 pub mod entry;
 pub mod error;
 pub mod framing;
 pub mod key_shared;
 pub mod output;
+pub mod producer;
+mod publish;
 pub mod subscription;
 pub mod topic;
 pub mod txn;
@@ -139,6 +146,10 @@ pub struct BrokerConfig {
     pub server_version: String,
     /// See [`OUTBOUND_HIGH_WATERMARK`].
     pub outbound_high_watermark: usize,
+    /// Broker-side deduplication by producer name and sequence id
+    /// ([`dedup`]; Pulsar's `brokerDeduplicationEnabled`, off by default
+    /// there, on by default here).
+    pub deduplication: bool,
 }
 
 impl BrokerConfig {
@@ -148,6 +159,7 @@ impl BrokerConfig {
             advertised_url: advertised_url.into(),
             server_version: format!("pulsar-core {}", env!("CARGO_PKG_VERSION")),
             outbound_high_watermark: OUTBOUND_HIGH_WATERMARK,
+            deduplication: true,
         }
     }
 }
@@ -160,6 +172,9 @@ pub struct Broker {
     conns: BTreeMap<ConnectionId, Connection>,
     out: Outbox,
     next_incarnation: u64,
+    /// The core's start time: generated producer names carry it, so a name
+    /// never repeats across restarts (deduplication keys on names).
+    started_ms: u64,
     clock: Arc<VirtualClock>,
     txn: txn::TxnRuntime,
 }
@@ -179,6 +194,7 @@ impl Broker {
             conns: BTreeMap::new(),
             out,
             next_incarnation: 1,
+            started_ms: now_ms,
             clock: Arc::new(VirtualClock::new(now_ms)),
             txn: txn::TxnRuntime::new(now_ms),
         };
@@ -303,6 +319,13 @@ impl Broker {
             )
             .map_err(error::comp)?;
             let buffer = self.recover_buffer(&name, &ml)?;
+            let dedup = dedup::Deduplication::recover(
+                &self.store,
+                &ml,
+                self.config.deduplication,
+                self.now(),
+            )?;
+            let producers = producer::TopicProducers::new(dedup.topic_epoch());
             self.topics.insert(
                 name.clone(),
                 Topic {
@@ -310,6 +333,8 @@ impl Broker {
                     ml,
                     subscriptions: BTreeMap::new(),
                     buffer: Arc::new(crate::sync::Mutex::new(buffer)),
+                    producers,
+                    dedup,
                 },
             );
         }

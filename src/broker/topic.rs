@@ -7,7 +7,9 @@ use crate::ledger::ManagedLedger;
 // Ownership handles use std's Arc in every build (see `ledger::managed_ledger`).
 use std::sync::Arc;
 
+use super::dedup::Deduplication;
 use super::error::BrokerError;
+use super::producer::TopicProducers;
 use super::subscription::Subscription;
 use super::txn::TxnBuffer;
 use crate::sync::Mutex;
@@ -63,4 +65,8 @@ pub struct Topic {
     pub subscriptions: BTreeMap<String, Subscription>,
     /// Its transaction buffer (shared with its subscriptions' dispatch).
     pub buffer: Arc<Mutex<TxnBuffer>>,
+    /// Its producers (access modes, names, the topic epoch).
+    pub producers: TopicProducers,
+    /// Its deduplication state (and the durable topic epoch).
+    pub dedup: Deduplication,
 }

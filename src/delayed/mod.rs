@@ -1,6 +1,6 @@
 //! Bucket-based delayed delivery: Pulsar's `BucketDelayedDeliveryTracker`
-//! (seed 000: the behaviour of Pulsar's bucket tracker once its merge,
-//! duplicate-delivery and counter defects are fixed) on durable bucket
+//! (merge keeps every segment, no duplicate delivery, the counter is the
+//! runtime bitmap's cardinality) on durable bucket
 //! snapshots.
 //!
 //! A subscription with delayed messages hands every message whose

@@ -246,7 +246,7 @@ struct Inner {
 /// `markDeletePosition` + `individualDeletedMessages`), plus what lock-free
 /// readers need: the mark-delete published as **one** snapshot
 /// ([`Published<Position>`]), the range set's published
-/// [`DeletionDirectory`], and the reset epoch (seed 004).
+/// [`DeletionDirectory`], and the reset epoch.
 ///
 /// - [`delete`](Self::delete): grouped ack in one write section.
 /// - [`mark_delete`](Self::mark_delete): explicit forward advance.
@@ -652,7 +652,7 @@ impl CursorDeletionState {
         position <= g.mark_delete || g.ranges.contains(position.ledger_id, position.entry_id)
     }
 
-    /// The lock-free read-scheduling hint (seed 004,
+    /// The lock-free read-scheduling hint (Pulsar's
     /// `isMessageDeletedForReadScheduling`): whether `(ledger_id, entry_id)`
     /// may be skipped before I/O.
     ///

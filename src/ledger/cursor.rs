@@ -19,7 +19,7 @@
 //! |---|---|---|---|
 //! | `LedgerCursor` | `ReadAfterMarkDelete` | [`ManagedCursor::mark_delete_with_ranges`], [`ManagedCursor::rewind`] | `mark_delete_rewind_and_reset`, `cursor_matches_reference_model` |
 //! | `LedgerCursor` | `RewindLandsOnNext` | [`ManagedCursor::rewind`], `next_valid_position` | `mark_delete_rewind_and_reset`, `cursor_matches_reference_model` |
-//! | `LedgerCursor` | `MarkDeleteConfirmed`, `MarkDeleteMonotone` | [`ManagedCursor::mark_delete_with_ranges`] | `l2_mark_delete_rejects_invalid_positions_and_ranges`, `cursor_matches_reference_model` |
+//! | `LedgerCursor` | `MarkDeleteConfirmed`, `MarkDeleteMonotone` | [`ManagedCursor::mark_delete_with_ranges`] | `mark_delete_rejects_invalid_positions_and_ranges`, `cursor_matches_reference_model` |
 //!
 //! `mark_delete_with_ranges` pushes the read position past the mark-delete
 //! and refuses a backward or unconfirmed one (`MarkDeleteBackward`,
@@ -354,8 +354,8 @@ impl ManagedCursor {
     /// As [`ManagedCursor::read_entries_with_skip`], with a [`ReadSkip`]
     /// that may also report where a skipped run ends: after `skip` answers
     /// `true` for entry `e`, [`ReadSkip::skipped_run_end`] is asked once and
-    /// the scan jumps past the run it reports (Pulsar's PR #26299 hop to
-    /// the end of the containing deleted range), so a window behind a long
+    /// the scan jumps past the run it reports (a hop to the end of the
+    /// containing deleted range), so a window behind a long
     /// deleted run costs one `skip` and one run query per run instead of
     /// one `skip` per entry. A run that ends beyond the window moves the
     /// read position past the whole run. With

@@ -1,6 +1,6 @@
 //! One replay attempt of the pending-ack log (Pulsar's
-//! `MLPendingAckStore.replayAsync` + `FillEntryQueueCallback`, as fixed by
-//! seed 001).
+//! `MLPendingAckStore.replayAsync` + `FillEntryQueueCallback`; a read
+//! failure it does not classify ends the replay).
 //!
 //! The attempt reads ahead of processing: the replay thread's
 //! [`ReplayAttempt::fill_queue`] issues at most one read of

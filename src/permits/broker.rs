@@ -22,7 +22,7 @@
 //! back.
 //!
 //! Corresponds to Pulsar's `Consumer.sendMessages`, `SendMessagesResult` and
-//! the persistent Shared dispatcher's permit bookkeeping (seed 003).
+//! the persistent Shared dispatcher's permit bookkeeping (PIP-491).
 //!
 //! Concurrency: these types are plain state machines (`&mut self`); the
 //! broker serialises access per subscription (Pulsar's dispatcher is

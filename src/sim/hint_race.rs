@@ -1,5 +1,5 @@
 //! The `hint_race` stage of `pulsar-core simulate`: real threads on the
-//! real [`CursorDeletionState`], checking seed 004's lock-free
+//! real [`CursorDeletionState`], checking the lock-free
 //! read-scheduling hint and the locked post-I/O filter against an external
 //! oracle.
 //!

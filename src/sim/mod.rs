@@ -15,6 +15,7 @@
 //! - [`replay_race`]: the real pending-ack replay on real threads and a real
 //!   managed ledger (read-ahead failures, a reload over a cached cursor, the
 //!   read-failure race) against an external oracle;
+//! - [`stages`]: runs those two stages after any engine's event loop;
 //! - [`delayed_truth`]: what the delayed tracker should hold (its count rule,
 //!   and what its merges and recoveries must keep);
 //! - [`delayed_storage`]: the snapshot storage as the checker observes it;
@@ -41,6 +42,7 @@ pub mod report;
 pub mod scheduler;
 #[cfg(feature = "trace")]
 pub mod sim_trace;
+pub mod stages;
 pub mod watchdog;
 pub mod workload;
 

@@ -219,7 +219,7 @@ impl ComponentReport {
 pub fn components(a: &Activity) -> Vec<ComponentReport> {
     vec![
         ComponentReport::new(
-            "cursor deletion state + read-scheduling hint + post-I/O filter (seed 004)",
+            "cursor deletion state + read-scheduling hint + post-I/O filter",
             &[
                 ("hint lookups", a.hint_lookups, true),
                 ("entries skipped by the hint", a.reads_skipped_by_hint, true),
@@ -238,7 +238,7 @@ pub fn components(a: &Activity) -> Vec<ComponentReport> {
             ],
         ),
         ComponentReport::new(
-            "pending-ack replay (seed 001)",
+            "pending-ack replay",
             &[
                 (
                     "transactional acks (individual + cumulative)",
@@ -262,7 +262,7 @@ pub fn components(a: &Activity) -> Vec<ComponentReport> {
             ],
         ),
         ComponentReport::new(
-            "bucket delayed delivery (seed 000)",
+            "bucket delayed delivery",
             &[
                 ("delayed messages tracked", a.delayed_tracked, true),
                 ("delivered when due", a.delayed_scheduled, true),
@@ -273,7 +273,7 @@ pub fn components(a: &Activity) -> Vec<ComponentReport> {
             ],
         ),
         ComponentReport::new(
-            "PIP-491 exact permits (seed 003)",
+            "PIP-491 exact permits",
             &[
                 (
                     "MESSAGE commands with message_permits",

@@ -1,7 +1,8 @@
-//! `pulsar-core swarm`: swarm testing. Many small seeded runs, each with a
+//! `pulsar-core swarm`: swarm testing. Many small seeded runs of the
+//! shipped broker core (the node engine, `sim::node`), each with a
 //! workload shape and a random subset of fault kinds drawn from its seed
-//! (crash points included: about half the runs kill the broker at 1 to 3
-//! durable writes of its store, `--no-crash-points` turns them off);
+//! (crash points included: most runs kill the broker at 1 to 3 durable
+//! writes of its store, `--no-crash-points` turns them off);
 //! one line (or JSON object) per run; stops at the first violation and
 //! prints the exact command that replays it.
 //!
@@ -45,44 +46,13 @@ pub struct SwarmArgs {
     /// cores). The output does not depend on it.
     #[arg(long)]
     jobs: Option<usize>,
-    /// How each run's store commits (see `simulate --sync`). Default
-    /// `deferred`: a swarm run's store is a temporary directory removed
-    /// afterwards, and the simulated restarts close the store cleanly, so
-    /// the report is the same as with `always` (which fsyncs every commit
-    /// and is I/O-bound).
-    #[arg(long, value_enum, default_value_t = SwarmSync::Deferred)]
-    sync: SwarmSync,
-    /// Run no crash points (by default about half the runs draw 1 to 3:
-    /// the broker dies at a durable write without a clean close; such a
-    /// run keeps its store in memory and commits with `always` whatever
-    /// `--sync` says, since a deferred commit is lost by a crash by design).
+    /// Run no crash points (by default about three quarters of the runs
+    /// draw 1 to 3: the broker dies at a durable write without a clean
+    /// close). Every run keeps its store in memory (`sim::crash_storage`)
+    /// and commits with fsync, so a crash loses nothing that was
+    /// committed.
     #[arg(long)]
     no_crash_points: bool,
-    /// Which broker the runs drive: `model` (the simulator's broker model),
-    /// `node` (the shipped broker core, with crash points), or `mixed` (a
-    /// third of the seeds, drawn from the seed, on the node engine).
-    #[arg(long, value_enum, default_value_t = SwarmEngine::Mixed)]
-    engine: SwarmEngine,
-}
-
-/// `--engine` choices of `swarm`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub enum SwarmEngine {
-    /// Every run on the model engine.
-    Model,
-    /// Every run on the node engine.
-    Node,
-    /// A third of the runs on the node engine.
-    Mixed,
-}
-
-/// `--sync` choices of `swarm`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub enum SwarmSync {
-    /// fsync every commit.
-    Always,
-    /// fsync when the store is closed.
-    Deferred,
 }
 
 /// Parses `A..B` or `A` into an inclusive range.
@@ -118,10 +88,10 @@ fn parse_shard(s: &str) -> Result<(u64, u64), String> {
 }
 
 /// The workload of swarm run `seed`: a small shape and a random subset of
-/// the fault kinds (each on with probability 1/2), all drawn from `seed`;
-/// on the node engine (see [`SwarmEngine`]) without the faults only the
-/// model engine has, with crash points and redelivery requests.
-pub fn swarm_workload(seed: u64, engine: SwarmEngine) -> Workload {
+/// the fault kinds (each on with probability 1/2), all drawn from `seed`,
+/// on the node engine (the shipped broker core) without the faults the
+/// core has no path for yet, with crash points and redelivery requests.
+pub fn swarm_workload(seed: u64) -> Workload {
     let mut r = ChaCha8Rng::seed_from_u64(seed ^ 0x5157_4152_4d00_0000);
     let subscription_type = match r.random_range(0..3) {
         0 => SubscriptionType::KeyShared,
@@ -226,14 +196,7 @@ pub fn swarm_workload(seed: u64, engine: SwarmEngine) -> Workload {
         f.crash_points = r.random_range(1..=3);
     }
     w.faults = f;
-    let node = match engine {
-        SwarmEngine::Model => false,
-        SwarmEngine::Node => true,
-        SwarmEngine::Mixed => r.random_range(0..3) == 0,
-    };
-    if node {
-        node_workload(&mut w, &mut r);
-    }
+    node_workload(&mut w, &mut r);
     w
 }
 
@@ -257,6 +220,10 @@ fn node_workload(w: &mut Workload, r: &mut ChaCha8Rng) {
     f.restarts = old.restarts;
     f.reconnects = old.reconnects;
     f.same_connection_reconnects = old.same_connection_reconnects;
+    // Faulty frames are the network's (`sim::node::faulty`).
+    f.corrupted_batch_ratio = old.corrupted_batch_ratio;
+    f.invalid_permits_ratio = old.invalid_permits_ratio;
+    f.zero_permits_on_corrupted_ratio = old.zero_permits_on_corrupted_ratio;
     f.crash_points = r.random_range(0..=3);
     f.crash_window = r.random_range(20..=300);
     f.redeliveries = if r.random_bool(0.5) {
@@ -274,50 +241,34 @@ fn node_workload(w: &mut Workload, r: &mut ChaCha8Rng) {
 /// The outcome of one seed's run.
 type RunResult = Result<Report, String>;
 
-/// The workload of swarm run `seed` on `engine`, without its crash points if `crash_points` is off.
-fn seed_workload(seed: u64, crash_points: bool, engine: SwarmEngine) -> Workload {
-    let mut w = swarm_workload(seed, engine);
+/// The workload of swarm run `seed`, without its crash points if `crash_points` is off.
+fn seed_workload(seed: u64, crash_points: bool) -> Workload {
+    let mut w = swarm_workload(seed);
     if !crash_points {
         w.faults.crash_points = 0;
     }
     w
 }
 
-/// Runs one swarm seed in a temporary store directory.
-fn run_seed(seed: u64, sync: SyncMode, crash_points: bool, engine: SwarmEngine) -> RunResult {
-    let w = seed_workload(seed, crash_points, engine);
-    let dir = tempfile_dir(seed)?;
-    // Node-engine runs crash between durable writes: they commit with
-    // fsync (their store is in memory, so it costs little); with deferred
-    // commits a crash loses receipted work, as it would on a disk.
-    let sync = if w.engine == Engine::Node {
-        SyncMode::Immediate
-    } else {
-        sync
-    };
+/// Runs one swarm seed (its store in memory, committed with fsync).
+fn run_seed(seed: u64, crash_points: bool) -> RunResult {
+    let w = seed_workload(seed, crash_points);
     let opts = SimOptions {
-        // A crash loses deferred commits by design: crash-point runs fsync
-        // every commit (their store is in memory, so it costs no I/O).
-        sync: if w.faults.has_crash_points() {
-            SyncMode::Immediate
-        } else {
-            sync
-        },
+        sync: SyncMode::Immediate,
         watchdog: Watchdog {
             exit_on_hang: Some(Duration::from_secs(10)),
             wall_limit: Some(Duration::from_secs(60)),
             ..Watchdog::default()
         },
-        ..SimOptions::new(seed, dir.clone())
+        // The node engine keeps its store in memory: no directory is made.
+        ..SimOptions::new(seed, std::env::temp_dir())
     };
-    let result = sim::run(&w, &opts, None);
-    let _ = std::fs::remove_dir_all(&dir);
-    result.map_err(|e| format!("swarm seed {seed}: {e}"))
+    sim::run(&w, &opts, None).map_err(|e| format!("swarm seed {seed}: {e}"))
 }
 
 /// Prints one run's line (or JSON object).
-fn print_run(seed: u64, report: &Report, json: bool, crash_points: bool, engine: SwarmEngine) {
-    let w = seed_workload(seed, crash_points, engine);
+fn print_run(seed: u64, report: &Report, json: bool, crash_points: bool) {
+    let w = seed_workload(seed, crash_points);
     let clean = report.is_clean();
     if json {
         let line = serde_json::json!({
@@ -352,7 +303,7 @@ fn print_run(seed: u64, report: &Report, json: bool, crash_points: bool, engine:
             w.delayed_ratio,
             w.txn_ack_ratio,
             w.negative_ack_ratio,
-            report.activity.crashes.len(),
+            report.activity.node.as_ref().map_or(0, |n| n.crash_points),
         );
         if let Some(n) = &report.activity.node {
             println!(
@@ -391,12 +342,7 @@ pub fn swarm(args: SwarmArgs) -> ExitCode {
         Some(j) => j,
         None => std::thread::available_parallelism().map_or(1, usize::from),
     };
-    let sync = match args.sync {
-        SwarmSync::Always => SyncMode::Immediate,
-        SwarmSync::Deferred => SyncMode::Deferred,
-    };
     let crash_points = !args.no_crash_points;
-    let engine = args.engine;
     let seeds: Vec<u64> = (a..=b).filter(|s| s % n == i).collect();
     let started = Instant::now();
     let next = AtomicUsize::new(0);
@@ -418,10 +364,7 @@ pub fn swarm(args: SwarmArgs) -> ExitCode {
                     // Relaxed: the counter only hands out distinct indexes.
                     let k = next.fetch_add(1, Ordering::Relaxed);
                     let Some(&seed) = seeds.get(k) else { break };
-                    if tx
-                        .send((k, run_seed(seed, sync, crash_points, engine)))
-                        .is_err()
-                    {
+                    if tx.send((k, run_seed(seed, crash_points))).is_err() {
                         break;
                     }
                 }
@@ -447,19 +390,14 @@ pub fn swarm(args: SwarmArgs) -> ExitCode {
                 runs += 1;
                 delivered += report.counts.delivered;
                 virtual_ms += report.virtual_ms;
-                crashes += report.activity.crashes.len() as u64;
-                print_run(seed, &report, args.json, crash_points, engine);
+                crashes += report.activity.node.as_ref().map_or(0, |n| n.crash_points);
+                print_run(seed, &report, args.json, crash_points);
                 if !report.is_clean() {
                     failed += 1;
                     first_failure.get_or_insert(seed);
                     eprintln!(
-                        "violation at seed {seed}: {}\nreplay with: pulsar-core swarm --seeds {seed}..{seed} --engine {}{}",
+                        "violation at seed {seed}: {}\nreplay with: pulsar-core swarm --seeds {seed}..{seed}{}",
                         report.first_violation.as_deref().unwrap_or("(see counts)"),
-                        match args.engine {
-                            SwarmEngine::Model => "model",
-                            SwarmEngine::Node => "node",
-                            SwarmEngine::Mixed => "mixed",
-                        },
                         if crash_points { "" } else { " --no-crash-points" }
                     );
                     if !args.keep_going {
@@ -510,46 +448,28 @@ pub fn swarm(args: SwarmArgs) -> ExitCode {
     }
 }
 
-fn tempfile_dir(seed: u64) -> Result<std::path::PathBuf, String> {
-    let tmp = std::env::temp_dir();
-    if !tmp.is_dir() {
-        return Err(format!("the temp dir {} does not exist", tmp.display()));
-    }
-    Ok(tmp.join(format!("pulsar-core-swarm-{}-{seed}", std::process::id())))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
     fn swarm_workloads_are_valid_and_deterministic() {
-        let (mut nacks, mut duplicates) = (0, 0);
-        for engine in [SwarmEngine::Model, SwarmEngine::Node, SwarmEngine::Mixed] {
-            for seed in 0..500 {
-                let w = swarm_workload(seed, engine);
-                w.validate().unwrap_or_else(|e| panic!("seed {seed}: {e}"));
-                assert_eq!(w, swarm_workload(seed, engine));
-                if engine == SwarmEngine::Model {
-                    nacks += u32::from(w.negative_ack_ratio > 0.0);
-                    duplicates += u32::from(w.faults.duplicate_subscribes > 0);
-                }
-            }
+        let (mut corrupted, mut faulty, mut crashes) = (0, 0, 0);
+        for seed in 0..500 {
+            let w = swarm_workload(seed);
+            w.validate().unwrap_or_else(|e| panic!("seed {seed}: {e}"));
+            assert_eq!(w, swarm_workload(seed));
+            assert_eq!(w.engine, Engine::Node, "seed {seed}");
+            corrupted += u32::from(w.faults.corrupted_batch_ratio > 0.0);
+            faulty += u32::from(w.faults.invalid_permits_ratio > 0.0);
+            crashes += u32::from(w.faults.crash_points > 0);
         }
-        // Mixed draws both engines, and the model draws stay as they were.
-        let node = (0..300)
-            .filter(|s| swarm_workload(*s, SwarmEngine::Mixed).engine == Engine::Node)
-            .count();
-        assert!((50..150).contains(&node), "{node}");
-        for seed in 0..100 {
-            let m = swarm_workload(seed, SwarmEngine::Mixed);
-            if m.engine == Engine::Model {
-                assert_eq!(m, swarm_workload(seed, SwarmEngine::Model));
-            }
-        }
-        // Random workloads reach negative acks with partial batches and
-        // duplicate Subscribes.
-        assert!(nacks > 50 && duplicates > 50, "{nacks} {duplicates}");
+        // Random workloads reach corrupted batches (a negative ack of the
+        // entry), invalid P and crash points.
+        assert!(
+            corrupted > 50 && faulty > 50 && crashes > 250,
+            "{corrupted} {faulty} {crashes}"
+        );
     }
 
     #[test]

@@ -1,6 +1,6 @@
 //! [`BucketDelayedDeliveryTracker`]: the bucket-based delayed delivery
-//! tracker (Pulsar `BucketDelayedDeliveryTracker`, with the semantics of
-//! seed 000: merge keeps segment 1, no duplicate delivery, counter = runtime
+//! tracker (Pulsar `BucketDelayedDeliveryTracker`, with these semantics:
+//! merge keeps segment 1, no duplicate delivery, counter = runtime
 //! bitmap cardinality).
 //!
 //! This file holds the tracker's state (one lock over `Inner`) and its

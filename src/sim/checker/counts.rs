@@ -64,9 +64,9 @@ pub struct CheckerCounts {
     /// within the replay bound.
     pub replay_violations: u64,
     /// Entries the locked post-I/O filter let through although they were
-    /// deleted (acknowledged, or at or below mark-delete) when it ran (seed
-    /// 004's correctness boundary: an entry acked before the filter ran
-    /// must never be delivered).
+    /// deleted (acknowledged, or at or below mark-delete) when it ran (the
+    /// read-scheduling hint's correctness boundary: an entry acked before
+    /// the filter ran must never be delivered).
     pub filter_leaks: u64,
     /// Watchdog stops: virtual time did not advance for too many events, or
     /// the wall-clock bound was exceeded.

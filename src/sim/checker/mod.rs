@@ -342,6 +342,13 @@ impl DeliveryChecker {
         self.violation(now_ms, format!("{sub}: post-I/O filter leak: {what}"));
     }
 
+    /// A producer's entry was stored twice (`what` says where): counted
+    /// with the duplicates (a retried send must be stored once).
+    pub fn stored_twice(&mut self, what: &str, now_ms: u64) {
+        self.counts.duplicate_violations += 1;
+        self.violation(now_ms, format!("stored twice: {what}"));
+    }
+
     /// Whether `msg` was published (in the window or retired).
     pub fn knows(&self, msg: MessageRef) -> bool {
         !matches!(self.lookup(&msg), window::Lookup::Unknown)

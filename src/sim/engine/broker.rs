@@ -427,6 +427,7 @@ impl Sim<'_> {
                 sequence_id: seq,
                 publish_time: now,
                 num_messages_in_batch: (batch > 1).then_some(batch as i32),
+                ..Default::default()
             };
             let messages: Vec<(SingleMessageMetadata, Vec<u8>)> = (0..batch)
                 .map(|_| {

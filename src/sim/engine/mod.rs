@@ -72,7 +72,8 @@ use crate::permits::broker::BrokerEntry;
 use crate::permits::client::{encode_entry_payload, ClientConnection, ClientConsumer, ClientFrame};
 use crate::permits::{ConsumerKey, SharedDispatcher};
 use crate::position::Position;
-use crate::proto::wire::{CommandMessage, MessageMetadata, SingleMessageMetadata};
+use crate::proto::metadata::{MessageMetadata, SingleMessageMetadata};
+use crate::proto::wire::CommandMessage;
 
 mod acks;
 mod broker;
@@ -204,6 +205,10 @@ pub enum Sabotage {
     /// redelivery) and registers it again with a zero balance, instead of
     /// answering Success and keeping it.
     DuplicateSubscribeReplacesConsumer,
+    /// Node engine: the broker core runs without deduplication, so a send
+    /// retried after a lost receipt (a crash, a reconnect) is stored again
+    /// (the "stored once" rule must catch it).
+    NoDeduplication,
 }
 
 /// Options of one run besides the workload.
@@ -637,25 +642,9 @@ pub fn run(
     let (counts, first_violation) = sim.checker.finish(virtual_ms);
     // A run the hang watchdog cancelled ends with its livelock: the extra
     // stages are not run.
-    let cancelled = sim.heartbeat.hang_report().is_some();
-    let hint_race = (opts.faults && workload.faults.hint_race && !cancelled)
-        .then(|| super::hint_race::run(&super::hint_race::HintRaceConfig::default()));
-    let hint_race_violations = hint_race.as_ref().map_or(0, |h| h.violations());
-    let first_violation =
-        first_violation.or_else(|| hint_race.as_ref().and_then(|h| h.first_violation.clone()));
-    let replay_race = (opts.faults && workload.faults.replay_race && !cancelled).then(|| {
-        sim.heartbeat.enter("replay_race stage");
-        let heartbeat = Arc::clone(&sim.heartbeat);
-        super::replay_race::run_with_progress(
-            &super::replay_race::ReplayRaceConfig {
-                race: std::time::Duration::from_millis(workload.faults.replay_race_ms),
-            },
-            &move || heartbeat.end(),
-        )
-    });
-    let replay_race_violations = replay_race.as_ref().map_or(0, |r| r.violations());
-    let first_violation =
-        first_violation.or_else(|| replay_race.as_ref().and_then(|r| r.first_violation.clone()));
+    let stages = super::stages::run(workload, opts.faults, &sim.heartbeat);
+    let stage_violations = stages.violations();
+    let first_violation = first_violation.or_else(|| stages.first_violation());
     // A hang the watchdog cancelled is a violation even if the run then
     // ended by itself (e.g. the interrupt unstuck a stage after the loop).
     let late_hang = (counts.livelocks == 0)
@@ -680,10 +669,7 @@ pub fn run(
         }
         .to_string(),
         virtual_ms: finished_at,
-        violations: counts.violations()
-            + hint_race_violations
-            + replay_race_violations
-            + late_hang_violations,
+        violations: counts.violations() + stage_violations + late_hang_violations,
         counts,
         activity: sim.activity,
         components,
@@ -692,8 +678,8 @@ pub fn run(
             wall_ms,
             deliveries_per_sec,
             peak_memory_kib: peak_memory_kib(),
-            hint_race,
-            replay_race,
+            hint_race: stages.hint_race,
+            replay_race: stages.replay_race,
         },
     })
 }

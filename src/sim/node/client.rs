@@ -16,17 +16,21 @@ use crate::permits::client::{
     ReceivedMessage,
 };
 use crate::position::Position;
+use crate::proto::metadata::SingleMessageMetadata;
 use crate::proto::wire::{
     self, CommandAck, CommandFlow, CommandRedeliverUnacknowledgedMessages, CommandSubscribe,
-    KeySharedMeta, MessageIdData, SingleMessageMetadata,
+    KeySharedMeta, MessageIdData,
 };
 use crate::sim::checker::MessageRef;
 use crate::sim::workload::SubscriptionType;
 use crate::sync::Arc;
 
-use super::wire::{entry_payload, frame, ProducerMetadata};
+use super::faulty::Damage;
+use super::wire::frame;
 use super::{ClientRef, Ev, Node, EPOCH_BASE_MS, TOPIC};
 use crate::broker::FrameCutter;
+use crate::proto::frame::encode_entry_payload;
+use crate::proto::metadata::MessageMetadata;
 
 /// The consumer id every simulated consumer uses on its connection (one
 /// consumer per connection).
@@ -93,9 +97,9 @@ struct OutAck {
 /// A simulated consumer (one connection, consumer id 1).
 #[derive(Debug)]
 pub(super) struct Consumer {
-    sub: usize,
+    pub(super) sub: usize,
     /// The checker's stable id of this consumer within its subscription.
-    id: usize,
+    pub(super) id: usize,
     name: String,
     pub(super) conn: Option<u64>,
     cutter: FrameCutter,
@@ -118,6 +122,12 @@ pub(super) struct Consumer {
     /// The entry whose batch the application is inside and the next index
     /// it expects: indexes 0..next were all taken in this era.
     batch_seen: Option<(Position, i32)>,
+    /// Connections closed on an injected invalid P in a row, with nothing
+    /// received in between (`faults.faulty_closes_without_progress`).
+    pub(super) faulty_closes: u32,
+    /// While set, Flows the client library decides stay queued on its
+    /// connection (a re-creation right after a poll: `same_connection`).
+    hold_flows: bool,
 }
 
 /// What the next cumulative ack covers: an entry whole, or (a cumulative
@@ -192,6 +202,8 @@ impl Node<'_> {
                     since_cumulative: 0,
                     cumulative_candidate: None,
                     batch_seen: None,
+                    faulty_closes: 0,
+                    hold_flows: false,
                 });
                 let c = self.consumers.len() - 1;
                 let at = self.rng.random_range(0..=10);
@@ -320,7 +332,9 @@ impl Node<'_> {
             }
             match client {
                 ClientRef::Producer(p) => self.producer_command(p, conn, cmd),
-                ClientRef::Consumer(c) => self.consumer_command(c, conn, cmd, &f.whole),
+                ClientRef::Consumer(c) => {
+                    self.consumer_command(c, conn, cmd, &f.whole, f.payload())
+                }
             }
             // A command may have closed the connection.
             if !self.conns.contains_key(&conn) {
@@ -341,6 +355,8 @@ impl Node<'_> {
                         producer_id: PRODUCER_ID,
                         request_id: pr.next_req,
                         producer_name: Some(format!("p-{p}")),
+                        producer_access_mode: None,
+                        topic_epoch: None,
                     }),
                     ..Default::default()
                 };
@@ -370,7 +386,16 @@ impl Node<'_> {
                     return; // a receipt of a resent entry already receipted
                 };
                 let Some(id) = r.message_id else { return };
+                if super::stored_once::is_duplicate_receipt(&id) {
+                    // Not stored again: the copy of an earlier send (whose
+                    // receipt was lost) is the message, registered when it
+                    // is delivered (its sequence id is uncertain).
+                    self.node.deduplicated_sends += 1;
+                    self.producers[p].receipted += e.messages.len() as u64;
+                    return;
+                }
                 let pos = position_of(&id);
+                self.check_stored_once(p, r.sequence_id, pos);
                 for (i, m) in e.messages.iter().enumerate() {
                     self.checker.published(
                         MessageRef {
@@ -456,15 +481,16 @@ impl Node<'_> {
                 )
             })
             .collect();
-        let meta = ProducerMetadata {
+        let meta = MessageMetadata {
             producer_name: format!("p-{p}"),
             sequence_id: seq,
             publish_time: EPOCH_BASE_MS + now,
             partition_key: Some(key_text),
             num_messages_in_batch: batched.then_some(n as i32),
             deliver_at_time: delayed.then_some((EPOCH_BASE_MS + deliver_at) as i64),
+            ..Default::default()
         };
-        let payload = entry_payload(&meta, &bodies);
+        let payload = encode_entry_payload(&meta, &bodies);
         pr.pending.insert(
             seq,
             PendingSend {
@@ -485,9 +511,28 @@ impl Node<'_> {
         let (Some(conn), Some(cx)) = (co.conn, co.connection.clone()) else {
             return;
         };
-        let _ = cx.flush_flows();
+        if co.hold_flows {
+            return;
+        }
+        let flushed = cx.flush_flows();
+        self.activity.stale_flows_dropped += flushed.dropped.len() as u64;
+        let current = co.client.as_ref().map(|cl| cl.state().incarnation());
+        let mut stale = Vec::new();
         let mut bytes = Vec::new();
         for f in cx.take_outbox() {
+            // PIP-491: credit is scoped to one incarnation. A Flow of an
+            // incarnation closed since (re-created on this same connection,
+            // so the core cannot tell) would credit its replacement with
+            // permits it never used.
+            if let ClientFrame::Flow {
+                incarnation,
+                command,
+            } = &f
+            {
+                if current.is_some_and(|cur| cur != *incarnation) {
+                    stale.push((command.message_permits, *incarnation, current));
+                }
+            }
             let cmd = match f {
                 ClientFrame::Subscribe {
                     consumer_id,
@@ -541,23 +586,33 @@ impl Node<'_> {
                         ..Default::default()
                     }
                 }
+                // The simulator damages entries in transit only (the stored
+                // entry is intact): the validation-error ack goes out as a
+                // negative ack of the entry, so the core redelivers it
+                // (Pulsar's broker would delete it) and the loss check
+                // stays exact (see `faulty.rs`).
                 ClientFrame::AckValidationError {
                     consumer_id,
                     message_id,
-                    validation_error,
-                } => BrokerCommand {
-                    r#type: ty::ACK,
-                    ack: Some(CommandAck {
-                        consumer_id,
-                        ack_type: 0,
-                        message_id: vec![message_id],
-                        validation_error: Some(validation_error as i32),
-                        txnid_least_bits: None,
-                        txnid_most_bits: None,
-                        request_id: None,
-                    }),
-                    ..Default::default()
-                },
+                    ..
+                } => {
+                    self.activity.negative_acks += 1;
+                    BrokerCommand {
+                        r#type: ty::REDELIVER_UNACKNOWLEDGED_MESSAGES,
+                        redeliver_unacknowledged_messages: Some(
+                            CommandRedeliverUnacknowledgedMessages {
+                                consumer_id,
+                                message_ids: vec![MessageIdData {
+                                    ledger_id: message_id.ledger_id,
+                                    entry_id: message_id.entry_id,
+                                    ..Default::default()
+                                }],
+                                consumer_epoch: None,
+                            },
+                        ),
+                        ..Default::default()
+                    }
+                }
                 ClientFrame::RedeliverUnacknowledged {
                     consumer_id,
                     consumer_epoch,
@@ -574,6 +629,17 @@ impl Node<'_> {
                 },
             };
             bytes.extend(frame(&cmd, Vec::new()));
+        }
+        let (sub, id) = (self.subs[co.sub].clone(), co.id);
+        for (permits, incarnation, current) in stale {
+            self.checker.permit_violation(
+                &sub,
+                id,
+                &format!(
+                    "a Flow of {permits} permits from closed incarnation {incarnation:?} reached its replacement {current:?} on the same connection"
+                ),
+                self.sched.now(),
+            );
         }
         self.send_to_broker(conn, bytes);
     }
@@ -604,7 +670,14 @@ impl Node<'_> {
         self.send_to_broker(conn, frame(&cmd, Vec::new()));
     }
 
-    fn consumer_command(&mut self, c: usize, conn: u64, cmd: BrokerCommand, whole: &[u8]) {
+    fn consumer_command(
+        &mut self,
+        c: usize,
+        conn: u64,
+        cmd: BrokerCommand,
+        whole: &[u8],
+        payload: &[u8],
+    ) {
         match cmd.r#type {
             ty::CONNECTED => {
                 let co = &mut self.consumers[c];
@@ -647,35 +720,46 @@ impl Node<'_> {
                 }
             }
             ty::MESSAGE => {
+                let (damage, damaged) =
+                    self.damage_message(self.consumers[c].faulty_closes, &cmd, payload);
+                let whole = damaged.as_deref().unwrap_or(whole);
                 let co = &mut self.consumers[c];
                 let Some(cl) = co.client.as_mut() else { return };
                 let outcome = cl.handle_frame(whole, MAX_FRAME_SIZE);
-                match outcome {
-                    Ok(o) => match o.kind {
-                        CommandOutcomeKind::StaleEpoch | CommandOutcomeKind::StaleIncarnation => {
-                            self.node.stale_commands += 1;
-                        }
-                        CommandOutcomeKind::ProtocolError(e) => {
+                if damage != Damage::None {
+                    let kind = outcome.map(|o| o.kind).ok();
+                    if self.damaged_message(c, conn, &cmd, payload, damage, kind) {
+                        return; // the client closed the connection
+                    }
+                } else {
+                    match outcome {
+                        Ok(o) => match o.kind {
+                            CommandOutcomeKind::StaleEpoch
+                            | CommandOutcomeKind::StaleIncarnation => {
+                                self.node.stale_commands += 1;
+                            }
+                            CommandOutcomeKind::ProtocolError(e) => {
+                                self.checker.permit_violation(
+                                    &self.subs[self.consumers[c].sub],
+                                    self.consumers[c].id,
+                                    &format!("the client closed its connection on a MESSAGE: {e}"),
+                                    self.now(),
+                                );
+                                self.close_conn(conn);
+                                self.connection_lost(conn, ClientRef::Consumer(c), false);
+                                return;
+                            }
+                            _ => {}
+                        },
+                        Err(e) => {
                             self.checker.permit_violation(
                                 &self.subs[self.consumers[c].sub],
                                 self.consumers[c].id,
-                                &format!("the client closed its connection on a MESSAGE: {e}"),
+                                &format!("MESSAGE not for this consumer: {e}"),
                                 self.now(),
                             );
-                            self.close_conn(conn);
-                            self.connection_lost(conn, ClientRef::Consumer(c), false);
                             return;
                         }
-                        _ => {}
-                    },
-                    Err(e) => {
-                        self.checker.permit_violation(
-                            &self.subs[self.consumers[c].sub],
-                            self.consumers[c].id,
-                            &format!("MESSAGE not for this consumer: {e}"),
-                            self.now(),
-                        );
-                        return;
                     }
                 }
                 self.hand_off(c);
@@ -894,11 +978,15 @@ impl Node<'_> {
                 position: position_of(&m.message_id),
                 batch_index: bi.max(0) as u32,
             };
+            if let Some((p, seq, _, _)) = parse_payload(&m.payload) {
+                self.check_stored_once(p, seq, mref.position);
+            }
             if !self.checker.knows(mref) {
                 self.maybe_copy(mref, &m.payload);
             }
             self.checker.delivered(&sub, id, mref, now, 0);
             self.consumers[c].app.push_back((m, mref));
+            self.consumers[c].faulty_closes = 0;
         }
         // PIP-491: an incarnation is sent entries while it has permits left
         // (its receiver queue, then what it returned), a batch costing its
@@ -913,6 +1001,18 @@ impl Node<'_> {
                 &format!(
                     "the receiver queue holds {held} messages, above its size {rq}: the broker sent more than this incarnation granted"
                 ),
+                now,
+            );
+        }
+    }
+
+    /// Producer `p`'s entry `seq` is at `pos`: a second position is the
+    /// "stored twice" violation ([`super::stored_once`]).
+    fn check_stored_once(&mut self, p: usize, seq: u64, pos: Position) {
+        if let Err(first) = self.stored_once.stored(p, seq, pos) {
+            let now = self.now();
+            self.checker.stored_twice(
+                &format!("producer p-{p} sequence id {seq} at {first} and at {pos}"),
                 now,
             );
         }
@@ -944,6 +1044,12 @@ impl Node<'_> {
     /// on the same connection: a new incarnation, whose permits must not
     /// be credited by anything of the old one (PIP-491).
     pub(super) fn same_connection(&mut self, c: usize) {
+        // Right after a poll whose returned permits queued a Flow (not yet
+        // written): the revalidation must drop it, it must never credit
+        // the replacement (PIP-491).
+        self.consumers[c].hold_flows = true;
+        self.poll(c);
+        self.consumers[c].hold_flows = false;
         let co = &mut self.consumers[c];
         let (Some(cx), Some(cl)) = (co.connection.clone(), co.client.as_mut()) else {
             return;

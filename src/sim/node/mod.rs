@@ -54,6 +54,8 @@
 
 mod client;
 mod faults;
+mod faulty;
+mod stored_once;
 pub mod wire;
 
 use std::collections::BTreeMap;
@@ -102,6 +104,9 @@ pub struct NodeActivity {
     pub resent_entries: u64,
     /// Copies of such sends delivered (registered as published on delivery).
     pub lost_receipt_copies: u64,
+    /// Resent entries the broker answered as duplicates (receipt `(-1, -1)`,
+    /// not stored again: deduplication).
+    pub deduplicated_sends: u64,
     /// Acks sent again after a lost connection (no receipt).
     pub ack_retries: u64,
     /// ACK_RESPONSEs received.
@@ -194,6 +199,8 @@ struct Node<'a> {
     next_conn: u64,
     producers: Vec<Producer>,
     consumers: Vec<Consumer>,
+    /// The "stored once" rule's record ([`stored_once`]).
+    stored_once: stored_once::StoredOnce,
     plan: FaultPlan,
     crashes_left: u32,
     /// Whether the run's work is done (the loop only drains).
@@ -214,7 +221,11 @@ pub fn run(
     workload
         .validate()
         .map_err(|e| SimError::Component(e.to_string()))?;
-    if opts.sabotage.is_some() || opts.trace_dir.is_some() {
+    // NoDeduplication is the node engine's own (the stored-once rule's control).
+    let model_sabotage = opts
+        .sabotage
+        .is_some_and(|s| s != crate::sim::Sabotage::NoDeduplication);
+    if model_sabotage || opts.trace_dir.is_some() {
         return Err(SimError::Component(
             "sabotage and trace recording are the model engine's (engine = \"model\")".into(),
         ));
@@ -246,6 +257,7 @@ pub fn run(
         broker: None,
         gen: 0,
         broker_side: BTreeMap::new(),
+        stored_once: stored_once::StoredOnce::default(),
         to_broker_last: BTreeMap::new(),
         from_broker_last: 0,
         timer_at: None,
@@ -289,9 +301,14 @@ pub fn run(
         checker,
         mut activity,
         node,
+        heartbeat,
         ..
     } = n;
     let (counts, first_violation) = checker.finish(virtual_ms);
+    // The stages on real threads (the shipped cursor deletion state and
+    // pending-ack replay), as after a model-engine run.
+    let stages = super::stages::run(workload, opts.faults, &heartbeat);
+    let first_violation = first_violation.or_else(|| stages.first_violation());
     activity.node = Some(node);
     // The core keeps no per-component counters yet: the section reports
     // what the event loop counted, so an idle component reads NOT EXERCISED.
@@ -307,14 +324,14 @@ pub fn run(
             crate::ledger::SyncMode::Deferred => "deferred".into(),
         },
         virtual_ms,
-        violations: counts.violations(),
+        violations: counts.violations() + stages.violations(),
         counts,
         activity,
         components,
         first_violation,
         timing: Timing {
-            hint_race: None,
-            replay_race: None,
+            hint_race: stages.hint_race,
+            replay_race: stages.replay_race,
             wall_ms,
             deliveries_per_sec: delivered as f64 / (wall_ms.max(1) as f64 / 1000.0),
             peak_memory_kib: peak_memory_kib(),
@@ -338,11 +355,9 @@ impl Node<'_> {
         self.timer_at = None;
         self.timer_fired = None;
         let now = EPOCH_BASE_MS + self.now();
-        self.broker = Some(Broker::new(
-            store,
-            BrokerConfig::new("pulsar://sim-node:6650"),
-            now,
-        ));
+        let mut config = BrokerConfig::new("pulsar://sim-node:6650");
+        config.deduplication = self.opts.sabotage != Some(crate::sim::Sabotage::NoDeduplication);
+        self.broker = Some(Broker::new(store, config, now));
         if self.crashes_left > 0 {
             let base = self.storage.durable_writes_since_open();
             let k = base + self.rng.random_range(1..=self.w.faults.crash_window);
