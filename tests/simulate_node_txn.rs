@@ -108,3 +108,29 @@ fn txn_settings_outside_the_node_engine_are_typed_errors() {
         .to_string();
     assert!(e.contains("sync = always"), "{e}");
 }
+
+/// Failed MESSAGE writes (`faults.write_failure_ratio`): the broker closes
+/// the consumer a failed MESSAGE was for (CLOSE_CONSUMER) and puts its
+/// unacknowledged entries back for redelivery. The second topic's reader,
+/// closed that way, subscribes again and receives every committed message
+/// (a reader left closed never receives the message whose write failed,
+/// nor anything after it: `committed-lost`).
+#[test]
+fn the_second_topic_reader_closed_by_a_failed_write_subscribes_again() {
+    let mut w = preset();
+    w.messages = 400;
+    w.txn.transactions = 20;
+    w.faults.write_failure_ratio = 0.05;
+    w.faults.crash_points = 0;
+    w.txn.crashes_during_end = 0;
+    let r = run_seed(&w, 1, pulsar_core::ledger::SyncMode::Immediate).unwrap();
+    let t = &r.activity.node.as_ref().expect("node activity").txn;
+    assert!(t.reader_closed_by_broker > 0 && t.committed > 0, "{t:?}");
+    assert!(
+        r.is_clean(),
+        "{:?} ({} violations)",
+        r.first_violation,
+        r.violations
+    );
+    assert_eq!(r.counts.txn_violations, 0);
+}

@@ -126,6 +126,9 @@ pub struct TxnActivity {
     pub coordinator_retries: u64,
     /// Messages the second topic's reader received.
     pub reader_deliveries: u64,
+    /// The broker closed the reader's consumer (CLOSE_CONSUMER after a
+    /// failed MESSAGE write): the reader subscribed again.
+    pub reader_closed_by_broker: u64,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -245,6 +248,7 @@ pub(super) fn component(a: &TxnActivity) -> ComponentReport {
             ("crash points moved into an END_TXN", a.crash_points_in_end, false),
             ("END_TXN in flight at a crash or restart", a.end_in_flight_at_crash, false),
             ("second-topic deliveries", a.reader_deliveries, true),
+            ("second-topic reader closed by the broker", a.reader_closed_by_broker, false),
         ],
     )
 }
@@ -1116,8 +1120,14 @@ impl Node<'_> {
                     ..Default::default()
                 });
             }
-            ty::ERROR => {
-                // A refused subscribe: reconnect.
+            // A refused subscribe, or the broker closed the reader's
+            // consumer (a failed MESSAGE write; Pulsar's client subscribes
+            // again): reconnect, and the subscription redelivers what was
+            // not acknowledged.
+            ty::ERROR | ty::CLOSE_CONSUMER => {
+                if cmd.r#type == ty::CLOSE_CONSUMER {
+                    self.txn.activity.reader_closed_by_broker += 1;
+                }
                 if let Some(conn) = self.txn.reader_conn {
                     self.close_conn(conn);
                     self.connection_lost(conn, ClientRef::Txn(Role::Reader), false);
