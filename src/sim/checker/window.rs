@@ -18,10 +18,13 @@ pub(super) struct RetiredRun {
 
 /// The retired prefix of the published messages (acknowledged on every
 /// subscription): only which messages they were, run-length encoded by
-/// entry, so a late event about one of them is judged as before.
+/// entry, so a late event about one of them is judged as before. Messages
+/// retire in publish order, which is not position order when a
+/// transaction commits (its messages are published at the commit, after
+/// later plain entries): the runs are kept in position order regardless.
 #[derive(Debug, Default)]
 pub(super) struct Retired {
-    /// Complete entries, in position order.
+    /// Complete entries, in position order, not overlapping.
     runs: Vec<RetiredRun>,
     /// The last entry retired so far and how many of its messages.
     open: Option<(Position, u32)>,
@@ -39,23 +42,31 @@ impl Retired {
         }
     }
 
-    /// Moves the open entry into the runs.
+    /// Moves the open entry into the runs, at its place in position order
+    /// (an entry retired out of order lands before later runs).
     pub(super) fn close(&mut self) {
         let Some((p, n)) = self.open.take() else {
             return;
         };
-        if let Some(r) = self.runs.last_mut() {
+        let key = (p.ledger_id, p.entry_id);
+        let at = self
+            .runs
+            .partition_point(|r| (r.ledger_id, r.first_entry) <= key);
+        if let Some(r) = at.checked_sub(1).map(|i| &mut self.runs[i]) {
             if r.ledger_id == p.ledger_id && r.last_entry + 1 == p.entry_id && r.batch_size == n {
                 r.last_entry = p.entry_id;
                 return;
             }
         }
-        self.runs.push(RetiredRun {
-            ledger_id: p.ledger_id,
-            first_entry: p.entry_id,
-            last_entry: p.entry_id,
-            batch_size: n,
-        });
+        self.runs.insert(
+            at,
+            RetiredRun {
+                ledger_id: p.ledger_id,
+                first_entry: p.entry_id,
+                last_entry: p.entry_id,
+                batch_size: n,
+            },
+        );
     }
 
     /// Whether `m` was published and retired.
@@ -147,5 +158,36 @@ impl DeliveryChecker {
         if self.acks_since_retire >= self.retire_every {
             self.retire();
         }
+    }
+}
+
+#[cfg(all(test, not(any(loom, feature = "shuttle"))))]
+mod tests {
+    use super::*;
+
+    fn m(ledger_id: i64, entry_id: i64) -> MessageRef {
+        MessageRef {
+            position: Position::new(ledger_id, entry_id),
+            batch_index: 0,
+        }
+    }
+
+    /// Retired in publish order with a committed transaction's entries
+    /// (1:3, 1:4) published after later plain entries: every retired
+    /// entry is still found, and an entry never retired is not.
+    #[test]
+    fn entries_retired_out_of_position_order_are_all_found() {
+        let mut r = Retired::default();
+        for e in [1, 2, 5, 6, 7, 3, 4, 8, 10] {
+            r.push(m(1, e));
+        }
+        r.close();
+        for e in [1, 2, 3, 4, 5, 6, 7, 8, 10] {
+            assert!(r.contains(m(1, e)), "1:{e} retired but not found");
+        }
+        for e in [0, 9, 11] {
+            assert!(!r.contains(m(1, e)), "1:{e} never retired but found");
+        }
+        assert!(!r.contains(m(2, 1)));
     }
 }
