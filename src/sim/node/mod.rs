@@ -120,9 +120,9 @@ pub struct NodeActivity {
     pub resent_entries: u64,
     /// Copies of such sends delivered (registered as published on delivery).
     pub lost_receipt_copies: u64,
-    /// Resent entries the broker answered as duplicates (receipt `(-1, -1)`,
-    /// not stored again: deduplication).
-    pub deduplicated_sends: u64,
+    /// Messages of resent entries the broker answered as duplicates
+    /// (receipt `(-1, -1)`, not stored again: deduplication).
+    pub deduplicated_messages: u64,
     /// Acks sent again after a lost connection (no receipt).
     pub ack_retries: u64,
     /// ACK_RESPONSEs received.
