@@ -92,6 +92,7 @@ mod dispatch;
 pub mod entry;
 pub mod error;
 pub mod framing;
+mod group_commit;
 pub mod key_shared;
 pub mod output;
 pub mod subscription;
@@ -162,6 +163,8 @@ pub struct Broker {
     next_incarnation: u64,
     clock: Arc<VirtualClock>,
     txn: txn::TxnRuntime,
+    /// Acks of the current turn waiting for their group commit.
+    acks: group_commit::AckGroup,
 }
 
 impl Broker {
@@ -181,6 +184,7 @@ impl Broker {
             next_incarnation: 1,
             clock: Arc::new(VirtualClock::new(now_ms)),
             txn: txn::TxnRuntime::new(now_ms),
+            acks: group_commit::AckGroup::default(),
         };
         // The coordinator recovers at start: transactions a crash left
         // Committing/Aborting are finished now (a failure is retried from
@@ -218,7 +222,10 @@ impl Broker {
     }
 
     /// The next output, in the order produced; `None` when none is queued.
+    /// It first ends the turn ([`Broker::flush`]): the group commit of the
+    /// turn's acks, whose receipts it then releases.
     pub fn poll_output(&mut self) -> Option<Output> {
+        self.flush();
         self.out.queue.pop_front()
     }
 

@@ -1005,4 +1005,6 @@ fn a_batch_count_the_payload_cannot_hold_is_rejected() {
     }
 }
 
+#[cfg(feature = "sim")]
+mod group_commit;
 mod txn;
