@@ -59,6 +59,16 @@
 //! is queued only after its commit. Reads of entries are synchronous too.
 //! So every input may block on the store for the duration of a commit.
 //!
+//! Group commit (`group_commit.rs`): a plain ACK is applied in memory when
+//! its frame arrives and persisted by [`Broker::flush`], which ends the
+//! driver's turn ([`Broker::poll_output`] runs it first): one commit per
+//! subscription acknowledged since the last flush, then the held
+//! ACK_RESPONSEs (an error response when the commit failed), then dispatch;
+//! no ack response is queued before its commit. A group is what the
+//! driver hands the core between two polls (its added delay is the
+//! driver's handling of those frames; its size, the frames of one read or
+//! delivery). SEND, transactional ACK and END_TXN commit per command.
+//!
 //! Units: time in epoch milliseconds (`u64`), sizes in bytes, permits in
 //! messages (PIP-491: a batch entry costs its deliverable indexes).
 //!
