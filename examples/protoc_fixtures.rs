@@ -5,7 +5,7 @@
 //! answers with, encoded by the crate's own encoders.
 //!
 //! - no argument (or `encode`): one line per fixture, `NAME HEX`, the bytes
-//!   `cursor::position_info`, `pending_ack::record`, `proto::wire` and
+//!   `deletion::position_info`, `pending_ack::record`, `proto::wire`, `proto::metadata` and
 //!   `delayed::snapshot` produce; the checker compares them with protoc's bytes for the same
 //!   fixture built from the `.proto` transcriptions in `tests/protoc/`.
 //! - `decode FILE`: FILE holds `NAME HEX` lines written by protoc's
@@ -38,6 +38,10 @@ use pulsar_core::deletion::DeletionSnapshot;
 use pulsar_core::pending_ack::record::{
     decode_entry, encode_batch, AckedPosition, PendingAckRecord, TxnId,
 };
+use pulsar_core::proto::metadata::{
+    compression_type, decode_message_metadata, EncryptionKeys, KeyValue, MessageMetadata,
+};
+use pulsar_core::proto::txn::{marker_type, txn_marker};
 use pulsar_core::proto::wire::{
     decode_base_command, AckType, BaseCommand, Command, CommandAck, CommandFlow, CommandMessage,
     MessageIdData,
@@ -74,6 +78,7 @@ enum Fixture {
     SnapshotMetadata(SnapshotMetadata),
     SnapshotSegment(SnapshotSegment),
     Serve(Box<ServeCommand>),
+    Metadata(Box<MessageMetadata>),
 }
 
 fn snapshot(
@@ -329,6 +334,48 @@ fn fixtures() -> Vec<(&'static str, Fixture)> {
             )),
         ),
         (
+            "metadata/full",
+            Fixture::Metadata(Box::new(MessageMetadata {
+                producer_name: "p-1".into(),
+                sequence_id: u64::MAX,
+                publish_time: 1_700_000_000_000,
+                properties: vec![kv("k", ""), kv("", "v")],
+                replicated_from: Some("west".into()),
+                partition_key: Some("key-1".into()),
+                replicate_to: vec!["east".into(), String::new()],
+                compression: Some(compression_type::LZ4),
+                uncompressed_size: Some(0),
+                num_messages_in_batch: Some(3),
+                event_time: Some(0),
+                encryption_keys: vec![EncryptionKeys {
+                    key: "rsa".into(),
+                    value: vec![0, 255],
+                    metadata: vec![kv("alg", "x")],
+                }],
+                encryption_algo: Some(String::new()),
+                encryption_param: Some(vec![1, 2, 3]),
+                schema_version: Some(Vec::new()),
+                partition_key_b64_encoded: Some(false),
+                ordering_key: Some(vec![0x80, 0]),
+                deliver_at_time: Some(-1),
+                marker_type: Some(0),
+                txnid_least_bits: Some(u64::MAX),
+                txnid_most_bits: Some(0),
+                highest_sequence_id: Some(7),
+                null_value: Some(false),
+                uuid: Some("p-1-7".into()),
+                num_chunks_from_msg: Some(2),
+                total_chunk_msg_size: Some(2_000_000),
+                chunk_id: Some(0),
+                null_partition_key: Some(true),
+            })),
+        ),
+        ("metadata/required_zero", Fixture::Metadata(Box::default())),
+        (
+            "metadata/txn_commit_marker",
+            Fixture::Metadata(Box::new(txn_marker(marker_type::TXN_COMMIT, 5, 9, 0, 5))),
+        ),
+        (
             "command/ack_cumulative_txn",
             Fixture::Command(Box::new(
                 Command::Ack(CommandAck {
@@ -416,6 +463,8 @@ fn fixtures() -> Vec<(&'static str, Fixture)> {
                     request_id: 1,
                     producer_name: "p".into(),
                     last_sequence_id: Some(-1),
+                    topic_epoch: Some(3),
+                    producer_ready: Some(false),
                 })
             }),
         ),
@@ -426,6 +475,17 @@ fn fixtures() -> Vec<(&'static str, Fixture)> {
                     producer_id: 0,
                     sequence_id: 0,
                     message_id: Some(id(3, 4)),
+                    highest_sequence_id: Some(0),
+                })
+            }),
+        ),
+        (
+            "serve/send_receipt_duplicate",
+            serve(7, |c| {
+                c.send_receipt = Some(CommandSendReceipt {
+                    producer_id: 0,
+                    sequence_id: 9,
+                    message_id: Some(id(u64::MAX, u64::MAX)),
                     highest_sequence_id: Some(0),
                 })
             }),
@@ -549,6 +609,13 @@ fn fixtures() -> Vec<(&'static str, Fixture)> {
     ]
 }
 
+fn kv(key: &str, value: &str) -> KeyValue {
+    KeyValue {
+        key: key.into(),
+        value: value.into(),
+    }
+}
+
 /// A coordinator response (`CommandNewTxnResponse` and its siblings share
 /// the shape) with explicit txnid fields.
 fn txn_response(
@@ -592,6 +659,7 @@ fn encode(f: &Fixture) -> Vec<u8> {
         Fixture::SnapshotMetadata(m) => m.encode_to_vec(),
         Fixture::SnapshotSegment(m) => m.encode_to_vec(),
         Fixture::Serve(c) => c.encode_to_vec(),
+        Fixture::Metadata(m) => m.encode_to_vec(),
     }
 }
 
@@ -666,6 +734,12 @@ fn check_decode(f: &Fixture, bytes: &[u8]) -> Result<(), String> {
                 .then_some(())
                 .ok_or(format!("decoded {got:?}, fixture {want:?}"))
         }
+        Fixture::Metadata(want) => {
+            let got = decode_message_metadata(bytes).map_err(|e| e.to_string())?;
+            (got == **want)
+                .then_some(())
+                .ok_or(format!("decoded {got:?}, fixture {want:?}"))
+        }
     }
 }
 
@@ -691,6 +765,9 @@ fn rejection(f: &Fixture, bytes: &[u8]) -> Result<String, String> {
             .map(|_| ())
             .map_err(|e| e.to_string()),
         Fixture::SnapshotSegment(_) => decode_segment(1, 1, bytes)
+            .map(|_| ())
+            .map_err(|e| e.to_string()),
+        Fixture::Metadata(_) => decode_message_metadata(bytes)
             .map(|_| ())
             .map_err(|e| e.to_string()),
         Fixture::Serve(_) => {

@@ -41,9 +41,8 @@ use pulsar_core::permits::client::{
     encode_entry_payload, ClientConnection, ClientConsumer, ClientFrame, CloseReason,
     CommandOutcomeKind, Incarnation, ReturnOutcome,
 };
-use pulsar_core::proto::wire::{
-    ack_set_from_indexes, CommandMessage, MessageMetadata, SingleMessageMetadata,
-};
+use pulsar_core::proto::metadata::{MessageMetadata, SingleMessageMetadata};
+use pulsar_core::proto::wire::{ack_set_from_indexes, CommandMessage};
 use pulsar_core::Position;
 use shuttle::rand::{thread_rng, Rng};
 

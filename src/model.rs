@@ -10,8 +10,16 @@
 //! | [`sync`] | the facade (std / loom / shuttle primitives): a model spawns its threads and builds its `Arc`s and negative-control atomics with the primitives the components use |
 //! | [`pending_ack::ReplayAttempt`] | one replay attempt's read pipeline (`fill_queue`, `read_complete`, `read_failed`, `stop_replay`), raced directly by the loom models without a handle around it (and timed alone by `benches/pending_ack_replay.rs`) |
 
-#[path = "sync.rs"]
-pub mod sync;
+/// The primitives the models build their threads, `Arc`s and
+/// negative-control atomics with: the crate's synchronisation facade
+/// (`crate::sync`, crate-private), so a model runs on the backend the
+/// components run on.
+pub mod sync {
+    pub use crate::sync::{
+        fence, thread, Arc, AtomicBool, AtomicI64, AtomicU64, AtomicUsize, Condvar, Mutex,
+        Ordering, Published,
+    };
+}
 
 /// Pending-ack replay internals driven by `loom-tests/pending_ack.rs` and
 /// `shuttle-tests/pending_ack.rs`.

@@ -1,6 +1,14 @@
-//! Trace recording for trace validation (cargo feature `trace`; the module
-//! does not exist without it, and every hook call site is
-//! `#[cfg(feature = "trace")]`, so a default build has zero cost).
+//! Trace recording for trace validation (cargo feature `trace`).
+//!
+//! Every hook is called from the components as one line
+//! (`crate::trace::deletion::advance(self.trace_id, md)`) whose no-op twin
+//! (`src/trace_nop.rs`, every build without the feature: the default one,
+//! `cargo bench`, an embedder's `default-features = false`) is an empty
+//! inline function taking the same arguments, so the call compiles to
+//! nothing (the layout of etcd-io/raft's `state_trace.go` /
+//! `state_trace_nop.go`). A hook whose line needs more than a few loads
+//! (a range list, a read position behind a lock, a tracker's state) takes
+//! the component's own references and computes the line itself.
 //!
 //! Trace validation checks the implementation's own executions against the
 //! TLA+ specs in `specs/`, in the style of etcd-io/raft's `tla/` folder and
@@ -99,9 +107,13 @@ pub mod deletion {
     /// the log: under shuttle a facade atomic would be a scheduling point).
     static NEXT_ID: AtomicU64 = AtomicU64::new(1);
 
+    /// A deletion state's id in its lines (`ds`; a zero-sized type in the
+    /// no-op twin).
+    pub type Id = u64;
+
     /// A fresh id for a deletion state's lines. Relaxed: only uniqueness
     /// matters.
-    pub fn next_id() -> u64 {
+    pub fn next_id() -> Id {
         NEXT_ID.fetch_add(1, Ordering::Relaxed)
     }
 
@@ -114,19 +126,27 @@ pub mod deletion {
     /// trace's initial state. (`restore` refills the ranges inside its
     /// reset bracket without `Ack` lines: the spec's reset only clears, so
     /// no recorder calls it.)
-    pub fn open(ds: u64, md: Position, ranges: &[(Position, Position)]) {
-        let ranges: Vec<_> = ranges
+    ///
+    /// Gives the state a fresh id ([`next_id`]), also the id of its set's
+    /// `Ack` lines, and returns it.
+    pub(crate) fn open(md: Position, set: &mut crate::deletion::PositionRangeSet) -> Id {
+        let ds = next_id();
+        set.trace_id = ds;
+        let ranges: Vec<_> = set
+            .ranges()
             .iter()
             .map(|(a, b)| json!([pos(*a), pos(*b)]))
             .collect();
         record("Open", json!({ "ds": ds, "md": pos(md), "ranges": ranges }));
+        ds
     }
     /// Not a spec action: deletion state `ds` is cursor `cur` of managed
     /// ledger `ml`'s (recorded where the state is created from the cursor's
     /// store record; `crate::sim::sim_trace` joins a cursor's states across
     /// restarts by it and files the cursor's [`persist`] lines in the run
     /// of its current state).
-    pub fn cursor(ds: u64, ml: &str, cur: &str) {
+    pub fn cursor(state: &crate::deletion::CursorDeletionState, ml: &str, cur: &str) {
+        let ds = state.trace_id();
         record("Cursor", json!({ "ds": ds, "ml": ml, "cur": cur }));
     }
     /// `Persist` (the observation of `RecoveredAsPersisted`): cursor `cur`
@@ -137,10 +157,15 @@ pub mod deletion {
     /// returned. What a cursor recovered after a restart must hold is the
     /// last such line before it (a cursor's lines carry no `ds`: the store
     /// write does not know the deletion state it came from).
-    pub fn persist(ml: &str, cur: &str, md: Position, ranges: &[(Position, Position)]) {
+    pub fn persist(
+        ml: &str,
+        cur: &str,
+        md: Position,
+        ranges: impl IntoIterator<Item = (Position, Position)>,
+    ) {
         let ranges: Vec<_> = ranges
-            .iter()
-            .map(|(a, b)| json!([pos(*a), pos(*b)]))
+            .into_iter()
+            .map(|(a, b)| json!([pos(a), pos(b)]))
             .collect();
         record(
             "Persist",
@@ -149,67 +174,67 @@ pub mod deletion {
     }
     /// `Ack(p)`: entry `p` entered its ledger's live bitmap (called under
     /// the bitmap's write lock, so no reader sees the bit before the line).
-    pub fn ack(ds: u64, ledger_id: i64, entry: u32) {
+    pub fn ack(ds: Id, ledger_id: i64, entry: u32) {
         record("Ack", json!({ "ds": ds, "p": [ledger_id, entry] }));
     }
     /// `MarkDelete(t, _)` (the line's `c` is the spec's `t`): an explicit mark-delete to `c` while the
     /// mark-delete is `md` (under the write lock, before the `Advance` it
     /// causes); recorded only when `c` is past `md` (otherwise the advance,
     /// if any, is an ordinary `Advance` from `md`).
-    pub fn mark_delete(ds: u64, c: Position, md: Position) {
+    pub fn mark_delete(ds: Id, c: Position, md: Position) {
         if c > md {
             record("MarkDelete", json!({ "ds": ds, "c": pos(c) }));
         }
     }
     /// `Advance(c)` (or the `MarkDelete` just recorded): mark-delete
     /// published at `md` (forward).
-    pub fn advance(ds: u64, md: Position) {
+    pub fn advance(ds: Id, md: Position) {
         record("Advance", json!({ "ds": ds, "md": pos(md) }));
     }
     /// `ResetBegin`: the reset epoch became odd (`epoch`).
-    pub fn reset_begin(ds: u64, epoch: u64) {
+    pub fn reset_begin(ds: Id, epoch: u64) {
         record("ResetBegin", json!({ "ds": ds, "epoch": epoch }));
     }
     /// `ResetInvalidate`: the empty directory was published.
-    pub fn reset_invalidate(ds: u64) {
+    pub fn reset_invalidate(ds: Id) {
         record("ResetInvalidate", json!({ "ds": ds }));
     }
     /// `ResetMarkDelete(t)`: mark-delete published at `md` (any direction).
-    pub fn reset_mark_delete(ds: u64, md: Position) {
+    pub fn reset_mark_delete(ds: Id, md: Position) {
         record("ResetMarkDelete", json!({ "ds": ds, "md": pos(md) }));
     }
     /// `ResetClear`: the map is cleared.
-    pub fn reset_clear(ds: u64) {
+    pub fn reset_clear(ds: Id) {
         record("ResetClear", json!({ "ds": ds }));
     }
     /// `ResetEnd`: the reset epoch became even again (`epoch`).
-    pub fn reset_end(ds: u64, epoch: u64) {
+    pub fn reset_end(ds: Id, epoch: u64) {
         record("ResetEnd", json!({ "ds": ds, "epoch": epoch }));
     }
     /// `RStart(q)`: a lookup of `q` read the reset epoch `e1`.
-    pub fn r_start(ds: u64, q: Position, e1: u64) {
+    pub fn r_start(ds: Id, q: Position, e1: u64) {
         record("RStart", json!({ "ds": ds, "q": pos(q), "e1": e1 }));
     }
     /// `RMarkDelete`: the lookup read the mark-delete snapshot `rmd`.
-    pub fn r_mark_delete(ds: u64, rmd: Position) {
+    pub fn r_mark_delete(ds: Id, rmd: Position) {
         record("RMarkDelete", json!({ "ds": ds, "rmd": pos(rmd) }));
     }
     /// `RDirectory` (+ `RBits`): the lookup computed `ans` from `rmd` and
     /// the ledger's bitmap.
-    pub fn r_lookup(ds: u64, ans: bool) {
+    pub fn r_lookup(ds: Id, ans: bool) {
         record("RLookup", json!({ "ds": ds, "ans": ans }));
     }
     /// `RRecheck`: the epoch re-check sent the lookup to `pc`
     /// (`"done"`: returns its answer, `"locked"`: falls back).
-    pub fn r_recheck(ds: u64, pc: &'static str) {
+    pub fn r_recheck(ds: Id, pc: &'static str) {
         record("RRecheck", json!({ "ds": ds, "pc": pc }));
     }
     /// `RLocked`: the locked check answered `ans` (under the read lock).
-    pub fn r_locked(ds: u64, ans: bool) {
+    pub fn r_locked(ds: Id, ans: bool) {
         record("RLocked", json!({ "ds": ds, "ans": ans }));
     }
     /// `RFinish`: the lookup returned.
-    pub fn r_finish(ds: u64) {
+    pub fn r_finish(ds: Id) {
         record("RFinish", json!({ "ds": ds }));
     }
 }
@@ -256,6 +281,22 @@ pub mod ledger_cursor {
     pub fn append_entry(ml: &str, p: Position) {
         record("AppendEntry", json!({ "ml": ml, "p": pos(p) }));
     }
+    /// [`append_entry`] for each of `entries`, in order (one append call).
+    pub fn append_entries(ml: &str, entries: &[Position]) {
+        entries.iter().for_each(|p| append_entry(ml, *p));
+    }
+    /// A cursor opened on managed ledger `ml`: [`recover`] if its record
+    /// was `recovered` from the store, else [`open`] and the `Persist` line
+    /// of the new cursor's record ([`super::deletion::persist`]).
+    pub fn opened(ml: &str, cur: &str, recovered: bool, md: Position, read: Position) {
+        if recovered {
+            recover(ml, cur, md, read);
+        } else {
+            open(ml, cur, md, read);
+            // The new cursor's record, saved before.
+            super::deletion::persist(ml, cur, md, []);
+        }
+    }
     /// `Open` (not a spec action): a new cursor starts at mark-delete `md`,
     /// read position `read`; the trace spec checks it is its `Init`.
     pub fn open(ml: &str, cur: &str, md: Position, read: Position) {
@@ -286,11 +327,73 @@ pub mod ledger_cursor {
             json!({ "first": pos(first), "last": pos(last), "read": pos(read) }),
         );
     }
+    /// The steps of one read that may skip lost ledgers (auto-skip on), in
+    /// order: a lost ledger skipped (`(last entry, None)`) or a run of
+    /// entries returned (`(first, Some(last))`). [`ReadSteps::record`]
+    /// writes them as the spec's steps.
+    #[derive(Debug, Default)]
+    pub struct ReadSteps(Vec<(Position, Option<Position>)>);
+
+    impl ReadSteps {
+        /// No step yet.
+        pub fn new() -> Self {
+            Self::default()
+        }
+        /// The lost ledger ending at `last` was skipped.
+        pub fn skipped(&mut self, last: Position) {
+            self.0.push((last, None));
+        }
+        /// The entries `first..=last` (one ledger) were returned.
+        pub fn returned(&mut self, first: Position, last: Position) {
+            self.0.push((first, Some(last)));
+        }
+        /// Records the read of at most `max_entries` by cursor `cur` of
+        /// `ml`: one `Read` line if no lost ledger was `skipped` (and some
+        /// entry was `returned`), else `SkipTo` past each lost ledger and
+        /// `ReadRun` per run, each with the read position after it
+        /// (`next_valid`: the managed ledger's next valid position).
+        pub fn record(
+            mut self,
+            ml: &str,
+            cur: &str,
+            max_entries: usize,
+            (skipped, returned): (bool, bool),
+            read_position: Position,
+            next_valid: impl Fn(Position) -> Position,
+        ) {
+            if !skipped {
+                if returned {
+                    read(ml, cur, max_entries, read_position);
+                }
+                return;
+            }
+            // The read position moved past the last entry returned, not past
+            // a lost ledger skipped after it: those skips are not taken.
+            if returned {
+                let last_run = self.0.iter().rposition(|(_, end)| end.is_some());
+                self.0.truncate(last_run.map_or(0, |i| i + 1));
+            }
+            for (at, run_end) in self.0 {
+                let after = next_valid(run_end.unwrap_or(at));
+                match run_end {
+                    None => skip_to(ml, cur, after),
+                    Some(end) => read_run(ml, cur, at, end, after),
+                }
+            }
+        }
+    }
     /// `SkipTo(r)`: a read with skip passed over entries declared deleted
     /// (or a lost ledger, with auto-skip on) without returning any; the
     /// read position is now `read`.
     pub fn skip_to(ml: &str, cur: &str, read: Position) {
         cursor_line("SkipTo", ml, cur, json!({ "read": pos(read) }));
+    }
+    /// A read found nothing past the last confirmed entry and moved the
+    /// read position from `from` to `read`: [`skip_to`] if it moved.
+    pub fn skip_to_end(ml: &str, cur: &str, from: Position, read: Position) {
+        if from != read {
+            skip_to(ml, cur, read);
+        }
     }
     /// `MarkDelete(p)`: mark-delete persisted at `md`; read position `read`.
     pub fn mark_delete(ml: &str, cur: &str, md: Position, read: Position) {
@@ -353,6 +456,7 @@ pub mod ledger_cursor {
 /// recorded as `[ledger_id, entry_id]`; the recorder maps them to the spec's
 /// entry numbers `1..N+1` (the log's entries in order; N+1 past the end).
 pub mod pending_ack {
+    use crate::ledger::ManagedCursor;
     use crate::position::Position;
     use serde_json::json;
 
@@ -438,8 +542,10 @@ pub mod pending_ack {
     pub fn partial_loss(h: &str) {
         record("PartialLoss", h, json!({}));
     }
-    /// `HStart`: an attempt started and rewound the cursor to `rp`.
-    pub fn h_start(h: &str, rp: Position) {
+    /// `HStart`: an attempt started and rewound `cursor` (its read
+    /// position is the line's `rp`).
+    pub fn h_start(h: &str, cursor: &ManagedCursor) {
+        let rp = cursor.read_position();
         record("HStart", h, json!({ "rp": pos(rp) }));
     }
     /// `RLoop`: the loop head went to `"end"` (interrupted or caught up)
@@ -464,6 +570,13 @@ pub mod pending_ack {
     pub fn fq_issue(h: &str, issued: bool) {
         record("FqIssue", h, json!({ "issued": issued }));
     }
+    /// [`fq_issue`] with no read issued, if the cursor had no `more`
+    /// entries (nothing otherwise).
+    pub fn fq_no_more(h: &str, more: bool) {
+        if !more {
+            fq_issue(h, false);
+        }
+    }
     /// `FqRet`: `fill_queue` returned `readable`.
     pub fn fq_ret(h: &str, readable: bool) {
         record("FqRet", h, json!({ "readable": readable }));
@@ -473,17 +586,20 @@ pub mod pending_ack {
         record("Poll", h, json!({ "entry": entry.map(pos) }));
     }
     /// `REnd`: the attempt ended `outcome` (`"complete"` / `"failed"`),
-    /// leaving the cursor's read position at `rp`.
-    pub fn r_end(h: &str, outcome: &'static str, rp: Position) {
+    /// leaving `cursor`'s read position at the line's `rp`.
+    pub fn r_end(h: &str, outcome: &'static str, cursor: &ManagedCursor) {
+        let rp = cursor.read_position();
         record("REnd", h, json!({ "outcome": outcome, "rp": pos(rp) }));
     }
     /// `EnvTake`: an issued read is performed (its job runs).
     pub fn env_take(h: &str) {
         record("EnvTake", h, json!({}));
     }
-    /// `ReadOk`: the read moved the cursor to `rp` and `queued` entries are
-    /// queued now (nothing enqueued if the attempt had stopped).
-    pub fn read_ok(h: &str, rp: Position, queued: usize) {
+    /// `ReadOk`: the read moved `cursor` (its read position is the line's
+    /// `rp`) and `queued` entries are queued now (nothing enqueued if the
+    /// attempt had stopped).
+    pub fn read_ok(h: &str, cursor: &ManagedCursor, queued: usize) {
+        let rp = cursor.read_position();
         record("ReadOk", h, json!({ "rp": pos(rp), "queued": queued }));
     }
     /// `ReadFail(k)` (W1): the read failed with `error`, classified and
@@ -506,6 +622,13 @@ pub mod pending_ack {
     /// `HDone`: the attempt's end reached the handle, now in `state`.
     pub fn h_done(h: &str, state: &'static str) {
         record("HDone", h, json!({ "state": state }));
+    }
+    /// [`h_done`] if the call is where a replay `attempt_end`ed (nothing
+    /// otherwise).
+    pub fn h_done_at_end(h: &str, attempt_end: bool, state: &'static str) {
+        if attempt_end {
+            h_done(h, state);
+        }
     }
     /// `HTimer`: the retry timer fired (None -> Initializing).
     pub fn h_timer(h: &str) {
@@ -559,9 +682,16 @@ pub mod permits {
     pub fn client_receive(c: (u64, u64), d: u32, stale: bool) {
         rec("ClientReceive", c, json!({ "d": d, "stale": stale }));
     }
-    /// `AppReturn(i)`: a dequeued message of incarnation `i` returned its permit.
-    pub fn app_return(c: (u64, u64), i: u64) {
-        rec("AppReturn", c, json!({ "i": i }));
+    /// `AppReturn(i)`: a dequeued message of incarnation `i` (the token's
+    /// `state`, if it still has one) returned its permit.
+    pub fn app_return(state: Option<&crate::permits::client::ConsumerPermitState>) {
+        if let Some(s) = state {
+            rec(
+                "AppReturn",
+                s.trace_key(),
+                json!({ "i": s.incarnation().serial }),
+            );
+        }
     }
     /// `Drain`: the accumulator was swapped to 0 into a Flow request of `n`.
     pub fn drain(c: (u64, u64), n: u32) {
@@ -595,14 +725,34 @@ pub mod permits {
 /// in-memory immutable bucket: its range and loaded segment).
 pub mod bucket_merge {
     use super::record;
+    use crate::delayed::snapshot::CutSegment;
+    use crate::delayed::tracker::Inner;
+    use crate::delayed::BucketDelayedDeliveryTracker as Tracker;
     use serde_json::{json, Value};
+
+    /// A tracker's id in its lines (`st.trk`; a zero-sized type in the
+    /// no-op twin).
+    pub type Id = u64;
+
+    /// Each sealed or merged snapshot segment's ledgers, in heap order
+    /// (the `segs` of a `Seal` / `Merge` line).
+    pub type Segments = Value;
+
+    /// The `segs` of `segments`, taken before the tracker consumes them.
+    pub(crate) fn segments(segments: &[CutSegment]) -> Segments {
+        let v: Vec<Vec<i64>> = segments
+            .iter()
+            .map(|s| s.indexes.iter().map(|i| i.ledger_id).collect())
+            .collect();
+        json!(v)
+    }
 
     /// Ids of trackers (trace-only; `st.trk`). Relaxed: only uniqueness
     /// matters.
     static NEXT_ID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
 
     /// A fresh id for a tracker's lines.
-    pub fn next_id() -> u64 {
+    pub fn next_id() -> Id {
         NEXT_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
     }
 
@@ -617,27 +767,35 @@ pub mod bucket_merge {
     /// `add_message` of ledger `p` due at `at` ms: tracked in the mutable
     /// bucket or the shared queue (`due` false), or already due and
     /// untracked (`due`).
-    pub fn add(p: i64, at: i64, due: bool, st: Value) {
+    pub(crate) fn add(t: &Tracker, inner: &Inner, p: i64, at: i64, due: bool) {
+        let st = t.trace_state(inner);
         record("Add", json!({ "p": p, "at": at, "due": due, "st": st }));
     }
     /// `MoveDue`: due mutable-bucket entries moved to the shared queue.
-    pub fn move_due(st: Value) {
+    pub(crate) fn move_due(t: &Tracker, inner: &Inner, moved: bool) {
+        if !moved {
+            return;
+        }
+        let st = t.trace_state(inner);
         record("MoveDue", json!({ "st": st }));
     }
     /// `Seal(B)`: the mutable bucket became a persisted bucket whose
     /// snapshot holds `segs` (each segment's ledgers, in heap order; B: the
     /// cuts between them).
-    pub fn seal(segs: Value, st: Value) {
+    pub(crate) fn seal(t: &Tracker, inner: &Inner, segs: Segments) {
+        let st = t.trace_state(inner);
         record("Seal", json!({ "segs": segs, "st": st }));
     }
     /// `SealFail`: the mutable bucket's entries went to the shared queue
     /// unpersisted (snapshot create failed, or its range overlaps a bucket).
-    pub fn seal_fail(st: Value) {
+    pub(crate) fn seal_fail(t: &Tracker, inner: &Inner) {
+        let st = t.trace_state(inner);
         record("SealFail", json!({ "st": st }));
     }
     /// `Pop` / `PopOrphan`: the queue head `p` was popped (`orphan`: below
     /// the mark-delete ledger); `delivered`: returned to the dispatcher.
-    pub fn pop(p: i64, orphan: bool, delivered: bool, st: Value) {
+    pub(crate) fn pop(t: &Tracker, inner: &Inner, p: i64, orphan: bool, delivered: bool) {
+        let st = t.trace_state(inner);
         record(
             "Pop",
             json!({ "p": p, "orphan": orphan, "delivered": delivered, "st": st }),
@@ -646,7 +804,8 @@ pub mod bucket_merge {
     /// `LoadNextSegment(s, deleteOk)`: bucket `lo` loaded its next segment,
     /// or was retired after its last one (`delete_ok`: its snapshot delete
     /// succeeded).
-    pub fn load_next_segment(lo: i64, delete_ok: bool, st: Value) {
+    pub(crate) fn load_next_segment(t: &Tracker, inner: &Inner, lo: i64, delete_ok: bool) {
+        let st = t.trace_state(inner);
         record(
             "LoadNextSegment",
             json!({ "lo": lo, "deleteOk": delete_ok, "st": st }),
@@ -655,24 +814,32 @@ pub mod bucket_merge {
     /// `Merge(S, B)`: the buckets starting at `srcs` (S) were replaced by
     /// one snapshot holding `segs` (B: its cuts; `[]`: nothing kept, sources
     /// retired).
-    pub fn merge(srcs: Vec<i64>, segs: Value, st: Value) {
+    pub(crate) fn merge(t: &Tracker, inner: &Inner, srcs: &[i64], segs: Segments) {
+        let st = t.trace_state(inner);
         record("Merge", json!({ "srcs": srcs, "segs": segs, "st": st }));
+    }
+    /// [`merge`] of sources that kept nothing (`segs` `[]`: retired).
+    pub(crate) fn merge_retired(t: &Tracker, inner: &Inner, srcs: &[i64]) {
+        merge(t, inner, srcs, json!([]));
     }
     /// `Trim(s)`: bucket `lo` (wholly below the mark-delete) was deleted and
     /// its frozen bitmap untracked.
-    pub fn trim(lo: i64, st: Value) {
+    pub(crate) fn trim(t: &Tracker, inner: &Inner, lo: i64) {
+        let st = t.trace_state(inner);
         record("Trim", json!({ "lo": lo, "st": st }));
     }
     /// `Ack`: the mark-delete moved to `(md, e)`; with `e = -1` (as
     /// `tests/trace_bucket_merge.rs` records it) `md` is the first live
     /// ledger.
-    pub fn ack(md: i64, e: i64, st: Value) {
+    pub(crate) fn ack(t: &Tracker, inner: &Inner, md: i64, e: i64) {
+        let st = t.trace_state(inner);
         record("Ack", json!({ "md": md, "e": e, "st": st }));
     }
     /// `Crash(m)`: a new tracker recovered the committed buckets; the
     /// dispatcher's re-read (`Add` lines below `nextP`, the spec's
     /// `ReReadAt`) follows, interleaved with the tracker's other steps.
-    pub fn recover(st: Value) {
+    pub(crate) fn recover(t: &Tracker, inner: &Inner) {
+        let st = t.trace_state(inner);
         record("Recover", json!({ "st": st }));
     }
 }

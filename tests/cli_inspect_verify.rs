@@ -20,9 +20,8 @@ use pulsar_core::ledger::{LedgerConfig, LedgerStore, ManagedLedger, RedbStore};
 use pulsar_core::pending_ack::record::encode_batch;
 use pulsar_core::pending_ack::{AckType, AckedPosition, PendingAckRecord, TxnId};
 use pulsar_core::proto::frame::{encode_entry_payload, encode_payload_frame};
-use pulsar_core::proto::wire::{
-    Command as WireCommand, CommandMessage, MessageIdData, MessageMetadata, SingleMessageMetadata,
-};
+use pulsar_core::proto::metadata::{MessageMetadata, SingleMessageMetadata};
+use pulsar_core::proto::wire::{Command as WireCommand, CommandMessage, MessageIdData};
 use pulsar_core::Position;
 
 const BIN: &str = env!("CARGO_BIN_EXE_pulsar-core");
@@ -300,6 +299,9 @@ fn inspect_single_artifact_files() {
         sequence_id: 1,
         publish_time: 2,
         num_messages_in_batch: Some(3),
+        deliver_at_time: Some(1_700_000_000_000),
+        txnid_least_bits: Some(9),
+        ..Default::default()
     };
     let msgs: Vec<_> = (0..3u8)
         .map(|i| {
@@ -331,6 +333,11 @@ fn inspect_single_artifact_files() {
     let j = json_of(&run(&["inspect", "frame", &f, "--json"]));
     assert_eq!(j["command"]["type"], "MESSAGE");
     assert_eq!(j["command"]["fields"]["message_permits"], 2);
+    // every field the metadata carries is shown, absent ones are not
+    let meta = &j["headers_and_payload"]["metadata"];
+    assert_eq!(meta["deliver_at_time"], 1_700_000_000_000i64);
+    assert_eq!(meta["txnid_least_bits"], 9);
+    assert!(meta.get("txnid_most_bits").is_none() && meta.get("partition_key").is_none());
     assert_eq!(
         j["headers_and_payload"]["messages"]
             .as_array()

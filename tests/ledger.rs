@@ -521,7 +521,7 @@ fn within<R: Send + 'static>(secs: u64, what: &str, f: impl FnOnce() -> R + Send
 /// Entry id `i64::MAX` must not overflow: a position past a ledger's end
 /// moves to the next ledger, or past the end when there is none.
 #[test]
-fn l1_entry_id_i64_max_does_not_overflow() {
+fn entry_id_i64_max_does_not_overflow() {
     both(|store| {
         let ml = ManagedLedger::open("t", cfg(10), store).unwrap();
         for i in 0..15u8 {
@@ -562,7 +562,7 @@ fn l1_entry_id_i64_max_does_not_overflow() {
 /// ledger, not beyond the last confirmed entry in any form) and the
 /// individually deleted ranges; on error nothing changes.
 #[test]
-fn l2_mark_delete_rejects_invalid_positions_and_ranges() {
+fn mark_delete_rejects_invalid_positions_and_ranges() {
     both(|store| {
         let ml = ManagedLedger::open("t", cfg(10), Arc::clone(&store)).unwrap();
         for i in 0..3u8 {
@@ -641,7 +641,7 @@ fn l2_mark_delete_rejects_invalid_positions_and_ranges() {
 
 /// A huge `max_entries` means "as many as available".
 #[test]
-fn l3_huge_max_entries_reads_everything_available() {
+fn huge_max_entries_reads_everything_available() {
     both(|store| {
         let ml = ManagedLedger::open("t", cfg(10), store).unwrap();
         for i in 0..15u8 {
@@ -676,7 +676,7 @@ fn l3_huge_max_entries_reads_everything_available() {
 /// A `ReadFaults` policy may call back into the cursor (no cursor lock is
 /// held while it runs).
 #[test]
-fn l4_fault_policy_may_call_back_into_the_cursor() {
+fn fault_policy_may_call_back_into_the_cursor() {
     use std::sync::OnceLock;
     let ml = ManagedLedger::open("t", cfg(10), Arc::new(MemoryStore::new())).unwrap();
     for i in 0..3u8 {
@@ -728,7 +728,7 @@ fn l4_fault_policy_may_call_back_into_the_cursor() {
 /// Marking the current ledger lost closes it: the next append rolls over
 /// to a new ledger, and in-process reads agree with reads after a reopen.
 #[test]
-fn l6_losing_the_current_ledger_rolls_over_and_survives_reopen() {
+fn losing_the_current_ledger_rolls_over_and_survives_reopen() {
     let check = |ml: &Arc<ManagedLedger>| {
         assert_eq!(ml.ledgers(), vec![(1, 2), (2, 1)]);
         for pos in [p(1, 0), p(1, 1)] {

@@ -22,9 +22,8 @@ use pulsar_core::permits::client::{
     encode_entry_payload, resolve_early, resolve_full, ClientConnection, ClientConsumer,
     CommandBudget, CommandOutcomeKind, PermitProtocolError, PermitSource,
 };
-use pulsar_core::proto::wire::{
-    self, CommandFlow, CommandMessage, MessageIdData, MessageMetadata, SingleMessageMetadata,
-};
+use pulsar_core::proto::metadata::{self, MessageMetadata, SingleMessageMetadata};
+use pulsar_core::proto::wire::{self, CommandFlow, CommandMessage, MessageIdData};
 use std::sync::Arc;
 
 /// Reference: deliverable indexes below B, bit by bit.
@@ -254,21 +253,21 @@ proptest! {
                                     compacted_out in prop::option::of(any::<bool>())) {
         let flow = CommandFlow { consumer_id, message_permits: permits };
         prop_assert_eq!(wire::decode_command_flow(&flow.encode_to_vec()).unwrap(), flow);
-        let md = MessageMetadata { producer_name, sequence_id, publish_time, num_messages_in_batch: num };
+        let md = MessageMetadata { producer_name, sequence_id, publish_time, num_messages_in_batch: num , ..Default::default() };
         let bytes = md.encode_to_vec();
-        prop_assert_eq!(wire::decode_message_metadata(&bytes).unwrap(), md);
-        for cut in 0..bytes.len() { let _ = wire::decode_message_metadata(&bytes[..cut]); }
+        prop_assert_eq!(metadata::decode_message_metadata(&bytes).unwrap(), md);
+        for cut in 0..bytes.len() { let _ = metadata::decode_message_metadata(&bytes[..cut]); }
         let smm = SingleMessageMetadata { partition_key: key, payload_size, compacted_out };
         let bytes = smm.encode_to_vec();
-        prop_assert_eq!(wire::decode_single_message_metadata(&bytes).unwrap(), smm);
-        for cut in 0..bytes.len() { let _ = wire::decode_single_message_metadata(&bytes[..cut]); }
+        prop_assert_eq!(metadata::decode_single_message_metadata(&bytes).unwrap(), smm);
+        for cut in 0..bytes.len() { let _ = metadata::decode_single_message_metadata(&bytes[..cut]); }
     }
 
     /// Arbitrary bytes never panic any decoder or the message path.
     #[test]
     fn garbage_never_panics(bytes in prop::collection::vec(any::<u8>(), 0..64), p in 1u32..20) {
         let _ = wire::decode_command_message(&bytes);
-        let _ = wire::decode_message_metadata(&bytes);
+        let _ = metadata::decode_message_metadata(&bytes);
         let conn = Arc::new(ClientConnection::new(1));
         let mut c = ClientConsumer::subscribe(Arc::clone(&conn), 1, 1000).unwrap();
         let inc = c.state().incarnation();

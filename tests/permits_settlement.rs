@@ -10,7 +10,8 @@
 use pulsar_core::permits::client::{
     encode_entry_payload, ClientConnection, ClientConsumer, CommandOutcomeKind,
 };
-use pulsar_core::proto::wire::{CommandMessage, MessageMetadata};
+use pulsar_core::proto::metadata::MessageMetadata;
+use pulsar_core::proto::wire::CommandMessage;
 use std::sync::Arc;
 
 /// A consumer with a large receiver queue, so returns accumulate below the

@@ -972,8 +972,27 @@ fn every_node_preset_runs_clean_with_crashes() {
         ("node_failover.toml", 1),
         ("node_key_shared.toml", 1),
         ("node_delayed.toml", 1),
+        ("node_dispatch_faults.toml", 1),
     ] {
         let (w, r) = run_workload_file_clean(file, seed);
+        if w.faults.admission_reject_ratio > 0.0 {
+            assert!(r.activity.admission_rejections > 0, "{file}: no rejection");
+        }
+        if w.faults.write_failure_ratio > 0.0 {
+            assert!(
+                r.activity.write_failure_removals > 0,
+                "{file}: no failed write"
+            );
+        }
+        if w.subscription_type == pulsar_core::sim::SubscriptionType::Failover {
+            let n = r.activity.node.as_ref().expect("node activity");
+            assert!(n.inactive_notices > 0, "{file}: no active-consumer change");
+        }
+        // The core's own counters reach the report.
+        assert!(
+            r.activity.hint_lookups > 0 && r.activity.commands_with_permits > 0,
+            "{file}: core counters not reported"
+        );
         assert_eq!(w.engine, pulsar_core::sim::Engine::Node, "{file}");
         let n = r.activity.node.as_ref().expect("node activity");
         assert!(n.crash_points >= 1, "{file}: no crash point reached: {n:?}");

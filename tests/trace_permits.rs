@@ -27,7 +27,8 @@ use pulsar_core::permits::broker::{AdmitAll, BrokerEntry, ConsumerKey, SharedDis
 use pulsar_core::permits::client::{
     encode_entry_payload, ClientConnection, ClientConsumer, ClientFrame, Incarnation,
 };
-use pulsar_core::proto::wire::{CommandMessage, MessageMetadata, SingleMessageMetadata};
+use pulsar_core::proto::metadata::{MessageMetadata, SingleMessageMetadata};
+use pulsar_core::proto::wire::CommandMessage;
 use pulsar_core::{trace, Position};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;

@@ -23,10 +23,10 @@ use pulsar_core::proto::frame::{
     self, decode_frame, decode_frame_prefix, encode_entry_payload, encode_simple_frame,
     parse_entry_payload, split_batch, FrameError, PayloadError, DEFAULT_MAX_FRAME_SIZE,
 };
+use pulsar_core::proto::metadata::{self, MessageMetadata, SingleMessageMetadata};
 use pulsar_core::proto::presence::check_required;
 use pulsar_core::proto::wire::{
-    self, Command, CommandFlow, CommandMessage, MessageIdData, MessageMetadata,
-    SingleMessageMetadata, BASE_COMMAND,
+    self, Command, CommandFlow, CommandMessage, MessageIdData, BASE_COMMAND,
 };
 
 /// Bitwise CRC32C (Castagnoli, reflected polynomial 0x82F63B78): the
@@ -497,8 +497,8 @@ fn exercise(bytes: &[u8], consumer: &mut Option<(Arc<ClientConnection>, ClientCo
     let _ = wire::decode_command_message(bytes);
     let _ = wire::decode_command_flow(bytes);
     let _ = wire::decode_message_id(bytes);
-    let _ = wire::decode_message_metadata(bytes);
-    let _ = wire::decode_single_message_metadata(bytes);
+    let _ = metadata::decode_message_metadata(bytes);
+    let _ = metadata::decode_single_message_metadata(bytes);
     let _ = check_required(&BASE_COMMAND, bytes);
     let _ = decode_metadata(1, bytes);
     let _ = decode_segment(1, 1, bytes);

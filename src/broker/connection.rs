@@ -15,11 +15,9 @@ use std::collections::BTreeMap;
 use prost::Message;
 
 use crate::permits::broker::{Consumer, ConsumerKey};
-use crate::proto::frame::parse_entry_payload;
 use crate::proto::wire::MessageIdData;
 use crate::Position;
 
-use super::entry::entry_info;
 use super::error::{BrokerError, ConnectionError};
 use super::output::Output;
 use super::subscription::{sub_type, SubConsumer, Subscription};
@@ -34,19 +32,15 @@ struct ConsumerRef {
     subscription: String,
 }
 
-/// A producer on a connection.
-#[derive(Debug, Clone)]
-struct ProducerRef {
-    topic: String,
-    name: String,
-}
-
 /// One open connection's state.
 #[derive(Debug, Default)]
 pub(crate) struct Connection {
     connected: bool,
     consumers: BTreeMap<u64, ConsumerRef>,
-    producers: BTreeMap<u64, ProducerRef>,
+    pub(super) producers: BTreeMap<u64, super::publish::ProducerRef>,
+    /// CONNECT's `client_version` (which SEND_ERROR a client treats as
+    /// final: [`super::publish`]).
+    pub(super) client_version: String,
 }
 
 /// The position of a message id; `None` when its ledger_id or entry_id is
@@ -94,7 +88,12 @@ impl Broker {
         for id in c.consumers.keys() {
             self.drop_consumer(conn, &c.consumers, *id, "disconnected");
         }
+        for (id, p) in &c.producers {
+            self.remove_producer(conn, *id, p);
+        }
         self.out.outbound.remove(&conn);
+        self.out.active_listeners.remove(&conn);
+        self.out.writes.remove(&conn);
     }
 
     /// One frame of connection `conn`: its `BaseCommand` bytes and the
@@ -127,11 +126,17 @@ impl Broker {
         result
     }
 
-    fn reply(&mut self, conn: ConnectionId, cmd: BrokerCommand) {
+    pub(super) fn reply(&mut self, conn: ConnectionId, cmd: BrokerCommand) {
         self.out.frame(conn, &cmd, Vec::new());
     }
 
-    fn error(&mut self, conn: ConnectionId, request_id: u64, error: i32, message: String) {
+    pub(super) fn error(
+        &mut self,
+        conn: ConnectionId,
+        request_id: u64,
+        error: i32,
+        message: String,
+    ) {
         tracing::info!(conn, request_id, error, %message, "CommandError");
         self.reply(
             conn,
@@ -147,7 +152,7 @@ impl Broker {
         );
     }
 
-    fn success(&mut self, conn: ConnectionId, request_id: u64) {
+    pub(super) fn success(&mut self, conn: ConnectionId, request_id: u64) {
         self.reply(
             conn,
             BrokerCommand {
@@ -158,7 +163,7 @@ impl Broker {
         );
     }
 
-    fn conn_mut(&mut self, conn: ConnectionId) -> &mut Connection {
+    pub(super) fn conn_mut(&mut self, conn: ConnectionId) -> &mut Connection {
         self.conns.entry(conn).or_default()
     }
 
@@ -237,7 +242,11 @@ impl Broker {
                 let c = cmd.connect.unwrap_or_default();
                 tracing::info!(conn, client = %c.client_version, protocol = ?c.protocol_version, "connected");
                 self.conn_mut(conn).connected = true;
+                self.conn_mut(conn).client_version = c.client_version.clone();
                 let pv = c.protocol_version.unwrap_or(0).min(PROTOCOL_VERSION);
+                if c.protocol_version.unwrap_or(0) >= super::ACTIVE_CONSUMER_LISTENER_VERSION {
+                    self.out.active_listeners.insert(conn);
+                }
                 let server_version = self.config.server_version.clone();
                 self.reply(
                     conn,
@@ -354,6 +363,7 @@ impl Broker {
                 let c = cmd.close_producer.unwrap_or_default();
                 if let Some(p) = self.conn_mut(conn).producers.remove(&c.id) {
                     tracing::info!(conn, producer = %p.name, "producer closed");
+                    self.remove_producer(conn, c.id, &p);
                 }
                 self.success(conn, c.request_id);
             }
@@ -509,181 +519,6 @@ impl Broker {
         Ok(())
     }
 
-    fn handle_producer(&mut self, conn: ConnectionId, p: command::CommandProducer) {
-        if let Some(existing) = self.conn_mut(conn).producers.get(&p.producer_id) {
-            // Pulsar's ServerCnx: a producer id already open on this
-            // connection answers success with that producer's name and
-            // keeps it (on its topic).
-            let producer_name = existing.name.clone();
-            self.reply(
-                conn,
-                BrokerCommand {
-                    r#type: ty::PRODUCER_SUCCESS,
-                    producer_success: Some(command::CommandProducerSuccess {
-                        request_id: p.request_id,
-                        producer_name,
-                        last_sequence_id: Some(-1),
-                    }),
-                    ..Default::default()
-                },
-            );
-            return;
-        }
-        match self.topic(&p.topic) {
-            Ok(topic) => {
-                let name = p
-                    .producer_name
-                    .filter(|n| !n.is_empty())
-                    .unwrap_or_else(|| format!("serve-{conn}-{}", p.producer_id));
-                tracing::info!(conn, topic = %topic, producer = %name, "producer");
-                self.conn_mut(conn).producers.insert(
-                    p.producer_id,
-                    ProducerRef {
-                        topic,
-                        name: name.clone(),
-                    },
-                );
-                self.reply(
-                    conn,
-                    BrokerCommand {
-                        r#type: ty::PRODUCER_SUCCESS,
-                        producer_success: Some(command::CommandProducerSuccess {
-                            request_id: p.request_id,
-                            producer_name: name,
-                            last_sequence_id: Some(-1),
-                        }),
-                        ..Default::default()
-                    },
-                );
-            }
-            Err(e) => self.error(conn, p.request_id, e.server_error(), e.to_string()),
-        }
-    }
-
-    fn send_error(
-        &mut self,
-        conn: ConnectionId,
-        s: &command::CommandSend,
-        error: i32,
-        message: String,
-    ) {
-        tracing::warn!(conn, producer_id = s.producer_id, sequence_id = s.sequence_id, %message, "SendError");
-        self.reply(
-            conn,
-            BrokerCommand {
-                r#type: ty::SEND_ERROR,
-                send_error: Some(command::CommandSendError {
-                    producer_id: s.producer_id,
-                    sequence_id: s.sequence_id,
-                    error,
-                    message,
-                }),
-                ..Default::default()
-            },
-        );
-    }
-
-    /// SEND: validates the entry, appends it (synchronously: the receipt is
-    /// queued after the commit), then dispatches the topic's subscriptions.
-    fn handle_send(&mut self, conn: ConnectionId, s: command::CommandSend, payload: &[u8]) {
-        let Some(p) = self.conn_mut(conn).producers.get(&s.producer_id).cloned() else {
-            return self.send_error(
-                conn,
-                &s,
-                server_error::TOPIC_NOT_FOUND,
-                format!("producer {} not found", s.producer_id),
-            );
-        };
-        if s.is_chunk == Some(true) {
-            return self.send_error(
-                conn,
-                &s,
-                server_error::NOT_ALLOWED_ERROR,
-                "chunked messages are not supported".into(),
-            );
-        }
-        let transactional = s.txnid_most_bits.is_some() || s.txnid_least_bits.is_some();
-        if let Err(e) = parse_entry_payload(payload) {
-            return self.send_error(
-                conn,
-                &s,
-                server_error::CHECKSUM_ERROR,
-                format!("bad entry payload: {e}"),
-            );
-        }
-        if let Err(e) = entry_info(payload) {
-            return self.send_error(
-                conn,
-                &s,
-                server_error::NOT_ALLOWED_ERROR,
-                format!("bad message metadata: {e}"),
-            );
-        }
-        // A transactional SEND goes to the transaction buffer; a plain one
-        // may not carry a transaction id or a marker in its metadata (a
-        // client cannot forge a commit or abort marker).
-        let txn = if transactional {
-            match self.txn_send_check(&p.topic, s.txnid_most_bits, s.txnid_least_bits, payload) {
-                Ok(id) => Some(id),
-                Err(e) => return self.send_error(conn, &s, e.server_error(), e.to_string()),
-            }
-        } else {
-            if super::txn::entry_txn(payload) != super::txn::EntryTxn::Plain {
-                return self.send_error(
-                    conn,
-                    &s,
-                    server_error::NOT_ALLOWED_ERROR,
-                    "a non-transactional SEND whose metadata carries a txnid or marker_type".into(),
-                );
-            }
-            None
-        };
-        let Some(topic) = self.topics.get_mut(&p.topic) else {
-            return self.send_error(
-                conn,
-                &s,
-                server_error::TOPIC_NOT_FOUND,
-                format!("topic {} not open", p.topic),
-            );
-        };
-        let pos = match topic.ml.append(payload) {
-            Ok(p) => p,
-            Err(e) => {
-                return self.send_error(conn, &s, server_error::PERSISTENCE_ERROR, e.to_string())
-            }
-        };
-        if let Some(id) = txn {
-            topic
-                .buffer
-                .lock()
-                .observe(pos, super::txn::EntryTxn::Data(id));
-        }
-        self.reply(
-            conn,
-            BrokerCommand {
-                r#type: ty::SEND_RECEIPT,
-                send_receipt: Some(command::CommandSendReceipt {
-                    producer_id: s.producer_id,
-                    sequence_id: s.sequence_id,
-                    message_id: Some(MessageIdData {
-                        ledger_id: pos.ledger_id as u64,
-                        entry_id: pos.entry_id as u64,
-                        ..Default::default()
-                    }),
-                    highest_sequence_id: Some(s.highest_sequence_id.unwrap_or(0)),
-                }),
-                ..Default::default()
-            },
-        );
-        if let Some(t) = self.topics.get_mut(&p.topic) {
-            for sub in t.subscriptions.values_mut() {
-                if !sub.consumers.is_empty() {
-                    sub.dispatch(&t.ml, &mut self.out);
-                }
-            }
-        }
-    }
-
     /// A (non-transactional) ACK: applied to the subscription's deletion
     /// state now, persisted by the turn's group commit
     /// ([`Broker::flush`], `group_commit.rs`); its receipt is held until
@@ -789,6 +624,17 @@ impl Broker {
                 ),
             );
         }
+        if s.subscription == super::dedup::CURSOR {
+            return self.error(
+                conn,
+                s.request_id,
+                server_error::NOT_ALLOWED_ERROR,
+                format!(
+                    "{} is the deduplication cursor's name",
+                    super::dedup::CURSOR
+                ),
+            );
+        }
         if s.durable == Some(false) {
             return self.error(
                 conn,
@@ -810,7 +656,7 @@ impl Broker {
             Err(e) => return self.error(conn, s.request_id, e.server_error(), e.to_string()),
         };
         match self.subscribe(conn, &topic, &s) {
-            Ok(()) => {
+            Ok(active_before) => {
                 if let Err(e) = self.attach_txn(&topic, &s.subscription) {
                     // Transactional acks on it are refused (ServiceNotReady)
                     // until a later subscribe opens the handle.
@@ -824,26 +670,38 @@ impl Broker {
                     },
                 );
                 self.success(conn, s.request_id);
+                let key = ConsumerKey {
+                    connection_id: conn,
+                    consumer_id: s.consumer_id,
+                };
+                if let Some(sub) = self
+                    .topics
+                    .get_mut(&topic)
+                    .and_then(|t| t.subscriptions.get_mut(&s.subscription))
+                {
+                    sub.after_consumers_changed(active_before, Some(key), &mut self.out);
+                }
             }
             Err(e) => self.error(conn, s.request_id, e.server_error(), e.to_string()),
         }
     }
 
     /// Attaches a consumer to subscription `s.subscription` of `topic`
-    /// (opening or recovering it).
+    /// (opening or recovering it); returns the subscription's active
+    /// consumer before it (Exclusive / Failover).
     fn subscribe(
         &mut self,
         conn: ConnectionId,
         topic: &str,
         s: &crate::proto::wire::CommandSubscribe,
-    ) -> Result<(), BrokerError> {
+    ) -> Result<Option<ConsumerKey>, BrokerError> {
         let now = self.now();
         let clock: std::sync::Arc<dyn crate::delayed::Clock> = self.clock.clone();
         let Some(t) = self.topics.get_mut(topic) else {
             return Err(BrokerError::Component(format!("topic {topic} not open")));
         };
         if !t.subscriptions.contains_key(&s.subscription) {
-            let sub = Subscription::open(
+            let sub = Subscription::open_with(
                 &self.store,
                 &t.ml,
                 &s.subscription,
@@ -851,9 +709,11 @@ impl Broker {
                 s.initial_position == Some(1),
                 clock,
                 now,
+                self.config.delayed.clone(),
             )?;
             t.subscriptions.insert(s.subscription.clone(), sub);
         }
+        let admission = self.config.admission.clone();
         let Some(sub) = t.subscriptions.get_mut(&s.subscription) else {
             return Err(BrokerError::Component("subscription vanished".into()));
         };
@@ -874,6 +734,8 @@ impl Broker {
             connection_id: conn,
             consumer_id: s.consumer_id,
         };
+        sub.admission = admission;
+        let active_before = sub.active_consumer();
         let epoch = s.consumer_epoch.unwrap_or(0);
         let incarnation = self.next_incarnation;
         self.next_incarnation += 1;
@@ -896,7 +758,27 @@ impl Broker {
             let record = c.record(&t.name, &s.subscription, "subscribed");
             self.out.queue.push_back(Output::Incarnation(record));
         }
-        Ok(())
+        Ok(active_before)
+    }
+
+    /// Removes consumer `consumer_id` of `conn` as a close does (its end
+    /// labelled `end`); whether it was attached.
+    pub(crate) fn remove_consumer_of(
+        &mut self,
+        conn: ConnectionId,
+        consumer_id: u64,
+        end: &str,
+    ) -> bool {
+        let Some(r) = self
+            .conns
+            .get_mut(&conn)
+            .and_then(|c| c.consumers.remove(&consumer_id))
+        else {
+            return false;
+        };
+        let one = BTreeMap::from([(consumer_id, r)]);
+        self.drop_consumer(conn, &one, consumer_id, end);
+        true
     }
 
     /// Removes consumer `consumer_id` of `conn` (found in `refs`) from its
@@ -922,7 +804,9 @@ impl Broker {
         let Some(sub) = t.subscriptions.get_mut(&r.subscription) else {
             return;
         };
+        let active_before = sub.active_consumer();
         if let Some(removed) = sub.remove_consumer(key) {
+            sub.after_consumers_changed(active_before, None, &mut self.out);
             tracing::info!(
                 conn,
                 ?key,

@@ -24,9 +24,10 @@
 
 use crate::deletion::SkipDeleted;
 use crate::ledger::{Entry, ManagedLedger};
-use crate::permits::broker::{AdmitAll, BrokerEntry};
+use crate::permits::broker::{AdmitAll, BrokerEntry, NotSentReason};
 use crate::Position;
 
+use super::counters::CountingSkip;
 use super::entry::{entry_info, EntryInfo};
 use super::output::Outbox;
 use super::subscription::{sub_type, SubConsumer, Subscription};
@@ -47,8 +48,11 @@ fn can_receive(c: &SubConsumer, out: &Outbox) -> bool {
 impl Subscription {
     /// Σ available permits of the consumers dispatch may send to now.
     fn total_permits(&self, out: &Outbox) -> i64 {
+        // Exclusive / Failover: only the active consumer is sent entries.
+        let active = self.active_consumer();
         self.consumers
             .iter()
+            .filter(|c| active.is_none_or(|k| c.key == k))
             .filter(|c| out.is_writable(c.conn))
             .map(|c| c.permits.available_permits().max(0))
             .sum()
@@ -121,6 +125,7 @@ impl Subscription {
             if self.total_permits(out) > 0 && self.tracker.has_message_available() {
                 match self.tracker.get_scheduled_messages(READ_BATCH) {
                     Ok(positions) if !positions.is_empty() => {
+                        self.counters.delayed_scheduled += positions.len() as u64;
                         progressed |= self.deliver_positions(ml, &positions, true, out, skipped);
                     }
                     Ok(_) => {}
@@ -140,11 +145,20 @@ impl Subscription {
                 }
                 // The lock-free hint per entry; a deleted entry's run end is
                 // asked once and the scan hops past the whole run.
-                let mut skip = SkipDeleted::new(&self.deletion);
+                let mut skip = CountingSkip {
+                    inner: SkipDeleted::new(&self.deletion),
+                    hits: 0,
+                };
                 let read = self.cursor.read_entries_with_skip_runs(n, &mut skip);
+                self.counters.cursor_reads += 1;
+                self.counters.hint_lookups += skip.inner.hint_calls;
+                self.counters.hint_hits += skip.hits;
                 match read {
                     Ok(entries) if !entries.is_empty() => {
+                        let read = entries.len() as u64;
                         let entries = self.deletion.filter_read_entries(entries, |e| e.position);
+                        self.counters.entries_read += read;
+                        self.counters.filtered_after_read += read - entries.len() as u64;
                         progressed |= self.deliver_entries(entries, false, out, skipped);
                         if self.cursor.has_more_entries() {
                             progressed = true;
@@ -283,7 +297,18 @@ impl Subscription {
                 }
                 if !buffer.dispatchable(entry.position, txn, lac.unwrap_or(entry.position)) {
                     drop(buffer);
-                    let h = entry_info(&entry.data).map_or(0, |i| i.key_hash);
+                    let info = entry_info(&entry.data).ok();
+                    // A delayed entry read past the max read position goes
+                    // to the tracker (it comes back here when due), never
+                    // straight to replay: replays are delivered as due.
+                    if !due
+                        && info
+                            .as_ref()
+                            .is_some_and(|i| self.held_by_tracker(entry.position, i.deliver_at))
+                    {
+                        continue;
+                    }
+                    let h = info.map_or(0, |i| i.key_hash);
                     self.replay.insert(entry.position, h);
                     continue;
                 }
@@ -297,15 +322,13 @@ impl Subscription {
             });
             let p = entry.position;
             if !due && self.held_by_tracker(p, info.deliver_at) {
+                self.counters.delayed_added += 1;
                 continue;
             }
-            // A key with entries waiting in replay keeps its order: new
-            // entries of that key wait behind them.
-            let blocked = self.sub_type == sub_type::KEY_SHARED
-                && self
-                    .replay
-                    .iter()
-                    .any(|(q, h)| *h == info.key_hash && *q < p);
+            // An entry waiting in replay keeps its order: later entries of
+            // its key (Key_Shared) or of the subscription (Exclusive,
+            // Failover) wait behind it.
+            let blocked = self.blocked_by_replay(p, info.key_hash);
             let pick = if blocked {
                 None
             } else {
@@ -326,18 +349,34 @@ impl Subscription {
             // to deliver (the deletion state's ack set).
             let ack_set = self.deletion.batch_ack_set(p).unwrap_or_default();
             let redelivery = self.redelivery_count.get(&p).copied().unwrap_or(0);
+            let hook = self.admission.clone();
             let c = &mut self.consumers[idx];
-            let dispatch = c.permits.send_messages(
-                vec![BrokerEntry {
-                    position: p,
-                    batch_size: info.batch_size,
-                    ack_set,
-                }],
-                &mut AdmitAll,
-                0,
-            );
+            let entries = vec![BrokerEntry {
+                position: p,
+                batch_size: info.batch_size,
+                ack_set,
+            }];
+            let dispatch = match &hook {
+                Some(h) => c.permits.send_messages(
+                    entries,
+                    &mut |k, e: &BrokerEntry| h.admit(k, e.position),
+                    0,
+                ),
+                None => c.permits.send_messages(entries, &mut AdmitAll, 0),
+            };
             let Some(mut cmd) = dispatch.commands.into_iter().next() else {
                 tracing::debug!(position = %p, not_sent = ?dispatch.not_sent, "entry not sent");
+                if dispatch
+                    .not_sent
+                    .iter()
+                    .any(|(_, r)| *r == NotSentReason::RejectedByAdmission)
+                {
+                    // Neither sent nor debited: back to replay, where later
+                    // entries see it, and another round re-reads it.
+                    self.replay.insert(p, info.key_hash);
+                    self.admission_rejections += 1;
+                    sent_any = true;
+                }
                 continue;
             };
             let permits = u64::from(dispatch.result.total_permits());
@@ -350,10 +389,25 @@ impl Subscription {
                 message: Some(cmd),
                 ..Default::default()
             };
+            self.counters.messages_sent += 1;
+            self.counters.permits_debited += permits;
+            if permits < u64::from(info.batch_size) {
+                self.counters.partial_batches += 1;
+            }
+            let c = &mut self.consumers[idx];
             c.debited += permits;
             c.commands += 1;
             c.min_available = c.min_available.min(c.permits.available_permits());
-            out.frame(c.conn, &base, entry.data);
+            out.message_frame(
+                c.conn,
+                &base,
+                entry.data,
+                super::output::SentMessage {
+                    consumer: c.key,
+                    incarnation: c.incarnation,
+                    position: p,
+                },
+            );
             self.inflight.insert(p, info.key_hash);
             self.batch_sizes.insert(p, info.batch_size);
             *self.redelivery_count.entry(p).or_insert(0) += 1;

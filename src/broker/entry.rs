@@ -2,10 +2,7 @@
 //! size, sticky key, `deliver_at_time`), validated so a peer's number never
 //! sizes an ack set or a permit debit beyond what the payload holds.
 
-use prost::Message;
-
 use super::key_shared::{sticky_key, sticky_key_hash, NONE_KEY};
-use crate::proto::command::DispatchMetadata;
 
 /// What dispatch needs from an entry's metadata.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -35,28 +32,6 @@ impl EntryInfo {
 /// `payload_size` (key + 1-byte varint), with an empty payload.
 const MIN_BATCHED_MESSAGE_BYTES: usize = 6;
 
-/// The `MessageMetadata` bytes of a stored entry (`[0x0e02 …]? [0x0e01][crc]?
-/// [size][MessageMetadata]…`) and the parsed entry (its payload after them).
-///
-/// # Errors
-/// A description of the defect (checksum, sizes).
-pub fn metadata_and_payload(
-    data: &[u8],
-) -> Result<(&[u8], crate::proto::frame::EntryPayload<'_>), String> {
-    let parsed = crate::proto::frame::parse_entry_payload(data).map_err(|e| e.to_string())?;
-    let meta_len = data.len() - parsed.payload.len();
-    let mut at = 0usize;
-    if data.get(0..2) == Some(&[0x0e, 0x02]) {
-        let n = u32::from_be_bytes(data[2..6].try_into().map_err(|_| "short")?) as usize;
-        at = 6 + n;
-    }
-    if data.get(at..at + 2) == Some(&[0x0e, 0x01]) {
-        at += 6;
-    }
-    let meta = data.get(at + 4..meta_len).ok_or("metadata out of range")?;
-    Ok((meta, parsed))
-}
-
 /// Reads the `MessageMetadata` of a stored entry (`[0x0e02 …]? [0x0e01][crc]?
 /// [size][MessageMetadata]…`).
 ///
@@ -65,8 +40,8 @@ pub fn metadata_and_payload(
 /// sizes), metadata that does not decode, or a batch count the payload
 /// cannot hold.
 pub fn entry_info(data: &[u8]) -> Result<EntryInfo, String> {
-    let (meta, parsed) = metadata_and_payload(data)?;
-    let m = DispatchMetadata::decode(meta).map_err(|e| e.to_string())?;
+    let parsed = crate::proto::frame::parse_entry_payload(data).map_err(|e| e.to_string())?;
+    let m = &parsed.metadata;
     let batch = m.num_messages_in_batch.unwrap_or(1);
     // Each message of a batch takes at least MIN_BATCHED_MESSAGE_BYTES of the
     // payload: a count the payload cannot hold is corrupt, and trusting it

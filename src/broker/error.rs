@@ -15,6 +15,13 @@ pub enum BrokerError {
     /// Topic name not `persistent://tenant/namespace/topic` (`InvalidTopicName`).
     #[error("invalid topic name {0:?}: expected persistent://tenant/namespace/topic")]
     InvalidTopic(String),
+    /// A `non-persistent://` topic: answered `NotAllowedError`, which the
+    /// official clients treat as final (the C++ client's
+    /// `isResultRetryable` lists `ResultNotAllowedError` as not retryable),
+    /// so the application's create or subscribe fails at once instead of
+    /// retrying `InvalidTopicName` until its operation timeout.
+    #[error("non-persistent topics are not supported by pulsar-core: {0:?}")]
+    NonPersistent(String),
     /// Exclusive subscription already has a consumer, or a sub type
     /// mismatch (`ConsumerBusy`).
     #[error("{0}")]
@@ -23,6 +30,13 @@ pub enum BrokerError {
     /// (`ServiceNotReady`).
     #[error("{0}")]
     NotReady(String),
+    /// A producer name already in use on the topic, or a shared producer
+    /// while an exclusive one holds or waits for the topic (`ProducerBusy`).
+    #[error("{0}")]
+    ProducerBusy(String),
+    /// An exclusive producer refused or fenced out (`ProducerFenced`).
+    #[error("{0}")]
+    ProducerFenced(String),
 }
 
 impl BrokerError {
@@ -31,8 +45,11 @@ impl BrokerError {
         match self {
             BrokerError::Component(_) => server_error::PERSISTENCE_ERROR,
             BrokerError::InvalidTopic(_) => server_error::INVALID_TOPIC_NAME,
+            BrokerError::NonPersistent(_) => server_error::NOT_ALLOWED_ERROR,
             BrokerError::ConsumerBusy(_) => server_error::CONSUMER_BUSY,
             BrokerError::NotReady(_) => server_error::SERVICE_NOT_READY,
+            BrokerError::ProducerBusy(_) => server_error::PRODUCER_BUSY,
+            BrokerError::ProducerFenced(_) => server_error::PRODUCER_FENCED,
         }
     }
 }

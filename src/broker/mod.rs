@@ -19,6 +19,9 @@
 //! | [`subscription::SubConsumer`] | `Consumer` (with PIP-491 permits: `permits::broker::Consumer`) |
 //! | [`key_shared`] | `ConsistentHashingStickyKeyConsumerSelector`, `Murmur3_32Hash`, `Commands.peekStickyKey` |
 //! | [`crate::proto::command`] | the `PulsarApi.proto` messages the core reads and writes |
+//! | [`producer`] | `AbstractTopic.addProducer` / `incrementTopicEpochIfNeeded` (access modes, names, topic epoch) |
+//! | [`dedup`] | `MessageDeduplication` |
+//! | [`chunking`] | the chunk fields of `MessageMetadata` (PIP-37; stored and dispatched per chunk) |
 //! | [`txn`] | `TransactionMetadataStore` (coordinator), `TopicTransactionBuffer`, `PendingAckHandleImpl` wiring, `ServerCnx`'s transaction handlers |
 //!
 //! ## Input / output contract
@@ -33,6 +36,10 @@
 //! - [`Broker::handle_written`]: the driver wrote `n` bytes of the frames
 //!   queued for a connection (the write completion that makes it writable
 //!   again; see below).
+//! - [`Broker::handle_write_failed`]: the driver could not write the next
+//!   `n` bytes queued for a connection (`write_failure.rs`: the consumer
+//!   incarnation a failed MESSAGE was for is removed and sent
+//!   CLOSE_CONSUMER; its P is never re-credited, PIP-491).
 //! - [`Broker::handle_close`]: the connection is gone.
 //! - [`Broker::handle_timeout`]: the timer fired.
 //!
@@ -90,35 +97,53 @@
 //! internally through `crate::sync` (the loom/shuttle facade).
 //!
 //! Transactions (PIP-31: coordinator, transaction buffer, pending ack) are
-//! in [`txn`].
+//! in [`txn`]. Failover's active-consumer change (rewind to the
+//! mark-delete, `ACTIVE_CONSUMER_CHANGE`) is in `failover.rs`; pending-ack
+//! admission ([`AdmissionHook`], [`BrokerConfig::admission`]) in
+//! `admission.rs`; the per-component work counters
+//! ([`Broker::counters`]) in [`counters`].
 //!
 //! Not implemented (answered as Pulsar answers an unsupported request):
-//! chunked messages, unsubscribe, seek, readers (non-durable
+//! unsubscribe, seek, readers (non-durable
 //! subscriptions), schemas, partitioned topics (every topic has 0
-//! partitions), Key_Shared `STICKY` mode.
+//! partitions), Key_Shared `STICKY` mode. `non-persistent://` topics are
+//! answered `NotAllowedError` (final for the official clients).
 
+mod admission;
+pub mod chunking;
 mod connection;
+pub mod counters;
+pub mod dedup;
 mod dispatch;
 pub mod entry;
 pub mod error;
+mod failover;
 pub mod framing;
 mod group_commit;
 pub mod key_shared;
+mod lifecycle;
 pub mod output;
+pub mod producer;
+mod publish;
 pub mod subscription;
 pub mod topic;
 pub mod txn;
+mod write_failure;
 
 use std::collections::BTreeMap;
 // Ownership handles use std's Arc in every build (see `ledger::managed_ledger`).
 use std::sync::Arc;
 
+use crate::delayed::BucketTrackerConfig;
 use crate::delayed::VirtualClock;
-use crate::ledger::{LedgerConfig, ManagedLedger, RedbStore};
+use crate::ledger::{LedgerConfig, ManagedLedger, RedbStore, RetentionPolicy};
 
+pub use admission::AdmissionHook;
+pub use counters::DispatchCounters;
 pub use dispatch::READ_BATCH;
 pub use entry::{entry_info, EntryInfo};
 pub use error::{BrokerError, ConnectionError};
+pub use failover::ACTIVE_CONSUMER_LISTENER_VERSION;
 pub use framing::{CutFrame, FrameCutter, FramingError};
 pub use output::{IncarnationRecord, OutFrame, Output};
 pub use topic::{name_for_error, normalize_topic, Topic, MAX_NAME_BYTES};
@@ -150,6 +175,21 @@ pub struct BrokerConfig {
     pub server_version: String,
     /// See [`OUTBOUND_HIGH_WATERMARK`].
     pub outbound_high_watermark: usize,
+    /// Broker-side deduplication by producer name and sequence id
+    /// ([`dedup`]; Pulsar's `brokerDeduplicationEnabled`, off by default
+    /// there, on by default here).
+    pub deduplication: bool,
+    /// Pending-ack admission ([`AdmissionHook`]); `None` admits every entry.
+    pub admission: Option<AdmissionHook>,
+    /// Every topic's managed-ledger settings (entries per ledger, auto-skip
+    /// of non-recoverable data).
+    pub ledger: LedgerConfig,
+    /// How long consumed ledgers are kept (default: not kept, as Pulsar).
+    pub retention: RetentionPolicy,
+    /// How often consumed ledgers are trimmed, ms (`lifecycle.rs`).
+    pub retention_check_interval_ms: u64,
+    /// Every subscription's delayed-delivery bucket tracker settings.
+    pub delayed: BucketTrackerConfig,
 }
 
 impl BrokerConfig {
@@ -159,6 +199,12 @@ impl BrokerConfig {
             advertised_url: advertised_url.into(),
             server_version: format!("pulsar-core {}", env!("CARGO_PKG_VERSION")),
             outbound_high_watermark: OUTBOUND_HIGH_WATERMARK,
+            deduplication: true,
+            admission: None,
+            ledger: LedgerConfig::default(),
+            retention: Self::DEFAULT_RETENTION,
+            retention_check_interval_ms: Self::DEFAULT_RETENTION_CHECK_INTERVAL_MS,
+            delayed: subscription::default_tracker_config(),
         }
     }
 }
@@ -171,10 +217,14 @@ pub struct Broker {
     conns: BTreeMap<ConnectionId, Connection>,
     out: Outbox,
     next_incarnation: u64,
+    /// The core's start time: generated producer names carry it, so a name
+    /// never repeats across restarts (deduplication keys on names).
+    started_ms: u64,
     clock: Arc<VirtualClock>,
     txn: txn::TxnRuntime,
     /// Acks of the current turn waiting for their group commit.
     acks: group_commit::AckGroup,
+    lifecycle: lifecycle::Lifecycle,
 }
 
 impl Broker {
@@ -192,9 +242,11 @@ impl Broker {
             conns: BTreeMap::new(),
             out,
             next_incarnation: 1,
+            started_ms: now_ms,
             clock: Arc::new(VirtualClock::new(now_ms)),
             txn: txn::TxnRuntime::new(now_ms),
             acks: group_commit::AckGroup::default(),
+            lifecycle: lifecycle::Lifecycle::default(),
         };
         // The coordinator recovers at start: transactions a crash left
         // Committing/Aborting are finished now (a failure is retried from
@@ -243,7 +295,7 @@ impl Broker {
     /// should run: the earliest delivery time of a delayed entry on a
     /// subscription with consumers, the earliest timeout of an open
     /// transaction, a pending-ack replay retry, or the coordinator's
-    /// recovery retry. A deadline at or before now means "as
+    /// recovery retry, consumed-ledger trimming. A deadline at or before now means "as
     /// soon as you can"; `None`: no timer needed.
     pub fn poll_timeout(&self) -> Option<u64> {
         self.topics
@@ -252,14 +304,17 @@ impl Broker {
             .filter(|s| !s.consumers.is_empty())
             .filter_map(|s| s.tracker.next_delivery_time())
             .chain(self.txn_timeout())
+            .chain(self.trim_deadline())
             .min()
     }
 
     /// The timer fired: dispatches every subscription with consumers (due
-    /// delayed entries, and anything a consumer can now take).
+    /// delayed entries, and anything a consumer can now take), and trims
+    /// consumed ledgers when their interval has passed.
     pub fn handle_timeout(&mut self, now_ms: u64) {
         self.tick(now_ms);
         self.txn_timers();
+        self.trim_if_due();
         for t in self.topics.values_mut() {
             for s in t.subscriptions.values_mut() {
                 if !s.consumers.is_empty() {
@@ -279,7 +334,9 @@ impl Broker {
         };
         let was = *b < self.out.high_watermark;
         *b = b.saturating_sub(bytes);
-        if !was && *b < self.out.high_watermark {
+        let below = *b < self.out.high_watermark;
+        self.out.completed(conn, bytes);
+        if !was && below {
             self.dispatch_connection(conn);
         }
     }
@@ -315,11 +372,18 @@ impl Broker {
         if !self.topics.contains_key(&name) {
             let ml = ManagedLedger::open(
                 name.clone(),
-                LedgerConfig::default(),
+                self.config.ledger.clone(),
                 Arc::new(self.store.clone()),
             )
             .map_err(error::comp)?;
             let buffer = self.recover_buffer(&name, &ml)?;
+            let dedup = dedup::Deduplication::recover(
+                &self.store,
+                &ml,
+                self.config.deduplication,
+                self.now(),
+            )?;
+            let producers = producer::TopicProducers::new(dedup.topic_epoch());
             self.topics.insert(
                 name.clone(),
                 Topic {
@@ -327,6 +391,8 @@ impl Broker {
                     ml,
                     subscriptions: BTreeMap::new(),
                     buffer: Arc::new(crate::sync::Mutex::new(buffer)),
+                    producers,
+                    dedup,
                 },
             );
         }

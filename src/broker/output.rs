@@ -3,7 +3,7 @@
 //! taken with [`super::Broker::poll_output`]; plus the per-connection
 //! outbound byte count that decides writability.
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 use prost::Message;
 
@@ -116,15 +116,68 @@ pub(crate) struct Outbox {
     pub(crate) queue: VecDeque<Output>,
     pub(crate) outbound: BTreeMap<ConnectionId, usize>,
     pub(crate) high_watermark: usize,
+    /// Connections whose client understands `ACTIVE_CONSUMER_CHANGE`
+    /// (protocol version 12 or later).
+    pub(crate) active_listeners: BTreeSet<ConnectionId>,
+    /// Per connection, the frames queued and not yet reported written or
+    /// failed, in order: (bytes left, the MESSAGE it carries if any).
+    pub(crate) writes: BTreeMap<ConnectionId, VecDeque<(usize, Option<SentMessage>)>>,
+}
+
+/// The delivery a queued MESSAGE frame carries (to settle a failed write).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct SentMessage {
+    pub(crate) consumer: crate::permits::broker::ConsumerKey,
+    pub(crate) incarnation: u64,
+    pub(crate) position: crate::Position,
 }
 
 impl Outbox {
     pub(crate) fn frame(&mut self, conn: ConnectionId, cmd: &BrokerCommand, payload: Vec<u8>) {
-        let frame = OutFrame::new(cmd, payload);
+        self.push(conn, OutFrame::new(cmd, payload), None);
+    }
+
+    /// A MESSAGE frame carrying `sent`.
+    pub(crate) fn message_frame(
+        &mut self,
+        conn: ConnectionId,
+        cmd: &BrokerCommand,
+        payload: Vec<u8>,
+        sent: SentMessage,
+    ) {
+        self.push(conn, OutFrame::new(cmd, payload), Some(sent));
+    }
+
+    fn push(&mut self, conn: ConnectionId, frame: OutFrame, sent: Option<SentMessage>) {
         if let Some(b) = self.outbound.get_mut(&conn) {
             *b += frame.wire_len();
+            self.writes
+                .entry(conn)
+                .or_default()
+                .push_back((frame.wire_len(), sent));
         }
         self.queue.push_back(Output::Frame { conn, frame });
+    }
+
+    /// The next `bytes` bytes queued for `conn` completed (written or
+    /// failed): the MESSAGE deliveries of the frames they finish, in order.
+    pub(crate) fn completed(&mut self, conn: ConnectionId, mut bytes: usize) -> Vec<SentMessage> {
+        let mut done = Vec::new();
+        let Some(q) = self.writes.get_mut(&conn) else {
+            return done;
+        };
+        while bytes > 0 {
+            let Some(front) = q.front_mut() else { break };
+            let n = bytes.min(front.0);
+            front.0 -= n;
+            bytes -= n;
+            if front.0 == 0 {
+                if let Some((_, Some(m))) = q.pop_front() {
+                    done.push(m);
+                }
+            }
+        }
+        done
     }
 
     pub(crate) fn is_writable(&self, conn: ConnectionId) -> bool {

@@ -121,6 +121,12 @@ pub struct Subscription {
     /// Entries acknowledged inside a transaction not yet ended: not
     /// dispatched (an abort puts them back in replay).
     pub(crate) txn_pending: BTreeSet<Position>,
+    /// The embedder's pending-ack admission rule (`None`: admit all).
+    pub(crate) admission: Option<super::admission::AdmissionHook>,
+    /// Entries refused by admission (each put back in replay).
+    pub admission_rejections: u64,
+    /// The components' work on this subscription.
+    pub counters: super::counters::DispatchCounters,
 }
 
 /// `ack_set` restricted to the indexes of a batch of `size` messages (set
@@ -133,15 +139,22 @@ fn within_batch(ack_set: &[i64], size: u32) -> Vec<i64> {
         .collect()
 }
 
+/// The delayed tracker settings of a subscription unless the
+/// [`BrokerConfig`](super::BrokerConfig) says otherwise: Pulsar's bucket
+/// defaults, a 100 ms tick and strict delivery times.
+pub fn default_tracker_config() -> BucketTrackerConfig {
+    BucketTrackerConfig {
+        tick_time_ms: 100,
+        deliver_at_time_strict: true,
+        ..BucketTrackerConfig::default()
+    }
+}
+
 impl Subscription {
-    /// Opens (or recovers) subscription `name` on `ml`: a new one starts at
-    /// the end of the topic unless `earliest`; a recovered one at its
-    /// persisted mark-delete, individually deleted entries and batch ack
-    /// sets. The delayed tracker reads time from `clock`; `now_ms` stamps a
-    /// new subscription's creation.
+    /// As [`Subscription::open_with`] with [`default_tracker_config`].
     ///
     /// # Errors
-    /// [`BrokerError::Component`] when the store fails.
+    /// As [`Subscription::open_with`].
     pub fn open(
         store: &RedbStore,
         ml: &Arc<ManagedLedger>,
@@ -150,6 +163,31 @@ impl Subscription {
         earliest: bool,
         clock: Arc<dyn Clock>,
         now_ms: u64,
+    ) -> Result<Self, BrokerError> {
+        let config = default_tracker_config();
+        Self::open_with(store, ml, name, sub_type, earliest, clock, now_ms, config)
+    }
+
+    /// Opens (or recovers) subscription `name` on `ml`: a new one starts at
+    /// the end of the topic unless `earliest`; a recovered one at its
+    /// persisted mark-delete, individually deleted entries and batch ack
+    /// sets. The delayed tracker reads time from `clock`; `now_ms` stamps a
+    /// new subscription's creation.
+    ///
+    /// The delayed tracker runs with `tracker_config`.
+    ///
+    /// # Errors
+    /// [`BrokerError::Component`] when the store fails.
+    #[allow(clippy::too_many_arguments)]
+    pub fn open_with(
+        store: &RedbStore,
+        ml: &Arc<ManagedLedger>,
+        name: &str,
+        sub_type: i32,
+        earliest: bool,
+        clock: Arc<dyn Clock>,
+        now_ms: u64,
+        tracker_config: BucketTrackerConfig,
     ) -> Result<Self, BrokerError> {
         let cursor = Arc::new(ml.open_cursor(name).map_err(comp)?);
         let props = cursor.properties().map_err(comp)?;
@@ -167,13 +205,8 @@ impl Subscription {
         // of partially acknowledged batches, as the last ack persisted them.
         let deletion = Arc::new(cursor.recover_deletion_state().map_err(comp)?);
         let storage = RedbSnapshotStorage::new(store.clone(), ml.name(), name).map_err(comp)?;
-        let config = BucketTrackerConfig {
-            tick_time_ms: 100,
-            deliver_at_time_strict: true,
-            ..BucketTrackerConfig::default()
-        };
-        let tracker =
-            BucketDelayedDeliveryTracker::new(config, Arc::new(storage), clock).map_err(comp)?;
+        let tracker = BucketDelayedDeliveryTracker::new(tracker_config, Arc::new(storage), clock)
+            .map_err(comp)?;
         tracker.update_mark_delete(deletion.mark_delete_position());
         tracing::info!(
             topic = ml.name(),
@@ -200,6 +233,9 @@ impl Subscription {
             pending_ack: None,
             pending_ack_applied: false,
             txn_pending: BTreeSet::new(),
+            admission: None,
+            admission_rejections: 0,
+            counters: super::counters::DispatchCounters::default(),
         })
     }
 
@@ -357,6 +393,12 @@ impl Subscription {
         for id in ids {
             let p = Position::new(id.ledger_id as i64, id.entry_id as i64);
             if !cumulative && !id.ack_set.is_empty() {
+                // Already acknowledged (e.g. an ack the client re-sent after
+                // a lost receipt, whose ledger consumed-ledger trimming may
+                // have deleted since): nothing to do, and nothing to read.
+                if self.deletion.is_message_deleted(p) {
+                    continue;
+                }
                 // The deletion state ANDs the stored set with this one (an
                 // index once acknowledged stays so) and deletes the entry
                 // when none is left; bits at or above B are not indexes.
@@ -365,6 +407,7 @@ impl Subscription {
                 self.deletion
                     .delete_batch_indexes(p, &remaining, ml)
                     .map_err(|e| e.to_string())?;
+                self.counters.batch_index_acks += 1;
                 continue;
             }
             full.push(p);
@@ -422,6 +465,8 @@ impl Subscription {
         self.cursor
             .persist_deletion_state(&self.deletion, &[])
             .map_err(|e| e.to_string())?;
+        let ranges = self.deletion.individually_deleted_ranges().len() as u64;
+        self.counters.peak_deleted_ranges = self.counters.peak_deleted_ranges.max(ranges);
         self.tracker.update_mark_delete(md);
         // Settle pending acks of every consumer for what is now deleted.
         let deleted = |p: &Position| self.deletion.is_message_deleted(*p);

@@ -11,9 +11,10 @@ use crate::delayed::VirtualClock;
 use crate::ledger::{LedgerConfig, ManagedLedger, RedbStore};
 use crate::proto::command::{self, server_error, ty, BrokerCommand};
 use crate::proto::frame::{crc32c, encode_entry_payload};
+use crate::proto::metadata::{MessageMetadata, SingleMessageMetadata};
 use crate::proto::wire::{
     CommandAck, CommandFlow, CommandMessage, CommandRedeliverUnacknowledgedMessages,
-    CommandSubscribe, MessageIdData, MessageMetadata, SingleMessageMetadata,
+    CommandSubscribe, MessageIdData,
 };
 use crate::Position;
 
@@ -86,6 +87,8 @@ fn producer(b: &mut Broker, conn: u64, pid: u64) {
                 producer_id: pid,
                 request_id: 100 + pid,
                 producer_name: Some("p".into()),
+                producer_access_mode: None,
+                topic_epoch: None,
             }),
             ..Default::default()
         },
@@ -98,19 +101,16 @@ fn producer(b: &mut Broker, conn: u64, pid: u64) {
 /// partition key and `deliver_at_time`, and `batch` messages (a batch when
 /// `Some`).
 fn entry(key: Option<&str>, batch: Option<u32>, deliver_at: Option<i64>) -> Vec<u8> {
-    let mut md = MessageMetadata {
+    let md = MessageMetadata {
         producer_name: "p".into(),
         sequence_id: 1,
         publish_time: 2,
+        partition_key: key.map(str::to_string),
         num_messages_in_batch: batch.map(|n| n as i32),
+        deliver_at_time: deliver_at,
+        ..Default::default()
     }
     .encode_to_vec();
-    if let Some(k) = key {
-        prost::encoding::string::encode(6, &k.to_string(), &mut md);
-    }
-    if let Some(t) = deliver_at {
-        prost::encoding::int64::encode(19, &t, &mut md);
-    }
     let mut body = Vec::new();
     body.extend_from_slice(&(md.len() as u32).to_be_bytes());
     body.extend_from_slice(&md);
@@ -498,8 +498,10 @@ fn failover_sends_to_the_active_consumer_only() {
         .collect();
     connect(&mut b, 2);
     // Active: lowest priority level, then name: "a" on connection 2.
-    subscribe(&mut b, 1, 7, "f", sub_type::FAILOVER, "b");
-    subscribe(&mut b, 2, 8, "f", sub_type::FAILOVER, "a");
+    let out = feed(&mut b, 1, subscribe_cmd(7, "f", sub_type::FAILOVER, "b", 0));
+    assert_eq!(out[0], (1, success(207), 0));
+    let out = feed(&mut b, 2, subscribe_cmd(8, "f", sub_type::FAILOVER, "a", 0));
+    assert_eq!(out[0], (2, success(208), 0));
     assert!(flow(&mut b, 1, 7, 10).is_empty());
     let out = flow(&mut b, 2, 8, 10);
     assert_eq!(
@@ -764,10 +766,9 @@ fn protocol_errors_close_the_connection_and_requests_get_pulsars_codes() {
         .unwrap();
     let out = frames(&mut b);
     let e = out[0].1.send_error.clone().unwrap();
-    assert_eq!(
-        (e.sequence_id, e.error),
-        (4, server_error::NOT_ALLOWED_ERROR)
-    );
+    // A refusal no retry cures: the code a non-Java client fails the one
+    // message on (publish::final_send_error).
+    assert_eq!((e.sequence_id, e.error), (4, server_error::CHECKSUM_ERROR));
     // An invalid topic name on lookup.
     let out = feed(
         &mut b,
@@ -777,6 +778,25 @@ fn protocol_errors_close_the_connection_and_requests_get_pulsars_codes() {
             lookup_topic: Some(command::CommandLookupTopic {
                 topic: "non-persistent://a/b/c".into(),
                 request_id: 3,
+            }),
+            ..Default::default()
+        },
+    );
+    // A non-persistent topic: NotAllowedError, which the official clients
+    // do not retry (InvalidTopicName they retry until their timeout).
+    let r = out[0].1.lookup_topic_response.clone().unwrap();
+    assert_eq!(
+        (r.response, r.error),
+        (Some(2), Some(server_error::NOT_ALLOWED_ERROR))
+    );
+    let out = feed(
+        &mut b,
+        3,
+        BrokerCommand {
+            r#type: ty::LOOKUP,
+            lookup_topic: Some(command::CommandLookupTopic {
+                topic: "persistent://a//c".into(),
+                request_id: 4,
             }),
             ..Default::default()
         },
@@ -853,6 +873,7 @@ fn entry_metadata_gives_batch_size_and_rejects_corruption() {
         sequence_id: 1,
         publish_time: 2,
         num_messages_in_batch: Some(3),
+        ..Default::default()
     };
     let one = |b: &[u8]| {
         (
@@ -984,6 +1005,7 @@ fn a_batch_count_the_payload_cannot_hold_is_rejected() {
         sequence_id: 1,
         publish_time: 2,
         num_messages_in_batch: Some(n),
+        ..Default::default()
     };
     let one = || {
         (
@@ -1007,4 +1029,10 @@ fn a_batch_count_the_payload_cannot_hold_is_rejected() {
 
 #[cfg(feature = "sim")]
 mod group_commit;
+mod lifecycle;
+mod producers;
 mod txn;
+
+mod admission;
+mod counters;
+mod failover;

@@ -7,7 +7,9 @@ use crate::ledger::ManagedLedger;
 // Ownership handles use std's Arc in every build (see `ledger::managed_ledger`).
 use std::sync::Arc;
 
+use super::dedup::Deduplication;
 use super::error::BrokerError;
+use super::producer::TopicProducers;
 use super::subscription::Subscription;
 use super::txn::TxnBuffer;
 use crate::sync::Mutex;
@@ -36,6 +38,9 @@ pub fn normalize_topic(name: &str) -> Result<String, BrokerError> {
     if name.len() > MAX_NAME_BYTES {
         return Err(BrokerError::InvalidTopic(name_for_error(name)));
     }
+    if name.starts_with("non-persistent://") {
+        return Err(BrokerError::NonPersistent(name_for_error(name)));
+    }
     if let Some(rest) = name.strip_prefix("persistent://") {
         if rest.split('/').count() == 3 && rest.split('/').all(|p| !p.is_empty()) {
             return Ok(name.to_string());
@@ -63,4 +68,8 @@ pub struct Topic {
     pub subscriptions: BTreeMap<String, Subscription>,
     /// Its transaction buffer (shared with its subscriptions' dispatch).
     pub buffer: Arc<Mutex<TxnBuffer>>,
+    /// Its producers (access modes, names, the topic epoch).
+    pub producers: TopicProducers,
+    /// Its deduplication state (and the durable topic epoch).
+    pub dedup: Deduplication,
 }

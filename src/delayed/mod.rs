@@ -1,6 +1,6 @@
 //! Bucket-based delayed delivery: Pulsar's `BucketDelayedDeliveryTracker`
-//! (seed 000: the behaviour of Pulsar's bucket tracker once its merge,
-//! duplicate-delivery and counter defects are fixed) on durable bucket
+//! (merge keeps every segment, no duplicate delivery, the counter is the
+//! runtime bitmap's cardinality) on durable bucket
 //! snapshots.
 //!
 //! A subscription with delayed messages hands every message whose
@@ -193,7 +193,7 @@ mod error;
 mod index;
 pub mod snapshot;
 mod storage;
-mod tracker;
+pub(crate) mod tracker;
 
 pub use bucket::{BucketContext, ImmutableBucket, MutableBucket};
 pub use clock::{Clock, SystemClock, VirtualClock};

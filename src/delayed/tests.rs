@@ -1,4 +1,5 @@
-//! Unit tests of the tracker's behaviour (seed 000).
+//! Unit tests of the tracker's behaviour (merge keeps segment 1, no
+//! duplicate delivery, counter = runtime bitmap cardinality).
 
 use std::sync::Arc;
 

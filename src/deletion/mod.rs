@@ -1,6 +1,5 @@
 //! Individual-deletion tracking for a cursor and the lock-free
-//! read-scheduling check (seed 004, "Avoid cursor lock for read scheduling
-//! hints"; Pulsar's `PositionRangeSet` + the deletion part of
+//! read-scheduling check without the cursor lock (Pulsar's `PositionRangeSet` + the deletion part of
 //! `ManagedCursorImpl`).
 //!
 //! - [`PositionRangeSet`]: the individually deleted ranges above

@@ -530,8 +530,7 @@ pub struct PositionRangeSet {
     ledgers: BTreeMap<i64, Arc<LedgerBitmap>>,
     directory: DeletionDirectory,
     /// The `ds` of the owning deletion state's `Ack` trace lines.
-    #[cfg(feature = "trace")]
-    pub(crate) trace_id: u64,
+    pub(crate) trace_id: crate::trace::deletion::Id,
 }
 
 impl Default for PositionRangeSet {
@@ -556,8 +555,7 @@ impl PositionRangeSet {
         Self {
             ledgers: BTreeMap::new(),
             directory: DeletionDirectory::new(),
-            #[cfg(feature = "trace")]
-            trace_id: 0,
+            trace_id: Default::default(),
         }
     }
 
@@ -713,14 +711,10 @@ impl PositionRangeSet {
             return Ok(0);
         }
         let (b, created) = self.bitmap_or_create(ledger_id);
-        #[cfg(feature = "trace")]
         let ds = self.trace_id;
         // The Ack line of an entry is written before its mirror bit is set:
         // a lock-free reader cannot see the deletion before its line.
-        let added = b.insert_entries(entries, |_e| {
-            #[cfg(feature = "trace")]
-            crate::trace::deletion::ack(ds, ledger_id, _e);
-        });
+        let added = b.insert_entries(entries, |e| crate::trace::deletion::ack(ds, ledger_id, e));
         self.directory.refresh(ledger_id, &b);
         if created {
             self.publish_directory();

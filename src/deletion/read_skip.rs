@@ -6,8 +6,8 @@
 use super::CursorDeletionState;
 
 /// Skips entries the lock-free hint reports deleted and hops to the end of
-/// each deleted run (Pulsar's read-scheduling predicate with PR #26299's
-/// hop). Counts its calls, so a test or metric can check that the work is
+/// each deleted run (Pulsar's read-scheduling predicate, one hop per
+/// deleted run). Counts its calls, so a test or metric can check that the work is
 /// per run, not per deleted entry.
 ///
 /// Contract: as [`CursorDeletionState::is_deleted_for_read_scheduling`]

@@ -4,7 +4,9 @@
 use std::collections::BTreeMap;
 
 use crate::position::Position;
+use crate::sync::hook::{self, Point};
 use crate::sync::{fence, AtomicU64, CachePadded, Ordering, Published, RwLock};
+use crate::trace::deletion as trace;
 
 /// `packed` value meaning "mark-delete does not pack; read `full`".
 const UNPACKABLE: u64 = u64::MAX;
@@ -246,7 +248,7 @@ struct Inner {
 /// `markDeletePosition` + `individualDeletedMessages`), plus what lock-free
 /// readers need: the mark-delete published as **one** snapshot
 /// ([`Published<Position>`]), the range set's published
-/// [`DeletionDirectory`], and the reset epoch (seed 004).
+/// [`DeletionDirectory`], and the reset epoch.
 ///
 /// - [`delete`](Self::delete): grouped ack in one write section.
 /// - [`mark_delete`](Self::mark_delete): explicit forward advance.
@@ -263,9 +265,9 @@ struct Inner {
 pub struct CursorDeletionState {
     inner: CachePadded<RwLock<Inner>>,
     read_side: CachePadded<ReadSide>,
-    /// The `ds` of this state's trace lines.
-    #[cfg(feature = "trace")]
-    trace_id: u64,
+    /// The `ds` of this state's trace lines (zero-sized without the
+    /// `trace` feature).
+    trace_id: trace::Id,
 }
 
 impl std::fmt::Debug for CursorDeletionState {
@@ -335,14 +337,8 @@ impl CursorDeletionState {
 
     /// The state of `mark_delete` (a valid bound) and `set` (every entry
     /// above it), its directory published.
-    fn with_ranges(mark_delete: Position, set: PositionRangeSet) -> Self {
-        #[cfg(feature = "trace")]
-        let (trace_id, mut set) = (crate::trace::deletion::next_id(), set);
-        #[cfg(feature = "trace")]
-        {
-            set.trace_id = trace_id;
-            crate::trace::deletion::open(trace_id, mark_delete, &set.ranges());
-        }
+    fn with_ranges(mark_delete: Position, mut set: PositionRangeSet) -> Self {
+        let trace_id = trace::open(mark_delete, &mut set);
         let directory = set.directory();
         Self {
             inner: CachePadded::new(RwLock::new(Inner {
@@ -355,7 +351,6 @@ impl CursorDeletionState {
                 mark_delete: PublishedMarkDelete::new(mark_delete),
                 directory,
             }),
-            #[cfg(feature = "trace")]
             trace_id,
         }
     }
@@ -504,8 +499,7 @@ impl CursorDeletionState {
             tracing::trace!(from = %g.mark_delete, to = %md, "mark-delete advanced");
             g.mark_delete = md;
             self.read_side.mark_delete.store(md);
-            #[cfg(feature = "trace")]
-            crate::trace::deletion::advance(self.trace_id, md);
+            trace::advance(self.trace_id, md);
         }
     }
 
@@ -539,8 +533,7 @@ impl CursorDeletionState {
                 requested: position,
             });
         }
-        #[cfg(feature = "trace")]
-        crate::trace::deletion::mark_delete(self.trace_id, position, g.mark_delete);
+        trace::mark_delete(self.trace_id, position, g.mark_delete);
         self.advance_locked(&mut g, position, ledger);
         Ok(g.mark_delete)
     }
@@ -615,28 +608,23 @@ impl CursorDeletionState {
         let epoch = self.read_side.reset_epoch.load(Ordering::Relaxed);
         let (odd, even) = (epoch + 1, epoch + 2);
         self.read_side.reset_epoch.store(odd, Ordering::Relaxed);
-        #[cfg(feature = "trace")]
-        crate::trace::deletion::reset_begin(self.trace_id, odd);
+        trace::reset_begin(self.trace_id, odd);
         // Orders the odd epoch before every data write below for readers
         // that observe any of them (pairs with the reader's acquire fence).
         fence(Ordering::Release);
         g.ranges.invalidate_directory();
-        #[cfg(feature = "trace")]
-        crate::trace::deletion::reset_invalidate(self.trace_id);
+        trace::reset_invalidate(self.trace_id);
         let old = g.mark_delete;
         g.mark_delete = new_md;
         self.read_side.mark_delete.store(new_md);
-        #[cfg(feature = "trace")]
-        crate::trace::deletion::reset_mark_delete(self.trace_id, new_md);
+        trace::reset_mark_delete(self.trace_id, new_md);
         g.ranges.clear();
         g.batch_ack_sets.clear();
         let filled = fill(&mut g.ranges);
-        #[cfg(feature = "trace")]
-        crate::trace::deletion::reset_clear(self.trace_id);
-        crate::sync::hook::at(crate::sync::hook::Point::ResetBeforeEnd);
+        trace::reset_clear(self.trace_id);
+        hook::at(Point::ResetBeforeEnd);
         self.read_side.reset_epoch.store(even, Ordering::Release);
-        #[cfg(feature = "trace")]
-        crate::trace::deletion::reset_end(self.trace_id, even);
+        trace::reset_end(self.trace_id, even);
         filled?;
         Ok(old)
     }
@@ -652,7 +640,7 @@ impl CursorDeletionState {
         position <= g.mark_delete || g.ranges.contains(position.ledger_id, position.entry_id)
     }
 
-    /// The lock-free read-scheduling hint (seed 004,
+    /// The lock-free read-scheduling hint (Pulsar's
     /// `isMessageDeletedForReadScheduling`): whether `(ledger_id, entry_id)`
     /// may be skipped before I/O.
     ///
@@ -694,25 +682,20 @@ impl CursorDeletionState {
         let position = Position::new(ledger_id, entry_id);
         let rs = &*self.read_side;
         let epoch = rs.reset_epoch.load(Ordering::Acquire);
-        #[cfg(feature = "trace")]
-        crate::trace::deletion::r_start(self.trace_id, position, epoch);
+        trace::r_start(self.trace_id, position, epoch);
         let mut mark_delete_seen = None;
         if epoch & 1 == 0 {
             let md = rs.mark_delete.load();
-            #[cfg(feature = "trace")]
-            crate::trace::deletion::r_mark_delete(self.trace_id, md);
+            trace::r_mark_delete(self.trace_id, md);
             mark_delete_seen = Some(md);
-            crate::sync::hook::at(crate::sync::hook::Point::SchedulingLookupAfterMarkDelete);
+            hook::at(Point::SchedulingLookupAfterMarkDelete);
             let deleted = position <= md || rs.directory.contains(ledger_id, entry_id);
-            #[cfg(feature = "trace")]
-            crate::trace::deletion::r_lookup(self.trace_id, deleted);
+            trace::r_lookup(self.trace_id, deleted);
             // Seqlock read side: every load above happens before the re-read.
             fence(Ordering::Acquire);
             if rs.reset_epoch.load(Ordering::Relaxed) == epoch {
-                #[cfg(feature = "trace")]
-                crate::trace::deletion::r_recheck(self.trace_id, "done");
-                #[cfg(feature = "trace")]
-                crate::trace::deletion::r_finish(self.trace_id);
+                trace::r_recheck(self.trace_id, "done");
+                trace::r_finish(self.trace_id);
                 return SchedulingLookup {
                     deleted,
                     fell_back: false,
@@ -720,16 +703,13 @@ impl CursorDeletionState {
                     epoch,
                 };
             }
-            #[cfg(feature = "trace")]
-            crate::trace::deletion::r_recheck(self.trace_id, "locked");
+            trace::r_recheck(self.trace_id, "locked");
         }
         let g = self.inner.read();
         let deleted = Self::deleted_locked(&g, position);
         // Recorded under the read lock: no writer acts in between.
-        #[cfg(feature = "trace")]
-        crate::trace::deletion::r_locked(self.trace_id, deleted);
-        #[cfg(feature = "trace")]
-        crate::trace::deletion::r_finish(self.trace_id);
+        trace::r_locked(self.trace_id, deleted);
+        trace::r_finish(self.trace_id);
         drop(g);
         SchedulingLookup {
             deleted,

@@ -731,6 +731,7 @@ fn normalize_keeps_only_ack_sets_of_undeleted_entries_above_mark_delete() {
 /// lookup of 1:3 resumes from inside the reset's write section. A lookup
 /// that returned then would report 1:3 deleted while the reset un-deletes
 /// it.
+#[cfg(feature = "race-hooks")]
 #[test]
 fn a_lookup_rechecking_inside_a_reset_falls_back_and_waits() {
     use crate::sync::hook::{install, Point};

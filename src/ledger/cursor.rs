@@ -19,7 +19,7 @@
 //! |---|---|---|---|
 //! | `LedgerCursor` | `ReadAfterMarkDelete` | [`ManagedCursor::mark_delete_with_ranges`], [`ManagedCursor::rewind`] | `mark_delete_rewind_and_reset`, `cursor_matches_reference_model` |
 //! | `LedgerCursor` | `RewindLandsOnNext` | [`ManagedCursor::rewind`], `next_valid_position` | `mark_delete_rewind_and_reset`, `cursor_matches_reference_model` |
-//! | `LedgerCursor` | `MarkDeleteConfirmed`, `MarkDeleteMonotone` | [`ManagedCursor::mark_delete_with_ranges`] | `l2_mark_delete_rejects_invalid_positions_and_ranges`, `cursor_matches_reference_model` |
+//! | `LedgerCursor` | `MarkDeleteConfirmed`, `MarkDeleteMonotone` | [`ManagedCursor::mark_delete_with_ranges`] | `mark_delete_rejects_invalid_positions_and_ranges`, `cursor_matches_reference_model` |
 //!
 //! `mark_delete_with_ranges` pushes the read position past the mark-delete
 //! and refuses a backward or unconfirmed one (`MarkDeleteBackward`,
@@ -214,8 +214,7 @@ impl ManagedCursor {
         let mut skipped_to: Option<Position> = None;
         // A read that skipped a lost ledger is recorded as the spec's steps
         // in order: `SkipTo` past each lost ledger, `ReadRun` per run.
-        #[cfg(feature = "trace")]
-        let mut segments: Vec<(Position, Option<Position>)> = Vec::new();
+        let mut steps = crate::trace::ledger_cursor::ReadSteps::new();
         for (id, info) in ledgers {
             if out.len() >= max_entries {
                 break;
@@ -231,8 +230,7 @@ impl ManagedCursor {
             if info.lost {
                 if self.ledger.config.auto_skip_non_recoverable_data {
                     skipped_to = Some(Position::new(id, info.entries - 1));
-                    #[cfg(feature = "trace")]
-                    segments.push((Position::new(id, info.entries - 1), None));
+                    steps.skipped(Position::new(id, info.entries - 1));
                     continue;
                 }
                 if out.is_empty() {
@@ -253,8 +251,7 @@ impl ManagedCursor {
                 }
                 break;
             }
-            #[cfg(feature = "trace")]
-            segments.push((Position::new(id, first), Some(Position::new(id, last))));
+            steps.returned(Position::new(id, first), Position::new(id, last));
             out.extend(rows.into_iter().map(|(e, data)| Entry {
                 position: Position::new(id, e),
                 data,
@@ -265,32 +262,16 @@ impl ManagedCursor {
         } else if let Some(skipped) = skipped_to {
             cursor.read_position = self.ledger.next_valid_position(skipped);
         }
-        #[cfg(feature = "trace")]
-        if skipped_to.is_none() {
-            if !out.is_empty() {
-                crate::trace::ledger_cursor::read(
-                    &self.ledger.name,
-                    &self.name,
-                    max_entries,
-                    cursor.read_position,
-                );
-            }
-        } else {
-            // The read position moved past the last entry returned, not past
-            // a lost ledger skipped after it: those skips are not taken.
-            if !out.is_empty() {
-                let last_run = segments.iter().rposition(|(_, end)| end.is_some());
-                segments.truncate(last_run.map_or(0, |i| i + 1));
-            }
-            for (at, run_end) in segments {
-                let (ml, cur) = (&self.ledger.name, &self.name);
-                let after = self.ledger.next_valid_position(run_end.unwrap_or(at));
-                match run_end {
-                    None => crate::trace::ledger_cursor::skip_to(ml, cur, after),
-                    Some(end) => crate::trace::ledger_cursor::read_run(ml, cur, at, end, after),
-                }
-            }
-        }
+        let (ml, cur, returned) = (&self.ledger.name, &self.name, !out.is_empty());
+        let next_valid = |p| self.ledger.next_valid_position(p);
+        steps.record(
+            ml,
+            cur,
+            max_entries,
+            (skipped_to.is_some(), returned),
+            cursor.read_position,
+            next_valid,
+        );
         Ok(out)
     }
 
@@ -354,8 +335,8 @@ impl ManagedCursor {
     /// As [`ManagedCursor::read_entries_with_skip`], with a [`ReadSkip`]
     /// that may also report where a skipped run ends: after `skip` answers
     /// `true` for entry `e`, [`ReadSkip::skipped_run_end`] is asked once and
-    /// the scan jumps past the run it reports (Pulsar's PR #26299 hop to
-    /// the end of the containing deleted range), so a window behind a long
+    /// the scan jumps past the run it reports (a hop to the end of the
+    /// containing deleted range), so a window behind a long
     /// deleted run costs one `skip` and one run query per run instead of
     /// one `skip` per entry. A run that ends beyond the window moves the
     /// read position past the whole run. With
@@ -386,10 +367,12 @@ impl ManagedCursor {
             let Some(info) = info.filter(|i| start.entry_id >= 0 && start.entry_id < i.entries)
             else {
                 // Past the last confirmed entry.
-                #[cfg(feature = "trace")]
-                if cursor.read_position != start {
-                    crate::trace::ledger_cursor::skip_to(&self.ledger.name, &self.name, start);
-                }
+                crate::trace::ledger_cursor::skip_to_end(
+                    &self.ledger.name,
+                    &self.name,
+                    cursor.read_position,
+                    start,
+                );
                 cursor.read_position = start;
                 return Ok(Vec::new());
             };
@@ -424,7 +407,6 @@ impl ManagedCursor {
                     .ledger
                     .next_valid_position(Position::new(start.ledger_id, skipped_through));
                 cursor.read_position = pos;
-                #[cfg(feature = "trace")]
                 crate::trace::ledger_cursor::skip_to(&self.ledger.name, &self.name, pos);
                 continue;
             };
@@ -439,7 +421,6 @@ impl ManagedCursor {
                         .ledger
                         .next_valid_position(Position::new(start.ledger_id, info.entries - 1));
                     cursor.read_position = pos;
-                    #[cfg(feature = "trace")]
                     crate::trace::ledger_cursor::skip_to(&self.ledger.name, &self.name, pos);
                     continue;
                 }
@@ -459,7 +440,6 @@ impl ManagedCursor {
             cursor.read_position = self
                 .ledger
                 .next_valid_position(Position::new(start.ledger_id, run_end));
-            #[cfg(feature = "trace")]
             crate::trace::ledger_cursor::read_run(
                 &self.ledger.name,
                 &self.name,
@@ -570,13 +550,7 @@ impl ManagedCursor {
             &chunks,
             property_updates,
         )?;
-        #[cfg(feature = "trace")]
-        crate::trace::deletion::persist(
-            &self.ledger.name,
-            &self.name,
-            md,
-            &snapshot.ranges().collect::<Vec<_>>(),
-        );
+        crate::trace::deletion::persist(&self.ledger.name, &self.name, md, snapshot.ranges());
         cursor.mark_delete = md;
         cursor.individually_deleted.clear();
         if cursor.read_position <= md {
@@ -629,8 +603,7 @@ impl ManagedCursor {
                 CursorDeletionState::recover(md, &ranges).map_err(|e| corrupt(e.to_string()))
             }
         }?;
-        #[cfg(feature = "trace")]
-        crate::trace::deletion::cursor(state.trace_id(), &self.ledger.name, &self.name);
+        crate::trace::deletion::cursor(&state, &self.ledger.name, &self.name);
         Ok(state)
     }
 
@@ -646,7 +619,6 @@ impl ManagedCursor {
     pub fn rewind(&self) {
         let mut cursor = self.state.lock();
         cursor.read_position = self.ledger.next_valid_position(cursor.mark_delete);
-        #[cfg(feature = "trace")]
         crate::trace::ledger_cursor::rewind(&self.ledger.name, &self.name, cursor.read_position);
     }
 
@@ -705,19 +677,13 @@ impl ManagedCursor {
             position,
             &individually_deleted,
         )?;
-        #[cfg(feature = "trace")]
-        crate::trace::deletion::persist(
-            &self.ledger.name,
-            &self.name,
-            position,
-            &individually_deleted,
-        );
+        let (ml, cur, ranges) = (&self.ledger.name, &self.name, individually_deleted.iter());
+        crate::trace::deletion::persist(ml, cur, position, ranges.copied());
         cursor.mark_delete = position;
         cursor.individually_deleted = individually_deleted;
         if cursor.read_position <= position {
             cursor.read_position = self.ledger.next_valid_position(position);
         }
-        #[cfg(feature = "trace")]
         crate::trace::ledger_cursor::mark_delete(
             &self.ledger.name,
             &self.name,
@@ -751,12 +717,10 @@ impl ManagedCursor {
         self.ledger
             .store
             .save_mark_delete(&self.ledger.name, &self.name, md, &[])?;
-        #[cfg(feature = "trace")]
-        crate::trace::deletion::persist(&self.ledger.name, &self.name, md, &[]);
+        crate::trace::deletion::persist(&self.ledger.name, &self.name, md, []);
         cursor.mark_delete = md;
         cursor.individually_deleted.clear();
         cursor.read_position = read;
-        #[cfg(feature = "trace")]
         crate::trace::ledger_cursor::reset(&self.ledger.name, &self.name, md, read);
         Ok(())
     }

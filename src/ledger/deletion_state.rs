@@ -13,8 +13,10 @@ impl LedgerTopology for ManagedLedger {
     fn last_confirmed_entry(&self) -> Position {
         ManagedLedger::last_confirmed_entry(self)
     }
+    /// With auto-skip of non-recoverable data on, a lost ledger holds no
+    /// position: its entries count as deleted for every cursor.
     fn next_valid_position(&self, p: Position) -> Position {
-        ManagedLedger::next_valid_position(self, p)
+        ManagedLedger::next_valid_position_for_cursors(self, p)
     }
     fn ledger_entries(&self) -> Vec<(i64, i64)> {
         ManagedLedger::ledgers(self)

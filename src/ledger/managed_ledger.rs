@@ -49,6 +49,9 @@ pub struct Entry {
 pub(super) struct LedgerState {
     /// Ledger id → info, ascending. The last one is the current (open) ledger.
     pub(super) ledgers: BTreeMap<i64, StoredLedgerInfo>,
+    /// Closed ledger id → when consumed-ledger trimming first saw it closed
+    /// (epoch ms; the start of its retention time, see `trim.rs`).
+    pub(super) closed_seen_at: BTreeMap<i64, u64>,
 }
 
 impl LedgerState {
@@ -94,6 +97,33 @@ impl LedgerState {
         self.past_end()
     }
 
+    /// As [`LedgerState::next_valid_after`], but with `skip_lost` a lost
+    /// ledger holds no position: the first position after `p` outside every
+    /// lost ledger (past-the-end when there is none).
+    pub(super) fn next_valid_after_skipping_lost(&self, p: Position, skip_lost: bool) -> Position {
+        let mut next = self.next_valid_after(p);
+        if !skip_lost {
+            return next;
+        }
+        while let Some(info) = self.ledgers.get(&next.ledger_id) {
+            if !(info.lost && next.entry_id < info.entries) {
+                break;
+            }
+            next = self.next_valid_after(Position::new(next.ledger_id, info.entries - 1));
+        }
+        next
+    }
+
+    /// The first ledger id still in the list: ledgers below it were deleted
+    /// by consumed-ledger trimming (ids are assigned 1, 2, 3, … in order).
+    pub(super) fn first_ledger_id(&self) -> i64 {
+        *self
+            .ledgers
+            .keys()
+            .next()
+            .expect("invariant: a managed ledger always has a current ledger")
+    }
+
     /// The smallest position `>= p` that holds an entry, or past-the-end.
     pub(super) fn first_valid_at_or_after(&self, p: Position) -> Position {
         if let Some(info) = self.ledgers.get(&p.ledger_id) {
@@ -127,6 +157,10 @@ impl LedgerState {
             });
         }
         match self.ledgers.get(&p.ledger_id) {
+            // A ledger deleted by consumed-ledger trimming: every durable
+            // cursor had consumed it, so a mark-delete in it (e.g. at its
+            // last entry, where the slowest cursor stood) stays valid.
+            None if p.ledger_id >= 1 && p.ledger_id < self.first_ledger_id() => Ok(()),
             None => Err(invalid(format!("there is no ledger {}", p.ledger_id))),
             Some(info) if p.entry_id >= info.entries => Err(invalid(format!(
                 "ledger {} holds only {} entries",
@@ -256,6 +290,7 @@ impl ManagedLedger {
             store,
             state: Mutex::new(LedgerState {
                 ledgers: stored.ledgers,
+                closed_seen_at: BTreeMap::new(),
             }),
             fenced: AtomicBool::new(false),
             faults: ReadFaults::default(),
@@ -337,11 +372,11 @@ impl ManagedLedger {
         for seg in &segments {
             let n = seg.payloads.len() as i64;
             out.extend((0..n).map(|i| Position::new(seg.ledger_id, seg.first_entry_id + i)));
-            state.ledgers.entry(seg.ledger_id).or_default().entries = seg.first_entry_id + n;
+            let info = state.ledgers.entry(seg.ledger_id).or_default();
+            info.entries = seg.first_entry_id + n;
+            info.size_bytes += seg.payloads.iter().map(|p| p.len() as u64).sum::<u64>();
         }
-        #[cfg(feature = "trace")]
-        out.iter()
-            .for_each(|p| crate::trace::ledger_cursor::append_entry(&self.name, *p));
+        crate::trace::ledger_cursor::append_entries(&self.name, &out);
         Ok(out)
     }
 
@@ -356,6 +391,20 @@ impl ManagedLedger {
     /// holds an entry.
     pub fn next_valid_position(&self, p: Position) -> Position {
         self.state.lock().next_valid_after(p)
+    }
+
+    /// As [`ManagedLedger::next_valid_position`], as every cursor's deletion
+    /// state sees the ledger: with
+    /// [`LedgerConfig::auto_skip_non_recoverable_data`] on, a lost ledger
+    /// holds no position, so its entries count as deleted for every cursor
+    /// and mark-delete moves past it once the entries around it are
+    /// acknowledged (Pulsar's `skipNonRecoverableLedger`, PR #21210).
+    /// With auto-skip off it is [`ManagedLedger::next_valid_position`]: a
+    /// lost ledger's entries stay unacknowledged.
+    pub fn next_valid_position_for_cursors(&self, p: Position) -> Position {
+        self.state
+            .lock()
+            .next_valid_after_skipping_lost(p, self.config.auto_skip_non_recoverable_data)
     }
 
     /// Ledger ids with their entry counts, ascending.
@@ -490,9 +539,14 @@ impl ManagedLedger {
             )));
         };
         self.store.mark_ledger_lost(&self.name, ledger_id)?;
-        state
-            .ledgers
-            .insert(ledger_id, StoredLedgerInfo { lost: true, ..info });
+        state.ledgers.insert(
+            ledger_id,
+            StoredLedgerInfo {
+                lost: true,
+                size_bytes: 0,
+                ..info
+            },
+        );
         Ok(())
     }
 
@@ -526,7 +580,6 @@ impl ManagedLedger {
             ));
         }
         let loaded = self.store.load_cursor(&self.name, &name)?;
-        #[cfg(feature = "trace")]
         let recovered = loaded.is_some();
         let (mark_delete, individually_deleted) = match loaded {
             Some(c) => (c.mark_delete, c.individually_deleted),
@@ -545,14 +598,13 @@ impl ManagedLedger {
             }
         };
         let read_position = self.state.lock().next_valid_after(mark_delete);
-        #[cfg(feature = "trace")]
-        if recovered {
-            crate::trace::ledger_cursor::recover(&self.name, &name, mark_delete, read_position);
-        } else {
-            crate::trace::ledger_cursor::open(&self.name, &name, mark_delete, read_position);
-            // The new cursor's record, saved above.
-            crate::trace::deletion::persist(&self.name, &name, mark_delete, &[]);
-        }
+        crate::trace::ledger_cursor::opened(
+            &self.name,
+            &name,
+            recovered,
+            mark_delete,
+            read_position,
+        );
         Ok(ManagedCursor::new(
             Arc::clone(self),
             name,

@@ -1,7 +1,7 @@
 //! The managed-ledger substrate: an append-only log split into ledgers that
 //! roll over after a configurable number of entries, with cursors that keep a
 //! read position, a mark-delete position and properties (Pulsar's
-//! `ManagedLedgerImpl` / `ManagedCursorImpl`, reduced to what the four seed
+//! `ManagedLedgerImpl` / `ManagedCursorImpl`, reduced to what the four
 //! components and the simulator need).
 //!
 //! - [`ManagedLedger::append`] / [`ManagedLedger::append_batch`] return the new
@@ -15,6 +15,9 @@
 //!   ([`ManagedLedger::mark_ledger_lost`]) fails reads with
 //!   [`LedgerError::LedgerNotExist`] unless
 //!   [`LedgerConfig::auto_skip_non_recoverable_data`] is on.
+//! - [`ManagedLedger::trim_consumed_ledgers`] deletes the ledgers every
+//!   durable cursor has consumed, under a [`RetentionPolicy`] (Pulsar's
+//!   consumed-ledger trimming; what holds a ledger is in `trim.rs`).
 //! - Storage is a [`LedgerStore`]: [`RedbStore`] (durable, default) or
 //!   [`MemoryStore`] (tests).
 //!
@@ -32,7 +35,7 @@
 //! | spec | invariant | functions | tests |
 //! |---|---|---|---|
 //! | `LedgerCursor` | `ReadAfterMarkDelete` | [`ManagedCursor::read_entries`], [`ManagedCursor::mark_delete`] | `mark_delete_rewind_and_reset`, `append_rolls_over_and_reads_in_order`, `cursor_matches_reference_model` |
-//! | `LedgerCursor` | `MarkDeleteConfirmed`, `MarkDeleteMonotone` | [`ManagedCursor::mark_delete`] | `l2_mark_delete_rejects_invalid_positions_and_ranges`, `cursor_matches_reference_model` |
+//! | `LedgerCursor` | `MarkDeleteConfirmed`, `MarkDeleteMonotone` | [`ManagedCursor::mark_delete`] | `mark_delete_rejects_invalid_positions_and_ranges`, `cursor_matches_reference_model` |
 //! | `LedgerCursor` | `RewindLandsOnNext` | [`ManagedCursor::rewind`], [`ManagedLedger::open_cursor`] | `mark_delete_rewind_and_reset`, `cursor_matches_reference_model` |
 //! | `LedgerCursor` | `MarkDeleteMonotone` | [`ManagedCursor::reset`] | `mark_delete_rewind_and_reset`, `cursor_matches_reference_model` |
 //!
@@ -97,6 +100,7 @@ mod error;
 mod faults;
 mod managed_ledger;
 mod store;
+mod trim;
 
 pub use cursor::{ManagedCursor, PersistedDeletionState, ReadSkip};
 pub use error::{LedgerError, ReadFailureKind, StoreError};
@@ -107,3 +111,4 @@ pub use store::{
     AppendSegment, LedgerStore, MemoryStore, RedbStore, StoredCursor, StoredLedger,
     StoredLedgerInfo, SyncMode, DEFAULT_CACHE_BYTES,
 };
+pub use trim::{RetentionPolicy, TrimOutcome};

@@ -22,6 +22,11 @@ pub struct StoredLedgerInfo {
     /// The ledger's data was lost/deleted: reads of it fail with
     /// `LedgerNotExist`, but it stays in the ledger list.
     pub lost: bool,
+    /// Payload bytes stored in the ledger (Pulsar's `LedgerInfo.size`; 0
+    /// once its data is lost). Not a stored record: [`RedbStore`] sums it
+    /// from the entries when it loads the ledger list. Counted by the retention size limit of
+    /// [`ManagedLedger::trim_consumed_ledgers`](super::ManagedLedger::trim_consumed_ledgers).
+    pub size_bytes: u64,
 }
 
 /// Persisted state of one managed ledger.
@@ -83,6 +88,12 @@ pub trait LedgerStore: Send + Sync + std::fmt::Debug {
     /// Drops the data of ledger `ledger_id` and marks it lost (simulates a
     /// deleted BookKeeper ledger). Idempotent.
     fn mark_ledger_lost(&self, name: &str, ledger_id: i64) -> Result<(), StoreError>;
+    /// Deletes ledgers `ledger_ids` of managed ledger `name` in ONE atomic
+    /// write: their entries, sizes and ledger-list rows (Pulsar's consumed
+    /// ledger trimming, after which the space is free for reuse). Unknown
+    /// ids are ignored. After a crash either every listed ledger is gone or
+    /// none is.
+    fn delete_ledgers(&self, name: &str, ledger_ids: &[i64]) -> Result<(), StoreError>;
     /// Loads cursor `cursor` of managed ledger `name`.
     fn load_cursor(&self, name: &str, cursor: &str) -> Result<Option<StoredCursor>, StoreError>;
     /// Persists the mark-delete position and individually deleted ranges of
@@ -196,6 +207,7 @@ impl LedgerStore for MemoryStore {
                 .entry(seg.ledger_id)
                 .or_default();
             info.entries = seg.first_entry_id + seg.payloads.len() as i64;
+            info.size_bytes += payload_bytes(seg.payloads);
         }
         Ok(())
     }
@@ -238,6 +250,27 @@ impl LedgerStore for MemoryStore {
             .and_then(|l| l.ledgers.get_mut(&ledger_id))
         {
             info.lost = true;
+            info.size_bytes = 0;
+        }
+        Ok(())
+    }
+
+    fn delete_ledgers(&self, name: &str, ledger_ids: &[i64]) -> Result<(), StoreError> {
+        let mut inner = self.inner.lock();
+        for &ledger_id in ledger_ids {
+            let lo = (name.to_string(), ledger_id, i64::MIN);
+            let hi = (name.to_string(), ledger_id, i64::MAX);
+            let keys: Vec<_> = inner
+                .entries
+                .range(lo..=hi)
+                .map(|(k, _)| k.clone())
+                .collect();
+            for k in keys {
+                inner.entries.remove(&k);
+            }
+            if let Some(l) = inner.ledgers.get_mut(name) {
+                l.ledgers.remove(&ledger_id);
+            }
         }
         Ok(())
     }
@@ -659,6 +692,11 @@ fn remove_chunks(
     Ok(())
 }
 
+/// Payload bytes of one append segment.
+fn payload_bytes(payloads: &[&[u8]]) -> u64 {
+    payloads.iter().map(|p| p.len() as u64).sum()
+}
+
 fn encode_ranges(ranges: &[(Position, Position)]) -> Vec<u8> {
     let mut out = Vec::with_capacity(ranges.len() * 32);
     for (lo, hi) in ranges {
@@ -699,7 +737,24 @@ impl LedgerStore for RedbStore {
                 let (k, v) = row?;
                 let (_, id) = k.value();
                 let (entries, lost) = v.value();
-                out.ledgers.insert(id, StoredLedgerInfo { entries, lost });
+                out.ledgers.insert(
+                    id,
+                    StoredLedgerInfo {
+                        entries,
+                        lost,
+                        size_bytes: 0,
+                    },
+                );
+            }
+            // Sizes are not a stored record: summed from the entries (one
+            // pass over the managed ledger's entries at open; trimming keeps
+            // it short), so the write path is unchanged.
+            let e = txn.open_table(ENTRIES)?;
+            for row in e.range((name, i64::MIN, i64::MIN)..=(name, i64::MAX, i64::MAX))? {
+                let (k, v) = row?;
+                if let Some(info) = out.ledgers.get_mut(&k.value().1) {
+                    info.size_bytes += v.value().len() as u64;
+                }
             }
             Ok(out)
         })
@@ -775,6 +830,25 @@ impl LedgerStore for RedbStore {
                 let mut l = txn.open_table(LEDGERS)?;
                 let entries = l.get((name, ledger_id))?.map(|v| v.value().0).unwrap_or(0);
                 l.insert((name, ledger_id), (entries, true))?;
+            }
+            txn.commit()?;
+            Ok(())
+        })
+    }
+
+    fn delete_ledgers(&self, name: &str, ledger_ids: &[i64]) -> Result<(), StoreError> {
+        contained("delete_ledgers", || {
+            let txn = self.begin()?;
+            {
+                let mut e = txn.open_table(ENTRIES)?;
+                let mut l = txn.open_table(LEDGERS)?;
+                for &ledger_id in ledger_ids {
+                    e.retain_in(
+                        (name, ledger_id, i64::MIN)..=(name, ledger_id, i64::MAX),
+                        |_, _| false,
+                    )?;
+                    l.remove((name, ledger_id))?;
+                }
             }
             txn.commit()?;
             Ok(())
@@ -991,7 +1065,14 @@ impl RedbStore {
                             .entry(name.to_string())
                             .or_default()
                             .ledgers
-                            .insert(id, StoredLedgerInfo { entries, lost });
+                            .insert(
+                                id,
+                                StoredLedgerInfo {
+                                    entries,
+                                    lost,
+                                    size_bytes: 0,
+                                },
+                            );
                     }
                 }
                 Err(e) if missing(&e) => {}
@@ -1005,6 +1086,13 @@ impl RedbStore {
                         let stats = out.entry_stats.entry(name.to_string()).or_default();
                         stats.0 += 1;
                         stats.1 += v.value().len() as u64;
+                        if let Some(info) = out
+                            .ledgers
+                            .get_mut(name)
+                            .and_then(|led| led.ledgers.get_mut(&l))
+                        {
+                            info.size_bytes += v.value().len() as u64;
+                        }
                         if keep_entries(name) {
                             out.entries
                                 .insert((name.to_string(), l, e), v.value().to_vec());

@@ -351,7 +351,6 @@ impl PendingAckHandle {
                 return;
             }
             c.state = HandleState::Initializing;
-            #[cfg(feature = "trace")]
             crate::trace::pending_ack::h_timer(&self.inner.name);
             // At most one retry timer is armed: an init ahead of the pending
             // retry (an embedder's call) replaces it. Called by that timer,
@@ -731,7 +730,6 @@ impl PendingAckHandle {
         let (waiters, queued) = {
             let mut c = self.inner.core.lock();
             if c.state != HandleState::Initializing {
-                #[cfg(feature = "trace")]
                 crate::trace::pending_ack::h_done(&self.inner.name, c.state.name());
                 error!(handle = %self.inner.name, state = c.state.name(), "pending-ack replay completed but the handle is no longer initializing");
                 return;
@@ -739,7 +737,6 @@ impl PendingAckHandle {
             c.state = HandleState::Ready;
             // HDone is recorded under the core lock, where the attempt's end
             // takes effect: no other thread sees the new state before it.
-            #[cfg(feature = "trace")]
             crate::trace::pending_ack::h_done(&self.inner.name, c.state.name());
             c.stats.completed = Some(report.clone());
             (
@@ -775,14 +772,10 @@ impl PendingAckHandle {
     /// [`schedule_retry`](Self::schedule_retry); `attempt_end`: called
     /// where a replay attempt ended (the spec's `HDone`, recorded under the
     /// core lock).
-    #[cfg_attr(not(feature = "trace"), allow(unused_variables))]
     fn schedule_retry_at(&self, e: PendingAckError, attempt_end: bool) {
         let mut c = self.inner.core.lock();
         if c.state == HandleState::Close {
-            #[cfg(feature = "trace")]
-            if attempt_end {
-                crate::trace::pending_ack::h_done(&self.inner.name, c.state.name());
-            }
+            crate::trace::pending_ack::h_done_at_end(&self.inner.name, attempt_end, c.state.name());
             return;
         }
         c.state = HandleState::None;
@@ -794,10 +787,7 @@ impl PendingAckHandle {
             .timer
             .schedule(delay, Box::new(move || me.init()));
         c.retry_timer = Some(id);
-        #[cfg(feature = "trace")]
-        if attempt_end {
-            crate::trace::pending_ack::h_done(&self.inner.name, c.state.name());
-        }
+        crate::trace::pending_ack::h_done_at_end(&self.inner.name, attempt_end, c.state.name());
         drop(c);
         warn!(handle = %self.inner.name, error = %e, delay_ms = delay, "pending-ack replay attempt failed; retrying init after backoff");
     }
@@ -808,15 +798,15 @@ impl PendingAckHandle {
 
     /// [`give_up`](Self::give_up); `attempt_end` as for
     /// [`schedule_retry_at`](Self::schedule_retry_at).
-    #[cfg_attr(not(feature = "trace"), allow(unused_variables))]
     fn give_up_at(&self, e: PendingAckError, attempt_end: bool) {
         let (waiters, queued, err) = {
             let mut c = self.inner.core.lock();
             if c.state == HandleState::Close {
-                #[cfg(feature = "trace")]
-                if attempt_end {
-                    crate::trace::pending_ack::h_done(&self.inner.name, c.state.name());
-                }
+                crate::trace::pending_ack::h_done_at_end(
+                    &self.inner.name,
+                    attempt_end,
+                    c.state.name(),
+                );
                 return;
             }
             let err = PendingAckError::InitFailed {
@@ -825,10 +815,7 @@ impl PendingAckHandle {
             };
             c.state = HandleState::Error;
             c.error = Some(err.clone());
-            #[cfg(feature = "trace")]
-            if attempt_end {
-                crate::trace::pending_ack::h_done(&self.inner.name, c.state.name());
-            }
+            crate::trace::pending_ack::h_done_at_end(&self.inner.name, attempt_end, c.state.name());
             (
                 std::mem::take(&mut c.waiters),
                 std::mem::take(&mut c.queued),

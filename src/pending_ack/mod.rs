@@ -1,4 +1,4 @@
-//! Pending-ack replay (seed 001): rebuilding a subscription's transactional
+//! Pending-ack replay: rebuilding a subscription's transactional
 //! pending acks from its pending-ack log, with a replay that ends every
 //! failed attempt, never issues a read after a failure, rewinds the cursor,
 //! and retries transient failures with backoff on a timer instead of

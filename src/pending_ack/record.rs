@@ -7,7 +7,7 @@
 //! holding several records. A plain record can never start with `0x0e`: that
 //! byte would be a protobuf key with the invalid wire type 6, so the two
 //! forms are unambiguous (Pulsar's `TxnBatchedPositionImpl` / batched
-//! pending-ack entries, seed 001).
+//! pending-ack entries).
 //!
 //! Decoding never panics: bad bytes give [`PendingAckError::Decode`], which
 //! fails the replay attempt as non-retryable.

@@ -1,6 +1,6 @@
 //! One replay attempt of the pending-ack log (Pulsar's
-//! `MLPendingAckStore.replayAsync` + `FillEntryQueueCallback`, as fixed by
-//! seed 001).
+//! `MLPendingAckStore.replayAsync` + `FillEntryQueueCallback`; a read
+//! failure it does not classify ends the replay).
 //!
 //! The attempt reads ahead of processing: the replay thread's
 //! [`ReplayAttempt::fill_queue`] issues at most one read of
@@ -21,9 +21,9 @@
 //! very code; `specs/PendingAckReplay.tla` checks the protocol. Between the
 //! two loads and between the two stores are the test hook points
 //! [`hook::Point::FillQueueBetweenLoads`] and
-//! [`hook::Point::ReadFailedBetweenStores`] (one relaxed load when no hook
-//! is installed), where the simulator's `replay_race` stage places the
-//! other thread's operation on every run.
+//! [`hook::Point::ReadFailedBetweenStores`] (nothing without the
+//! `race-hooks` feature), where the simulator's `replay_race` stage places
+//! the other thread's operation on every run.
 //!
 //! Start of an attempt: the cursor is cached and shared, so its read
 //! position may be anywhere; [`ReplayAttempt::run`] first rewinds it to the
@@ -332,14 +332,12 @@ impl ReplayAttempt {
     pub fn fill_queue(self: &Arc<Self>) -> bool {
         let queued = self.shared.lock().queue.len();
         let room = queued + self.config.read_batch < self.config.queue_capacity;
-        #[cfg(feature = "trace")]
         crate::trace::pending_ack::fq_room(&self.name, queued, room);
         if room && self.may_issue_read() {
             let more = self.cursor.has_more_entries();
             if more {
                 self.outstanding_reads.fetch_add(1, Ordering::SeqCst);
                 self.reads_issued.fetch_add(1, Ordering::SeqCst);
-                #[cfg(feature = "trace")]
                 crate::trace::pending_ack::fq_issue(&self.name, true);
                 self.dispatcher.dispatch(ReadJob {
                     attempt: Arc::clone(self),
@@ -353,13 +351,9 @@ impl ReplayAttempt {
                 // drained_check_never_loses_the_last_read pins this order).
                 self.is_readable.store(false, Ordering::SeqCst);
             }
-            #[cfg(feature = "trace")]
-            if !more {
-                crate::trace::pending_ack::fq_issue(&self.name, false);
-            }
+            crate::trace::pending_ack::fq_no_more(&self.name, more);
         }
         let readable = self.is_readable.load(Ordering::SeqCst);
-        #[cfg(feature = "trace")]
         crate::trace::pending_ack::fq_ret(&self.name, readable);
         readable
     }
@@ -368,8 +362,8 @@ impl ReplayAttempt {
     /// failure" hold: R1 (no read outstanding) FIRST, and only if it held,
     /// R2 (`is_readable`). Between them is the test hook point
     /// [`hook::Point::FillQueueBetweenLoads`] (the simulator's
-    /// `replay_race` stage completes a read failure there; one relaxed
-    /// load when no hook is installed).
+    /// `replay_race` stage completes a read failure there; nothing
+    /// without the `race-hooks` feature).
     fn may_issue_read(&self) -> bool {
         if !self.no_outstanding_read() {
             return false;
@@ -381,7 +375,6 @@ impl ReplayAttempt {
     /// `fill_queue`'s first load (R1): no read is outstanding.
     fn no_outstanding_read(&self) -> bool {
         let outstanding = self.outstanding_reads.load(Ordering::SeqCst);
-        #[cfg(feature = "trace")]
         crate::trace::pending_ack::fq_count(&self.name, outstanding);
         outstanding == 0
     }
@@ -389,7 +382,6 @@ impl ReplayAttempt {
     /// `fill_queue`'s second load (R2), only after R1 saw no outstanding read.
     fn readable_for_fill(&self) -> bool {
         let readable = self.is_readable.load(Ordering::SeqCst);
-        #[cfg(feature = "trace")]
         crate::trace::pending_ack::fq_flag(&self.name, readable);
         readable
     }
@@ -401,12 +393,8 @@ impl ReplayAttempt {
     pub fn read_complete(&self, entries: Vec<Entry>) {
         let released = {
             let mut s = self.shared.lock();
-            #[cfg(feature = "trace")]
-            crate::trace::pending_ack::read_ok(
-                &self.name,
-                self.cursor.read_position(),
-                s.queue.len() + if s.stopped { 0 } else { entries.len() },
-            );
+            let queued = s.queue.len() + if s.stopped { 0 } else { entries.len() };
+            crate::trace::pending_ack::read_ok(&self.name, &self.cursor, queued);
             if s.stopped {
                 entries
             } else {
@@ -419,7 +407,6 @@ impl ReplayAttempt {
         }
         drop(released);
         self.outstanding_reads.fetch_sub(1, Ordering::SeqCst);
-        #[cfg(feature = "trace")]
         crate::trace::pending_ack::env_finish(&self.name, "dec");
         self.wake();
     }
@@ -429,7 +416,6 @@ impl ReplayAttempt {
     /// (W2); THEN the outstanding counter is decremented (W3). Any thread,
     /// including the replay thread inside `fill_queue`.
     pub fn read_failed(&self, error: LedgerError) {
-        #[cfg(feature = "trace")]
         crate::trace::pending_ack::read_fail(&self.name, &error);
         match classify(&error, self.auto_skip) {
             FailureDisposition::FailsAttempt => {
@@ -447,14 +433,12 @@ impl ReplayAttempt {
             }
         }
         self.is_readable.store(false, Ordering::SeqCst);
-        #[cfg(feature = "trace")]
         crate::trace::pending_ack::env_finish(&self.name, "w2");
         // Test hook point between the two stores (the `replay_race` stage
         // runs a whole `fill_queue` pass of the replay thread here;
-        // one relaxed load when no hook is installed).
+        // nothing without the `race-hooks` feature).
         hook::at(hook::Point::ReadFailedBetweenStores);
         self.outstanding_reads.fetch_sub(1, Ordering::SeqCst);
-        #[cfg(feature = "trace")]
         crate::trace::pending_ack::env_finish(&self.name, "w3");
         self.wake();
     }
@@ -464,14 +448,11 @@ impl ReplayAttempt {
     /// gives back its outstanding-read count and touches nothing.
     fn run_read(&self, max_entries: usize) {
         let _gate = self.read_gate.lock();
-        #[cfg(feature = "trace")]
         crate::trace::pending_ack::env_take(&self.name);
         if self.shared.lock().stopped {
             debug!(handle = %self.name, "pending-ack replay already stopped; late read not performed");
-            #[cfg(feature = "trace")]
-            crate::trace::pending_ack::read_ok(&self.name, self.cursor.read_position(), 0);
+            crate::trace::pending_ack::read_ok(&self.name, &self.cursor, 0);
             self.outstanding_reads.fetch_sub(1, Ordering::SeqCst);
-            #[cfg(feature = "trace")]
             crate::trace::pending_ack::env_finish(&self.name, "dec");
             self.wake();
             return;
@@ -564,12 +545,7 @@ impl ReplayAttempt {
                                 "pending-ack replay ended by a read failure that completes the replay"
                             );
                         }
-                        #[cfg(feature = "trace")]
-                        crate::trace::pending_ack::r_end(
-                            &self.name,
-                            "complete",
-                            self.cursor.read_position(),
-                        );
+                        crate::trace::pending_ack::r_end(&self.name, "complete", &self.cursor);
                         Ok(ReplayReport {
                             entries_applied,
                             records_applied,
@@ -590,8 +566,7 @@ impl ReplayAttempt {
     /// for outstanding reads: a lost callback must not hold the executor.
     fn fail(&self, error: PendingAckError) -> PendingAckError {
         self.cursor.rewind();
-        #[cfg(feature = "trace")]
-        crate::trace::pending_ack::r_end(&self.name, "failed", self.cursor.read_position());
+        crate::trace::pending_ack::r_end(&self.name, "failed", &self.cursor);
         debug!(handle = %self.name, %error, read_position = %self.cursor.read_position(), "pending-ack replay attempt failed; cursor rewound");
         error
     }
@@ -608,31 +583,26 @@ impl ReplayAttempt {
         // the mark-delete): every attempt reads from the first entry after
         // the mark-delete, where `current` starts.
         self.cursor.rewind();
-        #[cfg(feature = "trace")]
-        crate::trace::pending_ack::h_start(&self.name, self.cursor.read_position());
+        crate::trace::pending_ack::h_start(&self.name, &self.cursor);
         let mut current = self.start_position;
         let mut entries = 0u64;
         let mut records = 0u64;
         loop {
             if self.interrupted.load(Ordering::SeqCst) {
-                #[cfg(feature = "trace")]
                 crate::trace::pending_ack::r_loop(&self.name, "end");
                 return Err(PendingAckError::Interrupted {
                     name: self.name.clone(),
                 });
             }
             if self.lac_snapshot <= current {
-                #[cfg(feature = "trace")]
                 crate::trace::pending_ack::r_loop(&self.name, "end");
                 return Ok((true, entries, records));
             }
-            #[cfg(feature = "trace")]
             crate::trace::pending_ack::r_loop(&self.name, "fq_room");
             if !self.fill_queue() {
                 return self.drained_end(current, entries, records);
             }
             let polled = self.poll();
-            #[cfg(feature = "trace")]
             crate::trace::pending_ack::poll(&self.name, polled.as_ref().map(|e| e.position));
             match polled {
                 Some(entry) => {

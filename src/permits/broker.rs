@@ -22,7 +22,7 @@
 //! back.
 //!
 //! Corresponds to Pulsar's `Consumer.sendMessages`, `SendMessagesResult` and
-//! the persistent Shared dispatcher's permit bookkeeping (seed 003).
+//! the persistent Shared dispatcher's permit bookkeeping (PIP-491).
 //!
 //! Concurrency: these types are plain state machines (`&mut self`); the
 //! broker serialises access per subscription (Pulsar's dispatcher is
@@ -445,7 +445,6 @@ impl Consumer {
         for (i, entry) in entries.into_iter().enumerate() {
             let Some(p) = result.permits(i) else { continue };
             self.pending.insert(entry.position, p);
-            #[cfg(feature = "trace")]
             crate::trace::permits::broker_send((self.key.connection_id, self.key.consumer_id), p);
             let full = entry.ack_set.is_empty()
                 || wire::popcount_below(&entry.ack_set, entry.batch_size) == entry.batch_size;
@@ -531,7 +530,6 @@ impl SharedDispatcher {
             return Err(BrokerPermitError::DuplicateConsumer(key));
         }
         self.consumers.insert(key, Consumer::new(key, epoch));
-        #[cfg(feature = "trace")]
         crate::trace::permits::broker_recv_subscribe((key.connection_id, key.consumer_id));
         Ok(())
     }
@@ -562,7 +560,6 @@ impl SharedDispatcher {
         key: ConsumerKey,
         permits: u32,
     ) -> Result<(), BrokerPermitError> {
-        #[cfg(feature = "trace")]
         crate::trace::permits::broker_recv_flow((key.connection_id, key.consumer_id), permits);
         let c = self
             .consumers
@@ -638,7 +635,6 @@ impl SharedDispatcher {
                 tracing::warn!(consumer = ?key, %reason, "message write failed: removing consumer");
                 match self.remove(key) {
                     Ok(r) => {
-                        #[cfg(feature = "trace")]
                         crate::trace::permits::broker_remove(
                             (key.connection_id, key.consumer_id),
                             "write",
@@ -662,7 +658,6 @@ impl SharedDispatcher {
         &mut self,
         key: ConsumerKey,
     ) -> Result<RemovedConsumer, BrokerPermitError> {
-        #[cfg(feature = "trace")]
         crate::trace::permits::broker_recv_close((key.connection_id, key.consumer_id));
         self.remove(key)
     }
@@ -696,7 +691,6 @@ impl SharedDispatcher {
         keys.into_iter()
             .filter_map(|k| {
                 let r = self.remove(k).ok()?;
-                #[cfg(feature = "trace")]
                 crate::trace::permits::broker_remove(
                     (k.connection_id, k.consumer_id),
                     "connection",

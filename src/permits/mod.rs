@@ -1,4 +1,4 @@
-//! PIP-491 exact permit accounting (seed 003): the broker debits exactly P
+//! PIP-491 exact permit accounting: the broker debits exactly P
 //! permits per delivered command, tells the client P on the wire
 //! (`CommandMessage.message_permits`), and the client returns exactly P to
 //! exactly the broker-consumer incarnation that was debited.

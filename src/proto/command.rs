@@ -52,6 +52,7 @@ pub mod ty {
     pub const LOOKUP_RESPONSE: i32 = 24;
     pub const GET_LAST_MESSAGE_ID: i32 = 29;
     pub const GET_LAST_MESSAGE_ID_RESPONSE: i32 = 30;
+    pub const ACTIVE_CONSUMER_CHANGE: i32 = 31;
     pub const GET_SCHEMA: i32 = 34;
     pub const GET_SCHEMA_RESPONSE: i32 = 35;
     pub const ACK_RESPONSE: i32 = 38;
@@ -82,12 +83,14 @@ pub mod server_error {
     pub const UNSUPPORTED_VERSION_ERROR: i32 = 10;
     pub const TOPIC_NOT_FOUND: i32 = 11;
     pub const CONSUMER_NOT_FOUND: i32 = 13;
+    pub const PRODUCER_BUSY: i32 = 16;
     pub const INVALID_TOPIC_NAME: i32 = 17;
     pub const TRANSACTION_COORDINATOR_NOT_FOUND: i32 = 20;
     pub const INVALID_TXN_STATUS: i32 = 21;
     pub const NOT_ALLOWED_ERROR: i32 = 22;
     pub const TRANSACTION_CONFLICT: i32 = 23;
     pub const TRANSACTION_NOT_FOUND: i32 = 24;
+    pub const PRODUCER_FENCED: i32 = 25;
 }
 
 /// `CommandConnect`.
@@ -195,6 +198,12 @@ pub struct CommandProducer {
     /// `producer_name = 4`.
     #[prost(string, optional, tag = "4")]
     pub producer_name: Option<String>,
+    /// `producer_access_mode = 10` (`ProducerAccessMode`), default Shared (0).
+    #[prost(int32, optional, tag = "10", default = "0")]
+    pub producer_access_mode: Option<i32>,
+    /// `topic_epoch = 11`: the epoch a reconnecting exclusive producer held.
+    #[prost(uint64, optional, tag = "11")]
+    pub topic_epoch: Option<u64>,
 }
 
 /// `CommandProducerSuccess`.
@@ -209,6 +218,14 @@ pub struct CommandProducerSuccess {
     /// `last_sequence_id = 3`, optional int64, default -1.
     #[prost(int64, optional, tag = "3", default = "-1")]
     pub last_sequence_id: Option<i64>,
+    /// `topic_epoch = 5`.
+    #[prost(uint64, optional, tag = "5")]
+    pub topic_epoch: Option<u64>,
+    /// `producer_ready = 6`, default true (false: a `WaitForExclusive`
+    /// producer is queued; a second PRODUCER_SUCCESS with the same
+    /// request id follows when it gets the topic).
+    #[prost(bool, optional, tag = "6", default = "true")]
+    pub producer_ready: Option<bool>,
 }
 
 /// `CommandSend`.
@@ -348,35 +365,21 @@ pub struct CommandAckResponse {
     pub request_id: Option<u64>,
 }
 
+/// `CommandActiveConsumerChange` (Failover: whether the consumer is the
+/// active one).
+#[derive(Clone, PartialEq, Message)]
+pub struct CommandActiveConsumerChange {
+    /// `consumer_id = 1`, required.
+    #[prost(uint64, required, tag = "1")]
+    pub consumer_id: u64,
+    /// `is_active = 2`, optional bool, default false.
+    #[prost(bool, optional, tag = "2", default = "false")]
+    pub is_active: Option<bool>,
+}
+
 /// `CommandPing` / `CommandPong` (no fields).
 #[derive(Clone, PartialEq, Message)]
 pub struct Empty {}
-
-/// `MessageMetadata`: the fields dispatch reads (key, batch size, delay).
-#[derive(Clone, PartialEq, Message)]
-pub struct DispatchMetadata {
-    /// `partition_key = 6`.
-    #[prost(string, optional, tag = "6")]
-    pub partition_key: Option<String>,
-    /// `compression = 8` (`CompressionType`, 0 = NONE).
-    #[prost(int32, optional, tag = "8")]
-    pub compression: Option<i32>,
-    /// `uncompressed_size = 9`.
-    #[prost(uint32, optional, tag = "9")]
-    pub uncompressed_size: Option<u32>,
-    /// `num_messages_in_batch = 11`, default 1.
-    #[prost(int32, optional, tag = "11", default = "1")]
-    pub num_messages_in_batch: Option<i32>,
-    /// `partition_key_b64_encoded = 17`, default false.
-    #[prost(bool, optional, tag = "17", default = "false")]
-    pub partition_key_b64_encoded: Option<bool>,
-    /// `ordering_key = 18`.
-    #[prost(bytes = "vec", optional, tag = "18")]
-    pub ordering_key: Option<Vec<u8>>,
-    /// `deliver_at_time = 19`, epoch milliseconds.
-    #[prost(int64, optional, tag = "19")]
-    pub deliver_at_time: Option<i64>,
-}
 
 /// `BaseCommand` with every command the broker core reads or writes.
 #[derive(Clone, PartialEq, Message)]
@@ -459,6 +462,9 @@ pub struct BrokerCommand {
     #[prost(message, optional, tag = "30")]
     #[allow(missing_docs)]
     pub get_last_message_id_response: Option<CommandGetLastMessageIdResponse>,
+    #[prost(message, optional, tag = "31")]
+    #[allow(missing_docs)]
+    pub active_consumer_change: Option<CommandActiveConsumerChange>,
     #[prost(message, optional, tag = "35")]
     #[allow(missing_docs)]
     pub get_schema_response: Option<CommandGetSchemaResponse>,
@@ -597,6 +603,24 @@ mod tests {
         assert_eq!(request_id_tag(18), None);
         // Truncated bytes are None, not a panic.
         assert_eq!(nested_varint(&raw[..raw.len() - 1], 28, tag), None);
+    }
+
+    #[test]
+    fn active_consumer_change_bytes_are_protocs() {
+        // type=31, field 31 {consumer_id=7, is_active=false}: the default
+        // value is on the wire (proto2 presence), as protoc writes a set field.
+        let cmd = BrokerCommand {
+            r#type: ty::ACTIVE_CONSUMER_CHANGE,
+            active_consumer_change: Some(CommandActiveConsumerChange {
+                consumer_id: 7,
+                is_active: Some(false),
+            }),
+            ..Default::default()
+        };
+        assert_eq!(
+            cmd.encode_to_vec(),
+            vec![0x08, 31, 0xfa, 0x01, 4, 0x08, 7, 0x10, 0]
+        );
     }
 
     #[test]

@@ -50,9 +50,8 @@
 
 use prost::Message;
 
-use crate::proto::wire::{
-    self, BaseCommand, Command, MessageMetadata, SingleMessageMetadata, WireError,
-};
+use crate::proto::metadata::{MessageMetadata, SingleMessageMetadata};
+use crate::proto::wire::{self, BaseCommand, Command, WireError};
 
 /// Magic number that precedes the crc32c of an entry payload.
 pub const MAGIC_CRC32C: u16 = 0x0e01;
@@ -349,7 +348,7 @@ pub fn parse_entry_payload(buf: &[u8]) -> Result<EntryPayload<'_>, PayloadError>
     }
     let size = read_u32(buf, at, "metadata size").map_err(PayloadError::Metadata)?;
     let md_bytes = take(buf, at + 4, size, "MessageMetadata").map_err(PayloadError::Metadata)?;
-    let metadata = wire::decode_message_metadata(md_bytes).map_err(|source| {
+    let metadata = super::metadata::decode_message_metadata(md_bytes).map_err(|source| {
         PayloadError::Metadata(FrameError::Proto {
             what: "MessageMetadata",
             source,
@@ -378,9 +377,11 @@ pub fn read_batch_message_header(
 ) -> Result<(SingleMessageMetadata, usize), FrameError> {
     let size = read_u32(batch, at, "SingleMessageMetadata size")?;
     let bytes = take(batch, at + 4, size, "SingleMessageMetadata")?;
-    let smm = wire::decode_single_message_metadata(bytes).map_err(|source| FrameError::Proto {
-        what: "SingleMessageMetadata",
-        source,
+    let smm = super::metadata::decode_single_message_metadata(bytes).map_err(|source| {
+        FrameError::Proto {
+            what: "SingleMessageMetadata",
+            source,
+        }
     })?;
     if smm.payload_size < 0 {
         return Err(FrameError::NegativePayloadSize(smm.payload_size));
@@ -436,18 +437,7 @@ pub fn encode_entry_payload(
     metadata: &MessageMetadata,
     messages: &[(SingleMessageMetadata, Vec<u8>)],
 ) -> Vec<u8> {
-    encode_entry_payload_with(metadata, metadata.num_messages_in_batch.is_some(), messages)
-}
-
-/// [`encode_entry_payload`] for any `MessageMetadata` message (a caller's
-/// own view of it with more of Pulsar's fields, e.g. `partition_key` or
-/// `deliver_at_time`); `batched` is whether it sets
-/// `num_messages_in_batch`.
-pub fn encode_entry_payload_with(
-    metadata: &impl Message,
-    batched: bool,
-    messages: &[(SingleMessageMetadata, Vec<u8>)],
-) -> Vec<u8> {
+    let batched = metadata.num_messages_in_batch.is_some();
     let mut body = Vec::new();
     let md = metadata.encode_to_vec();
     body.extend_from_slice(&(md.len() as u32).to_be_bytes());

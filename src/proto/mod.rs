@@ -8,9 +8,10 @@
 //!
 //! | submodule | what it holds | Pulsar counterpart |
 //! |---|---|---|
-//! | [`wire`] | the commands of the consumer path (`BaseCommand`, `CommandMessage`, `CommandFlow`, `CommandSubscribe`, `CommandAck`, ...), `MessageIdData`, `MessageMetadata`, `SingleMessageMetadata`, required-field checks; `ack_set` helpers | `PulsarApi.proto` |
+//! | [`wire`] | the commands of the consumer path (`BaseCommand`, `CommandMessage`, `CommandFlow`, `CommandSubscribe`, `CommandAck`, ...), `MessageIdData`, required-field checks; `ack_set` helpers | `PulsarApi.proto` |
+//! | [`metadata`] | `MessageMetadata` with every field (`deliver_at_time`, transaction ids, chunking, keys, ...), `SingleMessageMetadata`, `KeyValue`, `EncryptionKeys` | `PulsarApi.proto` |
 //! | [`command`] | the broker core's envelope (`BaseCommand` with every command it handles: connect, lookup, producer, send, errors, transactions) | `PulsarApi.proto` |
-//! | [`txn`] | transaction commands, the marker types, the coordinator's log entry | `PulsarApi.proto`, `PulsarTransactionMetadata.proto` |
+//! | [`txn`] | transaction commands, the markers' metadata and entries, the coordinator's log entry | `PulsarApi.proto`, `PulsarTransactionMetadata.proto` |
 //! | [`frame`] | simple / payload frames, entry payload (`0x0e01` crc32c, `0x0e02` broker-entry prefix), batch framing | `Commands` (binary protocol framing) |
 //! | [`presence`] | the proto2 `required`-field presence walk shared by every decoder | protobuf-java `isInitialized` |
 //!
@@ -19,6 +20,7 @@
 
 pub mod command;
 pub mod frame;
+pub mod metadata;
 pub mod presence;
 pub mod txn;
 pub mod wire;

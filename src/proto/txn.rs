@@ -1,11 +1,14 @@
 //! The transaction messages of Pulsar's `PulsarApi.proto` (proto2, the
 //! coordinator commands of PIP-31), the coordinator's log record
 //! (`PulsarTransactionMetadata.proto`'s `TransactionMetadataEntry`) and the
-//! transaction-marker `MessageMetadata` (`Markers.newTxnMarker`). Field
+//! transaction markers' `MessageMetadata` ([`txn_marker`], `Markers.newTxnMarker`). Field
 //! numbers, labels and defaults are Pulsar's; optional fields are `Option`
 //! so an explicit value (also 0) is on the wire as protoc writes it.
 
 use prost::Message;
+
+use super::frame::encode_entry_payload;
+use super::metadata::{MessageMetadata, SingleMessageMetadata};
 
 /// `TxnAction`: `COMMIT = 0`, `ABORT = 1`.
 pub mod txn_action {
@@ -215,63 +218,33 @@ pub struct TransactionMetadataEntry {
     pub max_sequence_id: Option<u64>,
 }
 
-/// The `MessageMetadata` fields a transaction reads from an entry:
-/// `marker_type = 20`, `txnid_least_bits = 22`, `txnid_most_bits = 23`
-/// (unknown fields skipped).
-#[derive(Clone, PartialEq, Message)]
-pub struct TxnEntryMetadata {
-    /// `marker_type = 20`.
-    #[prost(int32, optional, tag = "20")]
-    pub marker_type: Option<i32>,
-    /// `txnid_least_bits = 22`.
-    #[prost(uint64, optional, tag = "22")]
-    pub txnid_least_bits: Option<u64>,
-    /// `txnid_most_bits = 23`.
-    #[prost(uint64, optional, tag = "23")]
-    pub txnid_most_bits: Option<u64>,
-}
-
-/// A transaction marker's `MessageMetadata` as `Markers.newTxnMarker`
-/// writes it: `producer_name = 1` ("pulsar.txn.marker"), `sequence_id = 2`,
-/// `publish_time = 3`, `marker_type = 20`, `txnid_least_bits = 22`,
-/// `txnid_most_bits = 23`.
-#[derive(Clone, PartialEq, Message)]
-pub struct TxnMarkerMetadata {
-    /// `producer_name = 1`, required.
-    #[prost(string, required, tag = "1")]
-    pub producer_name: String,
-    /// `sequence_id = 2`, required.
-    #[prost(uint64, required, tag = "2")]
-    pub sequence_id: u64,
-    /// `publish_time = 3`, required.
-    #[prost(uint64, required, tag = "3")]
-    pub publish_time: u64,
-    /// `marker_type = 20`.
-    #[prost(int32, optional, tag = "20")]
-    pub marker_type: Option<i32>,
-    /// `txnid_least_bits = 22`.
-    #[prost(uint64, optional, tag = "22")]
-    pub txnid_least_bits: Option<u64>,
-    /// `txnid_most_bits = 23`.
-    #[prost(uint64, optional, tag = "23")]
-    pub txnid_most_bits: Option<u64>,
-}
-
 /// Producer name of Pulsar's transaction markers.
 pub const MARKER_PRODUCER_NAME: &str = "pulsar.txn.marker";
 
-impl TxnMarkerMetadata {
-    /// The stored entry of a marker: `[0x0e01][crc32c][size][metadata]`
-    /// with an empty payload (`Commands.serializeMetadataAndPayload` with
-    /// `Crc32c`).
-    pub fn entry(&self) -> Vec<u8> {
-        let md = self.encode_to_vec();
-        let mut body = Vec::with_capacity(4 + md.len());
-        body.extend_from_slice(&(md.len() as u32).to_be_bytes());
-        body.extend_from_slice(&md);
-        let mut out = vec![0x0e, 0x01];
-        out.extend_from_slice(&crate::proto::frame::crc32c(&body).to_be_bytes());
-        out.extend_from_slice(&body);
-        out
+/// A transaction marker's `MessageMetadata` as `Markers.newTxnMarker`
+/// writes it: `producer_name` [`MARKER_PRODUCER_NAME`], `sequence_id`,
+/// `publish_time`, `marker_type` ([`marker_type`]), `txnid_least_bits`,
+/// `txnid_most_bits`; nothing else.
+pub fn txn_marker(
+    marker_type: i32,
+    sequence_id: u64,
+    publish_time: u64,
+    txnid_most_bits: u64,
+    txnid_least_bits: u64,
+) -> MessageMetadata {
+    MessageMetadata {
+        producer_name: MARKER_PRODUCER_NAME.into(),
+        sequence_id,
+        publish_time,
+        marker_type: Some(marker_type),
+        txnid_least_bits: Some(txnid_least_bits),
+        txnid_most_bits: Some(txnid_most_bits),
+        ..Default::default()
     }
+}
+
+/// The stored entry of a marker: `[0x0e01][crc32c][size][metadata]` with an
+/// empty payload (`Commands.serializeMetadataAndPayload` with `Crc32c`).
+pub fn marker_entry(metadata: &MessageMetadata) -> Vec<u8> {
+    encode_entry_payload(metadata, &[(SingleMessageMetadata::default(), Vec::new())])
 }

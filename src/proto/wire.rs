@@ -1,8 +1,10 @@
 //! Wire types of the permit protocol and the `ack_set` bitset helpers.
 //!
 //! Hand-written [`prost::Message`] structs with the field numbers, types and
-//! labels of Pulsar's `PulsarApi.proto` (proto2). Only the fields the permit
-//! protocol and the simulator need are declared; unknown fields are skipped
+//! labels of Pulsar's `PulsarApi.proto` (proto2). The entry metadata
+//! (`MessageMetadata`, `SingleMessageMetadata`) is [`super::metadata`]'s.
+//! Only the command fields the permit protocol and the simulator need are
+//! declared; unknown fields are skipped
 //! on decode, exactly as an old peer skips `message_permits` (so a decoded
 //! command re-encodes without them).
 //!
@@ -17,8 +19,6 @@
 //! | [`CommandCloseConsumer`] | consumer_id (1, req), request_id (2, req) |
 //! | [`CommandRedeliverUnacknowledgedMessages`] | consumer_id (1, req), message_ids (2, repeated), consumer_epoch (3) |
 //! | [`MessageIdData`] | ledgerId (1, req), entryId (2, req), partition (3, default -1), batch_index (4, default -1), ack_set (5, repeated int64), batch_size (6), first_chunk_message_id (7) |
-//! | [`MessageMetadata`] | producer_name (1, req), sequence_id (2, req), publish_time (3, req), num_messages_in_batch (11, default 1) |
-//! | [`SingleMessageMetadata`] | partition_key (2), payload_size (3, req), compacted_out (4, default false) |
 //!
 //! Bytes are protoc's: fields in tag order, optional fields with an explicit
 //! value (also 0) on the wire, repeated scalars **unpacked** (proto2 without
@@ -36,7 +36,7 @@
 //!
 //! | invariant | function | tests |
 //! |---|---|---|
-//! | a required-field omission is a typed error | [`decode_base_command`], [`decode_command_message`], [`decode_command_flow`], [`decode_message_metadata`], [`decode_single_message_metadata`], [`decode_message_id`] | `every_required_field_omission_is_a_typed_error`, `required_fields_of_skipped_nested_messages_are_checked` |
+//! | a required-field omission is a typed error | [`decode_base_command`], [`decode_command_message`], [`decode_command_flow`], [`decode_message_metadata`](super::metadata::decode_message_metadata), [`decode_single_message_metadata`](super::metadata::decode_single_message_metadata), [`decode_message_id`] | `every_required_field_omission_is_a_typed_error`, `required_fields_of_skipped_nested_messages_are_checked` |
 //! | `ack_set` written unpacked, read in both forms | prost `packed = "false"` | `ack_set_is_written_unpacked_and_read_in_both_forms` |
 //! | no decoder panics or over-allocates | all of the above | `tests/wire_frames.rs` fuzz |
 //!
@@ -158,40 +158,6 @@ pub struct CommandFlow {
     /// `messagePermits = 2`, required uint32.
     #[prost(uint32, required, tag = "2")]
     pub message_permits: u32,
-}
-
-/// `MessageMetadata`, reduced to the required fields and
-/// `num_messages_in_batch`.
-#[derive(Clone, PartialEq, Eq, Message)]
-pub struct MessageMetadata {
-    /// `producer_name = 1`, required string.
-    #[prost(string, required, tag = "1")]
-    pub producer_name: String,
-    /// `sequence_id = 2`, required uint64.
-    #[prost(uint64, required, tag = "2")]
-    pub sequence_id: u64,
-    /// `publish_time = 3`, required uint64 (ms since the epoch).
-    #[prost(uint64, required, tag = "3")]
-    pub publish_time: u64,
-    /// `num_messages_in_batch = 11`, optional int32, default 1: the batch
-    /// size B.
-    #[prost(int32, optional, tag = "11", default = "1")]
-    pub num_messages_in_batch: Option<i32>,
-}
-
-/// `SingleMessageMetadata`: the header of one message inside a batch.
-#[derive(Clone, PartialEq, Eq, Message)]
-pub struct SingleMessageMetadata {
-    /// `partition_key = 2`, optional string.
-    #[prost(string, optional, tag = "2")]
-    pub partition_key: Option<String>,
-    /// `payload_size = 3`, required int32 (bytes).
-    #[prost(int32, required, tag = "3")]
-    pub payload_size: i32,
-    /// `compacted_out = 4`, optional bool, default false: the message was
-    /// removed by compaction and must be skipped.
-    #[prost(bool, optional, tag = "4", default = "false")]
-    pub compacted_out: Option<bool>,
 }
 
 /// `CommandAck.AckType` (`PulsarApi.proto`), also the `ack_type` of the
@@ -585,22 +551,6 @@ pub static COMMAND_FLOW: RequiredSpec = RequiredSpec {
     required: &[(1, "consumer_id"), (2, "messagePermits")],
     nested: &[],
 };
-/// Required fields of `MessageMetadata`.
-pub static MESSAGE_METADATA: RequiredSpec = RequiredSpec {
-    message: "MessageMetadata",
-    required: &[
-        (1, "producer_name"),
-        (2, "sequence_id"),
-        (3, "publish_time"),
-    ],
-    nested: &[(4, true, &KEY_VALUE), (13, true, &ENCRYPTION_KEYS)],
-};
-/// Required fields of `SingleMessageMetadata`.
-pub static SINGLE_MESSAGE_METADATA: RequiredSpec = RequiredSpec {
-    message: "SingleMessageMetadata",
-    required: &[(3, "payload_size")],
-    nested: &[(1, true, &KEY_VALUE)],
-};
 /// Required fields of `CommandSubscribe`.
 pub static COMMAND_SUBSCRIBE: RequiredSpec = RequiredSpec {
     message: "CommandSubscribe",
@@ -682,22 +632,7 @@ pub fn decode_base_command(bytes: &[u8]) -> Result<(BaseCommand, Command), WireE
     Ok((base, cmd))
 }
 
-impl MessageMetadata {
-    /// The batch size B (`num_messages_in_batch`, 1 when absent).
-    ///
-    /// # Errors
-    /// [`WireError::InvalidBatchSize`] when the field is 0 or negative.
-    pub fn batch_size(&self) -> Result<u32, WireError> {
-        let b = self.num_messages_in_batch();
-        if b <= 0 {
-            return Err(WireError::InvalidBatchSize(b));
-        }
-        // b > 0, so the conversion is lossless.
-        Ok(b as u32)
-    }
-}
-
-fn decode_err(what: &'static str, e: prost::DecodeError) -> WireError {
+pub(crate) fn decode_err(what: &'static str, e: prost::DecodeError) -> WireError {
     WireError::Decode {
         what,
         reason: e.to_string(),
@@ -722,26 +657,6 @@ pub fn decode_command_message(bytes: &[u8]) -> Result<CommandMessage, WireError>
 pub fn decode_command_flow(bytes: &[u8]) -> Result<CommandFlow, WireError> {
     check_required(&COMMAND_FLOW, bytes)?;
     CommandFlow::decode(bytes).map_err(|e| decode_err("CommandFlow", e))
-}
-
-/// Decodes a [`MessageMetadata`].
-///
-/// # Errors
-/// [`WireError`] for truncated or malformed protobuf (including a missing
-/// required field); never panics.
-pub fn decode_message_metadata(bytes: &[u8]) -> Result<MessageMetadata, WireError> {
-    check_required(&MESSAGE_METADATA, bytes)?;
-    MessageMetadata::decode(bytes).map_err(|e| decode_err("MessageMetadata", e))
-}
-
-/// Decodes a [`SingleMessageMetadata`].
-///
-/// # Errors
-/// [`WireError`] for truncated or malformed protobuf (including a missing
-/// required field); never panics.
-pub fn decode_single_message_metadata(bytes: &[u8]) -> Result<SingleMessageMetadata, WireError> {
-    check_required(&SINGLE_MESSAGE_METADATA, bytes)?;
-    SingleMessageMetadata::decode(bytes).map_err(|e| decode_err("SingleMessageMetadata", e))
 }
 
 /// Decodes a [`MessageIdData`].
@@ -842,6 +757,7 @@ pub fn deliverable_indexes(ack_set: &[i64], batch_size: u32) -> impl Iterator<It
 #[cfg(all(test, not(any(loom, feature = "shuttle"))))]
 mod tests {
     use super::*;
+    use crate::proto::metadata::*;
     use crate::proto::presence::PresenceError;
 
     #[test]

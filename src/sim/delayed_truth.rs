@@ -29,7 +29,7 @@
 //!   indexes are not persisted again, or a restart replays them);
 //! - a recovery must restore every index the crashed tracker held that is
 //!   sealed in a live snapshot, above the recovered mark-delete and not yet
-//!   due (seed 000: recovery restores into the runtime index).
+//!   due (recovery restores them into the runtime index).
 
 use std::collections::{BTreeMap, BTreeSet};
 

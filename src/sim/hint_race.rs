@@ -1,5 +1,5 @@
 //! The `hint_race` stage of `pulsar-core simulate`: real threads on the
-//! real [`CursorDeletionState`], checking seed 004's lock-free
+//! real [`CursorDeletionState`], checking the lock-free
 //! read-scheduling hint and the locked post-I/O filter against an external
 //! oracle.
 //!
@@ -45,7 +45,7 @@
 //! A second **deterministic** part places lookups inside a mark-delete:
 //! on one thread, a mark-delete from `1:999` across the ledger boundary to
 //! `2:5` runs with a hook on the facade's write points
-//! ([`crate::sync::hook::Point::AtomicWrite`], `sim` builds only); after
+//! ([`crate::sync::hook::Point::AtomicWrite`], `race-hooks` builds only); after
 //! each atomic write the hook looks up `2:500` and `2:6`, which nothing ever
 //! deletes. A positive is a state between two writes that no complete
 //! mark-delete published (a torn mark-delete read `2:999`); such a window

@@ -9,10 +9,10 @@
 //! - [`node`]: the node engine, driving the shipped broker core
 //!   ([`crate::broker::Broker`]) with clients that speak real frames, and
 //!   crashes at durable writes;
-//! - [`hint_race`]: real threads on the real cursor deletion state (the
+//! - `hint_race` (feature `race-hooks`): real threads on the real cursor deletion state (the
 //!   lock-free hint and the post-I/O filter against an external oracle), the
 //!   first of the two stages that are not single-threaded and deterministic;
-//! - [`replay_race`]: the real pending-ack replay on real threads and a real
+//! - `replay_race` (feature `race-hooks`): the real pending-ack replay on real threads and a real
 //!   managed ledger (read-ahead failures, a reload over a cached cursor, the
 //!   read-failure race) against an external oracle;
 //! - [`stages`]: runs those two stages after any engine's event loop;
@@ -35,8 +35,10 @@ pub mod crash_storage;
 pub mod delayed_storage;
 pub mod delayed_truth;
 pub mod engine;
+#[cfg(feature = "race-hooks")]
 pub mod hint_race;
 pub mod node;
+#[cfg(feature = "race-hooks")]
 pub mod replay_race;
 pub mod report;
 pub mod scheduler;
@@ -49,7 +51,7 @@ pub mod workload;
 pub use engine::{Sabotage, SimError, SimOptions};
 pub use report::Report;
 pub use watchdog::Watchdog;
-pub use workload::{Engine, Faults, SubscriptionType, Workload, WorkloadError};
+pub use workload::{Engine, Faults, SubscriptionType, TxnWorkload, Workload, WorkloadError};
 
 /// Runs `workload` on the engine it names ([`Workload::engine`]): the
 /// simulator's broker model ([`engine::run`]) or the shipped broker core

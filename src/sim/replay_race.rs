@@ -1,5 +1,5 @@
 //! The `replay_race` stage of `pulsar-core simulate`: the real pending-ack
-//! replay (seed 001) on a real managed ledger, driven through the situations
+//! replay on a real managed ledger, driven through the situations
 //! the main simulation does not produce, each checked against an external
 //! oracle.
 //!

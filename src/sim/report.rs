@@ -6,7 +6,9 @@ use serde::Serialize;
 
 use super::checker::CheckerCounts;
 use super::crash_storage::{CrashRecord, CrashStorageStats};
+#[cfg(feature = "race-hooks")]
 use super::hint_race::HintRaceReport;
+#[cfg(feature = "race-hooks")]
 use super::replay_race::ReplayRaceReport;
 
 /// Component activity during the run (what the faults exercised).
@@ -185,7 +187,7 @@ pub struct ComponentReport {
 }
 
 impl ComponentReport {
-    fn new(component: &str, counters: &[(&str, u64, bool)]) -> Self {
+    pub(crate) fn new(component: &str, counters: &[(&str, u64, bool)]) -> Self {
         let counters: Vec<ComponentCounter> = counters
             .iter()
             .map(|(name, value, key)| ComponentCounter {
@@ -219,7 +221,7 @@ impl ComponentReport {
 pub fn components(a: &Activity) -> Vec<ComponentReport> {
     vec![
         ComponentReport::new(
-            "cursor deletion state + read-scheduling hint + post-I/O filter (seed 004)",
+            "cursor deletion state + read-scheduling hint + post-I/O filter",
             &[
                 ("hint lookups", a.hint_lookups, true),
                 ("entries skipped by the hint", a.reads_skipped_by_hint, true),
@@ -238,7 +240,7 @@ pub fn components(a: &Activity) -> Vec<ComponentReport> {
             ],
         ),
         ComponentReport::new(
-            "pending-ack replay (seed 001)",
+            "pending-ack replay",
             &[
                 (
                     "transactional acks (individual + cumulative)",
@@ -262,7 +264,7 @@ pub fn components(a: &Activity) -> Vec<ComponentReport> {
             ],
         ),
         ComponentReport::new(
-            "bucket delayed delivery (seed 000)",
+            "bucket delayed delivery",
             &[
                 ("delayed messages tracked", a.delayed_tracked, true),
                 ("delivered when due", a.delayed_scheduled, true),
@@ -273,7 +275,7 @@ pub fn components(a: &Activity) -> Vec<ComponentReport> {
             ],
         ),
         ComponentReport::new(
-            "PIP-491 exact permits (seed 003)",
+            "PIP-491 exact permits",
             &[
                 (
                     "MESSAGE commands with message_permits",
@@ -300,11 +302,18 @@ pub fn components(a: &Activity) -> Vec<ComponentReport> {
 pub struct Timing {
     /// The `hint_race` stage (real threads; its counters vary with timing,
     /// its violations are also counted in [`Report::violations`]), if run.
+    #[cfg(feature = "race-hooks")]
     pub hint_race: Option<HintRaceReport>,
     /// The `replay_race` stage (real threads on the pending-ack replay; its
     /// counters vary with timing, its violations are also counted in
     /// [`Report::violations`]), if run.
+    #[cfg(feature = "race-hooks")]
     pub replay_race: Option<ReplayRaceReport>,
+    /// The real-thread stages the workload asked for that this build does
+    /// not have (`hint_race`, `replay_race`: they need the components' test
+    /// hooks, built with the `race-hooks` feature only).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub stages_not_built: Vec<&'static str>,
     /// Wall time of the run, ms.
     pub wall_ms: u64,
     /// Deliveries per wall-clock second.
@@ -383,7 +392,7 @@ impl fmt::Display for Report {
         };
         writeln!(f, "data dir: {} (sync: {}{what})", self.data_dir, self.sync)?;
         writeln!(f)?;
-        let rows: [(&str, String); 37] = [
+        let rows: [(&str, String); 38] = [
             ("published", c.published.to_string()),
             ("delivered", c.delivered.to_string()),
             ("acked", c.acked.to_string()),
@@ -420,6 +429,7 @@ impl fmt::Display for Report {
                 "acked entries past the post-I/O filter",
                 c.filter_leaks.to_string(),
             ),
+            ("transaction rule violations", c.txn_violations.to_string()),
             ("livelocks (watchdog)", c.livelocks.to_string()),
             (
                 "restarts / reconnects",
@@ -531,6 +541,7 @@ impl fmt::Display for Report {
                 ),
             ),
         ];
+        #[cfg(feature = "race-hooks")]
         let hint_race = t.hint_race.as_ref().map(|h| {
             (
                 "hint_race: lookups / positives / filtered (violations)",
@@ -545,6 +556,7 @@ impl fmt::Display for Report {
                 ),
             )
         });
+        #[cfg(feature = "race-hooks")]
         let replay_race = t.replay_race.as_ref().map(|r| {
             (
                 "replay_race: ready / failed attempts / race trials (violations)",
@@ -594,9 +606,9 @@ impl fmt::Display for Report {
         });
         let node = a.node.as_ref().map(|n| {
             (
-                "node: crash points (after fsync; not reached) / clean restarts / resent entries (copies delivered) / ack receipts (retries) / batch-index acks / redelivery requests / stale commands",
+                "node: crash points (after fsync; not reached) / clean restarts / resent entries (copies delivered) / ack receipts (retries) / batch-index acks / redelivery requests / stale commands / ledgers deleted",
                 format!(
-                    "{} ({}; {}) / {} / {} ({}) / {} ({}) / {} / {} / {}",
+                    "{} ({}; {}) / {} / {} ({}) / {} ({}) / {} / {} / {} / {}",
                     n.crash_points,
                     n.crashes_after_sync,
                     n.crash_points_not_reached,
@@ -607,7 +619,8 @@ impl fmt::Display for Report {
                     n.ack_retries,
                     n.batch_index_acks,
                     n.redelivery_requests,
-                    n.stale_commands
+                    n.stale_commands,
+                    n.ledgers_deleted
                 ),
             )
         });
@@ -615,9 +628,20 @@ impl fmt::Display for Report {
             .into_iter()
             .chain(crashes.into_iter().flatten())
             .chain(node)
+            .collect();
+        #[cfg(feature = "race-hooks")]
+        let rows: Vec<(&str, String)> = rows
+            .into_iter()
             .chain(hint_race)
             .chain(replay_race)
             .collect();
+        let not_built = (!t.stages_not_built.is_empty()).then(|| {
+            (
+                "stages not built (feature race-hooks)",
+                t.stages_not_built.join(", "),
+            )
+        });
+        let rows: Vec<(&str, String)> = rows.into_iter().chain(not_built).collect();
         let width = rows.iter().map(|(k, _)| k.len()).max().unwrap_or(0);
         for (k, v) in rows {
             writeln!(f, "  {k:<width$}  {v}")?;

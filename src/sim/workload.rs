@@ -353,6 +353,8 @@ pub struct Workload {
     /// partial batch: `ack_set`, P below the batch size). Not with
     /// cumulative acks (Failover's total order).
     pub negative_ack_ratio: f64,
+    /// Node engine: transactions a client runs over the wire (see [`TxnWorkload`]).
+    pub txn: TxnWorkload,
     /// Faults.
     pub faults: Faults,
 }
@@ -383,6 +385,7 @@ impl Default for Workload {
             stall_bound_ms: 30_000,
             delayed_late_bound_ms: 0,
             negative_ack_ratio: 0.0,
+            txn: TxnWorkload::default(),
             faults: Faults::default(),
         }
     }
@@ -509,10 +512,9 @@ impl Workload {
                 },
                 ..base
             },
-            // Seed 004's shape: 500 producers, one topic, 20 Key_Shared
+            // The read-scheduling hint's contended shape: 500 producers, one topic, 20 Key_Shared
             // subscriptions × 10 consumers, on the shipped broker core
-            // (its Key_Shared routing, the read with the lock-free hint and
-            // the post-I/O filter), then the hint_race stage.
+            // (its Key_Shared routing, the read with the hint), then the hint_race stage.
             "fanout" => Workload {
                 name: name.into(),
                 engine: Engine::Node,
@@ -698,14 +700,6 @@ impl Workload {
             (
                 f.replay_read_failures > 0,
                 "faults.replay_read_failures > 0",
-            ),
-            (
-                f.admission_reject_ratio > 0.0,
-                "faults.admission_reject_ratio > 0",
-            ),
-            (
-                f.write_failure_ratio > 0.0,
-                "faults.write_failure_ratio > 0",
             ),
             (f.rewinds > 0, "faults.rewinds > 0"),
             (f.clock_jumps > 0, "faults.clock_jumps > 0"),
@@ -929,7 +923,10 @@ impl Workload {
             }
         } else if self.faults.redeliveries > 0 {
             return unsupported("faults.redeliveries > 0 needs engine = \"node\"");
+        } else if self.txn.transactions > 0 {
+            return unsupported("txn.transactions > 0 needs engine = \"node\"");
         }
+        self.txn.validate()?;
         let failover = self.subscription_type == SubscriptionType::Failover;
         if failover && self.delayed_ratio > 0.0 {
             return unsupported(
@@ -955,6 +952,99 @@ impl Workload {
             return unsupported(
                 "faults.corrupted_batch_ratio > 0 with subscription_type = \"failover\": the simulator replays a corrupted entry after later ones, which breaks Failover's total order and would be covered by a later cumulative ack",
             );
+        }
+        Ok(())
+    }
+}
+
+/// Node engine: transactions as a Pulsar client runs them over the wire
+/// (`sim::node::txn`): a transaction client on its own connection runs
+/// `transactions` transactions one after another (TC_CLIENT_CONNECT,
+/// NEW_TXN, ADD_PARTITION_TO_TXN for the run's topic and a second topic,
+/// ADD_SUBSCRIPTION_TO_TXN for every subscription of the run's topic),
+/// sends `messages_per_topic` transactional messages to each topic, lets
+/// the consumers acknowledge inside it for `open_ms`, then commits or
+/// aborts (END_TXN), or leaves it open for its timeout (`timeout_ms`) to
+/// abort it. The seed draws each transaction's end.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct TxnWorkload {
+    /// Transactions the client runs (0 = none).
+    pub transactions: u32,
+    /// Transactional messages per topic per transaction.
+    pub messages_per_topic: u32,
+    /// Fraction of the consumers' acks of non-batched entries made inside
+    /// the open transaction (ADD_SUBSCRIPTION_TO_TXN'd subscriptions).
+    pub ack_ratio: f64,
+    /// Fraction of transactions ended by END_TXN(abort).
+    pub abort_ratio: f64,
+    /// Fraction of transactions the client never ends: the coordinator's
+    /// timeout aborts them.
+    pub timeout_ratio: f64,
+    /// How long a transaction stays open for acks, virtual ms.
+    pub open_ms: u64,
+    /// `txn_ttl_millis` of a transaction left to time out, virtual ms.
+    pub timeout_ms: u64,
+    /// `txn_ttl_millis` of the others (long: a retried END_TXN answered
+    /// `TransactionNotFound` within it proves the transaction ended as
+    /// the client asked), virtual ms.
+    pub ttl_ms: u64,
+    /// Pause between two transactions, virtual ms.
+    pub gap_ms: u64,
+    /// Of the run's `faults.crash_points`, how many move to an END_TXN:
+    /// when the client sends one, the armed crash point moves to one of
+    /// the next few durable writes (the coordinator's Committing/Aborting,
+    /// the markers, the pending-ack COMMIT/ABORT, the subscription's
+    /// persist, Committed/Aborted), so the broker dies inside a commit or
+    /// an abort and its recovery must finish it.
+    pub crashes_during_end: u32,
+}
+
+impl Default for TxnWorkload {
+    fn default() -> Self {
+        Self {
+            transactions: 0,
+            messages_per_topic: 3,
+            ack_ratio: 0.3,
+            abort_ratio: 0.3,
+            timeout_ratio: 0.1,
+            open_ms: 200,
+            timeout_ms: 1_000,
+            ttl_ms: 600_000,
+            gap_ms: 20,
+            crashes_during_end: 0,
+        }
+    }
+}
+
+impl TxnWorkload {
+    /// Checks the ranges.
+    ///
+    /// # Errors
+    /// [`WorkloadError::Invalid`] naming the first bad field.
+    pub fn validate(&self) -> Result<(), WorkloadError> {
+        let bad = |m: &str| Err(WorkloadError::Invalid(m.to_string()));
+        let ratio = |r: f64| (0.0..=1.0).contains(&r);
+        if self.transactions > 10_000 || self.messages_per_topic > 1_000 {
+            return bad(
+                "txn.transactions must be at most 10,000 and txn.messages_per_topic at most 1,000",
+            );
+        }
+        if !ratio(self.ack_ratio)
+            || !ratio(self.abort_ratio)
+            || !ratio(self.timeout_ratio)
+            || self.abort_ratio + self.timeout_ratio > 1.0
+        {
+            return bad("txn.ack_ratio, txn.abort_ratio, txn.timeout_ratio must be in 0..=1 (abort + timeout at most 1)");
+        }
+        if self.open_ms == 0 || self.open_ms > 60_000 || self.gap_ms > 60_000 {
+            return bad("txn.open_ms must be in 1..=60,000 and txn.gap_ms at most 60,000");
+        }
+        if self.timeout_ms == 0 || self.timeout_ms > 600_000 {
+            return bad("txn.timeout_ms must be in 1..=600,000");
+        }
+        if self.ttl_ms < 60_000 || self.ttl_ms > 3_600_000 {
+            return bad("txn.ttl_ms must be in 60,000..=3,600,000 (long beside a run's crashes: see TxnWorkload)");
         }
         Ok(())
     }

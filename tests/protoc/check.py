@@ -275,6 +275,45 @@ def fixtures(ml, api, pa, dl):
     c.ack.txnid_most_bits = U64_MAX
     out["command/ack_cumulative_txn"] = c
 
+    # MessageMetadata: every field of PulsarApi.proto's (src/proto/metadata.rs),
+    # explicit zero and default values on the wire, a negative int64.
+    m = api.MessageMetadata(producer_name="p-1", sequence_id=U64_MAX, publish_time=1700000000000)
+    m.properties.add(key="k", value="")
+    m.properties.add(key="", value="v")
+    m.replicated_from = "west"
+    m.partition_key = "key-1"
+    m.replicate_to.extend(["east", ""])
+    m.compression = api.LZ4
+    m.uncompressed_size = 0
+    m.num_messages_in_batch = 3
+    m.event_time = 0
+    k = m.encryption_keys.add(key="rsa", value=bytes([0, 255]))
+    k.metadata.add(key="alg", value="x")
+    m.encryption_algo = ""
+    m.encryption_param = bytes([1, 2, 3])
+    m.schema_version = b""
+    m.partition_key_b64_encoded = False
+    m.ordering_key = bytes([0x80, 0])
+    m.deliver_at_time = -1
+    m.marker_type = 0
+    m.txnid_least_bits = U64_MAX
+    m.txnid_most_bits = 0
+    m.highest_sequence_id = 7
+    m.null_value = False
+    m.uuid = "p-1-7"
+    m.num_chunks_from_msg = 2
+    m.total_chunk_msg_size = 2_000_000
+    m.chunk_id = 0
+    m.null_partition_key = True
+    out["metadata/full"] = m
+    out["metadata/required_zero"] = api.MessageMetadata(producer_name="", sequence_id=0, publish_time=0)
+    # A transaction commit marker as the broker core writes it (proto::txn::txn_marker).
+    m = api.MessageMetadata(producer_name="pulsar.txn.marker", sequence_id=5, publish_time=9)
+    m.marker_type = 21
+    m.txnid_least_bits = 5
+    m.txnid_most_bits = 0
+    out["metadata/txn_commit_marker"] = m
+
     # Responses `pulsar-core serve` writes.
     B = api.BaseCommand
 
@@ -297,7 +336,9 @@ def fixtures(ml, api, pa, dl):
           brokerServiceUrl="pulsar://127.0.0.1:6650",
           response=api.CommandLookupTopicResponse.Connect, request_id=0, authoritative=False)
     serve("producer_success", B.PRODUCER_SUCCESS, "producer_success", request_id=1,
-          producer_name="p", last_sequence_id=-1)
+          producer_name="p", last_sequence_id=-1, topic_epoch=3, producer_ready=False)
+    serve("send_receipt_duplicate", B.SEND_RECEIPT, "send_receipt", producer_id=0, sequence_id=9,
+          message_id={"ledger": 2**64 - 1, "entry": 2**64 - 1}, highest_sequence_id=0)
     serve("send_receipt", B.SEND_RECEIPT, "send_receipt", producer_id=0, sequence_id=0,
           message_id={"ledger": 3, "entry": 4}, highest_sequence_id=0)
     serve("send_error", B.SEND_ERROR, "send_error", producer_id=1, sequence_id=2,
@@ -528,6 +569,11 @@ def main():
                 ("command/ack_individual", "ack.ack_type"),
                 ("command/message_minimal", "message.message_id.entryId"),
                 ("command/message_minimal", "type"),
+                ("metadata/full", "publish_time"),
+                ("metadata/full", "properties.value"),
+                ("metadata/full", "encryption_keys.value"),
+                ("metadata/full", "encryption_keys.metadata.key"),
+                ("metadata/required_zero", "producer_name"),
                 ("delayed/segment_1", "indexes.entry_id"),
                 ("delayed/metadata", "metadata_list.min_schedule_timestamp"),
             ]

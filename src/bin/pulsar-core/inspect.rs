@@ -18,7 +18,8 @@ use pulsar_core::ledger::{RedbStore, StoreContents};
 use pulsar_core::pending_ack::record::decode_entry;
 use pulsar_core::pending_ack::{AckType, PendingAckOp, PendingAckRecord, PendingAckState};
 use pulsar_core::proto::frame::{self, DEFAULT_MAX_FRAME_SIZE};
-use pulsar_core::proto::wire::{self, Command, MessageIdData, MessageMetadata};
+use pulsar_core::proto::metadata::MessageMetadata;
+use pulsar_core::proto::wire::{self, Command, MessageIdData};
 use pulsar_core::Position;
 
 /// The store file inside a data dir (as `simulate` writes it).
@@ -242,13 +243,85 @@ pub fn command_json(c: &Command) -> Value {
     json!({ "type": c.type_name(), "fields": body })
 }
 
+/// The required fields and `num_messages_in_batch`, then every other field
+/// the entry carries (absent ones left out; bytes as hex).
 fn metadata_json(m: &MessageMetadata) -> Value {
-    json!({
+    let mut v = json!({
         "producer_name": m.producer_name,
         "sequence_id": m.sequence_id,
         "publish_time": m.publish_time,
         "num_messages_in_batch": m.num_messages_in_batch,
-    })
+    });
+    let hex = |b: &Vec<u8>| b.iter().map(|x| format!("{x:02x}")).collect::<String>();
+    let optional = [
+        (
+            "replicated_from",
+            m.replicated_from.as_ref().map(|x| json!(x)),
+        ),
+        ("partition_key", m.partition_key.as_ref().map(|x| json!(x))),
+        ("compression", m.compression.map(|x| json!(x))),
+        ("uncompressed_size", m.uncompressed_size.map(|x| json!(x))),
+        ("event_time", m.event_time.map(|x| json!(x))),
+        (
+            "encryption_algo",
+            m.encryption_algo.as_ref().map(|x| json!(x)),
+        ),
+        (
+            "encryption_param",
+            m.encryption_param.as_ref().map(|x| json!(hex(x))),
+        ),
+        (
+            "schema_version",
+            m.schema_version.as_ref().map(|x| json!(hex(x))),
+        ),
+        (
+            "partition_key_b64_encoded",
+            m.partition_key_b64_encoded.map(|x| json!(x)),
+        ),
+        (
+            "ordering_key",
+            m.ordering_key.as_ref().map(|x| json!(hex(x))),
+        ),
+        ("deliver_at_time", m.deliver_at_time.map(|x| json!(x))),
+        ("marker_type", m.marker_type.map(|x| json!(x))),
+        ("txnid_least_bits", m.txnid_least_bits.map(|x| json!(x))),
+        ("txnid_most_bits", m.txnid_most_bits.map(|x| json!(x))),
+        (
+            "highest_sequence_id",
+            m.highest_sequence_id.map(|x| json!(x)),
+        ),
+        ("null_value", m.null_value.map(|x| json!(x))),
+        ("uuid", m.uuid.as_ref().map(|x| json!(x))),
+        (
+            "num_chunks_from_msg",
+            m.num_chunks_from_msg.map(|x| json!(x)),
+        ),
+        (
+            "total_chunk_msg_size",
+            m.total_chunk_msg_size.map(|x| json!(x)),
+        ),
+        ("chunk_id", m.chunk_id.map(|x| json!(x))),
+        ("null_partition_key", m.null_partition_key.map(|x| json!(x))),
+    ];
+    for (name, value) in optional {
+        if let Some(value) = value {
+            v[name] = value;
+        }
+    }
+    if !m.properties.is_empty() {
+        v["properties"] = m
+            .properties
+            .iter()
+            .map(|p| json!([p.key, p.value]))
+            .collect();
+    }
+    if !m.replicate_to.is_empty() {
+        v["replicate_to"] = json!(m.replicate_to);
+    }
+    if !m.encryption_keys.is_empty() {
+        v["encryption_keys"] = m.encryption_keys.iter().map(|k| json!(k.key)).collect();
+    }
+    v
 }
 
 /// An entry payload; a malformed one yields an `error` field (inspection

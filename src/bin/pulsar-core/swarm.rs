@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 
 use pulsar_core::ledger::SyncMode;
 use pulsar_core::sim::{
-    self, Engine, Faults, Report, SimOptions, SubscriptionType, Watchdog, Workload,
+    self, Engine, Faults, Report, SimOptions, SubscriptionType, TxnWorkload, Watchdog, Workload,
 };
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -203,18 +203,11 @@ pub fn swarm_workload(seed: u64) -> Workload {
 /// Turns a drawn workload into a node-engine one: the faults the broker
 /// core has no path for yet are dropped, crash points (0 to 3, at a k drawn
 /// from a window of 20 to 300 durable writes) and redelivery requests are
-/// drawn. A Failover draw runs as Shared: the core neither rewinds the
-/// cursor nor hands the former active consumer's unacknowledged entries to
-/// the new one when the active consumer changes (Pulsar's
-/// `PersistentDispatcherSingleActiveConsumer` rewinds and sends
-/// ACTIVE_CONSUMER_CHANGE), so a consumer that takes over by name order
-/// gets them after newer entries (`simulate --workload
-/// tests/workloads/node_failover.toml --seed 2`), and a cumulative ack of it
-/// can cover entries only the former one was sent.
+/// drawn. A Failover draw runs as Failover under the per-subscription total
+/// order rule: on a change of active consumer the core rewinds to the
+/// mark-delete and sends ACTIVE_CONSUMER_CHANGE (Pulsar's
+/// `PersistentDispatcherSingleActiveConsumer`).
 fn node_workload(w: &mut Workload, r: &mut ChaCha8Rng) {
-    if w.subscription_type == SubscriptionType::Failover {
-        w.subscription_type = SubscriptionType::Shared;
-    }
     let old = w.faults.clone();
     let mut f = Faults::none();
     f.restarts = old.restarts;
@@ -224,6 +217,10 @@ fn node_workload(w: &mut Workload, r: &mut ChaCha8Rng) {
     f.corrupted_batch_ratio = old.corrupted_batch_ratio;
     f.invalid_permits_ratio = old.invalid_permits_ratio;
     f.zero_permits_on_corrupted_ratio = old.zero_permits_on_corrupted_ratio;
+    // Admission rejections and failed MESSAGE writes are the core's inputs
+    // (`Broker::handle_write_failed`, `BrokerConfig::admission`).
+    f.admission_reject_ratio = old.admission_reject_ratio;
+    f.write_failure_ratio = old.write_failure_ratio;
     f.crash_points = r.random_range(0..=3);
     f.crash_window = r.random_range(20..=300);
     f.redeliveries = if r.random_bool(0.5) {
@@ -232,10 +229,28 @@ fn node_workload(w: &mut Workload, r: &mut ChaCha8Rng) {
         0
     };
     w.engine = Engine::Node;
-    w.txn_ack_ratio = 0.0;
+    let txn_ack_ratio = std::mem::take(&mut w.txn_ack_ratio);
     w.negative_ack_ratio = 0.0;
     w.cumulative_ack_every = 0;
     w.faults = f;
+    // A transactional draw runs transactions as a client speaks them
+    // (`sim::node::txn`), drawn last so the draws above stay as they
+    // were. Shared only: a key's entry held inside an open transaction
+    // would stay with its consumer under Key_Shared's key exclusivity.
+    if txn_ack_ratio > 0.0 {
+        w.subscription_type = SubscriptionType::Shared;
+        let crash_points = w.faults.crash_points;
+        w.txn = TxnWorkload {
+            transactions: r.random_range(5..=30),
+            messages_per_topic: r.random_range(1..=5),
+            ack_ratio: txn_ack_ratio,
+            abort_ratio: [0.2, 0.5][r.random_range(0..2)],
+            timeout_ratio: [0.0, 0.1, 0.2][r.random_range(0..3)],
+            open_ms: r.random_range(50..=300),
+            crashes_during_end: r.random_range(0..=crash_points),
+            ..TxnWorkload::default()
+        };
+    }
 }
 
 /// The outcome of one seed's run.
@@ -301,7 +316,7 @@ fn print_run(seed: u64, report: &Report, json: bool, crash_points: bool) {
             w.faults.pending_ack_auto_skip,
             w.faults.replay_read_failures,
             w.delayed_ratio,
-            w.txn_ack_ratio,
+            if w.txn.transactions > 0 { w.txn.ack_ratio } else { w.txn_ack_ratio },
             w.negative_ack_ratio,
             report.activity.node.as_ref().map_or(0, |n| n.crash_points),
         );
@@ -314,6 +329,13 @@ fn print_run(seed: u64, report: &Report, json: bool, crash_points: bool) {
                 n.clean_restarts,
                 n.redelivery_requests
             );
+            if w.txn.transactions > 0 {
+                let t = &n.txn;
+                println!(
+                    "seed {seed}: transactions: {} committed, {} aborted, {} left to their timeout, {} END_TXN in flight at a crash",
+                    t.committed, t.aborted, t.timed_out, t.end_in_flight_at_crash
+                );
+            }
         }
     }
 }
@@ -470,6 +492,14 @@ mod tests {
             corrupted > 50 && faulty > 50 && crashes > 250,
             "{corrupted} {faulty} {crashes}"
         );
+        // Draws reach transactions over the wire, some with crash points
+        // moved into END_TXN.
+        let txn: Vec<Workload> = (0..300)
+            .map(swarm_workload)
+            .filter(|w| w.txn.transactions > 0)
+            .collect();
+        let in_end = txn.iter().filter(|w| w.txn.crashes_during_end > 0).count();
+        assert!(txn.len() > 100 && in_end > 20, "{} {in_end}", txn.len());
     }
 
     #[test]

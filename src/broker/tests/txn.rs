@@ -188,23 +188,21 @@ fn end_txn_out(
 /// An entry of transaction `t`: its `MessageMetadata` carries the txnid
 /// (fields 22, 23) as a Pulsar producer writes it.
 fn txn_entry(t: TxnId) -> Vec<u8> {
-    let mut md = MessageMetadata {
+    let md = crate::proto::metadata::MessageMetadata {
         producer_name: "p".into(),
         sequence_id: 1,
         publish_time: 2,
-        num_messages_in_batch: None,
-    }
-    .encode_to_vec();
-    prost::encoding::uint64::encode(22, &t.least_sig_bits, &mut md);
-    prost::encoding::uint64::encode(23, &t.most_sig_bits, &mut md);
-    let mut body = Vec::new();
-    body.extend_from_slice(&(md.len() as u32).to_be_bytes());
-    body.extend_from_slice(&md);
-    body.extend_from_slice(b"m");
-    let mut out = vec![0x0e, 0x01];
-    out.extend_from_slice(&crc32c(&body).to_be_bytes());
-    out.extend_from_slice(&body);
-    out
+        txnid_least_bits: Some(t.least_sig_bits),
+        txnid_most_bits: Some(t.most_sig_bits),
+        ..Default::default()
+    };
+    crate::proto::frame::encode_entry_payload(
+        &md,
+        &[(
+            crate::proto::metadata::SingleMessageMetadata::default(),
+            b"m".to_vec(),
+        )],
+    )
 }
 
 fn txn_send(
@@ -315,11 +313,13 @@ fn a_transaction_commits_its_messages_and_acks_atomically() {
         out[0].1.ack_response.clone().unwrap().error,
         Some(server_error::TRANSACTION_CONFLICT)
     );
-    // A transactional SEND to a topic not added to the transaction is refused.
+    // A transactional SEND to a topic not added to the transaction is
+    // refused with the code the client fails that message on
+    // (publish::final_send_error: ChecksumError for a non-Java client).
     let out = txn_send(&mut b, 1, 1, 1, t);
     assert_eq!(
         out[0].1.send_error.clone().unwrap().error,
-        server_error::NOT_ALLOWED_ERROR
+        server_error::CHECKSUM_ERROR
     );
     add_partition(&mut b, 1, t);
     let out = txn_send(&mut b, 1, 1, 1, t);
@@ -509,8 +509,8 @@ fn an_open_transaction_survives_a_crash_and_commits_after_it() {
     assert!(sub(&b, "work").deletion().is_message_deleted(input));
 }
 
-/// Seed 001's discipline for the transaction buffer (Pulsar closes the
-/// topic; the upstream recovery hot-loops, #26379): a failed recovery does
+/// The replay read-failure discipline for the transaction buffer (Pulsar closes the
+/// topic; the upstream recovery re-issues a failed read in a loop): a failed recovery does
 /// not open the topic, a request before the backoff passes is refused
 /// without a read, and the retry after it recovers.
 #[test]

@@ -13,8 +13,8 @@
 //! [`TxnBuffer::recover`] reads the topic from its first entry
 //! ([`super::scan`]; [`TxnBuffer::recover_from`] from a snapshot): a data entry with a transaction id opens that
 //! transaction (if it has not ended), a `TXN_COMMIT` marker ends it, a
-//! `TXN_ABORT` marker ends it and records it aborted. Seed 001's discipline,
-//! which Pulsar's `TopicTransactionBuffer` recovery lacks (Pulsar #26379: it
+//! `TXN_ABORT` marker ends it and records it aborted. The pending-ack replay's
+//! read-failure discipline, which Pulsar's `TopicTransactionBuffer` recovery lacks (it
 //! re-issues a failed read in a hot loop and can report a partial recovery
 //! as complete):
 //!
@@ -55,15 +55,13 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use prost::Message;
-
 use crate::ledger::{LedgerError, ManagedLedger};
 use crate::Position;
 
 use super::snapshot::{AbortTxnMetadata, TransactionBufferSnapshot};
 use super::TxnId;
-use crate::broker::entry::metadata_and_payload;
-use crate::proto::txn::{marker_type, TxnEntryMetadata};
+use crate::proto::frame::parse_entry_payload;
+use crate::proto::txn::marker_type;
 
 /// What an entry means to the transaction buffer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -85,16 +83,11 @@ pub enum EntryTxn {
 /// An unreadable entry is [`EntryTxn::Plain`] (dispatch's own check reports
 /// it).
 pub fn entry_txn(data: &[u8]) -> EntryTxn {
-    let Ok((meta, _)) = metadata_and_payload(data) else {
+    let Ok(parsed) = parse_entry_payload(data) else {
         return EntryTxn::Plain;
     };
-    let Ok(m) = TxnEntryMetadata::decode(meta) else {
-        return EntryTxn::Plain;
-    };
-    let txn = match (m.txnid_most_bits, m.txnid_least_bits) {
-        (None, None) => None,
-        (most, least) => Some(TxnId::new(most.unwrap_or(0), least.unwrap_or(0))),
-    };
+    let m = &parsed.metadata;
+    let txn = m.txn_id().map(|(most, least)| TxnId::new(most, least));
     match (m.marker_type, txn) {
         (Some(marker_type::TXN_COMMIT), Some(t)) => EntryTxn::Commit(t),
         (Some(marker_type::TXN_ABORT), Some(t)) => EntryTxn::Abort(t),
@@ -297,15 +290,14 @@ mod tests {
     use std::sync::Arc;
 
     fn marker(t: TxnId, kind: i32) -> Vec<u8> {
-        crate::proto::txn::TxnMarkerMetadata {
-            producer_name: crate::proto::txn::MARKER_PRODUCER_NAME.into(),
-            sequence_id: t.least_sig_bits,
-            publish_time: 1,
-            marker_type: Some(kind),
-            txnid_least_bits: Some(t.least_sig_bits),
-            txnid_most_bits: Some(t.most_sig_bits),
-        }
-        .entry()
+        let md = crate::proto::txn::txn_marker(
+            kind,
+            t.least_sig_bits,
+            1,
+            t.most_sig_bits,
+            t.least_sig_bits,
+        );
+        crate::proto::txn::marker_entry(&md)
     }
 
     /// A topic of 250 entries: transactions 1..=5 with data entries, 1 and
@@ -460,23 +452,21 @@ mod tests {
     }
 
     fn data_entry(t: TxnId) -> Vec<u8> {
-        let mut md = crate::proto::wire::MessageMetadata {
+        let md = crate::proto::metadata::MessageMetadata {
             producer_name: "p".into(),
             sequence_id: 1,
             publish_time: 2,
-            num_messages_in_batch: None,
-        }
-        .encode_to_vec();
-        prost::encoding::uint64::encode(22, &t.least_sig_bits, &mut md);
-        prost::encoding::uint64::encode(23, &t.most_sig_bits, &mut md);
-        let mut body = Vec::new();
-        body.extend_from_slice(&(md.len() as u32).to_be_bytes());
-        body.extend_from_slice(&md);
-        body.push(b'm');
-        let mut out = vec![0x0e, 0x01];
-        out.extend_from_slice(&crate::proto::frame::crc32c(&body).to_be_bytes());
-        out.extend_from_slice(&body);
-        out
+            txnid_least_bits: Some(t.least_sig_bits),
+            txnid_most_bits: Some(t.most_sig_bits),
+            ..Default::default()
+        };
+        crate::proto::frame::encode_entry_payload(
+            &md,
+            &[(
+                crate::proto::metadata::SingleMessageMetadata::default(),
+                b"m".to_vec(),
+            )],
+        )
     }
 
     #[test]
@@ -493,7 +483,7 @@ mod tests {
         );
     }
 
-    /// Seed 001's discipline (Pulsar #26379 lacks it): a read failure ends
+    /// The replay read-failure discipline (Pulsar's recovery lacks it): a read failure ends
     /// the attempt with no further read and is never a recovery; the next
     /// attempt reads from the first entry again and recovers everything.
     #[test]

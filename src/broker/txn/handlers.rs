@@ -22,7 +22,7 @@ use crate::broker::error::{comp, BrokerError};
 use crate::broker::subscription::{sub_type, Subscription};
 use crate::broker::{Broker, ConnectionId, Topic};
 use crate::proto::command::{self, ty, BrokerCommand};
-use crate::proto::txn::{self as tproto, marker_type, txn_action, TxnMarkerMetadata};
+use crate::proto::txn::{self as tproto, marker_type, txn_action};
 
 /// Name of the pending-ack log cursor (Pulsar's `__pending_ack_state`).
 pub const PENDING_ACK_CURSOR: &str = "__pending_ack_state";
@@ -527,20 +527,19 @@ impl Broker {
         if !t.buffer.lock().is_ongoing(id) {
             return Ok(());
         }
-        let marker = TxnMarkerMetadata {
-            producer_name: tproto::MARKER_PRODUCER_NAME.into(),
-            sequence_id: id.least_sig_bits,
-            publish_time: now,
-            marker_type: Some(if commit {
+        let marker = tproto::txn_marker(
+            if commit {
                 marker_type::TXN_COMMIT
             } else {
                 marker_type::TXN_ABORT
-            }),
-            txnid_least_bits: Some(id.least_sig_bits),
-            txnid_most_bits: Some(id.most_sig_bits),
-        };
+            },
+            id.least_sig_bits,
+            now,
+            id.most_sig_bits,
+            id.least_sig_bits,
+        );
         let p =
-            t.ml.append(&marker.entry())
+            t.ml.append(&tproto::marker_entry(&marker))
                 .map_err(|e| TxnError::Persistence(e.to_string()))?;
         t.buffer.lock().observe(
             p,
@@ -643,8 +642,17 @@ impl Broker {
         if t.subscriptions.contains_key(sub) {
             return Ok(false);
         }
-        let s = Subscription::open(&self.store, &t.ml, sub, sub_type::SHARED, true, clock, now)
-            .map_err(|e| TxnError::NotReady(e.to_string()))?;
+        let s = Subscription::open_with(
+            &self.store,
+            &t.ml,
+            sub,
+            sub_type::SHARED,
+            true,
+            clock,
+            now,
+            self.config.delayed.clone(),
+        )
+        .map_err(|e| TxnError::NotReady(e.to_string()))?;
         t.subscriptions.insert(sub.to_string(), s);
         Ok(true)
     }
@@ -801,6 +809,8 @@ fn ready_pending_ack<'a>(
             h.state()
         )));
     }
+    // One pending-ack operation follows (a transactional ack or an END_TXN).
+    s.counters.pending_ack_ops += 1;
     Ok((s, ml, h))
 }
 

@@ -4,7 +4,7 @@
 //! |---|---|
 //! | [`coordinator::Coordinator`] | `MLTransactionMetadataStore` (one transaction coordinator, `tc_id` 0) with its log `MLTransactionLogImpl` |
 //! | [`buffer::TxnBuffer`] | `TopicTransactionBuffer` (ongoing transactions, aborted set, max read position) |
-//! | the subscription's `PendingAckHandle` | `PendingAckHandleImpl` + `MLPendingAckStore` (seed 001's component, `crate::pending_ack`) |
+//! | the subscription's `PendingAckHandle` | `PendingAckHandleImpl` + `MLPendingAckStore` (`crate::pending_ack`) |
 //! | `handlers.rs` | `ServerCnx.handleTcClientConnectRequest` / `handleNewTxn` / `handleAddPartitionToTxn` / `handleAddSubscriptionToTxn` / `handleEndTxn`, and `TransactionMetadataStoreService.endTransaction`'s `END_TXN_ON_PARTITION` / `END_TXN_ON_SUBSCRIPTION` steps, done inside the node |
 //!
 //! ## Durable state, all on the node's redb store

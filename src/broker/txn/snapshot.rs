@@ -36,9 +36,8 @@
 //! false` (as `TypedMessageBuilder.key` sets them) and `uncompressed_size`.
 //! Not written: `schema_version` (this node has no schema registry).
 
-use prost::Message;
-
-use crate::broker::entry::metadata_and_payload;
+use crate::proto::frame::{encode_entry_payload, parse_entry_payload};
+use crate::proto::metadata::{MessageMetadata, SingleMessageMetadata};
 use crate::Position;
 
 /// Local name of the namespace's snapshot system topic
@@ -324,32 +323,6 @@ impl TransactionBufferSnapshot {
     }
 }
 
-/// The `MessageMetadata` fields of a snapshot message.
-#[derive(Clone, PartialEq, Message)]
-pub struct SnapshotMessageMetadata {
-    /// `producer_name = 1`, required.
-    #[prost(string, required, tag = "1")]
-    pub producer_name: String,
-    /// `sequence_id = 2`, required.
-    #[prost(uint64, required, tag = "2")]
-    pub sequence_id: u64,
-    /// `publish_time = 3`, required.
-    #[prost(uint64, required, tag = "3")]
-    pub publish_time: u64,
-    /// `partition_key = 6`: the topic the snapshot is of.
-    #[prost(string, optional, tag = "6")]
-    pub partition_key: Option<String>,
-    /// `uncompressed_size = 9`.
-    #[prost(uint32, optional, tag = "9")]
-    pub uncompressed_size: Option<u32>,
-    /// `partition_key_b64_encoded = 17`.
-    #[prost(bool, optional, tag = "17")]
-    pub partition_key_b64_encoded: Option<bool>,
-    /// `null_value = 25`: a tombstone (Pulsar's snapshot delete).
-    #[prost(bool, optional, tag = "25")]
-    pub null_value: Option<bool>,
-}
-
 /// The stored entry of a snapshot of `topic` (see the module docs).
 pub fn snapshot_entry(
     topic: &str,
@@ -358,24 +331,16 @@ pub fn snapshot_entry(
     publish_time: u64,
 ) -> Vec<u8> {
     let payload = snapshot.encode();
-    let md = SnapshotMessageMetadata {
+    let md = MessageMetadata {
         producer_name: SNAPSHOT_PRODUCER_NAME.into(),
         sequence_id,
         publish_time,
         partition_key: Some(topic.to_string()),
         uncompressed_size: Some(payload.len() as u32),
         partition_key_b64_encoded: Some(false),
-        null_value: None,
-    }
-    .encode_to_vec();
-    let mut body = Vec::with_capacity(4 + md.len() + payload.len());
-    body.extend_from_slice(&(md.len() as u32).to_be_bytes());
-    body.extend_from_slice(&md);
-    body.extend_from_slice(&payload);
-    let mut out = vec![0x0e, 0x01];
-    out.extend_from_slice(&crate::proto::frame::crc32c(&body).to_be_bytes());
-    out.extend_from_slice(&body);
-    out
+        ..Default::default()
+    };
+    encode_entry_payload(&md, &[(SingleMessageMetadata::default(), payload)])
 }
 
 /// The key (`partition_key`) of a stored snapshot message, and whether it
@@ -385,8 +350,8 @@ pub fn snapshot_entry(
 /// [`SnapshotError::Entry`] when the entry is not a Pulsar message or has no
 /// key.
 pub fn entry_key(data: &[u8]) -> Result<(String, bool), SnapshotError> {
-    let (md, _) = metadata_and_payload(data).map_err(|e| SnapshotError::Entry(e.to_string()))?;
-    let m = SnapshotMessageMetadata::decode(md).map_err(|e| SnapshotError::Entry(e.to_string()))?;
+    let parsed = parse_entry_payload(data).map_err(|e| SnapshotError::Entry(e.to_string()))?;
+    let m = parsed.metadata;
     let key = m
         .partition_key
         .ok_or_else(|| SnapshotError::Entry("no partition_key".into()))?;
@@ -398,13 +363,11 @@ pub fn entry_key(data: &[u8]) -> Result<(String, bool), SnapshotError> {
 /// # Errors
 /// [`SnapshotError`] for an entry that is not a snapshot message.
 pub fn decode_entry(data: &[u8]) -> Result<Option<TransactionBufferSnapshot>, SnapshotError> {
-    let (md, payload) =
-        metadata_and_payload(data).map_err(|e| SnapshotError::Entry(e.to_string()))?;
-    let m = SnapshotMessageMetadata::decode(md).map_err(|e| SnapshotError::Entry(e.to_string()))?;
-    if m.null_value == Some(true) {
+    let parsed = parse_entry_payload(data).map_err(|e| SnapshotError::Entry(e.to_string()))?;
+    if parsed.metadata.null_value == Some(true) {
         return Ok(None);
     }
-    TransactionBufferSnapshot::decode(payload.payload).map(Some)
+    TransactionBufferSnapshot::decode(parsed.payload).map(Some)
 }
 
 #[cfg(all(test, not(any(loom, feature = "shuttle"))))]

@@ -52,24 +52,12 @@ impl BucketDelayedDeliveryTracker {
             // tracked lies there: `update_mark_delete` untracked it), so the
             // count only holds what will be delivered.
             inner.index.untrack(ledger_id, entry);
-            #[cfg(feature = "trace")]
-            crate::trace::bucket_merge::add(
-                ledger_id,
-                deliver_at_ms,
-                true,
-                self.trace_state(&inner),
-            );
+            crate::trace::bucket_merge::add(self, &inner, ledger_id, deliver_at_ms, true);
             self.debug_check(&inner);
             return Ok(false);
         }
         if inner.index.contains(ledger_id, entry) {
-            #[cfg(feature = "trace")]
-            crate::trace::bucket_merge::add(
-                ledger_id,
-                deliver_at_ms,
-                false,
-                self.trace_state(&inner),
-            );
+            crate::trace::bucket_merge::add(self, &inner, ledger_id, deliver_at_ms, false);
             return Ok(true);
         }
         let idx = IndexEntry {
@@ -100,8 +88,7 @@ impl BucketDelayedDeliveryTracker {
                 } = &mut *inner;
                 let (_, rest) = mutable.take_sorted();
                 shared_queue.extend(rest.into_iter().map(Reverse));
-                #[cfg(feature = "trace")]
-                crate::trace::bucket_merge::seal_fail(self.trace_state(&inner));
+                crate::trace::bucket_merge::seal_fail(self, &inner);
             }
         } else if !exist_bucket
             && ledger_id > mctx.end_ledger_id
@@ -118,8 +105,7 @@ impl BucketDelayedDeliveryTracker {
             inner.shared_queue.push(Reverse(idx));
         }
         inner.index.track(ledger_id, entry);
-        #[cfg(feature = "trace")]
-        crate::trace::bucket_merge::add(ledger_id, deliver_at_ms, false, self.trace_state(&inner));
+        crate::trace::bucket_merge::add(self, &inner, ledger_id, deliver_at_ms, false);
         self.debug_check(&inner);
         Ok(true)
     }

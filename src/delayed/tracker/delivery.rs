@@ -28,7 +28,6 @@ impl BucketDelayedDeliveryTracker {
         }
         let cutoff = self.cutoff();
         let first_live = inner.mark_delete.map(|p| p.ledger_id);
-        #[cfg(feature = "trace")]
         let moved_from = inner.mutable.len();
         {
             let Inner {
@@ -38,10 +37,7 @@ impl BucketDelayedDeliveryTracker {
             } = &mut *inner;
             mutable.move_due(cutoff, |i| shared_queue.push(Reverse(i)));
         }
-        #[cfg(feature = "trace")]
-        if inner.mutable.len() != moved_from {
-            crate::trace::bucket_merge::move_due(self.trace_state(&inner));
-        }
+        crate::trace::bucket_merge::move_due(self, &inner, inner.mutable.len() != moved_from);
         let mut out = Vec::new();
         let mut n = max;
         while n > 0 {
@@ -84,13 +80,7 @@ impl BucketDelayedDeliveryTracker {
                 out.push(Position::new(head.ledger_id, i64::from(head.entry_id)));
                 n -= 1;
             }
-            #[cfg(feature = "trace")]
-            crate::trace::bucket_merge::pop(
-                head.ledger_id,
-                orphan,
-                deliver,
-                self.trace_state(&inner),
-            );
+            crate::trace::bucket_merge::pop(self, &inner, head.ledger_id, orphan, deliver);
         }
         out.sort_unstable();
         self.debug_check(&inner);

@@ -53,11 +53,6 @@ impl BucketDelayedDeliveryTracker {
         inner
             .index
             .untrack_up_to(position.ledger_id, position.entry_id);
-        #[cfg(feature = "trace")]
-        crate::trace::bucket_merge::ack(
-            position.ledger_id,
-            position.entry_id,
-            self.trace_state(inner),
-        );
+        crate::trace::bucket_merge::ack(self, inner, position.ledger_id, position.entry_id);
     }
 }

@@ -174,12 +174,7 @@ impl BucketDelayedDeliveryTracker {
                 }
                 Self::remove_bucket(inner, *s);
             }
-            #[cfg(feature = "trace")]
-            crate::trace::bucket_merge::merge(
-                sources.to_vec(),
-                serde_json::json!([]),
-                self.trace_state(inner),
-            );
+            crate::trace::bucket_merge::merge_retired(self, inner, sources);
             return Ok(());
         }
         let metadata = SnapshotMetadata {
@@ -201,11 +196,9 @@ impl BucketDelayedDeliveryTracker {
                 .get(&r.0.ledger_id)
                 .is_some_and(|bm| bm.contains(r.0.entry_id))
         });
-        #[cfg(feature = "trace")]
-        let traced = Self::trace_segments(&segments);
+        let traced = crate::trace::bucket_merge::segments(&segments);
         Self::register_bucket(inner, ctx, id, count, frozen, segments);
-        #[cfg(feature = "trace")]
-        crate::trace::bucket_merge::merge(sources.to_vec(), traced, self.trace_state(inner));
+        crate::trace::bucket_merge::merge(self, inner, sources, traced);
         tracing::debug!(bucket = %key, snapshot_id = id, count, "merged buckets");
         Ok(())
     }

@@ -1,6 +1,6 @@
 //! [`BucketDelayedDeliveryTracker`]: the bucket-based delayed delivery
-//! tracker (Pulsar `BucketDelayedDeliveryTracker`, with the semantics of
-//! seed 000: merge keeps segment 1, no duplicate delivery, counter = runtime
+//! tracker (Pulsar `BucketDelayedDeliveryTracker`, with these semantics:
+//! merge keeps segment 1, no duplicate delivery, counter = runtime
 //! bitmap cardinality).
 //!
 //! This file holds the tracker's state (one lock over `Inner`) and its
@@ -91,7 +91,7 @@ pub struct TrackerStats {
 }
 
 #[derive(Debug)]
-struct Inner {
+pub(crate) struct Inner {
     index: BucketDelayedMessageIndex,
     mutable: MutableBucket,
     /// start ledger → bucket; ranges are disjoint.
@@ -131,8 +131,9 @@ pub struct BucketDelayedDeliveryTracker {
     storage: Arc<dyn BucketSnapshotStorage>,
     inner: Mutex<Inner>,
     /// This tracker's id in its trace lines (`st.trk`).
-    #[cfg(feature = "trace")]
-    trace_id: u64,
+    // Read only by the recorder (zero-sized without the `trace` feature).
+    #[cfg_attr(not(feature = "trace"), allow(dead_code))]
+    trace_id: crate::trace::bucket_merge::Id,
 }
 
 fn validate_position(ledger_id: i64, entry_id: i64) -> Result<u32, DelayedError> {
@@ -179,7 +180,6 @@ impl BucketDelayedDeliveryTracker {
             config,
             clock,
             storage,
-            #[cfg(feature = "trace")]
             trace_id: crate::trace::bucket_merge::next_id(),
             inner: Mutex::new(Inner {
                 index: BucketDelayedMessageIndex::new(),
@@ -227,7 +227,7 @@ impl BucketDelayedDeliveryTracker {
     /// trace hooks ([`crate::trace::bucket_merge`]; positions as ledgers;
     /// `trk`: the tracker's [`trace_id`](Self::trace_id)).
     #[cfg(feature = "trace")]
-    fn trace_state(&self, inner: &Inner) -> serde_json::Value {
+    pub(crate) fn trace_state(&self, inner: &Inner) -> serde_json::Value {
         let mut queue: Vec<i64> = inner.shared_queue.iter().map(|r| r.0.ledger_id).collect();
         queue.sort_unstable();
         let buckets: Vec<[i64; 3]> = inner
@@ -247,16 +247,6 @@ impl BucketDelayedDeliveryTracker {
             "buckets": buckets,
             "trk": self.trace_id,
         })
-    }
-
-    /// Each segment's ledgers, in heap order (for the trace hooks).
-    #[cfg(feature = "trace")]
-    fn trace_segments(segments: &[CutSegment]) -> serde_json::Value {
-        let v: Vec<Vec<i64>> = segments
-            .iter()
-            .map(|s| s.indexes.iter().map(|i| i.ledger_id).collect())
-            .collect();
-        serde_json::json!(v)
     }
 
     fn debug_check(&self, inner: &Inner) {

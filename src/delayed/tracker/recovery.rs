@@ -70,8 +70,7 @@ impl BucketDelayedDeliveryTracker {
                 Err(e) => return Err(e),
             }
         }
-        #[cfg(feature = "trace")]
-        crate::trace::bucket_merge::recover(self.trace_state(inner));
+        crate::trace::bucket_merge::recover(self, inner);
         Ok(())
     }
 

@@ -34,8 +34,7 @@ impl BucketDelayedDeliveryTracker {
             // Still overlapping: keep these indexes live in the shared queue
             // (never persisted; the dispatcher's re-read rebuilds them).
             inner.shared_queue.extend(indexes.into_iter().map(Reverse));
-            #[cfg(feature = "trace")]
-            crate::trace::bucket_merge::seal_fail(self.trace_state(inner));
+            crate::trace::bucket_merge::seal_fail(self, inner);
             return;
         }
         let count = indexes.len() as u64;
@@ -55,11 +54,9 @@ impl BucketDelayedDeliveryTracker {
         match self.create_with_retries(&metadata, &protos, &key, &[]) {
             Ok(id) => {
                 let frozen = union_bitmaps(&segments);
-                #[cfg(feature = "trace")]
-                let traced = Self::trace_segments(&segments);
+                let traced = crate::trace::bucket_merge::segments(&segments);
                 Self::register_bucket(inner, ctx, id, count, frozen, segments);
-                #[cfg(feature = "trace")]
-                crate::trace::bucket_merge::seal(traced, self.trace_state(inner));
+                crate::trace::bucket_merge::seal(self, inner, traced);
                 inner.stats.seals += 1;
                 tracing::debug!(bucket = %key, snapshot_id = id, count, "sealed bucket");
             }
@@ -74,8 +71,7 @@ impl BucketDelayedDeliveryTracker {
                         .extend(s.indexes.into_iter().map(Reverse));
                 }
                 inner.stats.seal_failures += 1;
-                #[cfg(feature = "trace")]
-                crate::trace::bucket_merge::seal_fail(self.trace_state(inner));
+                crate::trace::bucket_merge::seal_fail(self, inner);
             }
         }
     }

@@ -24,9 +24,8 @@ impl BucketDelayedDeliveryTracker {
         );
         if next > last {
             Self::remove_bucket(inner, start);
-            let _deleted = self.delete_with_retries(inner, id, &key);
-            #[cfg(feature = "trace")]
-            crate::trace::bucket_merge::load_next_segment(start, _deleted, self.trace_state(inner));
+            let deleted = self.delete_with_retries(inner, id, &key);
+            crate::trace::bucket_merge::load_next_segment(self, inner, start, deleted);
             return true;
         }
         match self.read_segment(id, next) {
@@ -36,8 +35,7 @@ impl BucketDelayedDeliveryTracker {
                 }
                 Self::install_segment(inner, start, indexes);
                 inner.stats.segment_loads += 1;
-                #[cfg(feature = "trace")]
-                crate::trace::bucket_merge::load_next_segment(start, true, self.trace_state(inner));
+                crate::trace::bucket_merge::load_next_segment(self, inner, start, true);
                 true
             }
             Err(

@@ -50,8 +50,7 @@ impl BucketDelayedDeliveryTracker {
                 }
             }
             inner.stats.trimmed_buckets += 1;
-            #[cfg(feature = "trace")]
-            crate::trace::bucket_merge::trim(start, self.trace_state(inner));
+            crate::trace::bucket_merge::trim(self, inner, start);
         }
     }
 }

@@ -37,10 +37,7 @@ impl PermitToken {
     /// # Errors
     /// [`PermitProtocolError::AccumulatorOverflow`] (the connection closes).
     pub fn release(mut self) -> Result<ReturnOutcome, PermitProtocolError> {
-        #[cfg(feature = "trace")]
-        if let Some(s) = &self.state {
-            crate::trace::permits::app_return(s.trace_key(), s.incarnation().serial);
-        }
+        crate::trace::permits::app_return(self.state.as_deref());
         match self.state.take() {
             Some(s) => s.return_permits(1),
             None => Ok(ReturnOutcome::Stale),
@@ -51,8 +48,7 @@ impl PermitToken {
 impl Drop for PermitToken {
     fn drop(&mut self) {
         if let Some(s) = self.state.take() {
-            #[cfg(feature = "trace")]
-            crate::trace::permits::app_return(s.trace_key(), s.incarnation().serial);
+            crate::trace::permits::app_return(Some(&s));
             if let Err(e) = s.return_permits(1) {
                 tracing::error!(%e, "permit return on drop failed");
             }
@@ -302,7 +298,6 @@ impl ClientConsumer {
         returned: u32,
         kind: CommandOutcomeKind,
     ) -> CommandOutcome {
-        #[cfg(feature = "trace")]
         crate::trace::permits::client_receive(self.state.trace_key(), delivered, false);
         // Returning 0 permits is a no-op in every state.
         if let Err(e) = self.state.return_permits(returned) {
@@ -398,7 +393,6 @@ impl ClientConsumer {
         if self.state.is_closed() || !self.state.flow_enabled.load(Ordering::Acquire) {
             // a replaced incarnation, or a command the broker sent to the
             // previous incarnation before it saw our Subscribe
-            #[cfg(feature = "trace")]
             crate::trace::permits::client_receive(self.state.trace_key(), 0, true);
             return Ok(CommandOutcome {
                 permits: 0,

@@ -3,7 +3,7 @@
 //!
 //! - [`resolve_early`] / [`resolve_full`]: the resolution ladder
 //!   (explicit `message_permits` → `ack_set` popcount → `num_messages_in_batch`
-//!   → legacy 1). pulsar-core follows seed 003: an explicit P that is
+//!   → legacy 1). pulsar-core follows PIP-491: an explicit P that is
 //!   invalid (0, > `i32::MAX`) **or inconsistent** with the batch metadata
 //!   and `ack_set` is a [`PermitProtocolError`]; the client closes the source
 //!   connection and returns no credit for that command.
@@ -19,7 +19,7 @@
 //! - [`ClientConsumer`]: the message path that ties them together.
 //!
 //! Corresponds to Pulsar's `MessagePermitAccounting`, `ConsumerImpl`'s
-//! native-message path and `ConsumerPermitState` (seed 003).
+//! native-message path and `ConsumerPermitState` (PIP-491).
 //!
 //! # Concurrency contract
 //!

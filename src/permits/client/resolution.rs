@@ -28,7 +28,7 @@ pub struct ResolvedPermits {
 }
 
 /// A protocol violation: the client closes the source connection and
-/// returns no credit for the command (seed 003's rule).
+/// returns no credit for the command (PIP-491's rule).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum PermitProtocolError {
     /// Explicit `message_permits` outside `1..=i32::MAX`.

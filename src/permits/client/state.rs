@@ -80,7 +80,6 @@ impl ConsumerPermitState {
     }
 
     /// `[connection_id, consumer_id]` of the trace lines (src/trace.rs).
-    #[cfg(feature = "trace")]
     pub(crate) fn trace_key(&self) -> (u64, u64) {
         (self.incarnation.connection_id, self.consumer_id)
     }
@@ -164,7 +163,6 @@ impl ConsumerPermitState {
                     incarnation: self.incarnation,
                     permits: flow_requested,
                 });
-                #[cfg(feature = "trace")]
                 crate::trace::permits::drain(self.trace_key(), flow_requested);
             }
         }
@@ -398,7 +396,6 @@ impl ClientConnection {
                 consumer_id,
                 incarnation: old.incarnation,
             });
-            #[cfg(feature = "trace")]
             crate::trace::permits::replace((self.id, consumer_id));
         }
         let incarnation = Incarnation {
@@ -531,7 +528,6 @@ impl ClientConnection {
                     },
                 });
                 report.written.push((req.incarnation, req.permits));
-                #[cfg(feature = "trace")]
                 crate::trace::permits::conn_task_write(
                     (self.id, req.consumer_id),
                     req.permits,
@@ -540,7 +536,6 @@ impl ClientConnection {
             } else {
                 tracing::debug!(incarnation = ?req.incarnation, permits = req.permits, "dropping stale Flow");
                 report.dropped.push((req.incarnation, req.permits));
-                #[cfg(feature = "trace")]
                 crate::trace::permits::conn_task_write(
                     (self.id, req.consumer_id),
                     req.permits,
@@ -582,7 +577,6 @@ impl ClientConnection {
                     message_permits: drained as u32,
                 },
             });
-            #[cfg(feature = "trace")]
             crate::trace::permits::flush_residual((self.id, consumer_id), drained as u32);
         }
         Ok(drained as u32)

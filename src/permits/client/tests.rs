@@ -3,10 +3,8 @@
 
 use super::*;
 use crate::proto::frame::encode_entry_payload;
-use crate::proto::wire::{
-    self, CommandMessage, MessageIdData, MessageMetadata, SingleMessageMetadata, WireError,
-    MAX_PERMITS,
-};
+use crate::proto::metadata::{MessageMetadata, SingleMessageMetadata};
+use crate::proto::wire::{self, CommandMessage, MessageIdData, WireError, MAX_PERMITS};
 use crate::sync::Arc;
 use prost::Message;
 

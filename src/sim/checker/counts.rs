@@ -64,10 +64,15 @@ pub struct CheckerCounts {
     /// within the replay bound.
     pub replay_violations: u64,
     /// Entries the locked post-I/O filter let through although they were
-    /// deleted (acknowledged, or at or below mark-delete) when it ran (seed
-    /// 004's correctness boundary: an entry acked before the filter ran
-    /// must never be delivered).
+    /// deleted (acknowledged, or at or below mark-delete) when it ran (the
+    /// read-scheduling hint's correctness boundary: an entry acked before
+    /// the filter ran must never be delivered).
     pub filter_leaks: u64,
+    /// Transaction rules broken, as the client sees them (`checker::txn`:
+    /// committed messages lost or visible twice, aborted or open ones
+    /// visible, an entry past an open transaction's first entry delivered,
+    /// committed acks redelivered, aborted acks never redelivered).
+    pub txn_violations: u64,
     /// Watchdog stops: virtual time did not advance for too many events, or
     /// the wall-clock bound was exceeded.
     pub livelocks: u64,
@@ -89,6 +94,7 @@ impl CheckerCounts {
             + self.tracker_violations
             + self.replay_violations
             + self.filter_leaks
+            + self.txn_violations
             + self.livelocks
     }
 }

@@ -37,6 +37,7 @@
 //! | `subscription.rs` | per-subscription state: delivery/ack state per message, seeks, consumer incarnations |
 //! | `delivery.rs` | [`delivered`](DeliveryChecker::delivered): seek, duplicate, delay and order rules |
 //! | `acks.rs` | individual and cumulative acks, applied and persisted |
+//! | `txn.rs` | transactions as the client sees them (read-committed visibility, transactional acks) |
 //! | `counts.rs` | [`CheckerCounts`] |
 //! | `int_map.rs` | the integer-keyed maps' hasher |
 
@@ -49,11 +50,13 @@ mod counts;
 mod delivery;
 mod int_map;
 mod subscription;
+mod txn;
 mod window;
 
 pub use counts::CheckerCounts;
 use int_map::IntMap;
 use subscription::{Published, SubState, NOT_ACKED, SKIPPED};
+pub use txn::{TxnMsg, TxnOutcome};
 use window::{Retired, RETIRE_EVERY};
 
 /// Identity of one logical message: the entry holding it and its index in
@@ -114,6 +117,8 @@ pub struct DeliveryChecker {
     /// Key_Shared: a key is held by one consumer at a time (see
     /// [`DeliveryChecker::set_key_exclusive`]).
     key_exclusive: bool,
+    /// Transactions as the client sees them (`txn.rs`).
+    txn: txn::TxnState,
 }
 
 impl DeliveryChecker {
@@ -144,6 +149,7 @@ impl DeliveryChecker {
             late_bound_ms: 0,
             order,
             key_exclusive: false,
+            txn: txn::TxnState::default(),
         }
     }
 
@@ -342,6 +348,13 @@ impl DeliveryChecker {
         self.violation(now_ms, format!("{sub}: post-I/O filter leak: {what}"));
     }
 
+    /// A producer's entry was stored twice (`what` says where): counted
+    /// with the duplicates (a retried send must be stored once).
+    pub fn stored_twice(&mut self, what: &str, now_ms: u64) {
+        self.counts.duplicate_violations += 1;
+        self.violation(now_ms, format!("stored twice: {what}"));
+    }
+
     /// Whether `msg` was published (in the window or retired).
     pub fn knows(&self, msg: MessageRef) -> bool {
         !matches!(self.lookup(&msg), window::Lookup::Unknown)
@@ -389,6 +402,7 @@ impl DeliveryChecker {
     /// Ends the run: counts messages never acknowledged as lost and returns
     /// the counts and the first violation.
     pub fn finish(mut self, now_ms: u64) -> (CheckerCounts, Option<String>) {
+        self.txn_finish(now_ms);
         let mut first_lost = None;
         let mut lost = 0;
         let mut skipped = 0;

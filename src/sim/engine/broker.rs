@@ -52,7 +52,7 @@ impl Sim<'_> {
                 .map_err(comp("recover cursor"))?,
             );
             #[cfg(feature = "trace")]
-            crate::trace::deletion::cursor(deletion.trace_id(), TOPIC, &name);
+            crate::trace::deletion::cursor(&deletion, TOPIC, &name);
             let delayed = if self.w.delayed_ratio > 0.0 {
                 let redb = RedbSnapshotStorage::new(store.clone(), TOPIC, &name)
                     .map_err(comp("snapshot storage"))?;
@@ -427,6 +427,7 @@ impl Sim<'_> {
                 sequence_id: seq,
                 publish_time: now,
                 num_messages_in_batch: (batch > 1).then_some(batch as i32),
+                ..Default::default()
             };
             let messages: Vec<(SingleMessageMetadata, Vec<u8>)> = (0..batch)
                 .map(|_| {

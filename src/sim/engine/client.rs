@@ -257,6 +257,7 @@ impl Sim<'_> {
                             | Sabotage::DropFailoverHandover
                             | Sabotage::LoseReplayReadCallbacks
                             | Sabotage::DuplicateSubscribeReplacesConsumer
+                            | Sabotage::NoDeduplication
                             | Sabotage::FilterWhenReadIssued,
                         )
                         | None => {}

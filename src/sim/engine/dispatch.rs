@@ -404,7 +404,7 @@ impl Sim<'_> {
             sub.deletion.filter_read_entries(entries, |e| e.position)
         };
         self.activity.entries_filtered_after_read += (before - entries.len()) as u64;
-        // Seed 004's boundary: nothing deleted when the filter ran passes it
+        // The hint's correctness boundary: nothing deleted when the filter ran passes it
         // (the authoritative locked check, per position, no fast path).
         for e in &entries {
             if sub.deletion.is_message_deleted(e.position) {

@@ -72,7 +72,8 @@ use crate::permits::broker::BrokerEntry;
 use crate::permits::client::{encode_entry_payload, ClientConnection, ClientConsumer, ClientFrame};
 use crate::permits::{ConsumerKey, SharedDispatcher};
 use crate::position::Position;
-use crate::proto::wire::{CommandMessage, MessageMetadata, SingleMessageMetadata};
+use crate::proto::metadata::{MessageMetadata, SingleMessageMetadata};
+use crate::proto::wire::CommandMessage;
 
 mod acks;
 mod broker;
@@ -204,6 +205,10 @@ pub enum Sabotage {
     /// redelivery) and registers it again with a zero balance, instead of
     /// answering Success and keeping it.
     DuplicateSubscribeReplacesConsumer,
+    /// Node engine: the broker core runs without deduplication, so a send
+    /// retried after a lost receipt (a crash, a reconnect) is stored again
+    /// (the "stored once" rule must catch it).
+    NoDeduplication,
 }
 
 /// Options of one run besides the workload.
@@ -673,8 +678,11 @@ pub fn run(
             wall_ms,
             deliveries_per_sec,
             peak_memory_kib: peak_memory_kib(),
+            #[cfg(feature = "race-hooks")]
             hint_race: stages.hint_race,
+            #[cfg(feature = "race-hooks")]
             replay_race: stages.replay_race,
+            stages_not_built: stages.not_built,
         },
     })
 }

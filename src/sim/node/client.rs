@@ -16,18 +16,21 @@ use crate::permits::client::{
     ReceivedMessage,
 };
 use crate::position::Position;
+use crate::proto::metadata::SingleMessageMetadata;
 use crate::proto::wire::{
     self, CommandAck, CommandFlow, CommandRedeliverUnacknowledgedMessages, CommandSubscribe,
-    KeySharedMeta, MessageIdData, SingleMessageMetadata,
+    KeySharedMeta, MessageIdData,
 };
 use crate::sim::checker::MessageRef;
 use crate::sim::workload::SubscriptionType;
 use crate::sync::Arc;
 
 use super::faulty::Damage;
-use super::wire::{entry_payload, frame, ProducerMetadata};
+use super::wire::frame;
 use super::{ClientRef, Ev, Node, EPOCH_BASE_MS, TOPIC};
 use crate::broker::FrameCutter;
+use crate::proto::frame::encode_entry_payload;
+use crate::proto::metadata::MessageMetadata;
 
 /// The consumer id every simulated consumer uses on its connection (one
 /// consumer per connection).
@@ -89,6 +92,8 @@ struct OutAck {
     ids: Vec<MessageIdData>,
     msgs: Vec<MessageRef>,
     cumulative: Option<Position>,
+    /// Inside transaction (number, id) (`txn.rs`).
+    txn: Option<(u64, crate::broker::txn::TxnId)>,
 }
 
 /// A simulated consumer (one connection, consumer id 1).
@@ -212,6 +217,7 @@ impl Node<'_> {
                 co.connection = Some(Arc::new(ClientConnection::new(conn)));
                 co.subscribes.clear();
             }
+            ClientRef::Txn(r) => self.txn_connecting(r, conn),
         }
         let cmd = BrokerCommand {
             r#type: ty::CONNECT,
@@ -262,6 +268,11 @@ impl Node<'_> {
                 }
                 self.activity.reconnects += 1;
             }
+            ClientRef::Txn(r) => {
+                if !self.txn_connection_lost(r, conn, broker_gone) {
+                    return;
+                }
+            }
         }
         let _ = now;
         let at = self.backoff();
@@ -273,12 +284,14 @@ impl Node<'_> {
         let cutter = match client {
             ClientRef::Producer(p) => &mut self.producers[p].cutter,
             ClientRef::Consumer(c) => &mut self.consumers[c].cutter,
+            ClientRef::Txn(r) => self.txn_cutter(r),
         };
         cutter.push(bytes);
         loop {
             let cutter = match client {
                 ClientRef::Producer(p) => &mut self.producers[p].cutter,
                 ClientRef::Consumer(c) => &mut self.consumers[c].cutter,
+                ClientRef::Txn(r) => self.txn_cutter(r),
             };
             let f = match cutter.next_frame() {
                 Ok(Some(f)) => f,
@@ -317,6 +330,7 @@ impl Node<'_> {
                 ClientRef::Consumer(c) => {
                     self.consumer_command(c, conn, cmd, &f.whole, f.payload())
                 }
+                ClientRef::Txn(r) => self.txn_command(r, conn, cmd, &f),
             }
             // A command may have closed the connection.
             if !self.conns.contains_key(&conn) {
@@ -337,6 +351,8 @@ impl Node<'_> {
                         producer_id: PRODUCER_ID,
                         request_id: pr.next_req,
                         producer_name: Some(format!("p-{p}")),
+                        producer_access_mode: None,
+                        topic_epoch: None,
                     }),
                     ..Default::default()
                 };
@@ -366,7 +382,16 @@ impl Node<'_> {
                     return; // a receipt of a resent entry already receipted
                 };
                 let Some(id) = r.message_id else { return };
+                if super::stored_once::is_duplicate_receipt(&id) {
+                    // Not stored again: the copy of an earlier send (whose
+                    // receipt was lost) is the message, registered when it
+                    // is delivered (its sequence id is uncertain).
+                    self.node.deduplicated_sends += 1;
+                    self.producers[p].receipted += e.messages.len() as u64;
+                    return;
+                }
                 let pos = position_of(&id);
+                self.check_stored_once(p, r.sequence_id, pos);
                 for (i, m) in e.messages.iter().enumerate() {
                     self.checker.published(
                         MessageRef {
@@ -452,15 +477,16 @@ impl Node<'_> {
                 )
             })
             .collect();
-        let meta = ProducerMetadata {
+        let meta = MessageMetadata {
             producer_name: format!("p-{p}"),
             sequence_id: seq,
             publish_time: EPOCH_BASE_MS + now,
             partition_key: Some(key_text),
             num_messages_in_batch: batched.then_some(n as i32),
             deliver_at_time: delayed.then_some((EPOCH_BASE_MS + deliver_at) as i64),
+            ..Default::default()
         };
-        let payload = entry_payload(&meta, &bodies);
+        let payload = encode_entry_payload(&meta, &bodies);
         pr.pending.insert(
             seq,
             PendingSend {
@@ -630,8 +656,8 @@ impl Node<'_> {
                 ack_type: if ack.cumulative.is_some() { 1 } else { 0 },
                 message_id: ack.ids.clone(),
                 validation_error: None,
-                txnid_least_bits: None,
-                txnid_most_bits: None,
+                txnid_least_bits: ack.txn.map(|(_, t)| t.least_sig_bits),
+                txnid_most_bits: ack.txn.map(|(_, t)| t.most_sig_bits),
                 request_id: Some(req),
             }),
             ..Default::default()
@@ -677,6 +703,13 @@ impl Node<'_> {
                 self.flush_consumer(c);
                 let retry = std::mem::take(&mut self.consumers[c].retry);
                 for a in retry {
+                    if let Some((k, _)) = a.txn {
+                        // A transactional ack without a receipt: its
+                        // transaction is aborted, the entry comes back.
+                        let sub = self.subs[self.consumers[c].sub].clone();
+                        self.txn_ack_settled(k, &sub, &a.msgs, None, true);
+                        continue;
+                    }
                     self.node.ack_retries += 1;
                     self.send_ack(c, a);
                 }
@@ -747,12 +780,33 @@ impl Node<'_> {
                     self.sched.after(at, Ev::Poll(c));
                 }
             }
+            ty::CLOSE_CONSUMER => {
+                // The broker closed the consumer (a failed write): the
+                // client subscribes again, on a new connection here.
+                self.close_conn(conn);
+                self.connection_lost(conn, ClientRef::Consumer(c), false);
+            }
+            ty::ACTIVE_CONSUMER_CHANGE
+                if cmd.active_consumer_change.and_then(|a| a.is_active) == Some(false) =>
+            {
+                self.became_inactive(c);
+            }
             ty::ACK_RESPONSE => {
                 let Some(r) = cmd.ack_response else { return };
                 let Some(req) = r.request_id else { return };
                 let Some(ack) = self.consumers[c].acks.remove(&req) else {
                     return;
                 };
+                if let Some((k, _)) = ack.txn {
+                    let sub = self.subs[self.consumers[c].sub].clone();
+                    self.txn_ack_settled(k, &sub, &ack.msgs, r.error, false);
+                    if r.error.is_some() {
+                        // Refused inside the transaction: acknowledged again
+                        // without it.
+                        self.send_ack(c, OutAck { txn: None, ..ack });
+                    }
+                    return;
+                }
                 if r.error.is_some() {
                     // Not persisted: the application acknowledges again.
                     self.send_ack(c, ack);
@@ -823,6 +877,14 @@ impl Node<'_> {
         };
         let mut ids = Vec::new();
         let mut msgs = Vec::new();
+        // This poll's acks of non-batched entries may go inside the open
+        // transaction (`txn.rs`).
+        let txn = if cumulative_every == 0 {
+            self.txn_for_ack()
+        } else {
+            None
+        };
+        let (mut txn_ids, mut txn_msgs) = (Vec::new(), Vec::new());
         let _ = (&sub_name, id, now);
         for _ in 0..take {
             let Some((m, mref)) = self.consumers[c].app.pop_front() else {
@@ -831,6 +893,19 @@ impl Node<'_> {
             let pos = mref.position;
             let bi = m.message_id.batch_index.unwrap_or(-1);
             let co = &mut self.consumers[c];
+            let batch = m.message_id.batch_size.filter(|_| bi >= 0);
+            if txn.is_some() && batch.is_none() {
+                // A transactional ack: an abort makes the entry come back,
+                // so the client does not mark it acknowledged.
+                txn_ids.push(MessageIdData {
+                    ledger_id: m.message_id.ledger_id,
+                    entry_id: m.message_id.entry_id,
+                    ..Default::default()
+                });
+                txn_msgs.push(mref);
+                drop(m);
+                continue;
+            }
             // An individual ack is sent now: the client skips redeliveries
             // of it (Pulsar's ack-grouping `isDuplicate`). A message only
             // covered by a later cumulative ack is not acknowledged yet.
@@ -839,7 +914,6 @@ impl Node<'_> {
                     cl.acknowledge(&m.message_id);
                 }
             }
-            let batch = m.message_id.batch_size.filter(|_| bi >= 0);
             if cumulative_every > 0 {
                 co.since_cumulative += 1;
                 if batch.is_none_or(|b| bi == b - 1) {
@@ -871,6 +945,22 @@ impl Node<'_> {
             drop(m); // the application is done with it: its permit returns
         }
         let era = self.consumers[c].era;
+        if let Some(t) = txn {
+            if txn_ids.is_empty() {
+                self.txn_ack_unused(t.0);
+            } else {
+                self.send_ack(
+                    c,
+                    OutAck {
+                        era,
+                        ids: txn_ids,
+                        msgs: txn_msgs,
+                        cumulative: None,
+                        txn: Some(t),
+                    },
+                );
+            }
+        }
         if !ids.is_empty() {
             self.send_ack(
                 c,
@@ -879,6 +969,7 @@ impl Node<'_> {
                     ids,
                     msgs,
                     cumulative: None,
+                    txn: None,
                 },
             );
         }
@@ -901,6 +992,7 @@ impl Node<'_> {
                     }],
                     msgs: Vec::new(),
                     cumulative: Some(upto),
+                    txn: None,
                 },
             );
         }
@@ -930,6 +1022,10 @@ impl Node<'_> {
                 position: position_of(&m.message_id),
                 batch_index: bi.max(0) as u32,
             };
+            if let Some((p, seq, _, _)) = parse_payload(&m.payload) {
+                self.check_stored_once(p, seq, mref.position);
+            }
+            self.txn_on_delivery(&sub, mref, &m.payload);
             if !self.checker.knows(mref) {
                 self.maybe_copy(mref, &m.payload);
             }
@@ -950,6 +1046,18 @@ impl Node<'_> {
                 &format!(
                     "the receiver queue holds {held} messages, above its size {rq}: the broker sent more than this incarnation granted"
                 ),
+                now,
+            );
+        }
+    }
+
+    /// Producer `p`'s entry `seq` is at `pos`: a second position is the
+    /// "stored twice" violation ([`super::stored_once`]).
+    fn check_stored_once(&mut self, p: usize, seq: u64, pos: Position) {
+        if let Err(first) = self.stored_once.stored(p, seq, pos) {
+            let now = self.now();
+            self.checker.stored_twice(
+                &format!("producer p-{p} sequence id {seq} at {first} and at {pos}"),
                 now,
             );
         }
@@ -1001,6 +1109,27 @@ impl Node<'_> {
         let (sub, id) = (co.sub, co.id);
         self.checker.consumer_reconnected(&self.subs[sub], id);
         self.activity.same_connection_recreations += 1;
+        self.flush_consumer(c);
+    }
+
+    /// ACTIVE_CONSUMER_CHANGE told a Failover consumer it is not the
+    /// active one: the broker rewound to the mark-delete, so what this
+    /// consumer holds unacknowledged goes to the active consumer. The
+    /// application drops what it had not processed (its permits return)
+    /// and, for the checker, this incarnation's hold on its messages ends
+    /// (their redelivery to the active consumer is Pulsar's Failover).
+    pub(super) fn became_inactive(&mut self, c: usize) {
+        let co = &mut self.consumers[c];
+        if co.client.is_none() {
+            return;
+        }
+        co.era += 1;
+        co.app.clear();
+        co.since_cumulative = 0;
+        co.cumulative_candidate = None;
+        let (sub, id) = (co.sub, co.id);
+        self.checker.consumer_reconnected(&self.subs[sub], id);
+        self.node.inactive_notices += 1;
         self.flush_consumer(c);
     }
 

@@ -3,8 +3,17 @@
 //! incarnation of the same consumer id), redelivery requests, all at
 //! seeded times while the producers publish. Crash points are armed on the
 //! store by `start_broker` (the k-th durable write after each start).
+//! Admission rejections (`faults.admission_reject_ratio`: the core's
+//! [`AdmissionHook`] refuses a seeded fraction of the entries it offers)
+//! and failed writes (`faults.write_failure_ratio`: a MESSAGE frame the
+//! driver does not deliver, reported with `Broker::handle_write_failed`).
 
 use rand::Rng;
+
+use crate::broker::{AdmissionHook, OutFrame};
+use crate::sync::{AtomicU64, Ordering};
+// Ownership handles use std's Arc in every build (see `ledger::managed_ledger`).
+use std::sync::Arc;
 
 use super::{ClientRef, Ev, Node};
 
@@ -90,5 +99,49 @@ impl Node<'_> {
             Fault::SameConnection(c) => self.same_connection(c),
             Fault::Redeliver(c) => self.redeliver(c),
         }
+    }
+}
+
+/// SplitMix64: a seeded, stateless draw for the admission hook (the core
+/// calls it in a deterministic order, so a counter is its only state).
+fn splitmix(mut x: u64) -> u64 {
+    x = x.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    x = (x ^ (x >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    x = (x ^ (x >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    x ^ (x >> 31)
+}
+
+impl Node<'_> {
+    /// The admission rule of a new core: refuses a seeded fraction
+    /// (`faults.admission_reject_ratio`) of the entries offered, counting
+    /// the refusals in `rejected`. `None` when the workload has none.
+    pub(super) fn admission_hook(&mut self, rejected: Arc<AtomicU64>) -> Option<AdmissionHook> {
+        let ratio = self.w.faults.admission_reject_ratio;
+        if ratio <= 0.0 || !self.opts.faults {
+            return None;
+        }
+        let seed: u64 = self.rng.random();
+        let calls = Arc::new(AtomicU64::new(0));
+        let threshold = (ratio.clamp(0.0, 1.0) * u64::MAX as f64) as u64;
+        Some(AdmissionHook::new(move |_, _| {
+            let n = calls.fetch_add(1, Ordering::Relaxed);
+            let refuse = splitmix(seed ^ n) < threshold;
+            if refuse {
+                rejected.fetch_add(1, Ordering::Relaxed);
+            }
+            !refuse
+        }))
+    }
+
+    /// Whether the write of `frame` fails (`faults.write_failure_ratio` of
+    /// the MESSAGE frames): it never reaches the client and the core is
+    /// told with `handle_write_failed`.
+    pub(super) fn write_fails(&mut self, frame: &OutFrame) -> bool {
+        let ratio = self.w.faults.write_failure_ratio;
+        // `BaseCommand.type` is its first field: 0x08, then MESSAGE (9).
+        ratio > 0.0
+            && self.opts.faults
+            && frame.command.starts_with(&[0x08, 9])
+            && self.rng.random_bool(ratio.clamp(0.0, 1.0))
     }
 }

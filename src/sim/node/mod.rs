@@ -53,8 +53,11 @@
 //! message. Any other unknown entry is a violation.
 
 mod client;
+mod counters;
 mod faults;
 mod faulty;
+mod stored_once;
+pub mod txn;
 pub mod wire;
 
 use std::collections::BTreeMap;
@@ -88,6 +91,20 @@ const STORE_CACHE_BYTES: usize = 4 * 1024 * 1024;
 /// A run stops at this virtual time (the rest is "unfinished").
 const VIRTUAL_LIMIT_MS: u64 = 6 * 3_600_000;
 
+/// Virtual ms between two trims of consumed ledgers in the node engine.
+const RETENTION_CHECK_INTERVAL_MS: u64 = 1_000;
+
+/// The core's settings for workload `w`: its entries per ledger (a
+/// workload with small ledgers has consumed ledgers trimmed, at crash
+/// points too), no retention, trimming every
+/// [`RETENTION_CHECK_INTERVAL_MS`].
+fn node_broker_config(w: &Workload) -> BrokerConfig {
+    let mut c = BrokerConfig::new("pulsar://sim-node:6650");
+    c.ledger.max_entries_per_ledger = w.max_entries_per_ledger;
+    c.retention_check_interval_ms = RETENTION_CHECK_INTERVAL_MS;
+    c
+}
+
 /// What the node engine did, beyond the model engine's counters.
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
 pub struct NodeActivity {
@@ -103,6 +120,9 @@ pub struct NodeActivity {
     pub resent_entries: u64,
     /// Copies of such sends delivered (registered as published on delivery).
     pub lost_receipt_copies: u64,
+    /// Resent entries the broker answered as duplicates (receipt `(-1, -1)`,
+    /// not stored again: deduplication).
+    pub deduplicated_sends: u64,
     /// Acks sent again after a lost connection (no receipt).
     pub ack_retries: u64,
     /// ACK_RESPONSEs received.
@@ -113,12 +133,20 @@ pub struct NodeActivity {
     pub redelivery_requests: u64,
     /// MESSAGE commands the client discarded (stale epoch or incarnation).
     pub stale_commands: u64,
+    /// ACTIVE_CONSUMER_CHANGE notices telling a Failover consumer it is
+    /// not the active one.
+    pub inactive_notices: u64,
     /// Frames the clients sent / the core sent.
     pub frames_to_broker: u64,
     /// Frames the core sent.
     pub frames_from_broker: u64,
     /// Durable writes of the store over the run.
     pub durable_writes: u64,
+    /// Transactions (`txn.rs`).
+    pub txn: txn::TxnActivity,
+    /// Consumed ledgers the core deleted (`broker::lifecycle`), over every
+    /// broker generation.
+    pub ledgers_deleted: u64,
 }
 
 /// Which client a connection belongs to.
@@ -126,6 +154,8 @@ pub struct NodeActivity {
 enum ClientRef {
     Producer(usize),
     Consumer(usize),
+    /// The transaction client or the second topic's reader (`txn.rs`).
+    Txn(txn::Role),
 }
 
 /// One event of the run.
@@ -135,6 +165,8 @@ enum Ev {
     ToBroker { gen: u64, conn: u64, bytes: Vec<u8> },
     /// The core's bytes of `conn` were written (generation `gen`).
     Written { gen: u64, conn: u64, bytes: usize },
+    /// The core's bytes of `conn` could not be written (generation `gen`).
+    WriteFailed { gen: u64, conn: u64, bytes: usize },
     /// The core's bytes reach the client of `conn`.
     ToClient { conn: u64, bytes: Vec<u8> },
     /// The core closed `conn`.
@@ -149,6 +181,8 @@ enum Ev {
     Connect(ClientRef),
     /// A planned fault.
     Fault(faults::Fault),
+    /// A timed step of the transaction client (`txn.rs`).
+    Txn(txn::TxnEv),
 }
 
 impl Ev {
@@ -156,6 +190,7 @@ impl Ev {
         match self {
             Ev::ToBroker { .. } => ("broker core", "ToBroker"),
             Ev::Written { .. } => ("broker core", "Written"),
+            Ev::WriteFailed { .. } => ("broker core", "WriteFailed"),
             Ev::ToClient { .. } => ("client", "ToClient"),
             Ev::Closed { .. } => ("client", "Closed"),
             Ev::Timer { .. } => ("broker core", "Timer"),
@@ -163,6 +198,7 @@ impl Ev {
             Ev::Poll(_) => ("consumer", "Poll"),
             Ev::Connect(_) => ("client", "Connect"),
             Ev::Fault(_) => ("faults", "Fault"),
+            Ev::Txn(_) => ("transaction client", "Txn"),
         }
     }
 }
@@ -195,11 +231,19 @@ struct Node<'a> {
     next_conn: u64,
     producers: Vec<Producer>,
     consumers: Vec<Consumer>,
+    /// The "stored once" rule's record ([`stored_once`]).
+    stored_once: stored_once::StoredOnce,
     plan: FaultPlan,
     crashes_left: u32,
     /// Whether the run's work is done (the loop only drains).
     done: bool,
     subs: Vec<String>,
+    /// Entries the core's admission hook refused (every core of the run).
+    admission_rejections: Arc<crate::sync::AtomicU64>,
+    /// The per-component counters of the cores dropped so far.
+    core_counters: crate::broker::DispatchCounters,
+    /// The transaction client and the second topic's reader (`txn.rs`).
+    txn: txn::TxnSide,
 }
 
 /// Runs `workload` (its `engine` is `node`) with `opts`.
@@ -215,7 +259,11 @@ pub fn run(
     workload
         .validate()
         .map_err(|e| SimError::Component(e.to_string()))?;
-    if opts.sabotage.is_some() || opts.trace_dir.is_some() {
+    // NoDeduplication is the node engine's own (the stored-once rule's control).
+    let model_sabotage = opts
+        .sabotage
+        .is_some_and(|s| s != crate::sim::Sabotage::NoDeduplication);
+    if model_sabotage || opts.trace_dir.is_some() {
         return Err(SimError::Component(
             "sabotage and trace recording are the model engine's (engine = \"model\")".into(),
         ));
@@ -247,6 +295,7 @@ pub fn run(
         broker: None,
         gen: 0,
         broker_side: BTreeMap::new(),
+        stored_once: stored_once::StoredOnce::default(),
         to_broker_last: BTreeMap::new(),
         from_broker_last: 0,
         timer_at: None,
@@ -263,6 +312,9 @@ pub fn run(
         },
         done: false,
         subs,
+        admission_rejections: Arc::new(crate::sync::AtomicU64::new(0)),
+        core_counters: crate::broker::DispatchCounters::default(),
+        txn: txn::TxnSide::default(),
     };
     let _hang_guard = HangGuard::start(
         Arc::clone(&n.heartbeat),
@@ -274,6 +326,7 @@ pub fn run(
     );
     n.start_broker()?;
     n.setup_clients();
+    n.setup_txn()?;
     if opts.faults {
         n.plan_faults();
     }
@@ -284,8 +337,12 @@ pub fn run(
         n.storage.disarm();
     }
     n.node.durable_writes = n.storage.stats().durable_writes;
+    n.activity.admission_rejections = n.admission_rejections.load(crate::sync::Ordering::Relaxed);
+    n.node.txn = std::mem::take(&mut n.txn.activity);
+    let txn_work = txn::component(&n.node.txn);
     // The last core closes cleanly.
-    n.broker = None;
+    n.retire_broker();
+    counters::into_activity(&n.core_counters, &mut n.activity);
     let Node {
         checker,
         mut activity,
@@ -299,9 +356,10 @@ pub fn run(
     let stages = super::stages::run(workload, opts.faults, &heartbeat);
     let first_violation = first_violation.or_else(|| stages.first_violation());
     activity.node = Some(node);
-    // The core keeps no per-component counters yet: the section reports
-    // what the event loop counted, so an idle component reads NOT EXERCISED.
-    let components = super::report::components(&activity);
+    // The core's per-component counters (`counters.rs`) and what the event
+    // loop counted: a component with no work reads NOT EXERCISED.
+    let mut components = super::report::components(&activity);
+    components.push(txn_work);
     let wall_ms = started.elapsed().as_millis() as u64;
     let delivered = counts.delivered;
     Ok(Report {
@@ -319,8 +377,11 @@ pub fn run(
         components,
         first_violation,
         timing: Timing {
+            #[cfg(feature = "race-hooks")]
             hint_race: stages.hint_race,
+            #[cfg(feature = "race-hooks")]
             replay_race: stages.replay_race,
+            stages_not_built: stages.not_built,
             wall_ms,
             deliveries_per_sec: delivered as f64 / (wall_ms.max(1) as f64 / 1000.0),
             peak_memory_kib: peak_memory_kib(),
@@ -344,11 +405,10 @@ impl Node<'_> {
         self.timer_at = None;
         self.timer_fired = None;
         let now = EPOCH_BASE_MS + self.now();
-        self.broker = Some(Broker::new(
-            store,
-            BrokerConfig::new("pulsar://sim-node:6650"),
-            now,
-        ));
+        let mut config = node_broker_config(self.w);
+        config.deduplication = self.opts.sabotage != Some(crate::sim::Sabotage::NoDeduplication);
+        config.admission = self.admission_hook(Arc::clone(&self.admission_rejections));
+        self.broker = Some(Broker::new(store, config, now));
         if self.crashes_left > 0 {
             let base = self.storage.durable_writes_since_open();
             let k = base + self.rng.random_range(1..=self.w.faults.crash_window);
@@ -412,8 +472,17 @@ impl Node<'_> {
                     let bytes = frame.encode();
                     let at = self.outbound_arrival();
                     let len = bytes.len();
-                    self.sched.at(at, Ev::ToClient { conn, bytes });
                     let gen = self.gen;
+                    if self.write_fails(&frame) {
+                        let ev = Ev::WriteFailed {
+                            gen,
+                            conn,
+                            bytes: len,
+                        };
+                        self.sched.at(at, ev);
+                        continue;
+                    }
+                    self.sched.at(at, Ev::ToClient { conn, bytes });
                     self.sched.at(
                         at,
                         Ev::Written {
@@ -508,9 +577,17 @@ impl Node<'_> {
         }
     }
 
+    /// Drops the core, counting what it did.
+    fn retire_broker(&mut self) {
+        self.collect_core_counters();
+        if let Some(b) = self.broker.take() {
+            self.node.ledgers_deleted += b.ledgers_deleted_total();
+        }
+    }
+
     /// The broker process died at a crash point: nothing more of it runs.
     fn crash(&mut self) {
-        self.broker = None;
+        self.retire_broker();
         self.storage.recover();
         self.crashes_left = self.crashes_left.saturating_sub(1);
         self.node.crash_points += 1;
@@ -522,7 +599,7 @@ impl Node<'_> {
         if self.broker.is_none() {
             return;
         }
-        self.broker = None;
+        self.retire_broker();
         self.node.clean_restarts += 1;
         self.after_broker_gone();
     }
@@ -556,6 +633,9 @@ impl Node<'_> {
         let started = std::time::Instant::now();
         while !self.done {
             let Some((now, ev)) = self.sched.pop() else {
+                // Nothing more can be delivered: the transaction rules that
+                // judge the end name what is missing before the stall.
+                self.checker.txn_finish(self.now());
                 let (component, recent) = self.heartbeat.describe();
                 self.checker.livelock(
                     &format!(
@@ -626,6 +706,7 @@ impl Node<'_> {
         self.producers.iter().all(|p| p.unpublished() == 0)
             && self.plan.pending() == 0
             && self.checker.all_acked()
+            && self.txn_finished()
     }
 
     fn handle(&mut self, ev: Ev) {
@@ -638,6 +719,12 @@ impl Node<'_> {
             Ev::Written { gen, conn, bytes } => {
                 if gen == self.gen && self.broker_side.contains_key(&conn) {
                     self.with_broker(|b, now| b.handle_written(conn, bytes, now));
+                }
+            }
+            Ev::WriteFailed { gen, conn, bytes } => {
+                if gen == self.gen && self.broker_side.contains_key(&conn) {
+                    self.activity.write_failure_removals += 1;
+                    self.with_broker(|b, now| b.handle_write_failed(conn, bytes, now));
                 }
             }
             Ev::Timer { gen, deadline } => {
@@ -662,6 +749,7 @@ impl Node<'_> {
             Ev::Poll(c) => self.poll(c),
             Ev::Connect(c) => self.connect(c),
             Ev::Fault(f) => self.fault(f),
+            Ev::Txn(e) => self.txn_event(e),
         }
     }
 

@@ -159,9 +159,33 @@ impl ConnWriter {
                 out.frames.drain(..).collect()
             };
             let mut counted = 0usize;
-            for frame in batch {
+            let mut batch = batch.into_iter();
+            while let Some(frame) = batch.next() {
+                if frame.counted && node.fail_this_write(&frame.bytes) {
+                    // The test fault: this frame is not written; the core
+                    // learns it after what was written before it.
+                    let mut out = lock(&self.out);
+                    out.bytes = out.bytes.saturating_sub(frame.bytes.len());
+                    drop(out);
+                    let (written, failed) = (std::mem::take(&mut counted), frame.bytes.len());
+                    node.with(|core| {
+                        core.handle_written(self.id, written, now_ms());
+                        core.handle_write_failed(self.id, failed, now_ms());
+                    });
+                    continue;
+                }
                 if let Err(e) = stream.write_all(&frame.bytes) {
                     tracing::debug!(conn = self.id, error = %e, "write failed");
+                    // This frame and the rest of the batch are not written.
+                    let failed: usize = std::iter::once(&frame)
+                        .chain(batch.as_slice())
+                        .filter(|f| f.counted)
+                        .map(|f| f.bytes.len())
+                        .sum();
+                    node.with(|core| {
+                        core.handle_written(self.id, counted, now_ms());
+                        core.handle_write_failed(self.id, failed, now_ms());
+                    });
                     self.close();
                     return;
                 }

@@ -31,7 +31,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use pulsar_core::broker::{Broker, BrokerConfig, IncarnationRecord, Output};
-use pulsar_core::ledger::{RedbStore, SyncMode};
+use pulsar_core::ledger::{RedbStore, RetentionPolicy, SyncMode};
 
 use conn::ConnWriter;
 use record::Recorder;
@@ -53,6 +53,11 @@ pub fn now_ms() -> u64 {
 /// The broker core behind one lock, with the writers its outputs go to.
 pub struct Node {
     inner: Mutex<NodeInner>,
+    /// Test fault (`--fail-message-writes-every`): every n-th MESSAGE frame
+    /// is not written and reported failed to the core (0: never).
+    pub fail_message_writes_every: u64,
+    /// MESSAGE frames the writers have seen (for the fault above).
+    pub message_writes: AtomicU64,
 }
 
 struct NodeInner {
@@ -111,6 +116,16 @@ impl NodeInner {
 }
 
 impl Node {
+    /// Whether the test fault fails this frame's write: every
+    /// `fail_message_writes_every`-th MESSAGE (`BaseCommand.type`, its
+    /// first field, after the two 4-byte sizes: 0x08, 9).
+    pub fn fail_this_write(&self, frame: &[u8]) -> bool {
+        let every = self.fail_message_writes_every;
+        every > 0
+            && frame.get(8..10) == Some(&[0x08, 9][..])
+            && (self.message_writes.fetch_add(1, Ordering::Relaxed) + 1).is_multiple_of(every)
+    }
+
     /// Runs `f` on the core, then routes its outputs.
     pub fn with<R>(&self, f: impl FnOnce(&mut Broker) -> R) -> R {
         let mut g = lock(&self.inner);
@@ -176,6 +191,69 @@ pub struct ServeArgs {
     /// read and an outbound queue bounded by `conn::OUTBOUND_LIMIT`).
     #[arg(long, default_value_t = 1024, value_parser = clap::value_parser!(u64).range(1..))]
     max_connections: u64,
+    /// Test fault: the core's pending-ack admission refuses every n-th
+    /// entry it offers (0: admit all). For `tests/serve.rs`.
+    #[arg(long, hide = true, default_value_t = 0)]
+    reject_admission_every: u64,
+    /// Test fault: every n-th MESSAGE frame is not written and reported to
+    /// the core as a failed write; the connection stays (0: never). For
+    /// `tests/serve.rs`.
+    #[arg(long, hide = true, default_value_t = 0)]
+    fail_message_writes_every: u64,
+    /// Entries per ledger before a topic rolls over to a new ledger
+    /// (`managedLedgerMaxEntriesPerLedger`); consumed ledgers are deleted
+    /// whole, so this is the unit in which the store's space comes back.
+    #[arg(long, default_value_t = 50_000, value_parser = clap::value_parser!(u32).range(1..))]
+    ledger_max_entries: u32,
+    /// Consumed ledgers are kept this many minutes (`retentionTimeInMinutes`;
+    /// 0: not kept, -1: forever).
+    #[arg(long, default_value_t = 0, allow_hyphen_values = true, value_parser = clap::value_parser!(i64).range(-1..))]
+    retention_time_minutes: i64,
+    /// Consumed ledgers are kept while a topic holds less than this many MiB
+    /// (`retentionSizeInMB`; 0: not kept, -1: no limit).
+    #[arg(long, default_value_t = 0, allow_hyphen_values = true, value_parser = clap::value_parser!(i64).range(-1..))]
+    retention_size_mb: i64,
+    /// Seconds between two trims of consumed ledgers
+    /// (`retentionCheckIntervalInSeconds`).
+    #[arg(long, default_value_t = 120, value_parser = clap::value_parser!(u64).range(1..=86_400))]
+    retention_check_interval_secs: u64,
+    /// Delayed delivery: indexes a bucket holds before it is sealed into a
+    /// snapshot (`delayedDeliveryMinIndexCountPerBucket`).
+    #[arg(long, default_value_t = 50_000, value_parser = clap::value_parser!(u64).range(1..))]
+    delayed_min_index_count_per_bucket: u64,
+    /// Delayed delivery: indexes per snapshot segment
+    /// (`delayedDeliveryMaxIndexesPerBucketSnapshotSegment`).
+    #[arg(long, default_value_t = 5_000, value_parser = clap::value_parser!(i64).range(1..))]
+    delayed_bucket_max_indexes: i64,
+    /// Delayed delivery: sealed buckets kept before the oldest are merged
+    /// (`delayedDeliveryMaxNumBuckets`; -1: no limit, no merge).
+    #[arg(long, default_value_t = -1, allow_hyphen_values = true, value_parser = clap::value_parser!(i64).range(-1..))]
+    delayed_max_num_buckets: i64,
+}
+
+impl ServeArgs {
+    /// The core's settings from these arguments.
+    fn broker_config(&self, advertised: String) -> BrokerConfig {
+        let mut c = BrokerConfig::new(advertised);
+        c.ledger.max_entries_per_ledger = self.ledger_max_entries;
+        c.retention = RetentionPolicy {
+            time_ms: if self.retention_time_minutes < 0 {
+                -1
+            } else {
+                self.retention_time_minutes.saturating_mul(60_000)
+            },
+            size_bytes: if self.retention_size_mb < 0 {
+                -1
+            } else {
+                self.retention_size_mb.saturating_mul(1024 * 1024)
+            },
+        };
+        c.retention_check_interval_ms = self.retention_check_interval_secs * 1000;
+        c.delayed.min_index_count_per_bucket = self.delayed_min_index_count_per_bucket;
+        c.delayed.max_indexes_per_bucket_snapshot_segment = self.delayed_bucket_max_indexes;
+        c.delayed.max_num_buckets = self.delayed_max_num_buckets;
+        c
+    }
 }
 
 fn open_append(p: &PathBuf) -> Result<std::fs::File, String> {
@@ -218,12 +296,22 @@ fn serve(args: ServeArgs) -> Result<(), String> {
         .advertised_url
         .clone()
         .unwrap_or_else(|| format!("pulsar://{local}"));
+    let mut config = args.broker_config(advertised.clone());
+    if args.reject_admission_every > 0 {
+        let every = args.reject_admission_every;
+        let offered = AtomicU64::new(0);
+        config.admission = Some(pulsar_core::broker::AdmissionHook::new(move |_, _| {
+            !(offered.fetch_add(1, Ordering::Relaxed) + 1).is_multiple_of(every)
+        }));
+    }
     let node = Arc::new(Node {
         inner: Mutex::new(NodeInner {
-            core: Broker::new(store, BrokerConfig::new(advertised.clone()), now_ms()),
+            core: Broker::new(store, config, now_ms()),
             writers: BTreeMap::new(),
             permit_ledger: ledger,
         }),
+        fail_message_writes_every: args.fail_message_writes_every,
+        message_writes: AtomicU64::new(0),
     });
     let stop = Arc::new(AtomicBool::new(false));
     {

@@ -1,0 +1,94 @@
+//! Per-component work counters of the core's dispatch and ack paths: what
+//! the cursor deletion state, its read-scheduling hint and post-I/O filter,
+//! the delayed tracker, the pending-ack handle and PIP-491's permits did.
+//! Plain integers each subscription bumps on its own `&mut self` paths (no
+//! synchronisation); [`super::Broker::counters`] sums them. Observability
+//! only: nothing in the core reads them back.
+
+use std::ops::AddAssign;
+
+use crate::deletion::SkipDeleted;
+use crate::ledger::ReadSkip;
+
+/// What the core's components did, summed over subscriptions.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct DispatchCounters {
+    /// Cursor reads issued by dispatch.
+    pub cursor_reads: u64,
+    /// Entries those reads returned (before the post-I/O filter).
+    pub entries_read: u64,
+    /// Positions the lock-free read-scheduling hint was asked about.
+    pub hint_lookups: u64,
+    /// Of those, answered "deleted": a read saved (a run of deleted
+    /// entries hopped over counts once).
+    pub hint_hits: u64,
+    /// Entries the locked post-I/O filter dropped (deleted after the hint
+    /// let their read be issued).
+    pub filtered_after_read: u64,
+    /// Delayed entries the tracker accepted (`add_message` true).
+    pub delayed_added: u64,
+    /// Positions the tracker handed out once due.
+    pub delayed_scheduled: u64,
+    /// Pending-ack handle operations (transactional acks, commits, aborts).
+    pub pending_ack_ops: u64,
+    /// MESSAGE commands sent (each with its `message_permits`).
+    pub messages_sent: u64,
+    /// Σ `message_permits` debited.
+    pub permits_debited: u64,
+    /// MESSAGE commands whose P is below the entry's batch size (a partial
+    /// batch sent with its `ack_set`).
+    pub partial_batches: u64,
+    /// Batch-index acks applied (an `ack_set` leaving some indexes).
+    pub batch_index_acks: u64,
+    /// Most individually deleted ranges persisted at once.
+    pub peak_deleted_ranges: u64,
+}
+
+impl AddAssign for DispatchCounters {
+    fn add_assign(&mut self, o: Self) {
+        self.cursor_reads += o.cursor_reads;
+        self.entries_read += o.entries_read;
+        self.hint_lookups += o.hint_lookups;
+        self.hint_hits += o.hint_hits;
+        self.filtered_after_read += o.filtered_after_read;
+        self.delayed_added += o.delayed_added;
+        self.delayed_scheduled += o.delayed_scheduled;
+        self.pending_ack_ops += o.pending_ack_ops;
+        self.messages_sent += o.messages_sent;
+        self.permits_debited += o.permits_debited;
+        self.partial_batches += o.partial_batches;
+        self.batch_index_acks += o.batch_index_acks;
+        self.peak_deleted_ranges = self.peak_deleted_ranges.max(o.peak_deleted_ranges);
+    }
+}
+
+/// [`SkipDeleted`] counting the hint's answers.
+pub(crate) struct CountingSkip<'a> {
+    pub(crate) inner: SkipDeleted<'a>,
+    pub(crate) hits: u64,
+}
+
+impl ReadSkip for CountingSkip<'_> {
+    fn skip(&mut self, ledger_id: i64, entry_id: i64) -> bool {
+        let s = self.inner.skip(ledger_id, entry_id);
+        self.hits += u64::from(s);
+        s
+    }
+
+    fn skipped_run_end(&mut self, ledger_id: i64, entry_id: i64) -> Option<i64> {
+        self.inner.skipped_run_end(ledger_id, entry_id)
+    }
+}
+
+impl super::Broker {
+    /// The components' work so far, summed over every subscription.
+    pub fn counters(&self) -> DispatchCounters {
+        let mut c = DispatchCounters::default();
+        for t in self.topics.values() {
+            for s in t.subscriptions.values() {
+                c += s.counters;
+            }
+        }
+        c
+    }
+}

@@ -1,0 +1,473 @@
+//! `pulsar-core serve` over TCP, driven with the library's own frame codec
+//! (no Python): the built binary on a temporary data dir, one scenario per
+//! broker-core behaviour a client sees: a same-connection resubscribe is a
+//! new incarnation, a due delayed entry is delivered, Key_Shared holds a
+//! key on one consumer at a time, Failover's active-consumer change keeps
+//! publish order, an entry refused by admission keeps its place, and a
+//! failed MESSAGE write closes the consumer (CLOSE_CONSUMER). Every read
+//! has a timeout; the server is killed when a test ends.
+#![cfg(not(any(loom, feature = "shuttle")))]
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use prost::Message;
+use pulsar_core::broker::{FrameCutter, OutFrame};
+use pulsar_core::proto::command::{self as proto, ty, BrokerCommand};
+use pulsar_core::proto::frame::crc32c;
+use pulsar_core::proto::metadata::MessageMetadata;
+use pulsar_core::proto::wire::{CommandAck, CommandFlow, CommandSubscribe, MessageIdData};
+
+const WAIT: Duration = Duration::from_secs(10);
+
+/// A running `serve` on a temporary data dir; killed on drop.
+struct Server {
+    child: Child,
+    addr: String,
+    _dir: tempfile::TempDir,
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn server(extra: &[&str]) -> Server {
+    let dir = tempfile::tempdir().unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_pulsar-core"))
+        .arg("serve")
+        .arg("--data-dir")
+        .arg(dir.path())
+        .args(["--listen", "127.0.0.1:0"])
+        .args(extra)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start pulsar-core serve");
+    let stderr = child.stderr.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            if let Some(rest) = line.split("listening on ").nth(1) {
+                let _ = tx.send(rest.split(',').next().unwrap_or("").to_string());
+            }
+        }
+    });
+    let addr = rx
+        .recv_timeout(WAIT)
+        .expect("serve did not report its address");
+    Server {
+        child,
+        addr,
+        _dir: dir,
+    }
+}
+
+/// One client connection speaking frames.
+struct Client {
+    stream: TcpStream,
+    cutter: FrameCutter,
+    next_request: u64,
+}
+
+impl Client {
+    fn connect(s: &Server) -> Self {
+        let stream = TcpStream::connect(&s.addr).unwrap();
+        stream
+            .set_read_timeout(Some(Duration::from_millis(100)))
+            .unwrap();
+        let mut c = Self {
+            stream,
+            cutter: FrameCutter::default(),
+            next_request: 1,
+        };
+        c.send(BrokerCommand {
+            r#type: ty::CONNECT,
+            connect: Some(proto::CommandConnect {
+                client_version: "tests/serve.rs".into(),
+                protocol_version: Some(19),
+            }),
+            ..Default::default()
+        });
+        c.expect(|f| f.r#type == ty::CONNECTED, "CONNECTED");
+        c
+    }
+
+    fn send_with(&mut self, cmd: BrokerCommand, payload: Vec<u8>) {
+        let bytes = OutFrame {
+            command: cmd.encode_to_vec(),
+            payload,
+        }
+        .encode();
+        self.stream.write_all(&bytes).unwrap();
+    }
+
+    fn send(&mut self, cmd: BrokerCommand) {
+        self.send_with(cmd, Vec::new());
+    }
+
+    fn request(&mut self) -> u64 {
+        self.next_request += 1;
+        self.next_request
+    }
+
+    /// The next frame within `within`, if any.
+    fn next(&mut self, within: Duration) -> Option<BrokerCommand> {
+        let deadline = Instant::now() + within;
+        loop {
+            if let Some(f) = self.cutter.next_frame().unwrap() {
+                let cmd = BrokerCommand::decode(f.command()).unwrap();
+                if cmd.r#type == ty::PING {
+                    self.send(BrokerCommand {
+                        r#type: ty::PONG,
+                        pong: Some(proto::Empty {}),
+                        ..Default::default()
+                    });
+                    continue;
+                }
+                return Some(cmd);
+            }
+            if Instant::now() >= deadline {
+                return None;
+            }
+            let mut buf = [0u8; 65536];
+            match self.stream.read(&mut buf) {
+                Ok(0) => return None,
+                Ok(n) => self.cutter.push(&buf[..n]),
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                    ) => {}
+                Err(e) => panic!("read: {e}"),
+            }
+        }
+    }
+
+    /// Skips frames until one matches (panics after [`WAIT`]).
+    fn expect(&mut self, f: impl Fn(&BrokerCommand) -> bool, what: &str) -> BrokerCommand {
+        let deadline = Instant::now() + WAIT;
+        while Instant::now() < deadline {
+            if let Some(c) = self.next(Duration::from_millis(200)) {
+                if f(&c) {
+                    return c;
+                }
+            }
+        }
+        panic!("no {what} within {WAIT:?}");
+    }
+
+    fn producer(&mut self, topic: &str) {
+        let request_id = self.request();
+        self.send(BrokerCommand {
+            r#type: ty::PRODUCER,
+            producer: Some(proto::CommandProducer {
+                topic: topic.into(),
+                producer_id: 1,
+                request_id,
+                producer_name: Some(format!("p-{topic}")),
+                ..Default::default()
+            }),
+            ..Default::default()
+        });
+        self.expect(|f| f.r#type == ty::PRODUCER_SUCCESS, "PRODUCER_SUCCESS");
+    }
+
+    /// Publishes one entry; returns its (ledger_id, entry_id).
+    fn publish(&mut self, seq: u64, key: Option<&str>, deliver_at: Option<i64>) -> (u64, u64) {
+        self.send_with(
+            BrokerCommand {
+                r#type: ty::SEND,
+                send: Some(proto::CommandSend {
+                    producer_id: 1,
+                    sequence_id: seq,
+                    ..Default::default()
+                }),
+                ..Default::default()
+            },
+            entry(seq, key, deliver_at),
+        );
+        let r = self.expect(|f| f.r#type == ty::SEND_RECEIPT, "SEND_RECEIPT");
+        let id = r.send_receipt.unwrap().message_id.unwrap();
+        (id.ledger_id, id.entry_id)
+    }
+
+    fn subscribe(&mut self, topic: &str, cid: u64, sub: &str, sub_type: i32, name: &str) {
+        let request_id = self.request();
+        self.send(BrokerCommand {
+            r#type: ty::SUBSCRIBE,
+            subscribe: Some(CommandSubscribe {
+                topic: topic.into(),
+                subscription: sub.into(),
+                sub_type,
+                consumer_id: cid,
+                request_id,
+                consumer_name: Some(name.into()),
+                priority_level: None,
+                durable: None,
+                initial_position: Some(1),
+                key_shared_meta: None,
+                consumer_epoch: None,
+            }),
+            ..Default::default()
+        });
+        self.expect(
+            |f| f.r#type == ty::SUCCESS && f.success.as_ref().unwrap().request_id == request_id,
+            "subscribe SUCCESS",
+        );
+    }
+
+    fn flow(&mut self, cid: u64, n: u32) {
+        self.send(BrokerCommand {
+            r#type: ty::FLOW,
+            flow: Some(CommandFlow {
+                consumer_id: cid,
+                message_permits: n,
+            }),
+            ..Default::default()
+        });
+    }
+
+    fn ack(&mut self, cid: u64, id: (u64, u64)) {
+        self.send(BrokerCommand {
+            r#type: ty::ACK,
+            ack: Some(CommandAck {
+                consumer_id: cid,
+                ack_type: 0,
+                message_id: vec![MessageIdData {
+                    ledger_id: id.0,
+                    entry_id: id.1,
+                    ..Default::default()
+                }],
+                validation_error: None,
+                txnid_least_bits: None,
+                txnid_most_bits: None,
+                request_id: None,
+            }),
+            ..Default::default()
+        });
+    }
+
+    /// MESSAGE ids (ledger_id, entry_id) for `cid` received within `within`
+    /// (other frames are skipped).
+    fn messages(&mut self, cid: u64, within: Duration) -> Vec<(u64, u64)> {
+        let deadline = Instant::now() + within;
+        let mut v = Vec::new();
+        while Instant::now() < deadline {
+            if let Some(c) = self.next(Duration::from_millis(100)) {
+                if let Some(m) = c.message.filter(|m| m.consumer_id == cid) {
+                    v.push((m.message_id.ledger_id, m.message_id.entry_id));
+                }
+            }
+        }
+        v
+    }
+}
+
+/// An entry payload as a producer writes it (one message, not a batch).
+fn entry(seq: u64, key: Option<&str>, deliver_at: Option<i64>) -> Vec<u8> {
+    let mut md = MessageMetadata {
+        producer_name: "p".into(),
+        sequence_id: seq,
+        publish_time: 1,
+        ..MessageMetadata::default()
+    }
+    .encode_to_vec();
+    if let Some(k) = key {
+        prost::encoding::string::encode(6, &k.to_string(), &mut md);
+    }
+    if let Some(t) = deliver_at {
+        prost::encoding::int64::encode(19, &t, &mut md);
+    }
+    let mut body = Vec::new();
+    body.extend_from_slice(&(md.len() as u32).to_be_bytes());
+    body.extend_from_slice(&md);
+    body.extend_from_slice(format!("m{seq}").as_bytes());
+    let mut out = vec![0x0e, 0x01];
+    out.extend_from_slice(&crc32c(&body).to_be_bytes());
+    out.extend_from_slice(&body);
+    out
+}
+
+const SHARED: i32 = 1;
+const FAILOVER: i32 = 2;
+const KEY_SHARED: i32 = 3;
+const SETTLE: Duration = Duration::from_millis(700);
+
+/// A consumer closed and subscribed again with the same id on the same
+/// connection is a new PIP-491 incarnation: what the previous one was sent
+/// and did not acknowledge is delivered to it again.
+#[test]
+fn a_same_connection_resubscribe_gets_the_unacknowledged_entries_again() {
+    let s = server(&[]);
+    let mut p = Client::connect(&s);
+    p.producer("inc");
+    let e0 = p.publish(0, None, None);
+    let mut c = Client::connect(&s);
+    c.subscribe("inc", 1, "s", SHARED, "c");
+    c.flow(1, 10);
+    assert_eq!(c.messages(1, SETTLE), vec![e0]);
+    let request_id = c.request();
+    c.send(BrokerCommand {
+        r#type: ty::CLOSE_CONSUMER,
+        close_consumer: Some(proto::CommandIdRequest { id: 1, request_id }),
+        ..Default::default()
+    });
+    c.expect(|f| f.r#type == ty::SUCCESS, "close SUCCESS");
+    c.subscribe("inc", 1, "s", SHARED, "c");
+    c.flow(1, 10);
+    assert_eq!(c.messages(1, SETTLE), vec![e0]);
+}
+
+/// A delayed entry already due when dispatch meets it (the tracker
+/// declines it) is delivered at once, not dropped.
+#[test]
+fn a_due_delayed_entry_is_delivered() {
+    let s = server(&[]);
+    let mut p = Client::connect(&s);
+    p.producer("due");
+    let mut c = Client::connect(&s);
+    c.subscribe("due", 1, "s", SHARED, "c");
+    c.flow(1, 10);
+    let past = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as i64
+        - 10_000;
+    let e0 = p.publish(0, None, Some(past));
+    assert_eq!(c.messages(1, SETTLE), vec![e0]);
+}
+
+/// Key_Shared: a key whose entries one consumer holds unacknowledged is
+/// not sent to a consumer that joined since (Pulsar 4 drains the hash).
+#[test]
+fn key_shared_never_has_one_key_on_two_consumers() {
+    let s = server(&[]);
+    let mut p = Client::connect(&s);
+    p.producer("ks");
+    let mut a = Client::connect(&s);
+    a.subscribe("ks", 1, "s", KEY_SHARED, "a");
+    a.flow(1, 1000);
+    let keys: Vec<String> = (0..32).map(|k| format!("key-{k}")).collect();
+    let mut key_of = std::collections::BTreeMap::new();
+    for (i, k) in keys.iter().enumerate() {
+        key_of.insert(p.publish(i as u64, Some(k), None), k.clone());
+    }
+    let held: Vec<(u64, u64)> = a.messages(1, SETTLE);
+    assert_eq!(held.len(), keys.len(), "a gets every key first");
+    let mut b = Client::connect(&s);
+    b.subscribe("ks", 2, "s", KEY_SHARED, "b");
+    b.flow(2, 1000);
+    for (i, k) in keys.iter().enumerate() {
+        key_of.insert(p.publish(100 + i as u64, Some(k), None), k.clone());
+    }
+    let to_b = b.messages(2, SETTLE);
+    if let Some(id) = to_b.first() {
+        panic!(
+            "{id:?} (key {}) went to b while a holds unacknowledged entries of every key",
+            key_of[id]
+        );
+    }
+    // Once a acknowledges, b gets its share of the keys.
+    for id in held.iter().chain(a.messages(1, SETTLE).iter()) {
+        a.ack(1, *id);
+    }
+    for (i, k) in keys.iter().enumerate() {
+        p.publish(200 + i as u64, Some(k), None);
+    }
+    assert!(!b.messages(2, SETTLE).is_empty(), "b never got a key");
+}
+
+/// Failover: when a consumer that sorts first joins, it becomes active and
+/// gets the former active consumer's unacknowledged entries first, in
+/// publish order (the dispatcher rewinds to the mark-delete).
+#[test]
+fn failover_switch_keeps_publish_order() {
+    let s = server(&[]);
+    let mut p = Client::connect(&s);
+    p.producer("fo");
+    let ids: Vec<(u64, u64)> = (0..3).map(|i| p.publish(i, None, None)).collect();
+    let mut b = Client::connect(&s);
+    b.subscribe("fo", 1, "s", FAILOVER, "b");
+    b.flow(1, 10);
+    assert_eq!(b.messages(1, SETTLE), ids);
+    let mut a = Client::connect(&s);
+    a.subscribe("fo", 2, "s", FAILOVER, "a");
+    let change = b.expect(
+        |f| f.r#type == ty::ACTIVE_CONSUMER_CHANGE,
+        "ACTIVE_CONSUMER_CHANGE",
+    );
+    assert_eq!(
+        change.active_consumer_change.unwrap().is_active,
+        Some(false)
+    );
+    let e3 = p.publish(3, None, None);
+    a.flow(2, 10);
+    let mut expected = ids.clone();
+    expected.push(e3);
+    assert_eq!(a.messages(2, SETTLE), expected);
+}
+
+/// Admission refusing every third entry: a refused entry keeps its place
+/// (Failover's publish order), nothing is lost.
+#[test]
+fn entries_refused_by_admission_keep_publish_order() {
+    let s = server(&["--reject-admission-every", "3"]);
+    let mut p = Client::connect(&s);
+    p.producer("adm");
+    let ids: Vec<(u64, u64)> = (0..12).map(|i| p.publish(i, None, None)).collect();
+    let mut c = Client::connect(&s);
+    c.subscribe("adm", 1, "s", FAILOVER, "c");
+    c.flow(1, 100);
+    assert_eq!(c.messages(1, SETTLE), ids);
+}
+
+/// A failed MESSAGE write removes the consumer incarnation it was for
+/// (PIP-491: never re-credited): the client is told CLOSE_CONSUMER, and
+/// after subscribing again it gets every entry, in order.
+#[test]
+fn a_failed_message_write_closes_the_consumer() {
+    let s = server(&["--fail-message-writes-every", "4"]);
+    let mut p = Client::connect(&s);
+    p.producer("wf");
+    let ids: Vec<(u64, u64)> = (0..6).map(|i| p.publish(i, None, None)).collect();
+    let mut c = Client::connect(&s);
+    c.subscribe("wf", 1, "s", FAILOVER, "c");
+    c.flow(1, 100);
+    // Each incarnation receives in publish order (a failed MESSAGE leaves a
+    // gap, filled by the next incarnation); every entry is acknowledged in
+    // the end.
+    let mut acked = std::collections::BTreeSet::new();
+    let mut closes = 0;
+    let mut cid = 1;
+    let mut seen: Vec<(u64, u64)> = Vec::new();
+    let deadline = Instant::now() + WAIT;
+    while acked.len() < ids.len() && Instant::now() < deadline {
+        match c.next(Duration::from_millis(100)) {
+            Some(f) if f.r#type == ty::CLOSE_CONSUMER => {
+                assert_eq!(f.close_consumer.unwrap().id, cid);
+                closes += 1;
+                cid += 1;
+                seen.clear();
+                c.subscribe("wf", cid, "s", FAILOVER, "c");
+                c.flow(cid, 100);
+            }
+            Some(f) => {
+                if let Some(m) = f.message.filter(|m| m.consumer_id == cid) {
+                    let id = (m.message_id.ledger_id, m.message_id.entry_id);
+                    assert!(seen.last().is_none_or(|l| *l < id), "{id:?} after {seen:?}");
+                    seen.push(id);
+                    c.ack(cid, id);
+                    acked.insert(id);
+                }
+            }
+            None => {}
+        }
+    }
+    assert!(closes > 0, "no CLOSE_CONSUMER after a failed write");
+    assert_eq!(acked.into_iter().collect::<Vec<_>>(), ids);
+}
