@@ -25,7 +25,7 @@
 //!
 //! Recording is off until [`start`] is called and after [`finish`]; while
 //! off a hook costs one uncontended lock. The log is a `std::sync::Mutex`
-//! on purpose, NOT the [`crate::sync`] facade: under shuttle or loom a
+//! on purpose, NOT the `crate::sync` facade: under shuttle or loom a
 //! facade lock would be a scheduling point and change the schedules being
 //! recorded. Recording is process-global: record one execution at a time.
 //!

@@ -76,7 +76,7 @@
 //! # Concurrency contract
 //!
 //! The tracker is `Send + Sync`; every public method takes `&self`, acquires
-//! the one tracker lock ([`crate::sync::Mutex`]) and releases it before
+//! the one tracker lock (`crate::sync::Mutex`) and releases it before
 //! returning. Pulsar runs snapshot I/O asynchronously and re-takes the lock in
 //! the callbacks; here [`BucketSnapshotStorage`] is synchronous, so seal,
 //! segment loads, merge, trim and delete run *inside* the calling operation,

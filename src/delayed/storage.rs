@@ -532,7 +532,7 @@ pub struct FaultPlan {
 /// Fault-injecting wrapper: fails the next N creates / reads / deletes with
 /// [`DelayedError::Storage`] (reason `"injected fault"`) without touching
 /// the inner storage, then passes calls through. Counters are atomics
-/// ([`crate::sync`]); any thread may re-arm them with [`FaultyStorage::arm`].
+/// (the crate's sync facade); any thread may re-arm them with [`FaultyStorage::arm`].
 #[derive(Debug)]
 pub struct FaultyStorage<S> {
     inner: S,

@@ -507,8 +507,8 @@ impl fmt::Debug for DeletionDirectory {
 
 /// The individually deleted positions of a cursor, as Pulsar's
 /// `PositionRangeSet` (`individualDeletedMessages`): an ordered map ledger id →
-/// [`RoaringBitmap`] of entry ids, each bitmap behind the facade's
-/// [`RwLock`].
+/// [`RoaringBitmap`] of entry ids, each bitmap behind the sync facade's
+/// `RwLock`.
 ///
 /// Semantics are Pulsar's **open-closed** ranges `(lower, upper]`:
 /// acknowledging entry `e` of ledger `L` adds `(L:e-1, L:e]`, so adjacent acks

@@ -244,7 +244,7 @@ struct Inner {
 
 /// A cursor's deletion state: the mark-delete position and the individually
 /// deleted ranges above it ([`PositionRangeSet`]), guarded together by one
-/// cursor [`RwLock`] (Pulsar's `ManagedCursorImpl` lock around
+/// cursor `RwLock` (Pulsar's `ManagedCursorImpl` lock around
 /// `markDeletePosition` + `individualDeletedMessages`), plus what lock-free
 /// readers need: the mark-delete published as **one** snapshot
 /// ([`Published<Position>`]), the range set's published

@@ -27,7 +27,7 @@
 //! Concurrency: these types are plain state machines (`&mut self`); the
 //! broker serialises access per subscription (Pulsar's dispatcher is
 //! `synchronized`). Wrap a [`SharedDispatcher`] in a
-//! [`crate::sync::Mutex`] to share it.
+//! `crate::sync::Mutex` to share it.
 //!
 //! ```
 //! use pulsar_core::permits::broker::{AdmitAll, BrokerEntry, Consumer, ConsumerKey};

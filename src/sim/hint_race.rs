@@ -31,7 +31,7 @@
 //!
 //! Then a **deterministic** part on one thread places a reset exactly
 //! inside lookups, through the crate's test hook
-//! ([`crate::sync::hook::Point::SchedulingLookupAfterMarkDelete`]): the
+//! (`crate::sync::hook::Point::SchedulingLookupAfterMarkDelete`): the
 //! lookup has read an even epoch and the mark-delete snapshot, the hook
 //! runs a complete backward reset (mark-delete `2:5` → `1:989`, ranges
 //! cleared), then the lookup goes on. A position the lookup then reports
@@ -45,7 +45,7 @@
 //! A second **deterministic** part places lookups inside a mark-delete:
 //! on one thread, a mark-delete from `1:999` across the ledger boundary to
 //! `2:5` runs with a hook on the facade's write points
-//! ([`crate::sync::hook::Point::AtomicWrite`], `race-hooks` builds only); after
+//! (`crate::sync::hook::Point::AtomicWrite`, `race-hooks` builds only); after
 //! each atomic write the hook looks up `2:500` and `2:6`, which nothing ever
 //! deletes. A positive is a state between two writes that no complete
 //! mark-delete published (a torn mark-delete read `2:999`); such a window
@@ -519,7 +519,7 @@ const NEVER_DELETED: [(i64, i64); 2] = [(2, 500), (2, 6)];
 /// The second deterministic part: on this thread, a lock-free lookup of
 /// never-deleted positions runs after **every** atomic write of a
 /// mark-delete from `1:999` to `2:5`, through the facade's write points
-/// ([`crate::sync::hook::Point::AtomicWrite`]). Each lookup therefore sees
+/// (`crate::sync::hook::Point::AtomicWrite`). Each lookup therefore sees
 /// the cursor's published state between two writes of one mark-delete; a
 /// positive for `2:500` or `2:6` is a state no complete mark-delete
 /// published (e.g. mark-delete kept in two atomics, read as `2:999` after

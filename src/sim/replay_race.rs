@@ -22,7 +22,7 @@
 //! reversed store order in `read_failed` only when the two threads run at
 //! the same instant, so its catch rate depends on the machine's load. The
 //! two forced interleavings place the failure inside that window through
-//! the crate's test hooks ([`crate::sync::hook`]) on every trial, so either
+//! the crate's test hooks (`crate::sync::hook`) on every trial, so either
 //! reversal is caught on every run (loom, shuttle and trace validation
 //! check the same orderings exhaustively or by schedule). Counters that
 //! depend on timing (trials, reads) are kept with the wall-clock figures,
@@ -597,7 +597,7 @@ fn read_failure_race(
 }
 
 /// The two forced interleavings of a read failure with `fill_queue`, each
-/// placed through a test hook ([`crate::sync::hook`]) exactly inside the
+/// placed through a test hook (`crate::sync::hook`) exactly inside the
 /// window that the read failure race reaches only by luck.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Forced {

@@ -1,7 +1,7 @@
 //! The stages that run after a simulation's event loop on real threads:
 //! `hint_race` (the cursor deletion state's lock-free hint and post-I/O
-//! filter, [`super::hint_race`]) and `replay_race` (the pending-ack replay
-//! on a real managed ledger, [`super::replay_race`]). Both exercise the
+//! filter, `sim::hint_race`) and `replay_race` (the pending-ack replay
+//! on a real managed ledger, `sim::replay_race`). Both exercise the
 //! shipped components directly, so any engine runs them the same way
 //! after its loop (`faults.hint_race`, `faults.replay_race`).
 //!

@@ -28,9 +28,9 @@
 //! [`ClientConnection::flush_flows`] (the connection task) and with a
 //! replacement ([`ClientConnection::subscribe`],
 //! [`ClientConnection::close_consumer`], [`ClientConnection::close`]). All
-//! synchronisation goes through [`crate::sync`], so loom and shuttle check
+//! synchronisation goes through the crate's sync facade, so loom and shuttle check
 //! this exact code. [`ClientConsumer`] is `&mut self` (owned by the
-//! connection task; share it behind a [`crate::sync::Mutex`]).
+//! connection task; share it behind a `crate::sync::Mutex`).
 //!
 //! | file | role |
 //! |---|---|

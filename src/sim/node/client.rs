@@ -120,13 +120,26 @@ pub(super) struct Consumer {
     /// they arrived), waiting for the application; each holds its permit.
     app: VecDeque<(ReceivedMessage, MessageRef)>,
     since_cumulative: u32,
-    cumulative_candidate: Option<Position>,
+    cumulative_candidate: Option<CumulativeUpTo>,
+    /// The entry whose batch the application is inside and the next index
+    /// it expects: indexes 0..next were all taken in this era.
+    batch_seen: Option<(Position, i32)>,
     /// Connections closed on an injected invalid P in a row, with nothing
     /// received in between (`faults.faulty_closes_without_progress`).
     pub(super) faulty_closes: u32,
     /// While set, Flows the client library decides stay queued on its
     /// connection (a re-creation right after a poll: `same_connection`).
     hold_flows: bool,
+}
+
+/// What the next cumulative ack covers: an entry whole, or (a cumulative
+/// ack inside a batch, with the `ack_set` of the indexes left) the entries
+/// before it and indexes `0..=index` of it.
+#[derive(Debug, Clone, Copy)]
+struct CumulativeUpTo {
+    position: Position,
+    /// `(index, batch size)` for an ack inside the batch at `position`.
+    within: Option<(i32, i32)>,
 }
 
 impl Consumer {
@@ -190,6 +203,7 @@ impl Node<'_> {
                     app: VecDeque::new(),
                     since_cumulative: 0,
                     cumulative_candidate: None,
+                    batch_seen: None,
                     faulty_closes: 0,
                     hold_flows: false,
                 });
@@ -262,6 +276,7 @@ impl Node<'_> {
                 co.poll_scheduled = false;
                 co.since_cumulative = 0;
                 co.cumulative_candidate = None;
+                co.batch_seen = None;
                 let (sub, id) = (co.sub, co.id);
                 if !broker_gone {
                     self.checker.consumer_reconnected(&self.subs[sub], id);
@@ -842,9 +857,16 @@ impl Node<'_> {
                 });
                 if current && !unsettled {
                     self.checker.cumulative_ack_applied(&sub, id, upto, now);
+                    if !ack.msgs.is_empty() {
+                        self.checker.ack_applied(&sub, id, &ack.msgs, now);
+                    }
                 }
                 self.activity.cumulative_acks += 1;
                 self.checker.cumulative_acked(&sub, upto);
+                // The indexes a cumulative ack inside a batch covers.
+                for m in &ack.msgs {
+                    self.checker.acked(&sub, *m, now);
+                }
             }
             None => {
                 if current {
@@ -917,7 +939,25 @@ impl Node<'_> {
             if cumulative_every > 0 {
                 co.since_cumulative += 1;
                 if batch.is_none_or(|b| bi == b - 1) {
-                    co.cumulative_candidate = Some(pos);
+                    co.batch_seen = None;
+                    co.cumulative_candidate = Some(CumulativeUpTo {
+                        position: pos,
+                        within: None,
+                    });
+                } else if let Some(b) = batch {
+                    co.batch_seen = match co.batch_seen {
+                        Some((p, next)) if p == pos && next == bi => Some((pos, bi + 1)),
+                        _ if bi == 0 => Some((pos, 1)),
+                        _ => None,
+                    };
+                    // Inside a batch whose indexes 0..=bi the application
+                    // took: sometimes the cumulative ack stops here.
+                    if co.batch_seen.is_some() && self.rng.random_bool(0.5) {
+                        co.cumulative_candidate = Some(CumulativeUpTo {
+                            position: pos,
+                            within: Some((bi, b)),
+                        });
+                    }
                 }
             } else {
                 let id = match batch {
@@ -979,22 +1019,14 @@ impl Node<'_> {
             && (co.since_cumulative >= cumulative_every || empty)
             && co.cumulative_candidate.is_some()
         {
-            let upto = co.cumulative_candidate.take().unwrap_or_default();
+            let upto = co.cumulative_candidate.take();
             co.since_cumulative = 0;
-            self.send_ack(
-                c,
-                OutAck {
-                    era,
-                    ids: vec![MessageIdData {
-                        ledger_id: upto.ledger_id as u64,
-                        entry_id: upto.entry_id as u64,
-                        ..Default::default()
-                    }],
-                    msgs: Vec::new(),
-                    cumulative: Some(upto),
-                    txn: None,
-                },
-            );
+            if let Some(upto) = upto {
+                if upto.within.is_some() {
+                    self.node.batch_index_acks += 1;
+                }
+                self.send_ack(c, cumulative_ack(era, upto));
+            }
         }
         self.flush_consumer(c);
         let co = &mut self.consumers[c];
@@ -1106,6 +1138,7 @@ impl Node<'_> {
         co.app.clear();
         co.since_cumulative = 0;
         co.cumulative_candidate = None;
+        co.batch_seen = None;
         let (sub, id) = (co.sub, co.id);
         self.checker.consumer_reconnected(&self.subs[sub], id);
         self.activity.same_connection_recreations += 1;
@@ -1145,9 +1178,49 @@ impl Node<'_> {
         co.app.clear();
         co.since_cumulative = 0;
         co.cumulative_candidate = None;
+        co.batch_seen = None;
         let (sub, id) = (co.sub, co.id);
         self.checker.consumer_reconnected(&self.subs[sub], id);
         self.node.redelivery_requests += 1;
         self.flush_consumer(c);
+    }
+}
+
+/// The cumulative ACK covering `upto`: the entry's id alone, or inside a
+/// batch (Pulsar's cumulative batch-index ack) the id with the `ack_set` of
+/// the indexes after `index`, which moves mark-delete to the entry before
+/// and keeps the rest of the batch (`ManagedCursorImpl`'s
+/// batchDeletedIndexes); the checker counts the entries before it and
+/// indexes `0..=index` of it as acknowledged.
+fn cumulative_ack(era: u64, upto: CumulativeUpTo) -> OutAck {
+    let p = upto.position;
+    let mut id = MessageIdData {
+        ledger_id: p.ledger_id as u64,
+        entry_id: p.entry_id as u64,
+        ..Default::default()
+    };
+    let Some((index, size)) = upto.within else {
+        return OutAck {
+            era,
+            ids: vec![id],
+            msgs: Vec::new(),
+            cumulative: Some(p),
+            txn: None,
+        };
+    };
+    id.batch_index = Some(index);
+    id.batch_size = Some(size);
+    id.ack_set = wire::ack_set_from_indexes(index as u32 + 1..size.max(0) as u32);
+    OutAck {
+        era,
+        ids: vec![id],
+        msgs: (0..=index as u32)
+            .map(|batch_index| MessageRef {
+                position: p,
+                batch_index,
+            })
+            .collect(),
+        cumulative: Some(p.previous_in_ledger()),
+        txn: None,
     }
 }

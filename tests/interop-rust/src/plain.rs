@@ -273,9 +273,19 @@ async fn consumer_loop(
                 }
             }
             Acking::Cumulative { every } => {
+                since_cum += 1;
+                // magnetar frames a cumulative ack of a message inside a
+                // batch as (L:E, batch_index) without an ack_set, which
+                // Pulsar's broker reads as the whole entry L:E (the Java
+                // client sends L:E-1 or an ack_set instead): the batch's
+                // later messages would be acknowledged unseen. Only a
+                // batch's last message or an unbatched one is acknowledged
+                // cumulatively.
+                if !ends_its_entry(&m.message_id) {
+                    continue;
+                }
                 held.clear();
                 held.push(m.message_id);
-                since_cum += 1;
                 if since_cum >= every {
                     flush(&ctx, &c, &mut held, &mut retry, acking).await;
                     since_cum = 0;
@@ -286,6 +296,12 @@ async fn consumer_loop(
     flush(&ctx, &c, &mut held, &mut retry, acking).await;
     let _ = timeout(Duration::from_secs(5), c.close()).await;
     Ok(())
+}
+
+/// True for an unbatched message and for the last message of a batch: a
+/// cumulative ack of it covers exactly what the application has seen.
+fn ends_its_entry(m: &magnetar::MessageId) -> bool {
+    m.batch_index < 0 || m.batch_size <= 0 || m.batch_index + 1 >= m.batch_size
 }
 
 async fn flush(
