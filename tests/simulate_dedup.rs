@@ -54,9 +54,9 @@ fn retried_sends_are_stored_once_and_a_core_without_deduplication_is_caught() {
         let bad_node = bad.activity.node.clone().expect("node activity");
         eprintln!(
             "seed {seed}: resent {} deduplicated {}; without deduplication: {:?}",
-            n.resent_entries, n.deduplicated_sends, bad.first_violation
+            n.resent_entries, n.deduplicated_messages, bad.first_violation
         );
-        assert_eq!(bad_node.deduplicated_sends, 0);
+        assert_eq!(bad_node.deduplicated_messages, 0);
         if bad
             .first_violation
             .as_deref()

@@ -519,10 +519,21 @@ impl Broker {
         Ok(())
     }
 
+    /// A (non-transactional) ACK: applied to the subscription's deletion
+    /// state now, persisted by the turn's group commit
+    /// ([`Broker::flush`], `group_commit.rs`); its receipt is held until
+    /// that commit completed. An ack refused before any write (unknown
+    /// consumer, a position out of range, an unreadable entry) is answered
+    /// at once.
     fn handle_ack(&mut self, conn: ConnectionId, a: crate::proto::wire::CommandAck) {
         if a.txnid_most_bits.is_some() || a.txnid_least_bits.is_some() {
             return self.handle_txn_ack(conn, a);
         }
+        let target = self
+            .conns
+            .get(&conn)
+            .and_then(|c| c.consumers.get(&a.consumer_id))
+            .cloned();
         let result = if a.message_id.iter().any(|m| position_of(m).is_none()) {
             if self.consumer_sub(conn, a.consumer_id).is_none() {
                 Err(format!("ack for unknown consumer {}", a.consumer_id))
@@ -534,36 +545,31 @@ impl Broker {
                 None => Err(format!("ack for unknown consumer {}", a.consumer_id)),
                 Some((ml, sub)) => {
                     let ml = std::sync::Arc::clone(ml);
-                    sub.ack(&ml, a.ack_type == 1, &a.message_id)
+                    sub.apply_ack(&ml, a.ack_type == 1, &a.message_id)
                 }
             }
         };
-        if let Err(e) = &result {
-            tracing::warn!(conn, error = %e, "ack failed");
-        }
-        if let Some(request_id) = a.request_id {
-            let (error, message) = match &result {
-                Ok(()) => (None, None),
-                Err(e) => (Some(server_error::UNKNOWN_ERROR), Some(e.clone())),
-            };
-            self.reply(
-                conn,
-                BrokerCommand {
-                    r#type: ty::ACK_RESPONSE,
-                    ack_response: Some(command::CommandAckResponse {
-                        consumer_id: a.consumer_id,
-                        txnid_least_bits: None,
-                        txnid_most_bits: None,
-                        error,
-                        message,
-                        request_id: Some(request_id),
-                    }),
-                    ..Default::default()
-                },
-            );
-        }
-        if result.is_ok() {
-            self.dispatch_consumer_sub(conn, a.consumer_id);
+        match (result, target) {
+            (Ok(changed), Some(r)) => {
+                if changed {
+                    self.acks.mark(&r.topic, &r.subscription);
+                }
+                if let Some(request_id) = a.request_id {
+                    self.acks
+                        .hold(&r.topic, &r.subscription, conn, a.consumer_id, request_id);
+                }
+            }
+            (result, _) => {
+                let result = result.map(|_| ());
+                if let Err(e) = &result {
+                    tracing::warn!(conn, error = %e, "ack failed");
+                }
+                if let Some(request_id) = a.request_id {
+                    let resp =
+                        super::group_commit::ack_response(a.consumer_id, request_id, &result);
+                    self.reply(conn, resp);
+                }
+            }
         }
     }
 

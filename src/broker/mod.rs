@@ -66,6 +66,16 @@
 //! is queued only after its commit. Reads of entries are synchronous too.
 //! So every input may block on the store for the duration of a commit.
 //!
+//! Group commit (`group_commit.rs`): a plain ACK is applied in memory when
+//! its frame arrives and persisted by [`Broker::flush`], which ends the
+//! driver's turn ([`Broker::poll_output`] runs it first): one commit per
+//! subscription acknowledged since the last flush, then the held
+//! ACK_RESPONSEs (an error response when the commit failed), then dispatch;
+//! no ack response is queued before its commit. A group is what the
+//! driver hands the core between two polls (its added delay is the
+//! driver's handling of those frames; its size, the frames of one read or
+//! delivery). SEND, transactional ACK and END_TXN commit per command.
+//!
 //! Units: time in epoch milliseconds (`u64`), sizes in bytes, permits in
 //! messages (PIP-491: a batch entry costs its deliverable indexes).
 //!
@@ -109,6 +119,7 @@ pub mod entry;
 pub mod error;
 mod failover;
 pub mod framing;
+mod group_commit;
 pub mod key_shared;
 mod lifecycle;
 pub mod output;
@@ -211,6 +222,8 @@ pub struct Broker {
     started_ms: u64,
     clock: Arc<VirtualClock>,
     txn: txn::TxnRuntime,
+    /// Acks of the current turn waiting for their group commit.
+    acks: group_commit::AckGroup,
     lifecycle: lifecycle::Lifecycle,
 }
 
@@ -232,6 +245,7 @@ impl Broker {
             started_ms: now_ms,
             clock: Arc::new(VirtualClock::new(now_ms)),
             txn: txn::TxnRuntime::new(now_ms),
+            acks: group_commit::AckGroup::default(),
             lifecycle: lifecycle::Lifecycle::default(),
         };
         // The coordinator recovers at start: transactions a crash left
@@ -270,7 +284,10 @@ impl Broker {
     }
 
     /// The next output, in the order produced; `None` when none is queued.
+    /// It first ends the turn ([`Broker::flush`]): the group commit of the
+    /// turn's acks, whose receipts it then releases.
     pub fn poll_output(&mut self) -> Option<Output> {
+        self.flush();
         self.out.queue.pop_front()
     }
 

@@ -370,6 +370,25 @@ impl Subscription {
         cumulative: bool,
         ids: &[MessageIdData],
     ) -> Result<(), String> {
+        if self.apply_ack(ml, cumulative, ids)? {
+            self.persist_and_settle()?;
+        }
+        Ok(())
+    }
+
+    /// Applies the acks of `ids` to the in-memory deletion state only (as
+    /// [`Subscription::ack`] without the persist): `true` when the state
+    /// changed and needs [`Subscription::persist_and_settle`] before the
+    /// ack may be confirmed (the broker's group commit, `group_commit.rs`).
+    ///
+    /// # Errors
+    /// As [`Subscription::ack`], without the store's.
+    pub(crate) fn apply_ack(
+        &mut self,
+        ml: &ManagedLedger,
+        cumulative: bool,
+        ids: &[MessageIdData],
+    ) -> Result<bool, String> {
         let mut full = Vec::new();
         for id in ids {
             let p = Position::new(id.ledger_id as i64, id.entry_id as i64);
@@ -425,13 +444,13 @@ impl Subscription {
                     .map(|_| ())
                     .map_err(|e| e.to_string())?,
                 // Nothing new: nothing to persist.
-                None if !batch_acked => return Ok(()),
+                None if !batch_acked => return Ok(false),
                 None => {}
             }
         } else if !full.is_empty() {
             self.deletion.delete(&full, ml).map_err(|e| e.to_string())?;
         }
-        self.persist_and_settle()
+        Ok(true)
     }
 
     /// Persists the deletion state (mark-delete, every individually deleted

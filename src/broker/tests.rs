@@ -1028,6 +1028,8 @@ fn a_batch_count_the_payload_cannot_hold_is_rejected() {
 }
 
 mod batch_cumulative;
+#[cfg(feature = "sim")]
+mod group_commit;
 mod lifecycle;
 mod producers;
 mod txn;

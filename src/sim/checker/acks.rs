@@ -152,7 +152,6 @@ impl DeliveryChecker {
         upto: Position,
         now_ms: u64,
     ) {
-        let end = self.end_at_or_below(upto);
         let base = self.base;
         let Some(s) = self.subs.get_mut(sub) else {
             self.counts.invalid_events += 1;
@@ -162,17 +161,24 @@ impl DeliveryChecker {
             );
             return;
         };
-        let from = s.cumulative_checked_to.clamp(base, end) - base;
         let token = s.token(consumer) + 1;
         let mut first = None;
         let mut bad = 0;
-        for i in from..end - base {
-            if s.delivered[i] != token && s.acked[i] == NOT_ACKED {
-                bad += 1;
-                first.get_or_insert(i);
-            }
-        }
-        s.cumulative_checked_to = s.cumulative_checked_to.max(end);
+        let (to, _) = Self::cumulative_range(
+            &self.published,
+            base,
+            s.cumulative_checked_to,
+            s.cumulative_checked_upto,
+            upto,
+            |i| {
+                if s.delivered[i] != token && s.acked[i] == NOT_ACKED {
+                    bad += 1;
+                    first.get_or_insert(i);
+                }
+            },
+        );
+        s.cumulative_checked_to = to;
+        s.cumulative_checked_upto = s.cumulative_checked_upto.max(Some(upto));
         if let Some(i) = first {
             let what = if s.delivered[i] == 0 {
                 "undelivered"
@@ -195,16 +201,25 @@ impl DeliveryChecker {
     /// stays unacknowledged: it was reported when the ack was applied).
     /// Returns how many messages it newly acknowledged.
     pub fn cumulative_acked(&mut self, sub: &str, upto: Position) -> u64 {
-        let end = self.end_at_or_below(upto);
         let base = self.base;
         let before = self.counts.acked;
         if let Some(s) = self.subs.get_mut(sub) {
-            for i in s.cumulative_acked_to.clamp(base, end) - base..end - base {
+            let mut covered = Vec::new();
+            let (to, _) = Self::cumulative_range(
+                &self.published,
+                base,
+                s.cumulative_acked_to,
+                s.cumulative_acked_upto,
+                upto,
+                |i| covered.push(i),
+            );
+            for i in covered {
                 if s.delivered[i] != 0 {
                     Self::mark_acked(s, i, &mut self.counts);
                 }
             }
-            s.cumulative_acked_to = s.cumulative_acked_to.max(end);
+            s.cumulative_acked_to = to;
+            s.cumulative_acked_upto = s.cumulative_acked_upto.max(Some(upto));
         }
         let newly = self.counts.acked - before;
         self.acks_since_retire = self
@@ -214,5 +229,42 @@ impl DeliveryChecker {
             self.retire();
         }
         newly
+    }
+
+    /// The window messages a cumulative ack up to `upto` newly covers: each
+    /// at or below `upto` and above `covered_upto` (what an earlier one
+    /// covered), from window index `from` (absolute; every message below it
+    /// is covered) to the window's end, since publications are registered
+    /// in receipt order, not position order (a node client's producers
+    /// receive their receipts on separate connections; the copy of a send
+    /// whose receipt was lost is registered at its first delivery). Calls
+    /// `each` with each one's window index (absolute − base); returns the
+    /// new `from` (the covered prefix) and how many were visited.
+    fn cumulative_range(
+        published: &std::collections::VecDeque<(MessageRef, super::subscription::Published)>,
+        base: usize,
+        from: usize,
+        covered_upto: Option<Position>,
+        upto: Position,
+        mut each: impl FnMut(usize),
+    ) -> (usize, usize) {
+        let start = from.max(base) - base;
+        let mut prefix = true;
+        let mut to = from.max(base);
+        let mut n = 0;
+        for (i, (m, _)) in published.iter().enumerate().skip(start) {
+            let p = m.position;
+            let covered_before = covered_upto.is_some_and(|c| p <= c);
+            if p <= upto && !covered_before {
+                each(i);
+                n += 1;
+            }
+            if prefix && (p <= upto || covered_before) {
+                to = base + i + 1;
+            } else {
+                prefix = false;
+            }
+        }
+        (to, n)
     }
 }

@@ -42,8 +42,13 @@ pub(super) struct SubState {
     pub(super) seek_scan_from: usize,
     /// Publish indexes below this were checked by an applied cumulative ack.
     pub(super) cumulative_checked_to: usize,
+    /// The highest position an applied cumulative ack covered: a message is
+    /// checked by the first one that covers its position.
+    pub(super) cumulative_checked_upto: Option<Position>,
     /// Publish indexes below this were marked by a persisted cumulative ack.
     pub(super) cumulative_acked_to: usize,
+    /// The highest position a persisted cumulative ack covered.
+    pub(super) cumulative_acked_upto: Option<Position>,
     /// Bumped on every restart, seek and consumer reconnect of this
     /// subscription: first-time deliveries of a key (Key_Shared) or of the
     /// subscription (Failover) are in order across consumers within one epoch.

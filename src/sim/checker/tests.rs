@@ -415,6 +415,55 @@ fn cumulative_ack_must_cover_only_this_consumers_deliveries() {
     assert_eq!(counts.violations(), 0, "{first:?}");
 }
 
+/// Publications are registered in receipt order, not position order (a
+/// node client's producers get their receipts on separate connections; the
+/// copy of a send whose receipt was lost is registered at its first
+/// delivery): a cumulative ack covers exactly the messages at or below its
+/// position, wherever they sit in the window.
+#[test]
+fn cumulative_ack_covers_messages_registered_out_of_position_order() {
+    let publish = |c: &mut DeliveryChecker| {
+        for e in [0, 1, 3, 4, 2, 5] {
+            c.published(m(e), 0, 0);
+        }
+    };
+    // Everything up to 1:2 delivered and cumulatively acknowledged; the
+    // next incarnation's cumulative ack covers only what it was delivered.
+    let mut c = DeliveryChecker::new(["s".to_string()], 0, OrderCheck::None);
+    publish(&mut c);
+    for e in 0..=3 {
+        c.delivered("s", 0, m(e), 1, 0);
+    }
+    c.cumulative_ack_applied("s", 0, Position::new(1, 2), 2);
+    assert_eq!(c.cumulative_acked("s", Position::new(1, 2)), 3);
+    c.consumer_reconnected("s", 0);
+    for e in 3..=5 {
+        c.delivered("s", 0, m(e), 3, 0);
+    }
+    c.cumulative_ack_applied("s", 0, Position::new(1, 5), 4);
+    assert_eq!(c.cumulative_acked("s", Position::new(1, 5)), 3);
+    let (counts, first) = c.finish(5);
+    assert_eq!(counts.violations(), 0, "{first:?}");
+    assert_eq!(counts.acked, 6);
+
+    // The late-registered 1:2 never delivered: a cumulative ack up to 1:1
+    // leaves it (and 1:3) alone, one up to 1:4 covers it undelivered.
+    let mut c = DeliveryChecker::new(["s".to_string()], 0, OrderCheck::None);
+    publish(&mut c);
+    for e in [0, 1, 3, 4] {
+        c.delivered("s", 0, m(e), 1, 0);
+    }
+    c.cumulative_ack_applied("s", 0, Position::new(1, 1), 2);
+    assert_eq!(c.cumulative_acked("s", Position::new(1, 1)), 2);
+    c.cumulative_ack_applied("s", 0, Position::new(1, 4), 3);
+    assert_eq!(c.cumulative_acked("s", Position::new(1, 4)), 2);
+    let (counts, first) = c.finish(4);
+    assert_eq!(counts.invalid_events, 1);
+    assert!(first
+        .unwrap()
+        .contains("cumulative ack up to 1:4 covers undelivered 1:2#0"));
+}
+
 /// An individual ack must come from the consumer incarnation the message
 /// was delivered to.
 #[test]

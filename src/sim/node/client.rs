@@ -401,7 +401,7 @@ impl Node<'_> {
                     // Not stored again: the copy of an earlier send (whose
                     // receipt was lost) is the message, registered when it
                     // is delivered (its sequence id is uncertain).
-                    self.node.deduplicated_sends += 1;
+                    self.node.deduplicated_messages += e.messages.len() as u64;
                     self.producers[p].receipted += e.messages.len() as u64;
                     return;
                 }

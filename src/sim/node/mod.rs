@@ -120,9 +120,9 @@ pub struct NodeActivity {
     pub resent_entries: u64,
     /// Copies of such sends delivered (registered as published on delivery).
     pub lost_receipt_copies: u64,
-    /// Resent entries the broker answered as duplicates (receipt `(-1, -1)`,
-    /// not stored again: deduplication).
-    pub deduplicated_sends: u64,
+    /// Messages of resent entries the broker answered as duplicates
+    /// (receipt `(-1, -1)`, not stored again: deduplication).
+    pub deduplicated_messages: u64,
     /// Acks sent again after a lost connection (no receipt).
     pub ack_retries: u64,
     /// ACK_RESPONSEs received.
@@ -422,15 +422,26 @@ impl Node<'_> {
         Ok(())
     }
 
-    /// Calls the core (if it lives), then: if its store died, the crash;
-    /// else its outputs go out and its timer is rescheduled.
+    /// Calls the core (if it lives) and ends the turn (its group commit,
+    /// [`Broker::flush`]), then: if its store died, the crash; else its
+    /// outputs go out and its timer is rescheduled.
     fn with_broker(&mut self, f: impl FnOnce(&mut Broker, u64)) {
+        self.call_broker(f, true);
+    }
+
+    /// As [`Self::with_broker`]; with `end_turn` false the turn goes on
+    /// (no group commit, no outputs yet: more frames of the same delivery
+    /// follow), a crash of the store is still handled at once.
+    fn call_broker(&mut self, f: impl FnOnce(&mut Broker, u64), end_turn: bool) {
         let now = EPOCH_BASE_MS + self.now();
         let Some(b) = self.broker.as_mut() else {
             return;
         };
         let armed = self.storage.armed();
         f(b, now);
+        if end_turn {
+            b.flush();
+        }
         if self.storage.is_dead() {
             if armed.is_some_and(|p| p.kind == CrashKind::AfterSync) {
                 self.node.crashes_after_sync += 1;
@@ -438,7 +449,9 @@ impl Node<'_> {
             self.crash();
             return;
         }
-        self.pump();
+        if end_turn {
+            self.pump();
+        }
     }
 
     /// Sends the core's outputs and reschedules its timer.
@@ -741,8 +754,18 @@ impl Node<'_> {
     }
 
     /// The core's side of a connection: bytes cut into frames, each handed
-    /// to `handle_frame`; a framing error closes the connection.
+    /// to `handle_frame`; a framing error closes the connection. One
+    /// delivery of bytes is one turn of the core: its acks share one group
+    /// commit at the end ([`Broker::flush`]), their receipts go out after.
     fn broker_receive(&mut self, conn: u64, bytes: &[u8]) {
+        let gen = self.gen;
+        self.broker_receive_frames(conn, bytes);
+        if gen == self.gen {
+            self.with_broker(|_, _| {});
+        }
+    }
+
+    fn broker_receive_frames(&mut self, conn: u64, bytes: &[u8]) {
         let Some(cutter) = self.broker_side.get_mut(&conn) else {
             return;
         };
@@ -757,9 +780,12 @@ impl Node<'_> {
                 Ok(Some(f)) => {
                     self.node.frames_to_broker += 1;
                     let mut closed = false;
-                    self.with_broker(|b, now| {
-                        closed = b.handle_frame(conn, f.command(), f.payload(), now).is_err();
-                    });
+                    self.call_broker(
+                        |b, now| {
+                            closed = b.handle_frame(conn, f.command(), f.payload(), now).is_err();
+                        },
+                        false,
+                    );
                     if gen != self.gen {
                         return; // the core died on this frame
                     }
