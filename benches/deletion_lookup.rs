@@ -2,7 +2,7 @@
 //! (`CursorDeletionState::is_deleted_for_read_scheduling`) vs the locked,
 //! authoritative `is_message_deleted`, measured in the same run.
 //!
-//! Shape of Pulsar's `ReadSkipPredicateBenchmark` (seed 004, notes §4):
+//! Shape of Pulsar's `ReadSkipPredicateBenchmark` (notes §4):
 //! mark-delete (1,0); N single-entry ranges `(1:2i, 1:2i+1]` (odd entries
 //! 1, 3, …, 2N−1 of ledger 1), N ∈ {0, 128, 10 000}; query ledger 1, entry
 //! `counter & 32767` (a deterministic sweep). Contended variants (N = 128):

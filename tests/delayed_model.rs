@@ -1,4 +1,4 @@
-//! proptest model test of the bucket delayed delivery tracker (seed 000)
+//! proptest model test of the bucket delayed delivery tracker (`BucketDelayedDeliveryTracker`)
 //! against a reference model: a `BTreeMap<Position, deliver_at>` of pending
 //! delayed messages.
 //!

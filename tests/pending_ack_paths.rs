@@ -1,4 +1,4 @@
-//! The four replay/handle paths of seed 001's promise ("a failed attempt
+//! The four replay/handle paths of the replay's promise ("a failed attempt
 //! releases its replay thread; an incomplete replay is never reported
 //! complete"), end to end on the redb store where storage matters:
 //!

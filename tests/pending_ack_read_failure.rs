@@ -1,5 +1,5 @@
 //! A pending-ack log read failure after read-ahead must end the replay
-//! attempt (seed 001): the attempt issues no further read, the cursor is
+//! attempt: the attempt issues no further read, the cursor is
 //! rewound so the retry applies every record (also those read ahead and not
 //! yet applied), and the replay completes after the backoff.
 //!

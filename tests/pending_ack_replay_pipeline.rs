@@ -1,5 +1,5 @@
 //! One replay attempt's read pipeline driven step by step, without a handle
-//! around it (seed 001's `FillEntryQueueCallback` rules on the real
+//! around it (Pulsar's `FillEntryQueueCallback` rules on the real
 //! `ReplayAttempt`): a read only with room for a whole batch and none in
 //! flight, no read after a failure, a stopped attempt's late reads change
 //! nothing, a failure that arrives after the replay caught up does not fail

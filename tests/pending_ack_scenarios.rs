@@ -1,4 +1,4 @@
-//! Scenario tests of the pending-ack replay on virtual time (seed 001): the
+//! Scenario tests of the pending-ack replay on virtual time (every read failure ends the attempt, no read after a failure): the
 //! numbers quoted in docs/internals/ARCHITECTURE.md come from these tests (run with
 //! `--nocapture` to see them printed).
 //!

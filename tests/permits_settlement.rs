@@ -1,4 +1,4 @@
-//! PIP-491 (seed 003): the permits a command settles are credited to the
+//! PIP-491: the permits a command settles are credited to the
 //! incarnation exactly once. Whatever the outcome (delivered, corrupted
 //! payload, invalid metadata), the credit the incarnation accumulates for one
 //! command equals the `returned` the outcome reports (the rest is owed by the

@@ -323,7 +323,7 @@ fn the_checker_catches_each_deliberate_defect() {
 
 #[test]
 fn the_checker_catches_a_post_io_filter_run_before_the_read_completed() {
-    // Seed 004's boundary: with read latency, an entry acked between the
+    // The read-scheduling hint's boundary: with read latency, an entry acked between the
     // read's issue and its completion must be dropped by the locked
     // filter at completion; filtering when the read is issued lets it
     // through, which the boundary check reports.

@@ -1,4 +1,4 @@
-//! The pending-ack replay's read-pipeline scenarios (seed 001), written once
+//! The pending-ack replay's read-pipeline scenarios, written once
 //! and run by `loom-tests/pending_ack.rs` (every interleaving, preemption
 //! bound 3) and `shuttle-tests/pending_ack.rs` (random and PCT schedules),
 //! on the crate's REAL `ReplayAttempt::run` / `fill_queue` / `read_complete`

@@ -17,7 +17,7 @@
 //! - **Loading:** the latest message per key, from an index of the system
 //!   topic built by reading it once (Pulsar reads a table view of it). A
 //!   read failure ends the attempt (the topic's recovery fails and is
-//!   retried after its backoff, seed 001's discipline). A snapshot that
+//!   retried after its backoff, the pending-ack replay's discipline). A snapshot that
 //!   does not decode ([`super::snapshot::SnapshotError`]) or names another
 //!   topic is not used: the buffer is recovered by reading the topic from
 //!   its first entry (correct, only slower), and the error is logged.
