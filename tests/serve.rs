@@ -26,7 +26,7 @@ const WAIT: Duration = Duration::from_secs(10);
 struct Server {
     child: Child,
     addr: String,
-    _dir: tempfile::TempDir,
+    _dir: Option<tempfile::TempDir>,
 }
 
 impl Drop for Server {
@@ -38,10 +38,18 @@ impl Drop for Server {
 
 fn server(extra: &[&str]) -> Server {
     let dir = tempfile::tempdir().unwrap();
+    let mut s = server_at(dir.path(), extra);
+    s._dir = Some(dir);
+    s
+}
+
+/// A `serve` on `data_dir` (kept by the caller, so a restart after a
+/// kill -9 reopens the same store).
+fn server_at(data_dir: &std::path::Path, extra: &[&str]) -> Server {
     let mut child = Command::new(env!("CARGO_BIN_EXE_pulsar-core"))
         .arg("serve")
         .arg("--data-dir")
-        .arg(dir.path())
+        .arg(data_dir)
         .args(["--listen", "127.0.0.1:0"])
         .args(extra)
         .stdout(Stdio::null())
@@ -63,7 +71,7 @@ fn server(extra: &[&str]) -> Server {
     Server {
         child,
         addr,
-        _dir: dir,
+        _dir: None,
     }
 }
 
@@ -230,6 +238,26 @@ impl Client {
             }),
             ..Default::default()
         });
+    }
+
+    /// Sends `ack` with a request id and waits for its ACK_RESPONSE, which
+    /// must report success.
+    fn ack_with_receipt(&mut self, mut ack: CommandAck) {
+        let request_id = self.request();
+        ack.request_id = Some(request_id);
+        self.send(BrokerCommand {
+            r#type: ty::ACK,
+            ack: Some(ack),
+            ..Default::default()
+        });
+        let r = self.expect(
+            |f| {
+                f.r#type == ty::ACK_RESPONSE
+                    && f.ack_response.as_ref().and_then(|a| a.request_id) == Some(request_id)
+            },
+            "ACK_RESPONSE",
+        );
+        assert_eq!(r.ack_response.unwrap().error, None, "ack refused");
     }
 
     fn ack(&mut self, cid: u64, id: (u64, u64)) {
@@ -470,4 +498,117 @@ fn a_failed_message_write_closes_the_consumer() {
     }
     assert!(closes > 0, "no CLOSE_CONSUMER after a failed write");
     assert_eq!(acked.into_iter().collect::<Vec<_>>(), ids);
+}
+
+/// An ACK_RESPONSE means the ack is durable: after a kill -9 and a restart
+/// on the same store, an individually acknowledged entry is not delivered
+/// again (the group commit never releases a receipt before its write).
+#[test]
+fn an_acknowledged_entry_stays_acknowledged_after_a_kill() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = server_at(dir.path(), &[]);
+    let mut p = Client::connect(&s);
+    p.producer("durable-ack");
+    let sent: Vec<(u64, u64)> = (0..3).map(|i| p.publish(i, None, None)).collect();
+    let mut c = Client::connect(&s);
+    c.subscribe("durable-ack", 1, "s", SHARED, "c");
+    c.flow(1, 10);
+    assert_eq!(c.messages(1, SETTLE), sent);
+    c.ack_with_receipt(CommandAck {
+        consumer_id: 1,
+        ack_type: 0,
+        message_id: vec![MessageIdData {
+            ledger_id: sent[1].0,
+            entry_id: sent[1].1,
+            ..Default::default()
+        }],
+        validation_error: None,
+        txnid_least_bits: None,
+        txnid_most_bits: None,
+        request_id: None,
+    });
+    drop((c, p, s)); // SIGKILL: no clean close
+    let s = server_at(dir.path(), &[]);
+    let mut c = Client::connect(&s);
+    c.subscribe("durable-ack", 1, "s", SHARED, "c");
+    c.flow(1, 10);
+    assert_eq!(c.messages(1, SETTLE), vec![sent[0], sent[2]]);
+}
+
+/// A cumulative ack inside a batch (batch_index with the ack_set of the
+/// indexes left) moves mark-delete to the entry before the batch: after a
+/// kill -9 the batch is delivered again for its unacknowledged indexes.
+#[test]
+fn a_cumulative_ack_inside_a_batch_keeps_the_rest_across_a_kill() {
+    use pulsar_core::proto::frame::encode_entry_payload;
+    use pulsar_core::proto::metadata::SingleMessageMetadata;
+    let dir = tempfile::tempdir().unwrap();
+    let s = server_at(dir.path(), &[]);
+    let mut p = Client::connect(&s);
+    p.producer("batch-cumulative");
+    let bodies: Vec<(SingleMessageMetadata, Vec<u8>)> = (0..4u8)
+        .map(|i| {
+            (
+                SingleMessageMetadata {
+                    payload_size: 1,
+                    ..Default::default()
+                },
+                vec![b'a' + i],
+            )
+        })
+        .collect();
+    let md = MessageMetadata {
+        producer_name: "p".into(),
+        sequence_id: 0,
+        publish_time: 1,
+        num_messages_in_batch: Some(4),
+        ..MessageMetadata::default()
+    };
+    p.send_with(
+        BrokerCommand {
+            r#type: ty::SEND,
+            send: Some(proto::CommandSend {
+                producer_id: 1,
+                sequence_id: 0,
+                num_messages: Some(4),
+                ..Default::default()
+            }),
+            ..Default::default()
+        },
+        encode_entry_payload(&md, &bodies),
+    );
+    let r = p.expect(|f| f.r#type == ty::SEND_RECEIPT, "SEND_RECEIPT");
+    let id = r.send_receipt.unwrap().message_id.unwrap();
+    let batch = (id.ledger_id, id.entry_id);
+    let mut c = Client::connect(&s);
+    c.subscribe("batch-cumulative", 1, "s", FAILOVER, "c");
+    c.flow(1, 10);
+    assert_eq!(c.messages(1, SETTLE), vec![batch]);
+    // Indexes 0 and 1 taken: cumulative at index 1, indexes 2 and 3 left.
+    c.ack_with_receipt(CommandAck {
+        consumer_id: 1,
+        ack_type: 1,
+        message_id: vec![MessageIdData {
+            ledger_id: batch.0,
+            entry_id: batch.1,
+            batch_index: Some(1),
+            batch_size: Some(4),
+            ack_set: pulsar_core::proto::wire::ack_set_from_indexes(2..4),
+            ..Default::default()
+        }],
+        validation_error: None,
+        txnid_least_bits: None,
+        txnid_most_bits: None,
+        request_id: None,
+    });
+    drop((c, p, s)); // SIGKILL: no clean close
+    let s = server_at(dir.path(), &[]);
+    let mut c = Client::connect(&s);
+    c.subscribe("batch-cumulative", 1, "s", FAILOVER, "c");
+    c.flow(1, 10);
+    assert_eq!(
+        c.messages(1, SETTLE),
+        vec![batch],
+        "the batch's indexes 2 and 3 are delivered again"
+    );
 }
