@@ -263,19 +263,15 @@ impl Client {
     fn ack(&mut self, cid: u64, id: (u64, u64)) {
         self.send(BrokerCommand {
             r#type: ty::ACK,
-            ack: Some(CommandAck {
-                consumer_id: cid,
-                ack_type: 0,
-                message_id: vec![MessageIdData {
+            ack: Some(ack_of(
+                cid,
+                0,
+                MessageIdData {
                     ledger_id: id.0,
                     entry_id: id.1,
                     ..Default::default()
-                }],
-                validation_error: None,
-                txnid_least_bits: None,
-                txnid_most_bits: None,
-                request_id: None,
-            }),
+                },
+            )),
             ..Default::default()
         });
     }
@@ -293,6 +289,20 @@ impl Client {
             }
         }
         v
+    }
+}
+
+/// A `CommandAck` of `consumer_id` (`ack_type` 0: individual, 1:
+/// cumulative) for one message id, without a request id.
+fn ack_of(consumer_id: u64, ack_type: i32, id: MessageIdData) -> CommandAck {
+    CommandAck {
+        consumer_id,
+        ack_type,
+        message_id: vec![id],
+        validation_error: None,
+        txnid_least_bits: None,
+        txnid_most_bits: None,
+        request_id: None,
     }
 }
 
@@ -514,19 +524,15 @@ fn an_acknowledged_entry_stays_acknowledged_after_a_kill() {
     c.subscribe("durable-ack", 1, "s", SHARED, "c");
     c.flow(1, 10);
     assert_eq!(c.messages(1, SETTLE), sent);
-    c.ack_with_receipt(CommandAck {
-        consumer_id: 1,
-        ack_type: 0,
-        message_id: vec![MessageIdData {
+    c.ack_with_receipt(ack_of(
+        1,
+        0,
+        MessageIdData {
             ledger_id: sent[1].0,
             entry_id: sent[1].1,
             ..Default::default()
-        }],
-        validation_error: None,
-        txnid_least_bits: None,
-        txnid_most_bits: None,
-        request_id: None,
-    });
+        },
+    ));
     drop((c, p, s)); // SIGKILL: no clean close
     let s = server_at(dir.path(), &[]);
     let mut c = Client::connect(&s);
@@ -585,22 +591,18 @@ fn a_cumulative_ack_inside_a_batch_keeps_the_rest_across_a_kill() {
     c.flow(1, 10);
     assert_eq!(c.messages(1, SETTLE), vec![batch]);
     // Indexes 0 and 1 taken: cumulative at index 1, indexes 2 and 3 left.
-    c.ack_with_receipt(CommandAck {
-        consumer_id: 1,
-        ack_type: 1,
-        message_id: vec![MessageIdData {
+    c.ack_with_receipt(ack_of(
+        1,
+        1,
+        MessageIdData {
             ledger_id: batch.0,
             entry_id: batch.1,
             batch_index: Some(1),
             batch_size: Some(4),
             ack_set: pulsar_core::proto::wire::ack_set_from_indexes(2..4),
             ..Default::default()
-        }],
-        validation_error: None,
-        txnid_least_bits: None,
-        txnid_most_bits: None,
-        request_id: None,
-    });
+        },
+    ));
     drop((c, p, s)); // SIGKILL: no clean close
     let s = server_at(dir.path(), &[]);
     let mut c = Client::connect(&s);
