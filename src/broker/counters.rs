@@ -42,6 +42,10 @@ pub struct DispatchCounters {
     pub batch_index_acks: u64,
     /// Most individually deleted ranges persisted at once.
     pub peak_deleted_ranges: u64,
+    /// Consumer-set rewinds (`consumer_set.rs`).
+    pub consumer_set_rewinds: u64,
+    /// Clear-backlogs applied (`clear_backlog.rs`).
+    pub backlogs_cleared: u64,
 }
 
 impl AddAssign for DispatchCounters {
@@ -59,6 +63,8 @@ impl AddAssign for DispatchCounters {
         self.partial_batches += o.partial_batches;
         self.batch_index_acks += o.batch_index_acks;
         self.peak_deleted_ranges = self.peak_deleted_ranges.max(o.peak_deleted_ranges);
+        self.consumer_set_rewinds += o.consumer_set_rewinds;
+        self.backlogs_cleared += o.backlogs_cleared;
     }
 }
 

@@ -1035,5 +1035,6 @@ mod producers;
 mod txn;
 
 mod admission;
+mod clear_backlog;
 mod counters;
 mod failover;

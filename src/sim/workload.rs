@@ -536,9 +536,11 @@ impl Workload {
                 ..base
             },
             // Delayed messages over many ledgers with small bucket limits so
-            // seal, merge and trim happen often.
+            // seal, merge and trim happen often, on the shipped broker core
+            // (its trackers checked against the truth: `sim::node::delayed`).
             "delayed" => Workload {
                 name: name.into(),
+                engine: Engine::Node,
                 producers: 20,
                 subscriptions: 2,
                 consumers_per_subscription: 2,
@@ -559,7 +561,9 @@ impl Workload {
                 faults: Faults {
                     snapshot_create_failure_ratio: 0.05,
                     snapshot_delete_failure_ratio: 0.05,
-                    seeks: 2,
+                    // No seeks or read outages: the core has no path for
+                    // them yet.
+                    read_outages: 0,
                     rewinds: 2,
                     clock_jumps: 2,
                     clock_jump_ms: 15_000,
@@ -692,23 +696,12 @@ impl Workload {
             (self.txn_ack_ratio > 0.0, "txn_ack_ratio > 0"),
             (f.read_outages > 0, "faults.read_outages > 0"),
             (f.lose_pending_ack_ledger, "faults.lose_pending_ack_ledger"),
-            (
-                f.snapshot_create_failure_ratio > 0.0 || f.snapshot_delete_failure_ratio > 0.0,
-                "snapshot failures",
-            ),
             (f.seeks > 0, "faults.seeks > 0"),
             (
                 f.replay_read_failures > 0,
                 "faults.replay_read_failures > 0",
             ),
-            (f.rewinds > 0, "faults.rewinds > 0"),
-            (f.clock_jumps > 0, "faults.clock_jumps > 0"),
-            (f.clear_backlogs > 0, "faults.clear_backlogs > 0"),
             (self.negative_ack_ratio > 0.0, "negative_ack_ratio > 0"),
-            (
-                f.duplicate_subscribes > 0,
-                "faults.duplicate_subscribes > 0",
-            ),
             (
                 !f.crash_at_writes.is_empty(),
                 "faults.crash_at_writes (the node engine draws k from faults.crash_window)",

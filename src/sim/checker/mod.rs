@@ -257,6 +257,28 @@ impl DeliveryChecker {
         s.seeks.len() as u32
     }
 
+    /// `msg`, registered as published after a seek (or clear-backlog) on
+    /// `sub` whose mark-delete `mark_delete` covers it (its entry was
+    /// appended before the seek, its receipt came after), was skipped by
+    /// it, as the messages registered before the seek were.
+    pub fn published_below_seek(&mut self, sub: &str, msg: MessageRef, mark_delete: Position) {
+        if msg.position > mark_delete {
+            return;
+        }
+        let window::Lookup::Live(i) = self.lookup(&msg) else {
+            return;
+        };
+        let base = self.base;
+        if let Some(s) = self.subs.get_mut(sub) {
+            if let Some(state) = s.acked.get_mut(i - base) {
+                if *state == NOT_ACKED {
+                    *state = SKIPPED;
+                    s.skipped_count += 1;
+                }
+            }
+        }
+    }
+
     /// A consumer of `sub` with backlog and free receiver queue received
     /// nothing for `idle_ms`.
     pub fn stalled(&mut self, sub: &str, consumer: &str, idle_ms: u64, now_ms: u64) {

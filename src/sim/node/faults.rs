@@ -28,6 +28,14 @@ pub(super) enum Fault {
     SameConnection(usize),
     /// A consumer asks for its unacknowledged messages again.
     Redeliver(usize),
+    /// The core's clock steps forward (`delayed.rs`).
+    ClockJump,
+    /// Every consumer of a subscription disconnects: a consumer-set rewind.
+    Rewind(usize),
+    /// An admin clear-backlog of a subscription.
+    ClearBacklog(usize),
+    /// A consumer sends its SUBSCRIBE again on the same connection.
+    DuplicateSubscribe(usize),
 }
 
 /// Planned and run faults.
@@ -75,6 +83,10 @@ impl Node<'_> {
             self.plan.planned += 1;
             self.sched.at(at, Ev::Fault(fault));
         }
+        for (at, fault) in self.plan_delayed_faults(span) {
+            self.plan.planned += 1;
+            self.sched.at(at, Ev::Fault(fault));
+        }
     }
 
     /// Runs a planned fault.
@@ -87,8 +99,20 @@ impl Node<'_> {
                 return;
             }
         }
+        let ran = match f {
+            Fault::Rewind(s) => self.rewind(s),
+            Fault::ClearBacklog(s) => self.clear_backlog(s),
+            Fault::DuplicateSubscribe(c) => self.duplicate_subscribe(c),
+            _ => true,
+        };
+        if !ran {
+            super::delayed::retry_later(self, f);
+            return;
+        }
         self.plan.run += 1;
         match f {
+            Fault::ClockJump => self.clock_jump(),
+            Fault::Rewind(_) | Fault::ClearBacklog(_) | Fault::DuplicateSubscribe(_) => {}
             Fault::Restart => self.clean_restart(),
             Fault::Reconnect(c) => {
                 if let Some(conn) = self.consumers[c].conn {

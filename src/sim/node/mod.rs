@@ -54,6 +54,7 @@
 
 mod client;
 mod counters;
+mod delayed;
 mod faults;
 mod faulty;
 mod stored_once;
@@ -244,6 +245,9 @@ struct Node<'a> {
     core_counters: crate::broker::DispatchCounters,
     /// The transaction client and the second topic's reader (`txn.rs`).
     txn: txn::TxnSide,
+    /// Delayed delivery: tracker settings, snapshot faults, the truth
+    /// (`delayed.rs`).
+    delayed: delayed::DelayedSide,
 }
 
 /// Runs `workload` (its `engine` is `node`) with `opts`.
@@ -315,6 +319,7 @@ pub fn run(
         admission_rejections: Arc::new(crate::sync::AtomicU64::new(0)),
         core_counters: crate::broker::DispatchCounters::default(),
         txn: txn::TxnSide::default(),
+        delayed: delayed::DelayedSide::default(),
     };
     let _hang_guard = HangGuard::start(
         Arc::clone(&n.heartbeat),
@@ -343,6 +348,8 @@ pub fn run(
     // The last core closes cleanly.
     n.retire_broker();
     counters::into_activity(&n.core_counters, &mut n.activity);
+    n.delayed.into_activity(&mut n.activity);
+    n.drain_delayed_violations();
     let Node {
         checker,
         mut activity,
@@ -404,8 +411,11 @@ impl Node<'_> {
         self.broker_side.clear();
         self.timer_at = None;
         self.timer_fired = None;
-        let now = EPOCH_BASE_MS + self.now();
+        let now = self.core_now();
+        self.delayed.set_core_now(now);
         let mut config = node_broker_config(self.w);
+        self.delayed
+            .configure(self.w, self.opts.faults, &mut config);
         config.deduplication = self.opts.sabotage != Some(crate::sim::Sabotage::NoDeduplication);
         config.admission = self.admission_hook(Arc::clone(&self.admission_rejections));
         self.broker = Some(Broker::new(store, config, now));
@@ -433,7 +443,8 @@ impl Node<'_> {
     /// (no group commit, no outputs yet: more frames of the same delivery
     /// follow), a crash of the store is still handled at once.
     fn call_broker(&mut self, f: impl FnOnce(&mut Broker, u64), end_turn: bool) {
-        let now = EPOCH_BASE_MS + self.now();
+        let now = self.core_now();
+        self.delayed.set_core_now(now);
         let Some(b) = self.broker.as_mut() else {
             return;
         };
@@ -442,6 +453,7 @@ impl Node<'_> {
         if end_turn {
             b.flush();
         }
+        self.drain_delayed_violations();
         if self.storage.is_dead() {
             if armed.is_some_and(|p| p.kind == CrashKind::AfterSync) {
                 self.node.crashes_after_sync += 1;
@@ -500,7 +512,7 @@ impl Node<'_> {
             }
         }
         if let Some(d) = deadline {
-            let d = d.saturating_sub(EPOCH_BASE_MS);
+            let d = d.saturating_sub(EPOCH_BASE_MS + self.delayed.clock_offset_ms);
             // A deadline in the past that already fired waits for the next
             // input (a Flow, an ack): firing it again changes nothing.
             let again = d <= now && self.timer_fired == Some(d);
@@ -580,6 +592,9 @@ impl Node<'_> {
     /// Drops the core, counting what it did.
     fn retire_broker(&mut self) {
         self.collect_core_counters();
+        if let Some(b) = &self.broker {
+            self.delayed.collect(b);
+        }
         if let Some(b) = self.broker.take() {
             self.node.ledgers_deleted += b.ledgers_deleted_total();
         }
@@ -656,6 +671,7 @@ impl Node<'_> {
             self.heartbeat.begin(now, component, label, None);
             self.handle(ev);
             self.heartbeat.end();
+            self.check_delayed_overdue();
             steps += 1;
             if let Some(report) = self.heartbeat.hang_report() {
                 self.checker.livelock(&report, now);
