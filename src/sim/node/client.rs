@@ -417,7 +417,13 @@ impl Node<'_> {
                         m.deliver_at,
                     );
                 }
-                self.published_after_clears(pos, e.messages.len());
+                let msgs: Vec<MessageRef> = (0..e.messages.len())
+                    .map(|i| MessageRef {
+                        position: pos,
+                        batch_index: i as u32,
+                    })
+                    .collect();
+                self.published_after_clears(&msgs);
                 self.producers[p].receipted += e.messages.len() as u64;
             }
             ty::SEND_ERROR | ty::ERROR => {
@@ -1094,6 +1100,7 @@ impl Node<'_> {
             for s in &self.subs {
                 self.checker.exempt_from_order(s, mref);
             }
+            self.published_after_clears(&[mref]);
         }
     }
 }

@@ -576,6 +576,7 @@ impl Node<'_> {
                     .push(self.next_conn);
                 self.delayed.cleared_to.insert(s, d.mark_delete);
                 self.checker.seek_completed(&sub, d.mark_delete, self.now());
+                self.checker.skip_at_or_below(&sub, d.mark_delete);
             }
             Some(Err(e)) => {
                 tracing::debug!(subscription = %sub, error = %e, "clear-backlog refused");
@@ -585,23 +586,19 @@ impl Node<'_> {
         true
     }
 
-    /// The entry at `pos` (`n` messages) got its receipt: what a
-    /// clear-backlog before it covered was skipped by it.
-    pub(super) fn published_after_clears(&mut self, pos: Position, n: usize) {
+    /// `msgs` were registered as published (a receipt, or a lost
+    /// receipt's copy delivered): what a clear-backlog before covered was
+    /// skipped by it.
+    pub(super) fn published_after_clears(&mut self, msgs: &[crate::sim::checker::MessageRef]) {
         let cleared: Vec<(usize, Position)> = self
             .delayed
             .cleared_to
             .iter()
-            .filter(|(_, md)| pos <= **md)
             .map(|(s, md)| (*s, *md))
             .collect();
         for (s, md) in cleared {
-            for i in 0..n {
-                let msg = crate::sim::checker::MessageRef {
-                    position: pos,
-                    batch_index: i as u32,
-                };
-                self.checker.published_below_seek(&self.subs[s], msg, md);
+            for m in msgs {
+                self.checker.published_below_seek(&self.subs[s], *m, md);
             }
         }
     }
