@@ -488,8 +488,11 @@ impl Node<'_> {
         self.delayed.clock_offset_ms += ms;
         self.checker.allow_early(ms);
         self.activity.clock_jumps += 1;
-        // The core sees the new time at once: due entries go out.
-        self.with_broker(|b, now| b.handle_timeout(now));
+        // The core sees the new time with its next input (its timer,
+        // rescheduled by the next turn, is due at once): a rewind planned
+        // at the same instant disconnects the consumers first, so the
+        // rewound read meets messages the jump made due while the tracker
+        // still holds them (expired re-adds).
     }
 
     /// Closes every consumer connection of subscription `s` (each consumer
