@@ -173,7 +173,6 @@ pub(super) fn tracker_config(w: &Workload) -> BucketTrackerConfig {
         max_indexes_per_bucket_snapshot_segment: 100,
         recovery_policy: RecoveryPolicy::SkipCorrupt,
         deliver_at_time_strict: true,
-        ..BucketTrackerConfig::default()
     }
 }
 
@@ -391,7 +390,7 @@ impl DelayedSide {
     }
 
     /// Copies the run's delayed-delivery work into the report's activity.
-    pub(super) fn into_activity(&self, a: &mut Activity) {
+    pub(super) fn add_to_activity(&self, a: &mut Activity) {
         let sh = lock(&self.shared);
         a.bucket_seals += self.stats.seals;
         a.bucket_merges += self.stats.merges;

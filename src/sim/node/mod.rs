@@ -348,7 +348,7 @@ pub fn run(
     // The last core closes cleanly.
     n.retire_broker();
     counters::into_activity(&n.core_counters, &mut n.activity);
-    n.delayed.into_activity(&mut n.activity);
+    n.delayed.add_to_activity(&mut n.activity);
     n.drain_delayed_violations();
     let Node {
         checker,
