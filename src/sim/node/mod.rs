@@ -449,11 +449,28 @@ impl Node<'_> {
             return;
         };
         let armed = self.storage.armed();
-        f(b, now);
-        if end_turn {
-            b.flush();
-        }
+        // No input may panic the core (its contract): a panic ends the run
+        // as a violation, after what the observers saw before it.
+        let turn = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            f(b, now);
+            if end_turn {
+                b.flush();
+            }
+        }));
         self.drain_delayed_violations();
+        if let Err(p) = turn {
+            let what = p
+                .downcast_ref::<&str>()
+                .map(|s| s.to_string())
+                .or_else(|| p.downcast_ref::<String>().cloned())
+                .unwrap_or_default();
+            self.checker
+                .livelock(&format!("the broker core panicked: {what}"), self.now());
+            // Its state is whatever the panic left: never touched again.
+            std::mem::forget(self.broker.take());
+            self.done = true;
+            return;
+        }
         if self.storage.is_dead() {
             if armed.is_some_and(|p| p.kind == CrashKind::AfterSync) {
                 self.node.crashes_after_sync += 1;
