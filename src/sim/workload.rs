@@ -461,8 +461,8 @@ impl Workload {
             // ledgers, recoveries at the restarts and crash points, rewinds
             // and clock jumps so the rewound reads re-add tracked messages,
             // clear-backlogs failing on a later bucket's snapshot delete),
-            // batch-index acks (partial batches with `ack_set`, P below
-            // the batch size),
+            // batch-index and negative acks (partial batches with
+            // `ack_set`, P below the batch size),
             // the faulty-broker and write-failure paths of the permits,
             // duplicate Subscribes, and the hint_race and replay_race
             // stages.
@@ -485,12 +485,13 @@ impl Workload {
                 delayed_tick_ms: 100,
                 publish_interval_ms: 50,
                 read_latency_ms: 20,
+                negative_ack_ratio: 0.1,
                 faults: Faults {
                     restarts: 2,
                     crash_points: 2,
-                    // No read outages, replay read failures, seeks,
-                    // negative acks or `txn_ack_ratio`: the node engine has
-                    // no path for them yet. No `txn.transactions` either:
+                    // No read outages, replay read failures, seeks or
+                    // `txn_ack_ratio`: the node engine has no path for
+                    // them yet. No `txn.transactions` either:
                     // with this shape a transaction stays open to its ttl
                     // and holds the max read position (late delayed
                     // messages), being looked into.
@@ -705,7 +706,6 @@ impl Workload {
                 f.replay_read_failures > 0,
                 "faults.replay_read_failures > 0",
             ),
-            (self.negative_ack_ratio > 0.0, "negative_ack_ratio > 0"),
             (
                 !f.crash_at_writes.is_empty(),
                 "faults.crash_at_writes (the node engine draws k from faults.crash_window)",

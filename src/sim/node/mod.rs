@@ -57,6 +57,7 @@ mod counters;
 mod delayed;
 mod faults;
 mod faulty;
+mod nack;
 mod stored_once;
 pub mod txn;
 pub mod wire;
