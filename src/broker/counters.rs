@@ -42,6 +42,8 @@ pub struct DispatchCounters {
     pub batch_index_acks: u64,
     /// Most individually deleted ranges persisted at once.
     pub peak_deleted_ranges: u64,
+    /// Cursor resets (seeks) applied; `seek.rs`.
+    pub resets: u64,
 }
 
 impl AddAssign for DispatchCounters {
@@ -59,6 +61,7 @@ impl AddAssign for DispatchCounters {
         self.partial_batches += o.partial_batches;
         self.batch_index_acks += o.batch_index_acks;
         self.peak_deleted_ranges = self.peak_deleted_ranges.max(o.peak_deleted_ranges);
+        self.resets += o.resets;
     }
 }
 

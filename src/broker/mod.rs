@@ -125,9 +125,12 @@ mod lifecycle;
 pub mod output;
 pub mod producer;
 mod publish;
+mod reader;
+mod seek;
 pub mod subscription;
 pub mod topic;
 pub mod txn;
+mod unsubscribe;
 mod write_failure;
 
 use std::collections::BTreeMap;

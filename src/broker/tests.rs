@@ -1032,6 +1032,7 @@ mod batch_cumulative;
 mod group_commit;
 mod lifecycle;
 mod producers;
+mod seek;
 mod txn;
 
 mod admission;
