@@ -103,9 +103,12 @@
 //! `admission.rs`; the per-component work counters
 //! ([`Broker::counters`]) in [`counters`].
 //!
+//! Seek (by message id and by publish time, backward and forward) is in
+//! `seek.rs`, unsubscribe in `unsubscribe.rs`, readers (non-durable
+//! subscriptions) in `reader.rs`.
+//!
 //! Not implemented (answered as Pulsar answers an unsupported request):
-//! unsubscribe, seek, readers (non-durable
-//! subscriptions), schemas, partitioned topics (every topic has 0
+//! schemas, partitioned topics (every topic has 0
 //! partitions), Key_Shared `STICKY` mode. `non-persistent://` topics are
 //! answered `NotAllowedError` (final for the official clients).
 
