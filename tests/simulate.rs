@@ -1050,3 +1050,28 @@ fn node_engine_unsupported_settings_are_typed_errors() {
     let e = w.validate().unwrap_err().to_string();
     assert!(e.contains("engine = \"node\""), "{e}");
 }
+
+/// Seeks on the node engine (`faults.seeks`, `sim::node::seek`): simulated
+/// consumers send real SEEK frames, backward and forward; the core resets
+/// the cursor (one durable write, a crash point among the others) and the
+/// checker (`sim::checker::seek`) accepts the redelivery a backward seek
+/// causes, counts what a forward seek skips as acknowledged, and still
+/// requires every reopened message to be delivered and acknowledged again.
+#[test]
+fn node_seeks_backward_and_forward_run_clean() {
+    let (_, r) = run_workload_file_clean("node_seek.toml", 1);
+    let n = r.activity.node.as_ref().expect("node activity");
+    assert!(n.seeks_sent > 0 && n.seeks_applied > 0, "{n:?}");
+    assert!(n.crash_points >= 1, "no crash point reached: {n:?}");
+    let c = &r.counts;
+    assert!(c.seek_resets > 0, "{c:?}");
+    assert!(
+        c.reopened_by_seek > 0,
+        "no backward seek reopened an acknowledged message: {c:?}"
+    );
+    assert!(
+        c.skipped_by_seek > 0,
+        "no forward seek skipped a message: {c:?}"
+    );
+    assert_eq!(c.lost, 0);
+}

@@ -696,7 +696,6 @@ impl Workload {
                 f.snapshot_create_failure_ratio > 0.0 || f.snapshot_delete_failure_ratio > 0.0,
                 "snapshot failures",
             ),
-            (f.seeks > 0, "faults.seeks > 0"),
             (
                 f.replay_read_failures > 0,
                 "faults.replay_read_failures > 0",

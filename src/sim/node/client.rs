@@ -34,7 +34,7 @@ use crate::proto::metadata::MessageMetadata;
 
 /// The consumer id every simulated consumer uses on its connection (one
 /// consumer per connection).
-const CONSUMER_ID: u64 = 1;
+pub(super) const CONSUMER_ID: u64 = 1;
 /// The producer id on its connection.
 const PRODUCER_ID: u64 = 1;
 
@@ -146,6 +146,17 @@ impl Consumer {
     /// Whether it is subscribed and may take messages.
     pub(super) fn ready(&self) -> bool {
         self.conn.is_some() && self.client.is_some()
+    }
+}
+
+impl Node<'_> {
+    /// The connection of consumer `c` and a new request id on it (`None`
+    /// while it is not subscribed).
+    pub(super) fn consumer_request(&mut self, c: usize) -> Option<(u64, u64)> {
+        let co = &mut self.consumers[c];
+        let conn = co.conn.filter(|_| co.client.is_some())?;
+        co.next_req += 1;
+        Some((conn, co.next_req))
     }
 }
 

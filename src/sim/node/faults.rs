@@ -1,6 +1,7 @@
 //! The node engine's fault plan: clean restarts, consumer reconnects,
 //! close/resubscribe of a consumer on the same connection (a new PIP-491
-//! incarnation of the same consumer id), redelivery requests, all at
+//! incarnation of the same consumer id), redelivery requests, seeks
+//! (`seek.rs`: a real SEEK frame), all at
 //! seeded times while the producers publish. Crash points are armed on the
 //! store by `start_broker` (the k-th durable write after each start).
 //! Admission rejections (`faults.admission_reject_ratio`: the core's
@@ -28,6 +29,8 @@ pub(super) enum Fault {
     SameConnection(usize),
     /// A consumer asks for its unacknowledged messages again.
     Redeliver(usize),
+    /// A consumer seeks its subscription (`seek.rs`).
+    Seek(usize),
 }
 
 /// Planned and run faults.
@@ -64,6 +67,7 @@ impl Node<'_> {
             (f.reconnects, Fault::Reconnect as fn(usize) -> Fault),
             (f.same_connection_reconnects, Fault::SameConnection),
             (f.redeliveries, Fault::Redeliver),
+            (f.seeks, Fault::Seek),
         ] {
             for _ in 0..n {
                 let c = self.rng.random_range(0..consumers);
@@ -81,7 +85,11 @@ impl Node<'_> {
     pub(super) fn fault(&mut self, f: Fault) {
         // A consumer fault waits for its consumer to be connected (after a
         // restart, a crash or its own reconnect).
-        if let Fault::Reconnect(c) | Fault::SameConnection(c) | Fault::Redeliver(c) = f {
+        if let Fault::Reconnect(c)
+        | Fault::SameConnection(c)
+        | Fault::Redeliver(c)
+        | Fault::Seek(c) = f
+        {
             if !self.consumers[c].ready() {
                 self.sched.after(100, Ev::Fault(f));
                 return;
@@ -98,6 +106,7 @@ impl Node<'_> {
             }
             Fault::SameConnection(c) => self.same_connection(c),
             Fault::Redeliver(c) => self.redeliver(c),
+            Fault::Seek(c) => self.seek(c),
         }
     }
 }

@@ -56,6 +56,7 @@ mod client;
 mod counters;
 mod faults;
 mod faulty;
+mod seek;
 mod stored_once;
 pub mod txn;
 pub mod wire;
@@ -136,6 +137,13 @@ pub struct NodeActivity {
     /// ACTIVE_CONSUMER_CHANGE notices telling a Failover consumer it is
     /// not the active one.
     pub inactive_notices: u64,
+    /// SEEK frames sent (`faults.seeks`, `seek.rs`).
+    pub seeks_sent: u64,
+    /// Of those, resets the core applied (the checker was told).
+    pub seeks_applied: u64,
+    /// Of those, resets of a SEEK the core died on, found in the
+    /// recovered cursor.
+    pub seeks_applied_at_crash: u64,
     /// Frames the clients sent / the core sent.
     pub frames_to_broker: u64,
     /// Frames the core sent.
@@ -183,6 +191,8 @@ enum Ev {
     Fault(faults::Fault),
     /// A timed step of the transaction client (`txn.rs`).
     Txn(txn::TxnEv),
+    /// A seek's reset reaches the clients (`seek.rs`).
+    SeekApplied { sub: String, md: crate::Position },
 }
 
 impl Ev {
@@ -199,6 +209,7 @@ impl Ev {
             Ev::Connect(_) => ("client", "Connect"),
             Ev::Fault(_) => ("faults", "Fault"),
             Ev::Txn(_) => ("transaction client", "Txn"),
+            Ev::SeekApplied { .. } => ("client", "SeekApplied"),
         }
     }
 }
@@ -244,6 +255,8 @@ struct Node<'a> {
     core_counters: crate::broker::DispatchCounters,
     /// The transaction client and the second topic's reader (`txn.rs`).
     txn: txn::TxnSide,
+    /// Seeks in flight (`seek.rs`).
+    seeks: seek::SeekSide,
 }
 
 /// Runs `workload` (its `engine` is `node`) with `opts`.
@@ -315,6 +328,7 @@ pub fn run(
         admission_rejections: Arc::new(crate::sync::AtomicU64::new(0)),
         core_counters: crate::broker::DispatchCounters::default(),
         txn: txn::TxnSide::default(),
+        seeks: seek::SeekSide::default(),
     };
     let _hang_guard = HangGuard::start(
         Arc::clone(&n.heartbeat),
@@ -499,6 +513,7 @@ impl Node<'_> {
                 Output::Incarnation(_) => {}
             }
         }
+        self.schedule_applied_seeks();
         if let Some(d) = deadline {
             let d = d.saturating_sub(EPOCH_BASE_MS);
             // A deadline in the past that already fired waits for the next
@@ -750,6 +765,7 @@ impl Node<'_> {
             Ev::Connect(c) => self.connect(c),
             Ev::Fault(f) => self.fault(f),
             Ev::Txn(e) => self.txn_event(e),
+            Ev::SeekApplied { sub, md } => self.seek_applied(&sub, md),
         }
     }
 
@@ -779,6 +795,8 @@ impl Node<'_> {
             match next {
                 Ok(Some(f)) => {
                     self.node.frames_to_broker += 1;
+                    let seek = self.seek_frame(conn, f.command());
+                    let resets = seek.as_ref().and_then(|(_, sub)| self.resets_of(sub));
                     let mut closed = false;
                     self.call_broker(
                         |b, now| {
@@ -786,6 +804,9 @@ impl Node<'_> {
                         },
                         false,
                     );
+                    if let Some((key, _)) = seek {
+                        self.seek_handled(key, resets, gen != self.gen);
+                    }
                     if gen != self.gen {
                         return; // the core died on this frame
                     }
