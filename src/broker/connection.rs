@@ -468,27 +468,13 @@ impl Broker {
                     );
                     return Ok(());
                 };
-                let last = ml.last_confirmed_entry();
                 let md = sub.mark_delete();
-                let id = |p: Position| MessageIdData {
-                    ledger_id: p.ledger_id.max(0) as u64,
-                    entry_id: p.entry_id as u64,
-                    partition: Some(-1),
-                    ..Default::default()
-                };
-                // (L, -1) is "no entry": Pulsar writes entryId as the
-                // unsigned form of -1.
+                let resp = super::reader::last_message_id_response(ml, md, g.request_id);
                 self.reply(
                     conn,
                     BrokerCommand {
                         r#type: ty::GET_LAST_MESSAGE_ID_RESPONSE,
-                        get_last_message_id_response: Some(
-                            command::CommandGetLastMessageIdResponse {
-                                last_message_id: id(last),
-                                request_id: g.request_id,
-                                consumer_mark_delete_position: Some(id(md)),
-                            },
-                        ),
+                        get_last_message_id_response: Some(resp),
                         ..Default::default()
                     },
                 );

@@ -110,6 +110,53 @@ impl ReaderStart {
     }
 }
 
+/// CommandGetLastMessageIdResponse for a consumer whose subscription's
+/// mark-delete is `md` (Pulsar's `ServerCnx.getLargestBatchIndexWhenPossible`
+/// and `Commands.newGetLastMessageIdResponse`): the last confirmed entry
+/// with `partition` -1 and `batch_index` always set, the largest batch
+/// index of that entry (`num_messages_in_batch - 1` when the field is
+/// present, else -1: a reader's `hasMessageAvailable` compares it with the
+/// last message it received, so a batch's later messages count); the
+/// mark-delete as ledger_id and entry_id only, present when its ledger id
+/// is not negative. `(L, -1)` ("no entry") is written with entry_id the
+/// unsigned form of -1, as Pulsar does.
+pub(crate) fn last_message_id_response(
+    ml: &ManagedLedger,
+    md: Position,
+    request_id: u64,
+) -> crate::proto::command::CommandGetLastMessageIdResponse {
+    let last = ml.last_confirmed_entry();
+    let largest_batch_index = if last.entry_id < 0 {
+        -1
+    } else {
+        ml.read_positions(&[last])
+            .ok()
+            .and_then(|e| e.into_iter().next())
+            .and_then(|e| {
+                crate::proto::frame::parse_entry_payload(&e.data)
+                    .ok()
+                    .map(|p| p.metadata.num_messages_in_batch)
+            })
+            .flatten()
+            .map_or(-1, |n| n.max(0) - 1)
+    };
+    crate::proto::command::CommandGetLastMessageIdResponse {
+        last_message_id: MessageIdData {
+            ledger_id: last.ledger_id.max(0) as u64,
+            entry_id: last.entry_id as u64,
+            partition: Some(-1),
+            batch_index: Some(largest_batch_index),
+            ..Default::default()
+        },
+        request_id,
+        consumer_mark_delete_position: (md.ledger_id >= 0).then(|| MessageIdData {
+            ledger_id: md.ledger_id as u64,
+            entry_id: md.entry_id as u64,
+            ..Default::default()
+        }),
+    }
+}
+
 impl Subscription {
     /// A non-durable subscription `name` on `ml` whose mark-delete is
     /// `mark_delete` (clamped into the ledger): nothing of it is persisted.

@@ -506,10 +506,14 @@ fn a_name_is_durable_or_non_durable_never_both() {
     );
 }
 
+/// GET_LAST_MESSAGE_ID as Pulsar answers it: the last entry with its
+/// largest batch index always set (a reader's `hasMessageAvailable`
+/// compares it with the last message it received), the mark-delete as
+/// ledger_id and entry_id only.
 #[test]
-fn get_last_message_id_answers_a_reader() {
+fn get_last_message_id_answers_a_reader_with_the_largest_batch_index() {
     let (_d, mut b) = with_producer();
-    let p = send(&mut b, 1, 1, 0, &entry(None, None, None));
+    let p0 = send(&mut b, 1, 1, 0, &entry(None, None, None));
     b.handle_frame(
         1,
         &reader_subscribe(7, "r", Some(earliest()), None),
@@ -518,24 +522,48 @@ fn get_last_message_id_answers_a_reader() {
     )
     .unwrap();
     frames(&mut b);
+    let get = |b: &mut Broker, request_id| {
+        let out = feed(
+            b,
+            1,
+            BrokerCommand {
+                r#type: ty::GET_LAST_MESSAGE_ID,
+                get_last_message_id: Some(command::CommandIdRequest { id: 7, request_id }),
+                ..Default::default()
+            },
+        );
+        out[0].1.get_last_message_id_response.clone().unwrap()
+    };
+    let r = get(&mut b, 78);
+    let want_last = |p: Position, batch_index| MessageIdData {
+        ledger_id: p.ledger_id as u64,
+        entry_id: p.entry_id as u64,
+        partition: Some(-1),
+        batch_index: Some(batch_index),
+        ..Default::default()
+    };
+    assert_eq!(r.last_message_id, want_last(p0, -1), "not a batch: -1");
+    let md = MessageIdData {
+        ledger_id: p0.ledger_id as u64,
+        entry_id: u64::MAX,
+        ..Default::default()
+    };
+    assert_eq!(r.consumer_mark_delete_position, Some(md));
+    let p1 = send(&mut b, 1, 1, 1, &entry(None, Some(5), None));
+    let r = get(&mut b, 79);
+    assert_eq!(r.last_message_id, want_last(p1, 4), "a batch of 5: index 4");
+    // An unknown consumer.
     let out = feed(
         &mut b,
         1,
         BrokerCommand {
             r#type: ty::GET_LAST_MESSAGE_ID,
             get_last_message_id: Some(command::CommandIdRequest {
-                id: 7,
-                request_id: 78,
+                id: 9,
+                request_id: 80,
             }),
             ..Default::default()
         },
     );
-    let r = out[0].1.get_last_message_id_response.as_ref().unwrap();
-    assert_eq!(
-        (
-            r.last_message_id.ledger_id as i64,
-            r.last_message_id.entry_id as i64
-        ),
-        (p.ledger_id, p.entry_id)
-    );
+    assert_eq!(out[0].1.error.as_ref().unwrap().request_id, 80);
 }
