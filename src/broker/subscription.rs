@@ -127,6 +127,10 @@ pub struct Subscription {
     pub admission_rejections: u64,
     /// The components' work on this subscription.
     pub counters: super::counters::DispatchCounters,
+    /// Reads wait after a failed one (`read_backoff.rs`).
+    pub(crate) read_backoff: super::read_backoff::ReadBackoff,
+    /// The core's clock (the read backoff's deadlines).
+    pub(crate) clock: Arc<dyn Clock>,
 }
 
 /// `ack_set` restricted to the indexes of a batch of `size` messages (set
@@ -205,8 +209,9 @@ impl Subscription {
         // of partially acknowledged batches, as the last ack persisted them.
         let deletion = Arc::new(cursor.recover_deletion_state().map_err(comp)?);
         let storage = RedbSnapshotStorage::new(store.clone(), ml.name(), name).map_err(comp)?;
-        let tracker = BucketDelayedDeliveryTracker::new(tracker_config, Arc::new(storage), clock)
-            .map_err(comp)?;
+        let tracker =
+            BucketDelayedDeliveryTracker::new(tracker_config, Arc::new(storage), clock.clone())
+                .map_err(comp)?;
         tracker.update_mark_delete(deletion.mark_delete_position());
         tracing::info!(
             topic = ml.name(),
@@ -236,6 +241,8 @@ impl Subscription {
             admission: None,
             admission_rejections: 0,
             counters: super::counters::DispatchCounters::default(),
+            read_backoff: super::read_backoff::ReadBackoff::default(),
+            clock,
         })
     }
 

@@ -242,7 +242,11 @@ impl Broker {
     /// buffer, and its pending-ack handle (opened and replayed now; the
     /// commits the replay hands back are re-applied and persisted).
     pub(crate) fn attach_txn(&mut self, topic: &str, sub: &str) -> Result<(), BrokerError> {
-        let store = self.store.clone();
+        let store = Arc::clone(&self.ledgers);
+        let pending_ack_log = crate::ledger::LedgerConfig {
+            auto_skip_non_recoverable_data: self.config.ledger.auto_skip_non_recoverable_data,
+            ..crate::ledger::LedgerConfig::default()
+        };
         let pool = Arc::clone(&self.txn.pool);
         let timer = Arc::clone(&self.txn.timer);
         let Some(t) = self.topics.get_mut(topic) else {
@@ -257,8 +261,8 @@ impl Broker {
         if s.pending_ack.is_none() {
             let pa = ManagedLedger::open(
                 format!("{topic}-{sub}__transaction_pending_ack"),
-                crate::ledger::LedgerConfig::default(),
-                Arc::new(store),
+                pending_ack_log,
+                store,
             )
             .map_err(comp)?;
             let cursor = Arc::new(pa.open_cursor(PENDING_ACK_CURSOR).map_err(comp)?);
