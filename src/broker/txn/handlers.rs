@@ -615,16 +615,43 @@ impl Broker {
             s.persist_and_settle().map_err(TxnError::Persistence)?;
             h.subscription_persisted();
         } else {
-            // Redelivered: back to the replay set with their key hash.
+            // Redelivered (Pulsar's `redeliverUnacknowledgedMessages` of the
+            // aborted positions): each leaves the pending set of the consumer
+            // holding it (a batch-index ack leaves the entry there) and goes
+            // back to the replay set with its key hash: the one recorded at
+            // its delivery, else read from the entry; an entry that cannot be
+            // read now (a storage outage) goes back with hash 0 until the
+            // replay read delivers it (the dispatch routes a replayed entry
+            // by its own key).
             let live: Vec<Position> = individual
                 .iter()
                 .copied()
                 .filter(|p| !s.deletion.is_message_deleted(*p))
                 .collect();
-            if let Ok(entries) = ml.read_positions(&live) {
-                for e in entries {
-                    let hash = entry_info(&e.data).map_or(0, |i| i.key_hash);
-                    s.replay.insert(e.position, hash);
+            let mut unknown = Vec::new();
+            for p in live {
+                for c in &mut s.consumers {
+                    let _ = c.permits.acknowledge(p);
+                }
+                match s.inflight.remove(&p) {
+                    Some(h) => {
+                        s.replay.insert(p, h);
+                    }
+                    None => unknown.push(p),
+                }
+            }
+            match ml.read_positions(&unknown) {
+                Ok(entries) => {
+                    for e in entries {
+                        let hash = entry_info(&e.data).map_or(0, |i| i.key_hash);
+                        s.replay.insert(e.position, hash);
+                    }
+                }
+                Err(e) => {
+                    tracing::warn!(topic, subscription = sub, error = %e, "aborted acks' entries not readable now: replayed without their key hash");
+                    for p in unknown {
+                        s.replay.entry(p).or_insert(0);
+                    }
                 }
             }
         }

@@ -899,8 +899,7 @@ impl Node<'_> {
         };
         let mut ids = Vec::new();
         let mut msgs = Vec::new();
-        // This poll's acks of non-batched entries may go inside the open
-        // transaction (`txn.rs`).
+        // This poll's acks may go inside the open transaction (`txn.rs`).
         let txn = if cumulative_every == 0 {
             self.txn_for_ack()
         } else {
@@ -916,13 +915,29 @@ impl Node<'_> {
             let bi = m.message_id.batch_index.unwrap_or(-1);
             let co = &mut self.consumers[c];
             let batch = m.message_id.batch_size.filter(|_| bi >= 0);
-            if txn.is_some() && batch.is_none() {
-                // A transactional ack: an abort makes the entry come back,
-                // so the client does not mark it acknowledged.
-                txn_ids.push(MessageIdData {
-                    ledger_id: m.message_id.ledger_id,
-                    entry_id: m.message_id.entry_id,
-                    ..Default::default()
+            if txn.is_some() {
+                // A transactional ack (of a batch's message: the batch-index
+                // ack of its index, Pulsar's `ack_set`): an abort makes the
+                // entry come back, so the client does not mark it
+                // acknowledged.
+                txn_ids.push(match batch {
+                    Some(b) => {
+                        self.node.batch_index_acks += 1;
+                        MessageIdData {
+                            ledger_id: m.message_id.ledger_id,
+                            entry_id: m.message_id.entry_id,
+                            ack_set: wire::ack_set_from_indexes(
+                                (0..b.max(0) as u32).filter(|i| *i as i32 != bi),
+                            ),
+                            batch_size: Some(b),
+                            ..Default::default()
+                        }
+                    }
+                    None => MessageIdData {
+                        ledger_id: m.message_id.ledger_id,
+                        entry_id: m.message_id.entry_id,
+                        ..Default::default()
+                    },
                 });
                 txn_msgs.push(mref);
                 drop(m);

@@ -28,6 +28,14 @@ pub(super) enum Fault {
     SameConnection(usize),
     /// A consumer asks for its unacknowledged messages again.
     Redeliver(usize),
+    /// A storage read outage begins (`store_faults.rs`).
+    OutageStart,
+    /// The outage ends.
+    OutageEnd,
+    /// The operator turns auto-skip of non-recoverable data on for the
+    /// pending-ack logs and reloads the broker (after a replay gave up on
+    /// a lost ledger).
+    OperatorAutoSkip,
 }
 
 /// Planned and run faults.
@@ -70,11 +78,92 @@ impl Node<'_> {
                 faults.push(make(c));
             }
         }
+        let mut restarts_at = Vec::new();
         for fault in faults {
             let at = self.rng.random_range(50..=span + 50);
+            if let Fault::Restart = fault {
+                restarts_at.push(at);
+            }
             self.plan.planned += 1;
             self.sched.at(at, Ev::Fault(fault));
         }
+        restarts_at.sort_unstable();
+        let (outages, outage_ms) = (u64::from(f.read_outages), f.outage_ms);
+        for i in 0..outages {
+            // An outage begins shortly before a restart when there is one,
+            // so the restarted core recovers (transaction buffer, pending-ack
+            // replay) into it; the others spread over the publish span.
+            let at = match restarts_at.get(i as usize) {
+                Some(r) => r.saturating_sub(300),
+                None => span * (2 * i + 1) / (2 * outages + 1),
+            };
+            self.plan.planned += 2;
+            self.sched.at(at, Ev::Fault(Fault::OutageStart));
+            self.sched
+                .at(at.saturating_add(outage_ms), Ev::Fault(Fault::OutageEnd));
+        }
+    }
+
+    /// At a (re)start of the core (before it opens): the pending-ack
+    /// replay read failures of this start (the first
+    /// `faults.replay_read_failures` starts after the first), and the lost
+    /// pending-ack ledger at the first restart.
+    pub(super) fn plan_store_faults_at_start(&mut self) {
+        let f = &self.w.faults;
+        if !self.opts.faults {
+            return;
+        }
+        let restarts = self.activity.restarts;
+        if restarts <= u64::from(f.replay_read_failures) {
+            let fail_at = self.rng.random_range(2..=3);
+            let throttled = self.rng.random_bool(0.5);
+            self.store_plan
+                .lock()
+                .arm_replay_failure(fail_at, throttled);
+        } else {
+            self.store_plan.lock().disarm_replay_failure();
+        }
+        if f.lose_pending_ack_ledger && restarts == 1 {
+            self.lose_ledger_at_start = true;
+        }
+    }
+
+    /// Loses each subscription's first needed pending-ack ledger in
+    /// `store` (BookKeeper's doing, not a broker write: no crash point
+    /// falls in it); the transactions with a record there are told to the
+    /// checker. Without auto-skip the operator reloads with it later.
+    pub(super) fn lose_pending_ack_ledgers(
+        &mut self,
+        store: &crate::ledger::RedbStore,
+    ) -> Result<(), crate::sim::engine::SimError> {
+        let held = self.storage.disarm();
+        let mut lost_any = false;
+        for sub in self.subs.clone() {
+            let log = super::store_faults::pending_ack_log(super::TOPIC, &sub);
+            let lost = super::store_faults::lose_first_needed_ledger(store, &log).map_err(|e| {
+                crate::sim::engine::SimError::Component(format!("lose a pending-ack ledger: {e}"))
+            })?;
+            if let Some((_, txns)) = lost {
+                lost_any = true;
+                self.activity.pending_ack_ledgers_lost += 1;
+                self.activity.read_failures_injected += 1;
+                for id in txns {
+                    if let Some(k) = self.txn_number(id) {
+                        self.checker.txn_acks_lost(k, &sub, self.sched.now());
+                    }
+                }
+            }
+        }
+        if let Some(p) = held {
+            // Counted from the new instance's start, as armed.
+            self.storage.arm(p);
+        }
+        if lost_any && !self.auto_skip {
+            let at = self.w.faults.operator_auto_skip_after_ms;
+            self.plan.planned += 1;
+            self.sched.after(at, Ev::Fault(Fault::OperatorAutoSkip));
+        }
+        Ok(())
     }
 
     /// Runs a planned fault.
@@ -98,6 +187,13 @@ impl Node<'_> {
             }
             Fault::SameConnection(c) => self.same_connection(c),
             Fault::Redeliver(c) => self.redeliver(c),
+            Fault::OutageStart => self.store_plan.lock().outage = true,
+            Fault::OutageEnd => self.store_plan.lock().outage = false,
+            Fault::OperatorAutoSkip => {
+                self.auto_skip = true;
+                self.activity.operator_reloads += 1;
+                self.clean_restart();
+            }
         }
     }
 }

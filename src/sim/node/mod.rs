@@ -56,6 +56,7 @@ mod client;
 mod counters;
 mod faults;
 mod faulty;
+mod store_faults;
 mod stored_once;
 pub mod txn;
 pub mod wire;
@@ -244,6 +245,13 @@ struct Node<'a> {
     core_counters: crate::broker::DispatchCounters,
     /// The transaction client and the second topic's reader (`txn.rs`).
     txn: txn::TxnSide,
+    /// What the store under every core fails (`store_faults.rs`).
+    store_plan: store_faults::SharedPlan,
+    /// The pending-ack logs are opened with auto-skip of non-recoverable
+    /// data (the workload's, or the operator's after a replay gave up).
+    auto_skip: bool,
+    /// The next start loses each pending-ack log's first needed ledger.
+    lose_ledger_at_start: bool,
 }
 
 /// Runs `workload` (its `engine` is `node`) with `opts`.
@@ -259,6 +267,8 @@ pub fn run(
     workload
         .validate()
         .map_err(|e| SimError::Component(e.to_string()))?;
+    let effective = txn::with_txn_ack_ratio(workload);
+    let workload = &effective;
     // NoDeduplication is the node engine's own (the stored-once rule's control).
     let model_sabotage = opts
         .sabotage
@@ -315,6 +325,9 @@ pub fn run(
         admission_rejections: Arc::new(crate::sync::AtomicU64::new(0)),
         core_counters: crate::broker::DispatchCounters::default(),
         txn: txn::TxnSide::default(),
+        store_plan: store_faults::SharedPlan::default(),
+        auto_skip: workload.faults.pending_ack_auto_skip,
+        lose_ledger_at_start: false,
     };
     let _hang_guard = HangGuard::start(
         Arc::clone(&n.heartbeat),
@@ -338,6 +351,11 @@ pub fn run(
     }
     n.node.durable_writes = n.storage.stats().durable_writes;
     n.activity.admission_rejections = n.admission_rejections.load(crate::sync::Ordering::Relaxed);
+    {
+        let plan = n.store_plan.lock();
+        n.activity.read_failures_injected += plan.outage_failures + plan.replay_failures;
+        n.activity.replay_read_failures_injected += plan.replay_failures;
+    }
     n.node.txn = std::mem::take(&mut n.txn.activity);
     let txn_work = txn::component(&n.node.txn);
     // The last core closes cleanly.
@@ -405,10 +423,18 @@ impl Node<'_> {
         self.timer_at = None;
         self.timer_fired = None;
         let now = EPOCH_BASE_MS + self.now();
+        if std::mem::take(&mut self.lose_ledger_at_start) {
+            self.lose_pending_ack_ledgers(&store)?;
+        }
         let mut config = node_broker_config(self.w);
         config.deduplication = self.opts.sabotage != Some(crate::sim::Sabotage::NoDeduplication);
         config.admission = self.admission_hook(Arc::clone(&self.admission_rejections));
-        self.broker = Some(Broker::new(store, config, now));
+        config.ledger.auto_skip_non_recoverable_data = self.auto_skip;
+        let ledgers = Arc::new(store_faults::FaultyLedgerStore::new(
+            store.clone(),
+            Arc::clone(&self.store_plan),
+        ));
+        self.broker = Some(Broker::with_ledger_store(store, ledgers, config, now));
         if self.crashes_left > 0 {
             let base = self.storage.durable_writes_since_open();
             let k = base + self.rng.random_range(1..=self.w.faults.crash_window);
@@ -609,6 +635,7 @@ impl Node<'_> {
     fn after_broker_gone(&mut self) {
         self.activity.restarts += 1;
         self.checker.restarted();
+        self.plan_store_faults_at_start();
         if let Err(e) = self.start_broker() {
             self.checker.livelock(
                 &format!("the store does not reopen after a restart: {e}"),
@@ -636,6 +663,9 @@ impl Node<'_> {
                 // Nothing more can be delivered: the transaction rules that
                 // judge the end name what is missing before the stall.
                 self.checker.txn_finish(self.now());
+                if std::env::var_os("SF_DEBUG").is_some() {
+                    self.txn_debug();
+                }
                 let (component, recent) = self.heartbeat.describe();
                 self.checker.livelock(
                     &format!(

@@ -18,10 +18,12 @@
 //!   reconnect (idempotent on the broker); one answered
 //!   `TransactionNotFound` to such a retry within the ttl ended as asked
 //!   (the coordinator forgets a transaction only once it ended).
-//! - **transactional acks**: a consumer sends a share of its acks of
-//!   non-batched entries with the open transaction's id (`CommandAck.txnid_*`,
-//!   with a `request_id`: the receipt). An ack refused is sent again
-//!   without the transaction (the transaction is then aborted).
+//! - **transactional acks**: a consumer sends a share of its acks with the
+//!   open transaction's id (`CommandAck.txnid_*`, with a `request_id`: the
+//!   receipt; a batch's message as the batch-index ack of its index). An
+//!   ack refused is sent again without the transaction (the transaction is
+//!   then aborted). A workload's `txn_ack_ratio` without a `[txn]` table
+//!   runs as one ([`with_txn_ack_ratio`]).
 //! - **the reader** of the second topic (its own subscription and
 //!   connection): every message it receives goes to the checker.
 //!
@@ -253,7 +255,61 @@ pub(super) fn component(a: &TxnActivity) -> ComponentReport {
     )
 }
 
+/// `w` with its `txn_ack_ratio` run over the wire: when it has no `[txn]`
+/// transactions, a transaction client runs one transaction after the
+/// other for the whole publish span (each open `OPEN_MS`, one
+/// transactional message per topic), and the consumers acknowledge a
+/// `txn_ack_ratio` share of their messages inside the open one.
+pub fn with_txn_ack_ratio(w: &crate::sim::workload::Workload) -> crate::sim::workload::Workload {
+    /// How long each transaction stays open for acks, virtual ms.
+    const OPEN_MS: u64 = 500;
+    let mut w = w.clone();
+    if w.txn_ack_ratio > 0.0 && w.txn.transactions == 0 {
+        let per_producer = w.messages.div_ceil(u64::from(w.producers));
+        let entries = per_producer.div_ceil(u64::from(w.batch_size));
+        let span = (entries * w.publish_interval_ms.max(1)).max(100);
+        let cycle = OPEN_MS + w.txn.gap_ms + 50;
+        w.txn.transactions = u32::try_from(span.div_ceil(cycle) + 2)
+            .unwrap_or(u32::MAX)
+            .min(10_000);
+        w.txn.messages_per_topic = 1;
+        w.txn.ack_ratio = w.txn_ack_ratio;
+        w.txn.open_ms = OPEN_MS;
+    }
+    w
+}
+
 impl Node<'_> {
+    pub(super) fn txn_debug(&self) {
+        for (k, x) in &self.txn.txns {
+            if x.step != Step::Done {
+                eprintln!(
+                    "txn {k}: {:?} id {:?} acks_in_flight {} closing {} uncertain {} sends {}",
+                    x.step,
+                    x.id,
+                    x.acks_in_flight,
+                    x.closing,
+                    x.uncertain,
+                    x.sends.len()
+                );
+            }
+        }
+        eprintln!(
+            "started {} ready {} conn {:?}",
+            self.txn.started,
+            self.txn_ready(),
+            self.txn.conn
+        );
+    }
+
+    /// The client's number of the transaction with id `id`, if it has one.
+    pub(super) fn txn_number(&self, id: TxnId) -> Option<u64> {
+        self.txn
+            .txns
+            .iter()
+            .find_map(|(k, x)| (x.id == Some(id)).then_some(*k))
+    }
+
     /// Sets up the transaction client and the reader (if the workload has
     /// transactions) and schedules their connects.
     pub(super) fn setup_txn(&mut self) -> Result<(), SimError> {
