@@ -32,6 +32,8 @@ pub(super) enum Fault {
     OutageStart,
     /// The outage ends.
     OutageEnd,
+    /// The window of pending-ack read failures closes.
+    ReplayFailuresEnd,
     /// The operator turns auto-skip of non-recoverable data on for the
     /// pending-ack logs and reloads the broker (after a replay gave up on
     /// a lost ledger).
@@ -90,11 +92,13 @@ impl Node<'_> {
         restarts_at.sort_unstable();
         let (outages, outage_ms) = (u64::from(f.read_outages), f.outage_ms);
         for i in 0..outages {
-            // An outage begins shortly before a restart when there is one,
-            // so the restarted core recovers (transaction buffer, pending-ack
-            // replay) into it; the others spread over the publish span.
+            // An outage begins at a restart when there is one, so the
+            // restarted core recovers (transaction buffer, pending-ack
+            // replay) into it while the transaction open at the restart
+            // has acknowledgements in the pending-ack log; the others
+            // spread over the publish span.
             let at = match restarts_at.get(i as usize) {
-                Some(r) => r.saturating_sub(300),
+                Some(r) => *r,
                 None => span * (2 * i + 1) / (2 * outages + 1),
             };
             self.plan.planned += 2;
@@ -115,13 +119,18 @@ impl Node<'_> {
         }
         let restarts = self.activity.restarts;
         if restarts <= u64::from(f.replay_read_failures) {
-            let fail_at = self.rng.random_range(2..=3);
+            let fail_from = self.rng.random_range(1..=2);
             let throttled = self.rng.random_bool(0.5);
             self.store_plan
                 .lock()
-                .arm_replay_failure(fail_at, throttled);
-        } else {
-            self.store_plan.lock().disarm_replay_failure();
+                .arm_replay_failure(fail_from, throttled);
+            // The window closes after the outage the restart falls in.
+            let from = self
+                .outage_until
+                .map_or(self.sched.now(), |u| u.max(self.sched.now()));
+            let at = from + super::store_faults::REPLAY_FAILURE_WINDOW_MS;
+            self.plan.planned += 1;
+            self.sched.at(at, Ev::Fault(Fault::ReplayFailuresEnd));
         }
         if f.lose_pending_ack_ledger && restarts == 1 {
             self.lose_ledger_at_start = true;
@@ -187,8 +196,15 @@ impl Node<'_> {
             }
             Fault::SameConnection(c) => self.same_connection(c),
             Fault::Redeliver(c) => self.redeliver(c),
-            Fault::OutageStart => self.store_plan.lock().outage = true,
-            Fault::OutageEnd => self.store_plan.lock().outage = false,
+            Fault::OutageStart => {
+                self.outage_until = Some(self.sched.now() + self.w.faults.outage_ms);
+                self.store_plan.lock().outage = true;
+            }
+            Fault::OutageEnd => {
+                self.outage_until = None;
+                self.store_plan.lock().outage = false;
+            }
+            Fault::ReplayFailuresEnd => self.store_plan.lock().disarm_replay_failure(),
             Fault::OperatorAutoSkip => {
                 self.auto_skip = true;
                 self.activity.operator_reloads += 1;

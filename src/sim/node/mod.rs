@@ -252,6 +252,8 @@ struct Node<'a> {
     auto_skip: bool,
     /// The next start loses each pending-ack log's first needed ledger.
     lose_ledger_at_start: bool,
+    /// The end of the read outage in progress, virtual ms.
+    outage_until: Option<VirtualMs>,
 }
 
 /// Runs `workload` (its `engine` is `node`) with `opts`.
@@ -328,6 +330,7 @@ pub fn run(
         store_plan: store_faults::SharedPlan::default(),
         auto_skip: workload.faults.pending_ack_auto_skip,
         lose_ledger_at_start: false,
+        outage_until: None,
     };
     let _hang_guard = HangGuard::start(
         Arc::clone(&n.heartbeat),
@@ -357,6 +360,10 @@ pub fn run(
         n.activity.replay_read_failures_injected += plan.replay_failures;
     }
     n.node.txn = std::mem::take(&mut n.txn.activity);
+    // The transactional acks and ends the pending-ack handles logged.
+    n.activity.txn_individual_acks += n.node.txn.acks;
+    n.activity.txn_commits += n.node.txn.committed;
+    n.activity.txn_aborts += n.node.txn.aborted;
     let txn_work = txn::component(&n.node.txn);
     // The last core closes cleanly.
     n.retire_broker();
@@ -663,9 +670,6 @@ impl Node<'_> {
                 // Nothing more can be delivered: the transaction rules that
                 // judge the end name what is missing before the stall.
                 self.checker.txn_finish(self.now());
-                if std::env::var_os("SF_DEBUG").is_some() {
-                    self.txn_debug();
-                }
                 let (component, recent) = self.heartbeat.describe();
                 self.checker.livelock(
                     &format!(

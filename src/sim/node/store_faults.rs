@@ -11,14 +11,18 @@
 //!   waits for its read backoff (`broker::read_backoff`), a transaction
 //!   buffer recovery or a pending-ack replay is retried with its backoff.
 //! - **pending-ack replay read failures** (`faults.replay_read_failures`):
-//!   at each of the first N (re)starts, each subscription's pending-ack log
-//!   fails its 2nd or 3rd read of that start (after entries were read
-//!   ahead, not applied) with a transient failure, unavailable or throttled
-//!   (`TooManyRequests`), drawn from the seed: the attempt fails, its
-//!   entries read ahead are dropped, the handle retries after its backoff.
-//!   The completing shapes (non-recoverable data, fenced, closed cursor)
-//!   are not store errors here: `faults.lose_pending_ack_ledger` is the
-//!   non-recoverable one.
+//!   at each of the first N restarts, the pending-ack logs' bookies fail
+//!   for a window ([`REPLAY_FAILURE_WINDOW_MS`] after the restart, or after
+//!   the read outage it falls in): from its 1st or 2nd read of that start
+//!   (the 2nd: after entries were read, not yet applied) every read of a
+//!   pending-ack log fails with a transient failure, unavailable or
+//!   throttled (`TooManyRequests`), drawn from the seed. Each attempt
+//!   fails, drops what it read, and the handle retries after its backoff
+//!   (100 ms doubling) until the window closes; a retry without the
+//!   backoff, or a failure that does not end the attempt, spins in the
+//!   core and is named by the livelock watchdog. The completing shapes
+//!   (non-recoverable data, fenced, closed cursor) are not store errors
+//!   here: `faults.lose_pending_ack_ledger` is the non-recoverable one.
 //! - **a lost pending-ack ledger** (`faults.lose_pending_ack_ledger`): at
 //!   the first restart, before the new core opens, the ledger of each
 //!   subscription's pending-ack log holding the first record its replay
@@ -46,15 +50,14 @@ use crate::sync::Mutex;
 const PENDING_ACK_SUFFIX: &str = "__transaction_pending_ack";
 const PENDING_ACK_CURSOR: &str = "__pending_ack_state";
 
-/// A read failure armed for one pending-ack log.
+/// How long the pending-ack logs' reads fail after a restart with replay
+/// read failures (or after the read outage it falls in), virtual ms.
+pub(super) const REPLAY_FAILURE_WINDOW_MS: u64 = 2_000;
+
+/// Reads of one pending-ack log since the window opened.
 #[derive(Debug, Clone, Copy)]
 struct ReplayFault {
-    /// Reads of the log since the arming.
     reads: u32,
-    /// Which read fails (1-based).
-    fail_at: u32,
-    /// Unavailable (`false`) or throttled (`true`).
-    throttled: bool,
 }
 
 /// What the store fails, shared by the driver and every core's store.
@@ -62,10 +65,10 @@ struct ReplayFault {
 pub(super) struct StorePlan {
     /// An outage window is open: every entry read fails.
     pub(super) outage: bool,
-    /// Pending-ack replay failures armed for the next start: whether the
-    /// next reads of every pending-ack log are counted, and the draws.
+    /// Reads of each pending-ack log while the window is open.
     replay: BTreeMap<String, ReplayFault>,
-    /// A draw per log not seen yet at this start (`(fail_at, throttled)`).
+    /// The window of pending-ack read failures: from which read of a log
+    /// they begin (1-based) and whether they are throttling.
     replay_draw: Option<(u32, bool)>,
     /// Entry reads failed by outages.
     pub(super) outage_failures: u64,
@@ -74,14 +77,15 @@ pub(super) struct StorePlan {
 }
 
 impl StorePlan {
-    /// Arms one replay read failure for every pending-ack log at the next
-    /// start: its `fail_at`-th read fails, throttled or unavailable.
-    pub(super) fn arm_replay_failure(&mut self, fail_at: u32, throttled: bool) {
+    /// Opens the window of pending-ack read failures: from its
+    /// `fail_from`-th read on, every read of a pending-ack log fails,
+    /// throttled or unavailable.
+    pub(super) fn arm_replay_failure(&mut self, fail_from: u32, throttled: bool) {
         self.replay.clear();
-        self.replay_draw = Some((fail_at, throttled));
+        self.replay_draw = Some((fail_from, throttled));
     }
 
-    /// The start's replays are over (or not armed): no further failure.
+    /// Closes the window: no further failure.
     pub(super) fn disarm_replay_failure(&mut self) {
         self.replay.clear();
         self.replay_draw = None;
@@ -98,18 +102,17 @@ impl StorePlan {
         if !name.ends_with(PENDING_ACK_SUFFIX) {
             return None;
         }
-        let (fail_at, throttled) = self.replay_draw?;
-        let f = self.replay.entry(name.to_string()).or_insert(ReplayFault {
-            reads: 0,
-            fail_at,
-            throttled,
-        });
+        let (fail_from, throttled) = self.replay_draw?;
+        let f = self
+            .replay
+            .entry(name.to_string())
+            .or_insert(ReplayFault { reads: 0 });
         f.reads += 1;
-        if f.reads != f.fail_at {
+        if f.reads < fail_from {
             return None;
         }
         self.replay_failures += 1;
-        Some(if f.throttled {
+        Some(if throttled {
             StoreError::Throttled("injected: pending-ack log read throttled".into())
         } else {
             StoreError::Unavailable("injected: pending-ack log read failed".into())

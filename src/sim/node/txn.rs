@@ -280,28 +280,6 @@ pub fn with_txn_ack_ratio(w: &crate::sim::workload::Workload) -> crate::sim::wor
 }
 
 impl Node<'_> {
-    pub(super) fn txn_debug(&self) {
-        for (k, x) in &self.txn.txns {
-            if x.step != Step::Done {
-                eprintln!(
-                    "txn {k}: {:?} id {:?} acks_in_flight {} closing {} uncertain {} sends {}",
-                    x.step,
-                    x.id,
-                    x.acks_in_flight,
-                    x.closing,
-                    x.uncertain,
-                    x.sends.len()
-                );
-            }
-        }
-        eprintln!(
-            "started {} ready {} conn {:?}",
-            self.txn.started,
-            self.txn_ready(),
-            self.txn.conn
-        );
-    }
-
     /// The client's number of the transaction with id `id`, if it has one.
     pub(super) fn txn_number(&self, id: TxnId) -> Option<u64> {
         self.txn
