@@ -47,6 +47,9 @@ pub struct DispatchCounters {
     /// Pending-ack replay attempts that failed and were retried after
     /// their backoff.
     pub replay_failed_attempts: u64,
+    /// Pending-ack handles that gave up (a non-retryable replay failure:
+    /// non-recoverable data with auto-skip off).
+    pub replays_gave_up: u64,
     /// Reads of subscriptions' entries that failed (each followed by the
     /// read backoff, `read_backoff.rs`).
     pub read_failures: u64,
@@ -69,6 +72,7 @@ impl AddAssign for DispatchCounters {
         self.peak_deleted_ranges = self.peak_deleted_ranges.max(o.peak_deleted_ranges);
         self.replays_completed += o.replays_completed;
         self.replay_failed_attempts += o.replay_failed_attempts;
+        self.replays_gave_up += o.replays_gave_up;
         self.read_failures += o.read_failures;
     }
 }
@@ -103,6 +107,8 @@ impl super::Broker {
                     let st = h.stats();
                     c.replays_completed += u64::from(st.completed.is_some());
                     c.replay_failed_attempts += st.retry_delays_ms.len() as u64;
+                    c.replays_gave_up +=
+                        u64::from(h.state() == crate::pending_ack::HandleState::Error);
                 }
             }
         }

@@ -32,13 +32,16 @@ pub(super) enum Fault {
     OutageStart,
     /// The outage ends.
     OutageEnd,
-    /// The window of pending-ack read failures closes.
-    ReplayFailuresEnd,
     /// The operator turns auto-skip of non-recoverable data on for the
     /// pending-ack logs and reloads the broker (after a replay gave up on
     /// a lost ledger).
     OperatorAutoSkip,
 }
+
+/// How long a restart waits for a transaction holding acks, per try, ms.
+const RESTART_WAIT_MS: u64 = 20;
+/// Tries before a restart goes ahead anyway.
+const MAX_RESTART_WAITS: u32 = 100;
 
 /// Planned and run faults.
 #[derive(Debug, Default)]
@@ -89,22 +92,17 @@ impl Node<'_> {
             self.plan.planned += 1;
             self.sched.at(at, Ev::Fault(fault));
         }
-        restarts_at.sort_unstable();
-        let (outages, outage_ms) = (u64::from(f.read_outages), f.outage_ms);
-        for i in 0..outages {
-            // An outage begins at a restart when there is one, so the
-            // restarted core recovers (transaction buffer, pending-ack
-            // replay) into it while the transaction open at the restart
-            // has acknowledgements in the pending-ack log; the others
-            // spread over the publish span.
-            let at = match restarts_at.get(i as usize) {
-                Some(r) => *r,
-                None => span * (2 * i + 1) / (2 * outages + 1),
-            };
-            self.plan.planned += 2;
+        let outages = u64::from(f.read_outages);
+        // The first outages begin at the restarts (`fault`), so the
+        // restarted core recovers (transaction buffer, pending-ack replay)
+        // into them; the others spread over the publish span.
+        let with_restarts = outages.min(restarts_at.len() as u64);
+        self.outages_at_restarts = with_restarts as u32;
+        // Each outage is two faults: its start and its end.
+        self.plan.planned += 2 * outages;
+        for i in with_restarts..outages {
+            let at = span * (2 * i + 1) / (2 * outages + 1);
             self.sched.at(at, Ev::Fault(Fault::OutageStart));
-            self.sched
-                .at(at.saturating_add(outage_ms), Ev::Fault(Fault::OutageEnd));
         }
     }
 
@@ -117,20 +115,21 @@ impl Node<'_> {
         if !self.opts.faults {
             return;
         }
-        let restarts = self.activity.restarts;
-        if restarts <= u64::from(f.replay_read_failures) {
-            let fail_from = self.rng.random_range(1..=2);
+        if std::mem::take(&mut self.operator_reload) {
+            // The operator's reload replays what the failed start could
+            // not: the start's read failures stay armed for it.
+            return;
+        }
+        self.starts_after_first += 1;
+        let restarts = self.starts_after_first;
+        if restarts <= f.replay_read_failures {
+            let fail_from = 1;
             let throttled = self.rng.random_bool(0.5);
             self.store_plan
                 .lock()
                 .arm_replay_failure(fail_from, throttled);
-            // The window closes after the outage the restart falls in.
-            let from = self
-                .outage_until
-                .map_or(self.sched.now(), |u| u.max(self.sched.now()));
-            let at = from + super::store_faults::REPLAY_FAILURE_WINDOW_MS;
-            self.plan.planned += 1;
-            self.sched.at(at, Ev::Fault(Fault::ReplayFailuresEnd));
+        } else {
+            self.store_plan.lock().disarm_replay_failure();
         }
         if f.lose_pending_ack_ledger && restarts == 1 {
             self.lose_ledger_at_start = true;
@@ -185,9 +184,29 @@ impl Node<'_> {
                 return;
             }
         }
+        // With transactional acks, a restart waits (a while) for a
+        // transaction holding acknowledgements, so the restarted core
+        // replays pending acks from the pending-ack logs.
+        if let Fault::Restart = f {
+            if self.w.txn_ack_ratio > 0.0
+                && self.restart_waits < MAX_RESTART_WAITS
+                && !self.txn_holds_acks()
+            {
+                self.restart_waits += 1;
+                self.sched.after(RESTART_WAIT_MS, Ev::Fault(f));
+                return;
+            }
+            self.restart_waits = 0;
+        }
         self.plan.run += 1;
         match f {
-            Fault::Restart => self.clean_restart(),
+            Fault::Restart => {
+                if self.outages_at_restarts > 0 {
+                    self.outages_at_restarts -= 1;
+                    self.fault(Fault::OutageStart);
+                }
+                self.clean_restart();
+            }
             Fault::Reconnect(c) => {
                 if let Some(conn) = self.consumers[c].conn {
                     self.close_conn(conn);
@@ -197,17 +216,15 @@ impl Node<'_> {
             Fault::SameConnection(c) => self.same_connection(c),
             Fault::Redeliver(c) => self.redeliver(c),
             Fault::OutageStart => {
-                self.outage_until = Some(self.sched.now() + self.w.faults.outage_ms);
                 self.store_plan.lock().outage = true;
+                let end = self.w.faults.outage_ms;
+                self.sched.after(end, Ev::Fault(Fault::OutageEnd));
             }
-            Fault::OutageEnd => {
-                self.outage_until = None;
-                self.store_plan.lock().outage = false;
-            }
-            Fault::ReplayFailuresEnd => self.store_plan.lock().disarm_replay_failure(),
+            Fault::OutageEnd => self.store_plan.lock().outage = false,
             Fault::OperatorAutoSkip => {
                 self.auto_skip = true;
                 self.activity.operator_reloads += 1;
+                self.operator_reload = true;
                 self.clean_restart();
             }
         }

@@ -252,8 +252,14 @@ struct Node<'a> {
     auto_skip: bool,
     /// The next start loses each pending-ack log's first needed ledger.
     lose_ledger_at_start: bool,
-    /// The end of the read outage in progress, virtual ms.
-    outage_until: Option<VirtualMs>,
+    /// Tries the planned restart waited for a transaction holding acks.
+    restart_waits: u32,
+    /// Read outages still to begin at a restart.
+    outages_at_restarts: u32,
+    /// Restarts and crashes so far (operator reloads not counted).
+    starts_after_first: u32,
+    /// The next start is the operator's reload with auto-skip on.
+    operator_reload: bool,
 }
 
 /// Runs `workload` (its `engine` is `node`) with `opts`.
@@ -330,7 +336,10 @@ pub fn run(
         store_plan: store_faults::SharedPlan::default(),
         auto_skip: workload.faults.pending_ack_auto_skip,
         lose_ledger_at_start: false,
-        outage_until: None,
+        restart_waits: 0,
+        outages_at_restarts: 0,
+        starts_after_first: 0,
+        operator_reload: false,
     };
     let _hang_guard = HangGuard::start(
         Arc::clone(&n.heartbeat),
@@ -687,6 +696,7 @@ impl Node<'_> {
                 break;
             }
             let (component, label) = ev.label();
+            self.store_plan.lock().now_ms = now;
             self.heartbeat.begin(now, component, label, None);
             self.handle(ev);
             self.heartbeat.end();

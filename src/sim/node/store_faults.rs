@@ -12,10 +12,10 @@
 //!   buffer recovery or a pending-ack replay is retried with its backoff.
 //! - **pending-ack replay read failures** (`faults.replay_read_failures`):
 //!   at each of the first N restarts, the pending-ack logs' bookies fail
-//!   for a window ([`REPLAY_FAILURE_WINDOW_MS`] after the restart, or after
-//!   the read outage it falls in): from its 1st or 2nd read of that start
-//!   (the 2nd: after entries were read, not yet applied) every read of a
-//!   pending-ack log fails with a transient failure, unavailable or
+//!   for a window of [`REPLAY_FAILURE_WINDOW_MS`] of virtual time, from the
+//!   1st or 2nd read of a pending-ack log after that restart (the 2nd:
+//!   after entries were read, not yet applied): every read of a
+//!   pending-ack log in the window fails with a transient failure, unavailable or
 //!   throttled (`TooManyRequests`), drawn from the seed. Each attempt
 //!   fails, drops what it read, and the handle retries after its backoff
 //!   (100 ms doubling) until the window closes; a retry without the
@@ -50,8 +50,8 @@ use crate::sync::Mutex;
 const PENDING_ACK_SUFFIX: &str = "__transaction_pending_ack";
 const PENDING_ACK_CURSOR: &str = "__pending_ack_state";
 
-/// How long the pending-ack logs' reads fail after a restart with replay
-/// read failures (or after the read outage it falls in), virtual ms.
+/// How long the pending-ack logs' reads fail once the first of them failed
+/// after a restart with replay read failures, virtual ms.
 pub(super) const REPLAY_FAILURE_WINDOW_MS: u64 = 2_000;
 
 /// Reads of one pending-ack log since the window opened.
@@ -70,6 +70,10 @@ pub(super) struct StorePlan {
     /// The window of pending-ack read failures: from which read of a log
     /// they begin (1-based) and whether they are throttling.
     replay_draw: Option<(u32, bool)>,
+    /// The window's end (virtual ms), set by its first failure.
+    replay_until: Option<u64>,
+    /// The driver's virtual time, ms.
+    pub(super) now_ms: u64,
     /// Entry reads failed by outages.
     pub(super) outage_failures: u64,
     /// Pending-ack log reads failed by the armed replay faults.
@@ -83,12 +87,14 @@ impl StorePlan {
     pub(super) fn arm_replay_failure(&mut self, fail_from: u32, throttled: bool) {
         self.replay.clear();
         self.replay_draw = Some((fail_from, throttled));
+        self.replay_until = None;
     }
 
     /// Closes the window: no further failure.
     pub(super) fn disarm_replay_failure(&mut self) {
         self.replay.clear();
         self.replay_draw = None;
+        self.replay_until = None;
     }
 
     /// The failure of a read of `name`, if one is due.
@@ -109,6 +115,13 @@ impl StorePlan {
             .or_insert(ReplayFault { reads: 0 });
         f.reads += 1;
         if f.reads < fail_from {
+            return None;
+        }
+        let until = *self
+            .replay_until
+            .get_or_insert(self.now_ms + REPLAY_FAILURE_WINDOW_MS);
+        if self.now_ms >= until {
+            self.disarm_replay_failure();
             return None;
         }
         self.replay_failures += 1;
