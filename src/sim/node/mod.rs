@@ -642,14 +642,19 @@ impl Node<'_> {
             return;
         }
         self.retire_broker();
-        self.node.clean_restarts += 1;
+        if !self.operator_reload {
+            self.node.clean_restarts += 1;
+        }
         self.after_broker_gone();
     }
 
     /// Every connection is gone with the old process; a new core starts and
     /// every client reconnects after its backoff.
     fn after_broker_gone(&mut self) {
-        self.activity.restarts += 1;
+        // The operator's reload is counted as a reload, not a restart.
+        if !self.operator_reload {
+            self.activity.restarts += 1;
+        }
         self.checker.restarted();
         self.plan_store_faults_at_start();
         if let Err(e) = self.start_broker() {

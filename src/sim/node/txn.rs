@@ -267,8 +267,8 @@ pub(super) fn component(a: &TxnActivity) -> ComponentReport {
 
 /// `w` with its `txn_ack_ratio` run over the wire: when it has no `[txn]`
 /// transactions, a transaction client runs one transaction after the
-/// other while the consumers acknowledge (each open `OPEN_MS`, one
-/// transactional message per topic) until the producers are done and
+/// other while the consumers acknowledge (each open `OPEN_MS`, no
+/// transactional messages) until the producers are done and
 /// every message is acknowledged, and the consumers acknowledge a
 /// `txn_ack_ratio` share of their messages inside the open one.
 pub fn with_txn_ack_ratio(w: &crate::sim::workload::Workload) -> crate::sim::workload::Workload {
@@ -285,7 +285,8 @@ pub fn with_txn_ack_ratio(w: &crate::sim::workload::Workload) -> crate::sim::wor
         w.txn.transactions = u32::try_from(span.div_ceil(cycle) + 200)
             .unwrap_or(u32::MAX)
             .min(10_000);
-        w.txn.messages_per_topic = 1;
+        // Acks only: the run's messages are the producers'.
+        w.txn.messages_per_topic = 0;
         w.txn.ack_ratio = w.txn_ack_ratio;
         w.txn.open_ms = OPEN_MS;
     }
