@@ -579,9 +579,11 @@ impl Workload {
                 ..base
             },
             // Transactional acks, a storage outage and a deleted pending-ack
-            // ledger across restarts.
+            // ledger across restarts, on the shipped broker core (the
+            // faults are the store's: `sim::node::store_faults`).
             "txn-outage" => Workload {
                 name: name.into(),
+                engine: Engine::Node,
                 producers: 10,
                 subscriptions: 2,
                 consumers_per_subscription: 2,
@@ -698,14 +700,6 @@ impl Workload {
     pub fn node_unsupported(&self) -> Option<&'static str> {
         let f = &self.faults;
         [
-            (self.txn_ack_ratio > 0.0, "txn_ack_ratio > 0"),
-            (f.read_outages > 0, "faults.read_outages > 0"),
-            (f.lose_pending_ack_ledger, "faults.lose_pending_ack_ledger"),
-            (f.seeks > 0, "faults.seeks > 0"),
-            (
-                f.replay_read_failures > 0,
-                "faults.replay_read_failures > 0",
-            ),
             (
                 !f.crash_at_writes.is_empty(),
                 "faults.crash_at_writes (the node engine draws k from faults.crash_window)",
