@@ -151,10 +151,21 @@ impl Subscription {
         self.inflight.clear();
         self.redelivery_count.clear();
         self.batch_sizes.clear();
-        if let Err(e) = self.tracker.clear() {
+        let cleared = self.tracker.clear();
+        super::delayed_hooks::observe_tracker!(
+            &*self,
+            super::delayed_hooks::TrackerCall::Cleared {
+                ok: cleared.is_ok()
+            }
+        );
+        if let Err(e) = cleared {
             tracing::warn!(error = %e, subscription = %self.name, "delayed tracker not cleared on reset");
         }
         self.tracker.update_mark_delete(md);
+        super::delayed_hooks::observe_tracker!(
+            &*self,
+            super::delayed_hooks::TrackerCall::MarkDelete(md)
+        );
         self.counters.resets += 1;
         tracing::info!(subscription = %self.name, mark_delete = %md, "subscription reset");
         Ok(md)

@@ -495,8 +495,9 @@ impl Workload {
                     // with this shape a transaction stays open to its ttl
                     // and holds the max read position (late delayed
                     // messages), being looked into.
-                    read_outages: 0,
+                    read_outages: 1,
                     outage_ms: 2_000,
+                    seeks: 1,
                     reconnects: 4,
                     snapshot_create_failure_ratio: 0.05,
                     snapshot_delete_failure_ratio: 0.05,
@@ -566,9 +567,7 @@ impl Workload {
                 faults: Faults {
                     snapshot_create_failure_ratio: 0.05,
                     snapshot_delete_failure_ratio: 0.05,
-                    // No seeks or read outages: the core has no path for
-                    // them yet.
-                    read_outages: 0,
+                    seeks: 2,
                     rewinds: 2,
                     clock_jumps: 2,
                     clock_jump_ms: 15_000,
@@ -699,12 +698,10 @@ impl Workload {
     /// The first setting the node engine cannot run, if any.
     pub fn node_unsupported(&self) -> Option<&'static str> {
         let f = &self.faults;
-        [
-            (
-                !f.crash_at_writes.is_empty(),
-                "faults.crash_at_writes (the node engine draws k from faults.crash_window)",
-            ),
-        ]
+        [(
+            !f.crash_at_writes.is_empty(),
+            "faults.crash_at_writes (the node engine draws k from faults.crash_window)",
+        )]
         .into_iter()
         .find(|(bad, _)| *bad)
         .map(|(_, what)| what)
