@@ -1152,10 +1152,11 @@ fn node_engine_unsupported_settings_are_typed_errors() {
     let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("tests/workloads/node_shared_batches.toml");
     let mut w = Workload::from_toml_file(&path).unwrap();
-    w.txn_ack_ratio = 0.5;
+    w.faults.crash_at_writes = vec![5];
     let e = w.validate().unwrap_err().to_string();
-    assert!(e.contains("txn_ack_ratio") && e.contains("node"), "{e}");
-    let mut w = Workload::preset("txn-outage").unwrap();
+    assert!(e.contains("crash_at_writes") && e.contains("node"), "{e}");
+    let mut w = Workload::preset("failover").unwrap();
+    assert_eq!(w.engine, pulsar_core::sim::Engine::Model);
     w.faults.redeliveries = 1;
     let e = w.validate().unwrap_err().to_string();
     assert!(e.contains("engine = \"node\""), "{e}");
