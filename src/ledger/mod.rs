@@ -94,14 +94,22 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
+mod committer;
+mod completion;
 mod cursor;
 mod deletion_state;
 mod error;
 mod faults;
 mod managed_ledger;
+mod nonblocking;
 mod store;
+mod store_write;
 mod trim;
 
+pub use committer::{
+    CommitBackend, FnWrite, GroupCommitConfig, GroupCommitStats, GroupCommitter, StoreWrite,
+};
+pub use completion::{completion_pair, Callback, Completer, Completion};
 pub use cursor::{ManagedCursor, PersistedDeletionState, ReadSkip};
 pub use error::{LedgerError, ReadFailureKind, StoreError};
 pub use faults::{ReadFaults, ReadRequest};
@@ -111,4 +119,5 @@ pub use store::{
     AppendSegment, LedgerStore, MemoryStore, RedbStore, StoredCursor, StoredLedger,
     StoredLedgerInfo, SyncMode, DEFAULT_CACHE_BYTES,
 };
+pub use store_write::{Admit, LedgerWrite, PendingWrite, RedbCommitBackend, WriteDone};
 pub use trim::{RetentionPolicy, TrimOutcome};
