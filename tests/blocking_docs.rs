@@ -151,7 +151,7 @@ fn rs_files(dir: &Path, out: &mut Vec<PathBuf>) {
         if p.is_dir() {
             rs_files(&p, out);
         } else if p.extension().is_some_and(|x| x == "rs")
-            && !p.file_name().is_some_and(|n| n == "tests.rs")
+            && p.file_name().is_none_or(|n| n != "tests.rs")
         {
             out.push(p);
         }

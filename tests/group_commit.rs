@@ -503,3 +503,150 @@ fn completion_future_wakes_once_and_a_dropped_completer_is_an_error() {
     let c: Completion<u32, StoreError> = Completion::ready(Ok(1));
     assert!(c.is_complete());
 }
+
+/// Delayed-delivery bucket snapshots written with `create_async` from 16
+/// subscriptions share commits; each snapshot and its cursor property
+/// (the commit point) are durable together when the completion fires; a
+/// merge-style create that replaces a snapshot and `delete_async` are
+/// atomic the same way.
+#[test]
+fn delayed_snapshot_writes_share_commits_and_are_durable_on_completion() {
+    use pulsar_core::delayed::{
+        bucket_key, BucketSnapshotStorage, RedbSnapshotStorage, SnapshotMetadata, SnapshotSegment,
+    };
+    let _w = watchdog::arm("delayed_snapshot_writes_share_commits", WAIT);
+    let disk = Arc::new(Disk::default());
+    let store = store_on(&disk);
+    let storages: Vec<_> = (0..16)
+        .map(|i| RedbSnapshotStorage::new(store.clone(), "t", format!("sub-{i}")).unwrap())
+        .collect();
+    let before = store.group_commit_stats().map_or(0, |s| s.commits);
+    disk.hold(true);
+    let meta = SnapshotMetadata::default();
+    let segs = [SnapshotSegment::default()];
+    let pending: Vec<_> = storages
+        .iter()
+        .map(|s| s.create_async(&meta, &segs, &bucket_key(1, 2), &[]))
+        .collect();
+    disk.hold(false);
+    let ids: Vec<i64> = pending
+        .into_iter()
+        .map(|c| c.wait_timeout(WAIT).expect("in time").unwrap())
+        .collect();
+    let commits = store.group_commit_stats().unwrap().commits - before;
+    assert!(commits <= 3, "16 snapshot creates took {commits} commits");
+    let mut sorted = ids.clone();
+    sorted.sort_unstable();
+    sorted.dedup();
+    assert_eq!(sorted.len(), 16, "each snapshot got its own id");
+    // A merge: the new snapshot replaces the first one atomically.
+    let merged = storages[0]
+        .create_async(
+            &meta,
+            &segs,
+            &bucket_key(1, 3),
+            &[(ids[0], bucket_key(1, 2))],
+        )
+        .wait_timeout(WAIT)
+        .unwrap()
+        .unwrap();
+    storages[1]
+        .delete_async(ids[1], &bucket_key(1, 2))
+        .wait_timeout(WAIT)
+        .unwrap()
+        .unwrap();
+    // What a crash now keeps.
+    drop(storages);
+    let reopened = store_on(&Disk::with_image(disk.durable_image(disk.syncs())));
+    let s0 = RedbSnapshotStorage::new(reopened.clone(), "t", "sub-0").unwrap();
+    assert_eq!(s0.bucket_keys().unwrap(), vec![(bucket_key(1, 3), merged)]);
+    assert!(
+        s0.get_metadata(ids[0]).is_err(),
+        "replaced snapshot survived"
+    );
+    let s1 = RedbSnapshotStorage::new(reopened.clone(), "t", "sub-1").unwrap();
+    assert!(s1.bucket_keys().unwrap().is_empty());
+    for (i, id) in ids.iter().enumerate().skip(2) {
+        let s = RedbSnapshotStorage::new(reopened.clone(), "t", format!("sub-{i}")).unwrap();
+        assert_eq!(s.bucket_keys().unwrap(), vec![(bucket_key(1, 2), *id)]);
+    }
+}
+
+/// The pending-ack log on the redb store: `append_async` returns at once,
+/// its callback runs once the record is durable and applied (the summary
+/// holds it), and 32 appends share commits.
+#[test]
+fn pending_ack_append_async_completes_after_the_record_is_durable() {
+    use pulsar_core::pending_ack::{
+        AckedPosition, ExecutorMode, HandleConfig, InlineReads, MemorySubscription,
+        PendingAckHandle, PendingAckRecord, ReplayExecutorPool, TxnId, VirtualTimer,
+    };
+    let _w = watchdog::arm("pending_ack_append_async", WAIT);
+    let disk = Arc::new(Disk::default());
+    let store = Arc::new(store_on(&disk));
+    let ml = ManagedLedger::open(
+        "t-sub__transaction_pending_ack",
+        cfg(),
+        store.clone() as Arc<dyn LedgerStore>,
+    )
+    .unwrap();
+    let cursor = Arc::new(ml.open_cursor("__pending_ack_state").unwrap());
+    let pool = ReplayExecutorPool::new(1, ExecutorMode::Manual).unwrap();
+    let handle = PendingAckHandle::new(
+        "t-sub",
+        cursor,
+        Arc::new(MemorySubscription::default()),
+        &pool,
+        Arc::new(InlineReads),
+        Arc::new(VirtualTimer::new()),
+        HandleConfig::default(),
+    )
+    .unwrap();
+    let waiter = handle.ready_waiter();
+    handle.init();
+    pool.run_pending();
+    assert_eq!(waiter.try_result(), Some(Ok(())));
+    let before = store.group_commit_stats().map_or(0, |s| s.commits);
+    disk.hold(true);
+    let mut pending = Vec::new();
+    for i in 0..32 {
+        let (done, tx) =
+            completion_pair(|| pulsar_core::pending_ack::PendingAckError::WriterClosed);
+        let record = PendingAckRecord::individual_ack(
+            TxnId::new(0, i),
+            vec![AckedPosition::whole(Position::new(3, i as i64))],
+        );
+        let h = handle.clone();
+        let syncs_at_submit = disk.syncs();
+        let disk2 = Arc::clone(&disk);
+        handle.append_async(
+            record,
+            Box::new(move |r| {
+                // Applied by the time the callback runs, and an fsync
+                // happened since the submission.
+                let applied = h.summary().individual.contains_key(&TxnId::new(0, i));
+                tx.complete(r.map(|ack| (ack, applied, disk2.syncs() > syncs_at_submit)));
+            }),
+        );
+        pending.push(done);
+    }
+    assert_eq!(
+        handle.summary().individual.len(),
+        0,
+        "applied before durable"
+    );
+    disk.hold(false);
+    for done in pending {
+        let (ack, applied, synced) = done.wait_timeout(WAIT).expect("in time").unwrap();
+        assert!(
+            applied && synced,
+            "{ack:?}: applied {applied}, fsync since submit {synced}"
+        );
+    }
+    assert_eq!(handle.summary().individual.len(), 32);
+    let commits = store.group_commit_stats().unwrap().commits - before;
+    assert!(
+        commits <= 3,
+        "32 pending-ack appends took {commits} commits"
+    );
+}

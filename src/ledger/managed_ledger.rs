@@ -227,15 +227,20 @@ impl LedgerState {
     }
 }
 
+/// A ledger and its info: the tail appends are planned after.
+pub(super) type LedgerTail = (i64, StoredLedgerInfo);
+/// A planned append segment: `(ledger_id, first_entry_id, count)`.
+pub(super) type PlannedSegment = (i64, i64, usize);
+
 /// Plans `n` entries after `tail` (the current ledger and its info):
 /// `(ledger_id, first_entry_id, count)` segments, rolling over a full or
 /// lost ledger (nothing is ever appended to a lost ledger), and the tail
 /// after them.
 pub(super) fn plan_segments(
-    tail: (i64, StoredLedgerInfo),
+    tail: LedgerTail,
     max_entries_per_ledger: u32,
     n: usize,
-) -> (Vec<(i64, i64, usize)>, (i64, StoredLedgerInfo)) {
+) -> (Vec<PlannedSegment>, LedgerTail) {
     let max = i64::from(max_entries_per_ledger);
     let (mut id, mut info) = tail;
     let mut out = Vec::new();

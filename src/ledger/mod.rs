@@ -20,6 +20,15 @@
 //!   consumed-ledger trimming; what holds a ledger is in `trim.rs`).
 //! - Storage is a [`LedgerStore`]: [`RedbStore`] (durable, default) or
 //!   [`MemoryStore`] (tests).
+//! - Every durable write has a non-blocking form that returns a
+//!   [`Completion`] at once ([`ManagedLedger::append_async`],
+//!   [`ManagedLedger::append_batch_async`],
+//!   [`ManagedCursor::persist_deletion_state_async`],
+//!   [`ManagedCursor::mark_delete_async`]); on a [`RedbStore`] it goes
+//!   through the store's [`GroupCommitter`] (group commit: the writes that
+//!   arrive during a commit share the next transaction and its fsync; each
+//!   completes only after its own commit). Each public function with
+//!   durable I/O says in `# Blocking` whether it blocks and on what.
 //!
 //! Concurrency: a `ManagedLedger` and its cursors may be shared between
 //! threads (`Arc`); appends are serialised by the ledger's lock and each
