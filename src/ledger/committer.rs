@@ -314,9 +314,12 @@ fn next_batch<Tx>(shared: &Shared<Tx>, config: &GroupCommitConfig) -> Option<Vec
     Some(batch)
 }
 
-std::thread_local! {
-    /// Whether this thread is a group committer's writer thread.
-    static ON_WRITER_THREAD: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+thread::thread_local! {
+    /// Whether this thread is a group committer's writer thread (the
+    /// backend's thread-local: a loom or shuttle thread is not an OS
+    /// thread). Not a `const` initialiser: loom's macro takes none.
+    #[allow(clippy::missing_const_for_thread_local)]
+    static ON_WRITER_THREAD: std::cell::Cell<bool> = std::cell::Cell::new(false);
 }
 
 /// Whether the calling thread is a group committer's writer thread (where
