@@ -811,6 +811,11 @@ impl ManagedCursor {
     ///
     /// # Errors
     /// [`LedgerError::CursorAlreadyClosed`]; [`LedgerError::Store`].
+    ///
+    /// # Blocking
+    /// Yes: one store commit on the calling thread (an fsync on a
+    /// [`RedbStore`](super::RedbStore) in `SyncMode::Immediate`), under the
+    /// cursor's lock.
     pub fn set_property(&self, key: &str, value: i64) -> Result<(), LedgerError> {
         let _cursor = self.live()?;
         self.ledger
@@ -823,6 +828,9 @@ impl ManagedCursor {
     ///
     /// # Errors
     /// [`LedgerError::CursorAlreadyClosed`]; [`LedgerError::Store`].
+    ///
+    /// # Blocking
+    /// As [`ManagedCursor::set_property`].
     pub fn remove_property(&self, key: &str) -> Result<(), LedgerError> {
         let _cursor = self.live()?;
         self.ledger
