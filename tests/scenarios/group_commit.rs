@@ -77,12 +77,26 @@ impl StoreWrite<RefCell<Vec<u32>>> for EarlyWrite {
     fn finish(self: Box<Self>, _outcome: Result<(), StoreError>) {}
 }
 
+/// A write maker: the shipped shape or the negative control's.
+type MakeWrite = fn(u32, Completer<(), StoreError>) -> Box<dyn StoreWrite<RefCell<Vec<u32>>>>;
+
+/// Submits value `v` and waits for its completion; whether it was durable
+/// when the completion returned (the check runs on the calling thread).
+fn submit_and_wait(
+    committer: &GroupCommitter<ModelBackend>,
+    durable: &Durable,
+    v: u32,
+    make: MakeWrite,
+) -> bool {
+    let (completion, completer) = completion_pair(abandoned);
+    committer.submit(make(v, completer));
+    completion.wait().expect("the model's commits succeed");
+    durable.lock().contains(&v)
+}
+
 /// `writers` threads (plus the calling thread) each submit one write and
 /// wait for it; each checks its own value is durable once it completed.
-fn run(
-    writers: u32,
-    make: fn(u32, Completer<(), StoreError>) -> Box<dyn StoreWrite<RefCell<Vec<u32>>>>,
-) {
+fn run(writers: u32, make: MakeWrite) {
     let durable: Durable = Arc::new(Mutex::new(Vec::new()));
     let committer = Arc::new(GroupCommitter::start(
         ModelBackend {
@@ -90,21 +104,13 @@ fn run(
         },
         GroupCommitConfig::default(),
     ));
-    // Each caller records whether its write was durable when its
-    // completion returned; the checks run on the calling thread.
-    let submit = |committer: &GroupCommitter<ModelBackend>, durable: &Durable, v: u32| -> bool {
-        let (completion, completer) = completion_pair(abandoned);
-        committer.submit(make(v, completer));
-        completion.wait().expect("the model's commits succeed");
-        durable.lock().contains(&v)
-    };
     let threads: Vec<_> = (1..=writers)
         .map(|v| {
             let (committer, durable) = (Arc::clone(&committer), Arc::clone(&durable));
-            thread::spawn(move || (v, submit(&committer, &durable, v)))
+            thread::spawn(move || (v, submit_and_wait(&committer, &durable, v, make)))
         })
         .collect();
-    let mut seen = vec![(0, submit(&committer, &durable, 0))];
+    let mut seen = vec![(0, submit_and_wait(&committer, &durable, 0, make))];
     for t in threads {
         seen.push(t.join().unwrap());
     }
