@@ -650,3 +650,24 @@ fn pending_ack_append_async_completes_after_the_record_is_durable() {
         "32 pending-ack appends took {commits} commits"
     );
 }
+
+/// `max_delay`: the writer waits for a batch to fill (here up to 2 s, or
+/// until it holds `max_batch_writes` = 8), so 8 appends submitted one
+/// after another share one commit even with no commit in flight.
+#[test]
+fn max_delay_lets_a_batch_fill_up_to_max_batch_writes() {
+    let _w = watchdog::arm("max_delay_lets_a_batch_fill", WAIT);
+    let disk = Arc::new(Disk::default());
+    let store = Arc::new(store_on(&disk).with_group_commit(GroupCommitConfig {
+        max_batch_writes: 8,
+        max_delay: Duration::from_secs(2),
+        ..GroupCommitConfig::default()
+    }));
+    let ml = ManagedLedger::open("t", cfg(), store.clone() as Arc<dyn LedgerStore>).unwrap();
+    let pending: Vec<_> = (0..8u8).map(|i| ml.append_async(vec![i])).collect();
+    for c in pending {
+        c.wait_timeout(WAIT).unwrap().unwrap();
+    }
+    let s = store.group_commit_stats().unwrap();
+    assert_eq!((s.commits, s.writes, s.largest_batch), (1, 8, 8));
+}
