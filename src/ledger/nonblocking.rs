@@ -220,6 +220,7 @@ impl ManagedCursor {
             state.snapshot(),
             property_updates,
             compact::DEFAULT_CHUNK_BYTES,
+            false,
         )
     }
 
@@ -229,6 +230,7 @@ impl ManagedCursor {
         snapshot: DeletionSnapshot,
         property_updates: Vec<(String, Option<i64>)>,
         chunk_bytes: usize,
+        reset: bool,
     ) -> Completion<PersistedDeletionState, LedgerError> {
         let order = self.submit_order.lock();
         let md = snapshot.mark_delete;
@@ -238,7 +240,7 @@ impl ManagedCursor {
                 Err(e) => return Completion::ready(Err(e)),
             };
             let floor = cursor.in_flight.mark_delete.unwrap_or(cursor.mark_delete);
-            if let Err(e) = self.check_deletion_snapshot(&snapshot, floor) {
+            if let Err(e) = self.check_deletion_snapshot(&snapshot, floor, reset) {
                 return Completion::ready(Err(e));
             }
             cursor.in_flight.count += 1;
@@ -260,8 +262,12 @@ impl ManagedCursor {
             chunks,
             property_updates,
         };
+        let (ml, name) = (self.ledger.name.clone(), self.name.clone());
         let completion = self.queue_persist(write, md, false, move |cursor, ledger| {
-            if cursor.read_position <= md {
+            if reset {
+                cursor.read_position = ledger.next_valid_position(md);
+                crate::trace::ledger_cursor::reset(&ml, &name, md, cursor.read_position);
+            } else if cursor.read_position <= md {
                 cursor.read_position = ledger.next_valid_position(md);
             }
             cursor.individually_deleted.clear();
@@ -406,7 +412,14 @@ impl ManagedCursor {
                 }
             }
         });
-        self.ledger.store.submit(pending);
+        if self.durable {
+            self.ledger.store.submit(pending);
+        } else {
+            // A non-durable cursor (a reader's) writes nothing: the state
+            // moves at once.
+            let (_, _, done) = pending.into_parts();
+            done(Ok(()));
+        }
         completion
     }
 }
