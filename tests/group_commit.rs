@@ -671,3 +671,25 @@ fn max_delay_lets_a_batch_fill_up_to_max_batch_writes() {
     let s = store.group_commit_stats().unwrap();
     assert_eq!((s.commits, s.writes, s.largest_batch), (1, 8, 8));
 }
+
+/// A non-durable cursor (a reader's) writes nothing on the non-blocking
+/// path either: its mark-delete moves at once and no commit happens.
+#[test]
+fn a_non_durable_cursor_completes_at_once_without_a_commit() {
+    let _w = watchdog::arm("a_non_durable_cursor_completes_at_once", WAIT);
+    let disk = Arc::new(Disk::default());
+    let store = Arc::new(store_on(&disk));
+    let ml = ManagedLedger::open("t", cfg(), store.clone() as Arc<dyn LedgerStore>).unwrap();
+    ml.append_batch(&[b"a", b"b"]).unwrap();
+    let syncs = disk.syncs();
+    let reader = ml.open_non_durable_cursor("reader", Position::new(1, -1));
+    let mut done = reader.mark_delete_async(Position::new(1, 0));
+    assert_eq!(done.try_take(), Some(Ok(())));
+    assert_eq!(reader.mark_delete_position(), Position::new(1, 0));
+    assert_eq!(
+        disk.syncs(),
+        syncs,
+        "a non-durable cursor wrote to the store"
+    );
+    assert!(store.group_commit_stats().is_none_or(|s| s.writes == 0));
+}
