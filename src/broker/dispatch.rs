@@ -66,7 +66,19 @@ impl Subscription {
 
     /// Sends what the consumers have permits for: replay first, then due
     /// delayed entries, then new entries from the cursor.
+    ///
+    /// Nothing is dispatched while the subscription's pending-ack handle
+    /// has not replayed its log (Pulsar's `addConsumer` waits for
+    /// `pendingAckHandleFuture`): an entry acknowledged in a transaction
+    /// still open is not known yet and would go out again. Nothing is read
+    /// before the retry deadline of a failed read (`read_backoff.rs`).
     pub(crate) fn dispatch(&mut self, ml: &ManagedLedger, out: &mut Outbox) {
+        if self.pending_ack.is_some() && !self.pending_ack_applied {
+            return;
+        }
+        if !self.read_backoff.may_read(self.clock.now_ms()) {
+            return;
+        }
         // Markers and aborted transactions' entries met on the way:
         // acknowledged for this subscription, never dispatched.
         let mut skipped = Vec::new();
@@ -125,6 +137,10 @@ impl Subscription {
             if self.total_permits(out) > 0 && self.tracker.has_message_available() {
                 match self.tracker.get_scheduled_messages(READ_BATCH) {
                     Ok(positions) if !positions.is_empty() => {
+                        super::delayed_hooks::observe_tracker!(
+                            self,
+                            super::delayed_hooks::TrackerCall::Scheduled(&positions)
+                        );
                         self.counters.delayed_scheduled += positions.len() as u64;
                         progressed |= self.deliver_positions(ml, &positions, true, out, skipped);
                     }
@@ -155,6 +171,7 @@ impl Subscription {
                 self.counters.hint_hits += skip.hits;
                 match read {
                     Ok(entries) if !entries.is_empty() => {
+                        self.read_backoff.succeeded();
                         let read = entries.len() as u64;
                         let entries = self.deletion.filter_read_entries(entries, |e| e.position);
                         self.counters.entries_read += read;
@@ -164,9 +181,10 @@ impl Subscription {
                             progressed = true;
                         }
                     }
-                    Ok(_) => {}
+                    Ok(_) => self.read_backoff.succeeded(),
                     Err(e) => {
-                        tracing::error!(error = %e, subscription = %self.name, "cursor read failed");
+                        let retry_at = self.read_backoff.failed(self.clock.now_ms());
+                        tracing::warn!(error = %e, subscription = %self.name, retry_at, "cursor read failed; reading again after the backoff");
                         break;
                     }
                 }
@@ -194,9 +212,13 @@ impl Subscription {
             return false;
         }
         match ml.read_positions(&live) {
-            Ok(entries) => self.deliver_entries(entries, due, out, skipped),
+            Ok(entries) => {
+                self.read_backoff.succeeded();
+                self.deliver_entries(entries, due, out, skipped)
+            }
             Err(e) => {
-                tracing::error!(error = %e, "replay read failed");
+                let retry_at = self.read_backoff.failed(self.clock.now_ms());
+                tracing::warn!(error = %e, subscription = %self.name, retry_at, "replay read failed; reading again after the backoff");
                 for p in live {
                     self.replay.insert(p, 0);
                 }
@@ -218,7 +240,16 @@ impl Subscription {
         else {
             return false;
         };
-        match self.tracker.add_message(p.ledger_id, p.entry_id, t) {
+        let added = self.tracker.add_message(p.ledger_id, p.entry_id, t);
+        super::delayed_hooks::observe_tracker!(
+            self,
+            super::delayed_hooks::TrackerCall::Added {
+                position: p,
+                deliver_at: u64::try_from(t).unwrap_or(0),
+                result: added.as_ref().ok().copied(),
+            }
+        );
+        match added {
             Ok(tracked) => tracked,
             Err(e) => {
                 tracing::warn!(error = %e, position = %p, "delayed tracker refused; delivering now");
@@ -323,6 +354,13 @@ impl Subscription {
             let p = entry.position;
             if !due && self.held_by_tracker(p, info.deliver_at) {
                 self.counters.delayed_added += 1;
+                continue;
+            }
+            // A read after a consumer-set rewind (`consumer_set.rs`) meets
+            // entries already out on a consumer (a due delayed entry the
+            // tracker handed out in this pass) or waiting in replay: they
+            // are delivered once, from there.
+            if !due && (self.inflight.contains_key(&p) || self.replay.contains_key(&p)) {
                 continue;
             }
             // An entry waiting in replay keeps its order: later entries of

@@ -22,7 +22,7 @@ use crate::proto::wire::{
     KeySharedMeta, MessageIdData,
 };
 use crate::sim::checker::MessageRef;
-use crate::sim::workload::SubscriptionType;
+use crate::sim::workload::{SubscriptionType, Workload};
 use crate::sync::Arc;
 
 use super::faulty::Damage;
@@ -34,7 +34,7 @@ use crate::proto::metadata::MessageMetadata;
 
 /// The consumer id every simulated consumer uses on its connection (one
 /// consumer per connection).
-const CONSUMER_ID: u64 = 1;
+pub(super) const CONSUMER_ID: u64 = 1;
 /// The producer id on its connection.
 const PRODUCER_ID: u64 = 1;
 
@@ -146,6 +146,17 @@ impl Consumer {
     /// Whether it is subscribed and may take messages.
     pub(super) fn ready(&self) -> bool {
         self.conn.is_some() && self.client.is_some()
+    }
+}
+
+impl Node<'_> {
+    /// The connection of consumer `c` and a new request id on it (`None`
+    /// while it is not subscribed).
+    pub(super) fn consumer_request(&mut self, c: usize) -> Option<(u64, u64)> {
+        let co = &mut self.consumers[c];
+        let conn = co.conn.filter(|_| co.client.is_some())?;
+        co.next_req += 1;
+        Some((conn, co.next_req))
     }
 }
 
@@ -417,6 +428,13 @@ impl Node<'_> {
                         m.deliver_at,
                     );
                 }
+                let msgs: Vec<MessageRef> = (0..e.messages.len())
+                    .map(|i| MessageRef {
+                        position: pos,
+                        batch_index: i as u32,
+                    })
+                    .collect();
+                self.published_after_clears(&msgs);
                 self.producers[p].receipted += e.messages.len() as u64;
             }
             ty::SEND_ERROR | ty::ERROR => {
@@ -551,29 +569,7 @@ impl Node<'_> {
                 } => {
                     co.next_req += 1;
                     co.subscribes.insert(co.next_req, incarnation);
-                    let sub_type = match w.subscription_type {
-                        SubscriptionType::KeyShared => wire::SubType::KeyShared,
-                        SubscriptionType::Shared => wire::SubType::Shared,
-                        SubscriptionType::Failover => wire::SubType::Failover,
-                    } as i32;
-                    BrokerCommand {
-                        r#type: ty::SUBSCRIBE,
-                        subscribe: Some(CommandSubscribe {
-                            topic: TOPIC.into(),
-                            subscription: self.subs[co.sub].clone(),
-                            sub_type,
-                            consumer_id,
-                            request_id: co.next_req,
-                            consumer_name: Some(co.name.clone()),
-                            priority_level: None,
-                            durable: None,
-                            initial_position: Some(1),
-                            key_shared_meta: (w.subscription_type == SubscriptionType::KeyShared)
-                                .then_some(KeySharedMeta { key_shared_mode: 0 }),
-                            consumer_epoch: co.client.as_ref().map(|c| c.epoch()),
-                        }),
-                        ..Default::default()
-                    }
+                    subscribe_command(w, &self.subs[co.sub], co, consumer_id)
                 }
                 ClientFrame::Flow { command, .. } => {
                     self.activity.flows += 1;
@@ -899,14 +895,15 @@ impl Node<'_> {
         };
         let mut ids = Vec::new();
         let mut msgs = Vec::new();
-        // This poll's acks of non-batched entries may go inside the open
-        // transaction (`txn.rs`).
+        // This poll's acks may go inside the open transaction (`txn.rs`).
         let txn = if cumulative_every == 0 {
             self.txn_for_ack()
         } else {
             None
         };
         let (mut txn_ids, mut txn_msgs) = (Vec::new(), Vec::new());
+        let mut txn_batches: std::collections::BTreeMap<(u64, u64), (i32, Vec<u32>)> =
+            std::collections::BTreeMap::new();
         let _ = (&sub_name, id, now);
         for _ in 0..take {
             let Some((m, mref)) = self.consumers[c].app.pop_front() else {
@@ -916,14 +913,30 @@ impl Node<'_> {
             let bi = m.message_id.batch_index.unwrap_or(-1);
             let co = &mut self.consumers[c];
             let batch = m.message_id.batch_size.filter(|_| bi >= 0);
-            if txn.is_some() && batch.is_none() {
-                // A transactional ack: an abort makes the entry come back,
-                // so the client does not mark it acknowledged.
-                txn_ids.push(MessageIdData {
-                    ledger_id: m.message_id.ledger_id,
-                    entry_id: m.message_id.entry_id,
-                    ..Default::default()
-                });
+            if txn.is_some() {
+                // A transactional ack (of a batch's message: the batch-index
+                // ack of its index, Pulsar's `ack_set`): an abort makes the
+                // entry come back, so the client does not mark it
+                // acknowledged.
+                match batch {
+                    // A batch's messages taken in this poll: one id per
+                    // entry, its `ack_set` clearing every index taken (two
+                    // ids of one entry in one ack would conflict with each
+                    // other in the pending-ack state).
+                    Some(b) => {
+                        self.node.batch_index_acks += 1;
+                        txn_batches
+                            .entry((m.message_id.ledger_id, m.message_id.entry_id))
+                            .or_insert_with(|| (b, Vec::new()))
+                            .1
+                            .push(bi as u32);
+                    }
+                    None => txn_ids.push(MessageIdData {
+                        ledger_id: m.message_id.ledger_id,
+                        entry_id: m.message_id.entry_id,
+                        ..Default::default()
+                    }),
+                }
                 txn_msgs.push(mref);
                 drop(m);
                 continue;
@@ -985,6 +998,17 @@ impl Node<'_> {
             drop(m); // the application is done with it: its permit returns
         }
         let era = self.consumers[c].era;
+        for ((ledger_id, entry_id), (b, taken)) in txn_batches {
+            txn_ids.push(MessageIdData {
+                ledger_id,
+                entry_id,
+                ack_set: wire::ack_set_from_indexes(
+                    (0..b.max(0) as u32).filter(|i| !taken.contains(i)),
+                ),
+                batch_size: Some(b),
+                ..Default::default()
+            });
+        }
         if let Some(t) = txn {
             if txn_ids.is_empty() {
                 self.txn_ack_unused(t.0);
@@ -1061,7 +1085,10 @@ impl Node<'_> {
             if !self.checker.knows(mref) {
                 self.maybe_copy(mref, &m.payload);
             }
-            self.checker.delivered(&sub, id, mref, now, 0);
+            let clears = self
+                .delayed
+                .clears_before(self.consumers[c].sub, self.consumers[c].conn);
+            self.checker.delivered(&sub, id, mref, now, clears);
             self.consumers[c].app.push_back((m, mref));
             self.consumers[c].faulty_closes = 0;
         }
@@ -1112,6 +1139,7 @@ impl Node<'_> {
             for s in &self.subs {
                 self.checker.exempt_from_order(s, mref);
             }
+            self.published_after_clears(&[mref]);
         }
     }
 }
@@ -1183,6 +1211,48 @@ impl Node<'_> {
         self.checker.consumer_reconnected(&self.subs[sub], id);
         self.node.redelivery_requests += 1;
         self.flush_consumer(c);
+    }
+}
+
+/// The SUBSCRIBE of consumer `co` of subscription `sub` with its next
+/// request id.
+fn subscribe_command(w: &Workload, sub: &str, co: &Consumer, consumer_id: u64) -> BrokerCommand {
+    let sub_type = match w.subscription_type {
+        SubscriptionType::KeyShared => wire::SubType::KeyShared,
+        SubscriptionType::Shared => wire::SubType::Shared,
+        SubscriptionType::Failover => wire::SubType::Failover,
+    } as i32;
+    BrokerCommand {
+        r#type: ty::SUBSCRIBE,
+        subscribe: Some(CommandSubscribe {
+            topic: TOPIC.into(),
+            subscription: sub.to_string(),
+            sub_type,
+            consumer_id,
+            request_id: co.next_req,
+            consumer_name: Some(co.name.clone()),
+            priority_level: None,
+            durable: None,
+            initial_position: Some(1),
+            key_shared_meta: (w.subscription_type == SubscriptionType::KeyShared)
+                .then_some(KeySharedMeta { key_shared_mode: 0 }),
+            consumer_epoch: co.client.as_ref().map(|c| c.epoch()),
+        }),
+        ..Default::default()
+    }
+}
+
+impl Node<'_> {
+    /// Consumer `c`'s SUBSCRIBE again, as framed bytes, with a request id
+    /// of its own (a duplicate Subscribe: its Success changes nothing on
+    /// the client).
+    pub(super) fn subscribe_again_frame(&mut self, c: usize) -> Option<Vec<u8>> {
+        let w = self.w;
+        let co = &mut self.consumers[c];
+        co.client.as_ref()?;
+        co.next_req += 1;
+        let cmd = subscribe_command(w, &self.subs[co.sub], co, CONSUMER_ID);
+        Some(frame(&cmd, Vec::new()))
     }
 }
 
