@@ -627,7 +627,7 @@ fn cli_runs_and_reports_json_and_exit_status() {
     let out = cli(&[
         "simulate",
         "--workload",
-        "txn-outage",
+        "failover",
         "--messages",
         "500",
         "--json",
@@ -642,7 +642,7 @@ fn cli_runs_and_reports_json_and_exit_status() {
     );
     let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(json["counts"]["published"], 500);
-    // txn-outage runs on the node engine, whose store is in memory.
+    // failover runs on the model engine, whose store is in the data dir.
     assert!(data.exists(), "explicit data dir is kept");
 }
 
@@ -669,7 +669,7 @@ fn cli_bad_input_is_a_clear_error() {
     let out = cli(&[
         "simulate",
         "--workload",
-        "txn-outage",
+        "failover",
         "--quiet",
         "--messages",
         "10",
