@@ -697,6 +697,10 @@ impl Workload {
                 "snapshot failures",
             ),
             (
+                f.seeks > 0 && self.txn.transactions > 0,
+                "faults.seeks > 0 with transactions (the checker's transaction rules, sim::checker::txn, do not know seeks yet)",
+            ),
+            (
                 f.replay_read_failures > 0,
                 "faults.replay_read_failures > 0",
             ),
