@@ -127,6 +127,10 @@ pub struct Subscription {
     pub admission_rejections: u64,
     /// The components' work on this subscription.
     pub counters: super::counters::DispatchCounters,
+    /// Reads wait after a failed one (`read_backoff.rs`).
+    pub(crate) read_backoff: super::read_backoff::ReadBackoff,
+    /// The core's clock (the read backoff's deadlines).
+    pub(crate) clock: Arc<dyn Clock>,
 }
 
 /// `ack_set` restricted to the indexes of a batch of `size` messages (set
@@ -232,7 +236,7 @@ impl Subscription {
         tracker_config: BucketTrackerConfig,
     ) -> Result<Self, BrokerError> {
         let tracker =
-            BucketDelayedDeliveryTracker::new(tracker_config, storage, clock).map_err(comp)?;
+            BucketDelayedDeliveryTracker::new(tracker_config, storage, clock.clone()).map_err(comp)?;
         tracker.update_mark_delete(deletion.mark_delete_position());
         tracing::info!(
             topic = ml.name(),
@@ -262,6 +266,8 @@ impl Subscription {
             admission: None,
             admission_rejections: 0,
             counters: super::counters::DispatchCounters::default(),
+            read_backoff: super::read_backoff::ReadBackoff::default(),
+            clock,
         })
     }
 
