@@ -1104,7 +1104,7 @@ fn node_seeks_backward_and_forward_run_clean() {
 fn node_seeks_with_delayed_and_cumulative_run_clean_and_with_txn_are_typed_errors() {
     let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/workloads");
     for (file, seed) in [("node_delayed.toml", 1), ("node_cumulative.toml", 1)] {
-        let mut w = Workload::from_toml_file(dir.join(file)).unwrap();
+        let mut w = Workload::from_toml_file(&dir.join(file)).unwrap();
         w.faults.seeks = 6;
         let r = run_in_tempdir(&w, seed, None);
         assert!(
@@ -1114,7 +1114,7 @@ fn node_seeks_with_delayed_and_cumulative_run_clean_and_with_txn_are_typed_error
         );
         assert!(r.counts.seek_resets > 0, "{file}: no seek applied");
     }
-    let mut w = Workload::from_toml_file(dir.join("node_txn.toml")).unwrap();
+    let mut w = Workload::from_toml_file(&dir.join("node_txn.toml")).unwrap();
     w.faults.seeks = 1;
     let e = w.validate().unwrap_err().to_string();
     assert!(

@@ -235,8 +235,8 @@ impl Subscription {
         clock: Arc<dyn Clock>,
         tracker_config: BucketTrackerConfig,
     ) -> Result<Self, BrokerError> {
-        let tracker =
-            BucketDelayedDeliveryTracker::new(tracker_config, storage, clock.clone()).map_err(comp)?;
+        let tracker = BucketDelayedDeliveryTracker::new(tracker_config, storage, clock.clone())
+            .map_err(comp)?;
         tracker.update_mark_delete(deletion.mark_delete_position());
         tracing::info!(
             topic = ml.name(),
