@@ -1171,29 +1171,33 @@ fn node_seeks_backward_and_forward_run_clean() {
     assert_eq!(c.lost, 0);
 }
 
-/// Seeks on the node engine with delayed messages and with cumulative
-/// acks run clean (a send whose receipt comes after a reset past it is
-/// skipped by the checker); with transactions they are a typed error
-/// naming the setting (the transaction rules do not know seeks).
+/// Seeks on the node engine with cumulative acks run clean (a send whose
+/// receipt comes after a reset past it is skipped by the checker); with
+/// transactions or delayed messages they are a typed error naming the
+/// setting (the transaction rules and the delayed tracker's truth do not
+/// know seeks).
 #[test]
-fn node_seeks_with_delayed_and_cumulative_run_clean_and_with_txn_are_typed_errors() {
+fn node_seeks_with_cumulative_run_clean_and_with_txn_or_delayed_are_typed_errors() {
     let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/workloads");
-    for (file, seed) in [("node_delayed.toml", 1), ("node_cumulative.toml", 1)] {
-        let mut w = Workload::from_toml_file(&dir.join(file)).unwrap();
-        w.faults.seeks = 6;
-        let r = run_in_tempdir(&w, seed, None);
-        assert!(
-            r.is_clean(),
-            "{file} with seeks, seed {seed}: {:?}",
-            r.first_violation
-        );
-        assert!(r.counts.seek_resets > 0, "{file}: no seek applied");
-    }
-    let mut w = Workload::from_toml_file(&dir.join("node_txn.toml")).unwrap();
-    w.faults.seeks = 1;
-    let e = w.validate().unwrap_err().to_string();
+    let mut w = Workload::from_toml_file(&dir.join("node_cumulative.toml")).unwrap();
+    w.faults.seeks = 6;
+    let r = run_in_tempdir(&w, 1, None);
     assert!(
-        e.contains("faults.seeks") && e.contains("transactions"),
-        "{e}"
+        r.is_clean(),
+        "node_cumulative.toml with seeks: {:?}",
+        r.first_violation
     );
+    assert!(r.counts.seek_resets > 0, "no seek applied");
+    for (file, what) in [
+        ("node_txn.toml", "transactions"),
+        ("node_delayed.toml", "delayed"),
+    ] {
+        let mut w = Workload::from_toml_file(&dir.join(file)).unwrap();
+        w.faults.seeks = 1;
+        let e = w.validate().unwrap_err().to_string();
+        assert!(
+            e.contains("faults.seeks") && e.contains(what),
+            "{file}: {e}"
+        );
+    }
 }
