@@ -42,6 +42,8 @@ pub struct DispatchCounters {
     pub batch_index_acks: u64,
     /// Most individually deleted ranges persisted at once.
     pub peak_deleted_ranges: u64,
+    /// Cursor resets (seeks) applied; `seek.rs`.
+    pub resets: u64,
     /// Pending-ack replays completed (handles Ready).
     pub replays_completed: u64,
     /// Pending-ack replay attempts that failed and were retried after
@@ -53,6 +55,10 @@ pub struct DispatchCounters {
     /// Reads of subscriptions' entries that failed (each followed by the
     /// read backoff, `read_backoff.rs`).
     pub read_failures: u64,
+    /// Consumer-set rewinds (`consumer_set.rs`).
+    pub consumer_set_rewinds: u64,
+    /// Clear-backlogs applied (`clear_backlog.rs`).
+    pub backlogs_cleared: u64,
 }
 
 impl AddAssign for DispatchCounters {
@@ -70,10 +76,13 @@ impl AddAssign for DispatchCounters {
         self.partial_batches += o.partial_batches;
         self.batch_index_acks += o.batch_index_acks;
         self.peak_deleted_ranges = self.peak_deleted_ranges.max(o.peak_deleted_ranges);
+        self.resets += o.resets;
         self.replays_completed += o.replays_completed;
         self.replay_failed_attempts += o.replay_failed_attempts;
         self.replays_gave_up += o.replays_gave_up;
         self.read_failures += o.read_failures;
+        self.consumer_set_rewinds += o.consumer_set_rewinds;
+        self.backlogs_cleared += o.backlogs_cleared;
     }
 }
 

@@ -103,17 +103,23 @@
 //! `admission.rs`; the per-component work counters
 //! ([`Broker::counters`]) in [`counters`].
 //!
+//! Seek (by message id and by publish time, backward and forward) is in
+//! `seek.rs`, unsubscribe in `unsubscribe.rs`, readers (non-durable
+//! subscriptions) in `reader.rs`.
+//!
 //! Not implemented (answered as Pulsar answers an unsupported request):
-//! unsubscribe, seek, readers (non-durable
-//! subscriptions), schemas, partitioned topics (every topic has 0
+//! schemas, partitioned topics (every topic has 0
 //! partitions), Key_Shared `STICKY` mode. `non-persistent://` topics are
 //! answered `NotAllowedError` (final for the official clients).
 
 mod admission;
 pub mod chunking;
+mod clear_backlog;
 mod connection;
+mod consumer_set;
 pub mod counters;
 pub mod dedup;
+pub mod delayed_hooks;
 mod dispatch;
 pub mod entry;
 pub mod error;
@@ -125,10 +131,13 @@ mod lifecycle;
 pub mod output;
 pub mod producer;
 mod publish;
+mod reader;
+mod seek;
 pub mod read_backoff;
 pub mod subscription;
 pub mod topic;
 pub mod txn;
+mod unsubscribe;
 mod write_failure;
 
 use std::collections::BTreeMap;
@@ -140,7 +149,11 @@ use crate::delayed::VirtualClock;
 use crate::ledger::{LedgerConfig, LedgerStore, ManagedLedger, RedbStore, RetentionPolicy};
 
 pub use admission::AdmissionHook;
+pub use clear_backlog::BacklogCleared;
 pub use counters::DispatchCounters;
+pub use delayed_hooks::SnapshotStorageHook;
+#[cfg(feature = "sim")]
+pub use delayed_hooks::{DelayedObserver, TrackerCall};
 pub use dispatch::READ_BATCH;
 pub use entry::{entry_info, EntryInfo};
 pub use error::{BrokerError, ConnectionError};
@@ -191,6 +204,13 @@ pub struct BrokerConfig {
     pub retention_check_interval_ms: u64,
     /// Every subscription's delayed-delivery bucket tracker settings.
     pub delayed: BucketTrackerConfig,
+    /// Wraps every subscription's bucket snapshot storage
+    /// ([`SnapshotStorageHook`]); `None`: the store's, as it is.
+    pub snapshot_storage: Option<SnapshotStorageHook>,
+    /// Told of every delayed-tracker call (test instrumentation, feature
+    /// `sim`; see [`DelayedObserver`]).
+    #[cfg(feature = "sim")]
+    pub delayed_observer: Option<DelayedObserver>,
 }
 
 impl BrokerConfig {
@@ -206,6 +226,9 @@ impl BrokerConfig {
             retention: Self::DEFAULT_RETENTION,
             retention_check_interval_ms: Self::DEFAULT_RETENTION_CHECK_INTERVAL_MS,
             delayed: subscription::default_tracker_config(),
+            snapshot_storage: None,
+            #[cfg(feature = "sim")]
+            delayed_observer: None,
         }
     }
 }

@@ -1,6 +1,7 @@
 //! The node engine's fault plan: clean restarts, consumer reconnects,
 //! close/resubscribe of a consumer on the same connection (a new PIP-491
-//! incarnation of the same consumer id), redelivery requests, all at
+//! incarnation of the same consumer id), redelivery requests, seeks
+//! (`seek.rs`: a real SEEK frame), all at
 //! seeded times while the producers publish. Crash points are armed on the
 //! store by `start_broker` (the k-th durable write after each start).
 //! Admission rejections (`faults.admission_reject_ratio`: the core's
@@ -28,6 +29,8 @@ pub(super) enum Fault {
     SameConnection(usize),
     /// A consumer asks for its unacknowledged messages again.
     Redeliver(usize),
+    /// A consumer seeks its subscription (`seek.rs`).
+    Seek(usize),
     /// A storage read outage begins (`store_faults.rs`).
     OutageStart,
     /// The outage ends.
@@ -36,6 +39,14 @@ pub(super) enum Fault {
     /// pending-ack logs and reloads the broker (after a replay gave up on
     /// a lost ledger).
     OperatorAutoSkip,
+    /// The core's clock steps forward (`delayed.rs`).
+    ClockJump,
+    /// Every consumer of a subscription disconnects: a consumer-set rewind.
+    Rewind(usize),
+    /// An admin clear-backlog of a subscription.
+    ClearBacklog(usize),
+    /// A consumer sends its SUBSCRIBE again on the same connection.
+    DuplicateSubscribe(usize),
 }
 
 /// How long a restart waits for a transaction holding acks, per try, ms.
@@ -77,6 +88,7 @@ impl Node<'_> {
             (f.reconnects, Fault::Reconnect as fn(usize) -> Fault),
             (f.same_connection_reconnects, Fault::SameConnection),
             (f.redeliveries, Fault::Redeliver),
+            (f.seeks, Fault::Seek),
         ] {
             for _ in 0..n {
                 let c = self.rng.random_range(0..consumers);
@@ -103,6 +115,10 @@ impl Node<'_> {
         for i in with_restarts..outages {
             let at = span * (2 * i + 1) / (2 * outages + 1);
             self.sched.at(at, Ev::Fault(Fault::OutageStart));
+        }
+        for (at, fault) in self.plan_delayed_faults(span) {
+            self.plan.planned += 1;
+            self.sched.at(at, Ev::Fault(fault));
         }
     }
 
@@ -178,7 +194,11 @@ impl Node<'_> {
     pub(super) fn fault(&mut self, f: Fault) {
         // A consumer fault waits for its consumer to be connected (after a
         // restart, a crash or its own reconnect).
-        if let Fault::Reconnect(c) | Fault::SameConnection(c) | Fault::Redeliver(c) = f {
+        if let Fault::Reconnect(c)
+        | Fault::SameConnection(c)
+        | Fault::Redeliver(c)
+        | Fault::Seek(c) = f
+        {
             if !self.consumers[c].ready() {
                 self.sched.after(100, Ev::Fault(f));
                 return;
@@ -198,8 +218,20 @@ impl Node<'_> {
             }
             self.restart_waits = 0;
         }
+        let ran = match f {
+            Fault::Rewind(s) => self.rewind(s),
+            Fault::ClearBacklog(s) => self.clear_backlog(s),
+            Fault::DuplicateSubscribe(c) => self.duplicate_subscribe(c),
+            _ => true,
+        };
+        if !ran {
+            super::delayed::retry_later(self, f);
+            return;
+        }
         self.plan.run += 1;
         match f {
+            Fault::ClockJump => self.clock_jump(),
+            Fault::Rewind(_) | Fault::ClearBacklog(_) | Fault::DuplicateSubscribe(_) => {}
             Fault::Restart => {
                 if self.outages_at_restarts > 0 {
                     self.outages_at_restarts -= 1;
@@ -215,6 +247,7 @@ impl Node<'_> {
             }
             Fault::SameConnection(c) => self.same_connection(c),
             Fault::Redeliver(c) => self.redeliver(c),
+            Fault::Seek(c) => self.seek(c),
             Fault::OutageStart => {
                 self.store_plan.lock().outage = true;
                 let end = self.w.faults.outage_ms;

@@ -54,8 +54,10 @@
 
 mod client;
 mod counters;
+mod delayed;
 mod faults;
 mod faulty;
+mod seek;
 mod store_faults;
 mod stored_once;
 pub mod txn;
@@ -137,6 +139,13 @@ pub struct NodeActivity {
     /// ACTIVE_CONSUMER_CHANGE notices telling a Failover consumer it is
     /// not the active one.
     pub inactive_notices: u64,
+    /// SEEK frames sent (`faults.seeks`, `seek.rs`).
+    pub seeks_sent: u64,
+    /// Of those, resets the core applied (the checker was told).
+    pub seeks_applied: u64,
+    /// Of those, resets of a SEEK the core died on, found in the
+    /// recovered cursor.
+    pub seeks_applied_at_crash: u64,
     /// Frames the clients sent / the core sent.
     pub frames_to_broker: u64,
     /// Frames the core sent.
@@ -184,6 +193,8 @@ enum Ev {
     Fault(faults::Fault),
     /// A timed step of the transaction client (`txn.rs`).
     Txn(txn::TxnEv),
+    /// A seek's reset reaches the clients (`seek.rs`).
+    SeekApplied { sub: String, md: crate::Position },
 }
 
 impl Ev {
@@ -200,6 +211,7 @@ impl Ev {
             Ev::Connect(_) => ("client", "Connect"),
             Ev::Fault(_) => ("faults", "Fault"),
             Ev::Txn(_) => ("transaction client", "Txn"),
+            Ev::SeekApplied { .. } => ("client", "SeekApplied"),
         }
     }
 }
@@ -245,6 +257,8 @@ struct Node<'a> {
     core_counters: crate::broker::DispatchCounters,
     /// The transaction client and the second topic's reader (`txn.rs`).
     txn: txn::TxnSide,
+    /// Seeks in flight (`seek.rs`).
+    seeks: seek::SeekSide,
     /// What the store under every core fails (`store_faults.rs`).
     store_plan: store_faults::SharedPlan,
     /// The pending-ack logs are opened with auto-skip of non-recoverable
@@ -260,6 +274,9 @@ struct Node<'a> {
     starts_after_first: u32,
     /// The next start is the operator's reload with auto-skip on.
     operator_reload: bool,
+    /// Delayed delivery: tracker settings, snapshot faults, the truth
+    /// (`delayed.rs`).
+    delayed: delayed::DelayedSide,
 }
 
 /// Runs `workload` (its `engine` is `node`) with `opts`.
@@ -333,6 +350,7 @@ pub fn run(
         admission_rejections: Arc::new(crate::sync::AtomicU64::new(0)),
         core_counters: crate::broker::DispatchCounters::default(),
         txn: txn::TxnSide::default(),
+        seeks: seek::SeekSide::default(),
         store_plan: store_faults::SharedPlan::default(),
         auto_skip: workload.faults.pending_ack_auto_skip,
         lose_ledger_at_start: false,
@@ -340,6 +358,7 @@ pub fn run(
         outages_at_restarts: 0,
         starts_after_first: 0,
         operator_reload: false,
+        delayed: delayed::DelayedSide::default(),
     };
     let _hang_guard = HangGuard::start(
         Arc::clone(&n.heartbeat),
@@ -377,6 +396,8 @@ pub fn run(
     // The last core closes cleanly.
     n.retire_broker();
     counters::into_activity(&n.core_counters, &mut n.activity);
+    n.delayed.add_to_activity(&mut n.activity);
+    n.drain_delayed_violations();
     let Node {
         checker,
         mut activity,
@@ -438,11 +459,14 @@ impl Node<'_> {
         self.broker_side.clear();
         self.timer_at = None;
         self.timer_fired = None;
-        let now = EPOCH_BASE_MS + self.now();
+        let now = self.core_now();
+        self.delayed.set_core_now(now);
         if std::mem::take(&mut self.lose_ledger_at_start) {
             self.lose_pending_ack_ledgers(&store)?;
         }
         let mut config = node_broker_config(self.w);
+        self.delayed
+            .configure(self.w, self.opts.faults, &mut config);
         config.deduplication = self.opts.sabotage != Some(crate::sim::Sabotage::NoDeduplication);
         config.admission = self.admission_hook(Arc::clone(&self.admission_rejections));
         config.ledger.auto_skip_non_recoverable_data = self.auto_skip;
@@ -476,14 +500,33 @@ impl Node<'_> {
     /// (no group commit, no outputs yet: more frames of the same delivery
     /// follow), a crash of the store is still handled at once.
     fn call_broker(&mut self, f: impl FnOnce(&mut Broker, u64), end_turn: bool) {
-        let now = EPOCH_BASE_MS + self.now();
+        let now = self.core_now();
+        self.delayed.set_core_now(now);
         let Some(b) = self.broker.as_mut() else {
             return;
         };
         let armed = self.storage.armed();
-        f(b, now);
-        if end_turn {
-            b.flush();
+        // No input may panic the core (its contract): a panic ends the run
+        // as a violation, after what the observers saw before it.
+        let turn = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            f(b, now);
+            if end_turn {
+                b.flush();
+            }
+        }));
+        self.drain_delayed_violations();
+        if let Err(p) = turn {
+            let what = p
+                .downcast_ref::<&str>()
+                .map(|s| s.to_string())
+                .or_else(|| p.downcast_ref::<String>().cloned())
+                .unwrap_or_default();
+            self.checker
+                .livelock(&format!("the broker core panicked: {what}"), self.now());
+            // Its state is whatever the panic left: never touched again.
+            std::mem::forget(self.broker.take());
+            self.done = true;
+            return;
         }
         if self.storage.is_dead() {
             if armed.is_some_and(|p| p.kind == CrashKind::AfterSync) {
@@ -542,8 +585,9 @@ impl Node<'_> {
                 Output::Incarnation(_) => {}
             }
         }
+        self.schedule_applied_seeks();
         if let Some(d) = deadline {
-            let d = d.saturating_sub(EPOCH_BASE_MS);
+            let d = d.saturating_sub(EPOCH_BASE_MS + self.delayed.clock_offset_ms);
             // A deadline in the past that already fired waits for the next
             // input (a Flow, an ack): firing it again changes nothing.
             let again = d <= now && self.timer_fired == Some(d);
@@ -623,6 +667,9 @@ impl Node<'_> {
     /// Drops the core, counting what it did.
     fn retire_broker(&mut self) {
         self.collect_core_counters();
+        if let Some(b) = &self.broker {
+            self.delayed.collect(b);
+        }
         if let Some(b) = self.broker.take() {
             self.node.ledgers_deleted += b.ledgers_deleted_total();
         }
@@ -706,6 +753,7 @@ impl Node<'_> {
             self.heartbeat.begin(now, component, label, None);
             self.handle(ev);
             self.heartbeat.end();
+            self.check_delayed_overdue();
             let hot = self.store_plan.lock().hot_retry.take();
             if let Some(what) = hot {
                 self.checker
@@ -806,6 +854,7 @@ impl Node<'_> {
             Ev::Connect(c) => self.connect(c),
             Ev::Fault(f) => self.fault(f),
             Ev::Txn(e) => self.txn_event(e),
+            Ev::SeekApplied { sub, md } => self.seek_applied(&sub, md),
         }
     }
 
@@ -835,6 +884,8 @@ impl Node<'_> {
             match next {
                 Ok(Some(f)) => {
                     self.node.frames_to_broker += 1;
+                    let seek = self.seek_frame(conn, f.command());
+                    let resets = seek.as_ref().and_then(|(_, sub)| self.resets_of(sub));
                     let mut closed = false;
                     self.call_broker(
                         |b, now| {
@@ -842,6 +893,9 @@ impl Node<'_> {
                         },
                         false,
                     );
+                    if let Some((key, _)) = seek {
+                        self.seek_handled(key, resets, gen != self.gen);
+                    }
                     if gen != self.gen {
                         return; // the core died on this frame
                     }
