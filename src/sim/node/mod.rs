@@ -756,8 +756,10 @@ impl Node<'_> {
             self.check_delayed_overdue();
             let hot = self.store_plan.lock().hot_retry.take();
             if let Some(what) = hot {
-                self.checker
-                    .livelock(&format!("livelock at t={now}ms in pending_ack replay: {what}"), now);
+                self.checker.livelock(
+                    &format!("livelock at t={now}ms in pending_ack replay: {what}"),
+                    now,
+                );
                 break;
             }
             steps += 1;

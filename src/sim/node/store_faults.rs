@@ -335,7 +335,7 @@ mod tests {
     }
 
     #[test]
-    fn an_outage_fails_every_read_and_a_replay_failure_only_the_drawn_read_of_each_log() {
+    fn an_outage_fails_every_read_and_a_replay_window_every_pending_ack_read_in_it() {
         let (_d, inner) = store();
         let log = pending_ack_log("t", "s");
         inner.create_ledger(&log, 1).unwrap();
@@ -359,18 +359,23 @@ mod tests {
         ));
         plan.lock().outage = false;
         plan.lock().arm_replay_failure(2, true);
-        assert!(s.read(&log, 1, 0, 0).is_ok());
-        assert!(matches!(
-            s.read(&log, 1, 0, 0),
-            Err(StoreError::Throttled(_))
-        ));
-        assert!(s.read(&log, 1, 0, 0).is_ok(), "one failure per arming");
+        assert!(s.read(&log, 1, 0, 0).is_ok(), "the first read succeeds");
+        for now in [0, 50, 1_000] {
+            plan.lock().now_ms = now;
+            assert!(matches!(
+                s.read(&log, 1, 0, 0),
+                Err(StoreError::Throttled(_))
+            ));
+        }
         assert!(
             s.read("t", 1, 0, 0).is_ok(),
             "topics are not pending-ack logs"
         );
+        plan.lock().now_ms = REPLAY_FAILURE_WINDOW_MS;
+        assert!(s.read(&log, 1, 0, 0).is_ok(), "the window closed");
+        plan.lock().hot_retry = None;
         let p = plan.lock();
-        assert_eq!((p.outage_failures, p.replay_failures), (1, 1));
+        assert_eq!((p.outage_failures, p.replay_failures), (1, 3));
     }
 
     #[test]
@@ -386,7 +391,11 @@ mod tests {
         assert_eq!(plan.lock().hot_retry, None);
         plan.lock().now_ms = MIN_REPLAY_RETRY_MS + 99;
         assert!(s.read(&log, 1, 0, 0).is_err());
-        let hot = plan.lock().hot_retry.clone().expect("a retry 99 ms after a failure");
+        let hot = plan
+            .lock()
+            .hot_retry
+            .clone()
+            .expect("a retry 99 ms after a failure");
         assert!(hot.contains("99 ms"), "{hot}");
         // A new core's first read is not a retry of the old core's.
         let mut p = plan.lock();
