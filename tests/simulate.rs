@@ -1150,10 +1150,10 @@ fn node_engine_unsupported_settings_are_typed_errors() {
     let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("tests/workloads/node_shared_batches.toml");
     let mut w = Workload::from_toml_file(&path).unwrap();
-    w.txn_ack_ratio = 0.5;
+    w.negative_ack_ratio = 0.5;
     let e = w.validate().unwrap_err().to_string();
-    assert!(e.contains("txn_ack_ratio") && e.contains("node"), "{e}");
-    let mut w = Workload::preset("delayed").unwrap();
+    assert!(e.contains("negative_ack_ratio") && e.contains("node"), "{e}");
+    let mut w = Workload::preset("failover").unwrap();
     w.faults.redeliveries = 1;
     let e = w.validate().unwrap_err().to_string();
     assert!(e.contains("engine = \"node\""), "{e}");
