@@ -701,10 +701,20 @@ impl Workload {
     /// The first setting the node engine cannot run, if any.
     pub fn node_unsupported(&self) -> Option<&'static str> {
         let f = &self.faults;
-        [(
-            !f.crash_at_writes.is_empty(),
-            "faults.crash_at_writes (the node engine draws k from faults.crash_window)",
-        )]
+        [
+            (
+                f.seeks > 0 && (self.txn.transactions > 0 || self.txn_ack_ratio > 0.0),
+                "faults.seeks > 0 with transactions (the checker's transaction rules, sim::checker::txn, do not know seeks yet)",
+            ),
+            (
+                f.seeks > 0 && self.delayed_ratio > 0.0,
+                "faults.seeks > 0 with delayed messages (the delayed tracker's truth, sim::node::delayed, does not know seeks yet)",
+            ),
+            (
+                !f.crash_at_writes.is_empty(),
+                "faults.crash_at_writes (the node engine draws k from faults.crash_window)",
+            ),
+        ]
         .into_iter()
         .find(|(bad, _)| *bad)
         .map(|(_, what)| what)
