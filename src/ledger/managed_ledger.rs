@@ -52,6 +52,8 @@ pub(super) struct LedgerState {
     /// Closed ledger id → when consumed-ledger trimming first saw it closed
     /// (epoch ms; the start of its retention time, see `trim.rs`).
     pub(super) closed_seen_at: BTreeMap<i64, u64>,
+    /// Non-blocking appends queued and not yet durable (`nonblocking.rs`).
+    pub(super) in_flight: super::nonblocking::AppendsInFlight,
 }
 
 impl LedgerState {
@@ -225,6 +227,37 @@ impl LedgerState {
     }
 }
 
+/// A ledger and its info: the tail appends are planned after.
+pub(super) type LedgerTail = (i64, StoredLedgerInfo);
+/// A planned append segment: `(ledger_id, first_entry_id, count)`.
+pub(super) type PlannedSegment = (i64, i64, usize);
+
+/// Plans `n` entries after `tail` (the current ledger and its info):
+/// `(ledger_id, first_entry_id, count)` segments, rolling over a full or
+/// lost ledger (nothing is ever appended to a lost ledger), and the tail
+/// after them.
+pub(super) fn plan_segments(
+    tail: LedgerTail,
+    max_entries_per_ledger: u32,
+    n: usize,
+) -> (Vec<PlannedSegment>, LedgerTail) {
+    let max = i64::from(max_entries_per_ledger);
+    let (mut id, mut info) = tail;
+    let mut out = Vec::new();
+    let mut rest = n;
+    while rest > 0 {
+        if info.entries >= max || info.lost {
+            id += 1;
+            info = StoredLedgerInfo::default();
+        }
+        let take = ((max - info.entries) as usize).min(rest);
+        out.push((id, info.entries, take));
+        info.entries += take as i64;
+        rest -= take;
+    }
+    (out, (id, info))
+}
+
 /// A managed ledger: an append-only sequence of ledgers persisted in a
 /// [`LedgerStore`]. Cheap to share (`Arc<ManagedLedger>`); appends from any
 /// thread are serialised by an internal lock.
@@ -232,9 +265,14 @@ pub struct ManagedLedger {
     pub(super) name: String,
     pub(super) config: LedgerConfig,
     pub(super) store: Arc<dyn LedgerStore>,
-    pub(super) state: Mutex<LedgerState>,
+    /// Shared with the completions of non-blocking appends.
+    pub(super) state: Arc<Mutex<LedgerState>>,
     pub(super) fenced: AtomicBool,
     pub(super) faults: ReadFaults,
+    /// Serialises non-blocking appends from their planning to their
+    /// submission, so the store writer applies them in position order
+    /// (held without `state`, which their completion takes).
+    pub(super) submit_order: Mutex<()>,
 }
 
 impl std::fmt::Debug for ManagedLedger {
@@ -263,6 +301,10 @@ impl ManagedLedger {
     /// # Errors
     /// [`LedgerError::InvalidArgument`] for `max_entries_per_ledger == 0` or an
     /// empty name; [`LedgerError::Store`] if the store fails.
+    ///
+    /// # Blocking
+    /// Yes: reads the ledger list from the store and, for a new managed ledger,
+    /// creates its first ledger (one commit).
     pub fn open(
         name: impl Into<String>,
         config: LedgerConfig,
@@ -288,10 +330,12 @@ impl ManagedLedger {
             name,
             config,
             store,
-            state: Mutex::new(LedgerState {
+            state: Arc::new(Mutex::new(LedgerState {
                 ledgers: stored.ledgers,
                 closed_seen_at: BTreeMap::new(),
-            }),
+                in_flight: Default::default(),
+            })),
+            submit_order: Mutex::new(()),
             fenced: AtomicBool::new(false),
             faults: ReadFaults::default(),
         }))
@@ -317,6 +361,12 @@ impl ManagedLedger {
     /// # Errors
     /// [`LedgerError::Fenced`] after [`ManagedLedger::fence`];
     /// [`LedgerError::Store`] if the store fails (nothing is appended).
+    ///
+    /// # Blocking
+    /// Yes: one store commit on the calling thread (with a
+    /// [`RedbStore`](super::RedbStore) in `SyncMode::Immediate`, an fsync),
+    /// under the ledger's lock; behind queued non-blocking appends it waits for
+    /// them too. The non-blocking form is [`ManagedLedger::append_async`].
     pub fn append(&self, data: &[u8]) -> Result<Position, LedgerError> {
         let mut v = self.append_batch(&[data])?;
         Ok(v.pop()
@@ -330,6 +380,10 @@ impl ManagedLedger {
     ///
     /// # Errors
     /// As [`ManagedLedger::append`]. On error nothing is appended.
+    ///
+    /// # Blocking
+    /// As [`ManagedLedger::append`] (one commit for the batch); the
+    /// non-blocking form is [`ManagedLedger::append_batch_async`].
     pub fn append_batch(&self, payloads: &[&[u8]]) -> Result<Vec<Position>, LedgerError> {
         if self.fenced.load(Ordering::Acquire) {
             return Err(LedgerError::Fenced {
@@ -340,23 +394,26 @@ impl ManagedLedger {
             return Ok(Vec::new());
         }
         let mut state = self.state.lock();
-        let max = i64::from(self.config.max_entries_per_ledger);
+        if state.in_flight.count > 0 {
+            // Non-blocking appends are queued: this one goes behind them
+            // through the store writer, so positions stay in order.
+            drop(state);
+            return self
+                .append_batch_queued(payloads.iter().map(|p| p.to_vec()).collect())
+                .wait();
+        }
         // Plan the segments against a copy of the ledger list; commit the
         // in-memory state only after the store accepted the whole batch.
-        let (mut id, mut info) = state.current();
-        let mut planned: Vec<(i64, i64, &[&[u8]])> = Vec::new();
+        let (plan, _) = plan_segments(
+            state.current(),
+            self.config.max_entries_per_ledger,
+            payloads.len(),
+        );
         let mut rest = payloads;
-        while !rest.is_empty() {
-            // A full ledger rolls over; so does a lost one (closed by
-            // `mark_ledger_lost`): nothing is ever appended to a lost ledger.
-            if info.entries >= max || info.lost {
-                id += 1;
-                info = StoredLedgerInfo::default();
-            }
-            let take = ((max - info.entries) as usize).min(rest.len());
+        let mut planned: Vec<(i64, i64, &[&[u8]])> = Vec::with_capacity(plan.len());
+        for (id, first, take) in plan {
             let (chunk, tail) = rest.split_at(take);
-            planned.push((id, info.entries, chunk));
-            info.entries += take as i64;
+            planned.push((id, first, chunk));
             rest = tail;
         }
         let segments: Vec<AppendSegment<'_>> = planned
@@ -530,6 +587,9 @@ impl ManagedLedger {
     /// # Errors
     /// [`LedgerError::InvalidArgument`] for an unknown ledger id;
     /// [`LedgerError::Store`] if the store fails.
+    ///
+    /// # Blocking
+    /// Yes: one store commit on the calling thread, under the ledger's lock.
     pub fn mark_ledger_lost(&self, ledger_id: i64) -> Result<(), LedgerError> {
         let mut state = self.state.lock();
         let Some(info) = state.ledgers.get(&ledger_id).copied() else {
@@ -593,6 +653,10 @@ impl ManagedLedger {
     /// # Errors
     /// [`LedgerError::InvalidArgument`] for an empty name;
     /// [`LedgerError::Store`] if the store fails.
+    ///
+    /// # Blocking
+    /// Yes: reads the cursor from the store; a new cursor's record is one store
+    /// commit on the calling thread.
     pub fn open_cursor(
         self: &Arc<Self>,
         name: impl Into<String>,
