@@ -63,8 +63,11 @@
 //!
 //! # Cost of the hint: no lock, no read-modify-write
 //!
-//! A lookup loads the epoch and the packed mark-delete (plain atomic loads),
-//! then the published ledger count (0 → "not deleted"). The bitmaps of up to
+//! A lookup loads the epoch and the packed mark-delete (plain atomic loads)
+//! and compares the query with the packed word as one u64 key
+//! (`ledger_id << 32 | entry_id` against `L << 32 | (E + 1)`, when both ids
+//! of the query fit in 32 bits), then loads the published ledger count
+//! (0 → "not deleted"). The bitmaps of up to
 //! four ledgers live in permanent **summary slots** next to the directory:
 //! a slot holds the ledger id, a copy of the bitmap's `min..=max` (the usual
 //! query, beyond everything acknowledged in its ledger, stops there) and the
@@ -73,7 +76,13 @@
 //! as dear as an uncontended `RwLock` read). A slot bitmap is emptied and
 //! re-tagged when its ledger leaves the map, and the reader validates the
 //! tag, so reuse never leaks another ledger's bits. Ledgers beyond the
-//! slots go through the published cell.
+//! slots go through the published cell. A bounds word is `min << 32 |
+//! (max - min)`, tested with one wrapping subtraction and one compare; a
+//! slotted ledger's bitmap is not filtered a second time by its own copy.
+//! The mirror read is inlined into the caller; the roaring read above the
+//! mirror (with the lock's code) is out of line. Instructions per lookup
+//! (callgrind, `benches/deletion_lookup_ir.rs`):
+//! `docs/measurements/deletion-lookup-callgrind.toml`.
 //!
 //! Each ledger bitmap is a roaring bitmap behind its own `RwLock` (the
 //! authoritative bits) plus a lock-free **mirror** of its entries below

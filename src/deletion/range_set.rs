@@ -126,17 +126,38 @@ pub(crate) struct LedgerBitmap {
     /// the bits: a summary-slot bitmap reassigned to another ledger is never
     /// read as the old one.
     owner: AtomicI64,
-    /// `min << 32 | max` of `bits` ([`EMPTY_BOUNDS`] when empty), stored
-    /// under the write lock after every mutation. A filter only: a query
-    /// outside `min..=max` answers "not contained" without reading the
-    /// bits. A stale value can only give a stale "not contained" (to a
+    /// `min..=max` of `bits` as [`encode_bounds`] stores it
+    /// ([`EMPTY_BOUNDS`] when empty), stored under the write lock after
+    /// every mutation. A filter only ([`admits`]): a query outside
+    /// `min..=max` answers "not contained" without reading the bits. A stale value can only give a stale "not contained" (to a
     /// lock-free reader) or a needless read; every positive comes from the
     /// bits.
     bounds: AtomicU64,
 }
 
-/// Bounds value of an empty bitmap: `min = u32::MAX > max = 0` admits no entry.
-const EMPTY_BOUNDS: u64 = (u32::MAX as u64) << 32;
+/// Bounds value of an empty bitmap: `min = u32::MAX`, span 0, which
+/// [`admits`] only entry `u32::MAX` (for that entry of an empty bitmap a
+/// needless read of the bits, which answer "not contained").
+pub(super) const EMPTY_BOUNDS: u64 = (u32::MAX as u64) << 32;
+
+/// The bounds word of a bitmap whose entries lie in `min..=max`
+/// (`min <= max`): `min << 32 | (max - min)`, the form [`admits`] tests
+/// with one subtraction and one compare.
+pub(super) fn encode_bounds(min: u32, max: u32) -> u64 {
+    debug_assert!(min <= max);
+    (u64::from(min) << 32) | u64::from(max - min)
+}
+
+/// Whether `entry` lies in the bounds `b` ([`encode_bounds`]):
+/// `min <= entry <= min + span` iff `entry - min` (wrapping) `<= span`,
+/// since `min + span <= u32::MAX` (an entry below `min` wraps above
+/// `u32::MAX - min >= span`). Branch-free: one subtraction and one
+/// compare, where testing `min` and `max` separately takes two compares
+/// and the `or` of their results.
+#[inline(always)]
+pub(super) fn admits(b: u64, entry: u32) -> bool {
+    entry.wrapping_sub((b >> 32) as u32) <= b as u32
+}
 
 impl LedgerBitmap {
     fn new(owner: i64) -> Self {
@@ -161,7 +182,7 @@ impl LedgerBitmap {
     /// Republishes the bounds of `bits` (under its write lock).
     fn publish_bounds(&self, bits: &RoaringBitmap) {
         let bounds = match (bits.min(), bits.max()) {
-            (Some(min), Some(max)) => (u64::from(min) << 32) | u64::from(max),
+            (Some(min), Some(max)) => encode_bounds(min, max),
             _ => EMPTY_BOUNDS,
         };
         self.bounds.store(bounds, Ordering::Release);
@@ -235,8 +256,7 @@ impl LedgerBitmap {
 
     #[inline]
     fn contains(&self, entry: u32) -> bool {
-        let b = self.bounds.load(Ordering::Acquire);
-        if entry < (b >> 32) as u32 || entry > b as u32 {
+        if !admits(self.bounds.load(Ordering::Acquire), entry) {
             return false;
         }
         self.bits.read().contains(entry)
@@ -255,16 +275,35 @@ impl LedgerBitmap {
     /// it).
     #[inline]
     fn contains_without_waiting(&self, ledger_id: i64, entry: u32) -> bool {
-        let b = self.bounds.load(Ordering::Acquire);
-        if entry < (b >> 32) as u32 || entry > b as u32 {
+        if !admits(self.bounds.load(Ordering::Acquire), entry) {
             return false;
         }
-        if let Some(set) = self
+        self.contains_unfiltered_without_waiting(ledger_id, entry)
+    }
+
+    /// [`contains_without_waiting`](Self::contains_without_waiting) without
+    /// its bounds filter, for a caller that has just filtered by a copy of
+    /// the bounds (a summary slot's). The filter only turns reads into
+    /// "not contained"; every positive comes from the validated bits, so
+    /// leaving it out can only cost a read, never give a positive.
+    #[inline]
+    fn contains_unfiltered_without_waiting(&self, ledger_id: i64, entry: u32) -> bool {
+        match self
             .mirror
             .contains_validated(entry, || self.owner.load(Ordering::Relaxed) == ledger_id)
         {
-            return set;
+            Some(set) => set,
+            None => self.contains_above_mirror(ledger_id, entry),
         }
+    }
+
+    /// The roaring bitmap's answer for an entry beyond the mirror, only if
+    /// its lock is free. Out of line: it holds the lock's code, which would
+    /// otherwise keep the mirror path above from being inlined into the
+    /// lookup.
+    #[cold]
+    #[inline(never)]
+    fn contains_above_mirror(&self, ledger_id: i64, entry: u32) -> bool {
         self.bits.try_read().is_some_and(|bits| {
             self.owner.load(Ordering::Relaxed) == ledger_id && bits.contains(entry)
         })
@@ -336,7 +375,7 @@ const NO_LEDGER: i64 = i64::MIN;
 ///
 /// The first [`SUMMARY_SLOTS`] ledgers that gain a bitmap while a slot is
 /// free live in a slot: `ledger` holds the ledger id ([`NO_LEDGER`] when
-/// free) and `bounds` a copy of the bitmap's `min << 32 | max`, refreshed
+/// free) and `bounds` a copy of the bitmap's bounds word, refreshed
 /// after every mutation (a lookup outside them answers "not contained"
 /// without the bitmap lock: the usual read-scheduling case, a read beyond
 /// everything acknowledged in its ledger). When the ledger leaves the map
@@ -474,11 +513,14 @@ impl DeletionDirectory {
         }
         for slot in &self.shared.summary {
             if slot.ledger.load(Ordering::Acquire) == ledger_id {
-                let b = slot.bounds.load(Ordering::Acquire);
-                if entry < (b >> 32) as u32 || entry > b as u32 {
+                if !admits(slot.bounds.load(Ordering::Acquire), entry) {
                     return false;
                 }
-                return slot.bitmap.contains_without_waiting(ledger_id, entry);
+                // Filtered by the slot's copy of the bounds: the bitmap's
+                // own copy is not loaded again.
+                return slot
+                    .bitmap
+                    .contains_unfiltered_without_waiting(ledger_id, entry);
             }
         }
         if self.shared.unslotted.load(Ordering::Acquire) == 0 {

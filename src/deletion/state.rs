@@ -28,6 +28,77 @@ fn unpack(x: u64) -> Position {
     Position::new((x >> 32) as i64, (x & 0xffff_ffff) as i64 - 1)
 }
 
+/// A mark-delete snapshot as a lock-free lookup read it (one atomic step,
+/// [`PublishedMarkDelete::load`]): the packed word, or [`UNPACKABLE`] and
+/// the position itself.
+#[derive(Debug, Clone, Copy)]
+struct MarkDeleteSeen {
+    packed: u64,
+    /// The position when `packed` is [`UNPACKABLE`] (unused otherwise).
+    full: Position,
+}
+
+impl MarkDeleteSeen {
+    #[inline(always)]
+    fn packed(x: u64) -> Self {
+        Self {
+            packed: x,
+            full: Position::EARLIEST,
+        }
+    }
+
+    #[inline(always)]
+    fn unpackable(md: Position) -> Self {
+        Self {
+            packed: UNPACKABLE,
+            full: md,
+        }
+    }
+
+    #[inline(always)]
+    fn position(self) -> Position {
+        if self.packed != UNPACKABLE {
+            unpack(self.packed)
+        } else {
+            self.full
+        }
+    }
+
+    /// Whether `(ledger_id, entry_id)` is at or below this mark-delete. A
+    /// query whose ids both lie in `0..2^32` is compared as one u64 key,
+    /// `ledger_id << 32 | entry_id`, against the packed word
+    /// `L << 32 | (E + 1)`: lexicographic order of the halves, and
+    /// `entry_id <= E` iff `entry_id < E + 1` (the packed halves are below
+    /// 2^31 and 2^32). Every other query (negative or wider ids) and an
+    /// unpackable mark-delete take `Position`'s order.
+    #[inline(always)]
+    fn covers(self, ledger_id: i64, entry_id: i64) -> bool {
+        if self.packed != UNPACKABLE && (ledger_id as u64 | entry_id as u64) >> 32 == 0 {
+            ((ledger_id as u64) << 32 | entry_id as u64) < self.packed
+        } else {
+            Position::new(ledger_id, entry_id) <= self.position()
+        }
+    }
+}
+
+impl From<Position> for MarkDeleteSeen {
+    fn from(md: Position) -> Self {
+        match pack(md) {
+            Some(x) => Self::packed(x),
+            None => Self::unpackable(md),
+        }
+    }
+}
+
+/// `(ledger_id, entry_id) <= md` as the lookup computes it, for a
+/// mark-delete read as published (packed if it packs).
+#[cfg(all(test, not(any(loom, feature = "shuttle"))))]
+pub(super) fn hint_covers_for_test(md: Position, ledger_id: i64, entry_id: i64) -> bool {
+    let seen = MarkDeleteSeen::from(md);
+    assert_eq!(seen.position(), md, "the snapshot reads back as {md}");
+    seen.covers(ledger_id, entry_id)
+}
+
 /// Mark-delete published for lock-free readers as ONE atomic snapshot:
 /// normally a single `AtomicU64` holding the packed position (one load);
 /// for a position that does not pack (ledger id ≥ 2^31 or entry id
@@ -66,12 +137,12 @@ impl PublishedMarkDelete {
     }
 
     #[inline]
-    fn load(&self) -> Position {
+    fn load(&self) -> MarkDeleteSeen {
         let x = self.packed.load(Ordering::Acquire);
         if x != UNPACKABLE {
-            unpack(x)
+            MarkDeleteSeen::packed(x)
         } else {
-            self.full.with(|m| *m)
+            MarkDeleteSeen::unpackable(self.full.with(|m| *m))
         }
     }
 }
@@ -686,10 +757,11 @@ impl CursorDeletionState {
         let mut mark_delete_seen = None;
         if epoch & 1 == 0 {
             let md = rs.mark_delete.load();
-            trace::r_mark_delete(self.trace_id, md);
-            mark_delete_seen = Some(md);
+            trace::r_mark_delete(self.trace_id, md.position());
+            mark_delete_seen = Some(md.position());
             hook::at(Point::SchedulingLookupAfterMarkDelete);
-            let deleted = position <= md || rs.directory.contains(ledger_id, entry_id);
+            let deleted =
+                md.covers(ledger_id, entry_id) || rs.directory.contains(ledger_id, entry_id);
             trace::r_lookup(self.trace_id, deleted);
             // Seqlock read side: every load above happens before the re-read.
             fence(Ordering::Acquire);

@@ -847,3 +847,102 @@ fn deletion_state_debug_names_its_parts() {
         assert!(s.contains(part), "{s}");
     }
 }
+
+/// The hint's mark-delete comparison (`MarkDeleteSeen::covers`: one u64
+/// compare against the packed word when the query's ids fit in 32 bits)
+/// equals `Position`'s order for every combination of boundary values:
+/// negative ids, entry -1, the 2^31 / 2^32 edges of the packed form,
+/// `u32::MAX`, the `i64` extremes, for packed and unpackable mark-deletes.
+/// A `<=` in place of `<` on the keys, or a missing range check on either
+/// half of the query, makes it fail.
+#[test]
+fn hint_mark_delete_comparison_equals_position_order_at_every_boundary() {
+    let ledgers = [
+        i64::MIN,
+        -1,
+        0,
+        1,
+        (1 << 31) - 1,
+        1 << 31,
+        (1 << 32) - 1,
+        1 << 32,
+        i64::MAX,
+    ];
+    let entries = [
+        i64::MIN,
+        -2,
+        -1,
+        0,
+        1,
+        i64::from(u32::MAX) - 1,
+        i64::from(u32::MAX),
+        1 << 32,
+        i64::MAX,
+    ];
+    let mut checked = 0;
+    for &ml in &ledgers {
+        for &me in &entries {
+            let md = Position::new(ml, me);
+            for &l in &ledgers {
+                for &e in &entries {
+                    assert_eq!(
+                        super::state::hint_covers_for_test(md, l, e),
+                        Position::new(l, e) <= md,
+                        "({l}, {e}) <= {md}"
+                    );
+                    checked += 1;
+                }
+            }
+        }
+    }
+    assert_eq!(checked, 9 * 9 * 9 * 9);
+}
+
+/// The bounds filter of the lock-free lookup (`range_set::admits`, one
+/// subtraction and one compare) admits exactly `min..=max`: at and around
+/// both ends, at 0 and `u32::MAX`, for one-entry and full-width bounds; an
+/// empty bitmap's bounds admit only `u32::MAX` (a needless read, never a
+/// positive: the bits answer). Comparing against `max` with `<` instead of
+/// `<=`, or without the wrapping subtraction, makes it fail.
+#[test]
+fn hint_bounds_filter_admits_exactly_min_to_max() {
+    use super::range_set::{admits, encode_bounds as encode, EMPTY_BOUNDS};
+    let edges = [
+        0u32,
+        1,
+        2,
+        100,
+        65_535,
+        65_536,
+        u32::MAX - 2,
+        u32::MAX - 1,
+        u32::MAX,
+    ];
+    let mut checked = 0;
+    for &min in &edges {
+        for &max in edges.iter().filter(|&&m| m >= min) {
+            let b = encode(min, max);
+            let probes =
+                edges
+                    .iter()
+                    .copied()
+                    .chain([min.wrapping_sub(1), min, max, max.wrapping_add(1)]);
+            for e in probes {
+                assert_eq!(
+                    admits(b, e),
+                    (min..=max).contains(&e),
+                    "{e} in {min}..={max}"
+                );
+                checked += 1;
+            }
+        }
+    }
+    assert!(checked > 400);
+    for e in edges {
+        assert_eq!(
+            admits(EMPTY_BOUNDS, e),
+            e == u32::MAX,
+            "{e} in the empty bounds"
+        );
+    }
+}
