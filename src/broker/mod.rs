@@ -74,7 +74,17 @@
 //! no ack response is queued before its commit. A group is what the
 //! driver hands the core between two polls (its added delay is the
 //! driver's handling of those frames; its size, the frames of one read or
-//! delivery). SEND, transactional ACK and END_TXN commit per command.
+//! delivery).
+//!
+//! Group commit of SENDs (`send_commit.rs`): the SENDs of one turn, across
+//! connections, producers and topics, are appended in ONE store
+//! transaction when the turn ends (before the acks' commits); each
+//! SEND_RECEIPT is queued after that commit, never before, and a new entry
+//! is readable and dispatchable only once durable. A batch holds at most
+//! [`send_commit::MAX_BATCH_ENTRIES`] entries and
+//! [`send_commit::MAX_BATCH_BYTES`] bytes; a command whose handling depends
+//! on the batch's outcome commits it first. Transactional ACK and END_TXN
+//! commit per command.
 //!
 //! Units: time in epoch milliseconds (`u64`), sizes in bytes, permits in
 //! messages (PIP-491: a batch entry costs its deliverable indexes).
@@ -125,6 +135,7 @@ mod lifecycle;
 pub mod output;
 pub mod producer;
 mod publish;
+pub mod send_commit;
 pub mod subscription;
 pub mod topic;
 pub mod txn;
@@ -224,6 +235,8 @@ pub struct Broker {
     txn: txn::TxnRuntime,
     /// Acks of the current turn waiting for their group commit.
     acks: group_commit::AckGroup,
+    /// SENDs of the current turn waiting for their group commit.
+    sends: send_commit::SendBatch,
     lifecycle: lifecycle::Lifecycle,
 }
 
@@ -246,6 +259,7 @@ impl Broker {
             clock: Arc::new(VirtualClock::new(now_ms)),
             txn: txn::TxnRuntime::new(now_ms),
             acks: group_commit::AckGroup::default(),
+            sends: send_commit::SendBatch::default(),
             lifecycle: lifecycle::Lifecycle::default(),
         };
         // The coordinator recovers at start: transactions a crash left
@@ -312,6 +326,7 @@ impl Broker {
     /// delayed entries, and anything a consumer can now take), and trims
     /// consumed ledgers when their interval has passed.
     pub fn handle_timeout(&mut self, now_ms: u64) {
+        self.commit_sends();
         self.tick(now_ms);
         self.txn_timers();
         self.trim_if_due();

@@ -1032,6 +1032,8 @@ mod batch_cumulative;
 mod group_commit;
 mod lifecycle;
 mod producers;
+#[cfg(feature = "sim")]
+mod send_commit;
 mod txn;
 
 mod admission;

@@ -225,6 +225,45 @@ impl LedgerState {
     }
 }
 
+/// One segment of a [`PlannedAppend`]: `count` entries from
+/// `first_entry_id` in ledger `ledger_id`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct PlannedSegment {
+    ledger_id: i64,
+    first_entry_id: i64,
+    count: usize,
+    bytes: u64,
+}
+
+/// An append planned by [`ManagedLedger::plan_append`] and not yet applied:
+/// where its entries go.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PlannedAppend {
+    /// The current ledger and its entry count when planned.
+    base: (i64, i64),
+    segments: Vec<PlannedSegment>,
+}
+
+impl PlannedAppend {
+    /// The store segments of the planned batch (`payloads`: the ones it was
+    /// planned for, in order).
+    pub fn segments<'a>(&self, payloads: &'a [&'a [u8]]) -> Vec<AppendSegment<'a>> {
+        let mut rest = payloads;
+        self.segments
+            .iter()
+            .map(|s| {
+                let (chunk, tail) = rest.split_at(s.count.min(rest.len()));
+                rest = tail;
+                AppendSegment {
+                    ledger_id: s.ledger_id,
+                    first_entry_id: s.first_entry_id,
+                    payloads: chunk,
+                }
+            })
+            .collect()
+    }
+}
+
 /// A managed ledger: an append-only sequence of ledgers persisted in a
 /// [`LedgerStore`]. Cheap to share (`Arc<ManagedLedger>`); appends from any
 /// thread are serialised by an internal lock.
@@ -331,20 +370,34 @@ impl ManagedLedger {
     /// # Errors
     /// As [`ManagedLedger::append`]. On error nothing is appended.
     pub fn append_batch(&self, payloads: &[&[u8]]) -> Result<Vec<Position>, LedgerError> {
+        self.check_not_fenced()?;
+        if payloads.is_empty() {
+            return Ok(Vec::new());
+        }
+        let mut state = self.state.lock();
+        // Plan the segments against the ledger list; commit the in-memory
+        // state only after the store accepted the whole batch.
+        let plan = self.plan_locked(&state, payloads);
+        self.store.append(&self.name, &plan.segments(payloads))?;
+        self.apply_locked(&mut state, &plan)
+    }
+
+    fn check_not_fenced(&self) -> Result<(), LedgerError> {
         if self.fenced.load(Ordering::Acquire) {
             return Err(LedgerError::Fenced {
                 ledger: self.name.clone(),
             });
         }
-        if payloads.is_empty() {
-            return Ok(Vec::new());
-        }
-        let mut state = self.state.lock();
+        Ok(())
+    }
+
+    /// Where `payloads` would go (ledger rollovers included), from the
+    /// ledger list `state`.
+    fn plan_locked(&self, state: &LedgerState, payloads: &[&[u8]]) -> PlannedAppend {
         let max = i64::from(self.config.max_entries_per_ledger);
-        // Plan the segments against a copy of the ledger list; commit the
-        // in-memory state only after the store accepted the whole batch.
-        let (mut id, mut info) = state.current();
-        let mut planned: Vec<(i64, i64, &[&[u8]])> = Vec::new();
+        let base = state.current();
+        let (mut id, mut info) = base;
+        let mut planned = Vec::new();
         let mut rest = payloads;
         while !rest.is_empty() {
             // A full ledger rolls over; so does a lost one (closed by
@@ -355,29 +408,75 @@ impl ManagedLedger {
             }
             let take = ((max - info.entries) as usize).min(rest.len());
             let (chunk, tail) = rest.split_at(take);
-            planned.push((id, info.entries, chunk));
+            planned.push(PlannedSegment {
+                ledger_id: id,
+                first_entry_id: info.entries,
+                count: take,
+                bytes: chunk.iter().map(|p| p.len() as u64).sum(),
+            });
             info.entries += take as i64;
             rest = tail;
         }
-        let segments: Vec<AppendSegment<'_>> = planned
-            .iter()
-            .map(|(ledger_id, first_entry_id, payloads)| AppendSegment {
-                ledger_id: *ledger_id,
-                first_entry_id: *first_entry_id,
-                payloads,
-            })
-            .collect();
-        self.store.append(&self.name, &segments)?;
-        let mut out = Vec::with_capacity(payloads.len());
-        for seg in &segments {
-            let n = seg.payloads.len() as i64;
+        PlannedAppend {
+            base: (base.0, base.1.entries),
+            segments: planned,
+        }
+    }
+
+    /// The stored batch becomes the ledger's: entries counted, positions
+    /// returned (the append's trace line).
+    fn apply_locked(
+        &self,
+        state: &mut LedgerState,
+        plan: &PlannedAppend,
+    ) -> Result<Vec<Position>, LedgerError> {
+        let (id, info) = state.current();
+        if (id, info.entries) != plan.base {
+            return Err(LedgerError::InvalidArgument(format!(
+                "managed ledger {}: an append was planned at ({}, {} entries) but the ledger is at ({id}, {} entries)",
+                self.name, plan.base.0, plan.base.1, info.entries
+            )));
+        }
+        let mut out = Vec::with_capacity(plan.segments.iter().map(|s| s.count).sum());
+        for seg in &plan.segments {
+            let n = seg.count as i64;
             out.extend((0..n).map(|i| Position::new(seg.ledger_id, seg.first_entry_id + i)));
             let info = state.ledgers.entry(seg.ledger_id).or_default();
             info.entries = seg.first_entry_id + n;
-            info.size_bytes += seg.payloads.iter().map(|p| p.len() as u64).sum::<u64>();
+            info.size_bytes += seg.bytes;
         }
         crate::trace::ledger_cursor::append_entries(&self.name, &out);
         Ok(out)
+    }
+
+    /// First half of an append whose store write the caller makes part of a
+    /// larger transaction (the broker's group commit of SENDs: the entries
+    /// of several managed ledgers in one commit): where `payloads` go. Store
+    /// them with [`PlannedAppend::segments`] (e.g.
+    /// [`RedbStore::append_in`](super::RedbStore::append_in)) on this
+    /// ledger's store, commit, then [`ManagedLedger::apply_append`]. Until
+    /// then nothing changes: readers and cursors do not see the entries
+    /// (an entry becomes readable only once durable). The caller appends
+    /// nothing else to this ledger in between.
+    ///
+    /// # Errors
+    /// [`LedgerError::Fenced`] after [`ManagedLedger::fence`].
+    pub fn plan_append(&self, payloads: &[&[u8]]) -> Result<PlannedAppend, LedgerError> {
+        self.check_not_fenced()?;
+        let state = self.state.lock();
+        Ok(self.plan_locked(&state, payloads))
+    }
+
+    /// Second half of [`ManagedLedger::plan_append`], after the caller's
+    /// commit of its segments: the entries become the ledger's (readable,
+    /// dispatchable) and their positions are returned, in order.
+    ///
+    /// # Errors
+    /// [`LedgerError::InvalidArgument`] when the ledger moved since the plan
+    /// (another append in between; nothing changes).
+    pub fn apply_append(&self, plan: &PlannedAppend) -> Result<Vec<Position>, LedgerError> {
+        let mut state = self.state.lock();
+        self.apply_locked(&mut state, plan)
     }
 
     /// The last confirmed (appended) entry; `(first ledger, -1)` when empty.

@@ -640,6 +640,39 @@ impl RedbStore {
     }
 }
 
+impl RedbStore {
+    /// Writes `segments` of managed ledger `name` (as
+    /// [`LedgerStore::append`]) inside an existing transaction, so the
+    /// entries of several managed ledgers (and other writes) share one
+    /// commit: the broker's group commit of SENDs. Plan them with
+    /// [`ManagedLedger::plan_append`](super::ManagedLedger::plan_append) and
+    /// apply them after the commit.
+    ///
+    /// # Errors
+    /// [`StoreError::Backend`] on a database error (the caller drops the
+    /// transaction: nothing is written).
+    pub fn append_in(
+        txn: &WriteTransaction,
+        name: &str,
+        segments: &[AppendSegment<'_>],
+    ) -> Result<(), StoreError> {
+        contained("append_in", || {
+            let mut e = txn.open_table(ENTRIES)?;
+            let mut l = txn.open_table(LEDGERS)?;
+            for seg in segments {
+                for (i, p) in seg.payloads.iter().enumerate() {
+                    e.insert((name, seg.ledger_id, seg.first_entry_id + i as i64), *p)?;
+                }
+                l.insert(
+                    (name, seg.ledger_id),
+                    (seg.first_entry_id + seg.payloads.len() as i64, false),
+                )?;
+            }
+            Ok(())
+        })
+    }
+}
+
 /// Maps an open failure: a damaged file is [`StoreError::Corrupt`], anything
 /// else (I/O, a lock held by another process) [`StoreError::Backend`].
 fn open_error(e: redb::DatabaseError) -> StoreError {
@@ -778,19 +811,7 @@ impl LedgerStore for RedbStore {
     fn append(&self, name: &str, segments: &[AppendSegment<'_>]) -> Result<(), StoreError> {
         contained("append", || {
             let txn = self.begin()?;
-            {
-                let mut e = txn.open_table(ENTRIES)?;
-                let mut l = txn.open_table(LEDGERS)?;
-                for seg in segments {
-                    for (i, p) in seg.payloads.iter().enumerate() {
-                        e.insert((name, seg.ledger_id, seg.first_entry_id + i as i64), *p)?;
-                    }
-                    l.insert(
-                        (name, seg.ledger_id),
-                        (seg.first_entry_id + seg.payloads.len() as i64, false),
-                    )?;
-                }
-            }
+            Self::append_in(&txn, name, segments)?;
             txn.commit()?;
             Ok(())
         })
