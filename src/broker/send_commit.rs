@@ -107,7 +107,7 @@ enum Held {
     /// entry), held to keep the producer's order.
     Reply {
         conn: ConnectionId,
-        cmd: BrokerCommand,
+        cmd: Box<BrokerCommand>,
     },
 }
 
@@ -194,7 +194,10 @@ impl Broker {
         if self.sends.is_empty() {
             self.reply(conn, cmd);
         } else {
-            self.sends.held.push(Held::Reply { conn, cmd });
+            self.sends.held.push(Held::Reply {
+                conn,
+                cmd: Box::new(cmd),
+            });
         }
     }
 
@@ -310,7 +313,7 @@ impl Broker {
                         send_error_cmd(send, server_error::PERSISTENCE_ERROR, msg.clone()),
                     ),
                 },
-                Held::Reply { conn, cmd } => (conn, cmd),
+                Held::Reply { conn, cmd } => (conn, *cmd),
             };
             // A connection gone since: its client resends on a new one.
             if self.conns.contains_key(&conn) {
