@@ -19,9 +19,10 @@
 //!
 //! Bound: a group is one turn of the driver (the frames it hands the core
 //! before it next polls), so the added delay is the time the driver takes
-//! to handle the frames of one read, and the group's size is what one read
-//! carries (`serve`: one socket read of at most its read chunk; the
-//! simulator's node engine: one delivery of bytes to the core). A driver
+//! to handle the frames of one turn, and the group's size is what the turn
+//! carries (`serve`: the socket reads of every connection queued for the
+//! core while the previous turn ran; the simulator's node engine: every
+//! delivery of bytes at one virtual instant). A driver
 //! that polls after every frame gets one commit per ack, as without
 //! grouping.
 //!

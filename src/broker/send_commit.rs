@@ -43,7 +43,7 @@
 //! batch alone); a SEND that would exceed either commits the batch first.
 //! The added delay is the driver's handling of the turn's frames (`serve`:
 //! the frames already buffered on every connection; the simulator's node
-//! engine: one delivery of bytes). A driver that polls after every frame
+//! engine: every delivery of bytes at one virtual instant). A driver that polls after every frame
 //! gets one commit per SEND, as without grouping.
 
 use std::collections::BTreeMap;
