@@ -1038,5 +1038,6 @@ mod send_commit;
 mod txn;
 
 mod admission;
+mod clear_backlog;
 mod counters;
 mod failover;

@@ -8,6 +8,11 @@
 //! interop-rust judge W [--scenario plain|txn]     judge a run's W/events.jsonl again
 //! interop-rust negative W                         the plain judge against doctored copies of W's log
 //! interop-rust negative-txn                       the txn judge against a synthetic log and doctored copies
+//! interop-rust serve-bench --binaries LABEL=B[,LABEL=B2] --workdir W --out F.toml
+//!                  [--producers 2] [--in-flight 64] [--size 1024] [--consumers 2]
+//!                  [--warmup 3] [--secs 10] [--rounds 2] [--disk-secs 1.5] [--command TEXT]
+//!                                                 serve's msg/s and SEND->receipt latency against the
+//!                                                 disk's fdatasync limit, binaries interleaved (bench.rs)
 //! ```
 //!
 //! Exit status: 0 pass, 1 the judge found violations (or a negative control
@@ -15,6 +20,8 @@
 //! broker, printed), 3 the scenario did not finish within `--timeout`
 //! (a hang), 64 usage.
 
+mod bench;
+mod disk;
 mod events;
 mod judge;
 mod negative;
@@ -118,7 +125,63 @@ fn main() -> ExitCode {
                 ExitCode::from(1)
             }
         },
-        _ => usage("expected one of: run, judge, negative, negative-txn"),
+        Some("serve-bench") => serve_bench(&a),
+        _ => usage("expected one of: run, judge, negative, negative-txn, serve-bench"),
+    }
+}
+
+fn serve_bench(a: &Args) -> ExitCode {
+    let (Some(list), Some(workdir), Some(out)) =
+        (a.kv.get("binaries"), a.kv.get("workdir"), a.kv.get("out"))
+    else {
+        return usage("serve-bench needs --binaries, --workdir and --out");
+    };
+    let mut bins = Vec::new();
+    for item in list.split(',').filter(|s| !s.is_empty()) {
+        let Some((label, path)) = item.split_once('=') else {
+            return usage("--binaries: LABEL=PATH[,LABEL=PATH]");
+        };
+        bins.push(bench::Binary {
+            label: label.to_string(),
+            path: PathBuf::from(path),
+        });
+    }
+    if bins.is_empty() {
+        return usage("--binaries: no binary");
+    }
+    let parsed = (|| -> Result<bench::Opts, String> {
+        let o = bench::Opts {
+            producers: num(a, "producers", 2usize)?,
+            in_flight: num(a, "in-flight", 64usize)?,
+            size: num(a, "size", 1024usize)?,
+            consumers: num(a, "consumers", 2usize)?,
+            warmup: Duration::from_secs_f64(num(a, "warmup", 3.0f64)?),
+            measure: Duration::from_secs_f64(num(a, "secs", 10.0f64)?),
+            rounds: num(a, "rounds", 2usize)?,
+            disk_secs: num(a, "disk-secs", 1.5f64)?,
+        };
+        if o.producers == 0 || o.in_flight == 0 || o.size == 0 || o.rounds == 0 {
+            return Err("--producers, --in-flight, --size and --rounds must be above 0".into());
+        }
+        if o.measure.is_zero() || o.disk_secs.is_nan() || o.disk_secs <= 0.0 {
+            return Err("--secs and --disk-secs must be above 0".into());
+        }
+        Ok(o)
+    })();
+    let o = match parsed {
+        Ok(o) => o,
+        Err(e) => return usage(&e),
+    };
+    let command =
+        a.kv.get("command")
+            .cloned()
+            .unwrap_or_else(|| std::env::args().collect::<Vec<_>>().join(" "));
+    match bench::run(&bins, Path::new(workdir), &o, &command, Path::new(out)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            println!("serve-bench: {e}");
+            ExitCode::from(2)
+        }
     }
 }
 

@@ -15,6 +15,9 @@ pub struct Server {
     pub port: u16,
     child: Option<Child>,
     pub boots: u32,
+    /// `--permit-ledger` and `--record-frames` (the judges read them); off
+    /// for the benchmark, whose serve writes nothing but its store.
+    record: bool,
 }
 
 pub fn free_port() -> std::io::Result<u16> {
@@ -29,7 +32,20 @@ impl Server {
             port,
             child: None,
             boots: 0,
+            record: true,
         }
+    }
+
+    /// A serve that records nothing besides its store (no permit ledger, no
+    /// frame recording) and logs warnings only: what the benchmark runs.
+    pub fn unrecorded(mut self) -> Server {
+        self.record = false;
+        self
+    }
+
+    /// The running serve's process id.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
     }
 
     pub fn url(&self) -> String {
@@ -41,19 +57,23 @@ impl Server {
         let log_path = self.workdir.join(format!("serve-{}.log", self.boots));
         let log = File::create(&log_path).map_err(|e| format!("{}: {e}", log_path.display()))?;
         let log2 = log.try_clone().map_err(|e| e.to_string())?;
-        let child = Command::new(&self.binary)
-            .arg("serve")
+        let mut cmd = Command::new(&self.binary);
+        cmd.arg("serve")
             .arg("--data-dir")
             .arg(self.workdir.join("data"))
             .arg("--listen")
-            .arg(format!("127.0.0.1:{}", self.port))
-            .arg("--permit-ledger")
-            .arg(self.workdir.join("permit-ledger.jsonl"))
-            .arg("--record-frames")
-            .arg(self.workdir.join("frames.txt"))
+            .arg(format!("127.0.0.1:{}", self.port));
+        if self.record {
+            cmd.arg("--permit-ledger")
+                .arg(self.workdir.join("permit-ledger.jsonl"))
+                .arg("--record-frames")
+                .arg(self.workdir.join("frames.txt"));
+        }
+        let default_log = if self.record { "info" } else { "warn" };
+        let child = cmd
             .env(
                 "RUST_LOG",
-                std::env::var("RUST_LOG").unwrap_or_else(|_| "info".into()),
+                std::env::var("RUST_LOG").unwrap_or_else(|_| default_log.into()),
             )
             .stdin(Stdio::null())
             .stdout(log)
