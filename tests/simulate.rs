@@ -1170,3 +1170,34 @@ fn node_seeks_backward_and_forward_run_clean() {
     );
     assert_eq!(c.lost, 0);
 }
+
+/// Seeks on the node engine with cumulative acks run clean (a send whose
+/// receipt comes after a reset past it is skipped by the checker); with
+/// transactions or delayed messages they are a typed error naming the
+/// setting (the transaction rules and the delayed tracker's truth do not
+/// know seeks).
+#[test]
+fn node_seeks_with_cumulative_run_clean_and_with_txn_or_delayed_are_typed_errors() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/workloads");
+    let mut w = Workload::from_toml_file(&dir.join("node_cumulative.toml")).unwrap();
+    w.faults.seeks = 6;
+    let r = run_in_tempdir(&w, 1, None);
+    assert!(
+        r.is_clean(),
+        "node_cumulative.toml with seeks: {:?}",
+        r.first_violation
+    );
+    assert!(r.counts.seek_resets > 0, "no seek applied");
+    for (file, what) in [
+        ("node_txn.toml", "transactions"),
+        ("node_delayed.toml", "delayed"),
+    ] {
+        let mut w = Workload::from_toml_file(&dir.join(file)).unwrap();
+        w.faults.seeks = 1;
+        let e = w.validate().unwrap_err().to_string();
+        assert!(
+            e.contains("faults.seeks") && e.contains(what),
+            "{file}: {e}"
+        );
+    }
+}

@@ -27,7 +27,7 @@ use std::sync::Arc;
 
 use crate::delayed::{BucketTrackerConfig, Clock, MemorySnapshotStorage};
 use crate::deletion::CursorDeletionState;
-use crate::ledger::{LedgerStore, ManagedLedger, RedbStore};
+use crate::ledger::{ManagedLedger, RedbStore};
 use crate::proto::presence;
 use crate::proto::wire::{CommandSubscribe, MessageIdData};
 use crate::Position;
@@ -232,7 +232,7 @@ impl Broker {
         let is_durable = match open {
             Some(sub) => Some(sub.is_durable()),
             None if !wants_durable => self
-                .store
+                .ledgers
                 .load_cursor(topic, &s.subscription)
                 .map_err(|e| BrokerError::Component(e.to_string()))?
                 .map(|_| true),

@@ -19,8 +19,9 @@
 //!    the in-memory state and answers an error;
 //! 3. the dispatcher forgets what it held for the old position: the replay
 //!    set (`redeliveryMessages`, cleared once no consumer is left), the
-//!    entries in flight, the redelivery counts and the delayed tracker's
-//!    index (entries past the new mark-delete are read again and re-added;
+//!    entries in flight and the redelivery counts; the delayed tracker
+//!    follows the new mark-delete both ways (`reset_mark_delete`: what it
+//!    holds above it stays tracked, entries re-read are added again,
 //!    entries at or below it are acknowledged). Entries acknowledged in an
 //!    open transaction stay in the pending-ack log, as in Pulsar;
 //! 4. SUCCESS answers the request (`ERROR UnknownError` with "Error when
@@ -151,10 +152,10 @@ impl Subscription {
         self.inflight.clear();
         self.redelivery_count.clear();
         self.batch_sizes.clear();
-        if let Err(e) = self.tracker.clear() {
-            tracing::warn!(error = %e, subscription = %self.name, "delayed tracker not cleared on reset");
-        }
-        self.tracker.update_mark_delete(md);
+        // Pulsar's tracker reads the cursor's mark-delete live: it follows
+        // the reset both ways (what it holds above the new mark-delete stays
+        // tracked; what the dispatcher re-reads is added again).
+        self.tracker.reset_mark_delete(md);
         self.counters.resets += 1;
         tracing::info!(subscription = %self.name, mark_delete = %md, "subscription reset");
         Ok(md)

@@ -10,7 +10,7 @@
 //!   `MetadataError` "Consumer not found".
 //! - The cursor is deleted from the store in ONE write (mark-delete,
 //!   ranges, compact deletion state, properties:
-//!   [`LedgerStore::delete_cursor`]); from then on it holds no ledger
+//!   [`LedgerStore::delete_cursor`](crate::ledger::LedgerStore::delete_cursor)); from then on it holds no ledger
 //!   against consumed-ledger trimming (`lifecycle.rs`), and a restart does
 //!   not bring it back. The delayed tracker's bucket snapshots are
 //!   deleted with it (its `clear`). Then SUCCESS. A failed store write
@@ -19,7 +19,6 @@
 //! - A non-durable subscription (a reader's) has nothing in the store: it
 //!   is dropped.
 
-use crate::ledger::LedgerStore;
 use crate::proto::command::server_error;
 
 use super::{Broker, ConnectionId};
@@ -68,7 +67,7 @@ impl Broker {
         }
         let durable = sub.is_durable();
         if durable {
-            if let Err(e) = self.store.delete_cursor(&topic, &name) {
+            if let Err(e) = self.ledgers.delete_cursor(&topic, &name) {
                 tracing::warn!(conn, topic, subscription = name, error = %e, "unsubscribe: deleting the cursor failed");
                 return self.error(
                     conn,

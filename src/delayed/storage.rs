@@ -7,13 +7,13 @@ use std::collections::BTreeMap;
 use std::fmt;
 
 use prost::Message;
-use redb::{ReadableDatabase, ReadableTable, TableDefinition};
+use redb::{ReadableDatabase, ReadableTable, TableDefinition, WriteTransaction};
 
 use super::error::DelayedError;
 use super::snapshot::{
     decode_metadata, decode_segment, parse_bucket_key, SnapshotMetadata, SnapshotSegment,
 };
-use crate::ledger::RedbStore;
+use crate::ledger::{completion_pair, Completion, FnWrite, RedbStore, StoreError};
 use crate::sync::{AtomicI64, AtomicU32, Mutex, Ordering};
 
 /// Where bucket snapshots live (Pulsar `BucketSnapshotStorage`, backed by
@@ -300,6 +300,10 @@ impl RedbSnapshotStorage {
     ///
     /// # Errors
     /// [`DelayedError::Storage`] if the tables cannot be created.
+    ///
+    /// # Blocking
+    /// Yes: creates the snapshot tables (one store commit) on the calling
+    /// thread.
     pub fn new(
         store: RedbStore,
         managed_ledger: impl Into<String>,
@@ -358,6 +362,131 @@ impl RedbSnapshotStorage {
         })
     }
 
+    /// The body of [`BucketSnapshotStorage::create`] inside `txn` (the
+    /// blocking form and [`RedbSnapshotStorage::create_async`] share it).
+    fn create_in(
+        &self,
+        txn: &WriteTransaction,
+        entries: &[Vec<u8>],
+        bucket_key: &str,
+        replaces: &[(i64, String)],
+    ) -> Result<i64, DelayedError> {
+        const OP: &str = "create";
+        let id = {
+            let mut seq = txn.open_table(SNAPSHOT_SEQ).map_err(be(OP))?;
+            let id = seq.get("next").map_err(be(OP))?.map_or(0, |v| v.value()) + 1;
+            seq.insert("next", id).map_err(be(OP))?;
+            let mut t = txn.open_table(SNAPSHOT_ENTRIES).map_err(be(OP))?;
+            for (i, e) in entries.iter().enumerate() {
+                t.insert((id, i as u64), e.as_slice()).map_err(be(OP))?;
+            }
+            for (old, _) in replaces {
+                t.retain_in((*old, 0)..=(*old, u64::MAX), |_, _| false)
+                    .map_err(be(OP))?;
+            }
+            id
+        };
+        for (_, key) in replaces {
+            RedbStore::set_cursor_property_in(txn, &self.managed_ledger, &self.cursor, key, None)
+                .map_err(|e| DelayedError::from_store(OP, e))?;
+        }
+        RedbStore::set_cursor_property_in(
+            txn,
+            &self.managed_ledger,
+            &self.cursor,
+            bucket_key,
+            Some(id),
+        )
+        .map_err(|e| DelayedError::from_store(OP, e))?;
+        Ok(id)
+    }
+
+    /// The body of [`BucketSnapshotStorage::delete`] inside `txn`.
+    fn delete_in(
+        &self,
+        txn: &WriteTransaction,
+        snapshot_id: i64,
+        bucket_key: &str,
+    ) -> Result<(), DelayedError> {
+        const OP: &str = "delete";
+        {
+            let mut t = txn.open_table(SNAPSHOT_ENTRIES).map_err(be(OP))?;
+            t.retain_in((snapshot_id, 0)..=(snapshot_id, u64::MAX), |_, _| false)
+                .map_err(be(OP))?;
+        }
+        RedbStore::set_cursor_property_in(txn, &self.managed_ledger, &self.cursor, bucket_key, None)
+            .map_err(|e| DelayedError::from_store(OP, e))
+    }
+
+    /// Non-blocking [`BucketSnapshotStorage::create`]: the snapshot, its
+    /// cursor property and the removal of `replaces` are queued on the
+    /// store's group committer as ONE write (atomic as the blocking form:
+    /// a crash shows the old or the new set of buckets); the completion
+    /// gets the new snapshot id once it is durable.
+    ///
+    /// # Blocking
+    /// Never blocks on I/O: encodes the snapshot and queues it.
+    ///
+    /// # Errors
+    /// Through the completion: [`DelayedError::Storage`] (nothing was
+    /// written).
+    pub fn create_async(
+        &self,
+        metadata: &SnapshotMetadata,
+        segments: &[SnapshotSegment],
+        bucket_key: &str,
+        replaces: &[(i64, String)],
+    ) -> Completion<i64, DelayedError> {
+        let entries = encode_all(metadata, segments);
+        let bytes = entries.iter().map(Vec::len).sum();
+        let (me, key, replaces) = (self.clone(), bucket_key.to_string(), replaces.to_vec());
+        self.queue("create", bytes, move |txn: &WriteTransaction| {
+            me.create_in(txn, &entries, &key, &replaces)
+        })
+    }
+
+    /// Non-blocking [`BucketSnapshotStorage::delete`]: queued on the
+    /// store's group committer; the completion fires once it is durable.
+    ///
+    /// # Blocking
+    /// Never blocks on I/O.
+    ///
+    /// # Errors
+    /// Through the completion: [`DelayedError::Storage`] (nothing was
+    /// deleted).
+    pub fn delete_async(&self, snapshot_id: i64, bucket_key: &str) -> Completion<(), DelayedError> {
+        let (me, key) = (self.clone(), bucket_key.to_string());
+        self.queue("delete", 0, move |txn: &WriteTransaction| {
+            me.delete_in(txn, snapshot_id, &key)
+        })
+    }
+
+    /// Queues `apply` on the store's group committer.
+    fn queue<R: Send + 'static>(
+        &self,
+        op: &'static str,
+        bytes: usize,
+        apply: impl FnOnce(&WriteTransaction) -> Result<R, DelayedError> + Send + 'static,
+    ) -> Completion<R, DelayedError> {
+        let (completion, completer) = completion_pair(|| {
+            DelayedError::storage(
+                "group commit",
+                "the store writer stopped before the write completed",
+            )
+        });
+        let write = FnWrite::new(
+            bytes,
+            move |txn: &WriteTransaction| {
+                apply(txn).map_err(|e| StoreError::Backend(e.to_string()))
+            },
+            move |r: Result<R, StoreError>| {
+                completer.complete(r.map_err(|e| DelayedError::from_store(op, e)));
+            },
+        );
+        self.store.group_committer(|c| c.submit(Box::new(write)));
+        completion
+    }
+
     fn read_entry(
         &self,
         op: &'static str,
@@ -385,32 +514,7 @@ impl BucketSnapshotStorage for RedbSnapshotStorage {
             .store
             .begin()
             .map_err(|e| DelayedError::from_store(OP, e))?;
-        let id = {
-            let mut seq = txn.open_table(SNAPSHOT_SEQ).map_err(be(OP))?;
-            let id = seq.get("next").map_err(be(OP))?.map_or(0, |v| v.value()) + 1;
-            seq.insert("next", id).map_err(be(OP))?;
-            let mut t = txn.open_table(SNAPSHOT_ENTRIES).map_err(be(OP))?;
-            for (i, e) in entries.iter().enumerate() {
-                t.insert((id, i as u64), e.as_slice()).map_err(be(OP))?;
-            }
-            for (old, _) in replaces {
-                t.retain_in((*old, 0)..=(*old, u64::MAX), |_, _| false)
-                    .map_err(be(OP))?;
-            }
-            id
-        };
-        for (_, key) in replaces {
-            RedbStore::set_cursor_property_in(&txn, &self.managed_ledger, &self.cursor, key, None)
-                .map_err(|e| DelayedError::from_store(OP, e))?;
-        }
-        RedbStore::set_cursor_property_in(
-            &txn,
-            &self.managed_ledger,
-            &self.cursor,
-            bucket_key,
-            Some(id),
-        )
-        .map_err(|e| DelayedError::from_store(OP, e))?;
+        let id = self.create_in(&txn, &entries, bucket_key, replaces)?;
         txn.commit().map_err(be(OP))?;
         Ok(id)
     }
@@ -487,19 +591,7 @@ impl BucketSnapshotStorage for RedbSnapshotStorage {
             .store
             .begin()
             .map_err(|e| DelayedError::from_store(OP, e))?;
-        {
-            let mut t = txn.open_table(SNAPSHOT_ENTRIES).map_err(be(OP))?;
-            t.retain_in((snapshot_id, 0)..=(snapshot_id, u64::MAX), |_, _| false)
-                .map_err(be(OP))?;
-        }
-        RedbStore::set_cursor_property_in(
-            &txn,
-            &self.managed_ledger,
-            &self.cursor,
-            bucket_key,
-            None,
-        )
-        .map_err(|e| DelayedError::from_store(OP, e))?;
+        self.delete_in(&txn, snapshot_id, bucket_key)?;
         txn.commit().map_err(be(OP))?;
         Ok(())
     }

@@ -82,11 +82,13 @@ impl<F: FnMut(i64, i64) -> bool> ReadSkip for SkipFn<F> {
 }
 
 #[derive(Debug)]
-struct CursorState {
-    read_position: Position,
-    mark_delete: Position,
-    individually_deleted: Vec<(Position, Position)>,
-    closed: bool,
+pub(super) struct CursorState {
+    pub(super) read_position: Position,
+    pub(super) mark_delete: Position,
+    pub(super) individually_deleted: Vec<(Position, Position)>,
+    pub(super) closed: bool,
+    /// Non-blocking persists queued and not yet durable (`nonblocking.rs`).
+    pub(super) in_flight: super::nonblocking::PersistsInFlight,
 }
 
 /// A cursor over a [`ManagedLedger`]: a read position that moves forward as
@@ -94,13 +96,17 @@ struct CursorState {
 /// acknowledged) and persisted properties. All methods may be called from any
 /// thread; each takes the cursor's lock for its duration.
 pub struct ManagedCursor {
-    ledger: Arc<ManagedLedger>,
-    name: String,
-    state: Mutex<CursorState>,
+    pub(super) ledger: Arc<ManagedLedger>,
+    pub(super) name: String,
+    /// Shared with the completions of non-blocking persists.
+    pub(super) state: Arc<Mutex<CursorState>>,
+    /// Serialises non-blocking persists from their checks to their
+    /// submission (held without `state`, which their completion takes).
+    pub(super) submit_order: Mutex<()>,
     /// `false` for a non-durable cursor (Pulsar's `NonDurableCursorImpl`,
     /// a reader's): its positions live in memory only and no call writes
     /// to the store.
-    durable: bool,
+    pub(super) durable: bool,
 }
 
 impl std::fmt::Debug for ManagedCursor {
@@ -128,12 +134,14 @@ impl ManagedCursor {
         Self {
             ledger,
             name,
-            state: Mutex::new(CursorState {
+            state: Arc::new(Mutex::new(CursorState {
                 read_position,
                 mark_delete,
                 individually_deleted,
                 closed: false,
-            }),
+                in_flight: Default::default(),
+            })),
+            submit_order: Mutex::new(()),
             durable: true,
         }
     }
@@ -151,12 +159,14 @@ impl ManagedCursor {
         Self {
             ledger,
             name,
-            state: Mutex::new(CursorState {
+            state: Arc::new(Mutex::new(CursorState {
                 read_position,
                 mark_delete,
                 individually_deleted: Vec::new(),
                 closed: false,
-            }),
+                in_flight: Default::default(),
+            })),
+            submit_order: Mutex::new(()),
             durable: false,
         }
     }
@@ -515,6 +525,13 @@ impl ManagedCursor {
     /// hold; [`LedgerError::InvalidDeletedRange`] for a deleted entry or
     /// batch position in a ledger it lacks or past its end;
     /// [`LedgerError::Store`]. On error nothing is written.
+    ///
+    /// # Blocking
+    /// Yes: one store commit on the calling thread (with a
+    /// [`RedbStore`](super::RedbStore) in `SyncMode::Immediate`, an fsync),
+    /// under the cursor's lock; behind queued non-blocking persists of this
+    /// cursor it waits for them too. The non-blocking form is
+    /// [`ManagedCursor::persist_deletion_state_async`].
     pub fn persist_deletion_state(
         &self,
         state: &CursorDeletionState,
@@ -527,6 +544,9 @@ impl ManagedCursor {
     /// `chunk_bytes` bytes (≥ 1).
     ///
     /// # Errors
+    /// As [`ManagedCursor::persist_deletion_state`].
+    ///
+    /// # Blocking
     /// As [`ManagedCursor::persist_deletion_state`].
     pub fn persist_deletion_state_chunked(
         &self,
@@ -549,6 +569,10 @@ impl ManagedCursor {
     /// As [`ManagedCursor::persist_deletion_state`] without
     /// `MarkDeleteBackward`. On error nothing is written and the cursor is
     /// unchanged.
+    ///
+    /// # Blocking
+    /// As [`ManagedCursor::persist_deletion_state`]: one store commit on the
+    /// calling thread (none for a non-durable cursor), under the cursor's lock.
     pub fn persist_reset_deletion_state(
         &self,
         state: &CursorDeletionState,
@@ -565,10 +589,67 @@ impl ManagedCursor {
     ) -> Result<PersistedDeletionState, LedgerError> {
         let snapshot = state.snapshot();
         let mut cursor = self.live()?;
+        if cursor.in_flight.count > 0 {
+            // Non-blocking persists are queued: this one goes behind them
+            // through the store writer, so the store sees them in order.
+            drop(cursor);
+            let props = property_updates
+                .iter()
+                .map(|(k, v)| (k.to_string(), *v))
+                .collect();
+            return self
+                .persist_snapshot_queued(snapshot, props, chunk_bytes, reset)
+                .wait();
+        }
         let md = snapshot.mark_delete;
-        if md < cursor.mark_delete && !reset {
+        self.check_deletion_snapshot(&snapshot, cursor.mark_delete, reset)?;
+        let chunks = compact::encode(&snapshot, chunk_bytes);
+        if self.durable {
+            self.ledger.store.save_deletion_state(
+                &self.ledger.name,
+                &self.name,
+                md,
+                &chunks,
+                property_updates,
+            )?;
+        }
+        crate::trace::deletion::persist(&self.ledger.name, &self.name, md, snapshot.ranges());
+        cursor.mark_delete = md;
+        cursor.individually_deleted.clear();
+        if reset {
+            cursor.read_position = self.ledger.next_valid_position(md);
+            crate::trace::ledger_cursor::reset(
+                &self.ledger.name,
+                &self.name,
+                md,
+                cursor.read_position,
+            );
+        } else if cursor.read_position <= md {
+            cursor.read_position = self.ledger.next_valid_position(md);
+        }
+        Ok(PersistedDeletionState {
+            mark_delete: md,
+            deleted_entries: snapshot.deleted_entries(),
+            batch_entries: snapshot.batch_ack_sets.len(),
+            bytes: chunks.iter().map(Vec::len).sum(),
+            chunks: chunks.len(),
+        })
+    }
+
+    /// Checks a deletion-state snapshot against the ledger before it is
+    /// persisted over mark-delete `floor` (see
+    /// [`ManagedCursor::persist_deletion_state`]'s errors; a `reset` may
+    /// go below `floor`).
+    pub(super) fn check_deletion_snapshot(
+        &self,
+        snapshot: &crate::deletion::DeletionSnapshot,
+        floor: Position,
+        reset: bool,
+    ) -> Result<(), LedgerError> {
+        let md = snapshot.mark_delete;
+        if md < floor && !reset {
             return Err(LedgerError::MarkDeleteBackward {
-                current: cursor.mark_delete,
+                current: floor,
                 requested: md,
             });
         }
@@ -605,37 +686,7 @@ impl ManagedCursor {
                 }
             }
         }
-        let chunks = compact::encode(&snapshot, chunk_bytes);
-        if self.durable {
-            self.ledger.store.save_deletion_state(
-                &self.ledger.name,
-                &self.name,
-                md,
-                &chunks,
-                property_updates,
-            )?;
-        }
-        crate::trace::deletion::persist(&self.ledger.name, &self.name, md, snapshot.ranges());
-        cursor.mark_delete = md;
-        cursor.individually_deleted.clear();
-        if reset {
-            cursor.read_position = self.ledger.next_valid_position(md);
-            crate::trace::ledger_cursor::reset(
-                &self.ledger.name,
-                &self.name,
-                md,
-                cursor.read_position,
-            );
-        } else if cursor.read_position <= md {
-            cursor.read_position = self.ledger.next_valid_position(md);
-        }
-        Ok(PersistedDeletionState {
-            mark_delete: md,
-            deleted_entries: snapshot.deleted_entries(),
-            batch_entries: snapshot.batch_ack_sets.len(),
-            bytes: chunks.iter().map(Vec::len).sum(),
-            chunks: chunks.len(),
-        })
+        Ok(())
     }
 
     /// The persisted deletion state as a live [`CursorDeletionState`]
@@ -680,7 +731,7 @@ impl ManagedCursor {
         Ok(state)
     }
 
-    fn closed_error(&self) -> LedgerError {
+    pub(super) fn closed_error(&self) -> LedgerError {
         LedgerError::CursorAlreadyClosed {
             ledger: self.ledger.name.clone(),
             cursor: self.name.clone(),
@@ -709,6 +760,11 @@ impl ManagedCursor {
     /// -1, a position past the end of its ledger or in a ledger that does not
     /// exist; [`LedgerError::CursorAlreadyClosed`]; [`LedgerError::Store`].
     /// On error nothing changes.
+    ///
+    /// # Blocking
+    /// Yes: one store commit on the calling thread, under the cursor's lock
+    /// (behind queued non-blocking persists, it waits for them too). The
+    /// non-blocking form is [`ManagedCursor::mark_delete_async`].
     pub fn mark_delete(&self, position: Position) -> Result<(), LedgerError> {
         self.mark_delete_with_ranges(position, Vec::new())
     }
@@ -724,6 +780,9 @@ impl ManagedCursor {
     /// As [`ManagedCursor::mark_delete`], plus
     /// [`LedgerError::InvalidDeletedRange`] for the first range that breaks
     /// the rules above. On error nothing changes.
+    ///
+    /// # Blocking
+    /// As [`ManagedCursor::mark_delete`].
     pub fn mark_delete_with_ranges(
         &self,
         position: Position,
@@ -732,6 +791,13 @@ impl ManagedCursor {
         let mut cursor = self.state.lock();
         if cursor.closed {
             return Err(self.closed_error());
+        }
+        if cursor.in_flight.count > 0 {
+            // Behind the queued non-blocking persists, in order.
+            drop(cursor);
+            return self
+                .mark_delete_with_ranges_queued(position, individually_deleted)
+                .wait();
         }
         if position < cursor.mark_delete {
             return Err(LedgerError::MarkDeleteBackward {
@@ -779,6 +845,10 @@ impl ManagedCursor {
     /// # Errors
     /// [`LedgerError::CursorAlreadyClosed`]; [`LedgerError::Store`] (nothing
     /// changes).
+    ///
+    /// # Blocking
+    /// Yes: one store commit on the calling thread, under the cursor's lock
+    /// (behind queued non-blocking persists, it waits for them too).
     pub fn reset(&self, new_read_position: Position) -> Result<(), LedgerError> {
         let mut cursor = self.state.lock();
         if cursor.closed {
@@ -789,6 +859,13 @@ impl ManagedCursor {
             state.first_valid_at_or_after(new_read_position)
         };
         let md = read.previous_in_ledger();
+        if cursor.in_flight.count > 0 {
+            // Behind the queued non-blocking persists, in order.
+            drop(cursor);
+            self.reset_queued(md, read).wait()?;
+            crate::trace::ledger_cursor::reset(&self.ledger.name, &self.name, md, read);
+            return Ok(());
+        }
         if self.durable {
             self.ledger
                 .store
@@ -822,6 +899,11 @@ impl ManagedCursor {
     ///
     /// # Errors
     /// [`LedgerError::CursorAlreadyClosed`]; [`LedgerError::Store`].
+    ///
+    /// # Blocking
+    /// Yes: one store commit on the calling thread (an fsync on a
+    /// [`RedbStore`](super::RedbStore) in `SyncMode::Immediate`), under the
+    /// cursor's lock.
     pub fn set_property(&self, key: &str, value: i64) -> Result<(), LedgerError> {
         let _cursor = self.live()?;
         if !self.durable {
@@ -837,6 +919,9 @@ impl ManagedCursor {
     ///
     /// # Errors
     /// [`LedgerError::CursorAlreadyClosed`]; [`LedgerError::Store`].
+    ///
+    /// # Blocking
+    /// As [`ManagedCursor::set_property`].
     pub fn remove_property(&self, key: &str) -> Result<(), LedgerError> {
         let _cursor = self.live()?;
         if !self.durable {
@@ -848,7 +933,7 @@ impl ManagedCursor {
         Ok(())
     }
 
-    fn live(&self) -> Result<crate::sync::MutexGuard<'_, CursorState>, LedgerError> {
+    pub(super) fn live(&self) -> Result<crate::sync::MutexGuard<'_, CursorState>, LedgerError> {
         let cursor = self.state.lock();
         if cursor.closed {
             return Err(self.closed_error());

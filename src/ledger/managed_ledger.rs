@@ -52,6 +52,8 @@ pub(super) struct LedgerState {
     /// Closed ledger id → when consumed-ledger trimming first saw it closed
     /// (epoch ms; the start of its retention time, see `trim.rs`).
     pub(super) closed_seen_at: BTreeMap<i64, u64>,
+    /// Non-blocking appends queued and not yet durable (`nonblocking.rs`).
+    pub(super) in_flight: super::nonblocking::AppendsInFlight,
 }
 
 impl LedgerState {
@@ -225,14 +227,35 @@ impl LedgerState {
     }
 }
 
-/// One segment of a [`PlannedAppend`]: `count` entries from
-/// `first_entry_id` in ledger `ledger_id`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct PlannedSegment {
-    ledger_id: i64,
-    first_entry_id: i64,
-    count: usize,
-    bytes: u64,
+/// A ledger and its info: the tail appends are planned after.
+pub(super) type LedgerTail = (i64, StoredLedgerInfo);
+/// A planned append segment: `(ledger_id, first_entry_id, count)`.
+pub(super) type PlannedSegment = (i64, i64, usize);
+
+/// Plans `n` entries after `tail` (the current ledger and its info):
+/// `(ledger_id, first_entry_id, count)` segments, rolling over a full or
+/// lost ledger (nothing is ever appended to a lost ledger), and the tail
+/// after them.
+pub(super) fn plan_segments(
+    tail: LedgerTail,
+    max_entries_per_ledger: u32,
+    n: usize,
+) -> (Vec<PlannedSegment>, LedgerTail) {
+    let max = i64::from(max_entries_per_ledger);
+    let (mut id, mut info) = tail;
+    let mut out = Vec::new();
+    let mut rest = n;
+    while rest > 0 {
+        if info.entries >= max || info.lost {
+            id += 1;
+            info = StoredLedgerInfo::default();
+        }
+        let take = ((max - info.entries) as usize).min(rest);
+        out.push((id, info.entries, take));
+        info.entries += take as i64;
+        rest -= take;
+    }
+    (out, (id, info))
 }
 
 /// An append planned by [`ManagedLedger::plan_append`] and not yet applied:
@@ -241,7 +264,10 @@ struct PlannedSegment {
 pub struct PlannedAppend {
     /// The current ledger and its entry count when planned.
     base: (i64, i64),
+    /// `(ledger_id, first_entry_id, count)` segments.
     segments: Vec<PlannedSegment>,
+    /// Payload bytes per segment.
+    bytes: Vec<u64>,
 }
 
 impl PlannedAppend {
@@ -251,12 +277,12 @@ impl PlannedAppend {
         let mut rest = payloads;
         self.segments
             .iter()
-            .map(|s| {
-                let (chunk, tail) = rest.split_at(s.count.min(rest.len()));
+            .map(|&(ledger_id, first_entry_id, count)| {
+                let (chunk, tail) = rest.split_at(count.min(rest.len()));
                 rest = tail;
                 AppendSegment {
-                    ledger_id: s.ledger_id,
-                    first_entry_id: s.first_entry_id,
+                    ledger_id,
+                    first_entry_id,
                     payloads: chunk,
                 }
             })
@@ -271,9 +297,14 @@ pub struct ManagedLedger {
     pub(super) name: String,
     pub(super) config: LedgerConfig,
     pub(super) store: Arc<dyn LedgerStore>,
-    pub(super) state: Mutex<LedgerState>,
+    /// Shared with the completions of non-blocking appends.
+    pub(super) state: Arc<Mutex<LedgerState>>,
     pub(super) fenced: AtomicBool,
     pub(super) faults: ReadFaults,
+    /// Serialises non-blocking appends from their planning to their
+    /// submission, so the store writer applies them in position order
+    /// (held without `state`, which their completion takes).
+    pub(super) submit_order: Mutex<()>,
 }
 
 impl std::fmt::Debug for ManagedLedger {
@@ -302,6 +333,10 @@ impl ManagedLedger {
     /// # Errors
     /// [`LedgerError::InvalidArgument`] for `max_entries_per_ledger == 0` or an
     /// empty name; [`LedgerError::Store`] if the store fails.
+    ///
+    /// # Blocking
+    /// Yes: reads the ledger list from the store and, for a new managed ledger,
+    /// creates its first ledger (one commit).
     pub fn open(
         name: impl Into<String>,
         config: LedgerConfig,
@@ -327,10 +362,12 @@ impl ManagedLedger {
             name,
             config,
             store,
-            state: Mutex::new(LedgerState {
+            state: Arc::new(Mutex::new(LedgerState {
                 ledgers: stored.ledgers,
                 closed_seen_at: BTreeMap::new(),
-            }),
+                in_flight: Default::default(),
+            })),
+            submit_order: Mutex::new(()),
             fenced: AtomicBool::new(false),
             faults: ReadFaults::default(),
         }))
@@ -356,6 +393,12 @@ impl ManagedLedger {
     /// # Errors
     /// [`LedgerError::Fenced`] after [`ManagedLedger::fence`];
     /// [`LedgerError::Store`] if the store fails (nothing is appended).
+    ///
+    /// # Blocking
+    /// Yes: one store commit on the calling thread (with a
+    /// [`RedbStore`](super::RedbStore) in `SyncMode::Immediate`, an fsync),
+    /// under the ledger's lock; behind queued non-blocking appends it waits for
+    /// them too. The non-blocking form is [`ManagedLedger::append_async`].
     pub fn append(&self, data: &[u8]) -> Result<Position, LedgerError> {
         let mut v = self.append_batch(&[data])?;
         Ok(v.pop()
@@ -369,81 +412,58 @@ impl ManagedLedger {
     ///
     /// # Errors
     /// As [`ManagedLedger::append`]. On error nothing is appended.
+    ///
+    /// # Blocking
+    /// As [`ManagedLedger::append`] (one commit for the batch); the
+    /// non-blocking form is [`ManagedLedger::append_batch_async`].
     pub fn append_batch(&self, payloads: &[&[u8]]) -> Result<Vec<Position>, LedgerError> {
-        self.check_not_fenced()?;
-        if payloads.is_empty() {
-            return Ok(Vec::new());
-        }
-        let mut state = self.state.lock();
-        // Plan the segments against the ledger list; commit the in-memory
-        // state only after the store accepted the whole batch.
-        let plan = self.plan_locked(&state, payloads);
-        self.store.append(&self.name, &plan.segments(payloads))?;
-        self.apply_locked(&mut state, &plan)
-    }
-
-    fn check_not_fenced(&self) -> Result<(), LedgerError> {
         if self.fenced.load(Ordering::Acquire) {
             return Err(LedgerError::Fenced {
                 ledger: self.name.clone(),
             });
         }
-        Ok(())
-    }
-
-    /// Where `payloads` would go (ledger rollovers included), from the
-    /// ledger list `state`.
-    fn plan_locked(&self, state: &LedgerState, payloads: &[&[u8]]) -> PlannedAppend {
-        let max = i64::from(self.config.max_entries_per_ledger);
-        let base = state.current();
-        let (mut id, mut info) = base;
-        let mut planned = Vec::new();
+        if payloads.is_empty() {
+            return Ok(Vec::new());
+        }
+        let mut state = self.state.lock();
+        if state.in_flight.count > 0 {
+            // Non-blocking appends are queued: this one goes behind them
+            // through the store writer, so positions stay in order.
+            drop(state);
+            return self
+                .append_batch_queued(payloads.iter().map(|p| p.to_vec()).collect())
+                .wait();
+        }
+        // Plan the segments against a copy of the ledger list; commit the
+        // in-memory state only after the store accepted the whole batch.
+        let (plan, _) = plan_segments(
+            state.current(),
+            self.config.max_entries_per_ledger,
+            payloads.len(),
+        );
         let mut rest = payloads;
-        while !rest.is_empty() {
-            // A full ledger rolls over; so does a lost one (closed by
-            // `mark_ledger_lost`): nothing is ever appended to a lost ledger.
-            if info.entries >= max || info.lost {
-                id += 1;
-                info = StoredLedgerInfo::default();
-            }
-            let take = ((max - info.entries) as usize).min(rest.len());
+        let mut planned: Vec<(i64, i64, &[&[u8]])> = Vec::with_capacity(plan.len());
+        for (id, first, take) in plan {
             let (chunk, tail) = rest.split_at(take);
-            planned.push(PlannedSegment {
-                ledger_id: id,
-                first_entry_id: info.entries,
-                count: take,
-                bytes: chunk.iter().map(|p| p.len() as u64).sum(),
-            });
-            info.entries += take as i64;
+            planned.push((id, first, chunk));
             rest = tail;
         }
-        PlannedAppend {
-            base: (base.0, base.1.entries),
-            segments: planned,
-        }
-    }
-
-    /// The stored batch becomes the ledger's: entries counted, positions
-    /// returned (the append's trace line).
-    fn apply_locked(
-        &self,
-        state: &mut LedgerState,
-        plan: &PlannedAppend,
-    ) -> Result<Vec<Position>, LedgerError> {
-        let (id, info) = state.current();
-        if (id, info.entries) != plan.base {
-            return Err(LedgerError::InvalidArgument(format!(
-                "managed ledger {}: an append was planned at ({}, {} entries) but the ledger is at ({id}, {} entries)",
-                self.name, plan.base.0, plan.base.1, info.entries
-            )));
-        }
-        let mut out = Vec::with_capacity(plan.segments.iter().map(|s| s.count).sum());
-        for seg in &plan.segments {
-            let n = seg.count as i64;
+        let segments: Vec<AppendSegment<'_>> = planned
+            .iter()
+            .map(|(ledger_id, first_entry_id, payloads)| AppendSegment {
+                ledger_id: *ledger_id,
+                first_entry_id: *first_entry_id,
+                payloads,
+            })
+            .collect();
+        self.store.append(&self.name, &segments)?;
+        let mut out = Vec::with_capacity(payloads.len());
+        for seg in &segments {
+            let n = seg.payloads.len() as i64;
             out.extend((0..n).map(|i| Position::new(seg.ledger_id, seg.first_entry_id + i)));
             let info = state.ledgers.entry(seg.ledger_id).or_default();
             info.entries = seg.first_entry_id + n;
-            info.size_bytes += seg.bytes;
+            info.size_bytes += seg.payloads.iter().map(|p| p.len() as u64).sum::<u64>();
         }
         crate::trace::ledger_cursor::append_entries(&self.name, &out);
         Ok(out)
@@ -460,11 +480,41 @@ impl ManagedLedger {
     /// nothing else to this ledger in between.
     ///
     /// # Errors
-    /// [`LedgerError::Fenced`] after [`ManagedLedger::fence`].
+    /// [`LedgerError::Fenced`] after [`ManagedLedger::fence`];
+    /// [`LedgerError::InvalidArgument`] while non-blocking appends are in
+    /// flight (they own the ledger's tail).
+    ///
+    /// # Blocking
+    /// No I/O: the ledger's lock only.
     pub fn plan_append(&self, payloads: &[&[u8]]) -> Result<PlannedAppend, LedgerError> {
-        self.check_not_fenced()?;
+        if self.fenced.load(Ordering::Acquire) {
+            return Err(LedgerError::Fenced {
+                ledger: self.name.clone(),
+            });
+        }
         let state = self.state.lock();
-        Ok(self.plan_locked(&state, payloads))
+        if state.in_flight.count > 0 {
+            return Err(LedgerError::InvalidArgument(format!(
+                "managed ledger {}: non-blocking appends are in flight",
+                self.name
+            )));
+        }
+        let tail = state.current();
+        let (segments, _) = plan_segments(tail, self.config.max_entries_per_ledger, payloads.len());
+        let mut rest = payloads;
+        let bytes = segments
+            .iter()
+            .map(|&(_, _, count)| {
+                let (chunk, r) = rest.split_at(count.min(rest.len()));
+                rest = r;
+                chunk.iter().map(|p| p.len() as u64).sum()
+            })
+            .collect();
+        Ok(PlannedAppend {
+            base: (tail.0, tail.1.entries),
+            segments,
+            bytes,
+        })
     }
 
     /// Second half of [`ManagedLedger::plan_append`], after the caller's
@@ -474,9 +524,28 @@ impl ManagedLedger {
     /// # Errors
     /// [`LedgerError::InvalidArgument`] when the ledger moved since the plan
     /// (another append in between; nothing changes).
+    ///
+    /// # Blocking
+    /// No I/O: the ledger's lock only.
     pub fn apply_append(&self, plan: &PlannedAppend) -> Result<Vec<Position>, LedgerError> {
         let mut state = self.state.lock();
-        self.apply_locked(&mut state, plan)
+        let (id, info) = state.current();
+        if (id, info.entries) != plan.base {
+            return Err(LedgerError::InvalidArgument(format!(
+                "managed ledger {}: an append was planned at ({}, {} entries) but the ledger is at ({id}, {} entries)",
+                self.name, plan.base.0, plan.base.1, info.entries
+            )));
+        }
+        let mut out = Vec::new();
+        for (&(ledger_id, first, count), bytes) in plan.segments.iter().zip(&plan.bytes) {
+            let n = count as i64;
+            out.extend((0..n).map(|i| Position::new(ledger_id, first + i)));
+            let info = state.ledgers.entry(ledger_id).or_default();
+            info.entries = first + n;
+            info.size_bytes += bytes;
+        }
+        crate::trace::ledger_cursor::append_entries(&self.name, &out);
+        Ok(out)
     }
 
     /// The last confirmed (appended) entry; `(first ledger, -1)` when empty.
@@ -629,6 +698,9 @@ impl ManagedLedger {
     /// # Errors
     /// [`LedgerError::InvalidArgument`] for an unknown ledger id;
     /// [`LedgerError::Store`] if the store fails.
+    ///
+    /// # Blocking
+    /// Yes: one store commit on the calling thread, under the ledger's lock.
     pub fn mark_ledger_lost(&self, ledger_id: i64) -> Result<(), LedgerError> {
         let mut state = self.state.lock();
         let Some(info) = state.ledgers.get(&ledger_id).copied() else {
@@ -692,6 +764,10 @@ impl ManagedLedger {
     /// # Errors
     /// [`LedgerError::InvalidArgument`] for an empty name;
     /// [`LedgerError::Store`] if the store fails.
+    ///
+    /// # Blocking
+    /// Yes: reads the cursor from the store; a new cursor's record is one store
+    /// commit on the calling thread.
     pub fn open_cursor(
         self: &Arc<Self>,
         name: impl Into<String>,

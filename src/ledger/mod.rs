@@ -20,6 +20,15 @@
 //!   consumed-ledger trimming; what holds a ledger is in `trim.rs`).
 //! - Storage is a [`LedgerStore`]: [`RedbStore`] (durable, default) or
 //!   [`MemoryStore`] (tests).
+//! - Every durable write has a non-blocking form that returns a
+//!   [`Completion`] at once ([`ManagedLedger::append_async`],
+//!   [`ManagedLedger::append_batch_async`],
+//!   [`ManagedCursor::persist_deletion_state_async`],
+//!   [`ManagedCursor::mark_delete_async`]); on a [`RedbStore`] it goes
+//!   through the store's [`GroupCommitter`] (group commit: the writes that
+//!   arrive during a commit share the next transaction and its fsync; each
+//!   completes only after its own commit). Each public function with
+//!   durable I/O says in `# Blocking` whether it blocks and on what.
 //!
 //! Concurrency: a `ManagedLedger` and its cursors may be shared between
 //! threads (`Arc`); appends are serialised by the ledger's lock and each
@@ -94,14 +103,22 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
+mod committer;
+mod completion;
 mod cursor;
 mod deletion_state;
 mod error;
 mod faults;
 mod managed_ledger;
+mod nonblocking;
 mod store;
+mod store_write;
 mod trim;
 
+pub use committer::{
+    CommitBackend, FnWrite, GroupCommitConfig, GroupCommitStats, GroupCommitter, StoreWrite,
+};
+pub use completion::{completion_pair, Callback, Completer, Completion};
 pub use cursor::{ManagedCursor, PersistedDeletionState, ReadSkip};
 pub use error::{LedgerError, ReadFailureKind, StoreError};
 pub use faults::{ReadFaults, ReadRequest};
@@ -111,4 +128,5 @@ pub use store::{
     AppendSegment, LedgerStore, MemoryStore, RedbStore, StoredCursor, StoredLedger,
     StoredLedgerInfo, SyncMode, DEFAULT_CACHE_BYTES,
 };
+pub use store_write::{Admit, LedgerWrite, PendingWrite, RedbCommitBackend, WriteDone};
 pub use trim::{RetentionPolicy, TrimOutcome};

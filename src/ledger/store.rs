@@ -9,9 +9,11 @@ use redb::{
     Database, Durability, ReadableDatabase, ReadableTable, TableDefinition, WriteTransaction,
 };
 
+use super::committer::{FnWrite, GroupCommitConfig, GroupCommitStats, GroupCommitter};
 use super::error::StoreError;
+use super::store_write::{PendingWrite, RedbCommitBackend};
 use crate::position::Position;
-use crate::sync::Mutex;
+use crate::sync::{Mutex, SetOnce};
 use std::sync::Arc;
 
 /// What the store knows about one ledger of a managed ledger.
@@ -148,6 +150,29 @@ pub trait LedgerStore: Send + Sync + std::fmt::Debug {
         Err(StoreError::Backend(format!(
             "this store cannot delete cursor {cursor} of {name}"
         )))
+    }
+
+    /// Queues `write` for the store's writer and returns at once where the
+    /// store has one ([`RedbStore`]: its [`GroupCommitter`] thread, which
+    /// commits the writes that arrive meanwhile in one transaction and one
+    /// fsync); `write`'s completion runs after its commit returned, with
+    /// its outcome.
+    ///
+    /// # Blocking
+    /// The default implementation (and [`MemoryStore`]) applies the write
+    /// on the calling thread through the methods above and completes it
+    /// before returning: it blocks for the duration of that write.
+    /// [`RedbStore`] never blocks on I/O here.
+    fn submit(&self, write: PendingWrite) {
+        let (write, mut admit, done) = write.into_parts();
+        let outcome = admit().and_then(|()| write.apply_to(self));
+        done(outcome);
+    }
+
+    /// The counters of the store's group committer, if it has one that
+    /// has started.
+    fn group_commit_stats(&self) -> Option<GroupCommitStats> {
+        None
     }
 }
 
@@ -465,10 +490,23 @@ impl std::fmt::Display for SyncMode {
 /// keep their own tables in the same file and can commit them together with
 /// cursor properties through [`RedbStore::database`] and
 /// [`RedbStore::set_cursor_property_in`].
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct RedbStore {
     db: Arc<Database>,
     mode: SyncMode,
+    /// The group committer of [`LedgerStore::submit`], started on first
+    /// use and shared by every clone of this store.
+    committer: Arc<SetOnce<GroupCommitter<RedbCommitBackend>>>,
+    group_commit: GroupCommitConfig,
+}
+
+impl std::fmt::Debug for RedbStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RedbStore")
+            .field("mode", &self.mode)
+            .field("group_commit", &self.group_commit)
+            .finish_non_exhaustive()
+    }
 }
 
 /// Page cache [`RedbStore::open_with`] gives redb: its own default, 1 GiB.
@@ -481,6 +519,10 @@ impl RedbStore {
     /// # Errors
     /// [`StoreError::Backend`] if the file cannot be created/opened (e.g. an
     /// unwritable directory, or the file is locked by another process).
+    ///
+    /// # Blocking
+    /// Yes: opens (or creates) the file, verifies every page checksum and
+    /// creates the tables (one commit).
     pub fn open(path: impl AsRef<Path>) -> Result<Self, StoreError> {
         Self::open_with(path, SyncMode::Immediate)
     }
@@ -488,6 +530,9 @@ impl RedbStore {
     /// Opens the store at `path` with the given commit mode.
     ///
     /// # Errors
+    /// As [`RedbStore::open`].
+    ///
+    /// # Blocking
     /// As [`RedbStore::open`].
     pub fn open_with(path: impl AsRef<Path>, mode: SyncMode) -> Result<Self, StoreError> {
         Self::open_with_cache(path, mode, DEFAULT_CACHE_BYTES)
@@ -502,6 +547,9 @@ impl RedbStore {
     /// simulator) passes less than [`DEFAULT_CACHE_BYTES`].
     ///
     /// # Errors
+    /// As [`RedbStore::open`].
+    ///
+    /// # Blocking
     /// As [`RedbStore::open`].
     pub fn open_with_cache(
         path: impl AsRef<Path>,
@@ -533,6 +581,9 @@ impl RedbStore {
     /// # Errors
     /// [`StoreError::Corrupt`] if the backend holds a damaged database,
     /// [`StoreError::Backend`] if its I/O fails.
+    ///
+    /// # Blocking
+    /// As [`RedbStore::open`], on the backend's I/O.
     pub fn open_on_backend(
         backend: impl redb::StorageBackend,
         mode: SyncMode,
@@ -554,6 +605,8 @@ impl RedbStore {
         let store = Self {
             db: Arc::new(db),
             mode,
+            committer: Arc::new(SetOnce::new()),
+            group_commit: GroupCommitConfig::default(),
         };
         let txn = store.begin()?;
         txn.open_table(ENTRIES)?;
@@ -576,16 +629,128 @@ impl RedbStore {
     ///
     /// # Errors
     /// [`StoreError::Backend`] if the database refuses the transaction.
+    ///
+    /// # Blocking
+    /// Waits while another write transaction of the database is open (the
+    /// group committer's included).
     pub fn begin(&self) -> Result<WriteTransaction, StoreError> {
-        contained("begin", || {
-            let mut txn = self.db.begin_write()?;
-            let durability = match self.mode {
-                SyncMode::Immediate => Durability::Immediate,
-                SyncMode::Deferred => Durability::None,
-            };
-            txn.set_durability(durability)
-                .map_err(|e| StoreError::Backend(e.to_string()))?;
-            Ok(txn)
+        begin_write(&self.db, self.mode)
+    }
+
+    /// The same store with the group committer bounded by `config` (batch
+    /// size, batch bytes, how long a batch may wait to fill; see
+    /// [`GroupCommitConfig`]). Takes effect if the committer has not
+    /// started yet (it starts at the first non-blocking write), so call it
+    /// right after opening.
+    pub fn with_group_commit(mut self, config: GroupCommitConfig) -> Self {
+        self.group_commit = config;
+        self
+    }
+
+    /// The store's group committer (started on first use): the writer
+    /// thread every non-blocking write of this store goes through
+    /// ([`LedgerStore::submit`], the delayed-delivery snapshot storage's
+    /// `*_async` forms).
+    ///
+    /// # Blocking
+    /// Never blocks on I/O (the first call spawns the writer thread).
+    pub fn group_committer<R>(&self, f: impl FnOnce(&GroupCommitter<RedbCommitBackend>) -> R) -> R {
+        self.committer.with_or_init(
+            || {
+                GroupCommitter::start(
+                    RedbCommitBackend::new(Arc::clone(&self.db), self.mode),
+                    self.group_commit,
+                )
+            },
+            f,
+        )
+    }
+
+    /// Applies `ops` to `txn` (the body of the blocking methods and of the
+    /// group committer's writes: one copy of each write). Also the broker's
+    /// group commit of SENDs: the entries of several managed ledgers in one
+    /// transaction (plan them with
+    /// [`ManagedLedger::plan_append`](super::ManagedLedger::plan_append),
+    /// apply them after the commit).
+    ///
+    /// # Errors
+    /// [`StoreError::Backend`] on a database error (the caller drops the
+    /// transaction: nothing is written).
+    pub fn append_in(
+        txn: &WriteTransaction,
+        name: &str,
+        segments: &[AppendSegment<'_>],
+    ) -> Result<(), StoreError> {
+        contained("append", || {
+            let mut e = txn.open_table(ENTRIES)?;
+            let mut l = txn.open_table(LEDGERS)?;
+            for seg in segments {
+                for (i, p) in seg.payloads.iter().enumerate() {
+                    e.insert((name, seg.ledger_id, seg.first_entry_id + i as i64), *p)?;
+                }
+                l.insert(
+                    (name, seg.ledger_id),
+                    (seg.first_entry_id + seg.payloads.len() as i64, false),
+                )?;
+            }
+            Ok(())
+        })
+    }
+
+    /// The body of [`LedgerStore::save_mark_delete`] inside `txn`.
+    pub(super) fn save_mark_delete_in(
+        txn: &WriteTransaction,
+        name: &str,
+        cursor: &str,
+        mark_delete: Position,
+        individually_deleted: &[(Position, Position)],
+    ) -> Result<(), StoreError> {
+        contained("save_mark_delete", || {
+            let mut md = txn.open_table(CURSOR_MARK_DELETE)?;
+            md.insert(
+                (name, cursor),
+                (mark_delete.ledger_id, mark_delete.entry_id),
+            )?;
+            let mut ranges = txn.open_table(CURSOR_RANGES)?;
+            let encoded = encode_ranges(individually_deleted);
+            ranges.insert((name, cursor), encoded.as_slice())?;
+            let mut chunks = txn.open_table(CURSOR_DELETION_CHUNKS)?;
+            remove_chunks(&mut chunks, name, cursor)?;
+            Ok(())
+        })
+    }
+
+    /// The body of [`LedgerStore::save_deletion_state`] inside `txn`.
+    pub(super) fn save_deletion_state_in(
+        txn: &WriteTransaction,
+        name: &str,
+        cursor: &str,
+        mark_delete: Position,
+        chunks: &[Vec<u8>],
+        property_updates: &[(&str, Option<i64>)],
+    ) -> Result<(), StoreError> {
+        let count = u32::try_from(chunks.len()).map_err(|_| {
+            StoreError::Backend(format!("{} deletion-state chunks exceed u32", chunks.len()))
+        })?;
+        contained("save_deletion_state", || {
+            {
+                let mut md = txn.open_table(CURSOR_MARK_DELETE)?;
+                md.insert(
+                    (name, cursor),
+                    (mark_delete.ledger_id, mark_delete.entry_id),
+                )?;
+                let mut ranges = txn.open_table(CURSOR_RANGES)?;
+                ranges.insert((name, cursor), [].as_slice())?;
+                let mut table = txn.open_table(CURSOR_DELETION_CHUNKS)?;
+                remove_chunks(&mut table, name, cursor)?;
+                for (i, chunk) in (0..count).zip(chunks) {
+                    table.insert((name, cursor, i), chunk.as_slice())?;
+                }
+            }
+            for (k, v) in property_updates {
+                Self::set_cursor_property_in(txn, name, cursor, k, *v)?;
+            }
+            Ok(())
         })
     }
 
@@ -594,6 +759,10 @@ impl RedbStore {
     ///
     /// # Errors
     /// [`StoreError::Backend`] on I/O failure.
+    ///
+    /// # Blocking
+    /// Yes: one fsynced commit on the calling thread (waits for any write
+    /// transaction in progress, the group committer's included).
     pub fn sync(&self) -> Result<(), StoreError> {
         contained("sync", || {
             let txn = self.db.begin_write()?;
@@ -659,37 +828,18 @@ impl RedbStore {
     }
 }
 
-impl RedbStore {
-    /// Writes `segments` of managed ledger `name` (as
-    /// [`LedgerStore::append`]) inside an existing transaction, so the
-    /// entries of several managed ledgers (and other writes) share one
-    /// commit: the broker's group commit of SENDs. Plan them with
-    /// [`ManagedLedger::plan_append`](super::ManagedLedger::plan_append) and
-    /// apply them after the commit.
-    ///
-    /// # Errors
-    /// [`StoreError::Backend`] on a database error (the caller drops the
-    /// transaction: nothing is written).
-    pub fn append_in(
-        txn: &WriteTransaction,
-        name: &str,
-        segments: &[AppendSegment<'_>],
-    ) -> Result<(), StoreError> {
-        contained("append_in", || {
-            let mut e = txn.open_table(ENTRIES)?;
-            let mut l = txn.open_table(LEDGERS)?;
-            for seg in segments {
-                for (i, p) in seg.payloads.iter().enumerate() {
-                    e.insert((name, seg.ledger_id, seg.first_entry_id + i as i64), *p)?;
-                }
-                l.insert(
-                    (name, seg.ledger_id),
-                    (seg.first_entry_id + seg.payloads.len() as i64, false),
-                )?;
-            }
-            Ok(())
-        })
-    }
+/// Begins a write transaction on `db` with `mode`'s durability.
+pub(super) fn begin_write(db: &Database, mode: SyncMode) -> Result<WriteTransaction, StoreError> {
+    contained("begin", || {
+        let mut txn = db.begin_write()?;
+        let durability = match mode {
+            SyncMode::Immediate => Durability::Immediate,
+            SyncMode::Deferred => Durability::None,
+        };
+        txn.set_durability(durability)
+            .map_err(|e| StoreError::Backend(e.to_string()))?;
+        Ok(txn)
+    })
 }
 
 /// Maps an open failure: a damaged file is [`StoreError::Corrupt`], anything
@@ -708,7 +858,7 @@ fn open_error(e: redb::DatabaseError) -> StoreError {
 /// behind its back while open), and a panic must not cross this crate's
 /// boundary. The panic becomes [`StoreError::Corrupt`] naming the operation.
 /// (The default panic hook still prints the message to stderr.)
-fn contained<T>(
+pub(super) fn contained<T>(
     operation: &str,
     f: impl FnOnce() -> Result<T, StoreError>,
 ) -> Result<T, StoreError> {
@@ -934,18 +1084,7 @@ impl LedgerStore for RedbStore {
     ) -> Result<(), StoreError> {
         contained("save_mark_delete", || {
             let txn = self.begin()?;
-            {
-                let mut md = txn.open_table(CURSOR_MARK_DELETE)?;
-                md.insert(
-                    (name, cursor),
-                    (mark_delete.ledger_id, mark_delete.entry_id),
-                )?;
-                let mut ranges = txn.open_table(CURSOR_RANGES)?;
-                let encoded = encode_ranges(individually_deleted);
-                ranges.insert((name, cursor), encoded.as_slice())?;
-                let mut chunks = txn.open_table(CURSOR_DELETION_CHUNKS)?;
-                remove_chunks(&mut chunks, name, cursor)?;
-            }
+            Self::save_mark_delete_in(&txn, name, cursor, mark_delete, individually_deleted)?;
             txn.commit()?;
             Ok(())
         })
@@ -959,28 +1098,16 @@ impl LedgerStore for RedbStore {
         chunks: &[Vec<u8>],
         property_updates: &[(&str, Option<i64>)],
     ) -> Result<(), StoreError> {
-        let count = u32::try_from(chunks.len()).map_err(|_| {
-            StoreError::Backend(format!("{} deletion-state chunks exceed u32", chunks.len()))
-        })?;
         contained("save_deletion_state", || {
             let txn = self.begin()?;
-            {
-                let mut md = txn.open_table(CURSOR_MARK_DELETE)?;
-                md.insert(
-                    (name, cursor),
-                    (mark_delete.ledger_id, mark_delete.entry_id),
-                )?;
-                let mut ranges = txn.open_table(CURSOR_RANGES)?;
-                ranges.insert((name, cursor), [].as_slice())?;
-                let mut table = txn.open_table(CURSOR_DELETION_CHUNKS)?;
-                remove_chunks(&mut table, name, cursor)?;
-                for (i, chunk) in (0..count).zip(chunks) {
-                    table.insert((name, cursor, i), chunk.as_slice())?;
-                }
-            }
-            for (k, v) in property_updates {
-                Self::set_cursor_property_in(&txn, name, cursor, k, *v)?;
-            }
+            Self::save_deletion_state_in(
+                &txn,
+                name,
+                cursor,
+                mark_delete,
+                chunks,
+                property_updates,
+            )?;
             txn.commit()?;
             Ok(())
         })
@@ -1023,6 +1150,22 @@ impl LedgerStore for RedbStore {
             txn.commit()?;
             Ok(())
         })
+    }
+
+    fn submit(&self, write: PendingWrite) {
+        let (write, admit, done) = write.into_parts();
+        let bytes = write.bytes();
+        let job = FnWrite::new(
+            bytes,
+            move |txn: &WriteTransaction| write.apply_in(txn),
+            done,
+        )
+        .with_admit(admit);
+        self.group_committer(|c| c.submit(Box::new(job)));
+    }
+
+    fn group_commit_stats(&self) -> Option<GroupCommitStats> {
+        self.committer.with(GroupCommitter::stats)
     }
 
     fn list_cursors(&self, name: &str) -> Result<Vec<String>, StoreError> {

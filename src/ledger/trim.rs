@@ -112,6 +112,10 @@ impl ManagedLedger {
     /// [`LedgerError::Fenced`] after [`ManagedLedger::fence`];
     /// [`LedgerError::Store`] if listing the cursors or the deletion fails.
     /// On error nothing is deleted and nothing changes.
+    ///
+    /// # Blocking
+    /// Yes: deleting the consumed ledgers is one store commit on the calling
+    /// thread, under the ledger's lock.
     pub fn trim_consumed_ledgers(
         &self,
         now_ms: u64,

@@ -404,7 +404,34 @@ impl PendingAckHandle {
     /// Before Ready the request is queued; in Error it fails with
     /// [`PendingAckError::NotReady`], after close with
     /// [`PendingAckError::Closed`].
+    ///
+    /// # Blocking
+    /// Blocks the calling thread for the log append when the handle is
+    /// Ready and batching is off (or the record fills a batch): one commit
+    /// of the store (an fsync on a [`RedbStore`](crate::ledger::RedbStore)
+    /// with `SyncMode::Immediate`). [`PendingAckHandle::append_async`] never
+    /// does.
     pub fn append(&self, record: PendingAckRecord, callback: AppendCallback) {
+        self.append_with(record, callback, true);
+    }
+
+    /// Non-blocking [`PendingAckHandle::append`]: the log append is queued
+    /// on the store writer ([`BufferedWriter::append_async`]) and
+    /// `callback` runs once the record is durable and applied, on the store
+    /// writer thread (with a [`RedbStore`](crate::ledger::RedbStore), in a
+    /// group commit shared with the writes that arrived meanwhile).
+    /// Requests made before Ready are queued and written when the replay
+    /// completes, on the replay executor's thread, as for
+    /// [`PendingAckHandle::append`].
+    ///
+    /// # Blocking
+    /// Never blocks on I/O with a `RedbStore`: it takes the handle's locks
+    /// for the state and conflict checks and queues the write.
+    pub fn append_async(&self, record: PendingAckRecord, callback: AppendCallback) {
+        self.append_with(record, callback, false);
+    }
+
+    fn append_with(&self, record: PendingAckRecord, callback: AppendCallback, blocking: bool) {
         let writer = {
             let mut c = self.inner.core.lock();
             match c.state {
@@ -449,16 +476,18 @@ impl PendingAckHandle {
         }
         let me = self.clone();
         let rec = record.clone();
-        writer.append(
-            record,
-            Box::new(move |r: Result<AppendAck, PendingAckError>| match r {
-                Ok(ack) => match me.apply_persisted(ack, &rec) {
-                    Ok(()) => callback(Ok(ack)),
-                    Err(e) => callback(Err(e)),
-                },
+        let done: AppendCallback = Box::new(move |r: Result<AppendAck, PendingAckError>| match r {
+            Ok(ack) => match me.apply_persisted(ack, &rec, blocking) {
+                Ok(()) => callback(Ok(ack)),
                 Err(e) => callback(Err(e)),
-            }),
-        );
+            },
+            Err(e) => callback(Err(e)),
+        });
+        if blocking {
+            writer.append(record, done);
+        } else {
+            writer.append_async(record, done);
+        }
     }
 
     /// Pulsar's check of the subscription cursor before a transactional
@@ -502,6 +531,7 @@ impl PendingAckHandle {
         &self,
         ack: AppendAck,
         record: &PendingAckRecord,
+        blocking: bool,
     ) -> Result<(), PendingAckError> {
         let (trim, applied) = {
             let mut st = self.inner.state.lock();
@@ -515,17 +545,28 @@ impl PendingAckHandle {
             (trim, applied)
         };
         if let Some(p) = trim {
-            self.trim_log(p);
+            self.trim_log(p, blocking);
         }
         applied
     }
 
-    /// Mark-deletes the pending-ack log up to `p` (never backwards).
-    fn trim_log(&self, p: Position) {
+    /// Mark-deletes the pending-ack log up to `p` (never backwards); after
+    /// a non-blocking append (on the store writer thread) through the
+    /// store writer too, without waiting.
+    fn trim_log(&self, p: Position, blocking: bool) {
         let cursor = self.cursor();
         if p > cursor.mark_delete_position() {
-            if let Err(e) = cursor.mark_delete(p) {
-                tracing::debug!(handle = %self.inner.name, %e, "pending-ack log trim failed");
+            if blocking {
+                if let Err(e) = cursor.mark_delete(p) {
+                    tracing::debug!(handle = %self.inner.name, %e, "pending-ack log trim failed");
+                }
+            } else {
+                let name = self.inner.name.clone();
+                cursor.mark_delete_async(p).on_complete(move |r| {
+                    if let Err(e) = r {
+                        tracing::debug!(handle = %name, %e, "pending-ack log trim failed");
+                    }
+                });
             }
         }
     }
@@ -550,13 +591,17 @@ impl PendingAckHandle {
     /// the entries whose committed acks the subscription now holds durably
     /// (Pulsar's `MLPendingAckStore` trims up to the subscription's
     /// persisted mark-delete). Only in Ready (a replay trims as it goes).
+    ///
+    /// # Blocking
+    /// May trim the pending-ack log: one store commit (the log cursor's
+    /// mark-delete) on the calling thread.
     pub fn subscription_persisted(&self) {
         if self.state() != HandleState::Ready {
             return;
         }
         let trim = self.inner.state.lock().take_trim(&*self.inner.subscription);
         if let Some(p) = trim {
-            self.trim_log(p);
+            self.trim_log(p, true);
         }
     }
 

@@ -90,6 +90,9 @@ impl ReadJob {
     /// Performs the read on the calling thread
     /// ([`crate::ledger::ManagedCursor::read_entries`]) and delivers the
     /// result to the replay; if the attempt already ended, reads nothing.
+    ///
+    /// # Blocking
+    /// Yes: the read (store I/O) on the calling thread; no durable write.
     pub fn run(self) {
         self.attempt.run_read(self.max_entries);
     }
@@ -512,6 +515,11 @@ impl ReplayAttempt {
     /// `Ledger(CursorAlreadyClosed)` if the cursor is closed at the start or
     /// while waiting, [`PendingAckError::Interrupted`]. The cursor has been
     /// rewound when this returns an error.
+    ///
+    /// # Blocking
+    /// Yes: runs the whole attempt on the calling thread (the replay
+    /// executor's): it waits for the reads it issues and trims the log as it
+    /// reports (store commits of the log cursor's mark-delete).
     pub fn run(
         self: &Arc<Self>,
         sink: &mut dyn ReplaySink,

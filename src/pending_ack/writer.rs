@@ -237,6 +237,14 @@ impl BufferedWriter {
 
     /// Appends `record`; `callback` gets where it was persisted or why not.
     /// Invalid records and appends after close fail through the callback.
+    ///
+    /// # Blocking
+    /// With batching off, or when the record fills a batch: one store commit of
+    /// the log append on the calling thread (an fsync on a
+    /// [`RedbStore`](crate::ledger::RedbStore) in `SyncMode::Immediate`), under
+    /// the writer's lock. Otherwise it only buffers (the flush timer writes the
+    /// batch on its own thread). The non-blocking form is
+    /// [`BufferedWriter::append_async`].
     pub fn append(&self, record: PendingAckRecord, callback: AppendCallback) {
         if let Err(e) = record.validate() {
             callback(Err(e));
@@ -270,6 +278,72 @@ impl BufferedWriter {
             }
         }
         run(done);
+    }
+
+    /// Non-blocking [`BufferedWriter::append`]: the record's log entry is
+    /// queued on the managed ledger's store writer
+    /// ([`ManagedLedger::append_async`]; on a
+    /// [`RedbStore`](crate::ledger::RedbStore) it shares a group commit
+    /// with the writes that arrive meanwhile) and `callback` runs once it is
+    /// durable, on the store writer thread. With batching on, the record is
+    /// buffered as by [`BufferedWriter::append`]; a batch this record fills
+    /// is queued the same way (the flush timer's batches are written on
+    /// the timer's thread).
+    ///
+    /// # Blocking
+    /// Never blocks on I/O with a `RedbStore` (takes the writer's lock to
+    /// queue the write). With a store whose `submit` is the default (the
+    /// in-memory store) the write and `callback` run on the calling thread.
+    pub fn append_async(&self, record: PendingAckRecord, callback: AppendCallback) {
+        if let Err(e) = record.validate() {
+            callback(Err(e));
+            return;
+        }
+        let mut done: Completions = Vec::new();
+        let queued = {
+            let mut i = self.inner.lock();
+            if i.state != WriterState::Open {
+                drop(i);
+                callback(Err(PendingAckError::WriterClosed));
+                return;
+            }
+            if !self.config.batching() || record.encoded_len_hint() >= self.config.max_bytes {
+                done.extend(self.flush_locked(&mut i));
+                Some((self.ledger.append_async(record.encode()), vec![callback]))
+            } else {
+                let len = record.encoded_len_hint();
+                i.buffer.push((record, callback));
+                i.bytes += len;
+                if i.buffer.len() >= self.config.max_records || i.bytes >= self.config.max_bytes {
+                    let batch = std::mem::take(&mut i.buffer);
+                    i.bytes = 0;
+                    i.flushes += 1;
+                    let records: Vec<PendingAckRecord> =
+                        batch.iter().map(|(r, _)| r.clone()).collect();
+                    let callbacks = batch.into_iter().map(|(_, cb)| cb).collect();
+                    Some((self.ledger.append_async(encode_batch(&records)), callbacks))
+                } else {
+                    None
+                }
+            }
+        };
+        run(done);
+        // Attached after the writer's lock is released: with a store that
+        // completes inline the callbacks run here, on the calling thread.
+        if let Some((completion, callbacks)) = queued {
+            completion.on_complete(move |r| {
+                let size = callbacks.len();
+                for (i, cb) in callbacks.into_iter().enumerate() {
+                    cb(r.clone()
+                        .map(|position| AppendAck {
+                            position,
+                            batch_size: size,
+                            batch_index: i,
+                        })
+                        .map_err(PendingAckError::Ledger));
+                }
+            });
+        }
     }
 
     /// Closes the writer (idempotent): fails unflushed callbacks, cancels the

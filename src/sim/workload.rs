@@ -699,6 +699,14 @@ impl Workload {
     pub fn node_unsupported(&self) -> Option<&'static str> {
         let f = &self.faults;
         [
+            (
+                f.seeks > 0 && (self.txn.transactions > 0 || self.txn_ack_ratio > 0.0),
+                "faults.seeks > 0 with transactions (the checker's transaction rules, sim::checker::txn, do not know seeks yet)",
+            ),
+            (
+                f.seeks > 0 && self.delayed_ratio > 0.0,
+                "faults.seeks > 0 with delayed messages (the delayed tracker's truth, sim::node::delayed, does not know seeks yet)",
+            ),
             (self.negative_ack_ratio > 0.0, "negative_ack_ratio > 0"),
             (
                 !f.crash_at_writes.is_empty(),

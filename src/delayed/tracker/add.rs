@@ -31,6 +31,12 @@ impl BucketDelayedDeliveryTracker {
     /// [`DelayedError::EntryIdOutOfRange`] (entry id outside `0..=u32::MAX`),
     /// [`DelayedError::InvalidLedgerId`], [`DelayedError::Closed`]; state
     /// unchanged.
+    ///
+    /// # Blocking
+    /// May block: sealing the mutable bucket writes its snapshot (one store
+    /// commit, with retries) on the calling thread, under the tracker's lock.
+    /// [`RedbSnapshotStorage::create_async`](crate::delayed::RedbSnapshotStorage::create_async)
+    /// is the storage's non-blocking write.
     pub fn add_message(
         &self,
         ledger_id: i64,

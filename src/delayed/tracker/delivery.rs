@@ -21,6 +21,11 @@ impl BucketDelayedDeliveryTracker {
     ///
     /// # Errors
     /// [`DelayedError::Closed`].
+    ///
+    /// # Blocking
+    /// May block: loading a bucket's next segment reads the store, and a bucket
+    /// whose last segment was delivered is deleted (one store commit), on the
+    /// calling thread under the tracker's lock.
     pub fn get_scheduled_messages(&self, max: usize) -> Result<Vec<Position>, DelayedError> {
         let mut inner = self.inner.lock();
         if inner.closed {

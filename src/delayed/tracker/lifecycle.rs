@@ -23,6 +23,10 @@ impl BucketDelayedDeliveryTracker {
     /// in-memory messages and the recorded mark-delete are kept; a later
     /// `clear` (or a mark-delete and trim past them) removes the rest;
     /// [`DelayedError::Closed`].
+    ///
+    /// # Blocking
+    /// Yes: deletes every bucket snapshot (one store commit each) on the
+    /// calling thread, under the tracker's lock.
     pub fn clear(&self) -> Result<(), DelayedError> {
         let mut inner = self.inner.lock();
         if inner.closed {

@@ -12,6 +12,11 @@ impl BucketDelayedDeliveryTracker {
     ///
     /// # Errors
     /// [`DelayedError::Closed`].
+    ///
+    /// # Blocking
+    /// May block: trims and merges buckets, each merge one store commit
+    /// (written and its sources deleted atomically), on the calling thread
+    /// under the tracker's lock.
     pub fn trim_and_merge(&self) -> Result<bool, DelayedError> {
         let mut inner = self.inner.lock();
         if inner.closed {

@@ -200,7 +200,15 @@ impl DeliveryChecker {
         ));
         for s in self.subs.values_mut() {
             s.delivered.push_back(0);
-            s.acked.push_back(NOT_ACKED);
+            // Registered after a seek reset the subscription past it (a
+            // send whose receipt came late): at or below its mark-delete,
+            // so skipped, as if it had been in the window at the reset.
+            if s.reset_mark_delete.is_some_and(|md| msg.position <= md) {
+                s.acked.push_back(SKIPPED);
+                s.skipped_count += 1;
+            } else {
+                s.acked.push_back(NOT_ACKED);
+            }
         }
         self.counts.published += 1;
     }

@@ -11,7 +11,9 @@
 //!   and batch ack sets): it is unacknowledged again and must be
 //!   delivered and acknowledged again before the run ends, else it is lost;
 //! - every consumer's incarnation ends (Pulsar disconnects the consumers):
-//!   what they held may be redelivered.
+//!   what they held may be redelivered;
+//! - a message registered after the reset (a send whose receipt came late)
+//!   at or below the latest reset's mark-delete is skipped at once.
 //!
 //! The window keeps per-message state only from the oldest message some
 //! subscription has not acknowledged; a backward seek below it (a target
@@ -75,6 +77,7 @@ impl DeliveryChecker {
             );
         }
         s.seeks.push(mark_delete);
+        s.reset_mark_delete = Some(mark_delete);
         // Pulsar closes every consumer of the subscription: their
         // incarnations end (a driver that delivers the close later also
         // reports it as a reconnect).
@@ -184,6 +187,20 @@ mod tests {
             counts.skipped_by_seek, 0,
             "every skipped one acked after the reopen"
         );
+    }
+
+    /// A message registered after a reset, at or below its mark-delete (a
+    /// late receipt), is skipped, not lost; one above it must come.
+    #[test]
+    fn a_message_registered_after_a_reset_below_its_mark_delete_is_skipped() {
+        let mut c = checker(1);
+        c.seek_reset("s", Position::new(1, 5), 1);
+        c.published(m(3), 0, 0);
+        c.published(m(7), 0, 0);
+        let (counts, first) = c.finish(2);
+        assert_eq!(counts.lost, 1, "{first:?}");
+        assert!(first.unwrap().contains("1:7#0"));
+        assert_eq!(counts.skipped_by_seek, 2, "1:0 and 1:3");
     }
 
     /// Retirement and a backward seek: with retirement after every ack, a

@@ -38,6 +38,9 @@ pub(super) struct SubState {
     pub(super) skipped_count: u64,
     /// Mark-delete after each completed seek, in seek order.
     pub(super) seeks: Vec<Position>,
+    /// The mark-delete of the latest seek reset (`seek.rs`): a message
+    /// registered later at or below it is skipped.
+    pub(super) reset_mark_delete: Option<Position>,
     /// The lowest mark-delete of a seek that reopened retired messages
     /// (`seek.rs`): their redelivery above it is allowed.
     pub(super) reopened_retired_above: Option<Position>,

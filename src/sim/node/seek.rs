@@ -110,6 +110,7 @@ impl Node<'_> {
             return;
         }
         if self.resets_of(&sub).unwrap_or(0) > before.unwrap_or(0) {
+            let md = md.max(self.first_position_before());
             self.seeks.applied.push((sub, md));
         }
     }
@@ -137,6 +138,17 @@ impl Node<'_> {
         self.apply_seek(sub, md);
     }
 
+    /// `(first ledger, -1)` of the live core's topic: a seek into a ledger
+    /// consumed-ledger trimming deleted lands on the first entry kept, as
+    /// Pulsar's reset does (`getNextValidPosition`).
+    fn first_position_before(&self) -> Position {
+        self.broker
+            .as_ref()
+            .and_then(|b| b.topics().get(TOPIC))
+            .and_then(|t| t.ml.ledgers().first().map(|(l, _)| Position::new(*l, -1)))
+            .unwrap_or(Position::new(i64::MIN, -1))
+    }
+
     fn apply_seek(&mut self, sub: &str, md: Position) {
         let now = self.now();
         self.node.seeks_applied += 1;
@@ -156,6 +168,7 @@ impl Node<'_> {
         let Ok(Some(cursor)) = store.load_cursor(TOPIC, &sub) else {
             return;
         };
+        let md = md.max(self.first_position_before());
         if cursor.mark_delete != md || !cursor.individually_deleted.is_empty() {
             return;
         }

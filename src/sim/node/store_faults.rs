@@ -231,6 +231,10 @@ impl LedgerStore for FaultyLedgerStore {
     ) -> Result<Option<Vec<Vec<u8>>>, StoreError> {
         self.inner.load_deletion_state(name, cursor)
     }
+
+    fn delete_cursor(&self, name: &str, cursor: &str) -> Result<(), StoreError> {
+        self.inner.delete_cursor(name, cursor)
+    }
 }
 
 /// The pending-ack log of subscription `sub` of `topic` (the core's name).

@@ -91,6 +91,10 @@ impl LedgerStore for Outage {
     ) -> Result<Option<Vec<Vec<u8>>>, StoreError> {
         self.inner.load_deletion_state(name, cursor)
     }
+
+    fn delete_cursor(&self, name: &str, cursor: &str) -> Result<(), StoreError> {
+        self.inner.delete_cursor(name, cursor)
+    }
 }
 
 /// A core on `dir`'s store whose reads of `target` fail while the returned
