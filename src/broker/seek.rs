@@ -156,6 +156,10 @@ impl Subscription {
         // the reset both ways (what it holds above the new mark-delete stays
         // tracked; what the dispatcher re-reads is added again).
         self.tracker.reset_mark_delete(md);
+        super::delayed_hooks::observe_tracker!(
+            &*self,
+            super::delayed_hooks::TrackerCall::MarkDelete(md)
+        );
         self.counters.resets += 1;
         tracing::info!(subscription = %self.name, mark_delete = %md, "subscription reset");
         Ok(md)

@@ -123,6 +123,19 @@ impl DeliveryChecker {
         }
     }
 
+    /// Whether `msg` is acknowledged (or skipped by a seek) on `sub`: a
+    /// client's negative ack of it then changes nothing (another
+    /// incarnation's ack of it landed first).
+    pub fn is_settled(&self, sub: &str, msg: MessageRef) -> bool {
+        let Some(s) = self.subs.get(sub) else {
+            return false;
+        };
+        match self.index.get(&msg) {
+            Some(i) => s.acked[*i - self.base] != NOT_ACKED,
+            None => self.retired.contains(msg),
+        }
+    }
+
     /// Marks window index `idx` (absolute − base) acknowledged on `s`.
     fn mark_acked(s: &mut SubState, idx: usize, counts: &mut CheckerCounts) {
         match std::mem::replace(&mut s.acked[idx], ACKED) {

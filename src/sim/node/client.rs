@@ -88,7 +88,7 @@ impl Producer {
 #[derive(Debug, Clone)]
 struct OutAck {
     /// The consumer's era when the ack was sent (see [`Consumer::era`]).
-    era: u64,
+    pub(super) era: u64,
     ids: Vec<MessageIdData>,
     msgs: Vec<MessageRef>,
     cumulative: Option<Position>,
@@ -113,12 +113,12 @@ pub(super) struct Consumer {
     /// Bumped whenever the checker starts a new incarnation of this
     /// consumer (reconnect, resubscribe, redelivery request, restart): an
     /// ack receipt of an earlier era counts as an ack only.
-    era: u64,
+    pub(super) era: u64,
     next_req: u64,
     poll_scheduled: bool,
     /// Messages the client library handed off (recorded as delivered when
     /// they arrived), waiting for the application; each holds its permit.
-    app: VecDeque<(ReceivedMessage, MessageRef)>,
+    pub(super) app: VecDeque<(ReceivedMessage, MessageRef)>,
     since_cumulative: u32,
     cumulative_candidate: Option<CumulativeUpTo>,
     /// The entry whose batch the application is inside and the next index
@@ -130,6 +130,9 @@ pub(super) struct Consumer {
     /// While set, Flows the client library decides stay queued on its
     /// connection (a re-creation right after a poll: `same_connection`).
     hold_flows: bool,
+    /// Messages the application negatively acknowledged, per entry, with
+    /// the era they were delivered in (`nack.rs`).
+    pub(super) nacks: BTreeMap<Position, (u64, Vec<MessageRef>)>,
 }
 
 /// What the next cumulative ack covers: an entry whole, or (a cumulative
@@ -217,6 +220,7 @@ impl Node<'_> {
                     batch_seen: None,
                     faulty_closes: 0,
                     hold_flows: false,
+                    nacks: BTreeMap::new(),
                 });
                 let c = self.consumers.len() - 1;
                 let at = self.rng.random_range(0..=10);
@@ -911,7 +915,6 @@ impl Node<'_> {
             };
             let pos = mref.position;
             let bi = m.message_id.batch_index.unwrap_or(-1);
-            let co = &mut self.consumers[c];
             let batch = m.message_id.batch_size.filter(|_| bi >= 0);
             if txn.is_some() {
                 // A transactional ack (of a batch's message: the batch-index
@@ -941,6 +944,23 @@ impl Node<'_> {
                 drop(m);
                 continue;
             }
+            // A negative ack (`nack.rs`): not acknowledged; the entry's
+            // negatively acknowledged messages go back in one request once
+            // the application is done with the entry's delivery.
+            if cumulative_every == 0 && self.nack_drawn() {
+                let era = self.consumers[c].era;
+                let e = self.consumers[c]
+                    .nacks
+                    .entry(pos)
+                    .or_insert_with(|| (era, Vec::new()));
+                if e.0 != era {
+                    *e = (era, Vec::new());
+                }
+                e.1.push(mref);
+                drop(m);
+                continue;
+            }
+            let co = &mut self.consumers[c];
             // An individual ack is sent now: the client skips redeliveries
             // of it (Pulsar's ack-grouping `isDuplicate`). A message only
             // covered by a later cumulative ack is not acknowledged yet.
@@ -1037,6 +1057,7 @@ impl Node<'_> {
                 },
             );
         }
+        self.send_nacks(c);
         let co = &mut self.consumers[c];
         let empty = co.app.is_empty();
         if cumulative_every > 0

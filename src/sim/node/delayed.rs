@@ -195,7 +195,6 @@ fn observe(
     } = sh;
     let truth = truths.entry(sub.to_string()).or_default();
     let mut report = |what: String| violations.push((sub.to_string(), what, false));
-    let mut count_check = true;
     match call {
         TrackerCall::Opened { mark_delete } => {
             let n = opened.entry(sub.to_string()).or_insert(0);
@@ -266,9 +265,21 @@ fn observe(
                 }
             }
             truth.checked_stats = Some(t.stats());
-            // The truth drops what it held with the cleared backlog's
-            // mark-delete, the core's next call.
-            count_check = false;
+            // A clear drops everything; a failed one keeps the buckets it
+            // could not delete (until the mark-delete that follows): the
+            // truth holds what the tracker still does.
+            let held: Vec<(Position, u64)> = if ok {
+                Vec::new()
+            } else {
+                truth
+                    .ever_added()
+                    .filter(|(p, _)| t.contains_message(p.ledger_id, p.entry_id))
+                    .collect()
+            };
+            let reported = truth.invariant_reported;
+            truth.resync(held);
+            truth.invariant_reported = reported;
+            truth.checked_stats = Some(t.stats());
         }
     }
     let stats = t.stats();
@@ -282,7 +293,7 @@ fn observe(
         }
     }
     let n = t.number_of_delayed_messages();
-    if count_check && n != truth.len() && !truth.mismatch_reported {
+    if n != truth.len() && !truth.mismatch_reported {
         truth.mismatch_reported = true;
         let want = truth.len();
         report(format!("count mismatch: reports {n} delayed messages, holds {want} (accepted, not yet scheduled, above the mark-delete)"));

@@ -57,6 +57,7 @@ mod counters;
 mod delayed;
 mod faults;
 mod faulty;
+mod nack;
 mod seek;
 mod store_faults;
 mod stored_once;
@@ -470,6 +471,7 @@ impl Node<'_> {
         config.deduplication = self.opts.sabotage != Some(crate::sim::Sabotage::NoDeduplication);
         config.admission = self.admission_hook(Arc::clone(&self.admission_rejections));
         config.ledger.auto_skip_non_recoverable_data = self.auto_skip;
+        self.store_plan.lock().new_core();
         let ledgers = Arc::new(store_faults::FaultyLedgerStore::new(
             store.clone(),
             Arc::clone(&self.store_plan),
@@ -753,6 +755,14 @@ impl Node<'_> {
             self.handle(ev);
             self.heartbeat.end();
             self.check_delayed_overdue();
+            let hot = self.store_plan.lock().hot_retry.take();
+            if let Some(what) = hot {
+                self.checker.livelock(
+                    &format!("livelock at t={now}ms in pending_ack replay: {what}"),
+                    now,
+                );
+                break;
+            }
             steps += 1;
             if let Some(report) = self.heartbeat.hang_report() {
                 self.checker.livelock(&report, now);

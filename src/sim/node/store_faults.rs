@@ -23,6 +23,12 @@
 //!   core and is named by the livelock watchdog. The completing shapes
 //!   (non-recoverable data, fenced, closed cursor) are not store errors
 //!   here: `faults.lose_pending_ack_ledger` is the non-recoverable one.
+//! - **the retry pace the store sees**: after a failed read of a
+//!   pending-ack log, the same core reads that log again no sooner than
+//!   [`MIN_REPLAY_RETRY_MS`] later (Pulsar's pending-ack backoff starts at
+//!   100 ms and never returns less). A read sooner is a retry loop without
+//!   backoff (the "hot loop" of a failing read): reported as a livelock,
+//!   from the storage side, without reading the core's state.
 //! - **a lost pending-ack ledger** (`faults.lose_pending_ack_ledger`): at
 //!   the first restart, before the new core opens, the ledger of each
 //!   subscription's pending-ack log holding the first record its replay
@@ -54,6 +60,11 @@ const PENDING_ACK_CURSOR: &str = "__pending_ack_state";
 /// after a restart with replay read failures, virtual ms.
 pub(super) const REPLAY_FAILURE_WINDOW_MS: u64 = 2_000;
 
+/// The shortest pause between a failed read of a pending-ack log and the
+/// next read of it by the same core, virtual ms (Pulsar's pending-ack
+/// backoff: initial 100 ms, never less).
+pub(super) const MIN_REPLAY_RETRY_MS: u64 = 100;
+
 /// Reads of one pending-ack log since the window opened.
 #[derive(Debug, Clone, Copy)]
 struct ReplayFault {
@@ -74,6 +85,12 @@ pub(super) struct StorePlan {
     replay_until: Option<u64>,
     /// The driver's virtual time, ms.
     pub(super) now_ms: u64,
+    /// Per pending-ack log, when the current core's last read of it failed.
+    failed_at: BTreeMap<String, u64>,
+    /// The first read of a pending-ack log sooner than
+    /// [`MIN_REPLAY_RETRY_MS`] after a failed one (a retry without
+    /// backoff), for the driver to report.
+    pub(super) hot_retry: Option<String>,
     /// Entry reads failed by outages.
     pub(super) outage_failures: u64,
     /// Pending-ack log reads failed by the armed replay faults.
@@ -97,8 +114,33 @@ impl StorePlan {
         self.replay_until = None;
     }
 
-    /// The failure of a read of `name`, if one is due.
+    /// A new core: the retry pace is judged per core.
+    pub(super) fn new_core(&mut self) {
+        self.failed_at.clear();
+    }
+
+    /// The failure of a read of `name`, if one is due (and the pace of
+    /// retries after failed pending-ack reads).
     fn read_fault(&mut self, name: &str) -> Option<StoreError> {
+        let pending_ack = name.ends_with(PENDING_ACK_SUFFIX);
+        if pending_ack {
+            if let Some(t) = self.failed_at.remove(name) {
+                if self.now_ms < t + MIN_REPLAY_RETRY_MS && self.hot_retry.is_none() {
+                    self.hot_retry = Some(format!(
+                        "pending-ack log {name} read again {} ms after a failed read (the backoff's least is {MIN_REPLAY_RETRY_MS} ms): a retry loop without backoff",
+                        self.now_ms - t
+                    ));
+                }
+            }
+        }
+        let e = self.fault_of(name);
+        if pending_ack && e.is_some() {
+            self.failed_at.insert(name.to_string(), self.now_ms);
+        }
+        e
+    }
+
+    fn fault_of(&mut self, name: &str) -> Option<StoreError> {
         if self.outage {
             self.outage_failures += 1;
             return Some(StoreError::Unavailable(
@@ -297,7 +339,7 @@ mod tests {
     }
 
     #[test]
-    fn an_outage_fails_every_read_and_a_replay_failure_only_the_drawn_read_of_each_log() {
+    fn an_outage_fails_every_read_and_a_replay_window_every_pending_ack_read_in_it() {
         let (_d, inner) = store();
         let log = pending_ack_log("t", "s");
         inner.create_ledger(&log, 1).unwrap();
@@ -321,18 +363,51 @@ mod tests {
         ));
         plan.lock().outage = false;
         plan.lock().arm_replay_failure(2, true);
-        assert!(s.read(&log, 1, 0, 0).is_ok());
-        assert!(matches!(
-            s.read(&log, 1, 0, 0),
-            Err(StoreError::Throttled(_))
-        ));
-        assert!(s.read(&log, 1, 0, 0).is_ok(), "one failure per arming");
+        assert!(s.read(&log, 1, 0, 0).is_ok(), "the first read succeeds");
+        for now in [0, 50, 1_000] {
+            plan.lock().now_ms = now;
+            assert!(matches!(
+                s.read(&log, 1, 0, 0),
+                Err(StoreError::Throttled(_))
+            ));
+        }
         assert!(
             s.read("t", 1, 0, 0).is_ok(),
             "topics are not pending-ack logs"
         );
+        plan.lock().now_ms = REPLAY_FAILURE_WINDOW_MS;
+        assert!(s.read(&log, 1, 0, 0).is_ok(), "the window closed");
+        plan.lock().hot_retry = None;
         let p = plan.lock();
-        assert_eq!((p.outage_failures, p.replay_failures), (1, 1));
+        assert_eq!((p.outage_failures, p.replay_failures), (1, 3));
+    }
+
+    #[test]
+    fn a_pending_ack_read_sooner_than_the_least_backoff_after_a_failure_is_a_hot_retry() {
+        let (_d, inner) = store();
+        let plan = SharedPlan::default();
+        let s = FaultyLedgerStore::new(inner, Arc::clone(&plan));
+        let log = pending_ack_log("t", "s");
+        plan.lock().arm_replay_failure(1, false);
+        assert!(s.read(&log, 1, 0, 0).is_err());
+        plan.lock().now_ms = MIN_REPLAY_RETRY_MS;
+        assert!(s.read(&log, 1, 0, 0).is_err(), "at the least backoff: fine");
+        assert_eq!(plan.lock().hot_retry, None);
+        plan.lock().now_ms = MIN_REPLAY_RETRY_MS + 99;
+        assert!(s.read(&log, 1, 0, 0).is_err());
+        let hot = plan
+            .lock()
+            .hot_retry
+            .clone()
+            .expect("a retry 99 ms after a failure");
+        assert!(hot.contains("99 ms"), "{hot}");
+        // A new core's first read is not a retry of the old core's.
+        let mut p = plan.lock();
+        p.hot_retry = None;
+        p.new_core();
+        drop(p);
+        assert!(s.read(&log, 1, 0, 0).is_err());
+        assert_eq!(plan.lock().hot_retry, None);
     }
 
     #[test]
