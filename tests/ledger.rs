@@ -773,3 +773,50 @@ fn losing_the_current_ledger_rolls_over_and_survives_reopen() {
         LedgerError::LedgerNotExist { ledger_id: 1 }
     );
 }
+
+/// An append planned for a caller's transaction (the broker's group
+/// commit: the entries of two managed ledgers in one commit) is invisible
+/// until applied after the commit, rolls over like `append_batch`, and a
+/// plan the ledger moved past is refused with nothing changed.
+#[test]
+fn planned_appends_of_two_ledgers_share_one_commit_and_apply_after_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = RedbStore::open(dir.path().join("store.redb")).unwrap();
+    let a = ManagedLedger::open("a", cfg(2), Arc::new(store.clone())).unwrap();
+    let b = ManagedLedger::open("b", cfg(2), Arc::new(store.clone())).unwrap();
+    let pa: Vec<&[u8]> = vec![b"1", b"2", b"3"];
+    let pb: Vec<&[u8]> = vec![b"x"];
+    let plan_a = a.plan_append(&pa).unwrap();
+    let plan_b = b.plan_append(&pb).unwrap();
+    let txn = store.begin().unwrap();
+    RedbStore::append_in(&txn, a.name(), &plan_a.segments(&pa)).unwrap();
+    RedbStore::append_in(&txn, b.name(), &plan_b.segments(&pb)).unwrap();
+    txn.commit().unwrap();
+    // Durable but not yet the ledger's: no cursor reads it.
+    assert_eq!(a.last_confirmed_entry(), p(1, -1));
+    assert_eq!(
+        a.apply_append(&plan_a).unwrap(),
+        vec![p(1, 0), p(1, 1), p(2, 0)]
+    );
+    assert_eq!(b.apply_append(&plan_b).unwrap(), vec![p(1, 0)]);
+    let c = a.open_cursor("s").unwrap();
+    let read: Vec<Vec<u8>> = c
+        .read_entries(10)
+        .unwrap()
+        .into_iter()
+        .map(|e| e.data)
+        .collect();
+    assert_eq!(read, vec![b"1".to_vec(), b"2".to_vec(), b"3".to_vec()]);
+    // A stale plan (the ledger moved since) is refused; nothing changes.
+    let stale = b.plan_append(&pb).unwrap();
+    b.append(b"y").unwrap();
+    assert!(matches!(
+        b.apply_append(&stale),
+        Err(LedgerError::InvalidArgument(_))
+    ));
+    assert_eq!(b.last_confirmed_entry(), p(1, 1));
+    // Reopened: the store holds what the commit wrote.
+    drop((c, a, b));
+    let a = ManagedLedger::open("a", cfg(2), Arc::new(store)).unwrap();
+    assert_eq!(a.last_confirmed_entry(), p(2, 0));
+}

@@ -123,7 +123,7 @@ fn the_second_topic_reader_closed_by_a_failed_write_subscribes_again() {
     w.faults.write_failure_ratio = 0.05;
     w.faults.crash_points = 0;
     w.txn.crashes_during_end = 0;
-    let r = run_seed(&w, 1, pulsar_core::ledger::SyncMode::Immediate).unwrap();
+    let r = run_seed(&w, 2, pulsar_core::ledger::SyncMode::Immediate).unwrap();
     let t = &r.activity.node.as_ref().expect("node activity").txn;
     assert!(t.reader_closed_by_broker > 0 && t.committed > 0, "{t:?}");
     assert!(

@@ -75,6 +75,7 @@ impl Broker {
     /// Connection `conn` opened (Pulsar's channel active). Reopening an id
     /// still open closes the old connection first.
     pub fn handle_open(&mut self, conn: ConnectionId, now_ms: u64) {
+        self.commit_sends();
         self.tick(now_ms);
         if self.conns.contains_key(&conn) {
             self.forget(conn);
@@ -87,6 +88,7 @@ impl Broker {
     /// unacknowledged entries go to replay and other consumers get them)
     /// and its producers closed.
     pub fn handle_close(&mut self, conn: ConnectionId, now_ms: u64) {
+        self.commit_sends();
         self.tick(now_ms);
         self.forget(conn);
     }
@@ -247,6 +249,10 @@ impl Broker {
                 "command type {} carries a payload",
                 cmd.r#type
             )));
+        }
+        if !super::send_commit::passes_batch(cmd.r#type) {
+            // Its handling depends on the outcome of the turn's SENDs.
+            self.commit_sends();
         }
         match cmd.r#type {
             ty::CONNECT => {

@@ -56,14 +56,19 @@ const EPOCH_KEY: &str = "topic_epoch";
 /// Entries read per replay step.
 const REPLAY_BATCH: usize = 256;
 
-/// Pulsar's `MessageDupStatus` (the core is synchronous, so there is no
-/// `Unknown`: a send is either persisted or refused before the next one).
+/// Pulsar's `MessageDupStatus`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Verdict {
     /// Store it.
     NotDup,
     /// Already persisted: answer without storing.
     Dup,
+    /// At or below a sequence id of an entry of the current group commit
+    /// (pushed, not yet durable: Pulsar's `Unknown`, between
+    /// `highestSequencedPushed` and `highestSequencedPersisted`). Not
+    /// stored; answered after that commit: a duplicate's receipt when it
+    /// committed, `PersistenceError` when it failed (the client resends).
+    Pending,
 }
 
 /// One topic's deduplication state.
@@ -74,6 +79,10 @@ pub struct Deduplication {
     cursor: ManagedCursor,
     /// Highest sequence id persisted, by producer name.
     persisted: BTreeMap<String, i64>,
+    /// Highest sequence id of an entry of the current group commit, by
+    /// producer name (Pulsar's `highestSequencedPushed`); empty between
+    /// commits.
+    pushed: BTreeMap<String, i64>,
     /// Entries appended since the last snapshot.
     since_snapshot: u64,
     /// The last entry the map covers.
@@ -85,6 +94,23 @@ pub struct Deduplication {
 
 fn seq_i64(v: u64) -> i64 {
     i64::try_from(v).unwrap_or(i64::MAX)
+}
+
+/// Raises `name`'s highest sequence id in `map` to the entry's (a chunk
+/// other than the last counts for nothing).
+fn record_in(
+    map: &mut BTreeMap<String, i64>,
+    name: &str,
+    sequence_id: u64,
+    highest: u64,
+    chunk: Option<ChunkPart>,
+) {
+    if chunk.is_some_and(|c| !c.is_last()) {
+        return;
+    }
+    let h = seq_i64(sequence_id.max(highest));
+    let e = map.entry(name.to_string()).or_insert(h);
+    *e = (*e).max(h);
 }
 
 impl Deduplication {
@@ -117,6 +143,7 @@ impl Deduplication {
             ledger: ml.name().to_string(),
             cursor,
             persisted,
+            pushed: BTreeMap::new(),
             since_snapshot: 0,
             last: None,
             snapshot_ms: now_ms,
@@ -200,19 +227,31 @@ impl Deduplication {
         if !self.enabled || chunk.is_some_and(|c| !c.is_last()) {
             return Verdict::NotDup;
         }
-        match self.persisted.get(name) {
-            Some(&h) if seq_i64(sequence_id) <= h => Verdict::Dup,
+        let seq = seq_i64(sequence_id);
+        match (self.persisted.get(name), self.pushed.get(name)) {
+            (Some(&h), _) if seq <= h => Verdict::Dup,
+            (_, Some(&h)) if seq <= h => Verdict::Pending,
             _ => Verdict::NotDup,
         }
     }
 
     fn record(&mut self, name: &str, sequence_id: u64, highest: u64, chunk: Option<ChunkPart>) {
-        if chunk.is_some_and(|c| !c.is_last()) {
-            return;
+        record_in(&mut self.persisted, name, sequence_id, highest, chunk);
+    }
+
+    /// Entry `sequence_id ..= highest` of `name` joined the current group
+    /// commit: a later SEND at or below it is [`Verdict::Pending`] until
+    /// [`Deduplication::commit_ended`].
+    pub fn pushed(&mut self, name: &str, sequence_id: u64, highest: u64, chunk: Option<ChunkPart>) {
+        if self.enabled {
+            record_in(&mut self.pushed, name, sequence_id, highest, chunk);
         }
-        let h = seq_i64(sequence_id.max(highest));
-        let e = self.persisted.entry(name.to_string()).or_insert(h);
-        *e = (*e).max(h);
+    }
+
+    /// The group commit ended (its entries were recorded by
+    /// [`Deduplication::persisted`], or it failed and they are not stored).
+    pub fn commit_ended(&mut self) {
+        self.pushed.clear();
     }
 
     /// Entry `pos` of `name` (`sequence_id` ..= `highest`) was persisted at

@@ -19,14 +19,16 @@
 //!
 //! Bound: a group is one turn of the driver (the frames it hands the core
 //! before it next polls), so the added delay is the time the driver takes
-//! to handle the frames of one read, and the group's size is what one read
-//! carries (`serve`: one socket read of at most its read chunk; the
-//! simulator's node engine: one delivery of bytes to the core). A driver
+//! to handle the frames of one turn, and the group's size is what the turn
+//! carries (`serve`: the socket reads of every connection queued for the
+//! core while the previous turn ran; the simulator's node engine: every
+//! delivery of bytes at one virtual instant). A driver
 //! that polls after every frame gets one commit per ack, as without
 //! grouping.
 //!
-//! Sends, transactional acks and END_TXN still commit per command (each
-//! completes before its reply is queued).
+//! The turn's SENDs are committed first, in one transaction of their own
+//! (`send_commit.rs`). Transactional acks and END_TXN still commit per
+//! command (each completes before its reply is queued).
 
 use std::collections::BTreeSet;
 
@@ -111,13 +113,15 @@ pub(crate) fn ack_response(
 }
 
 impl Broker {
-    /// Ends the driver's turn: persists the deletion state of every
+    /// Ends the driver's turn: commits the turn's SENDs (one store
+    /// transaction, then their receipts), persists the deletion state of every
     /// subscription acknowledged since the last flush (one store commit per
     /// subscription, whatever the number of acks), then releases their ack
     /// receipts (an error receipt when the commit failed) and dispatches
     /// them. [`Broker::poll_output`] calls it, so a driver needs to call it
     /// only to end a turn without polling.
     pub fn flush(&mut self) {
+        self.commit_sends();
         if self.acks.is_empty() {
             return;
         }

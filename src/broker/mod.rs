@@ -74,7 +74,17 @@
 //! no ack response is queued before its commit. A group is what the
 //! driver hands the core between two polls (its added delay is the
 //! driver's handling of those frames; its size, the frames of one read or
-//! delivery). SEND, transactional ACK and END_TXN commit per command.
+//! delivery).
+//!
+//! Group commit of SENDs (`send_commit.rs`): the SENDs of one turn, across
+//! connections, producers and topics, are appended in ONE store
+//! transaction when the turn ends (before the acks' commits); each
+//! SEND_RECEIPT is queued after that commit, never before, and a new entry
+//! is readable and dispatchable only once durable. A batch holds at most
+//! [`send_commit::MAX_BATCH_ENTRIES`] entries and
+//! [`send_commit::MAX_BATCH_BYTES`] bytes; a command whose handling depends
+//! on the batch's outcome commits it first. Transactional ACK and END_TXN
+//! commit per command.
 //!
 //! Units: time in epoch milliseconds (`u64`), sizes in bytes, permits in
 //! messages (PIP-491: a batch entry costs its deliverable indexes).
@@ -134,6 +144,7 @@ mod publish;
 pub mod read_backoff;
 mod reader;
 mod seek;
+pub mod send_commit;
 pub mod subscription;
 pub mod topic;
 pub mod txn;
@@ -252,6 +263,8 @@ pub struct Broker {
     txn: txn::TxnRuntime,
     /// Acks of the current turn waiting for their group commit.
     acks: group_commit::AckGroup,
+    /// SENDs of the current turn waiting for their group commit.
+    sends: send_commit::SendBatch,
     lifecycle: lifecycle::Lifecycle,
 }
 
@@ -268,7 +281,11 @@ impl Broker {
     /// e.g. one that adds a storage layer's failures: its typed errors are
     /// handled as Pulsar handles BookKeeper's, see `read_backoff.rs`).
     /// Everything else (cursor state of the delayed trackers, the
-    /// transaction coordinator's log, snapshots) stays on `store`.
+    /// transaction coordinator's log, snapshots) stays on `store`; so do
+    /// the appends of SENDs, which the group commit writes for several
+    /// topics in one transaction of `store` (`send_commit.rs`): `ledgers`
+    /// must be over `store`'s database, and its `append` is not called for
+    /// SENDs.
     pub fn with_ledger_store(
         store: RedbStore,
         ledgers: Arc<dyn LedgerStore>,
@@ -291,6 +308,7 @@ impl Broker {
             clock: Arc::new(VirtualClock::new(now_ms)),
             txn: txn::TxnRuntime::new(now_ms),
             acks: group_commit::AckGroup::default(),
+            sends: send_commit::SendBatch::default(),
             lifecycle: lifecycle::Lifecycle::default(),
         };
         // The coordinator recovers at start: transactions a crash left
@@ -362,6 +380,7 @@ impl Broker {
     /// delayed entries, and anything a consumer can now take), and trims
     /// consumed ledgers when their interval has passed.
     pub fn handle_timeout(&mut self, now_ms: u64) {
+        self.commit_sends();
         self.tick(now_ms);
         self.txn_timers();
         self.trim_if_due();

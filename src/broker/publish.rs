@@ -34,12 +34,12 @@
 
 use crate::proto::command::{self, server_error, ty, BrokerCommand};
 use crate::proto::frame::parse_entry_payload;
-use crate::proto::wire::MessageIdData;
 
 use super::chunking::{publish_metadata, PublishFields};
 use super::dedup::Verdict;
 use super::entry::entry_info;
 use super::producer::{AccessMode, Admitted, ProducerSlot};
+use super::send_commit::{dup_receipt_cmd, send_error_cmd, PendingEntry, SendId};
 use super::topic::{name_for_error, MAX_NAME_BYTES};
 use super::{Broker, ConnectionId};
 
@@ -292,19 +292,7 @@ impl Broker {
         message: String,
     ) {
         tracing::warn!(conn, producer_id = s.producer_id, sequence_id = s.sequence_id, error, %message, "SendError");
-        self.reply(
-            conn,
-            BrokerCommand {
-                r#type: ty::SEND_ERROR,
-                send_error: Some(command::CommandSendError {
-                    producer_id: s.producer_id,
-                    sequence_id: s.sequence_id,
-                    error,
-                    message,
-                }),
-                ..Default::default()
-            },
-        );
+        self.send_reply(conn, send_error_cmd(SendId::of(s), error, message));
     }
 
     /// A refusal no retry cures: the code `conn`'s client fails the message on.
@@ -317,25 +305,9 @@ impl Broker {
         self.send_error(conn, s, code, message);
     }
 
-    fn receipt(&mut self, conn: ConnectionId, s: &command::CommandSend, id: MessageIdData) {
-        self.reply(
-            conn,
-            BrokerCommand {
-                r#type: ty::SEND_RECEIPT,
-                send_receipt: Some(command::CommandSendReceipt {
-                    producer_id: s.producer_id,
-                    sequence_id: s.sequence_id,
-                    message_id: Some(id),
-                    highest_sequence_id: Some(s.highest_sequence_id.unwrap_or(0)),
-                }),
-                ..Default::default()
-            },
-        );
-    }
-
     /// SEND: validates the entry, answers a duplicate without storing it,
-    /// appends (synchronously: the receipt is queued after the commit),
-    /// then dispatches the topic's subscriptions.
+    /// and adds the entry to the turn's group commit (`send_commit.rs`: its
+    /// receipt is queued after the commit, then the topic dispatches).
     pub(super) fn handle_send(
         &mut self,
         conn: ConnectionId,
@@ -396,7 +368,6 @@ impl Broker {
             }
             None
         };
-        let now = self.now();
         let Some(topic) = self.topics.get_mut(&p.topic) else {
             return self.send_error(
                 conn,
@@ -405,53 +376,24 @@ impl Broker {
                 format!("topic {} not open", p.topic),
             );
         };
-        if topic.dedup.check(&p.name, s.sequence_id, chunk) == Verdict::Dup {
-            tracing::info!(conn, producer = %p.name, sequence_id = s.sequence_id, "duplicate SEND answered without storing it");
-            return self.receipt(
+        match topic.dedup.check(&p.name, s.sequence_id, chunk) {
+            Verdict::Dup => {
+                tracing::info!(conn, producer = %p.name, sequence_id = s.sequence_id, "duplicate SEND answered without storing it");
+                self.send_reply(conn, dup_receipt_cmd(SendId::of(&s)));
+            }
+            Verdict::Pending => {
+                tracing::info!(conn, producer = %p.name, sequence_id = s.sequence_id, "duplicate of an entry of this group commit: answered after it");
+                self.hold_dup_of_pending(conn, SendId::of(&s));
+            }
+            Verdict::NotDup => self.hold_entry(PendingEntry {
                 conn,
-                &s,
-                MessageIdData {
-                    ledger_id: u64::MAX,
-                    entry_id: u64::MAX,
-                    ..Default::default()
-                },
-            );
-        }
-        let pos = match topic.ml.append(payload) {
-            Ok(p) => p,
-            Err(e) => {
-                return self.send_error(conn, &s, server_error::PERSISTENCE_ERROR, e.to_string())
-            }
-        };
-        topic.dedup.persisted(
-            &p.name,
-            s.sequence_id,
-            s.highest_sequence_id.unwrap_or(0),
-            chunk,
-            pos,
-            now,
-        );
-        if let Some(id) = txn {
-            topic
-                .buffer
-                .lock()
-                .observe(pos, super::txn::EntryTxn::Data(id));
-        }
-        self.receipt(
-            conn,
-            &s,
-            MessageIdData {
-                ledger_id: pos.ledger_id as u64,
-                entry_id: pos.entry_id as u64,
-                ..Default::default()
-            },
-        );
-        if let Some(t) = self.topics.get_mut(&p.topic) {
-            for sub in t.subscriptions.values_mut() {
-                if !sub.consumers.is_empty() {
-                    sub.dispatch(&t.ml, &mut self.out);
-                }
-            }
+                send: SendId::of(&s),
+                topic: p.topic.clone(),
+                producer_name: p.name.clone(),
+                chunk,
+                txn,
+                payload: payload.to_vec(),
+            }),
         }
     }
 }

@@ -1033,6 +1033,8 @@ mod group_commit;
 mod lifecycle;
 mod producers;
 mod seek;
+#[cfg(feature = "sim")]
+mod send_commit;
 mod txn;
 
 mod admission;

@@ -258,6 +258,38 @@ pub(super) fn plan_segments(
     (out, (id, info))
 }
 
+/// An append planned by [`ManagedLedger::plan_append`] and not yet applied:
+/// where its entries go.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PlannedAppend {
+    /// The current ledger and its entry count when planned.
+    base: (i64, i64),
+    /// `(ledger_id, first_entry_id, count)` segments.
+    segments: Vec<PlannedSegment>,
+    /// Payload bytes per segment.
+    bytes: Vec<u64>,
+}
+
+impl PlannedAppend {
+    /// The store segments of the planned batch (`payloads`: the ones it was
+    /// planned for, in order).
+    pub fn segments<'a>(&self, payloads: &'a [&'a [u8]]) -> Vec<AppendSegment<'a>> {
+        let mut rest = payloads;
+        self.segments
+            .iter()
+            .map(|&(ledger_id, first_entry_id, count)| {
+                let (chunk, tail) = rest.split_at(count.min(rest.len()));
+                rest = tail;
+                AppendSegment {
+                    ledger_id,
+                    first_entry_id,
+                    payloads: chunk,
+                }
+            })
+            .collect()
+    }
+}
+
 /// A managed ledger: an append-only sequence of ledgers persisted in a
 /// [`LedgerStore`]. Cheap to share (`Arc<ManagedLedger>`); appends from any
 /// thread are serialised by an internal lock.
@@ -432,6 +464,85 @@ impl ManagedLedger {
             let info = state.ledgers.entry(seg.ledger_id).or_default();
             info.entries = seg.first_entry_id + n;
             info.size_bytes += seg.payloads.iter().map(|p| p.len() as u64).sum::<u64>();
+        }
+        crate::trace::ledger_cursor::append_entries(&self.name, &out);
+        Ok(out)
+    }
+
+    /// First half of an append whose store write the caller makes part of a
+    /// larger transaction (the broker's group commit of SENDs: the entries
+    /// of several managed ledgers in one commit): where `payloads` go. Store
+    /// them with [`PlannedAppend::segments`] (e.g.
+    /// [`RedbStore::append_in`](super::RedbStore::append_in)) on this
+    /// ledger's store, commit, then [`ManagedLedger::apply_append`]. Until
+    /// then nothing changes: readers and cursors do not see the entries
+    /// (an entry becomes readable only once durable). The caller appends
+    /// nothing else to this ledger in between.
+    ///
+    /// # Errors
+    /// [`LedgerError::Fenced`] after [`ManagedLedger::fence`];
+    /// [`LedgerError::InvalidArgument`] while non-blocking appends are in
+    /// flight (they own the ledger's tail).
+    ///
+    /// # Blocking
+    /// No I/O: the ledger's lock only.
+    pub fn plan_append(&self, payloads: &[&[u8]]) -> Result<PlannedAppend, LedgerError> {
+        if self.fenced.load(Ordering::Acquire) {
+            return Err(LedgerError::Fenced {
+                ledger: self.name.clone(),
+            });
+        }
+        let state = self.state.lock();
+        if state.in_flight.count > 0 {
+            return Err(LedgerError::InvalidArgument(format!(
+                "managed ledger {}: non-blocking appends are in flight",
+                self.name
+            )));
+        }
+        let tail = state.current();
+        let (segments, _) = plan_segments(tail, self.config.max_entries_per_ledger, payloads.len());
+        let mut rest = payloads;
+        let bytes = segments
+            .iter()
+            .map(|&(_, _, count)| {
+                let (chunk, r) = rest.split_at(count.min(rest.len()));
+                rest = r;
+                chunk.iter().map(|p| p.len() as u64).sum()
+            })
+            .collect();
+        Ok(PlannedAppend {
+            base: (tail.0, tail.1.entries),
+            segments,
+            bytes,
+        })
+    }
+
+    /// Second half of [`ManagedLedger::plan_append`], after the caller's
+    /// commit of its segments: the entries become the ledger's (readable,
+    /// dispatchable) and their positions are returned, in order.
+    ///
+    /// # Errors
+    /// [`LedgerError::InvalidArgument`] when the ledger moved since the plan
+    /// (another append in between; nothing changes).
+    ///
+    /// # Blocking
+    /// No I/O: the ledger's lock only.
+    pub fn apply_append(&self, plan: &PlannedAppend) -> Result<Vec<Position>, LedgerError> {
+        let mut state = self.state.lock();
+        let (id, info) = state.current();
+        if (id, info.entries) != plan.base {
+            return Err(LedgerError::InvalidArgument(format!(
+                "managed ledger {}: an append was planned at ({}, {} entries) but the ledger is at ({id}, {} entries)",
+                self.name, plan.base.0, plan.base.1, info.entries
+            )));
+        }
+        let mut out = Vec::new();
+        for (&(ledger_id, first, count), bytes) in plan.segments.iter().zip(&plan.bytes) {
+            let n = count as i64;
+            out.extend((0..n).map(|i| Position::new(ledger_id, first + i)));
+            let info = state.ledgers.entry(ledger_id).or_default();
+            info.entries = first + n;
+            info.size_bytes += bytes;
         }
         crate::trace::ledger_cursor::append_entries(&self.name, &out);
         Ok(out)

@@ -122,7 +122,7 @@ pub use completion::{completion_pair, Callback, Completer, Completion};
 pub use cursor::{ManagedCursor, PersistedDeletionState, ReadSkip};
 pub use error::{LedgerError, ReadFailureKind, StoreError};
 pub use faults::{ReadFaults, ReadRequest};
-pub use managed_ledger::{Entry, LedgerConfig, ManagedLedger};
+pub use managed_ledger::{Entry, LedgerConfig, ManagedLedger, PlannedAppend};
 pub use store::StoreContents;
 pub use store::{
     AppendSegment, LedgerStore, MemoryStore, RedbStore, StoredCursor, StoredLedger,

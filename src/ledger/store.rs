@@ -667,8 +667,16 @@ impl RedbStore {
     }
 
     /// Applies `ops` to `txn` (the body of the blocking methods and of the
-    /// group committer's writes: one copy of each write).
-    pub(super) fn append_in(
+    /// group committer's writes: one copy of each write). Also the broker's
+    /// group commit of SENDs: the entries of several managed ledgers in one
+    /// transaction (plan them with
+    /// [`ManagedLedger::plan_append`](super::ManagedLedger::plan_append),
+    /// apply them after the commit).
+    ///
+    /// # Errors
+    /// [`StoreError::Backend`] on a database error (the caller drops the
+    /// transaction: nothing is written).
+    pub fn append_in(
         txn: &WriteTransaction,
         name: &str,
         segments: &[AppendSegment<'_>],

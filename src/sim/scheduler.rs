@@ -84,6 +84,11 @@ impl<E> Scheduler<E> {
         Some((s.at, s.event))
     }
 
+    /// The next event and its time, without taking it.
+    pub fn peek(&self) -> Option<(VirtualMs, &E)> {
+        self.queue.peek().map(|Reverse(s)| (s.at, &s.event))
+    }
+
     /// Number of pending events.
     pub fn len(&self) -> usize {
         self.queue.len()

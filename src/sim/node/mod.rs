@@ -862,15 +862,27 @@ impl Node<'_> {
     }
 
     /// The core's side of a connection: bytes cut into frames, each handed
-    /// to `handle_frame`; a framing error closes the connection. One
-    /// delivery of bytes is one turn of the core: its acks share one group
-    /// commit at the end ([`Broker::flush`]), their receipts go out after.
+    /// to `handle_frame`; a framing error closes the connection. The bytes
+    /// that reach the node at one virtual instant, on every connection, are
+    /// one turn of the core (as `serve` hands the core every frame already
+    /// buffered): its SENDs and acks share one group commit at the end
+    /// ([`Broker::flush`]), their receipts go out after.
     fn broker_receive(&mut self, conn: u64, bytes: &[u8]) {
         let gen = self.gen;
         self.broker_receive_frames(conn, bytes);
-        if gen == self.gen {
+        if gen == self.gen && !self.more_bytes_now() {
             self.with_broker(|_, _| {});
         }
+    }
+
+    /// Whether the next event is more bytes for the core at this instant
+    /// (the turn goes on).
+    fn more_bytes_now(&self) -> bool {
+        let now = self.now();
+        matches!(
+            self.sched.peek(),
+            Some((at, Ev::ToBroker { gen, .. })) if at == now && *gen == self.gen
+        )
     }
 
     fn broker_receive_frames(&mut self, conn: u64, bytes: &[u8]) {

@@ -255,8 +255,9 @@ pub fn serve_connection(
 }
 
 /// Reads frames as their bytes arrive (a declared size allocates nothing up
-/// front: memory follows the bytes received, one frame at most) and hands
-/// each to the core; returns why the connection ends.
+/// front: memory follows the bytes received, one frame and one read chunk
+/// at most) and hands the whole frames of each read to the core in one
+/// turn; returns why the connection ends.
 fn read_loop(
     node: &Node,
     writer: &ConnWriter,
@@ -268,25 +269,34 @@ fn read_loop(
     let mut cutter = FrameCutter::default();
     let mut chunk = vec![0u8; READ_CHUNK];
     let mut awaiting_pong = false;
+    let mut frames = Vec::new();
     loop {
-        // Handle every whole frame received.
-        loop {
-            let frame = match cutter.next_frame() {
-                Ok(Some(f)) => f,
-                Ok(None) => break,
-                Err(e) => return ConnError::Framing(e),
-            };
-            let (command, payload) = (frame.command(), frame.payload());
-            if let Some(r) = recorder {
-                r.record("in", id, command, payload.len());
+        // Every whole frame received goes to the core in one turn (its
+        // SENDs and acks share a group commit).
+        let framing = loop {
+            match cutter.next_frame() {
+                Ok(Some(f)) => {
+                    if let Some(r) = recorder {
+                        r.record("in", id, f.command(), f.payload().len());
+                    }
+                    frames.push(f);
+                }
+                Ok(None) => break None,
+                Err(e) => break Some(e),
             }
-            if let Err(e) = node.with(|core| core.handle_frame(id, command, payload, now_ms())) {
+        };
+        if !frames.is_empty() {
+            if let Err(e) = node.handle_frames(id, &frames) {
                 return ConnError::Core(e);
             }
+            frames.clear();
         }
-        let want = cutter.bytes_wanted();
-        let n = want.clamp(1, READ_CHUNK);
-        match stream.read(&mut chunk[..n]) {
+        if let Some(e) = framing {
+            return ConnError::Framing(e);
+        }
+        // Whatever the socket holds, up to a chunk (a frame above the bound
+        // is refused from its size alone, before its bytes are kept).
+        match stream.read(&mut chunk) {
             Ok(0) if cutter.pending() == 0 => {
                 return ConnError::Io(std::io::Error::from(ErrorKind::UnexpectedEof))
             }

@@ -16,7 +16,16 @@
 //! ([`Node`]); lock order: the node, then a connection's outbound queue.
 //! SIGINT/SIGTERM stop accepting, write a final permit-ledger snapshot and
 //! exit 0; every acknowledged send and ack is already committed (the store
-//! fsyncs each commit), so a kill -9 loses nothing acknowledged either.
+//! fsyncs each commit, and the core sends a receipt only after the commit
+//! of what it confirms), so a kill -9 loses nothing acknowledged either.
+//!
+//! Turns: a connection thread reads what its socket has buffered (up to
+//! 64 KiB per read) and hands every whole frame of it to the core in one
+//! turn ([`Node::handle_frames`]); the turn ends (the core's group commit
+//! of the turn's SENDs and acks, one fsync) when no other connection
+//! thread is queued for the core, so many sends in flight on many
+//! connections share a commit. The grouping is the core's; this adapter
+//! only decides when a turn ends.
 
 mod conn;
 mod record;
@@ -58,10 +67,20 @@ pub struct Node {
     pub fail_message_writes_every: u64,
     /// MESSAGE frames the writers have seen (for the fault above).
     pub message_writes: AtomicU64,
+    /// Connection threads holding frames for the core or handing them
+    /// ([`Node::handle_frames`]): the last one ends the turn.
+    turn_waiters: AtomicUsize,
 }
+
+/// Frames handed to the core after which a turn ends even while more
+/// connection threads wait (so a steady stream of frames still gets its
+/// receipts; the core bounds its group commit itself as well).
+const MAX_TURN_FRAMES: usize = 4096;
 
 struct NodeInner {
     core: Broker,
+    /// Frames handed to the core since the turn last ended.
+    turn_frames: usize,
     writers: BTreeMap<u64, Arc<ConnWriter>>,
     permit_ledger: Option<std::fs::File>,
 }
@@ -70,6 +89,7 @@ impl NodeInner {
     /// Routes every queued output: frames to their connection's queue,
     /// closes to its socket, incarnation records to the permit ledger.
     fn flush(&mut self) {
+        self.turn_frames = 0;
         while let Some(o) = self.core.poll_output() {
             match o {
                 Output::Frame { conn, frame } => {
@@ -132,6 +152,43 @@ impl Node {
         let r = f(&mut g.core);
         g.flush();
         r
+    }
+
+    /// Hands the core the frames connection `id` has received, in one
+    /// turn, and leaves the turn's end (the core's group commit of SENDs
+    /// and acks, then the outputs: [`NodeInner::flush`]) to the last of
+    /// the connection threads that queued for the core meanwhile: the
+    /// frames every connection had buffered while a commit ran share the
+    /// next one (at most [`MAX_TURN_FRAMES`] per turn). A thread that
+    /// finds no one queued behind it ends the turn itself, so no frame
+    /// waits for another connection's traffic.
+    ///
+    /// # Errors
+    /// The core's [`ConnectionError`] for a frame that closes the
+    /// connection (the frames after it are not handed over).
+    pub fn handle_frames(
+        &self,
+        id: u64,
+        frames: &[pulsar_core::broker::CutFrame],
+    ) -> Result<(), pulsar_core::broker::ConnectionError> {
+        self.turn_waiters.fetch_add(1, Ordering::SeqCst);
+        let mut g = lock(&self.inner);
+        let mut result = Ok(());
+        for f in frames {
+            result = g.core.handle_frame(id, f.command(), f.payload(), now_ms());
+            g.turn_frames += 1;
+            if result.is_err() {
+                break;
+            }
+        }
+        // Under the node's lock: a thread counted in `turn_waiters` has not
+        // handed its frames yet, and ends the turn after them (or one after
+        // it does).
+        let last = self.turn_waiters.fetch_sub(1, Ordering::SeqCst) == 1;
+        if last || g.turn_frames >= MAX_TURN_FRAMES {
+            g.flush();
+        }
+        result
     }
 
     /// A connection opened: its writer receives the core's frames for it.
@@ -307,11 +364,13 @@ fn serve(args: ServeArgs) -> Result<(), String> {
     let node = Arc::new(Node {
         inner: Mutex::new(NodeInner {
             core: Broker::new(store, config, now_ms()),
+            turn_frames: 0,
             writers: BTreeMap::new(),
             permit_ledger: ledger,
         }),
         fail_message_writes_every: args.fail_message_writes_every,
         message_writes: AtomicU64::new(0),
+        turn_waiters: AtomicUsize::new(0),
     });
     let stop = Arc::new(AtomicBool::new(false));
     {
