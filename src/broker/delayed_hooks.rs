@@ -5,7 +5,7 @@
 //!   (Pulsar's `BookkeeperBucketSnapshotStorage`); the hook may wrap it (a
 //!   storage with its own latency or failures, or one that logs its
 //!   committed creates and deletes) and returns what the tracker uses.
-//! - [`DelayedObserver`] (feature `sim` only: test instrumentation, absent
+//! - `DelayedObserver` (feature `sim` only: test instrumentation, absent
 //!   from an embedder's `default-features = false` build): told, right
 //!   after it returns, of every call the core makes into a subscription's
 //!   tracker (open/recovery, add, scheduled, mark-delete, clear), so a

@@ -5,7 +5,7 @@
 //! also groups adds, completes the add).
 //!
 //! A SEND that passes validation and deduplication joins the turn's batch
-//! ([`Broker::handle_send`]): nothing is written and no reply is queued.
+//! (`Broker::handle_send`): nothing is written and no reply is queued.
 //! [`Broker::flush`] (run by [`Broker::poll_output`]) commits the batch:
 //! every topic's entries are planned on its ledger
 //! ([`crate::ledger::ManagedLedger::plan_append`]), written with
@@ -25,7 +25,7 @@
 //! lookups: producer and consumer changes, END_TXN and the other
 //! transaction commands, seeks, GET_LAST_MESSAGE_ID) and a connection
 //! opening or closing or the timer commit the batch first
-//! ([`Broker::commit_sends`]), so a transaction's marker follows its
+//! (`Broker::commit_sends`), so a transaction's marker follows its
 //! entries and a CLOSE_PRODUCER's success follows the producer's pending
 //! receipts (Pulsar's `Producer.close` waits for pending publishes).
 //!
