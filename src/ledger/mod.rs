@@ -111,6 +111,8 @@ mod error;
 mod faults;
 mod managed_ledger;
 mod nonblocking;
+#[cfg(any(test, feature = "sim"))]
+mod read_fault_store;
 mod store;
 mod store_write;
 mod trim;
@@ -123,6 +125,8 @@ pub use cursor::{ManagedCursor, PersistedDeletionState, ReadSkip};
 pub use error::{LedgerError, ReadFailureKind, StoreError};
 pub use faults::{ReadFaults, ReadRequest};
 pub use managed_ledger::{Entry, LedgerConfig, ManagedLedger, PlannedAppend};
+#[cfg(any(test, feature = "sim"))]
+pub(crate) use read_fault_store::ReadFaultStore;
 pub use store::StoreContents;
 pub use store::{
     AppendSegment, LedgerStore, MemoryStore, RedbStore, StoredCursor, StoredLedger,

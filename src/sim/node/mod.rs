@@ -472,7 +472,7 @@ impl Node<'_> {
         config.admission = self.admission_hook(Arc::clone(&self.admission_rejections));
         config.ledger.auto_skip_non_recoverable_data = self.auto_skip;
         self.store_plan.lock().new_core();
-        let ledgers = Arc::new(store_faults::FaultyLedgerStore::new(
+        let ledgers = Arc::new(store_faults::faulty_ledger_store(
             store.clone(),
             Arc::clone(&self.store_plan),
         ));

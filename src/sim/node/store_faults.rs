@@ -45,9 +45,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use crate::broker::txn::TxnId;
-use crate::ledger::{
-    AppendSegment, LedgerStore, RedbStore, StoreError, StoredCursor, StoredLedger,
-};
+use crate::ledger::{LedgerStore, ReadFaultStore, RedbStore, StoreError};
 use crate::pending_ack::decode_entry;
 use crate::position::Position;
 use crate::sync::Mutex;
@@ -179,104 +177,11 @@ pub(super) type SharedPlan = Arc<Mutex<StorePlan>>;
 
 /// The [`LedgerStore`] the node engine gives each core: `inner` with the
 /// plan's failures on entry reads; every other operation as `inner`.
-#[derive(Debug)]
-pub(super) struct FaultyLedgerStore {
-    inner: RedbStore,
-    plan: SharedPlan,
-}
+pub(super) type FaultyLedgerStore = ReadFaultStore<RedbStore>;
 
-impl FaultyLedgerStore {
-    pub(super) fn new(inner: RedbStore, plan: SharedPlan) -> Self {
-        Self { inner, plan }
-    }
-}
-
-impl LedgerStore for FaultyLedgerStore {
-    fn load_ledger(&self, name: &str) -> Result<StoredLedger, StoreError> {
-        self.inner.load_ledger(name)
-    }
-
-    fn create_ledger(&self, name: &str, ledger_id: i64) -> Result<(), StoreError> {
-        self.inner.create_ledger(name, ledger_id)
-    }
-
-    fn append(&self, name: &str, segments: &[AppendSegment<'_>]) -> Result<(), StoreError> {
-        self.inner.append(name, segments)
-    }
-
-    fn read(
-        &self,
-        name: &str,
-        ledger_id: i64,
-        first: i64,
-        last: i64,
-    ) -> Result<Vec<(i64, Vec<u8>)>, StoreError> {
-        if let Some(e) = self.plan.lock().read_fault(name) {
-            return Err(e);
-        }
-        self.inner.read(name, ledger_id, first, last)
-    }
-
-    fn mark_ledger_lost(&self, name: &str, ledger_id: i64) -> Result<(), StoreError> {
-        self.inner.mark_ledger_lost(name, ledger_id)
-    }
-
-    fn delete_ledgers(&self, name: &str, ledger_ids: &[i64]) -> Result<(), StoreError> {
-        self.inner.delete_ledgers(name, ledger_ids)
-    }
-
-    fn load_cursor(&self, name: &str, cursor: &str) -> Result<Option<StoredCursor>, StoreError> {
-        self.inner.load_cursor(name, cursor)
-    }
-
-    fn save_mark_delete(
-        &self,
-        name: &str,
-        cursor: &str,
-        mark_delete: Position,
-        individually_deleted: &[(Position, Position)],
-    ) -> Result<(), StoreError> {
-        self.inner
-            .save_mark_delete(name, cursor, mark_delete, individually_deleted)
-    }
-
-    fn set_cursor_property(
-        &self,
-        name: &str,
-        cursor: &str,
-        key: &str,
-        value: Option<i64>,
-    ) -> Result<(), StoreError> {
-        self.inner.set_cursor_property(name, cursor, key, value)
-    }
-
-    fn list_cursors(&self, name: &str) -> Result<Vec<String>, StoreError> {
-        self.inner.list_cursors(name)
-    }
-
-    fn save_deletion_state(
-        &self,
-        name: &str,
-        cursor: &str,
-        mark_delete: Position,
-        chunks: &[Vec<u8>],
-        property_updates: &[(&str, Option<i64>)],
-    ) -> Result<(), StoreError> {
-        self.inner
-            .save_deletion_state(name, cursor, mark_delete, chunks, property_updates)
-    }
-
-    fn load_deletion_state(
-        &self,
-        name: &str,
-        cursor: &str,
-    ) -> Result<Option<Vec<Vec<u8>>>, StoreError> {
-        self.inner.load_deletion_state(name, cursor)
-    }
-
-    fn delete_cursor(&self, name: &str, cursor: &str) -> Result<(), StoreError> {
-        self.inner.delete_cursor(name, cursor)
-    }
+/// A [`FaultyLedgerStore`] over `inner` failing the reads `plan` names.
+pub(super) fn faulty_ledger_store(inner: RedbStore, plan: SharedPlan) -> FaultyLedgerStore {
+    ReadFaultStore::new(inner, move |name| plan.lock().read_fault(name))
 }
 
 /// The pending-ack log of subscription `sub` of `topic` (the core's name).
@@ -331,6 +236,7 @@ fn lost_ledger_txns(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::ledger::AppendSegment;
 
     fn store() -> (tempfile::TempDir, RedbStore) {
         let dir = tempfile::tempdir().unwrap();
@@ -354,7 +260,7 @@ mod tests {
             )
             .unwrap();
         let plan = SharedPlan::default();
-        let s = FaultyLedgerStore::new(inner, Arc::clone(&plan));
+        let s = faulty_ledger_store(inner, Arc::clone(&plan));
         assert!(s.read(&log, 1, 0, 0).is_ok());
         plan.lock().outage = true;
         assert!(matches!(
@@ -386,7 +292,7 @@ mod tests {
     fn a_pending_ack_read_sooner_than_the_least_backoff_after_a_failure_is_a_hot_retry() {
         let (_d, inner) = store();
         let plan = SharedPlan::default();
-        let s = FaultyLedgerStore::new(inner, Arc::clone(&plan));
+        let s = faulty_ledger_store(inner, Arc::clone(&plan));
         let log = pending_ack_log("t", "s");
         plan.lock().arm_replay_failure(1, false);
         assert!(s.read(&log, 1, 0, 0).is_err());

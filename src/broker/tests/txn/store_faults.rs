@@ -8,105 +8,20 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use super::*;
-use crate::ledger::{AppendSegment, LedgerStore, StoreError, StoredCursor, StoredLedger};
-
-/// A [`LedgerStore`] over a [`RedbStore`] whose entry reads of the managed
-/// ledgers whose name contains `target` fail as storage-unavailable while
-/// `down` is set.
-#[derive(Debug)]
-struct Outage {
-    inner: RedbStore,
-    target: &'static str,
-    down: Arc<AtomicBool>,
-}
-
-impl LedgerStore for Outage {
-    fn load_ledger(&self, name: &str) -> Result<StoredLedger, StoreError> {
-        self.inner.load_ledger(name)
-    }
-    fn create_ledger(&self, name: &str, ledger_id: i64) -> Result<(), StoreError> {
-        self.inner.create_ledger(name, ledger_id)
-    }
-    fn append(&self, name: &str, segments: &[AppendSegment<'_>]) -> Result<(), StoreError> {
-        self.inner.append(name, segments)
-    }
-    fn read(
-        &self,
-        name: &str,
-        ledger_id: i64,
-        first: i64,
-        last: i64,
-    ) -> Result<Vec<(i64, Vec<u8>)>, StoreError> {
-        if name.contains(self.target) && self.down.load(Ordering::SeqCst) {
-            return Err(StoreError::Unavailable("bookies down".into()));
-        }
-        self.inner.read(name, ledger_id, first, last)
-    }
-    fn mark_ledger_lost(&self, name: &str, ledger_id: i64) -> Result<(), StoreError> {
-        self.inner.mark_ledger_lost(name, ledger_id)
-    }
-    fn delete_ledgers(&self, name: &str, ledger_ids: &[i64]) -> Result<(), StoreError> {
-        self.inner.delete_ledgers(name, ledger_ids)
-    }
-    fn load_cursor(&self, name: &str, cursor: &str) -> Result<Option<StoredCursor>, StoreError> {
-        self.inner.load_cursor(name, cursor)
-    }
-    fn save_mark_delete(
-        &self,
-        name: &str,
-        cursor: &str,
-        mark_delete: Position,
-        individually_deleted: &[(Position, Position)],
-    ) -> Result<(), StoreError> {
-        self.inner
-            .save_mark_delete(name, cursor, mark_delete, individually_deleted)
-    }
-    fn set_cursor_property(
-        &self,
-        name: &str,
-        cursor: &str,
-        key: &str,
-        value: Option<i64>,
-    ) -> Result<(), StoreError> {
-        self.inner.set_cursor_property(name, cursor, key, value)
-    }
-    fn list_cursors(&self, name: &str) -> Result<Vec<String>, StoreError> {
-        self.inner.list_cursors(name)
-    }
-    fn save_deletion_state(
-        &self,
-        name: &str,
-        cursor: &str,
-        mark_delete: Position,
-        chunks: &[Vec<u8>],
-        property_updates: &[(&str, Option<i64>)],
-    ) -> Result<(), StoreError> {
-        self.inner
-            .save_deletion_state(name, cursor, mark_delete, chunks, property_updates)
-    }
-    fn load_deletion_state(
-        &self,
-        name: &str,
-        cursor: &str,
-    ) -> Result<Option<Vec<Vec<u8>>>, StoreError> {
-        self.inner.load_deletion_state(name, cursor)
-    }
-
-    fn delete_cursor(&self, name: &str, cursor: &str) -> Result<(), StoreError> {
-        self.inner.delete_cursor(name, cursor)
-    }
-}
+use crate::ledger::{ReadFaultStore, StoreError};
 
 /// A core on `dir`'s store whose reads of `target` fail while the returned
 /// flag is set.
 fn core_with_outage(dir: &tempfile::TempDir, target: &'static str) -> (Broker, Arc<AtomicBool>) {
     let store = open_store(dir);
     let down = Arc::new(AtomicBool::new(false));
-    let ledgers = Arc::new(Outage {
-        inner: store.clone(),
-        target,
-        down: Arc::clone(&down),
-    });
+    // Entry reads of the managed ledgers whose name contains `target` fail
+    // as storage-unavailable while `down` is set.
+    let flag = Arc::clone(&down);
+    let ledgers = Arc::new(ReadFaultStore::new(store.clone(), move |name: &str| {
+        (name.contains(target) && flag.load(Ordering::SeqCst))
+            .then(|| StoreError::Unavailable("bookies down".into()))
+    }));
     let b = Broker::with_ledger_store(store, ledgers, BrokerConfig::new("pulsar://node:6650"), T0);
     (b, down)
 }
