@@ -3,6 +3,8 @@
 //! library, and on single artifact files. Also checks that both leave the
 //! store file byte-for-byte unchanged (read-only open).
 
+#![cfg(feature = "cli")]
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::sync::Arc;

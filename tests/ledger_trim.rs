@@ -670,6 +670,7 @@ proptest! {
 /// fsync): the reopened store shows every ledger of the deletion or none,
 /// and every cursor recovers at its mark-delete and reads exactly the
 /// entries after it (none of them in a deleted ledger).
+#[cfg(feature = "sim")]
 #[test]
 fn a_crash_at_a_ledger_deletion_shows_all_of_it_or_none() {
     use pulsar_core::ledger::SyncMode;
