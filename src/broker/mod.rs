@@ -147,6 +147,7 @@ mod seek;
 pub mod send_commit;
 pub mod subscription;
 pub mod topic;
+mod turn_commit;
 pub mod txn;
 mod unsubscribe;
 mod write_failure;
@@ -222,6 +223,13 @@ pub struct BrokerConfig {
     /// `sim`; see [`DelayedObserver`]).
     #[cfg(feature = "sim")]
     pub delayed_observer: Option<DelayedObserver>,
+    /// One fsync per driver turn (`turn_commit.rs`): every store commit of
+    /// a turn is made durable by one barrier commit before any output of
+    /// the turn leaves [`Broker::poll_output`]. Off: every commit fsyncs
+    /// on its own (with [`crate::ledger::SyncMode::Immediate`]). The core
+    /// turns the store's deferral on ([`RedbStore::defer_to_barrier`]) for
+    /// its lifetime, on every clone of the store.
+    pub turn_commit: bool,
 }
 
 impl BrokerConfig {
@@ -240,6 +248,7 @@ impl BrokerConfig {
             snapshot_storage: None,
             #[cfg(feature = "sim")]
             delayed_observer: None,
+            turn_commit: Self::DEFAULT_TURN_COMMIT,
         }
     }
 }
@@ -317,6 +326,11 @@ impl Broker {
         if let Err(e) = b.txn_ready() {
             tracing::warn!(error = %e, "transaction coordinator not recovered at start");
         }
+        // From here every store commit waits for its turn's barrier
+        // (`turn_commit.rs`).
+        if b.config.turn_commit {
+            b.store.defer_to_barrier(true);
+        }
         b
     }
 
@@ -351,7 +365,9 @@ impl Broker {
     /// turn's acks, whose receipts it then releases.
     pub fn poll_output(&mut self) -> Option<Output> {
         self.flush();
-        self.out.queue.pop_front()
+        let o = self.out.queue.pop_front();
+        self.out.durable = self.out.durable.saturating_sub(usize::from(o.is_some()));
+        o
     }
 
     /// The next deadline (epoch ms) at which [`Broker::handle_timeout`]
@@ -466,6 +482,19 @@ impl Broker {
             );
         }
         Ok(name)
+    }
+}
+
+impl Drop for Broker {
+    /// Makes the last turn's commits durable (if a driver dropped the core
+    /// without polling) and stops deferring the store's commits.
+    fn drop(&mut self) {
+        if self.config.turn_commit {
+            if let Err(e) = self.store.commit_barrier() {
+                tracing::warn!(error = %e, "the last turn's durable commit failed at close");
+            }
+            self.store.defer_to_barrier(false);
+        }
     }
 }
 

@@ -579,3 +579,5 @@ fn cumulative_and_batch_index_transactional_acks_apply_at_commit() {
 
 mod snapshot;
 mod store_faults;
+#[cfg(feature = "sim")]
+mod turn_commit;
