@@ -60,11 +60,15 @@
 //! ## Blocking, units, errors
 //!
 //! Store I/O is synchronous inside the core: durable writes (appends, the
-//! cursor's deletion state, cursor properties, delayed-tracker snapshots)
-//! are issued on the [`crate::ledger::RedbStore`] and their completion is the
-//! return of the call that issued them; a SEND_RECEIPT or an ack response
-//! is queued only after its commit. Reads of entries are synchronous too.
-//! So every input may block on the store for the duration of a commit.
+//! cursor's deletion state, cursor properties, delayed-tracker snapshots,
+//! the transaction log and pending-ack logs) are issued on the
+//! [`crate::ledger::RedbStore`] and commit inside the call that issued
+//! them, without an fsync; [`Broker::flush`] (run by
+//! [`Broker::poll_output`]) ends the turn with ONE fsynced commit that makes
+//! all of them durable, and no output of the turn leaves before it
+//! (`turn_commit.rs`; [`BrokerConfig::turn_commit`]). Reads of entries are
+//! synchronous too. So every input may block on the store for the
+//! duration of a commit, and a poll for the duration of an fsync.
 //!
 //! Group commit (`group_commit.rs`): a plain ACK is applied in memory when
 //! its frame arrives and persisted by [`Broker::flush`], which ends the
@@ -84,7 +88,9 @@
 //! [`send_commit::MAX_BATCH_ENTRIES`] entries and
 //! [`send_commit::MAX_BATCH_BYTES`] bytes; a command whose handling depends
 //! on the batch's outcome commits it first. Transactional ACK and END_TXN
-//! commit per command.
+//! commit per command, and every commit of the turn (the SENDs' and the
+//! acks' included) is made durable by the turn's one fsynced commit
+//! (`turn_commit.rs`): one fsync per turn, every reply after it.
 //!
 //! Units: time in epoch milliseconds (`u64`), sizes in bytes, permits in
 //! messages (PIP-491: a batch entry costs its deliverable indexes).
