@@ -113,7 +113,7 @@ impl Broker {
         }
         self.topics.clear();
         let now = self.now();
-        let snapshot_config = self.txn.snapshot_config.clone();
+        let snapshot_config = self.txn.snapshot_config;
         let snapshot_seq = self.txn.snapshot_seq;
         self.txn = super::txn::TxnRuntime::new(now);
         self.txn.snapshot_config = snapshot_config;
