@@ -57,6 +57,17 @@ impl ReaderStart {
     }
 }
 
+impl std::fmt::Display for ReaderStart {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ReaderStart::Earliest => write!(f, "earliest"),
+            ReaderStart::Latest => write!(f, "latest"),
+            ReaderStart::Inclusive(m) => write!(f, "{m} inclusive"),
+            ReaderStart::Exclusive(m) => write!(f, "{m} exclusive"),
+        }
+    }
+}
+
 /// A reader session's handle.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub struct ReaderSessionId(u64);
@@ -170,7 +181,7 @@ impl DeliveryChecker {
             None => {}
             Some(i) => {
                 if !s.start.admits(msg) || (s.start == ReaderStart::Latest && i < s.end) {
-                    bad.push(format!("read {msg}, before its start {:?}", s.start));
+                    bad.push(format!("read {msg}, before its start {}", s.start));
                 }
                 s.expected.remove(&msg);
                 // A delayed message comes at its time (if the tracker
@@ -248,7 +259,7 @@ impl DeliveryChecker {
             self.violation(
                 now_ms,
                 format!(
-                    "reader {}: missed {missed} messages published after its start {:?} before its end (first: {})",
+                    "reader {}: missed {missed} messages published after its start {} before its end (first: {})",
                     s.name,
                     s.start,
                     first.map(|m| m.to_string()).unwrap_or_default()

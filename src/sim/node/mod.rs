@@ -58,12 +58,12 @@ mod delayed;
 mod faults;
 mod faulty;
 mod nack;
-mod reader;
+pub mod reader;
 mod seek;
 mod store_faults;
 mod stored_once;
 pub mod txn;
-mod unsubscribe;
+pub mod unsubscribe;
 pub mod wire;
 
 use std::collections::BTreeMap;
