@@ -42,6 +42,10 @@ pub(super) const READER_PREFIX: &str = "reader-";
 const READER_PERMITS: u32 = 1_000;
 /// How often a reader session looks whether it is done, virtual ms.
 const CHECK_MS: u64 = 200;
+/// The pause between a reader's sessions, virtual ms: a session reads
+/// the topic from its start, so the pause keeps readers from dominating a
+/// long run's work.
+const SESSION_PAUSE_MS: std::ops::RangeInclusive<u64> = 300..=2_000;
 /// A session waiting longer than this with nothing read is judged
 /// (besides the workload's outages and stall bound), virtual ms.
 const STALL_MS: u64 = 30_000;
@@ -360,7 +364,7 @@ impl Node<'_> {
                 ..Default::default()
             },
         );
-        let pause = self.rng.random_range(20..=200);
+        let pause = self.rng.random_range(SESSION_PAUSE_MS);
         self.sched.after(pause, Ev::Reader(ReaderEv::Open(r)));
         true
     }
@@ -516,7 +520,7 @@ impl Node<'_> {
         }
         // Pulsar's reader acknowledges cumulatively as it reads: it only
         // moves the reader's own cursor, in memory.
-        if self.rng.random_bool(0.2) {
+        if self.rng.random_bool(0.05) {
             self.node.readers.acks += 1;
             self.readers_send_cmd(
                 r,
