@@ -126,6 +126,13 @@ pub struct Faults {
     /// Fraction of entries pending-ack admission rejects (Pulsar: a
     /// transaction conflict or a filter): neither sent nor debited, replayed.
     pub admission_reject_ratio: f64,
+    /// Node engine: after every 16th receipt of a consumer's individual
+    /// (non-transactional) ack while a transaction is open, the consumer
+    /// acknowledges the same message ids again inside that transaction (a
+    /// client acking a message twice, the second time in a transaction).
+    /// They are deleted in the subscription: the core must refuse the ack
+    /// (Pulsar's `TransactionConflictException`) and write nothing.
+    pub txn_acks_of_deleted: bool,
     /// Fraction of dispatches whose asynchronous write fails: the broker
     /// must remove the consumer (its messages are redelivered) and the
     /// client reconnects.
@@ -227,6 +234,7 @@ impl Default for Faults {
             zero_permits_on_corrupted_ratio: 0.0,
             faulty_closes_without_progress: FAULTY_CLOSES_WITHOUT_PROGRESS,
             admission_reject_ratio: 0.0,
+            txn_acks_of_deleted: false,
             write_failure_ratio: 0.0,
             same_connection_reconnects: 0,
             rewinds: 0,
@@ -266,6 +274,7 @@ impl Faults {
             zero_permits_on_corrupted_ratio: 0.0,
             faulty_closes_without_progress: FAULTY_CLOSES_WITHOUT_PROGRESS,
             admission_reject_ratio: 0.0,
+            txn_acks_of_deleted: false,
             write_failure_ratio: 0.0,
             same_connection_reconnects: 0,
             rewinds: 0,
@@ -921,6 +930,8 @@ impl Workload {
             return unsupported("faults.redeliveries > 0 needs engine = \"node\"");
         } else if self.txn.transactions > 0 {
             return unsupported("txn.transactions > 0 needs engine = \"node\"");
+        } else if self.faults.txn_acks_of_deleted {
+            return unsupported("faults.txn_acks_of_deleted needs engine = \"node\"");
         }
         self.txn.validate()?;
         let failover = self.subscription_type == SubscriptionType::Failover;

@@ -276,7 +276,8 @@ fn splitmix(mut x: u64) -> u64 {
 impl Node<'_> {
     /// The admission rule of a new core: refuses a seeded fraction
     /// (`faults.admission_reject_ratio`) of the entries offered, counting
-    /// the refusals in `rejected`. `None` when the workload has none.
+    /// the refusals in `rejected` and recording what it admits in
+    /// `self.admissions`. `None` when the workload has none.
     pub(super) fn admission_hook(&mut self, rejected: Arc<AtomicU64>) -> Option<AdmissionHook> {
         let ratio = self.w.faults.admission_reject_ratio;
         if ratio <= 0.0 || !self.opts.faults {
@@ -285,11 +286,16 @@ impl Node<'_> {
         let seed: u64 = self.rng.random();
         let calls = Arc::new(AtomicU64::new(0));
         let threshold = (ratio.clamp(0.0, 1.0) * u64::MAX as f64) as u64;
-        Some(AdmissionHook::new(move |_, _| {
+        // What it admits, for the driver's check of each MESSAGE
+        // (`admission.rs`).
+        let admissions = Arc::clone(self.admissions.get_or_insert_with(Default::default));
+        Some(AdmissionHook::new(move |key, p| {
             let n = calls.fetch_add(1, Ordering::Relaxed);
             let refuse = splitmix(seed ^ n) < threshold;
             if refuse {
                 rejected.fetch_add(1, Ordering::Relaxed);
+            } else {
+                admissions.lock().admitted(key, p);
             }
             !refuse
         }))

@@ -52,9 +52,11 @@
 //! the lost send) and must be delivered and acknowledged like any other
 //! message. Any other unknown entry is a violation.
 
+mod admission;
 mod client;
 mod counters;
 mod delayed;
+mod deleted_ack_probe;
 mod faults;
 mod faulty;
 mod nack;
@@ -254,6 +256,11 @@ struct Node<'a> {
     subs: Vec<String>,
     /// Entries the core's admission hook refused (every core of the run).
     admission_rejections: Arc<crate::sync::AtomicU64>,
+    /// What the admission hook admitted, spent by each MESSAGE the core
+    /// queues (`admission.rs`); `None` without a hook.
+    admissions: Option<admission::SharedAdmissions>,
+    /// Transactional acks of deleted messages in flight (`deleted_ack_probe.rs`).
+    probes: deleted_ack_probe::Probes,
     /// The per-component counters of the cores dropped so far.
     core_counters: crate::broker::DispatchCounters,
     /// The transaction client and the second topic's reader (`txn.rs`).
@@ -349,6 +356,8 @@ pub fn run(
         done: false,
         subs,
         admission_rejections: Arc::new(crate::sync::AtomicU64::new(0)),
+        admissions: None,
+        probes: deleted_ack_probe::Probes::default(),
         core_counters: crate::broker::DispatchCounters::default(),
         txn: txn::TxnSide::default(),
         seeks: seek::SeekSide::default(),
@@ -560,6 +569,7 @@ impl Node<'_> {
                     let at = self.outbound_arrival();
                     let len = bytes.len();
                     let gen = self.gen;
+                    self.check_admitted(conn, &frame);
                     if self.write_fails(&frame) {
                         let ev = Ev::WriteFailed {
                             gen,
