@@ -1,7 +1,8 @@
 //! A [`LedgerStore`] whose entry reads fail where a predicate says, every
 //! other operation being the inner store's: storage faults as the store
-//! reports them (typed errors), for the simulator's node engine and the
-//! broker core's tests. Built only with `test` or feature `sim`.
+//! reports them (typed errors, or entries whose data is gone), for the
+//! simulator's node engine and the broker core's tests. Built only with
+//! `test` or feature `sim`.
 
 use super::{AppendSegment, LedgerStore, StoreError, StoredCursor, StoredLedger};
 use crate::position::Position;
@@ -9,10 +10,15 @@ use crate::position::Position;
 /// The failure to inject on a read of managed ledger `name`, if any.
 type ReadFault = dyn Fn(&str) -> Option<StoreError> + Send + Sync;
 
+/// Whether the entries of managed ledger `name` from (`ledger_id`,
+/// `first`) on that a read asks for are gone (the read returns none).
+type MissingEntries = dyn Fn(&str, i64, i64) -> bool + Send + Sync;
+
 /// `inner` with `fault` consulted before each entry read.
 pub(crate) struct ReadFaultStore<S> {
     inner: S,
     fault: Box<ReadFault>,
+    missing: Option<Box<MissingEntries>>,
 }
 
 impl<S> ReadFaultStore<S> {
@@ -23,7 +29,20 @@ impl<S> ReadFaultStore<S> {
         Self {
             inner,
             fault: Box::new(fault),
+            missing: None,
         }
+    }
+
+    /// A read `missing` names (managed ledger, ledger id, first entry)
+    /// returns no entry, as if their data were gone (BookKeeper's
+    /// `NoSuchEntry`): the managed ledger reports the short read as
+    /// `NonRecoverableData`.
+    pub(crate) fn with_missing_entries(
+        mut self,
+        missing: impl Fn(&str, i64, i64) -> bool + Send + Sync + 'static,
+    ) -> Self {
+        self.missing = Some(Box::new(missing));
+        self
     }
 }
 
@@ -57,6 +76,13 @@ impl<S: LedgerStore> LedgerStore for ReadFaultStore<S> {
     ) -> Result<Vec<(i64, Vec<u8>)>, StoreError> {
         if let Some(e) = (self.fault)(name) {
             return Err(e);
+        }
+        if self
+            .missing
+            .as_ref()
+            .is_some_and(|m| m(name, ledger_id, first))
+        {
+            return Ok(Vec::new());
         }
         self.inner.read(name, ledger_id, first, last)
     }

@@ -13,7 +13,7 @@
 use std::collections::BTreeMap;
 
 use crate::proto::command::{ty, BrokerCommand, CommandAckResponse};
-use crate::proto::wire::{CommandAck, MessageIdData};
+use crate::proto::wire::{self, CommandAck, MessageIdData};
 
 use super::client::CONSUMER_ID;
 use super::wire::frame;
@@ -84,19 +84,20 @@ impl Node<'_> {
             return true;
         }
         let sub = self.subs[self.consumers[c].sub].clone();
+        // An entry, or the batch indexes its `ack_set` acknowledges.
         let what: Vec<String> = ids
             .iter()
             .map(|m| {
-                format!(
-                    "{}:{}{}",
-                    m.ledger_id,
-                    m.entry_id,
-                    if m.ack_set.is_empty() {
-                        ""
-                    } else {
-                        " (batch index)"
-                    }
-                )
+                let size = m.batch_size.unwrap_or(0).max(0) as u32;
+                let acked: Vec<String> = (0..size)
+                    .filter(|i| !m.ack_set.is_empty() && !wire::is_deliverable(&m.ack_set, *i))
+                    .map(|i| i.to_string())
+                    .collect();
+                if acked.is_empty() {
+                    format!("{}:{}", m.ledger_id, m.entry_id)
+                } else {
+                    format!("{}:{}#{}", m.ledger_id, m.entry_id, acked.join(","))
+                }
             })
             .collect();
         let now = self.now();

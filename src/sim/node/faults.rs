@@ -150,6 +150,40 @@ impl Node<'_> {
         if f.lose_pending_ack_ledger && restarts == 1 {
             self.lose_ledger_at_start = true;
         }
+        self.entries_missing_at_start = f.pending_ack_entries_missing;
+    }
+
+    /// At a restart (`faults.pending_ack_entries_missing`): the first time
+    /// a pending-ack log holds records after its mark-delete, the data of
+    /// every entry it holds is gone for good; while the log's mark-delete
+    /// is below such entries, the new core's replay cannot apply anything
+    /// after it, so the transactions with a record there are told to the
+    /// checker.
+    pub(super) fn arm_missing_pending_acks(
+        &mut self,
+        store: &crate::ledger::RedbStore,
+    ) -> Result<(), crate::sim::engine::SimError> {
+        for sub in self.subs.clone() {
+            let log = super::store_faults::pending_ack_log(super::TOPIC, &sub);
+            let (txns, last) =
+                super::store_faults::txns_after_mark_delete(store, &log).map_err(|e| {
+                    crate::sim::engine::SimError::Component(format!("read a pending-ack log: {e}"))
+                })?;
+            let (Some(last), false) = (last, txns.is_empty()) else {
+                continue;
+            };
+            self.store_plan
+                .lock()
+                .missing_upto
+                .entry(log)
+                .or_insert(last);
+            for id in txns {
+                if let Some(k) = self.txn_number(id) {
+                    self.checker.txn_acks_lost(k, &sub, self.sched.now());
+                }
+            }
+        }
+        Ok(())
     }
 
     /// Loses each subscription's first needed pending-ack ledger in

@@ -160,6 +160,9 @@ pub struct NodeActivity {
     /// Consumed ledgers the core deleted (`broker::lifecycle`), over every
     /// broker generation.
     pub ledgers_deleted: u64,
+    /// Reads of a pending-ack log that returned no entry, its data gone
+    /// (`faults.pending_ack_entries_missing`, `store_faults.rs`).
+    pub pending_ack_reads_missing: u64,
 }
 
 /// Which client a connection belongs to.
@@ -274,6 +277,9 @@ struct Node<'a> {
     auto_skip: bool,
     /// The next start loses each pending-ack log's first needed ledger.
     lose_ledger_at_start: bool,
+    /// The next start may lose the pending-ack logs' entries
+    /// (`store_faults.rs`).
+    entries_missing_at_start: bool,
     /// Tries the planned restart waited for a transaction holding acks.
     restart_waits: u32,
     /// Read outages still to begin at a restart.
@@ -364,6 +370,7 @@ pub fn run(
         store_plan: store_faults::SharedPlan::default(),
         auto_skip: workload.faults.pending_ack_auto_skip,
         lose_ledger_at_start: false,
+        entries_missing_at_start: false,
         restart_waits: 0,
         outages_at_restarts: 0,
         starts_after_first: 0,
@@ -396,6 +403,8 @@ pub fn run(
         let plan = n.store_plan.lock();
         n.activity.read_failures_injected += plan.outage_failures + plan.replay_failures;
         n.activity.replay_read_failures_injected += plan.replay_failures;
+        n.activity.read_failures_injected += plan.missing_reads;
+        n.node.pending_ack_reads_missing = plan.missing_reads;
     }
     n.node.txn = std::mem::take(&mut n.txn.activity);
     // The transactional acks and ends the pending-ack handles logged.
@@ -473,6 +482,9 @@ impl Node<'_> {
         self.delayed.set_core_now(now);
         if std::mem::take(&mut self.lose_ledger_at_start) {
             self.lose_pending_ack_ledgers(&store)?;
+        }
+        if std::mem::take(&mut self.entries_missing_at_start) {
+            self.arm_missing_pending_acks(&store)?;
         }
         let mut config = node_broker_config(self.w);
         self.delayed
