@@ -23,7 +23,7 @@ fn pending_ack_faults_on_the_core_run_clean_and_reach_their_paths() {
         data_dir: dir.path().join("data"),
         faults: true,
         sabotage: None,
-        sync: pulsar_core::ledger::SyncMode::Deferred,
+        sync: pulsar_core::ledger::SyncMode::Immediate,
         watchdog: Watchdog {
             exit_on_hang: Some(std::time::Duration::from_secs(60)),
             wall_limit: Some(std::time::Duration::from_secs(300)),
