@@ -148,3 +148,40 @@ impl<S: LedgerStore> LedgerStore for ReadFaultStore<S> {
         self.inner.delete_cursor(name, cursor)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ledger::MemoryStore;
+
+    #[test]
+    fn a_fault_fails_the_read_and_missing_entries_return_none() {
+        let inner = MemoryStore::new();
+        for name in ["a", "b"] {
+            inner.create_ledger(name, 1).unwrap();
+            inner
+                .append(
+                    name,
+                    &[AppendSegment {
+                        ledger_id: 1,
+                        first_entry_id: 0,
+                        payloads: &[b"x".as_slice(); 3],
+                    }],
+                )
+                .unwrap();
+        }
+        let s = ReadFaultStore::new(inner, |name| {
+            (name == "a").then(|| StoreError::Unavailable("down".into()))
+        })
+        .with_missing_entries(|name, ledger_id, first| name == "b" && ledger_id == 1 && first < 2);
+        assert!(matches!(
+            s.read("a", 1, 0, 2),
+            Err(StoreError::Unavailable(_))
+        ));
+        assert!(
+            s.read("b", 1, 0, 2).unwrap().is_empty(),
+            "entries 0..2 gone"
+        );
+        assert_eq!(s.read("b", 1, 2, 2).unwrap().len(), 1, "entry 2 is not");
+    }
+}
