@@ -60,10 +60,12 @@ mod deleted_ack_probe;
 mod faults;
 mod faulty;
 mod nack;
+pub mod reader;
 mod seek;
 mod store_faults;
 mod stored_once;
 pub mod txn;
+pub mod unsubscribe;
 pub mod wire;
 
 use std::collections::BTreeMap;
@@ -163,6 +165,10 @@ pub struct NodeActivity {
     /// Reads of a pending-ack log that returned no entry, its data gone
     /// (`faults.pending_ack_entries_missing`, `store_faults.rs`).
     pub pending_ack_reads_missing: u64,
+    /// Readers (`faults.readers`, `reader.rs`).
+    pub readers: reader::ReaderActivity,
+    /// Unsubscribes (`faults.unsubscribes`, `unsubscribe.rs`).
+    pub unsubscribes: unsubscribe::UnsubActivity,
 }
 
 /// Which client a connection belongs to.
@@ -172,6 +178,8 @@ enum ClientRef {
     Consumer(usize),
     /// The transaction client or the second topic's reader (`txn.rs`).
     Txn(txn::Role),
+    /// A reader client (`reader.rs`).
+    Reader(usize),
 }
 
 /// One event of the run.
@@ -201,6 +209,11 @@ enum Ev {
     Txn(txn::TxnEv),
     /// A seek's reset reaches the clients (`seek.rs`).
     SeekApplied { sub: String, md: crate::Position },
+    /// A timed step of a reader (`reader.rs`).
+    Reader(reader::ReaderEv),
+    /// A subscription created again after an unsubscribe reaches the
+    /// clients (`unsubscribe.rs`).
+    Unsubscribed { sub: String, md: crate::Position },
 }
 
 impl Ev {
@@ -218,6 +231,8 @@ impl Ev {
             Ev::Fault(_) => ("faults", "Fault"),
             Ev::Txn(_) => ("transaction client", "Txn"),
             Ev::SeekApplied { .. } => ("client", "SeekApplied"),
+            Ev::Reader(_) => ("reader", "Reader"),
+            Ev::Unsubscribed { .. } => ("client", "Unsubscribed"),
         }
     }
 }
@@ -270,6 +285,10 @@ struct Node<'a> {
     txn: txn::TxnSide,
     /// Seeks in flight (`seek.rs`).
     seeks: seek::SeekSide,
+    /// The reader clients (`reader.rs`).
+    readers: reader::ReaderSide,
+    /// Unsubscribes in flight (`unsubscribe.rs`).
+    unsubs: unsubscribe::UnsubSide,
     /// What the store under every core fails (`store_faults.rs`).
     store_plan: store_faults::SharedPlan,
     /// The pending-ack logs are opened with auto-skip of non-recoverable
@@ -367,6 +386,8 @@ pub fn run(
         core_counters: crate::broker::DispatchCounters::default(),
         txn: txn::TxnSide::default(),
         seeks: seek::SeekSide::default(),
+        readers: reader::ReaderSide::default(),
+        unsubs: unsubscribe::UnsubSide::default(),
         store_plan: store_faults::SharedPlan::default(),
         auto_skip: workload.faults.pending_ack_auto_skip,
         lose_ledger_at_start: false,
@@ -387,6 +408,7 @@ pub fn run(
     );
     n.start_broker()?;
     n.setup_clients();
+    n.setup_readers();
     n.setup_txn()?;
     if opts.faults {
         n.plan_faults();
@@ -412,6 +434,7 @@ pub fn run(
     n.activity.txn_commits += n.node.txn.committed;
     n.activity.txn_aborts += n.node.txn.aborted;
     let txn_work = txn::component(&n.node.txn);
+    let reader_work = reader::component(&n.node.readers, &n.node.unsubscribes);
     // The last core closes cleanly.
     n.retire_broker();
     counters::into_activity(&n.core_counters, &mut n.activity);
@@ -434,6 +457,7 @@ pub fn run(
     // loop counted: a component with no work reads NOT EXERCISED.
     let mut components = super::report::components(&activity);
     components.push(txn_work);
+    components.push(reader_work);
     let wall_ms = started.elapsed().as_millis() as u64;
     let delivered = counts.delivered;
     Ok(Report {
@@ -480,6 +504,7 @@ impl Node<'_> {
         self.timer_fired = None;
         let now = self.core_now();
         self.delayed.set_core_now(now);
+        self.readers_check_store(&store);
         if std::mem::take(&mut self.lose_ledger_at_start) {
             self.lose_pending_ack_ledgers(&store)?;
         }
@@ -609,6 +634,7 @@ impl Node<'_> {
             }
         }
         self.schedule_applied_seeks();
+        self.schedule_recreated_subscriptions();
         if let Some(d) = deadline {
             let d = d.saturating_sub(EPOCH_BASE_MS + self.delayed.clock_offset_ms);
             // A deadline in the past that already fired waits for the next
@@ -836,6 +862,7 @@ impl Node<'_> {
             && self.plan.pending() == 0
             && self.checker.all_acked()
             && self.txn_finished()
+            && self.unsubs.settled()
     }
 
     fn handle(&mut self, ev: Ev) {
@@ -880,6 +907,8 @@ impl Node<'_> {
             Ev::Fault(f) => self.fault(f),
             Ev::Txn(e) => self.txn_event(e),
             Ev::SeekApplied { sub, md } => self.seek_applied(&sub, md),
+            Ev::Reader(e) => self.reader_event(e),
+            Ev::Unsubscribed { sub, md } => self.subscription_recreated(&sub, md),
         }
     }
 
@@ -923,6 +952,7 @@ impl Node<'_> {
                     self.node.frames_to_broker += 1;
                     let seek = self.seek_frame(conn, f.command());
                     let resets = seek.as_ref().and_then(|(_, sub)| self.resets_of(sub));
+                    let unsub = self.unsub_frame(conn, f.command());
                     let mut closed = false;
                     self.call_broker(
                         |b, now| {
@@ -932,6 +962,9 @@ impl Node<'_> {
                     );
                     if let Some((key, _)) = seek {
                         self.seek_handled(key, resets, gen != self.gen);
+                    }
+                    if let Some(u) = unsub {
+                        self.unsub_handled(u, gen != self.gen);
                     }
                     if gen != self.gen {
                         return; // the core died on this frame
