@@ -842,6 +842,9 @@ impl Node<'_> {
             }
             ty::ACK_RESPONSE => {
                 let Some(r) = cmd.ack_response else { return };
+                if self.probe_answered(conn, &r) {
+                    return;
+                }
                 let Some(req) = r.request_id else { return };
                 let Some(ack) = self.consumers[c].acks.remove(&req) else {
                     return;
@@ -862,6 +865,9 @@ impl Node<'_> {
                     return;
                 }
                 self.node.ack_receipts += 1;
+                if ack.cumulative.is_none() {
+                    self.probe_deleted_ack(c, &ack.ids);
+                }
                 self.ack_receipt(c, ack);
             }
             _ => {}

@@ -52,9 +52,11 @@
 //! the lost send) and must be delivered and acknowledged like any other
 //! message. Any other unknown entry is a violation.
 
+mod admission;
 mod client;
 mod counters;
 mod delayed;
+mod deleted_ack_probe;
 mod faults;
 mod faulty;
 mod nack;
@@ -160,6 +162,9 @@ pub struct NodeActivity {
     /// Consumed ledgers the core deleted (`broker::lifecycle`), over every
     /// broker generation.
     pub ledgers_deleted: u64,
+    /// Reads of a pending-ack log that returned no entry, its data gone
+    /// (`faults.pending_ack_entries_missing`, `store_faults.rs`).
+    pub pending_ack_reads_missing: u64,
     /// Readers (`faults.readers`, `reader.rs`).
     pub readers: reader::ReaderActivity,
     /// Unsubscribes (`faults.unsubscribes`, `unsubscribe.rs`).
@@ -269,6 +274,11 @@ struct Node<'a> {
     subs: Vec<String>,
     /// Entries the core's admission hook refused (every core of the run).
     admission_rejections: Arc<crate::sync::AtomicU64>,
+    /// What the admission hook admitted, spent by each MESSAGE the core
+    /// queues (`admission.rs`); `None` without a hook.
+    admissions: Option<admission::SharedAdmissions>,
+    /// Transactional acks of deleted messages in flight (`deleted_ack_probe.rs`).
+    probes: deleted_ack_probe::Probes,
     /// The per-component counters of the cores dropped so far.
     core_counters: crate::broker::DispatchCounters,
     /// The transaction client and the second topic's reader (`txn.rs`).
@@ -286,6 +296,9 @@ struct Node<'a> {
     auto_skip: bool,
     /// The next start loses each pending-ack log's first needed ledger.
     lose_ledger_at_start: bool,
+    /// The next start may lose the pending-ack logs' entries
+    /// (`store_faults.rs`).
+    entries_missing_at_start: bool,
     /// Tries the planned restart waited for a transaction holding acks.
     restart_waits: u32,
     /// Read outages still to begin at a restart.
@@ -368,6 +381,8 @@ pub fn run(
         done: false,
         subs,
         admission_rejections: Arc::new(crate::sync::AtomicU64::new(0)),
+        admissions: None,
+        probes: deleted_ack_probe::Probes::default(),
         core_counters: crate::broker::DispatchCounters::default(),
         txn: txn::TxnSide::default(),
         seeks: seek::SeekSide::default(),
@@ -376,6 +391,7 @@ pub fn run(
         store_plan: store_faults::SharedPlan::default(),
         auto_skip: workload.faults.pending_ack_auto_skip,
         lose_ledger_at_start: false,
+        entries_missing_at_start: false,
         restart_waits: 0,
         outages_at_restarts: 0,
         starts_after_first: 0,
@@ -409,6 +425,8 @@ pub fn run(
         let plan = n.store_plan.lock();
         n.activity.read_failures_injected += plan.outage_failures + plan.replay_failures;
         n.activity.replay_read_failures_injected += plan.replay_failures;
+        n.activity.read_failures_injected += plan.missing_reads;
+        n.node.pending_ack_reads_missing = plan.missing_reads;
     }
     n.node.txn = std::mem::take(&mut n.txn.activity);
     // The transactional acks and ends the pending-ack handles logged.
@@ -489,6 +507,9 @@ impl Node<'_> {
         self.readers_check_store(&store);
         if std::mem::take(&mut self.lose_ledger_at_start) {
             self.lose_pending_ack_ledgers(&store)?;
+        }
+        if std::mem::take(&mut self.entries_missing_at_start) {
+            self.arm_missing_pending_acks(&store)?;
         }
         let mut config = node_broker_config(self.w);
         self.delayed
@@ -585,6 +606,7 @@ impl Node<'_> {
                     let at = self.outbound_arrival();
                     let len = bytes.len();
                     let gen = self.gen;
+                    self.check_admitted(conn, &frame);
                     if self.write_fails(&frame) {
                         let ev = Ev::WriteFailed {
                             gen,

@@ -1126,6 +1126,19 @@ impl Node<'_> {
         Some((k, id))
     }
 
+    /// The open transaction acks may go into now, if any (no draw, nothing
+    /// counted: `deleted_ack_probe.rs`).
+    pub(super) fn txn_open_for_acks(&self) -> Option<TxnId> {
+        if !self.txn.enabled {
+            return None;
+        }
+        self.txn.txns.values().find_map(|x| {
+            (x.step == Step::Open && !x.closing && !x.uncertain)
+                .then_some(())
+                .and(x.id)
+        })
+    }
+
     /// A transactional ack of `msgs` on `sub` answered (`error` None: it
     /// is pending in the transaction) or lost (`lost`).
     pub(super) fn txn_ack_settled(
