@@ -839,8 +839,9 @@ fn a_faulty_broker_closing_every_window_is_bounded_and_its_livelock_is_named() {
     );
 }
 
-/// Broker-model regressions found by the swarm, each a workload file with
-/// the seed it ran with: an entry acknowledged in an open transaction is
+/// Dispatch regressions found by the swarm on the broker model, each a
+/// workload file with the seed it runs with (Failover's and Key_Shared's
+/// admission-rejection files now on the broker core, `engine = "node"`): an entry acknowledged in an open transaction is
 /// never dispatched to a second consumer (Shared + delayed + transactions +
 /// restarts), Failover stays ordered after an admission rejection so a
 /// cumulative ack never covers an entry waiting for replay, and an entry
@@ -854,7 +855,7 @@ fn swarm_found_broker_model_regressions_stay_clean() {
         ("shared_delayed_txn_restarts.toml", 135),
         ("failover_admission_rejections.toml", 3),
         ("failover_admission_rejections_txn.toml", 18),
-        ("key_shared_rejected_in_last_pass.toml", 3579),
+        ("key_shared_rejected_in_last_pass.toml", 2),
         ("failover_rejected_in_last_pass.toml", 8497),
     ] {
         let (w, r) = run_workload_file_clean(file, seed);

@@ -630,10 +630,13 @@ impl Workload {
                 },
                 ..base
             },
-            // Failover with cumulative acks, some of them transactional,
-            // across restarts, an outage and active-consumer changes.
+            // Failover with cumulative acks, some of them transactional
+            // (`sim::node::txn_cumulative`), across restarts, crashes at
+            // durable writes, an outage, a lost pending-ack ledger and
+            // active-consumer changes, on the shipped broker core.
             "failover" => Workload {
                 name: name.into(),
+                engine: Engine::Node,
                 producers: 10,
                 subscriptions: 2,
                 consumers_per_subscription: 3,
@@ -652,7 +655,14 @@ impl Workload {
                     lose_pending_ack_ledger: true,
                     pending_ack_auto_skip: true,
                     replay_read_failures: 2,
+                    redeliveries: 2,
+                    crash_points: 3,
+                    crash_window: 150,
                     ..Faults::default()
+                },
+                txn: TxnWorkload {
+                    crashes_during_end: 1,
+                    ..TxnWorkload::default()
                 },
                 ..base
             },

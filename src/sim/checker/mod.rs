@@ -39,6 +39,7 @@
 //! | `acks.rs` | individual and cumulative acks, applied and persisted |
 //! | `seek.rs` | a seek's reset, backward or forward: skipped and reopened messages |
 //! | `txn.rs` | transactions as the client sees them (read-committed visibility, transactional acks) |
+//! | `txn_cumulative.rs` | transactional cumulative acks: applied at commit only, nothing at abort, Pulsar's conflict rules |
 //! | `counts.rs` | [`CheckerCounts`] |
 //! | `int_map.rs` | the integer-keyed maps' hasher |
 
@@ -53,6 +54,7 @@ mod int_map;
 mod seek;
 mod subscription;
 mod txn;
+mod txn_cumulative;
 mod window;
 
 pub use counts::CheckerCounts;

@@ -50,7 +50,7 @@ pub enum TxnOutcome {
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Phase {
+pub(super) enum Phase {
     Open,
     CommitRequested,
     AbortRequested,
@@ -58,10 +58,10 @@ enum Phase {
 }
 
 #[derive(Debug, Default)]
-struct TxnView {
-    phase: Option<Phase>,
+pub(super) struct TxnView {
+    pub(super) phase: Option<Phase>,
     /// Virtual ms before which the broker cannot have timed it out.
-    open_until_ms: u64,
+    pub(super) open_until_ms: u64,
     /// Topic → lowest receipted position of its messages there.
     first: [Option<Position>; 2],
     /// Receipted messages.
@@ -73,7 +73,7 @@ struct TxnView {
 /// The checker's transaction state (see the module docs).
 #[derive(Debug, Default)]
 pub(super) struct TxnState {
-    txns: BTreeMap<u64, TxnView>,
+    pub(super) txns: BTreeMap<u64, TxnView>,
     /// Message → the positions it was delivered at.
     seen: BTreeMap<TxnMsg, BTreeSet<Position>>,
     /// (subscription, message) acknowledged by a committed transaction.
@@ -83,10 +83,12 @@ pub(super) struct TxnState {
     aborted_acks: BTreeSet<(String, MessageRef)>,
     /// The end-of-run rules ran (at a stall, before the stall is named).
     judged: bool,
+    /// Transactional cumulative acks (`txn_cumulative.rs`).
+    pub(super) cumulative: super::txn_cumulative::CumulativeState,
 }
 
 impl DeliveryChecker {
-    fn txn_violation(&mut self, now_ms: u64, rule: &str, what: String) {
+    pub(super) fn txn_violation(&mut self, now_ms: u64, rule: &str, what: String) {
         self.counts.txn_violations += 1;
         self.violation(now_ms, format!("transactions: {rule}: {what}"));
     }
@@ -127,6 +129,7 @@ impl DeliveryChecker {
     /// entries may be delivered once more (out of order) and are judged
     /// by neither transactional-ack rule; they must still be acknowledged.
     pub fn txn_acks_lost(&mut self, k: u64, sub: &str, now_ms: u64) {
+        self.txn_cumulative_lost(k, sub);
         let Some(v) = self.txn.txns.get_mut(&k) else {
             return;
         };
@@ -239,6 +242,7 @@ impl DeliveryChecker {
                 }
             }
         }
+        self.txn_cumulative_end(k, outcome);
         self.txn.txns.entry(k).or_default().phase = Some(Phase::Ended(outcome));
     }
 
@@ -322,6 +326,7 @@ impl DeliveryChecker {
     /// Every delivery of `msg` on `sub` of the run's topic, before the
     /// delivery rules: the transactional-ack rules.
     pub fn txn_ack_delivery(&mut self, sub: &str, msg: MessageRef, now_ms: u64) {
+        self.txn_cumulative_delivery(sub, msg, now_ms);
         if self.txn.committed_acks.is_empty() && self.txn.aborted_acks.is_empty() {
             return;
         }
@@ -343,6 +348,7 @@ impl DeliveryChecker {
         if std::mem::replace(&mut self.txn.judged, true) {
             return;
         }
+        self.txn_cumulative_finish(now_ms);
         let mut lost = Vec::new();
         for (k, v) in &self.txn.txns {
             if v.phase == Some(Phase::Ended(TxnOutcome::Committed)) {

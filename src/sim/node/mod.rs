@@ -62,6 +62,7 @@ mod seek;
 mod store_faults;
 mod stored_once;
 pub mod txn;
+mod txn_cumulative;
 pub mod wire;
 
 use std::collections::BTreeMap;
