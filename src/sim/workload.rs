@@ -196,6 +196,11 @@ pub struct Faults {
     /// Node engine: REDELIVER_UNACKNOWLEDGED_MESSAGES requests (a consumer
     /// bumps its epoch and asks for its unacknowledged messages again).
     pub redeliveries: u32,
+    /// Node engine: after a crash, the next crash point's k is drawn from
+    /// 1..=this instead of 1..=`crash_window`, so it falls during the
+    /// recovery (the store dies again while the broker reopens: its
+    /// coordinator, transaction buffer and pending-ack replays); 0 = off.
+    pub crash_recovery_window: u64,
 }
 
 impl Faults {
@@ -239,6 +244,7 @@ impl Default for Faults {
             crash_at_writes: Vec::new(),
             crash_window: 200,
             redeliveries: 0,
+            crash_recovery_window: 0,
         }
     }
 }
@@ -278,6 +284,7 @@ impl Faults {
             crash_at_writes: Vec::new(),
             crash_window: 200,
             redeliveries: 0,
+            crash_recovery_window: 0,
         }
     }
 }
@@ -917,6 +924,9 @@ impl Workload {
         let unsupported = |m: &str| Err(WorkloadError::Unsupported(m.to_string()));
         if self.faults.crash_window == 0 || self.faults.crash_window > 1_000_000 {
             return bad("faults.crash_window must be in 1..=1,000,000");
+        }
+        if self.faults.crash_recovery_window > 1_000_000 {
+            return bad("faults.crash_recovery_window must be at most 1,000,000");
         }
         if self.faults.redeliveries > 100_000 {
             return bad("faults.redeliveries must be at most 100,000");

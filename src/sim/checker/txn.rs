@@ -68,6 +68,10 @@ pub(super) struct TxnView {
     sent: BTreeSet<(u8, u32)>,
     /// Acks receipted inside it: (subscription, message).
     acks: Vec<(String, MessageRef)>,
+    /// Acks sent inside it whose receipt was lost (a crash, a closed
+    /// connection): the broker may hold them pending; the client then
+    /// aborts the transaction.
+    maybe_acks: Vec<(String, MessageRef)>,
 }
 
 /// The checker's transaction state (see the module docs).
@@ -122,6 +126,20 @@ impl DeliveryChecker {
             .push((sub.to_string(), msg));
     }
 
+    /// A transactional ack of `msg` on `sub` inside transaction `k` lost
+    /// its receipt: the broker may hold it pending, and the abort that
+    /// follows then redelivers the entry, after later ones of its key (it
+    /// is released for one redelivery, out of order, at the abort; nothing
+    /// requires it to come back).
+    pub fn txn_ack_uncertain(&mut self, k: u64, sub: &str, msg: MessageRef) {
+        self.txn
+            .txns
+            .entry(k)
+            .or_default()
+            .maybe_acks
+            .push((sub.to_string(), msg));
+    }
+
     /// The store lost a pending-ack ledger of `sub` holding a record of
     /// transaction `k` (a deleted BookKeeper ledger, skipped or given up
     /// by the replay): what `k` acknowledged on `sub` until now may be
@@ -164,6 +182,15 @@ impl DeliveryChecker {
     /// An aborted transaction's acks: each entry may be redelivered once,
     /// and must be.
     fn txn_release_acks(&mut self, k: u64, now_ms: u64) {
+        let maybe = self
+            .txn
+            .txns
+            .get_mut(&k)
+            .map(|v| std::mem::take(&mut v.maybe_acks))
+            .unwrap_or_default();
+        for (sub, msg) in maybe {
+            self.txn_release(&sub, msg, now_ms);
+        }
         let acks = self
             .txn
             .txns
@@ -503,6 +530,31 @@ mod tests {
         assert_eq!(c.counts.txn_violations, 0);
         c.txn_delivery(0, m(6).position, 999);
         assert!(rule(c).unwrap().contains("past-max-read-position"));
+    }
+
+    /// An ack whose receipt was lost may be pending on the broker: after
+    /// the abort the entry may come back once, out of order; before it,
+    /// the live incarnation holding it must not get it again.
+    #[test]
+    fn a_transactional_ack_without_receipt_is_released_at_the_abort_only() {
+        for aborted in [false, true] {
+            let mut c = DeliveryChecker::new(["s".to_string()], 0, OrderCheck::PerKey);
+            c.published(m(1), 0, 0);
+            c.published(m(2), 0, 0);
+            c.delivered("s", 0, m(1), 1, 0);
+            c.delivered("s", 0, m(2), 1, 0);
+            c.txn_begun(0, 0, 60_000);
+            c.txn_ack_uncertain(0, "s", m(1));
+            if aborted {
+                c.txn_end_requested(0, false, 5);
+                c.txn_ended(0, TxnOutcome::Aborted, 6);
+            }
+            c.delivered("s", 0, m(1), 7, 0);
+            c.acked("s", m(1), 8);
+            c.acked("s", m(2), 8);
+            let (counts, first) = c.finish(20);
+            assert_eq!(counts.violations() == 0, aborted, "{first:?}");
+        }
     }
 
     #[test]

@@ -1146,15 +1146,17 @@ impl Node<'_> {
                 x.acks_receipted += 1;
             }
         }
-        if !lost {
-            if error.is_none() {
-                self.txn.activity.acks += 1;
-                for m in msgs {
-                    self.checker.txn_acked(k, sub, *m);
-                }
-            } else {
-                self.txn.activity.acks_refused += 1;
+        if lost {
+            for m in msgs {
+                self.checker.txn_ack_uncertain(k, sub, *m);
             }
+        } else if error.is_none() {
+            self.txn.activity.acks += 1;
+            for m in msgs {
+                self.checker.txn_acked(k, sub, *m);
+            }
+        } else {
+            self.txn.activity.acks_refused += 1;
         }
         self.txn_try_end(k);
     }
