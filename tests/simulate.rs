@@ -29,6 +29,13 @@ fn small(name: &str, messages: u64) -> Workload {
 fn small_model(name: &str, messages: u64) -> Workload {
     let mut w = small(name, messages);
     w.engine = pulsar_core::sim::Engine::Model;
+    // Without the node engine's own faults (the `failover` preset's
+    // redelivery requests, crash points and END_TXN crashes).
+    w.faults.redeliveries = 0;
+    if name == "failover" {
+        w.faults.crash_points = 0;
+        w.txn = pulsar_core::sim::TxnWorkload::default();
+    }
     w
 }
 
