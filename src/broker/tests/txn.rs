@@ -640,3 +640,5 @@ fn a_transactional_cumulative_ack_moves_mark_delete_at_commit_only() {
 
 mod snapshot;
 mod store_faults;
+#[cfg(feature = "sim")]
+mod turn_commit;
