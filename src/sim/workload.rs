@@ -212,6 +212,11 @@ pub struct Faults {
     /// Node engine: REDELIVER_UNACKNOWLEDGED_MESSAGES requests (a consumer
     /// bumps its epoch and asks for its unacknowledged messages again).
     pub redeliveries: u32,
+    /// Node engine: after a crash, the next crash point's k is drawn from
+    /// 1..=this instead of 1..=`crash_window`, so it falls during the
+    /// recovery (the store dies again while the broker reopens: its
+    /// coordinator, transaction buffer and pending-ack replays); 0 = off.
+    pub crash_recovery_window: u64,
     /// Node engine: reader clients (Pulsar's Reader: a non-durable
     /// subscription, CommandSubscribe with `durable = false`), at most
     /// [`MAX_READERS`]. Each opens a session at a drawn start (earliest,
@@ -276,6 +281,7 @@ impl Default for Faults {
             crash_at_writes: Vec::new(),
             crash_window: 200,
             redeliveries: 0,
+            crash_recovery_window: 0,
             readers: 0,
             unsubscribes: 0,
         }
@@ -319,6 +325,7 @@ impl Faults {
             crash_at_writes: Vec::new(),
             crash_window: 200,
             redeliveries: 0,
+            crash_recovery_window: 0,
             readers: 0,
             unsubscribes: 0,
         }
@@ -673,10 +680,13 @@ impl Workload {
                 },
                 ..base
             },
-            // Failover with cumulative acks, some of them transactional,
-            // across restarts, an outage and active-consumer changes.
+            // Failover with cumulative acks, some of them transactional
+            // (`sim::node::txn_cumulative`), across restarts, crashes at
+            // durable writes, an outage, a lost pending-ack ledger and
+            // active-consumer changes, on the shipped broker core.
             "failover" => Workload {
                 name: name.into(),
+                engine: Engine::Node,
                 producers: 10,
                 subscriptions: 2,
                 consumers_per_subscription: 3,
@@ -695,7 +705,14 @@ impl Workload {
                     lose_pending_ack_ledger: true,
                     pending_ack_auto_skip: true,
                     replay_read_failures: 2,
+                    redeliveries: 2,
+                    crash_points: 3,
+                    crash_window: 150,
                     ..Faults::default()
+                },
+                txn: TxnWorkload {
+                    crashes_during_end: 1,
+                    ..TxnWorkload::default()
                 },
                 ..base
             },
@@ -962,6 +979,9 @@ impl Workload {
         let unsupported = |m: &str| Err(WorkloadError::Unsupported(m.to_string()));
         if self.faults.crash_window == 0 || self.faults.crash_window > 1_000_000 {
             return bad("faults.crash_window must be in 1..=1,000,000");
+        }
+        if self.faults.crash_recovery_window > 1_000_000 {
+            return bad("faults.crash_recovery_window must be at most 1,000,000");
         }
         if self.faults.redeliveries > 100_000 {
             return bad("faults.redeliveries must be at most 100,000");

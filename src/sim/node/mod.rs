@@ -65,6 +65,7 @@ mod seek;
 mod store_faults;
 mod stored_once;
 pub mod txn;
+mod txn_cumulative;
 pub mod unsubscribe;
 pub mod wire;
 
@@ -122,6 +123,10 @@ pub struct NodeActivity {
     pub crashes_after_sync: u64,
     /// Crash points armed and never reached (the run ended first).
     pub crash_points_not_reached: u64,
+    /// Of the crash points reached, those drawn within
+    /// `faults.crash_recovery_window` durable writes of the start after a
+    /// crash (the store died again while the broker reopened).
+    pub crashes_in_recovery: u64,
     /// Clean restarts.
     pub clean_restarts: u64,
     /// Entries producers sent again after a lost connection (no receipt).
@@ -310,6 +315,10 @@ struct Node<'a> {
     /// Delayed delivery: tracker settings, snapshot faults, the truth
     /// (`delayed.rs`).
     delayed: delayed::DelayedSide,
+    /// The next start follows a crash (`faults.crash_recovery_window`).
+    crashed: bool,
+    /// The armed crash point was drawn within `faults.crash_recovery_window`.
+    recovery_armed: bool,
 }
 
 /// Runs `workload` (its `engine` is `node`) with `opts`.
@@ -397,6 +406,8 @@ pub fn run(
         starts_after_first: 0,
         operator_reload: false,
         delayed: delayed::DelayedSide::default(),
+        crashed: false,
+        recovery_armed: false,
     };
     let _hang_guard = HangGuard::start(
         Arc::clone(&n.heartbeat),
@@ -495,6 +506,7 @@ impl Node<'_> {
     /// Opens a core on the store's current image (a new process) and arms
     /// the next crash point.
     fn start_broker(&mut self) -> Result<(), SimError> {
+        let after_crash = std::mem::take(&mut self.crashed);
         let store =
             RedbStore::open_on_backend(self.storage.backend(), self.opts.sync, STORE_CACHE_BYTES)
                 .map_err(|e| SimError::Component(format!("open the store: {e}")))?;
@@ -525,7 +537,14 @@ impl Node<'_> {
         self.broker = Some(Broker::with_ledger_store(store, ledgers, config, now));
         if self.crashes_left > 0 {
             let base = self.storage.durable_writes_since_open();
-            let k = base + self.rng.random_range(1..=self.w.faults.crash_window);
+            let recovery = self.w.faults.crash_recovery_window;
+            self.recovery_armed = after_crash && recovery > 0;
+            let window = if self.recovery_armed {
+                recovery
+            } else {
+                self.w.faults.crash_window
+            };
+            let k = base + self.rng.random_range(1..=window);
             let kind = if self.rng.random_bool(0.5) {
                 CrashKind::BeforeSync
             } else {
@@ -726,6 +745,10 @@ impl Node<'_> {
 
     /// The broker process died at a crash point: nothing more of it runs.
     fn crash(&mut self) {
+        self.crashed = true;
+        if std::mem::take(&mut self.recovery_armed) {
+            self.node.crashes_in_recovery += 1;
+        }
         self.retire_broker();
         self.storage.recover();
         self.crashes_left = self.crashes_left.saturating_sub(1);
