@@ -127,6 +127,8 @@ pub struct Subscription {
     pub admission_rejections: u64,
     /// The components' work on this subscription.
     pub counters: super::counters::DispatchCounters,
+    /// The cursor read issued and not yet used (`read_completion.rs`).
+    pub(crate) read_in_flight: Option<super::read_completion::InFlightRead>,
     /// Reads wait after a failed one (`read_backoff.rs`).
     pub(crate) read_backoff: super::read_backoff::ReadBackoff,
     /// The core's clock (the read backoff's deadlines).
@@ -301,6 +303,7 @@ impl Subscription {
             admission: None,
             admission_rejections: 0,
             counters: super::counters::DispatchCounters::default(),
+            read_in_flight: None,
             read_backoff: super::read_backoff::ReadBackoff::default(),
             clock,
             watch,

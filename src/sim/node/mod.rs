@@ -71,7 +71,7 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use serde::Serialize;
 
-use crate::broker::{Broker, BrokerConfig, Output};
+use crate::broker::{Broker, BrokerConfig, Output, ReadId};
 use crate::ledger::RedbStore;
 
 use super::checker::{DeliveryChecker, OrderCheck};
@@ -196,6 +196,9 @@ enum Ev {
     Txn(txn::TxnEv),
     /// A seek's reset reaches the clients (`seek.rs`).
     SeekApplied { sub: String, md: crate::Position },
+    /// A cursor read the core issued completes (generation `gen`), after
+    /// the workload's read latency.
+    ReadDone { gen: u64, read: ReadId },
 }
 
 impl Ev {
@@ -213,6 +216,7 @@ impl Ev {
             Ev::Fault(_) => ("faults", "Fault"),
             Ev::Txn(_) => ("transaction client", "Txn"),
             Ev::SeekApplied { .. } => ("client", "SeekApplied"),
+            Ev::ReadDone { .. } => ("broker core", "ReadDone"),
         }
     }
 }
@@ -278,6 +282,10 @@ struct Node<'a> {
     /// Delayed delivery: tracker settings, snapshot faults, the truth
     /// (`delayed.rs`).
     delayed: delayed::DelayedSide,
+    /// Reads the core issued that complete in this turn (no read latency).
+    reads_now: Vec<ReadId>,
+    /// Whether [`Node::call_broker`] is completing `reads_now`.
+    completing_reads: bool,
 }
 
 /// Runs `workload` (its `engine` is `node`) with `opts`.
@@ -360,6 +368,8 @@ pub fn run(
         starts_after_first: 0,
         operator_reload: false,
         delayed: delayed::DelayedSide::default(),
+        reads_now: Vec::new(),
+        completing_reads: false,
     };
     let _hang_guard = HangGuard::start(
         Arc::clone(&n.heartbeat),
@@ -457,6 +467,7 @@ impl Node<'_> {
             RedbStore::open_on_backend(self.storage.backend(), self.opts.sync, STORE_CACHE_BYTES)
                 .map_err(|e| SimError::Component(format!("open the store: {e}")))?;
         self.gen += 1;
+        self.reads_now.clear();
         self.broker_side.clear();
         self.timer_at = None;
         self.timer_fired = None;
@@ -501,6 +512,20 @@ impl Node<'_> {
     /// (no group commit, no outputs yet: more frames of the same delivery
     /// follow), a crash of the store is still handled at once.
     fn call_broker(&mut self, f: impl FnOnce(&mut Broker, u64), end_turn: bool) {
+        let mut f = Some(f);
+        self.call_broker_dyn(
+            &mut |b, now| {
+                if let Some(f) = f.take() {
+                    f(b, now);
+                }
+            },
+            end_turn,
+        );
+    }
+
+    /// [`Self::call_broker`] on a `dyn` input (it calls itself for the
+    /// reads completed in the turn).
+    fn call_broker_dyn(&mut self, f: &mut dyn FnMut(&mut Broker, u64), end_turn: bool) {
         let now = self.core_now();
         self.delayed.set_core_now(now);
         let Some(b) = self.broker.as_mut() else {
@@ -509,10 +534,19 @@ impl Node<'_> {
         let armed = self.storage.armed();
         // No input may panic the core (its contract): a panic ends the run
         // as a violation, after what the observers saw before it.
+        // Without read latency a read completes right after the input that
+        // issued it (and after the turn's commit), as `serve` completes them.
+        let instant_reads = self.w.read_latency_ms == 0;
         let turn = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
             f(b, now);
+            if instant_reads {
+                b.complete_reads(now);
+            }
             if end_turn {
                 b.flush();
+                if instant_reads {
+                    b.complete_reads(now);
+                }
             }
         }));
         self.drain_delayed_violations();
@@ -538,6 +572,24 @@ impl Node<'_> {
         }
         if end_turn {
             self.pump();
+            // Reads issued while the outputs were taken (the turn's commit
+            // dispatched), completed without latency: one loop, not a
+            // recursion per read.
+            if !self.completing_reads {
+                self.completing_reads = true;
+                while !self.reads_now.is_empty() && self.broker.is_some() && !self.done {
+                    let reads = std::mem::take(&mut self.reads_now);
+                    self.call_broker_dyn(
+                        &mut |b, now| {
+                            for r in &reads {
+                                b.complete_read(*r, now);
+                            }
+                        },
+                        true,
+                    );
+                }
+                self.completing_reads = false;
+            }
         }
     }
 
@@ -584,6 +636,7 @@ impl Node<'_> {
                     self.sched.at(at, Ev::Closed { conn });
                 }
                 Output::Incarnation(_) => {}
+                Output::ReadIssued { read } => self.read_issued(read),
             }
         }
         self.schedule_applied_seeks();
@@ -598,6 +651,20 @@ impl Node<'_> {
                 self.sched.at(d.max(now), Ev::Timer { gen, deadline: d });
             }
         }
+    }
+
+    /// A read the core issued completes after a seeded latency of
+    /// 1..=`read_latency_ms` (acks, Flows and other frames reach the core
+    /// meanwhile), or in this turn without latency.
+    fn read_issued(&mut self, read: ReadId) {
+        if self.w.read_latency_ms == 0 {
+            self.reads_now.push(read);
+            return;
+        }
+        self.activity.reads_with_latency += 1;
+        let at = self.now() + self.rng.random_range(1..=self.w.read_latency_ms);
+        let gen = self.gen;
+        self.sched.at(at, Ev::ReadDone { gen, read });
     }
 
     fn latency(&mut self) -> VirtualMs {
@@ -858,6 +925,14 @@ impl Node<'_> {
             Ev::Fault(f) => self.fault(f),
             Ev::Txn(e) => self.txn_event(e),
             Ev::SeekApplied { sub, md } => self.seek_applied(&sub, md),
+            Ev::ReadDone { gen, read } => {
+                // A completion meant for a core that died is dropped with it.
+                if gen == self.gen {
+                    self.with_broker(|b, now| {
+                        b.complete_read(read, now);
+                    });
+                }
+            }
         }
     }
 
