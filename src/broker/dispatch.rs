@@ -386,8 +386,12 @@ impl Subscription {
                 continue;
             };
             // A partially acknowledged batch goes out with the indexes still
-            // to deliver (the deletion state's ack set).
-            let ack_set = self.deletion.batch_ack_set(p).unwrap_or_default();
+            // to deliver (the deletion state's ack set, less the indexes
+            // acknowledged in open transactions); one with none left waits
+            // for its transactions to end.
+            let Some(ack_set) = self.dispatch_ack_set(p, info.batch_size) else {
+                continue;
+            };
             let redelivery = self.redelivery_count.get(&p).copied().unwrap_or(0);
             let hook = self.admission.clone();
             let c = &mut self.consumers[idx];
