@@ -610,11 +610,14 @@ fn an_aborted_batch_index_ack_releases_the_entrys_unacknowledged_messages() {
     c.txn_acked(1, "s", b(0, 0));
     c.txn_end_requested(1, false, 3);
     c.txn_ended(1, TxnOutcome::Aborted, 4);
-    // The entry comes back with indexes 0 and 1 (2 is acknowledged).
+    // The entry comes back with indexes 0 and 1 (2 is acknowledged), index
+    // 1 to another consumer; its first holder still acknowledges it.
     c.delivered("s", 0, b(0, 0), 5, 0);
-    c.delivered("s", 0, b(0, 1), 5, 0);
-    let (counts, first) = c.finish(6);
+    c.delivered("s", 1, b(0, 1), 5, 0);
+    c.ack_applied("s", 0, &[b(0, 1)], 6);
+    let (counts, first) = c.finish(7);
     assert_eq!(counts.duplicate_violations, 0, "{first:?}");
+    assert_eq!(counts.invalid_events, 0, "{first:?}");
     assert_eq!(counts.duplicates_allowed, 2, "{first:?}");
     // Negative control: another entry's message is not released.
     let mut c = DeliveryChecker::new(["s".to_string()], 0, OrderCheck::None);

@@ -200,6 +200,10 @@ impl DeliveryChecker {
             if m == msg || s.acked[*i - base] == super::subscription::NOT_ACKED {
                 s.nacked.insert(*i);
                 s.order_exempt.insert(*i);
+                let holder = s.delivered[*i - base];
+                if holder != 0 {
+                    s.released_from.insert(*i, holder);
+                }
             }
         }
     }
