@@ -403,7 +403,7 @@ pub fn run(
     n.activity.txn_individual_acks += n.node.txn.acks;
     n.activity.txn_commits += n.node.txn.committed;
     n.activity.txn_aborts += n.node.txn.aborted;
-    let txn_work = txn::component(&n.node.txn);
+    let txn_work = txn::component(&n.node.txn, workload.txn.messages_per_topic > 0);
     // The last core closes cleanly.
     n.retire_broker();
     counters::into_activity(&n.core_counters, &mut n.activity);
@@ -817,7 +817,11 @@ impl Node<'_> {
                 break;
             }
             let (component, label) = ev.label();
-            self.store_plan.lock().now_ms = now;
+            // The store's faults and its retry-pace rule run on the core's
+            // clock (virtual time plus the clock jumps so far): a core whose
+            // clock jumped forward retries a failed pending-ack read after
+            // its backoff by its own clock, sooner in virtual time.
+            self.store_plan.lock().now_ms = now + self.delayed.clock_offset_ms;
             self.heartbeat.begin(now, component, label, None);
             self.handle(ev);
             self.heartbeat.end();
