@@ -185,9 +185,13 @@ fn the_default_run_exercises_all_four_components() {
     assert_eq!(w.engine, pulsar_core::sim::Engine::Node);
     let dir = tempfile::tempdir().unwrap();
     // `--sync always` (the CLI's default): transactions with crash points
-    // need it.
+    // need it. The whole preset takes about 30 s in a debug build on an
+    // idle machine: a wider wall-clock bound than the other tests'.
     let opts = SimOptions {
-        watchdog: test_watchdog(),
+        watchdog: Watchdog {
+            wall_limit: Some(std::time::Duration::from_secs(400)),
+            ..test_watchdog()
+        },
         ..SimOptions::new(1, dir.path().join("data"))
     };
     let r = run(&w, &opts, None).unwrap();
