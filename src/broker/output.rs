@@ -141,6 +141,9 @@ pub(crate) struct Outbox {
     /// Read completions that matched no read in flight (the read was
     /// dropped by a seek, a rewind or an unsubscribe; `dispatch.rs`).
     pub(crate) stale_reads: u64,
+    /// How many outputs at the front of `queue` their turn's durable
+    /// commit covers (`turn_commit.rs`); the rest wait for the next one.
+    pub(crate) durable: usize,
 }
 
 /// The delivery a queued MESSAGE frame carries (to settle a failed write).

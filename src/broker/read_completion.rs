@@ -147,6 +147,17 @@ impl Broker {
             if reads.is_empty() {
                 return done;
             }
+            // Outputs a turn's durable commit already covers stay counted
+            // as such (`turn_commit.rs`): the reads taken from among them
+            // leave that count.
+            let covered = self
+                .out
+                .queue
+                .iter()
+                .take(self.out.durable)
+                .filter(|o| matches!(o, Output::ReadIssued { .. }))
+                .count();
+            self.out.durable -= covered;
             self.out
                 .queue
                 .retain(|o| !matches!(o, Output::ReadIssued { .. }));

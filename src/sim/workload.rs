@@ -196,7 +196,26 @@ pub struct Faults {
     /// Node engine: REDELIVER_UNACKNOWLEDGED_MESSAGES requests (a consumer
     /// bumps its epoch and asks for its unacknowledged messages again).
     pub redeliveries: u32,
+    /// Node engine: reader clients (Pulsar's Reader: a non-durable
+    /// subscription, CommandSubscribe with `durable = false`), at most
+    /// [`MAX_READERS`]. Each opens a session at a drawn start (earliest,
+    /// latest, or a published message id, inclusive or exclusive), reads
+    /// to the end it saw at the open, acknowledges cumulatively, closes and
+    /// opens the next, for the whole run, across restarts and crashes
+    /// (`sim::node::reader`, judged by `sim::checker::reader`).
+    pub readers: u32,
+    /// Node engine: unsubscribes of a durable subscription by one of its
+    /// consumers (with `force` drawn: a forced one disconnects the other
+    /// consumers; an unforced one with other consumers attached is
+    /// refused); the consumers then subscribe again, creating a new
+    /// subscription of the same name at its initial position (earliest),
+    /// which must redeliver everything still retained, none of the old
+    /// subscription's acks carried over (`sim::node::unsubscribe`).
+    pub unsubscribes: u32,
 }
+
+/// The most reader clients a workload may run (`faults.readers`).
+pub const MAX_READERS: u32 = 16;
 
 impl Faults {
     /// Whether the run has crash points (and so keeps its store in memory).
@@ -239,6 +258,8 @@ impl Default for Faults {
             crash_at_writes: Vec::new(),
             crash_window: 200,
             redeliveries: 0,
+            readers: 0,
+            unsubscribes: 0,
         }
     }
 }
@@ -278,6 +299,8 @@ impl Faults {
             crash_at_writes: Vec::new(),
             crash_window: 200,
             redeliveries: 0,
+            readers: 0,
+            unsubscribes: 0,
         }
     }
 }
@@ -712,6 +735,18 @@ impl Workload {
                 "faults.seeks > 0 with delayed messages (the delayed tracker's truth, sim::node::delayed, does not know seeks yet)",
             ),
             (
+                f.unsubscribes > 0 && (self.txn.transactions > 0 || self.txn_ack_ratio > 0.0),
+                "faults.unsubscribes > 0 with transactions (the checker's transaction rules, sim::checker::txn, do not know a subscription deleted and created again)",
+            ),
+            (
+                f.unsubscribes > 0 && self.delayed_ratio > 0.0,
+                "faults.unsubscribes > 0 with delayed messages (the delayed tracker's truth, sim::node::delayed, does not know a subscription deleted and created again)",
+            ),
+            (
+                f.readers > 0 && self.txn.transactions > 0 && self.txn.messages_per_topic > 0,
+                "faults.readers > 0 with transactional messages (the reader rules, sim::checker::reader, do not know read-committed visibility)",
+            ),
+            (
                 !f.crash_at_writes.is_empty(),
                 "faults.crash_at_writes (the node engine draws k from faults.crash_window)",
             ),
@@ -917,6 +952,12 @@ impl Workload {
         if self.faults.redeliveries > 100_000 {
             return bad("faults.redeliveries must be at most 100,000");
         }
+        if self.faults.readers > MAX_READERS {
+            return bad("faults.readers must be at most 16");
+        }
+        if self.faults.unsubscribes > 100 {
+            return bad("faults.unsubscribes must be at most 100");
+        }
         if self.engine == Engine::Node {
             if let Some(what) = self.node_unsupported() {
                 return Err(WorkloadError::Unsupported(format!(
@@ -925,6 +966,8 @@ impl Workload {
             }
         } else if self.faults.redeliveries > 0 {
             return unsupported("faults.redeliveries > 0 needs engine = \"node\"");
+        } else if self.faults.readers > 0 || self.faults.unsubscribes > 0 {
+            return unsupported("faults.readers and faults.unsubscribes need engine = \"node\"");
         } else if self.txn.transactions > 0 {
             return unsupported("txn.transactions > 0 needs engine = \"node\"");
         }

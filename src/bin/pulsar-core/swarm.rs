@@ -264,6 +264,19 @@ fn node_workload(w: &mut Workload, r: &mut ChaCha8Rng) {
             ..TxnWorkload::default()
         };
     }
+    // Readers (non-durable subscriptions, `sim::node::reader`) and
+    // unsubscribes (`sim::node::unsubscribe`), drawn after everything
+    // above so the earlier draws stay as they were. Readers not beside
+    // transactional messages, unsubscribes not with transactions or
+    // delayed messages (`Workload::node_unsupported`).
+    let txn_messages = w.txn.transactions > 0 && w.txn.messages_per_topic > 0;
+    if !txn_messages && r.random_bool(0.5) {
+        w.faults.readers = r.random_range(1..=3);
+    }
+    let txn = w.txn.transactions > 0 || w.txn_ack_ratio > 0.0;
+    if !txn && w.delayed_ratio <= 0.0 && r.random_bool(0.5) {
+        w.faults.unsubscribes = r.random_range(1..=4);
+    }
 }
 
 /// The outcome of one seed's run.
@@ -314,7 +327,7 @@ fn print_run(seed: u64, report: &Report, json: bool, crash_points: bool) {
         println!("{line}");
     } else {
         println!(
-            "seed {seed}: {} ({} violations) {:?} subs={} consumers={} messages={} faults: restarts={} outages={} reconnects={} seeks={} lost-ledger={} auto-skip={} replay-read-failures={} delayed={} txn={} nack={} crashes={}",
+            "seed {seed}: {} ({} violations) {:?} subs={} consumers={} messages={} faults: restarts={} outages={} reconnects={} seeks={} lost-ledger={} auto-skip={} replay-read-failures={} delayed={} txn={} nack={} crashes={} readers={} unsubscribes={}",
             if clean { "ok" } else { "FAILED" },
             report.violations,
             w.subscription_type,
@@ -332,6 +345,8 @@ fn print_run(seed: u64, report: &Report, json: bool, crash_points: bool) {
             if w.txn.transactions > 0 { w.txn.ack_ratio } else { w.txn_ack_ratio },
             w.negative_ack_ratio,
             report.activity.node.as_ref().map_or(0, |n| n.crash_points),
+            w.faults.readers,
+            w.faults.unsubscribes,
         );
         if let Some(n) = &report.activity.node {
             println!(

@@ -654,3 +654,5 @@ fn a_redelivered_batch_leaves_out_the_indexes_acknowledged_in_an_open_transactio
         .expect("redelivered after the abort");
     assert_eq!(m.message_permits, Some(3), "{m:?}");
 }
+#[cfg(feature = "sim")]
+mod turn_commit;

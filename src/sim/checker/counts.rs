@@ -81,6 +81,11 @@ pub struct CheckerCounts {
     /// visible, an entry past an open transaction's first entry delivered,
     /// committed acks redelivered, aborted acks never redelivered).
     pub txn_violations: u64,
+    /// Reader rules broken (`checker::reader`): a reader session missed a
+    /// message published after its start before it reached the end, read
+    /// one before its start, never published, twice, or out of its
+    /// producer's order; or a reader's cursor was found in the store.
+    pub reader_violations: u64,
     /// Watchdog stops: virtual time did not advance for too many events, or
     /// the wall-clock bound was exceeded.
     pub livelocks: u64,
@@ -103,6 +108,7 @@ impl CheckerCounts {
             + self.replay_violations
             + self.filter_leaks
             + self.txn_violations
+            + self.reader_violations
             + self.livelocks
     }
 }

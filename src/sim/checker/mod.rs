@@ -39,6 +39,7 @@
 //! | `acks.rs` | individual and cumulative acks, applied and persisted |
 //! | `seek.rs` | a seek's reset, backward or forward: skipped and reopened messages |
 //! | `txn.rs` | transactions as the client sees them (read-committed visibility, transactional acks) |
+//! | `reader.rs` | readers (non-durable subscriptions): what a reader session must read, may not read, and the store's cursor list |
 //! | `counts.rs` | [`CheckerCounts`] |
 //! | `int_map.rs` | the integer-keyed maps' hasher |
 
@@ -50,6 +51,7 @@ mod acks;
 mod counts;
 mod delivery;
 mod int_map;
+mod reader;
 mod seek;
 mod subscription;
 mod txn;
@@ -57,6 +59,7 @@ mod window;
 
 pub use counts::CheckerCounts;
 use int_map::IntMap;
+pub use reader::{ReaderSessionId, ReaderStart};
 use subscription::{Published, SubState, NOT_ACKED, SKIPPED};
 pub use txn::{TxnMsg, TxnOutcome};
 use window::{Retired, RETIRE_EVERY};
@@ -121,6 +124,9 @@ pub struct DeliveryChecker {
     key_exclusive: bool,
     /// Transactions as the client sees them (`txn.rs`).
     txn: txn::TxnState,
+    /// Readers' sessions and the publish log they are judged against
+    /// (`reader.rs`).
+    reader: reader::ReaderState,
 }
 
 impl DeliveryChecker {
@@ -152,6 +158,7 @@ impl DeliveryChecker {
             order,
             key_exclusive: false,
             txn: txn::TxnState::default(),
+            reader: reader::ReaderState::default(),
         }
     }
 
@@ -211,6 +218,7 @@ impl DeliveryChecker {
             }
         }
         self.counts.published += 1;
+        self.reader.published(msg, deliver_at_ms);
     }
 
     /// The broker restarted: every consumer of every subscription starts a

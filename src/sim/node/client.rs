@@ -73,6 +73,12 @@ pub(super) struct Producer {
 }
 
 impl Producer {
+    /// Whether the send of sequence id `seq` lost its connection before
+    /// its receipt (a copy of it may be in the topic).
+    pub(super) fn is_uncertain(&self, seq: u64) -> bool {
+        self.uncertain.contains(&seq)
+    }
+
     /// Logical messages not yet published (no receipt).
     pub(super) fn unpublished(&self) -> u64 {
         self.to_create
@@ -179,6 +185,17 @@ fn parse_payload(bytes: &[u8]) -> Option<(usize, u64, u32, u64)> {
     Some((p, seq, key, at))
 }
 
+/// (producer, sequence id, index in the entry) of a message payload.
+pub(super) fn payload_origin(bytes: &[u8]) -> Option<(usize, u64, u32)> {
+    let s = std::str::from_utf8(bytes).ok()?;
+    let mut it = s.split(' ');
+    Some((
+        it.next()?.parse().ok()?,
+        it.next()?.parse().ok()?,
+        it.next()?.parse().ok()?,
+    ))
+}
+
 fn position_of(id: &MessageIdData) -> Position {
     Position::new(id.ledger_id as i64, id.entry_id as i64)
 }
@@ -247,6 +264,7 @@ impl Node<'_> {
                 co.subscribes.clear();
             }
             ClientRef::Txn(r) => self.txn_connecting(r, conn),
+            ClientRef::Reader(r) => self.readers_connecting(r, conn),
         }
         let cmd = BrokerCommand {
             r#type: ty::CONNECT,
@@ -280,6 +298,8 @@ impl Node<'_> {
                     return;
                 }
                 co.conn = None;
+                self.unsubs_consumer_gone(c);
+                let co = &mut self.consumers[c];
                 if let Some(cx) = co.connection.take() {
                     cx.close(CloseReason::Requested);
                 }
@@ -303,6 +323,11 @@ impl Node<'_> {
                     return;
                 }
             }
+            ClientRef::Reader(r) => {
+                if !self.readers_connection_lost(r, conn) {
+                    return;
+                }
+            }
         }
         let _ = now;
         let at = self.backoff();
@@ -315,6 +340,7 @@ impl Node<'_> {
             ClientRef::Producer(p) => &mut self.producers[p].cutter,
             ClientRef::Consumer(c) => &mut self.consumers[c].cutter,
             ClientRef::Txn(r) => self.txn_cutter(r),
+            ClientRef::Reader(r) => self.readers_cutter(r),
         };
         cutter.push(bytes);
         loop {
@@ -322,6 +348,7 @@ impl Node<'_> {
                 ClientRef::Producer(p) => &mut self.producers[p].cutter,
                 ClientRef::Consumer(c) => &mut self.consumers[c].cutter,
                 ClientRef::Txn(r) => self.txn_cutter(r),
+                ClientRef::Reader(r) => self.readers_cutter(r),
             };
             let f = match cutter.next_frame() {
                 Ok(Some(f)) => f,
@@ -361,6 +388,7 @@ impl Node<'_> {
                     self.consumer_command(c, conn, cmd, &f.whole, f.payload())
                 }
                 ClientRef::Txn(r) => self.txn_command(r, conn, cmd, &f),
+                ClientRef::Reader(r) => self.readers_command(r, conn, cmd, f.payload()),
             }
             // A command may have closed the connection.
             if !self.conns.contains_key(&conn) {
@@ -708,6 +736,9 @@ impl Node<'_> {
             }
             ty::SUCCESS => {
                 let Some(s) = cmd.success else { return };
+                if self.unsubscribe_answered(c, conn, s.request_id) {
+                    return;
+                }
                 let co = &mut self.consumers[c];
                 let Some(inc) = co.subscribes.remove(&s.request_id) else {
                     return; // CloseConsumer's
@@ -731,6 +762,9 @@ impl Node<'_> {
             }
             ty::ERROR => {
                 let Some(e) = cmd.error else { return };
+                if self.unsubscribe_answered(c, conn, e.request_id) {
+                    return;
+                }
                 if self.consumers[c].subscribes.contains_key(&e.request_id) {
                     // A refused subscribe: reconnect and try again.
                     self.close_conn(conn);
@@ -1086,6 +1120,18 @@ impl Node<'_> {
     /// queue: each message is a delivery as the client sees it (at its
     /// arrival, before any later frame of the connection).
     fn hand_off(&mut self, c: usize) {
+        if self.unsubscribing(c) {
+            // The application called unsubscribe: what still arrives is
+            // discarded with the consumer (`unsubscribe.rs`).
+            while let Some(m) = self.consumers[c]
+                .client
+                .as_mut()
+                .and_then(|cl| cl.receive())
+            {
+                drop(m);
+            }
+            return;
+        }
         let now = self.now();
         let sub = self.subs[self.consumers[c].sub].clone();
         let id = self.consumers[c].id;
@@ -1192,6 +1238,21 @@ impl Node<'_> {
         self.checker.consumer_reconnected(&self.subs[sub], id);
         self.activity.same_connection_recreations += 1;
         self.flush_consumer(c);
+    }
+
+    /// The application of consumer `c` unsubscribes: it stops taking
+    /// messages and drops what it holds unprocessed; for the checker its
+    /// hold on what it was delivered ends (the broker redelivers it to the
+    /// others as it removes this consumer).
+    pub(super) fn consumer_leaves(&mut self, c: usize) {
+        let co = &mut self.consumers[c];
+        co.era += 1;
+        co.app.clear();
+        co.since_cumulative = 0;
+        co.cumulative_candidate = None;
+        co.batch_seen = None;
+        let (sub, id) = (co.sub, co.id);
+        self.checker.consumer_reconnected(&self.subs[sub], id);
     }
 
     /// ACTIVE_CONSUMER_CHANGE told a Failover consumer it is not the

@@ -47,6 +47,8 @@ pub(super) enum Fault {
     ClearBacklog(usize),
     /// A consumer sends its SUBSCRIBE again on the same connection.
     DuplicateSubscribe(usize),
+    /// A consumer unsubscribes its subscription (`unsubscribe.rs`).
+    Unsubscribe(usize),
 }
 
 /// How long a restart waits for a transaction holding acks, per try, ms.
@@ -89,6 +91,7 @@ impl Node<'_> {
             (f.same_connection_reconnects, Fault::SameConnection),
             (f.redeliveries, Fault::Redeliver),
             (f.seeks, Fault::Seek),
+            (f.unsubscribes, Fault::Unsubscribe),
         ] {
             for _ in 0..n {
                 let c = self.rng.random_range(0..consumers);
@@ -197,7 +200,8 @@ impl Node<'_> {
         if let Fault::Reconnect(c)
         | Fault::SameConnection(c)
         | Fault::Redeliver(c)
-        | Fault::Seek(c) = f
+        | Fault::Seek(c)
+        | Fault::Unsubscribe(c) = f
         {
             if !self.consumers[c].ready() {
                 self.sched.after(100, Ev::Fault(f));
@@ -248,6 +252,7 @@ impl Node<'_> {
             Fault::SameConnection(c) => self.same_connection(c),
             Fault::Redeliver(c) => self.redeliver(c),
             Fault::Seek(c) => self.seek(c),
+            Fault::Unsubscribe(c) => self.unsubscribe(c),
             Fault::OutageStart => {
                 self.store_plan.lock().outage = true;
                 let end = self.w.faults.outage_ms;

@@ -58,10 +58,12 @@ mod delayed;
 mod faults;
 mod faulty;
 mod nack;
+pub mod reader;
 mod seek;
 mod store_faults;
 mod stored_once;
 pub mod txn;
+pub mod unsubscribe;
 pub mod wire;
 
 use std::collections::BTreeMap;
@@ -158,6 +160,10 @@ pub struct NodeActivity {
     /// Consumed ledgers the core deleted (`broker::lifecycle`), over every
     /// broker generation.
     pub ledgers_deleted: u64,
+    /// Readers (`faults.readers`, `reader.rs`).
+    pub readers: reader::ReaderActivity,
+    /// Unsubscribes (`faults.unsubscribes`, `unsubscribe.rs`).
+    pub unsubscribes: unsubscribe::UnsubActivity,
 }
 
 /// Which client a connection belongs to.
@@ -167,6 +173,8 @@ enum ClientRef {
     Consumer(usize),
     /// The transaction client or the second topic's reader (`txn.rs`).
     Txn(txn::Role),
+    /// A reader client (`reader.rs`).
+    Reader(usize),
 }
 
 /// One event of the run.
@@ -199,6 +207,11 @@ enum Ev {
     /// A cursor read the core issued completes (generation `gen`), after
     /// the workload's read latency.
     ReadDone { gen: u64, read: ReadId },
+    /// A timed step of a reader (`reader.rs`).
+    Reader(reader::ReaderEv),
+    /// A subscription created again after an unsubscribe reaches the
+    /// clients (`unsubscribe.rs`).
+    Unsubscribed { sub: String, md: crate::Position },
 }
 
 impl Ev {
@@ -217,6 +230,8 @@ impl Ev {
             Ev::Txn(_) => ("transaction client", "Txn"),
             Ev::SeekApplied { .. } => ("client", "SeekApplied"),
             Ev::ReadDone { .. } => ("broker core", "ReadDone"),
+            Ev::Reader(_) => ("reader", "Reader"),
+            Ev::Unsubscribed { .. } => ("client", "Unsubscribed"),
         }
     }
 }
@@ -264,6 +279,10 @@ struct Node<'a> {
     txn: txn::TxnSide,
     /// Seeks in flight (`seek.rs`).
     seeks: seek::SeekSide,
+    /// The reader clients (`reader.rs`).
+    readers: reader::ReaderSide,
+    /// Unsubscribes in flight (`unsubscribe.rs`).
+    unsubs: unsubscribe::UnsubSide,
     /// What the store under every core fails (`store_faults.rs`).
     store_plan: store_faults::SharedPlan,
     /// The pending-ack logs are opened with auto-skip of non-recoverable
@@ -360,6 +379,8 @@ pub fn run(
         core_counters: crate::broker::DispatchCounters::default(),
         txn: txn::TxnSide::default(),
         seeks: seek::SeekSide::default(),
+        readers: reader::ReaderSide::default(),
+        unsubs: unsubscribe::UnsubSide::default(),
         store_plan: store_faults::SharedPlan::default(),
         auto_skip: workload.faults.pending_ack_auto_skip,
         lose_ledger_at_start: false,
@@ -381,6 +402,7 @@ pub fn run(
     );
     n.start_broker()?;
     n.setup_clients();
+    n.setup_readers();
     n.setup_txn()?;
     if opts.faults {
         n.plan_faults();
@@ -404,6 +426,7 @@ pub fn run(
     n.activity.txn_commits += n.node.txn.committed;
     n.activity.txn_aborts += n.node.txn.aborted;
     let txn_work = txn::component(&n.node.txn, workload.txn.messages_per_topic > 0);
+    let reader_work = reader::component(&n.node.readers, &n.node.unsubscribes);
     // The last core closes cleanly.
     n.retire_broker();
     counters::into_activity(&n.core_counters, &mut n.activity);
@@ -426,6 +449,7 @@ pub fn run(
     // loop counted: a component with no work reads NOT EXERCISED.
     let mut components = super::report::components(&activity);
     components.push(txn_work);
+    components.push(reader_work);
     let wall_ms = started.elapsed().as_millis() as u64;
     let delivered = counts.delivered;
     Ok(Report {
@@ -473,6 +497,7 @@ impl Node<'_> {
         self.timer_fired = None;
         let now = self.core_now();
         self.delayed.set_core_now(now);
+        self.readers_check_store(&store);
         if std::mem::take(&mut self.lose_ledger_at_start) {
             self.lose_pending_ack_ledgers(&store)?;
         }
@@ -640,6 +665,7 @@ impl Node<'_> {
             }
         }
         self.schedule_applied_seeks();
+        self.schedule_recreated_subscriptions();
         if let Some(d) = deadline {
             let d = d.saturating_sub(EPOCH_BASE_MS + self.delayed.clock_offset_ms);
             // A deadline in the past that already fired waits for the next
@@ -885,6 +911,7 @@ impl Node<'_> {
             && self.plan.pending() == 0
             && self.checker.all_acked()
             && self.txn_finished()
+            && self.unsubs.settled()
     }
 
     fn handle(&mut self, ev: Ev) {
@@ -937,6 +964,8 @@ impl Node<'_> {
                     });
                 }
             }
+            Ev::Reader(e) => self.reader_event(e),
+            Ev::Unsubscribed { sub, md } => self.subscription_recreated(&sub, md),
         }
     }
 
@@ -980,6 +1009,7 @@ impl Node<'_> {
                     self.node.frames_to_broker += 1;
                     let seek = self.seek_frame(conn, f.command());
                     let resets = seek.as_ref().and_then(|(_, sub)| self.resets_of(sub));
+                    let unsub = self.unsub_frame(conn, f.command());
                     let mut closed = false;
                     self.call_broker(
                         |b, now| {
@@ -989,6 +1019,9 @@ impl Node<'_> {
                     );
                     if let Some((key, _)) = seek {
                         self.seek_handled(key, resets, gen != self.gen);
+                    }
+                    if let Some(u) = unsub {
+                        self.unsub_handled(u, gen != self.gen);
                     }
                     if gen != self.gen {
                         return; // the core died on this frame

@@ -1,0 +1,124 @@
+//! The simulator's node engine reaches readers (non-durable subscriptions)
+//! and unsubscribe: tests/workloads/node_readers.toml runs clean at a few
+//! seeds with reader sessions opened at every kind of start, read to
+//! their end, messages read, the store's cursor list read after each
+//! (re)start, subscriptions deleted and created again (their counters
+//! non-zero, so the rules in `sim::checker::reader` and the reset after
+//! an unsubscribe judged something); the knobs' bad values and the
+//! combinations the node engine cannot judge are typed errors.
+#![cfg(not(any(loom, feature = "shuttle")))]
+
+use pulsar_core::sim::{run, SimOptions, Watchdog, Workload, WorkloadError};
+
+fn workload() -> Workload {
+    let path =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/workloads/node_readers.toml");
+    Workload::from_toml_file(&path).unwrap()
+}
+
+fn run_seed(w: &Workload, seed: u64) -> pulsar_core::sim::Report {
+    let dir = tempfile::tempdir().unwrap();
+    let opts = SimOptions {
+        seed,
+        data_dir: dir.path().join("data"),
+        faults: true,
+        sabotage: None,
+        sync: pulsar_core::ledger::SyncMode::Immediate,
+        watchdog: Watchdog {
+            exit_on_hang: Some(std::time::Duration::from_secs(60)),
+            wall_limit: Some(std::time::Duration::from_secs(180)),
+            ..Watchdog::default()
+        },
+        trace_dir: None,
+    };
+    run(w, &opts, None).unwrap()
+}
+
+#[test]
+fn readers_and_unsubscribes_run_clean_and_are_exercised() {
+    let w = workload();
+    let mut starts = [0u64; 4];
+    let (mut completed, mut read, mut store_checks, mut recreated, mut crashes) = (0, 0, 0, 0, 0);
+    for seed in 1..=3 {
+        let r = run_seed(&w, seed);
+        assert!(
+            r.is_clean(),
+            "seed {seed}: {:?} ({} violations)",
+            r.first_violation,
+            r.violations
+        );
+        assert_eq!(r.counts.reader_violations, 0);
+        assert_eq!(r.counts.lost, 0);
+        let n = r.activity.node.as_ref().expect("node activity");
+        assert!(n.readers.opened > 0, "seed {seed}: {:?}", n.readers);
+        assert!(
+            n.unsubscribes.applied > 0,
+            "seed {seed}: {:?}",
+            n.unsubscribes
+        );
+        for (s, k) in starts.iter_mut().zip(n.readers.starts) {
+            *s += k;
+        }
+        completed += n.readers.completed;
+        read += n.readers.messages_read;
+        store_checks += n.readers.store_checks;
+        recreated += n.unsubscribes.recreated;
+        crashes += n.crash_points;
+        let c = r
+            .components
+            .iter()
+            .find(|c| c.component.starts_with("readers"))
+            .expect("the readers component");
+        assert!(c.exercised, "seed {seed}: {:?}", c.missing());
+    }
+    assert!(
+        starts.iter().all(|k| *k > 0),
+        "every kind of start: {starts:?}"
+    );
+    assert!(completed > 0 && read > 0 && store_checks > 0 && recreated > 0);
+    assert!(crashes > 0, "no crash point reached");
+}
+
+#[test]
+fn without_readers_or_unsubscribes_the_component_is_not_exercised() {
+    let mut w = workload();
+    w.faults.readers = 0;
+    w.faults.unsubscribes = 0;
+    w.messages = 200;
+    let r = run_seed(&w, 1);
+    assert!(r.is_clean(), "{:?}", r.first_violation);
+    let c = r
+        .components
+        .iter()
+        .find(|c| c.component.starts_with("readers"))
+        .expect("the readers component");
+    assert!(!c.exercised);
+    assert!(r.to_string().contains("NOT EXERCISED"));
+}
+
+#[test]
+fn bad_reader_and_unsubscribe_settings_are_typed_errors() {
+    let mut w = workload();
+    w.faults.readers = 17;
+    assert!(matches!(w.validate(), Err(WorkloadError::Invalid(m)) if m.contains("faults.readers")));
+    let mut w = workload();
+    w.faults.unsubscribes = 101;
+    assert!(
+        matches!(w.validate(), Err(WorkloadError::Invalid(m)) if m.contains("faults.unsubscribes"))
+    );
+    let mut w = workload();
+    w.delayed_ratio = 0.2;
+    assert!(
+        matches!(w.validate(), Err(WorkloadError::Unsupported(m)) if m.contains("faults.unsubscribes") && m.contains("delayed"))
+    );
+    let mut w = workload();
+    w.txn_ack_ratio = 0.3;
+    assert!(
+        matches!(w.validate(), Err(WorkloadError::Unsupported(m)) if m.contains("faults.unsubscribes") && m.contains("transactions"))
+    );
+    let mut w = workload();
+    w.engine = pulsar_core::sim::Engine::Model;
+    assert!(
+        matches!(w.validate(), Err(WorkloadError::Unsupported(m)) if m.contains("faults.readers"))
+    );
+}
