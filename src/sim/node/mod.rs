@@ -455,7 +455,12 @@ pub fn run(
     n.activity.txn_commits += n.node.txn.committed;
     n.activity.txn_aborts += n.node.txn.aborted;
     let txn_work = txn::component(&n.node.txn, workload.txn.messages_per_topic > 0);
-    let reader_work = reader::component(&n.node.readers, &n.node.unsubscribes);
+    let reader_work = reader::component(
+        &n.node.readers,
+        &n.node.unsubscribes,
+        workload.faults.readers > 0,
+        workload.faults.unsubscribes > 0,
+    );
     // The last core closes cleanly.
     n.retire_broker();
     counters::into_activity(&n.core_counters, &mut n.activity);
@@ -478,7 +483,7 @@ pub fn run(
     // loop counted: a component with no work reads NOT EXERCISED.
     let mut components = super::report::components(&activity);
     components.push(txn_work);
-    components.push(reader_work);
+    components.extend(reader_work);
     let wall_ms = started.elapsed().as_millis() as u64;
     let delivered = counts.delivered;
     Ok(Report {
