@@ -194,7 +194,6 @@ fn every_preset_runs_clean_with_faults() {
 /// component section says all four were exercised. The whole preset, as
 /// `pulsar-core simulate` runs it (a shorter run merges no bucket).
 #[test]
-#[ignore = "main's turn commit and readers component moved the default shape's seed 1 off failed replay attempts and bucket merges; the preset needs re-tuning (see the node-default report)"]
 fn the_default_run_exercises_all_four_components() {
     let w = Workload::preset("default").unwrap();
     assert_eq!(w.engine, pulsar_core::sim::Engine::Node);
