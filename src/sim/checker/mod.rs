@@ -412,6 +412,14 @@ impl DeliveryChecker {
         self.violation(now_ms, format!("stored twice: {what}"));
     }
 
+    /// A chunked message the consumer reassembled is not the message its
+    /// `uuid` names or not of its `total_chunk_msg_size` (a chunk dropped,
+    /// reordered or mixed in).
+    pub fn chunked_message_broken(&mut self, what: &str, now_ms: u64) {
+        self.counts.chunk_violations += 1;
+        self.violation(now_ms, format!("chunked message broken: {what}"));
+    }
+
     /// Whether `msg` was published (in the window or retired).
     pub fn knows(&self, msg: MessageRef) -> bool {
         !matches!(self.lookup(&msg), window::Lookup::Unknown)

@@ -52,6 +52,7 @@
 //! the lost send) and must be delivered and acknowledged like any other
 //! message. Any other unknown entry is a violation.
 
+pub mod chunks;
 mod client;
 mod counters;
 mod delayed;
@@ -164,6 +165,8 @@ pub struct NodeActivity {
     pub readers: reader::ReaderActivity,
     /// Unsubscribes (`faults.unsubscribes`, `unsubscribe.rs`).
     pub unsubscribes: unsubscribe::UnsubActivity,
+    /// Chunked messages (`faults.chunked_ratio`, `chunks.rs`).
+    pub chunks: chunks::ChunkActivity,
 }
 
 /// Which client a connection belongs to.
@@ -279,6 +282,8 @@ struct Node<'a> {
     readers: reader::ReaderSide,
     /// Unsubscribes in flight (`unsubscribe.rs`).
     unsubs: unsubscribe::UnsubSide,
+    /// Chunk contexts of the consumers (`chunks.rs`).
+    chunks: chunks::ChunkSide,
     /// What the store under every core fails (`store_faults.rs`).
     store_plan: store_faults::SharedPlan,
     /// The pending-ack logs are opened with auto-skip of non-recoverable
@@ -373,6 +378,7 @@ pub fn run(
         seeks: seek::SeekSide::default(),
         readers: reader::ReaderSide::default(),
         unsubs: unsubscribe::UnsubSide::default(),
+        chunks: chunks::ChunkSide::default(),
         store_plan: store_faults::SharedPlan::default(),
         auto_skip: workload.faults.pending_ack_auto_skip,
         lose_ledger_at_start: false,
@@ -417,6 +423,8 @@ pub fn run(
     n.activity.txn_aborts += n.node.txn.aborted;
     let txn_work = txn::component(&n.node.txn);
     let reader_work = reader::component(&n.node.readers, &n.node.unsubscribes);
+    n.node.chunks = std::mem::take(&mut n.chunks.activity);
+    let chunk_work = chunks::component(&n.node.chunks);
     // The last core closes cleanly.
     n.retire_broker();
     counters::into_activity(&n.core_counters, &mut n.activity);
@@ -440,6 +448,7 @@ pub fn run(
     let mut components = super::report::components(&activity);
     components.push(txn_work);
     components.push(reader_work);
+    components.push(chunk_work);
     let wall_ms = started.elapsed().as_millis() as u64;
     let delivered = counts.delivered;
     Ok(Report {
