@@ -935,3 +935,106 @@ fn a_reader_from_earliest_and_from_a_message_id() {
     c.flow(1, 10);
     assert_eq!(c.messages(1, SETTLE), sent[1..].to_vec());
 }
+
+/// A transaction's END_TXN_RESPONSE (and the ACK_RESPONSE of its
+/// transactional ack) means what it wrote is durable (Pulsar answers after
+/// the pending-ack log and the coordinator's log completed): after a
+/// kill -9 and a restart on the same store, the entry a committed
+/// transaction acknowledged is not delivered again.
+#[test]
+fn a_committed_transactional_ack_stays_acknowledged_after_a_kill() {
+    use pulsar_core::proto::txn as tp;
+    const TOPIC: &str = "persistent://public/default/durable-txn-ack";
+    let dir = tempfile::tempdir().unwrap();
+    let s = server_at(dir.path(), &[]);
+    let mut p = Client::connect(&s);
+    p.producer(TOPIC);
+    let sent: Vec<(u64, u64)> = (0..3).map(|i| p.publish(i, None, None)).collect();
+    let mut c = Client::connect(&s);
+    c.subscribe(TOPIC, 1, "s", SHARED, "c");
+    c.flow(1, 10);
+    assert_eq!(c.messages(1, SETTLE), sent);
+    let request_id = c.request();
+    c.send(BrokerCommand {
+        r#type: ty::TC_CLIENT_CONNECT_REQUEST,
+        tc_client_connect_request: Some(tp::CommandTcClientConnectRequest {
+            request_id,
+            tc_id: 0,
+        }),
+        ..Default::default()
+    });
+    c.expect(
+        |f| f.r#type == ty::TC_CLIENT_CONNECT_RESPONSE,
+        "TC_CLIENT_CONNECT_RESPONSE",
+    );
+    let request_id = c.request();
+    c.send(BrokerCommand {
+        r#type: ty::NEW_TXN,
+        new_txn: Some(tp::CommandNewTxn {
+            request_id,
+            txn_ttl_millis: Some(600_000),
+            tc_id: Some(0),
+        }),
+        ..Default::default()
+    });
+    let r = c
+        .expect(|f| f.r#type == ty::NEW_TXN_RESPONSE, "NEW_TXN_RESPONSE")
+        .new_txn_response
+        .unwrap();
+    assert_eq!(r.error, None, "{r:?}");
+    let (most, least) = (r.txnid_most_bits, r.txnid_least_bits);
+    let request_id = c.request();
+    c.send(BrokerCommand {
+        r#type: ty::ADD_SUBSCRIPTION_TO_TXN,
+        add_subscription_to_txn: Some(tp::CommandAddSubscriptionToTxn {
+            request_id,
+            txnid_least_bits: least,
+            txnid_most_bits: most,
+            subscription: vec![tp::TxnSubscription {
+                topic: TOPIC.into(),
+                subscription: "s".into(),
+            }],
+        }),
+        ..Default::default()
+    });
+    let r = c.expect(
+        |f| f.r#type == ty::ADD_SUBSCRIPTION_TO_TXN_RESPONSE,
+        "ADD_SUBSCRIPTION_TO_TXN_RESPONSE",
+    );
+    assert_eq!(r.add_subscription_to_txn_response.unwrap().error, None);
+    let mut a = ack_of(
+        1,
+        0,
+        MessageIdData {
+            ledger_id: sent[1].0,
+            entry_id: sent[1].1,
+            ..Default::default()
+        },
+    );
+    a.txnid_most_bits = most;
+    a.txnid_least_bits = least;
+    c.ack_with_receipt(a);
+    let request_id = c.request();
+    c.send(BrokerCommand {
+        r#type: ty::END_TXN,
+        end_txn: Some(tp::CommandEndTxn {
+            request_id,
+            txnid_least_bits: least,
+            txnid_most_bits: most,
+            txn_action: Some(tp::txn_action::COMMIT),
+        }),
+        ..Default::default()
+    });
+    let r = c.expect(|f| f.r#type == ty::END_TXN_RESPONSE, "END_TXN_RESPONSE");
+    assert_eq!(r.end_txn_response.unwrap().error, None);
+    drop((c, p, s)); // SIGKILL: no clean close
+    let s = server_at(dir.path(), &[]);
+    let mut c = Client::connect(&s);
+    c.subscribe(TOPIC, 1, "s", SHARED, "c");
+    c.flow(1, 10);
+    assert_eq!(
+        c.messages(1, SETTLE),
+        vec![sent[0], sent[2]],
+        "the entry a committed transaction acknowledged is delivered again"
+    );
+}

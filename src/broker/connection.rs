@@ -98,7 +98,7 @@ impl Broker {
         self.conns.get(&conn).is_some_and(|c| c.connected)
     }
 
-    fn forget(&mut self, conn: ConnectionId) {
+    pub(super) fn forget(&mut self, conn: ConnectionId) {
         let Some(c) = self.conns.remove(&conn) else {
             return;
         };

@@ -27,8 +27,9 @@
 //! grouping.
 //!
 //! The turn's SENDs are committed first, in one transaction of their own
-//! (`send_commit.rs`). Transactional acks and END_TXN still commit per
-//! command (each completes before its reply is queued).
+//! (`send_commit.rs`). Every commit of the turn (these, the SENDs',
+//! transactional acks', END_TXN's) is made durable by one fsynced commit at
+//! the end of the turn (`turn_commit.rs`), before any reply leaves.
 
 use std::collections::BTreeSet;
 
@@ -118,10 +119,22 @@ impl Broker {
     /// subscription acknowledged since the last flush (one store commit per
     /// subscription, whatever the number of acks), then releases their ack
     /// receipts (an error receipt when the commit failed) and dispatches
-    /// them. [`Broker::poll_output`] calls it, so a driver needs to call it
+    /// them; last, makes every commit of the turn durable with one fsynced
+    /// commit (`turn_commit.rs`) before any output of the turn may leave.
+    /// [`Broker::poll_output`] calls it, so a driver needs to call it
     /// only to end a turn without polling.
+    ///
+    /// # Blocking
+    /// Yes: the turn's commits and its one fsync, on the calling thread.
     pub fn flush(&mut self) {
         self.commit_sends();
+        self.commit_acks();
+        self.commit_turn();
+    }
+
+    /// The turn's acks: one persist per acknowledged subscription, then
+    /// their receipts and dispatch.
+    fn commit_acks(&mut self) {
         if self.acks.is_empty() {
             return;
         }

@@ -60,11 +60,15 @@
 //! ## Blocking, units, errors
 //!
 //! Store I/O is synchronous inside the core: durable writes (appends, the
-//! cursor's deletion state, cursor properties, delayed-tracker snapshots)
-//! are issued on the [`crate::ledger::RedbStore`] and their completion is the
-//! return of the call that issued them; a SEND_RECEIPT or an ack response
-//! is queued only after its commit. Reads of entries are synchronous too.
-//! So every input may block on the store for the duration of a commit.
+//! cursor's deletion state, cursor properties, delayed-tracker snapshots,
+//! the transaction log and pending-ack logs) are issued on the
+//! [`crate::ledger::RedbStore`] and commit inside the call that issued
+//! them, without an fsync; [`Broker::flush`] (run by
+//! [`Broker::poll_output`]) ends the turn with ONE fsynced commit that makes
+//! all of them durable, and no output of the turn leaves before it
+//! (`turn_commit.rs`; [`BrokerConfig::turn_commit`]). Reads of entries are
+//! synchronous too. So every input may block on the store for the
+//! duration of a commit, and a poll for the duration of an fsync.
 //!
 //! Group commit (`group_commit.rs`): a plain ACK is applied in memory when
 //! its frame arrives and persisted by [`Broker::flush`], which ends the
@@ -84,7 +88,9 @@
 //! [`send_commit::MAX_BATCH_ENTRIES`] entries and
 //! [`send_commit::MAX_BATCH_BYTES`] bytes; a command whose handling depends
 //! on the batch's outcome commits it first. Transactional ACK and END_TXN
-//! commit per command.
+//! commit per command, and every commit of the turn (the SENDs' and the
+//! acks' included) is made durable by the turn's one fsynced commit
+//! (`turn_commit.rs`): one fsync per turn, every reply after it.
 //!
 //! Units: time in epoch milliseconds (`u64`), sizes in bytes, permits in
 //! messages (PIP-491: a batch entry costs its deliverable indexes).
@@ -147,6 +153,7 @@ mod seek;
 pub mod send_commit;
 pub mod subscription;
 pub mod topic;
+mod turn_commit;
 pub mod txn;
 mod unsubscribe;
 mod write_failure;
@@ -222,6 +229,13 @@ pub struct BrokerConfig {
     /// `sim`; see [`DelayedObserver`]).
     #[cfg(feature = "sim")]
     pub delayed_observer: Option<DelayedObserver>,
+    /// One fsync per driver turn (`turn_commit.rs`): every store commit of
+    /// a turn is made durable by one barrier commit before any output of
+    /// the turn leaves [`Broker::poll_output`]. Off: every commit fsyncs
+    /// on its own (with [`crate::ledger::SyncMode::Immediate`]). The core
+    /// turns the store's deferral on ([`RedbStore::defer_to_barrier`]) for
+    /// its lifetime, on every clone of the store.
+    pub turn_commit: bool,
 }
 
 impl BrokerConfig {
@@ -240,6 +254,7 @@ impl BrokerConfig {
             snapshot_storage: None,
             #[cfg(feature = "sim")]
             delayed_observer: None,
+            turn_commit: Self::DEFAULT_TURN_COMMIT,
         }
     }
 }
@@ -317,6 +332,11 @@ impl Broker {
         if let Err(e) = b.txn_ready() {
             tracing::warn!(error = %e, "transaction coordinator not recovered at start");
         }
+        // From here every store commit waits for its turn's barrier
+        // (`turn_commit.rs`).
+        if b.config.turn_commit {
+            b.store.defer_to_barrier(true);
+        }
         b
     }
 
@@ -351,7 +371,9 @@ impl Broker {
     /// turn's acks, whose receipts it then releases.
     pub fn poll_output(&mut self) -> Option<Output> {
         self.flush();
-        self.out.queue.pop_front()
+        let o = self.out.queue.pop_front();
+        self.out.durable = self.out.durable.saturating_sub(usize::from(o.is_some()));
+        o
     }
 
     /// The next deadline (epoch ms) at which [`Broker::handle_timeout`]
@@ -466,6 +488,19 @@ impl Broker {
             );
         }
         Ok(name)
+    }
+}
+
+impl Drop for Broker {
+    /// Makes the last turn's commits durable (if a driver dropped the core
+    /// without polling) and stops deferring the store's commits.
+    fn drop(&mut self) {
+        if self.config.turn_commit {
+            if let Err(e) = self.store.commit_barrier() {
+                tracing::warn!(error = %e, "the last turn's durable commit failed at close");
+            }
+            self.store.defer_to_barrier(false);
+        }
     }
 }
 

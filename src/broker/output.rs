@@ -122,6 +122,9 @@ pub(crate) struct Outbox {
     /// Per connection, the frames queued and not yet reported written or
     /// failed, in order: (bytes left, the MESSAGE it carries if any).
     pub(crate) writes: BTreeMap<ConnectionId, VecDeque<(usize, Option<SentMessage>)>>,
+    /// How many outputs at the front of `queue` their turn's durable
+    /// commit covers (`turn_commit.rs`); the rest wait for the next one.
+    pub(crate) durable: usize,
 }
 
 /// The delivery a queued MESSAGE frame carries (to settle a failed write).

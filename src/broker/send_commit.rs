@@ -11,7 +11,9 @@
 //! ([`crate::ledger::ManagedLedger::plan_append`]), written with
 //! [`RedbStore::append_in`] in one transaction, and only after its commit
 //! applied to the ledgers (so a new entry is readable and dispatchable only
-//! once durable, as Pulsar dispatches only after the add completes),
+//! once committed, and its MESSAGE, like its receipt, leaves only after the
+//! turn's fsynced commit, `turn_commit.rs`, as Pulsar dispatches only after
+//! the add completes),
 //! recorded by deduplication and the transaction buffer, and answered:
 //! SEND_RECEIPT with its position, or `PersistenceError` for every entry
 //! of a failed commit (nothing of it is stored; the clients reconnect and

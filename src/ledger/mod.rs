@@ -103,6 +103,7 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
+mod barrier;
 mod committer;
 mod completion;
 mod cursor;

@@ -1,7 +1,8 @@
 //! A [`LedgerStore`] whose entry reads fail where a predicate says, every
 //! other operation being the inner store's: storage faults as the store
-//! reports them (typed errors), for the simulator's node engine and the
-//! broker core's tests. Built only with `test` or feature `sim`.
+//! reports them (typed errors, or entries whose data is gone), for the
+//! simulator's node engine and the broker core's tests. Built only with
+//! `test` or feature `sim`.
 
 use super::{AppendSegment, LedgerStore, StoreError, StoredCursor, StoredLedger};
 use crate::position::Position;
@@ -9,10 +10,15 @@ use crate::position::Position;
 /// The failure to inject on a read of managed ledger `name`, if any.
 type ReadFault = dyn Fn(&str) -> Option<StoreError> + Send + Sync;
 
+/// Whether the entries of managed ledger `name` from (`ledger_id`,
+/// `first`) on that a read asks for are gone (the read returns none).
+type MissingEntries = dyn Fn(&str, i64, i64) -> bool + Send + Sync;
+
 /// `inner` with `fault` consulted before each entry read.
 pub(crate) struct ReadFaultStore<S> {
     inner: S,
     fault: Box<ReadFault>,
+    missing: Option<Box<MissingEntries>>,
 }
 
 impl<S> ReadFaultStore<S> {
@@ -23,7 +29,20 @@ impl<S> ReadFaultStore<S> {
         Self {
             inner,
             fault: Box::new(fault),
+            missing: None,
         }
+    }
+
+    /// A read `missing` names (managed ledger, ledger id, first entry)
+    /// returns no entry, as if their data were gone (BookKeeper's
+    /// `NoSuchEntry`): the managed ledger reports the short read as
+    /// `NonRecoverableData`.
+    pub(crate) fn with_missing_entries(
+        mut self,
+        missing: impl Fn(&str, i64, i64) -> bool + Send + Sync + 'static,
+    ) -> Self {
+        self.missing = Some(Box::new(missing));
+        self
     }
 }
 
@@ -57,6 +76,13 @@ impl<S: LedgerStore> LedgerStore for ReadFaultStore<S> {
     ) -> Result<Vec<(i64, Vec<u8>)>, StoreError> {
         if let Some(e) = (self.fault)(name) {
             return Err(e);
+        }
+        if self
+            .missing
+            .as_ref()
+            .is_some_and(|m| m(name, ledger_id, first))
+        {
+            return Ok(Vec::new());
         }
         self.inner.read(name, ledger_id, first, last)
     }
@@ -120,5 +146,42 @@ impl<S: LedgerStore> LedgerStore for ReadFaultStore<S> {
 
     fn delete_cursor(&self, name: &str, cursor: &str) -> Result<(), StoreError> {
         self.inner.delete_cursor(name, cursor)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ledger::MemoryStore;
+
+    #[test]
+    fn a_fault_fails_the_read_and_missing_entries_return_none() {
+        let inner = MemoryStore::new();
+        for name in ["a", "b"] {
+            inner.create_ledger(name, 1).unwrap();
+            inner
+                .append(
+                    name,
+                    &[AppendSegment {
+                        ledger_id: 1,
+                        first_entry_id: 0,
+                        payloads: &[b"x".as_slice(); 3],
+                    }],
+                )
+                .unwrap();
+        }
+        let s = ReadFaultStore::new(inner, |name| {
+            (name == "a").then(|| StoreError::Unavailable("down".into()))
+        })
+        .with_missing_entries(|name, ledger_id, first| name == "b" && ledger_id == 1 && first < 2);
+        assert!(matches!(
+            s.read("a", 1, 0, 2),
+            Err(StoreError::Unavailable(_))
+        ));
+        assert!(
+            s.read("b", 1, 0, 2).unwrap().is_empty(),
+            "entries 0..2 gone"
+        );
+        assert_eq!(s.read("b", 1, 2, 2).unwrap().len(), 1, "entry 2 is not");
     }
 }

@@ -498,6 +498,9 @@ pub struct RedbStore {
     /// use and shared by every clone of this store.
     committer: Arc<SetOnce<GroupCommitter<RedbCommitBackend>>>,
     group_commit: GroupCommitConfig,
+    /// Commits deferred to one durable barrier ([`RedbStore::defer_to_barrier`]),
+    /// shared by every clone of this store.
+    pub(super) barrier: Arc<Mutex<super::barrier::BarrierState>>,
 }
 
 impl std::fmt::Debug for RedbStore {
@@ -607,6 +610,7 @@ impl RedbStore {
             mode,
             committer: Arc::new(SetOnce::new()),
             group_commit: GroupCommitConfig::default(),
+            barrier: Arc::new(Mutex::new(super::barrier::BarrierState::default())),
         };
         let txn = store.begin()?;
         txn.open_table(ENTRIES)?;
@@ -617,6 +621,11 @@ impl RedbStore {
         txn.open_table(CURSOR_DELETION_CHUNKS)?;
         txn.commit()?;
         Ok(store)
+    }
+
+    /// How this store commits.
+    pub fn sync_mode(&self) -> SyncMode {
+        self.mode
     }
 
     /// The underlying database, for modules that keep their own tables in
@@ -630,11 +639,16 @@ impl RedbStore {
     /// # Errors
     /// [`StoreError::Backend`] if the database refuses the transaction.
     ///
+    /// While commits are deferred to a barrier
+    /// ([`RedbStore::defer_to_barrier`]) the transaction commits without an
+    /// fsync (atomic and visible at once, durable with the next
+    /// [`RedbStore::commit_barrier`]).
+    ///
     /// # Blocking
     /// Waits while another write transaction of the database is open (the
     /// group committer's included).
     pub fn begin(&self) -> Result<WriteTransaction, StoreError> {
-        begin_write(&self.db, self.mode)
+        begin_write(&self.db, self.begin_mode())
     }
 
     /// The same store with the group committer bounded by `config` (batch
@@ -768,7 +782,9 @@ impl RedbStore {
             let txn = self.db.begin_write()?;
             txn.commit()?;
             Ok(())
-        })
+        })?;
+        self.barrier_synced();
+        Ok(())
     }
 
     /// Reads every cursor property of cursor `cursor` on managed ledger

@@ -612,11 +612,12 @@ impl fmt::Display for Report {
         });
         let node = a.node.as_ref().map(|n| {
             (
-                "node: crash points (after fsync; not reached) / clean restarts / resent entries (copies delivered) / ack receipts (retries) / batch-index acks / redelivery requests / stale commands / ledgers deleted",
+                "node: crash points (after fsync; during a recovery; not reached) / clean restarts / resent entries (copies delivered) / ack receipts (retries) / batch-index acks / redelivery requests / stale commands / ledgers deleted",
                 format!(
-                    "{} ({}; {}) / {} / {} ({}) / {} ({}) / {} / {} / {} / {}",
+                    "{} ({}; {}; {}) / {} / {} ({}) / {} ({}) / {} / {} / {} / {}",
                     n.crash_points,
                     n.crashes_after_sync,
+                    n.crashes_in_recovery,
                     n.crash_points_not_reached,
                     n.clean_restarts,
                     n.resent_entries,

@@ -101,6 +101,15 @@ pub struct Faults {
     /// requests, non-recoverable data, ledger not exist, fenced, cursor
     /// closed; the last two persist until the replay completes).
     pub replay_read_failures: u32,
+    /// Node engine: at the first restart at which a pending-ack log holds
+    /// records after its mark-delete, the data of its entries is gone (a
+    /// read returns none: the managed ledger's `NonRecoverableData`) until
+    /// a replay completed over it. With `pending_ack_auto_skip` on, that
+    /// failure completes the replay at its first read with nothing applied
+    /// (one of Pulsar's completing shapes); the transactions with a record
+    /// after the log's mark-delete are told to the checker as having lost
+    /// their acks.
+    pub pending_ack_entries_missing: bool,
     /// Faulty-broker mode: fraction of deliveries whose `message_permits`
     /// is replaced by an invalid value (0, or above the batch's message
     /// count); the client must close the connection without credit (and
@@ -126,6 +135,13 @@ pub struct Faults {
     /// Fraction of entries pending-ack admission rejects (Pulsar: a
     /// transaction conflict or a filter): neither sent nor debited, replayed.
     pub admission_reject_ratio: f64,
+    /// Node engine: after every 16th receipt of a consumer's individual
+    /// (non-transactional) ack while a transaction is open, the consumer
+    /// acknowledges the same message ids again inside that transaction (a
+    /// client acking a message twice, the second time in a transaction).
+    /// They are deleted in the subscription: the core must refuse the ack
+    /// (Pulsar's `TransactionConflictException`) and write nothing.
+    pub txn_acks_of_deleted: bool,
     /// Fraction of dispatches whose asynchronous write fails: the broker
     /// must remove the consumer (its messages are redelivered) and the
     /// client reconnects.
@@ -196,6 +212,11 @@ pub struct Faults {
     /// Node engine: REDELIVER_UNACKNOWLEDGED_MESSAGES requests (a consumer
     /// bumps its epoch and asks for its unacknowledged messages again).
     pub redeliveries: u32,
+    /// Node engine: after a crash, the next crash point's k is drawn from
+    /// 1..=this instead of 1..=`crash_window`, so it falls during the
+    /// recovery (the store dies again while the broker reopens: its
+    /// coordinator, transaction buffer and pending-ack replays); 0 = off.
+    pub crash_recovery_window: u64,
     /// Node engine: reader clients (Pulsar's Reader: a non-durable
     /// subscription, CommandSubscribe with `durable = false`), at most
     /// [`MAX_READERS`]. Each opens a session at a drawn start (earliest,
@@ -248,10 +269,12 @@ impl Default for Faults {
             pending_ack_auto_skip: false,
             operator_auto_skip_after_ms: 5_000,
             replay_read_failures: 0,
+            pending_ack_entries_missing: false,
             invalid_permits_ratio: 0.0,
             zero_permits_on_corrupted_ratio: 0.0,
             faulty_closes_without_progress: FAULTY_CLOSES_WITHOUT_PROGRESS,
             admission_reject_ratio: 0.0,
+            txn_acks_of_deleted: false,
             write_failure_ratio: 0.0,
             same_connection_reconnects: 0,
             rewinds: 0,
@@ -264,6 +287,7 @@ impl Default for Faults {
             crash_at_writes: Vec::new(),
             crash_window: 200,
             redeliveries: 0,
+            crash_recovery_window: 0,
             readers: 0,
             unsubscribes: 0,
             chunked_ratio: 0.0,
@@ -290,10 +314,12 @@ impl Faults {
             pending_ack_auto_skip: false,
             operator_auto_skip_after_ms: 5_000,
             replay_read_failures: 0,
+            pending_ack_entries_missing: false,
             invalid_permits_ratio: 0.0,
             zero_permits_on_corrupted_ratio: 0.0,
             faulty_closes_without_progress: FAULTY_CLOSES_WITHOUT_PROGRESS,
             admission_reject_ratio: 0.0,
+            txn_acks_of_deleted: false,
             write_failure_ratio: 0.0,
             same_connection_reconnects: 0,
             rewinds: 0,
@@ -306,6 +332,7 @@ impl Faults {
             crash_at_writes: Vec::new(),
             crash_window: 200,
             redeliveries: 0,
+            crash_recovery_window: 0,
             readers: 0,
             unsubscribes: 0,
             chunked_ratio: 0.0,
@@ -661,10 +688,13 @@ impl Workload {
                 },
                 ..base
             },
-            // Failover with cumulative acks, some of them transactional,
-            // across restarts, an outage and active-consumer changes.
+            // Failover with cumulative acks, some of them transactional
+            // (`sim::node::txn_cumulative`), across restarts, crashes at
+            // durable writes, an outage, a lost pending-ack ledger and
+            // active-consumer changes, on the shipped broker core.
             "failover" => Workload {
                 name: name.into(),
+                engine: Engine::Node,
                 producers: 10,
                 subscriptions: 2,
                 consumers_per_subscription: 3,
@@ -683,7 +713,14 @@ impl Workload {
                     lose_pending_ack_ledger: true,
                     pending_ack_auto_skip: true,
                     replay_read_failures: 2,
+                    redeliveries: 2,
+                    crash_points: 3,
+                    crash_window: 150,
                     ..Faults::default()
+                },
+                txn: TxnWorkload {
+                    crashes_during_end: 1,
+                    ..TxnWorkload::default()
                 },
                 ..base
             },
@@ -972,6 +1009,9 @@ impl Workload {
         if self.faults.crash_window == 0 || self.faults.crash_window > 1_000_000 {
             return bad("faults.crash_window must be in 1..=1,000,000");
         }
+        if self.faults.crash_recovery_window > 1_000_000 {
+            return bad("faults.crash_recovery_window must be at most 1,000,000");
+        }
         if self.faults.redeliveries > 100_000 {
             return bad("faults.redeliveries must be at most 100,000");
         }
@@ -995,6 +1035,15 @@ impl Workload {
             return unsupported("faults.readers and faults.unsubscribes need engine = \"node\"");
         } else if self.txn.transactions > 0 {
             return unsupported("txn.transactions > 0 needs engine = \"node\"");
+        } else if self.faults.pending_ack_entries_missing {
+            return unsupported("faults.pending_ack_entries_missing needs engine = \"node\"");
+        } else if self.faults.txn_acks_of_deleted {
+            return unsupported("faults.txn_acks_of_deleted needs engine = \"node\"");
+        }
+        if self.faults.pending_ack_entries_missing && !self.faults.pending_ack_auto_skip {
+            return unsupported(
+                "faults.pending_ack_entries_missing needs faults.pending_ack_auto_skip: without it the replay retries the lost data forever (Pulsar's replay fails every attempt)",
+            );
         }
         self.txn.validate()?;
         let failover = self.subscription_type == SubscriptionType::Failover;
@@ -1153,6 +1202,28 @@ mod tests {
         w.cumulative_ack_every = 5;
         let err = w.validate().unwrap_err();
         assert!(err.to_string().contains("cumulative"), "{err}");
+    }
+
+    #[test]
+    fn node_only_pending_ack_faults_are_typed_errors_elsewhere() {
+        let mut w = Workload::preset("txn-outage").unwrap();
+        w.faults.txn_acks_of_deleted = true;
+        w.faults.pending_ack_auto_skip = true;
+        w.faults.pending_ack_entries_missing = true;
+        w.validate().unwrap();
+        w.faults.pending_ack_auto_skip = false;
+        let err = w.validate().unwrap_err();
+        assert!(matches!(err, WorkloadError::Unsupported(_)), "{err}");
+        assert!(err.to_string().contains("pending_ack_auto_skip"), "{err}");
+        for missing in [false, true] {
+            let mut w = Workload::default();
+            assert_eq!(w.engine, Engine::Model);
+            w.faults.pending_ack_auto_skip = true;
+            w.faults.txn_acks_of_deleted = !missing;
+            w.faults.pending_ack_entries_missing = missing;
+            let err = w.validate().unwrap_err().to_string();
+            assert!(err.contains("needs engine = \"node\""), "{err}");
+        }
     }
 
     #[test]

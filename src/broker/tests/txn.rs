@@ -577,5 +577,68 @@ fn cumulative_and_batch_index_transactional_acks_apply_at_commit() {
     );
 }
 
+/// A transactional cumulative ack on Failover (Pulsar's
+/// `PendingAckHandleImpl`): pending, with the mark-delete where it was,
+/// until its transaction commits; an abort applies nothing; while one
+/// transaction holds a cumulative ack another's is refused with
+/// `TransactionConflict`, as is one not above the holder's own.
+#[test]
+fn a_transactional_cumulative_ack_moves_mark_delete_at_commit_only() {
+    let (_d, mut b) = with_producer();
+    feed(&mut b, 1, subscribe_cmd(7, "f", sub_type::FAILOVER, "a", 0));
+    let p0 = send(&mut b, 1, 1, 0, &entry(None, None, None));
+    let p1 = send(&mut b, 1, 1, 1, &entry(None, None, None));
+    let p2 = send(&mut b, 1, 1, 2, &entry(None, None, None));
+    flow(&mut b, 1, 7, 10);
+    let before = sub(&b, "f").mark_delete();
+    assert!(before < p0);
+    let t1 = new_txn(&mut b, 1, 60_000);
+    add_subscription(&mut b, 1, t1, "f");
+    let t1b = (t1.most_sig_bits, t1.least_sig_bits);
+    let t2 = new_txn(&mut b, 1, 60_000);
+    add_subscription(&mut b, 1, t2, "f");
+    let t2b = (t2.most_sig_bits, t2.least_sig_bits);
+    let error =
+        |out: Vec<(u64, BrokerCommand, usize)>| out[0].1.ack_response.clone().unwrap().error;
+    assert_eq!(
+        error(txn_ack(&mut b, 1, 7, true, vec![mid(p1, vec![])], t1b, 9)),
+        None
+    );
+    assert_eq!(
+        sub(&b, "f").mark_delete(),
+        before,
+        "a transactional cumulative ack moved the mark-delete before its commit"
+    );
+    assert_eq!(
+        error(txn_ack(&mut b, 1, 7, true, vec![mid(p2, vec![])], t2b, 10)),
+        Some(server_error::TRANSACTION_CONFLICT),
+        "another transaction holds a cumulative ack"
+    );
+    assert_eq!(
+        error(txn_ack(&mut b, 1, 7, true, vec![mid(p0, vec![])], t1b, 11)),
+        Some(server_error::TRANSACTION_CONFLICT),
+        "below the transaction's own pending cumulative ack"
+    );
+    assert_eq!(end_txn(&mut b, 1, t1, false).error, None);
+    assert_eq!(
+        sub(&b, "f").mark_delete(),
+        before,
+        "an abort applies nothing"
+    );
+    assert_eq!(
+        error(txn_ack(&mut b, 1, 7, true, vec![mid(p2, vec![])], t2b, 12)),
+        None
+    );
+    assert_eq!(sub(&b, "f").mark_delete(), before);
+    assert_eq!(end_txn(&mut b, 1, t2, true).error, None);
+    assert_eq!(
+        sub(&b, "f").mark_delete(),
+        p2,
+        "the commit moves the mark-delete"
+    );
+}
+
 mod snapshot;
 mod store_faults;
+#[cfg(feature = "sim")]
+mod turn_commit;

@@ -253,7 +253,7 @@ impl DeliveryChecker {
     /// whose receipt was lost is registered at its first delivery). Calls
     /// `each` with each one's window index (absolute − base); returns the
     /// new `from` (the covered prefix) and how many were visited.
-    fn cumulative_range(
+    pub(super) fn cumulative_range(
         published: &std::collections::VecDeque<(MessageRef, super::subscription::Published)>,
         base: usize,
         from: usize,

@@ -39,6 +39,7 @@
 //! | `acks.rs` | individual and cumulative acks, applied and persisted |
 //! | `seek.rs` | a seek's reset, backward or forward: skipped and reopened messages |
 //! | `txn.rs` | transactions as the client sees them (read-committed visibility, transactional acks) |
+//! | `txn_cumulative.rs` | transactional cumulative acks: applied at commit only, nothing at abort, Pulsar's conflict rules |
 //! | `reader.rs` | readers (non-durable subscriptions): what a reader session must read, may not read, and the store's cursor list |
 //! | `counts.rs` | [`CheckerCounts`] |
 //! | `int_map.rs` | the integer-keyed maps' hasher |
@@ -55,6 +56,7 @@ mod reader;
 mod seek;
 mod subscription;
 mod txn;
+mod txn_cumulative;
 mod window;
 
 pub use counts::CheckerCounts;

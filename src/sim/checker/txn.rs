@@ -50,7 +50,7 @@ pub enum TxnOutcome {
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Phase {
+pub(super) enum Phase {
     Open,
     CommitRequested,
     AbortRequested,
@@ -58,22 +58,26 @@ enum Phase {
 }
 
 #[derive(Debug, Default)]
-struct TxnView {
-    phase: Option<Phase>,
+pub(super) struct TxnView {
+    pub(super) phase: Option<Phase>,
     /// Virtual ms before which the broker cannot have timed it out.
-    open_until_ms: u64,
+    pub(super) open_until_ms: u64,
     /// Topic → lowest receipted position of its messages there.
     first: [Option<Position>; 2],
     /// Receipted messages.
     sent: BTreeSet<(u8, u32)>,
     /// Acks receipted inside it: (subscription, message).
     acks: Vec<(String, MessageRef)>,
+    /// Acks sent inside it whose receipt was lost (a crash, a closed
+    /// connection): the broker may hold them pending; the client then
+    /// aborts the transaction.
+    maybe_acks: Vec<(String, MessageRef)>,
 }
 
 /// The checker's transaction state (see the module docs).
 #[derive(Debug, Default)]
 pub(super) struct TxnState {
-    txns: BTreeMap<u64, TxnView>,
+    pub(super) txns: BTreeMap<u64, TxnView>,
     /// Message → the positions it was delivered at.
     seen: BTreeMap<TxnMsg, BTreeSet<Position>>,
     /// (subscription, message) acknowledged by a committed transaction.
@@ -83,10 +87,12 @@ pub(super) struct TxnState {
     aborted_acks: BTreeSet<(String, MessageRef)>,
     /// The end-of-run rules ran (at a stall, before the stall is named).
     judged: bool,
+    /// Transactional cumulative acks (`txn_cumulative.rs`).
+    pub(super) cumulative: super::txn_cumulative::CumulativeState,
 }
 
 impl DeliveryChecker {
-    fn txn_violation(&mut self, now_ms: u64, rule: &str, what: String) {
+    pub(super) fn txn_violation(&mut self, now_ms: u64, rule: &str, what: String) {
         self.counts.txn_violations += 1;
         self.violation(now_ms, format!("transactions: {rule}: {what}"));
     }
@@ -120,6 +126,20 @@ impl DeliveryChecker {
             .push((sub.to_string(), msg));
     }
 
+    /// A transactional ack of `msg` on `sub` inside transaction `k` lost
+    /// its receipt: the broker may hold it pending, and the abort that
+    /// follows then redelivers the entry, after later ones of its key (it
+    /// is released for one redelivery, out of order, at the abort; nothing
+    /// requires it to come back).
+    pub fn txn_ack_uncertain(&mut self, k: u64, sub: &str, msg: MessageRef) {
+        self.txn
+            .txns
+            .entry(k)
+            .or_default()
+            .maybe_acks
+            .push((sub.to_string(), msg));
+    }
+
     /// The store lost a pending-ack ledger of `sub` holding a record of
     /// transaction `k` (a deleted BookKeeper ledger, skipped or given up
     /// by the replay): what `k` acknowledged on `sub` until now may be
@@ -127,6 +147,7 @@ impl DeliveryChecker {
     /// entries may be delivered once more (out of order) and are judged
     /// by neither transactional-ack rule; they must still be acknowledged.
     pub fn txn_acks_lost(&mut self, k: u64, sub: &str, now_ms: u64) {
+        self.txn_cumulative_lost(k, sub);
         let Some(v) = self.txn.txns.get_mut(&k) else {
             return;
         };
@@ -161,6 +182,15 @@ impl DeliveryChecker {
     /// An aborted transaction's acks: each entry may be redelivered once,
     /// and must be.
     fn txn_release_acks(&mut self, k: u64, now_ms: u64) {
+        let maybe = self
+            .txn
+            .txns
+            .get_mut(&k)
+            .map(|v| std::mem::take(&mut v.maybe_acks))
+            .unwrap_or_default();
+        for (sub, msg) in maybe {
+            self.txn_release(&sub, msg, now_ms);
+        }
         let acks = self
             .txn
             .txns
@@ -239,6 +269,7 @@ impl DeliveryChecker {
                 }
             }
         }
+        self.txn_cumulative_end(k, outcome);
         self.txn.txns.entry(k).or_default().phase = Some(Phase::Ended(outcome));
     }
 
@@ -322,6 +353,7 @@ impl DeliveryChecker {
     /// Every delivery of `msg` on `sub` of the run's topic, before the
     /// delivery rules: the transactional-ack rules.
     pub fn txn_ack_delivery(&mut self, sub: &str, msg: MessageRef, now_ms: u64) {
+        self.txn_cumulative_delivery(sub, msg, now_ms);
         if self.txn.committed_acks.is_empty() && self.txn.aborted_acks.is_empty() {
             return;
         }
@@ -343,6 +375,7 @@ impl DeliveryChecker {
         if std::mem::replace(&mut self.txn.judged, true) {
             return;
         }
+        self.txn_cumulative_finish(now_ms);
         let mut lost = Vec::new();
         for (k, v) in &self.txn.txns {
             if v.phase == Some(Phase::Ended(TxnOutcome::Committed)) {
@@ -497,6 +530,31 @@ mod tests {
         assert_eq!(c.counts.txn_violations, 0);
         c.txn_delivery(0, m(6).position, 999);
         assert!(rule(c).unwrap().contains("past-max-read-position"));
+    }
+
+    /// An ack whose receipt was lost may be pending on the broker: after
+    /// the abort the entry may come back once, out of order; before it,
+    /// the live incarnation holding it must not get it again.
+    #[test]
+    fn a_transactional_ack_without_receipt_is_released_at_the_abort_only() {
+        for aborted in [false, true] {
+            let mut c = DeliveryChecker::new(["s".to_string()], 0, OrderCheck::PerKey);
+            c.published(m(1), 0, 0);
+            c.published(m(2), 0, 0);
+            c.delivered("s", 0, m(1), 1, 0);
+            c.delivered("s", 0, m(2), 1, 0);
+            c.txn_begun(0, 0, 60_000);
+            c.txn_ack_uncertain(0, "s", m(1));
+            if aborted {
+                c.txn_end_requested(0, false, 5);
+                c.txn_ended(0, TxnOutcome::Aborted, 6);
+            }
+            c.delivered("s", 0, m(1), 7, 0);
+            c.acked("s", m(1), 8);
+            c.acked("s", m(2), 8);
+            let (counts, first) = c.finish(20);
+            assert_eq!(counts.violations() == 0, aborted, "{first:?}");
+        }
     }
 
     #[test]

@@ -96,14 +96,14 @@ impl Producer {
 
 /// An ack sent and not yet receipted.
 #[derive(Debug, Clone)]
-struct OutAck {
+pub(super) struct OutAck {
     /// The consumer's era when the ack was sent (see [`Consumer::era`]).
     pub(super) era: u64,
-    ids: Vec<MessageIdData>,
-    msgs: Vec<MessageRef>,
-    cumulative: Option<Position>,
+    pub(super) ids: Vec<MessageIdData>,
+    pub(super) msgs: Vec<MessageRef>,
+    pub(super) cumulative: Option<Position>,
     /// Inside transaction (number, id) (`txn.rs`).
-    txn: Option<(u64, crate::broker::txn::TxnId)>,
+    pub(super) txn: Option<(u64, crate::broker::txn::TxnId)>,
 }
 
 /// A simulated consumer (one connection, consumer id 1).
@@ -125,7 +125,7 @@ pub(super) struct Consumer {
     /// ack receipt of an earlier era counts as an ack only.
     pub(super) era: u64,
     next_req: u64,
-    poll_scheduled: bool,
+    pub(super) poll_scheduled: bool,
     /// Messages the client library handed off (recorded as delivered when
     /// they arrived), waiting for the application; each holds its permit.
     pub(super) app: VecDeque<(ReceivedMessage, MessageRef)>,
@@ -143,6 +143,11 @@ pub(super) struct Consumer {
     /// Messages the application negatively acknowledged, per entry, with
     /// the era they were delivered in (`nack.rs`).
     pub(super) nacks: BTreeMap<Position, (u64, Vec<MessageRef>)>,
+    /// The transaction (client number) holding this consumer's
+    /// transactional cumulative ack, not ended yet, and the era it was
+    /// sent in (`txn_cumulative.rs`): its later cumulative acks go into it
+    /// or wait for its end.
+    pub(super) cum_txn: Option<(u64, u64)>,
 }
 
 /// What the next cumulative ack covers: an entry whole, or (a cumulative
@@ -159,6 +164,12 @@ impl Consumer {
     /// Whether it is subscribed and may take messages.
     pub(super) fn ready(&self) -> bool {
         self.conn.is_some() && self.client.is_some()
+    }
+
+    /// Whether an ack of it may be in the cursor without a receipt the
+    /// client saw: one to resend, or one of an earlier era in flight.
+    pub(super) fn acks_unsettled(&self) -> bool {
+        !self.retry.is_empty() || self.acks.values().any(|a| a.era != self.era)
     }
 }
 
@@ -242,6 +253,7 @@ impl Node<'_> {
                     faulty_closes: 0,
                     hold_flows: false,
                     nacks: BTreeMap::new(),
+                    cum_txn: None,
                 });
                 let c = self.consumers.len() - 1;
                 let at = self.rng.random_range(0..=10);
@@ -741,7 +753,7 @@ impl Node<'_> {
     }
 
     /// Sends an ack with a `request_id` (Pulsar's ack receipt).
-    fn send_ack(&mut self, c: usize, ack: OutAck) {
+    pub(super) fn send_ack(&mut self, c: usize, ack: OutAck) {
         let co = &mut self.consumers[c];
         let Some(conn) = co.conn else {
             co.retry.push(ack);
@@ -900,10 +912,17 @@ impl Node<'_> {
             }
             ty::ACK_RESPONSE => {
                 let Some(r) = cmd.ack_response else { return };
+                if self.probe_answered(conn, &r) {
+                    return;
+                }
                 let Some(req) = r.request_id else { return };
                 let Some(ack) = self.consumers[c].acks.remove(&req) else {
                     return;
                 };
+                if ack.txn.is_some() && ack.cumulative.is_some() {
+                    self.txn_cumulative_settled(c, ack, r.error);
+                    return;
+                }
                 if let Some((k, _)) = ack.txn {
                     let sub = self.subs[self.consumers[c].sub].clone();
                     self.txn_ack_settled(k, &sub, &ack.msgs, r.error, false);
@@ -920,6 +939,9 @@ impl Node<'_> {
                     return;
                 }
                 self.node.ack_receipts += 1;
+                if ack.cumulative.is_none() {
+                    self.probe_deleted_ack(c, &ack.ids);
+                }
                 self.ack_receipt(c, ack);
             }
             _ => {}
@@ -942,11 +964,7 @@ impl Node<'_> {
                 // crash after its fsync, a closed connection) may be in the
                 // mark-delete already: until its resend is receipted the
                 // client cannot tell what a cumulative ack may cover.
-                let sub_idx = co.sub;
-                let unsettled = self.consumers.iter().any(|o| {
-                    o.sub == sub_idx
-                        && (!o.retry.is_empty() || o.acks.values().any(|a| a.era != o.era))
-                });
+                let unsettled = self.cumulative_unsettled(co.sub);
                 if current && !unsettled {
                     self.checker.cumulative_ack_applied(&sub, id, upto, now);
                     if !ack.msgs.is_empty() {
@@ -1157,13 +1175,26 @@ impl Node<'_> {
             && (co.since_cumulative >= cumulative_every || empty)
             && co.cumulative_candidate.is_some()
         {
-            let upto = co.cumulative_candidate.take();
-            co.since_cumulative = 0;
+            let within = co.cumulative_candidate.is_some_and(|u| u.within.is_some());
+            // Inside the open transaction, or after the one holding this
+            // consumer's transactional cumulative ack ended (`txn_cumulative.rs`).
+            let choice = self.txn_cumulative_choice(c, within);
+            let co = &mut self.consumers[c];
+            let upto = match choice {
+                super::txn_cumulative::CumulativeChoice::Wait => None,
+                _ => co.cumulative_candidate.take(),
+            };
             if let Some(upto) = upto {
+                co.since_cumulative = 0;
                 if upto.within.is_some() {
                     self.node.batch_index_acks += 1;
                 }
-                self.send_ack(c, cumulative_ack(era, upto));
+                let mut ack = cumulative_ack(era, upto);
+                if let super::txn_cumulative::CumulativeChoice::Txn(k, id) = choice {
+                    ack.txn = Some((k, id));
+                    self.consumers[c].cum_txn = Some((k, era));
+                }
+                self.send_ack(c, ack);
             }
         }
         self.flush_consumer(c);

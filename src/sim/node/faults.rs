@@ -153,6 +153,40 @@ impl Node<'_> {
         if f.lose_pending_ack_ledger && restarts == 1 {
             self.lose_ledger_at_start = true;
         }
+        self.entries_missing_at_start = f.pending_ack_entries_missing;
+    }
+
+    /// At a restart (`faults.pending_ack_entries_missing`): the first time
+    /// a pending-ack log holds records after its mark-delete, the data of
+    /// every entry it holds is gone for good; while the log's mark-delete
+    /// is below such entries, the new core's replay cannot apply anything
+    /// after it, so the transactions with a record there are told to the
+    /// checker.
+    pub(super) fn arm_missing_pending_acks(
+        &mut self,
+        store: &crate::ledger::RedbStore,
+    ) -> Result<(), crate::sim::engine::SimError> {
+        for sub in self.subs.clone() {
+            let log = super::store_faults::pending_ack_log(super::TOPIC, &sub);
+            let (txns, last) =
+                super::store_faults::txns_after_mark_delete(store, &log).map_err(|e| {
+                    crate::sim::engine::SimError::Component(format!("read a pending-ack log: {e}"))
+                })?;
+            let (Some(last), false) = (last, txns.is_empty()) else {
+                continue;
+            };
+            self.store_plan
+                .lock()
+                .missing_upto
+                .entry(log)
+                .or_insert(last);
+            for id in txns {
+                if let Some(k) = self.txn_number(id) {
+                    self.checker.txn_acks_lost(k, &sub, self.sched.now());
+                }
+            }
+        }
+        Ok(())
     }
 
     /// Loses each subscription's first needed pending-ack ledger in
@@ -281,7 +315,8 @@ fn splitmix(mut x: u64) -> u64 {
 impl Node<'_> {
     /// The admission rule of a new core: refuses a seeded fraction
     /// (`faults.admission_reject_ratio`) of the entries offered, counting
-    /// the refusals in `rejected`. `None` when the workload has none.
+    /// the refusals in `rejected` and recording what it admits in
+    /// `self.admissions`. `None` when the workload has none.
     pub(super) fn admission_hook(&mut self, rejected: Arc<AtomicU64>) -> Option<AdmissionHook> {
         let ratio = self.w.faults.admission_reject_ratio;
         if ratio <= 0.0 || !self.opts.faults {
@@ -290,11 +325,16 @@ impl Node<'_> {
         let seed: u64 = self.rng.random();
         let calls = Arc::new(AtomicU64::new(0));
         let threshold = (ratio.clamp(0.0, 1.0) * u64::MAX as f64) as u64;
-        Some(AdmissionHook::new(move |_, _| {
+        // What it admits, for the driver's check of each MESSAGE
+        // (`admission.rs`).
+        let admissions = Arc::clone(self.admissions.get_or_insert_with(Default::default));
+        Some(AdmissionHook::new(move |key, p| {
             let n = calls.fetch_add(1, Ordering::Relaxed);
             let refuse = splitmix(seed ^ n) < threshold;
             if refuse {
                 rejected.fetch_add(1, Ordering::Relaxed);
+            } else {
+                admissions.lock().admitted(key, p);
             }
             !refuse
         }))

@@ -52,10 +52,12 @@
 //! the lost send) and must be delivered and acknowledged like any other
 //! message. Any other unknown entry is a violation.
 
+mod admission;
 pub mod chunks;
 mod client;
 mod counters;
 mod delayed;
+mod deleted_ack_probe;
 mod faults;
 mod faulty;
 mod nack;
@@ -64,6 +66,7 @@ mod seek;
 mod store_faults;
 mod stored_once;
 pub mod txn;
+mod txn_cumulative;
 pub mod unsubscribe;
 pub mod wire;
 
@@ -121,6 +124,10 @@ pub struct NodeActivity {
     pub crashes_after_sync: u64,
     /// Crash points armed and never reached (the run ended first).
     pub crash_points_not_reached: u64,
+    /// Of the crash points reached, those drawn within
+    /// `faults.crash_recovery_window` durable writes of the start after a
+    /// crash (the store died again while the broker reopened).
+    pub crashes_in_recovery: u64,
     /// Clean restarts.
     pub clean_restarts: u64,
     /// Entries producers sent again after a lost connection (no receipt).
@@ -161,6 +168,9 @@ pub struct NodeActivity {
     /// Consumed ledgers the core deleted (`broker::lifecycle`), over every
     /// broker generation.
     pub ledgers_deleted: u64,
+    /// Reads of a pending-ack log that returned no entry, its data gone
+    /// (`faults.pending_ack_entries_missing`, `store_faults.rs`).
+    pub pending_ack_reads_missing: u64,
     /// Readers (`faults.readers`, `reader.rs`).
     pub readers: reader::ReaderActivity,
     /// Unsubscribes (`faults.unsubscribes`, `unsubscribe.rs`).
@@ -272,6 +282,11 @@ struct Node<'a> {
     subs: Vec<String>,
     /// Entries the core's admission hook refused (every core of the run).
     admission_rejections: Arc<crate::sync::AtomicU64>,
+    /// What the admission hook admitted, spent by each MESSAGE the core
+    /// queues (`admission.rs`); `None` without a hook.
+    admissions: Option<admission::SharedAdmissions>,
+    /// Transactional acks of deleted messages in flight (`deleted_ack_probe.rs`).
+    probes: deleted_ack_probe::Probes,
     /// The per-component counters of the cores dropped so far.
     core_counters: crate::broker::DispatchCounters,
     /// The transaction client and the second topic's reader (`txn.rs`).
@@ -291,6 +306,9 @@ struct Node<'a> {
     auto_skip: bool,
     /// The next start loses each pending-ack log's first needed ledger.
     lose_ledger_at_start: bool,
+    /// The next start may lose the pending-ack logs' entries
+    /// (`store_faults.rs`).
+    entries_missing_at_start: bool,
     /// Tries the planned restart waited for a transaction holding acks.
     restart_waits: u32,
     /// Read outages still to begin at a restart.
@@ -302,6 +320,10 @@ struct Node<'a> {
     /// Delayed delivery: tracker settings, snapshot faults, the truth
     /// (`delayed.rs`).
     delayed: delayed::DelayedSide,
+    /// The next start follows a crash (`faults.crash_recovery_window`).
+    crashed: bool,
+    /// The armed crash point was drawn within `faults.crash_recovery_window`.
+    recovery_armed: bool,
 }
 
 /// Runs `workload` (its `engine` is `node`) with `opts`.
@@ -373,6 +395,8 @@ pub fn run(
         done: false,
         subs,
         admission_rejections: Arc::new(crate::sync::AtomicU64::new(0)),
+        admissions: None,
+        probes: deleted_ack_probe::Probes::default(),
         core_counters: crate::broker::DispatchCounters::default(),
         txn: txn::TxnSide::default(),
         seeks: seek::SeekSide::default(),
@@ -382,11 +406,14 @@ pub fn run(
         store_plan: store_faults::SharedPlan::default(),
         auto_skip: workload.faults.pending_ack_auto_skip,
         lose_ledger_at_start: false,
+        entries_missing_at_start: false,
         restart_waits: 0,
         outages_at_restarts: 0,
         starts_after_first: 0,
         operator_reload: false,
         delayed: delayed::DelayedSide::default(),
+        crashed: false,
+        recovery_armed: false,
     };
     let _hang_guard = HangGuard::start(
         Arc::clone(&n.heartbeat),
@@ -415,6 +442,8 @@ pub fn run(
         let plan = n.store_plan.lock();
         n.activity.read_failures_injected += plan.outage_failures + plan.replay_failures;
         n.activity.replay_read_failures_injected += plan.replay_failures;
+        n.activity.read_failures_injected += plan.missing_reads;
+        n.node.pending_ack_reads_missing = plan.missing_reads;
     }
     n.node.txn = std::mem::take(&mut n.txn.activity);
     // The transactional acks and ends the pending-ack handles logged.
@@ -486,6 +515,7 @@ impl Node<'_> {
     /// Opens a core on the store's current image (a new process) and arms
     /// the next crash point.
     fn start_broker(&mut self) -> Result<(), SimError> {
+        let after_crash = std::mem::take(&mut self.crashed);
         let store =
             RedbStore::open_on_backend(self.storage.backend(), self.opts.sync, STORE_CACHE_BYTES)
                 .map_err(|e| SimError::Component(format!("open the store: {e}")))?;
@@ -498,6 +528,9 @@ impl Node<'_> {
         self.readers_check_store(&store);
         if std::mem::take(&mut self.lose_ledger_at_start) {
             self.lose_pending_ack_ledgers(&store)?;
+        }
+        if std::mem::take(&mut self.entries_missing_at_start) {
+            self.arm_missing_pending_acks(&store)?;
         }
         let mut config = node_broker_config(self.w);
         self.delayed
@@ -513,7 +546,14 @@ impl Node<'_> {
         self.broker = Some(Broker::with_ledger_store(store, ledgers, config, now));
         if self.crashes_left > 0 {
             let base = self.storage.durable_writes_since_open();
-            let k = base + self.rng.random_range(1..=self.w.faults.crash_window);
+            let recovery = self.w.faults.crash_recovery_window;
+            self.recovery_armed = after_crash && recovery > 0;
+            let window = if self.recovery_armed {
+                recovery
+            } else {
+                self.w.faults.crash_window
+            };
+            let k = base + self.rng.random_range(1..=window);
             let kind = if self.rng.random_bool(0.5) {
                 CrashKind::BeforeSync
             } else {
@@ -594,6 +634,7 @@ impl Node<'_> {
                     let at = self.outbound_arrival();
                     let len = bytes.len();
                     let gen = self.gen;
+                    self.check_admitted(conn, &frame);
                     if self.write_fails(&frame) {
                         let ev = Ev::WriteFailed {
                             gen,
@@ -713,6 +754,10 @@ impl Node<'_> {
 
     /// The broker process died at a crash point: nothing more of it runs.
     fn crash(&mut self) {
+        self.crashed = true;
+        if std::mem::take(&mut self.recovery_armed) {
+            self.node.crashes_in_recovery += 1;
+        }
         self.retire_broker();
         self.storage.recover();
         self.crashes_left = self.crashes_left.saturating_sub(1);

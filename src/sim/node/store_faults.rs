@@ -23,6 +23,18 @@
 //!   core and is named by the livelock watchdog. The completing shapes
 //!   (non-recoverable data, fenced, closed cursor) are not store errors
 //!   here: `faults.lose_pending_ack_ledger` is the non-recoverable one.
+//! - **pending-ack entries whose data is gone**
+//!   (`faults.pending_ack_entries_missing`, with auto-skip on): at the
+//!   first restart at which a pending-ack log holds records after its
+//!   mark-delete, the data of every entry it holds then is gone for good: a
+//!   read of them returns no entry (the managed ledger's
+//!   `NonRecoverableData`, one of Pulsar's completing shapes with
+//!   auto-skip). Each replay that starts at or before them completes at its
+//!   first read with nothing applied; one that fails the attempt instead
+//!   retries with its backoff and never becomes ready. At each such start
+//!   the transactions with a record after the log's mark-delete
+//!   ([`txns_after_mark_delete`]) are told to the checker as having lost
+//!   their acks.
 //! - **the retry pace the store sees**: after a failed read of a
 //!   pending-ack log, the same core reads that log again no sooner than
 //!   [`MIN_REPLAY_RETRY_MS`] later (Pulsar's pending-ack backoff starts at
@@ -89,6 +101,11 @@ pub(super) struct StorePlan {
     /// [`MIN_REPLAY_RETRY_MS`] after a failed one (a retry without
     /// backoff), for the driver to report.
     pub(super) hot_retry: Option<String>,
+    /// Per pending-ack log, the last entry whose data is gone: every entry
+    /// at or below it (`faults.pending_ack_entries_missing`).
+    pub(super) missing_upto: BTreeMap<String, Position>,
+    /// Pending-ack log reads that returned no entry because of it.
+    pub(super) missing_reads: u64,
     /// Entry reads failed by outages.
     pub(super) outage_failures: u64,
     /// Pending-ack log reads failed by the armed replay faults.
@@ -138,6 +155,19 @@ impl StorePlan {
         e
     }
 
+    /// Whether a read of `name` from (`ledger_id`, `first`) returns no
+    /// entry (its data gone).
+    fn entries_missing(&mut self, name: &str, ledger_id: i64, first: i64) -> bool {
+        let missing = self
+            .missing_upto
+            .get(name)
+            .is_some_and(|upto| Position::new(ledger_id, first) <= *upto);
+        if missing {
+            self.missing_reads += 1;
+        }
+        missing
+    }
+
     fn fault_of(&mut self, name: &str) -> Option<StoreError> {
         if self.outage {
             self.outage_failures += 1;
@@ -181,7 +211,9 @@ pub(super) type FaultyLedgerStore = ReadFaultStore<RedbStore>;
 
 /// A [`FaultyLedgerStore`] over `inner` failing the reads `plan` names.
 pub(super) fn faulty_ledger_store(inner: RedbStore, plan: SharedPlan) -> FaultyLedgerStore {
+    let missing = Arc::clone(&plan);
     ReadFaultStore::new(inner, move |name| plan.lock().read_fault(name))
+        .with_missing_entries(move |name, l, e| missing.lock().entries_missing(name, l, e))
 }
 
 /// The pending-ack log of subscription `sub` of `topic` (the core's name).
@@ -214,6 +246,43 @@ pub(super) fn lose_first_needed_ledger(
     let txns = lost_ledger_txns(store, log, id, info.entries)?;
     store.mark_ledger_lost(log, id)?;
     Ok(Some((id, txns)))
+}
+
+/// The transactions with a record after the mark-delete of pending-ack
+/// log `log` (what its next replay must apply) and the log's last entry.
+///
+/// # Errors
+/// The store's.
+pub(super) fn txns_after_mark_delete(
+    store: &RedbStore,
+    log: &str,
+) -> Result<(BTreeSet<TxnId>, Option<Position>), StoreError> {
+    let ledgers = store.load_ledger(log)?;
+    let mark_delete = store
+        .load_cursor(log, PENDING_ACK_CURSOR)?
+        .map_or(Position::new(-1, -1), |c| c.mark_delete);
+    let mut txns = BTreeSet::new();
+    let mut last = None;
+    for (&id, info) in &ledgers.ledgers {
+        if info.lost || info.entries == 0 || id < mark_delete.ledger_id {
+            continue;
+        }
+        last = Some(Position::new(id, info.entries - 1));
+        let first = if id == mark_delete.ledger_id {
+            mark_delete.entry_id + 1
+        } else {
+            0
+        };
+        if first >= info.entries {
+            continue;
+        }
+        for (e, data) in store.read(log, id, first, info.entries - 1)? {
+            if let Ok(records) = decode_entry(Position::new(id, e), &data) {
+                txns.extend(records.iter().map(|r| r.txn_id));
+            }
+        }
+    }
+    Ok((txns, last))
 }
 
 /// The transactions with a record in ledger `id` (`entries` entries) of
@@ -286,6 +355,72 @@ mod tests {
         plan.lock().hot_retry = None;
         let p = plan.lock();
         assert_eq!((p.outage_failures, p.replay_failures), (1, 3));
+    }
+
+    #[test]
+    fn missing_entries_are_a_short_read_of_the_pending_ack_logs_only() {
+        let (_d, inner) = store();
+        let log = pending_ack_log("t", "s");
+        for name in [log.as_str(), "t"] {
+            inner.create_ledger(name, 1).unwrap();
+            inner
+                .append(
+                    name,
+                    &[AppendSegment {
+                        ledger_id: 1,
+                        first_entry_id: 0,
+                        payloads: &[b"x".as_slice(); 2],
+                    }],
+                )
+                .unwrap();
+        }
+        let plan = SharedPlan::default();
+        let s = faulty_ledger_store(inner, Arc::clone(&plan));
+        assert_eq!(s.read(&log, 1, 0, 1).unwrap().len(), 2);
+        plan.lock()
+            .missing_upto
+            .insert(log.clone(), Position::new(1, 0));
+        assert!(s.read(&log, 1, 0, 1).unwrap().is_empty(), "data gone");
+        assert_eq!(s.read("t", 1, 0, 1).unwrap().len(), 2, "a topic's entries");
+        assert_eq!(s.read(&log, 1, 1, 1).unwrap().len(), 1, "a later entry");
+        assert_eq!(plan.lock().missing_reads, 1);
+    }
+
+    #[test]
+    fn the_transactions_after_the_mark_delete_are_the_ones_a_replay_needs() {
+        use crate::pending_ack::{AckedPosition, PendingAckRecord};
+        let (_d, s) = store();
+        let log = pending_ack_log("t", "s");
+        s.create_ledger(&log, 1).unwrap();
+        let entries: Vec<Vec<u8>> = (1..=3)
+            .map(|k| {
+                PendingAckRecord::individual_ack(
+                    TxnId::new(0, k),
+                    vec![AckedPosition::whole(Position::new(9, k as i64))],
+                )
+                .encode()
+            })
+            .collect();
+        let payloads: Vec<&[u8]> = entries.iter().map(Vec::as_slice).collect();
+        s.append(
+            &log,
+            &[AppendSegment {
+                ledger_id: 1,
+                first_entry_id: 0,
+                payloads: &payloads,
+            }],
+        )
+        .unwrap();
+        let (all, last) = txns_after_mark_delete(&s, &log).unwrap();
+        assert_eq!(all.len(), 3, "no cursor yet: every record");
+        assert_eq!(last, Some(Position::new(1, 2)));
+        s.save_mark_delete(&log, PENDING_ACK_CURSOR, Position::new(1, 0), &[])
+            .unwrap();
+        let (rest, _) = txns_after_mark_delete(&s, &log).unwrap();
+        assert_eq!(
+            rest,
+            [TxnId::new(0, 2), TxnId::new(0, 3)].into_iter().collect()
+        );
     }
 
     #[test]

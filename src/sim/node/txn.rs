@@ -676,6 +676,7 @@ impl Node<'_> {
                 let now = self.now();
                 self.checker.txn_end_requested(k, false, now);
                 self.checker.txn_ended(k, TxnOutcome::Aborted, now);
+                self.txn_cumulative_ended(k, TxnOutcome::Aborted);
                 self.txn_check_grace();
             }
             TxnEv::Grace => self.txn.grace_passed = true,
@@ -1059,6 +1060,7 @@ impl Node<'_> {
         if let Some(x) = self.txn.txns.get_mut(&k) {
             x.step = Step::Done;
         }
+        self.txn_cumulative_ended(k, outcome);
         let gap = self.w.txn.gap_ms;
         self.sched.after(gap, Ev::Txn(TxnEv::Next));
     }
@@ -1126,6 +1128,19 @@ impl Node<'_> {
         Some((k, id))
     }
 
+    /// The open transaction acks may go into now, if any (no draw, nothing
+    /// counted: `deleted_ack_probe.rs`).
+    pub(super) fn txn_open_for_acks(&self) -> Option<TxnId> {
+        if !self.txn.enabled {
+            return None;
+        }
+        self.txn.txns.values().find_map(|x| {
+            (x.step == Step::Open && !x.closing && !x.uncertain)
+                .then_some(())
+                .and(x.id)
+        })
+    }
+
     /// A transactional ack of `msgs` on `sub` answered (`error` None: it
     /// is pending in the transaction) or lost (`lost`).
     pub(super) fn txn_ack_settled(
@@ -1144,14 +1159,51 @@ impl Node<'_> {
                 x.acks_receipted += 1;
             }
         }
-        if !lost {
-            if error.is_none() {
-                self.txn.activity.acks += 1;
-                for m in msgs {
-                    self.checker.txn_acked(k, sub, *m);
-                }
+        if lost {
+            for m in msgs {
+                self.checker.txn_ack_uncertain(k, sub, *m);
+            }
+        } else if error.is_none() {
+            self.txn.activity.acks += 1;
+            for m in msgs {
+                self.checker.txn_acked(k, sub, *m);
+            }
+        } else {
+            self.txn.activity.acks_refused += 1;
+        }
+        self.txn_try_end(k);
+    }
+
+    /// Transaction `k`'s id while it takes acks (open, its window not
+    /// passed, no op of it uncertain), counted in flight; `None` otherwise.
+    pub(super) fn txn_open_for_acks(&mut self, k: u64) -> Option<TxnId> {
+        let x = self.txn.txns.get_mut(&k)?;
+        if x.step != Step::Open || x.closing || x.uncertain {
+            return None;
+        }
+        x.acks_in_flight += 1;
+        x.id
+    }
+
+    /// Whether transaction `k`'s commit was requested and not answered
+    /// (the broker may have applied its acks already).
+    pub(super) fn txn_commit_in_flight(&self, k: u64) -> bool {
+        self.txn
+            .txns
+            .get(&k)
+            .is_some_and(|x| x.step == Step::Ending(true))
+    }
+
+    /// A transactional cumulative ack of `k` answered (`ok`: pending in
+    /// it): [`Self::txn_ack_settled`]'s bookkeeping of the transaction
+    /// (`txn_cumulative.rs` counts it and tells the checker).
+    pub(super) fn txn_cumulative_op_settled(&mut self, k: u64, ok: bool) {
+        if let Some(x) = self.txn.txns.get_mut(&k) {
+            x.acks_in_flight = x.acks_in_flight.saturating_sub(1);
+            if ok {
+                x.acks_receipted += 1;
             } else {
-                self.txn.activity.acks_refused += 1;
+                x.uncertain = true;
             }
         }
         self.txn_try_end(k);

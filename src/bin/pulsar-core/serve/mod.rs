@@ -286,6 +286,10 @@ pub struct ServeArgs {
     /// (`delayedDeliveryMaxNumBuckets`; -1: no limit, no merge).
     #[arg(long, default_value_t = -1, allow_hyphen_values = true, value_parser = clap::value_parser!(i64).range(-1..))]
     delayed_max_num_buckets: i64,
+    /// Every store commit fsyncs on its own instead of one fsync per turn
+    /// of the core (`broker::turn_commit`; for measuring the difference).
+    #[arg(long, hide = true)]
+    no_turn_commit: bool,
 }
 
 impl ServeArgs {
@@ -309,6 +313,7 @@ impl ServeArgs {
         c.delayed.min_index_count_per_bucket = self.delayed_min_index_count_per_bucket;
         c.delayed.max_indexes_per_bucket_snapshot_segment = self.delayed_bucket_max_indexes;
         c.delayed.max_num_buckets = self.delayed_max_num_buckets;
+        c.turn_commit = !self.no_turn_commit;
         c
     }
 }
