@@ -48,7 +48,7 @@ impl Node<'_> {
         if !self.probes.receipts.is_multiple_of(PROBE_EVERY) {
             return;
         }
-        let (Some(txn), Some(conn)) = (self.txn_open_for_acks(), self.consumers[c].conn) else {
+        let (Some(txn), Some(conn)) = (self.any_txn_open_for_acks(), self.consumers[c].conn) else {
             return;
         };
         let req = PROBE_REQUEST_BASE + self.probes.sent;

@@ -1130,7 +1130,7 @@ impl Node<'_> {
 
     /// The open transaction acks may go into now, if any (no draw, nothing
     /// counted: `deleted_ack_probe.rs`).
-    pub(super) fn txn_open_for_acks(&self) -> Option<TxnId> {
+    pub(super) fn any_txn_open_for_acks(&self) -> Option<TxnId> {
         if !self.txn.enabled {
             return None;
         }
