@@ -482,6 +482,7 @@ impl Node<'_> {
                     // receipt was lost) is the message, registered when it
                     // is delivered (its sequence id is uncertain).
                     self.node.deduplicated_messages += e.messages.len() as u64;
+                    self.stored_once.deduplicated(p, r.sequence_id);
                     self.producers[p].receipted += e.messages.len() as u64;
                     return;
                 }

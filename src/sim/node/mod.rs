@@ -459,6 +459,13 @@ pub fn run(
     counters::into_activity(&n.core_counters, &mut n.activity);
     n.delayed.add_to_activity(&mut n.activity);
     n.drain_delayed_violations();
+    // A send answered as a duplicate must have a copy in the topic.
+    for (p, seq) in n.stored_once.never_stored() {
+        let what = format!(
+            "producer p-{p} sequence id {seq} answered as a duplicate, no copy ever receipted or delivered"
+        );
+        n.checker.receipted_never_stored(&what, virtual_ms);
+    }
     let Node {
         checker,
         mut activity,
