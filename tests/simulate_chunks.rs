@@ -75,6 +75,14 @@ fn without_chunks_the_component_is_not_exercised() {
     w.messages = 200;
     let r = run_seed(&w, 1);
     assert!(r.is_clean(), "{:?}", r.first_violation);
+    assert!(!r
+        .components
+        .iter()
+        .any(|c| c.component.starts_with("chunked messages")));
+    // Asked for, but no message drawn as chunks: NOT EXERCISED.
+    w.faults.chunked_ratio = 1e-12;
+    let r = run_seed(&w, 1);
+    assert!(r.is_clean(), "{:?}", r.first_violation);
     let c = r
         .components
         .iter()

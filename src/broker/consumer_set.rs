@@ -26,6 +26,7 @@ impl Subscription {
         // went to replay when its consumer left, and the cursor covers it.
         self.inflight.clear();
         self.replay.clear();
+        self.drop_read_in_flight();
         self.cursor.rewind();
         self.counters.consumer_set_rewinds += 1;
         tracing::debug!(subscription = %self.name, read_position = %self.cursor.read_position(), "first consumer: rewound to the mark-delete");

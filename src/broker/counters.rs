@@ -59,6 +59,10 @@ pub struct DispatchCounters {
     pub consumer_set_rewinds: u64,
     /// Clear-backlogs applied (`clear_backlog.rs`).
     pub backlogs_cleared: u64,
+    /// Read completions that matched no read in flight and were dropped
+    /// (the read was dropped by a seek, a rewind or an unsubscribe;
+    /// `read_completion.rs`). Counted per core, not per subscription.
+    pub stale_read_completions: u64,
 }
 
 impl AddAssign for DispatchCounters {
@@ -83,6 +87,7 @@ impl AddAssign for DispatchCounters {
         self.read_failures += o.read_failures;
         self.consumer_set_rewinds += o.consumer_set_rewinds;
         self.backlogs_cleared += o.backlogs_cleared;
+        self.stale_read_completions += o.stale_read_completions;
     }
 }
 
@@ -107,7 +112,10 @@ impl ReadSkip for CountingSkip<'_> {
 impl super::Broker {
     /// The components' work so far, summed over every subscription.
     pub fn counters(&self) -> DispatchCounters {
-        let mut c = DispatchCounters::default();
+        let mut c = DispatchCounters {
+            stale_read_completions: self.out.stale_reads,
+            ..DispatchCounters::default()
+        };
         for t in self.topics.values() {
             for s in t.subscriptions.values() {
                 c += s.counters;

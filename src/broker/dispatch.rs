@@ -9,8 +9,11 @@
 //! 2. **due delayed entries** from the delayed tracker;
 //! 3. **read** new entries from the cursor with the lock-free
 //!    read-scheduling hint (`SkipDeleted`: one run-end query per deleted
-//!    run), then the locked **post-I/O filter** (`filter_read_entries`);
-//! 4. per entry: the delayed tracker's **add** (an entry it accepts waits;
+//!    run); the read is in flight until the driver delivers its completion
+//!    (`read_completion.rs`: one read in flight per subscription, Pulsar's
+//!    `havePendingRead`), and only then does the locked **post-I/O filter**
+//!    (`filter_read_entries`) drop what was acknowledged meanwhile;
+//! 4. per entry of a completed read (and of steps 1 and 2): the delayed tracker's **add** (an entry it accepts waits;
 //!    one it declines is due and goes on), **routing** (Shared round-robin,
 //!    Failover/Exclusive the first consumer, Key_Shared the consistent-hashing
 //!    ring of `key_shared.rs`, a key held by one consumer at a time), and the
@@ -148,9 +151,13 @@ impl Subscription {
                     Err(e) => tracing::error!(error = %e, "delayed tracker"),
                 }
             }
-            // 3. new entries
+            // 3. a completed read: the post-I/O filter, then its entries
+            if self.read_in_flight.as_ref().is_some_and(|r| r.completed) {
+                progressed |= self.deliver_completed_read(out, skipped);
+            }
+            // 3. new entries: a read is issued unless one is in flight
             let read_at = self.cursor.read_position();
-            if self.total_permits(out) > 0 && read_at <= max_read {
+            if self.read_in_flight.is_none() && self.total_permits(out) > 0 && read_at <= max_read {
                 let mut n = (self.total_permits(out) as usize).clamp(1, READ_BATCH);
                 // Read no further than the max read position (an entry read
                 // past it after skipping deleted ones waits in replay).
@@ -172,14 +179,9 @@ impl Subscription {
                 match read {
                     Ok(entries) if !entries.is_empty() => {
                         self.read_backoff.succeeded();
-                        let read = entries.len() as u64;
-                        let entries = self.deletion.filter_read_entries(entries, |e| e.position);
-                        self.counters.entries_read += read;
-                        self.counters.filtered_after_read += read - entries.len() as u64;
-                        progressed |= self.deliver_entries(entries, false, out, skipped);
-                        if self.cursor.has_more_entries() {
-                            progressed = true;
-                        }
+                        // In flight until its completion: the filter and
+                        // the delivery run then (`read_completion.rs`).
+                        self.issue_read(entries, out);
                     }
                     Ok(_) => self.read_backoff.succeeded(),
                     Err(e) => {
@@ -298,7 +300,7 @@ impl Subscription {
 
     /// Routes entries to consumers and queues their MESSAGE frames; returns
     /// whether any was sent.
-    fn deliver_entries(
+    pub(super) fn deliver_entries(
         &mut self,
         entries: Vec<Entry>,
         due: bool,
@@ -384,8 +386,12 @@ impl Subscription {
                 continue;
             };
             // A partially acknowledged batch goes out with the indexes still
-            // to deliver (the deletion state's ack set).
-            let ack_set = self.deletion.batch_ack_set(p).unwrap_or_default();
+            // to deliver (the deletion state's ack set, less the indexes
+            // acknowledged in open transactions); one with none left waits
+            // for its transactions to end.
+            let Some(ack_set) = self.dispatch_ack_set(p, info.batch_size) else {
+                continue;
+            };
             let redelivery = self.redelivery_count.get(&p).copied().unwrap_or(0);
             let hook = self.admission.clone();
             let c = &mut self.consumers[idx];

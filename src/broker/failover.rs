@@ -76,6 +76,7 @@ impl Subscription {
         }
         self.inflight.clear();
         self.replay.clear();
+        self.drop_read_in_flight();
         self.cursor.rewind();
         tracing::debug!(subscription = %self.name, read_position = %self.cursor.read_position(), "failover: rewound to the mark-delete");
     }

@@ -42,12 +42,16 @@
 //!   CLOSE_CONSUMER; its P is never re-credited, PIP-491).
 //! - [`Broker::handle_close`]: the connection is gone.
 //! - [`Broker::handle_timeout`]: the timer fired.
+//! - [`Broker::complete_read`]: a cursor read the core issued completed
+//!   (`read_completion.rs`; [`Broker::complete_reads`] completes every
+//!   read issued, for a driver without read latency).
 //!
 //! Outputs, in order, from [`Broker::poll_output`] ([`Output`]):
 //! `Frame { conn, frame }` (an encoded `BaseCommand` and its payload; the
 //! driver writes [`OutFrame::encode`]), `Close { conn, reason }`,
 //! `Incarnation(record)` (a consumer incarnation subscribed or ended: its
-//! PIP-491 permit ledger). [`Broker::poll_timeout`] is the next deadline
+//! PIP-491 permit ledger), `ReadIssued { read }` (a subscription's cursor
+//! read is in flight until the driver calls [`Broker::complete_read`]). [`Broker::poll_timeout`] is the next deadline
 //! (`None`: no timer needed).
 //!
 //! Writability: the core counts the bytes of every frame it queues for a
@@ -148,6 +152,7 @@ pub mod output;
 pub mod producer;
 mod publish;
 pub mod read_backoff;
+mod read_completion;
 mod reader;
 mod seek;
 pub mod send_commit;
@@ -177,7 +182,7 @@ pub use entry::{entry_info, EntryInfo};
 pub use error::{BrokerError, ConnectionError};
 pub use failover::ACTIVE_CONSUMER_LISTENER_VERSION;
 pub use framing::{CutFrame, FrameCutter, FramingError};
-pub use output::{IncarnationRecord, OutFrame, Output};
+pub use output::{IncarnationRecord, OutFrame, Output, ReadId};
 pub use topic::{name_for_error, normalize_topic, Topic, MAX_NAME_BYTES};
 
 use connection::Connection;

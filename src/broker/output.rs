@@ -1,5 +1,6 @@
-//! The core's outputs: frames per connection, connection closes and the
-//! permit-ledger records of consumer incarnations, queued in order and
+//! The core's outputs: frames per connection, connection closes, the
+//! permit-ledger records of consumer incarnations and the cursor reads
+//! issued (whose completions the driver delivers), queued in order and
 //! taken with [`super::Broker::poll_output`]; plus the per-connection
 //! outbound byte count that decides writability.
 
@@ -30,7 +31,20 @@ pub enum Output {
     },
     /// A consumer incarnation subscribed or ended: one permit-ledger record.
     Incarnation(IncarnationRecord),
+    /// A subscription issued cursor read `read` (`dispatch.rs`): the
+    /// driver delivers its completion with
+    /// [`super::Broker::complete_read`], right away (`serve`) or after a
+    /// latency (the simulator), and other inputs may come first.
+    ReadIssued {
+        /// The read.
+        read: ReadId,
+    },
 }
+
+/// A cursor read the core issued and waits to see completed, unique per
+/// [`super::Broker`] value (a driver drops the completions of a core it
+/// replaced, as it drops every other input meant for it).
+pub type ReadId = u64;
 
 /// One frame as the core produced it: the encoded `BaseCommand` and the
 /// payload that follows it (a MESSAGE's entry; empty otherwise).
@@ -122,6 +136,11 @@ pub(crate) struct Outbox {
     /// Per connection, the frames queued and not yet reported written or
     /// failed, in order: (bytes left, the MESSAGE it carries if any).
     pub(crate) writes: BTreeMap<ConnectionId, VecDeque<(usize, Option<SentMessage>)>>,
+    /// The last [`ReadId`] issued.
+    pub(crate) last_read: ReadId,
+    /// Read completions that matched no read in flight (the read was
+    /// dropped by a seek, a rewind or an unsubscribe; `dispatch.rs`).
+    pub(crate) stale_reads: u64,
     /// How many outputs at the front of `queue` their turn's durable
     /// commit covers (`turn_commit.rs`); the rest wait for the next one.
     pub(crate) durable: usize,
@@ -181,6 +200,15 @@ impl Outbox {
             }
         }
         done
+    }
+
+    /// Issues a cursor read: a new [`ReadId`], announced as
+    /// [`Output::ReadIssued`].
+    pub(crate) fn issue_read(&mut self) -> ReadId {
+        self.last_read += 1;
+        let read = self.last_read;
+        self.queue.push_back(Output::ReadIssued { read });
+        read
     }
 
     pub(crate) fn is_writable(&self, conn: ConnectionId) -> bool {

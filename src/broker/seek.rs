@@ -150,6 +150,7 @@ impl Subscription {
         }
         self.replay.clear();
         self.inflight.clear();
+        self.drop_read_in_flight();
         self.redelivery_count.clear();
         self.batch_sizes.clear();
         // Pulsar's tracker reads the cursor's mark-delete live: it follows

@@ -121,12 +121,18 @@ pub struct Subscription {
     /// Entries acknowledged inside a transaction not yet ended: not
     /// dispatched (an abort puts them back in replay).
     pub(crate) txn_pending: BTreeSet<Position>,
+    /// Batch indexes acknowledged inside transactions not yet ended, per
+    /// entry: dispatch leaves them out of the `ack_set` it sends (Pulsar's
+    /// `filterEntriesForConsumer` ANDs the pending-ack handle's ack set in).
+    pub(crate) txn_batch_pending: BTreeMap<Position, BTreeSet<u32>>,
     /// The embedder's pending-ack admission rule (`None`: admit all).
     pub(crate) admission: Option<super::admission::AdmissionHook>,
     /// Entries refused by admission (each put back in replay).
     pub admission_rejections: u64,
     /// The components' work on this subscription.
     pub counters: super::counters::DispatchCounters,
+    /// The cursor read issued and not yet used (`read_completion.rs`).
+    pub(crate) read_in_flight: Option<super::read_completion::InFlightRead>,
     /// Reads wait after a failed one (`read_backoff.rs`).
     pub(crate) read_backoff: super::read_backoff::ReadBackoff,
     /// The core's clock (the read backoff's deadlines).
@@ -298,9 +304,11 @@ impl Subscription {
             pending_ack: None,
             pending_ack_applied: false,
             txn_pending: BTreeSet::new(),
+            txn_batch_pending: BTreeMap::new(),
             admission: None,
             admission_rejections: 0,
             counters: super::counters::DispatchCounters::default(),
+            read_in_flight: None,
             read_backoff: super::read_backoff::ReadBackoff::default(),
             clock,
             watch,
@@ -312,6 +320,44 @@ impl Subscription {
             }
         );
         Ok(sub)
+    }
+
+    /// Takes the batch indexes acknowledged in open transactions from the
+    /// pending-ack handle's `summary` (after every transactional ack, end
+    /// and replay).
+    pub(crate) fn refresh_txn_batch_pending(
+        &mut self,
+        summary: &crate::pending_ack::PendingAckSummary,
+    ) {
+        let mut pending: BTreeMap<Position, BTreeSet<u32>> = BTreeMap::new();
+        for per_txn in summary.batch_indexes.values() {
+            for (p, indexes) in per_txn {
+                pending
+                    .entry(*p)
+                    .or_default()
+                    .extend(indexes.iter().copied());
+            }
+        }
+        self.txn_batch_pending = pending;
+    }
+
+    /// The `ack_set` to send with the entry at `p` of `batch_size`
+    /// messages: the deletion state's (indexes still unacknowledged; empty:
+    /// all), without the indexes acknowledged in open transactions.
+    /// `None` when every remaining index is pending in a transaction (the
+    /// entry is not dispatched, as Pulsar filters it).
+    pub(crate) fn dispatch_ack_set(&self, p: Position, batch_size: u32) -> Option<Vec<i64>> {
+        let ack_set = self.deletion.batch_ack_set(p).unwrap_or_default();
+        let Some(pending) = self.txn_batch_pending.get(&p) else {
+            return Some(ack_set);
+        };
+        let left: Vec<u32> = (0..batch_size)
+            .filter(|i| wire::is_deliverable(&ack_set, *i) && !pending.contains(i))
+            .collect();
+        if left.is_empty() {
+            return None;
+        }
+        Some(wire::ack_set_from_indexes(left))
     }
 
     /// The subscription name.

@@ -34,12 +34,19 @@ fn enc(c: &BrokerCommand) -> Vec<u8> {
 }
 
 /// Every output queued, as (connection, decoded command, payload length);
-/// closes and incarnation records are dropped.
+/// closes and incarnation records are dropped, and every read the core
+/// issues completes at once (as `serve` completes them).
 fn frames(b: &mut Broker) -> Vec<(u64, BrokerCommand, usize)> {
     let mut v = Vec::new();
     while let Some(o) = b.poll_output() {
-        if let Output::Frame { conn, frame } = o {
-            v.push((conn, frame.decode_command().unwrap(), frame.payload.len()));
+        match o {
+            Output::Frame { conn, frame } => {
+                v.push((conn, frame.decode_command().unwrap(), frame.payload.len()));
+            }
+            Output::ReadIssued { read } => {
+                b.complete_read(read, T0);
+            }
+            _ => {}
         }
     }
     v
@@ -1041,3 +1048,4 @@ mod admission;
 mod clear_backlog;
 mod counters;
 mod failover;
+mod read_completion;

@@ -513,19 +513,25 @@ impl Workload {
         let base = Workload::default();
         Ok(match name {
             // What `pulsar-core simulate` runs without `--workload`: all four
-            // components do work in one seeded run (its report's component
-            // section says so). Shared with delayed messages (bucket seals
-            // and merges across small ledgers, recoveries at the restarts,
-            // rewinds and a clock jump so the post-I/O filter drops entries
-            // acked while a re-read is in flight, clear-backlogs failing on
-            // a later bucket's snapshot delete), transactional acks (a
-            // pending-ack replay after each restart, with a read failure
-            // after read-ahead and retried attempts), negative acks and
-            // batch-index acks (partial batches with `ack_set`, P below the
-            // batch size), the faulty-broker and write-failure paths of
-            // the permits, and the hint_race and replay_race stages.
+            // components do work in one seeded run on the shipped broker
+            // core (its report's component section says so). Shared with
+            // delayed messages (bucket seals and merges across small
+            // ledgers, tracker recoveries at the restarts and crash points,
+            // rewinds and clock jumps, clear-backlogs failing on a later
+            // bucket's snapshot delete), transactional acks (a pending-ack
+            // replay after each restart and crash, with read failures
+            // retried), negative acks and batch-index acks (partial batches
+            // with `ack_set`, P below the batch size), the faulty-frame and
+            // write-failure paths of the permits, cursor reads that take
+            // 1..=20 virtual ms (acks land while a read is in flight: the
+            // post-I/O filter drops them), and the hint_race and
+            // replay_race stages. No seeks: the node engine refuses them
+            // with transactions or delayed messages (`node_unsupported`:
+            // the checker's transaction rules and the delayed truth do not
+            // model a reset yet); tests/workloads/node_seek.toml runs them.
             "default" => Workload {
                 name: name.into(),
+                engine: Engine::Node,
                 producers: 20,
                 subscriptions: 2,
                 consumers_per_subscription: 3,
@@ -549,10 +555,10 @@ impl Workload {
                     read_outages: 1,
                     outage_ms: 2_000,
                     reconnects: 4,
-                    replay_read_failures: 2,
+                    replay_read_failures: 3,
+                    crash_points: 3,
                     snapshot_create_failure_ratio: 0.05,
                     snapshot_delete_failure_ratio: 0.05,
-                    seeks: 1,
                     rewinds: 4,
                     clock_jumps: 2,
                     hint_race: true,

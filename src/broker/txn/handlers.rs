@@ -331,6 +331,7 @@ impl Broker {
         }
         let summary = h.summary();
         s.txn_pending = summary.individual.values().flatten().copied().collect();
+        s.refresh_txn_batch_pending(&summary);
         s.pending_ack_applied = true;
     }
 
@@ -604,6 +605,7 @@ impl Broker {
         for p in &individual {
             s.txn_pending.remove(p);
         }
+        s.refresh_txn_batch_pending(&h.summary());
         if commit {
             // The acks applied to the subscription's cursor and persisted,
             // then the handle may trim its log.
@@ -796,6 +798,7 @@ impl Broker {
             PendingAckRecord::individual_ack(id, ps)
         };
         append_sync(&h, record).map_err(pa_error)?;
+        s.refresh_txn_batch_pending(&h.summary());
         for p in whole {
             s.txn_pending.insert(p);
             s.inflight.remove(&p);

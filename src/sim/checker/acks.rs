@@ -65,7 +65,11 @@ impl DeliveryChecker {
         let mut bad = 0;
         for msg in msgs {
             let ok = match self.index.get(msg) {
-                Some(i) => s.delivered[i - base] == token || s.acked[i - base] != NOT_ACKED,
+                Some(i) => {
+                    s.delivered[i - base] == token
+                        || s.acked[i - base] != NOT_ACKED
+                        || s.released_from.get(i) == Some(&token)
+                }
                 None => self.retired.contains(*msg),
             };
             if !ok {

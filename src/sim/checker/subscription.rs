@@ -2,7 +2,7 @@
 //! ack state in the window, the seeks, and the consumer incarnations
 //! (tokens) that decide whether a redelivery is allowed.
 
-use std::collections::{BTreeSet, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 use super::int_map::IntMap;
 use crate::position::Position;
@@ -78,6 +78,10 @@ pub(super) struct SubState {
     /// (in the incarnation they were delivered to): each may be redelivered
     /// once while that incarnation lives; pruned below the retired count.
     pub(super) nacked: BTreeSet<usize>,
+    /// Publish index → the delivery (token + 1) that held it when an
+    /// aborted transaction gave its entry back (`txn.rs`): that holder may
+    /// still acknowledge it after the entry went to another consumer.
+    pub(super) released_from: BTreeMap<usize, u32>,
     /// Key → live token → messages of the key delivered to that consumer
     /// incarnation and not acknowledged (kept only when the checker is
     /// told keys are exclusive, see `DeliveryChecker::set_key_exclusive`).

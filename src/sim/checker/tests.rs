@@ -585,3 +585,50 @@ fn a_key_on_two_consumers_at_once_is_a_violation_when_keys_are_exclusive() {
     c.delivered("s", 1, m(1), 2, 0);
     assert_eq!(c.finish(3).0.order_violations, 0);
 }
+
+/// An aborted transactional ack of one message of a batch gives the whole
+/// entry back (Pulsar's abort calls `redeliverUnacknowledgedMessages` with
+/// the entry's position): its other unacknowledged messages, still held by
+/// their consumer, may come once more; an acknowledged one may not, and a
+/// message of another entry is still a duplicate.
+#[test]
+fn an_aborted_batch_index_ack_releases_the_entrys_unacknowledged_messages() {
+    let b = |e: i64, i: u32| MessageRef {
+        position: Position::new(1, e),
+        batch_index: i,
+    };
+    let mut c = DeliveryChecker::new(["s".to_string()], 0, OrderCheck::None);
+    for i in 0..3 {
+        c.published(b(0, i), 7, 0);
+    }
+    c.published(b(1, 0), 7, 0);
+    for m in [b(0, 0), b(0, 1), b(0, 2), b(1, 0)] {
+        c.delivered("s", 0, m, 1, 0);
+    }
+    c.acked("s", b(0, 2), 2);
+    c.txn_begun(1, 2, 60_000);
+    c.txn_acked(1, "s", b(0, 0));
+    c.txn_end_requested(1, false, 3);
+    c.txn_ended(1, TxnOutcome::Aborted, 4);
+    // The entry comes back with indexes 0 and 1 (2 is acknowledged), index
+    // 1 to another consumer; its first holder still acknowledges it.
+    c.delivered("s", 0, b(0, 0), 5, 0);
+    c.delivered("s", 1, b(0, 1), 5, 0);
+    c.ack_applied("s", 0, &[b(0, 1)], 6);
+    let (counts, first) = c.finish(7);
+    assert_eq!(counts.duplicate_violations, 0, "{first:?}");
+    assert_eq!(counts.invalid_events, 0, "{first:?}");
+    assert_eq!(counts.duplicates_allowed, 2, "{first:?}");
+    // Negative control: another entry's message is not released.
+    let mut c = DeliveryChecker::new(["s".to_string()], 0, OrderCheck::None);
+    c.published(b(0, 0), 7, 0);
+    c.published(b(1, 0), 7, 0);
+    c.delivered("s", 0, b(0, 0), 1, 0);
+    c.delivered("s", 0, b(1, 0), 1, 0);
+    c.txn_begun(1, 2, 60_000);
+    c.txn_acked(1, "s", b(0, 0));
+    c.txn_end_requested(1, false, 3);
+    c.delivered("s", 0, b(1, 0), 5, 0);
+    let (counts, first) = c.finish(6);
+    assert_eq!(counts.duplicate_violations, 1, "{first:?}");
+}

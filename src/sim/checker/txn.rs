@@ -205,11 +205,36 @@ impl DeliveryChecker {
     }
 
     /// `msg` on `sub` may be delivered once more (to any consumer) and out
-    /// of order: its transactional ack was aborted.
+    /// of order: its transactional ack was aborted. So may every other
+    /// unacknowledged message of its entry: Pulsar's abort gives the
+    /// acknowledged positions back with `redeliverUnacknowledgedMessages`
+    /// (`PendingAckHandleImpl.handleAbort`), which takes the whole entry
+    /// from the consumer holding it and dispatches it again with the
+    /// batch's ack set (only acknowledged indexes left out), so the indexes
+    /// that consumer still holds come again too.
     fn txn_release(&mut self, sub: &str, msg: MessageRef, _now_ms: u64) {
-        if let (Some(s), Some(i)) = (self.subs.get_mut(sub), self.index.get(&msg)) {
-            s.nacked.insert(*i);
-            s.order_exempt.insert(*i);
+        let base = self.base;
+        let Some(s) = self.subs.get_mut(sub) else {
+            return;
+        };
+        // Batches of the simulator's producers hold at most 512 messages
+        // (`Workload::validate`); retired (acknowledged) ones are gone.
+        for batch_index in 0..512 {
+            let m = MessageRef {
+                position: msg.position,
+                batch_index,
+            };
+            let Some(i) = self.index.get(&m) else {
+                continue;
+            };
+            if m == msg || s.acked[*i - base] == super::subscription::NOT_ACKED {
+                s.nacked.insert(*i);
+                s.order_exempt.insert(*i);
+                let holder = s.delivered[*i - base];
+                if holder != 0 {
+                    s.released_from.insert(*i, holder);
+                }
+            }
         }
     }
 

@@ -315,9 +315,16 @@ impl Node<'_> {
     }
 }
 
-/// The report's component line for chunked messages.
-pub(super) fn component(a: &ChunkActivity) -> crate::sim::report::ComponentReport {
-    crate::sim::report::ComponentReport::new(
+/// The report's component line for chunked messages (none when the
+/// workload asks for no chunks).
+pub(super) fn component(
+    a: &ChunkActivity,
+    asked: bool,
+) -> Option<crate::sim::report::ComponentReport> {
+    if !asked {
+        return None;
+    }
+    Some(crate::sim::report::ComponentReport::new(
         "chunked messages (PIP-37), over the wire",
         &[
             ("chunked messages sent", a.messages_sent, true),
@@ -339,5 +346,5 @@ pub(super) fn component(a: &ChunkActivity) -> crate::sim::report::ComponentRepor
                 false,
             ),
         ],
-    )
+    ))
 }

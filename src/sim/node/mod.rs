@@ -77,7 +77,7 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use serde::Serialize;
 
-use crate::broker::{Broker, BrokerConfig, Output};
+use crate::broker::{Broker, BrokerConfig, Output, ReadId};
 use crate::ledger::RedbStore;
 
 use super::checker::{DeliveryChecker, OrderCheck};
@@ -217,6 +217,9 @@ enum Ev {
     Txn(txn::TxnEv),
     /// A seek's reset reaches the clients (`seek.rs`).
     SeekApplied { sub: String, md: crate::Position },
+    /// A cursor read the core issued completes (generation `gen`), after
+    /// the workload's read latency.
+    ReadDone { gen: u64, read: ReadId },
     /// A timed step of a reader (`reader.rs`).
     Reader(reader::ReaderEv),
     /// A subscription created again after an unsubscribe reaches the
@@ -239,6 +242,7 @@ impl Ev {
             Ev::Fault(_) => ("faults", "Fault"),
             Ev::Txn(_) => ("transaction client", "Txn"),
             Ev::SeekApplied { .. } => ("client", "SeekApplied"),
+            Ev::ReadDone { .. } => ("broker core", "ReadDone"),
             Ev::Reader(_) => ("reader", "Reader"),
             Ev::Unsubscribed { .. } => ("client", "Unsubscribed"),
         }
@@ -324,6 +328,10 @@ struct Node<'a> {
     crashed: bool,
     /// The armed crash point was drawn within `faults.crash_recovery_window`.
     recovery_armed: bool,
+    /// Reads the core issued that complete in this turn (no read latency).
+    reads_now: Vec<ReadId>,
+    /// Whether [`Node::call_broker`] is completing `reads_now`.
+    completing_reads: bool,
 }
 
 /// Runs `workload` (its `engine` is `node`) with `opts`.
@@ -414,6 +422,8 @@ pub fn run(
         delayed: delayed::DelayedSide::default(),
         crashed: false,
         recovery_armed: false,
+        reads_now: Vec::new(),
+        completing_reads: false,
     };
     let _hang_guard = HangGuard::start(
         Arc::clone(&n.heartbeat),
@@ -450,10 +460,15 @@ pub fn run(
     n.activity.txn_individual_acks += n.node.txn.acks;
     n.activity.txn_commits += n.node.txn.committed;
     n.activity.txn_aborts += n.node.txn.aborted;
-    let txn_work = txn::component(&n.node.txn);
-    let reader_work = reader::component(&n.node.readers, &n.node.unsubscribes);
+    let txn_work = txn::component(&n.node.txn, workload.txn.messages_per_topic > 0);
+    let reader_work = reader::component(
+        &n.node.readers,
+        &n.node.unsubscribes,
+        workload.faults.readers > 0,
+        workload.faults.unsubscribes > 0,
+    );
     n.node.chunks = std::mem::take(&mut n.chunks.activity);
-    let chunk_work = chunks::component(&n.node.chunks);
+    let chunk_work = chunks::component(&n.node.chunks, workload.faults.chunked_ratio > 0.0);
     // The last core closes cleanly.
     n.retire_broker();
     counters::into_activity(&n.core_counters, &mut n.activity);
@@ -483,8 +498,8 @@ pub fn run(
     // loop counted: a component with no work reads NOT EXERCISED.
     let mut components = super::report::components(&activity);
     components.push(txn_work);
-    components.push(reader_work);
-    components.push(chunk_work);
+    components.extend(reader_work);
+    components.extend(chunk_work);
     let wall_ms = started.elapsed().as_millis() as u64;
     let delivered = counts.delivered;
     Ok(Report {
@@ -527,6 +542,7 @@ impl Node<'_> {
             RedbStore::open_on_backend(self.storage.backend(), self.opts.sync, STORE_CACHE_BYTES)
                 .map_err(|e| SimError::Component(format!("open the store: {e}")))?;
         self.gen += 1;
+        self.reads_now.clear();
         self.broker_side.clear();
         self.timer_at = None;
         self.timer_fired = None;
@@ -582,6 +598,20 @@ impl Node<'_> {
     /// (no group commit, no outputs yet: more frames of the same delivery
     /// follow), a crash of the store is still handled at once.
     fn call_broker(&mut self, f: impl FnOnce(&mut Broker, u64), end_turn: bool) {
+        let mut f = Some(f);
+        self.call_broker_dyn(
+            &mut |b, now| {
+                if let Some(f) = f.take() {
+                    f(b, now);
+                }
+            },
+            end_turn,
+        );
+    }
+
+    /// [`Self::call_broker`] on a `dyn` input (it calls itself for the
+    /// reads completed in the turn).
+    fn call_broker_dyn(&mut self, f: &mut dyn FnMut(&mut Broker, u64), end_turn: bool) {
         let now = self.core_now();
         self.delayed.set_core_now(now);
         let Some(b) = self.broker.as_mut() else {
@@ -590,10 +620,19 @@ impl Node<'_> {
         let armed = self.storage.armed();
         // No input may panic the core (its contract): a panic ends the run
         // as a violation, after what the observers saw before it.
+        // Without read latency a read completes right after the input that
+        // issued it (and after the turn's commit), as `serve` completes them.
+        let instant_reads = self.w.read_latency_ms == 0;
         let turn = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
             f(b, now);
+            if instant_reads {
+                b.complete_reads(now);
+            }
             if end_turn {
                 b.flush();
+                if instant_reads {
+                    b.complete_reads(now);
+                }
             }
         }));
         self.drain_delayed_violations();
@@ -619,6 +658,24 @@ impl Node<'_> {
         }
         if end_turn {
             self.pump();
+            // Reads issued while the outputs were taken (the turn's commit
+            // dispatched), completed without latency: one loop, not a
+            // recursion per read.
+            if !self.completing_reads {
+                self.completing_reads = true;
+                while !self.reads_now.is_empty() && self.broker.is_some() && !self.done {
+                    let reads = std::mem::take(&mut self.reads_now);
+                    self.call_broker_dyn(
+                        &mut |b, now| {
+                            for r in &reads {
+                                b.complete_read(*r, now);
+                            }
+                        },
+                        true,
+                    );
+                }
+                self.completing_reads = false;
+            }
         }
     }
 
@@ -666,6 +723,7 @@ impl Node<'_> {
                     self.sched.at(at, Ev::Closed { conn });
                 }
                 Output::Incarnation(_) => {}
+                Output::ReadIssued { read } => self.read_issued(read),
             }
         }
         self.schedule_applied_seeks();
@@ -681,6 +739,20 @@ impl Node<'_> {
                 self.sched.at(d.max(now), Ev::Timer { gen, deadline: d });
             }
         }
+    }
+
+    /// A read the core issued completes after a seeded latency of
+    /// 1..=`read_latency_ms` (acks, Flows and other frames reach the core
+    /// meanwhile), or in this turn without latency.
+    fn read_issued(&mut self, read: ReadId) {
+        if self.w.read_latency_ms == 0 {
+            self.reads_now.push(read);
+            return;
+        }
+        self.activity.reads_with_latency += 1;
+        let at = self.now() + self.rng.random_range(1..=self.w.read_latency_ms);
+        let gen = self.gen;
+        self.sched.at(at, Ev::ReadDone { gen, read });
     }
 
     fn latency(&mut self) -> VirtualMs {
@@ -837,7 +909,11 @@ impl Node<'_> {
                 break;
             }
             let (component, label) = ev.label();
-            self.store_plan.lock().now_ms = now;
+            // The store's faults and its retry-pace rule run on the core's
+            // clock (virtual time plus the clock jumps so far): a core whose
+            // clock jumped forward retries a failed pending-ack read after
+            // its backoff by its own clock, sooner in virtual time.
+            self.store_plan.lock().now_ms = now + self.delayed.clock_offset_ms;
             self.heartbeat.begin(now, component, label, None);
             self.handle(ev);
             self.heartbeat.end();
@@ -946,6 +1022,14 @@ impl Node<'_> {
             Ev::Fault(f) => self.fault(f),
             Ev::Txn(e) => self.txn_event(e),
             Ev::SeekApplied { sub, md } => self.seek_applied(&sub, md),
+            Ev::ReadDone { gen, read } => {
+                // A completion meant for a core that died is dropped with it.
+                if gen == self.gen {
+                    self.with_broker(|b, now| {
+                        b.complete_read(read, now);
+                    });
+                }
+            }
             Ev::Reader(e) => self.reader_event(e),
             Ev::Unsubscribed { sub, md } => self.subscription_recreated(&sub, md),
         }

@@ -548,17 +548,28 @@ impl Node<'_> {
 }
 
 /// The report's component for readers and unsubscribes of a node run
-/// (NOT EXERCISED when a key counter is zero).
+/// whose workload asks for them (`faults.readers`, `faults.unsubscribes`;
+/// `None` when it asks for neither): NOT EXERCISED when a key counter of
+/// what it asked for is zero.
 pub(super) fn component(
     a: &ReaderActivity,
     u: &super::unsubscribe::UnsubActivity,
-) -> crate::sim::report::ComponentReport {
-    crate::sim::report::ComponentReport::new(
+    readers_asked: bool,
+    unsubscribes_asked: bool,
+) -> Option<crate::sim::report::ComponentReport> {
+    if !readers_asked && !unsubscribes_asked {
+        return None;
+    }
+    Some(crate::sim::report::ComponentReport::new(
         "readers (non-durable cursors) + unsubscribe, over the wire",
         &[
-            ("reader sessions opened", a.opened, true),
-            ("reader sessions read to their end", a.completed, true),
-            ("messages read by readers", a.messages_read, true),
+            ("reader sessions opened", a.opened, readers_asked),
+            (
+                "reader sessions read to their end",
+                a.completed,
+                readers_asked,
+            ),
+            ("messages read by readers", a.messages_read, readers_asked),
             ("reader sessions cut", a.cut, false),
             (
                 "start-entry messages the reader client dropped",
@@ -566,9 +577,13 @@ pub(super) fn component(
                 false,
             ),
             ("store cursor lists without a reader", a.store_checks, false),
-            ("unsubscribes applied", u.applied, true),
+            ("unsubscribes applied", u.applied, unsubscribes_asked),
             ("unsubscribes refused (others attached)", u.refused, false),
-            ("subscriptions created again", u.recreated, true),
+            (
+                "subscriptions created again",
+                u.recreated,
+                unsubscribes_asked,
+            ),
         ],
-    )
+    ))
 }

@@ -247,19 +247,24 @@ fn err_of(error: Option<i32>) -> Option<i32> {
 }
 
 /// The report's `txn` component of a node run.
-pub(super) fn component(a: &TxnActivity) -> ComponentReport {
+///
+/// `sends`: the workload has transactional messages (`txn.messages_per_topic`
+/// above 0); a `txn_ack_ratio` run's transactions only acknowledge (see
+/// [`with_txn_ack_ratio`]), so its transactional SENDs and second-topic
+/// deliveries are shown but do not decide the verdict.
+pub(super) fn component(a: &TxnActivity, sends: bool) -> ComponentReport {
     ComponentReport::new(
         "txn: transaction coordinator + transaction buffer + transactional acks (PIP-31, over the wire)",
         &[
             ("transactions committed", a.committed, true),
             ("transactions aborted", a.aborted, true),
             ("transactions left to their timeout", a.timed_out, false),
-            ("transactional SENDs receipted", a.sends, true),
+            ("transactional SENDs receipted", a.sends, sends),
             ("transactional ACKs receipted", a.acks, true),
             ("open across a crash or restart", a.open_across_crash, false),
             ("crash points moved into an END_TXN", a.crash_points_in_end, false),
             ("END_TXN in flight at a crash or restart", a.end_in_flight_at_crash, false),
-            ("second-topic deliveries", a.reader_deliveries, true),
+            ("second-topic deliveries", a.reader_deliveries, sends),
             ("second-topic reader closed by the broker", a.reader_closed_by_broker, false),
         ],
     )

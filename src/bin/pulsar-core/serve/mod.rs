@@ -90,8 +90,13 @@ impl NodeInner {
     /// closes to its socket, incarnation records to the permit ledger.
     fn flush(&mut self) {
         self.turn_frames = 0;
+        // Reads the core issued complete at once (the store reads
+        // synchronously): their entries go out in this iteration.
         while let Some(o) = self.core.poll_output() {
             match o {
+                Output::ReadIssued { read } => {
+                    self.core.complete_read(read, now_ms());
+                }
                 Output::Frame { conn, frame } => {
                     if let Some(w) = self.writers.get(&conn) {
                         w.send(&frame);
