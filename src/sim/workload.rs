@@ -233,6 +233,12 @@ pub struct Faults {
     /// which must redeliver everything still retained, none of the old
     /// subscription's acks carried over (`sim::node::unsubscribe`).
     pub unsubscribes: u32,
+    /// Node engine: the fraction of messages a producer sends as 2–4
+    /// chunks (PIP-37: one SEND per chunk with `is_chunk`, the message's
+    /// `uuid`, `chunk_id`, `num_chunks_from_msg`, `total_chunk_msg_size`
+    /// and one `sequence_id`); the consumer client reassembles them and
+    /// acknowledges every chunk (`sim::node::chunks`).
+    pub chunked_ratio: f64,
 }
 
 /// The most reader clients a workload may run (`faults.readers`).
@@ -284,6 +290,7 @@ impl Default for Faults {
             crash_recovery_window: 0,
             readers: 0,
             unsubscribes: 0,
+            chunked_ratio: 0.0,
         }
     }
 }
@@ -328,6 +335,7 @@ impl Faults {
             crash_recovery_window: 0,
             readers: 0,
             unsubscribes: 0,
+            chunked_ratio: 0.0,
         }
     }
 }
@@ -784,6 +792,26 @@ impl Workload {
                 "faults.readers > 0 with transactional messages (the reader rules, sim::checker::reader, do not know read-committed visibility)",
             ),
             (
+                f.chunked_ratio > 0.0
+                    && self.subscription_type != SubscriptionType::Failover
+                    && self.consumers_per_subscription > 1,
+                "faults.chunked_ratio > 0 on a Shared or Key_Shared subscription with several consumers (a message's chunks may reach different consumers, which Pulsar's client cannot reassemble; Pulsar supports chunking on Exclusive and Failover subscriptions)",
+            ),
+            (
+                f.chunked_ratio > 0.0 && self.batch_size > 1,
+                "faults.chunked_ratio > 0 with batch_size > 1 (Pulsar's producer refuses chunking with batching)",
+            ),
+            (
+                f.chunked_ratio > 0.0
+                    && (self.txn.transactions > 0 || self.txn_ack_ratio > 0.0 || self.delayed_ratio > 0.0),
+                "faults.chunked_ratio > 0 with transactions or delayed messages (the node engine's chunking client sends plain chunks only)",
+            ),
+            (
+                f.chunked_ratio > 0.0
+                    && (f.readers > 0 || f.seeks > 0 || f.corrupted_batch_ratio > 0.0 || f.invalid_permits_ratio > 0.0 || self.cumulative_ack_every > 0 || self.negative_ack_ratio > 0.0),
+                "faults.chunked_ratio > 0 with readers, seeks, damaged deliveries, cumulative acks or negative acks (the chunking client reassembles and acknowledges individually only)",
+            ),
+            (
                 !f.crash_at_writes.is_empty(),
                 "faults.crash_at_writes (the node engine draws k from faults.crash_window)",
             ),
@@ -970,6 +998,7 @@ impl Workload {
                 "faults.clear_delete_failure_ratio",
                 self.faults.clear_delete_failure_ratio,
             ),
+            ("faults.chunked_ratio", self.faults.chunked_ratio),
         ] {
             if !ratio(r) {
                 return Err(WorkloadError::Invalid(format!(
@@ -1006,6 +1035,8 @@ impl Workload {
             }
         } else if self.faults.redeliveries > 0 {
             return unsupported("faults.redeliveries > 0 needs engine = \"node\"");
+        } else if self.faults.chunked_ratio > 0.0 {
+            return unsupported("faults.chunked_ratio > 0 needs engine = \"node\"");
         } else if self.faults.readers > 0 || self.faults.unsubscribes > 0 {
             return unsupported("faults.readers and faults.unsubscribes need engine = \"node\"");
         } else if self.txn.transactions > 0 {

@@ -277,6 +277,17 @@ fn node_workload(w: &mut Workload, r: &mut ChaCha8Rng) {
     if !txn && w.delayed_ratio <= 0.0 && r.random_bool(0.5) {
         w.faults.unsubscribes = r.random_range(1..=4);
     }
+    // Chunked messages (`sim::node::chunks`), drawn last so the earlier
+    // draws stay as they were; kept only where the node engine judges them
+    // (no batches, transactions, delayed messages, readers, seeks, damaged
+    // deliveries, cumulative or negative acks; one consumer per Shared or
+    // Key_Shared subscription: `Workload::node_unsupported`).
+    if r.random_bool(0.5) {
+        w.faults.chunked_ratio = [0.2, 0.5][r.random_range(0..2)];
+        if w.validate().is_err() {
+            w.faults.chunked_ratio = 0.0;
+        }
+    }
 }
 
 /// The outcome of one seed's run.
@@ -327,7 +338,7 @@ fn print_run(seed: u64, report: &Report, json: bool, crash_points: bool) {
         println!("{line}");
     } else {
         println!(
-            "seed {seed}: {} ({} violations) {:?} subs={} consumers={} messages={} faults: restarts={} outages={} reconnects={} seeks={} lost-ledger={} auto-skip={} replay-read-failures={} delayed={} txn={} nack={} crashes={} readers={} unsubscribes={}",
+            "seed {seed}: {} ({} violations) {:?} subs={} consumers={} messages={} faults: restarts={} outages={} reconnects={} seeks={} lost-ledger={} auto-skip={} replay-read-failures={} delayed={} txn={} nack={} crashes={} readers={} unsubscribes={} chunked={}",
             if clean { "ok" } else { "FAILED" },
             report.violations,
             w.subscription_type,
@@ -347,6 +358,7 @@ fn print_run(seed: u64, report: &Report, json: bool, crash_points: bool) {
             report.activity.node.as_ref().map_or(0, |n| n.crash_points),
             w.faults.readers,
             w.faults.unsubscribes,
+            w.faults.chunked_ratio,
         );
         if let Some(n) = &report.activity.node {
             println!(

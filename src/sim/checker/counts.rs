@@ -86,6 +86,10 @@ pub struct CheckerCounts {
     /// one before its start, never published, twice, or out of its
     /// producer's order; or a reader's cursor was found in the store.
     pub reader_violations: u64,
+    /// Chunked messages reassembled by a consumer that are not the
+    /// message their `uuid` names or not of their `total_chunk_msg_size`
+    /// (`sim::node::chunks`).
+    pub chunk_violations: u64,
     /// Watchdog stops: virtual time did not advance for too many events, or
     /// the wall-clock bound was exceeded.
     pub livelocks: u64,
@@ -109,6 +113,7 @@ impl CheckerCounts {
             + self.filter_leaks
             + self.txn_violations
             + self.reader_violations
+            + self.chunk_violations
             + self.livelocks
     }
 }

@@ -113,6 +113,8 @@ pub struct DeliveryChecker {
     next_key_seq: IntMap<u32, u64>,
     subs: BTreeMap<String, SubState>,
     counts: CheckerCounts,
+    /// Sends receipted as duplicates with no copy stored (counted lost).
+    receipted_not_stored: u64,
     first_violation: Option<String>,
     /// Delayed deliveries may come this many ms early (`tick` in non-strict mode).
     early_tolerance_ms: u64,
@@ -154,6 +156,7 @@ impl DeliveryChecker {
                 .map(|s| (s, SubState::default()))
                 .collect(),
             counts: CheckerCounts::default(),
+            receipted_not_stored: 0,
             first_violation: None,
             early_tolerance_ms,
             late_bound_ms: 0,
@@ -414,6 +417,21 @@ impl DeliveryChecker {
         self.violation(now_ms, format!("stored twice: {what}"));
     }
 
+    /// A send was receipted to its application as a duplicate, and no
+    /// copy of it was ever receipted or delivered: receipted, never stored.
+    pub fn receipted_never_stored(&mut self, what: &str, now_ms: u64) {
+        self.receipted_not_stored += 1;
+        self.violation(now_ms, format!("lost: {what}"));
+    }
+
+    /// A chunked message the consumer reassembled is not the message its
+    /// `uuid` names or not of its `total_chunk_msg_size` (a chunk dropped,
+    /// reordered or mixed in).
+    pub fn chunked_message_broken(&mut self, what: &str, now_ms: u64) {
+        self.counts.chunk_violations += 1;
+        self.violation(now_ms, format!("chunked message broken: {what}"));
+    }
+
     /// Whether `msg` was published (in the window or retired).
     pub fn knows(&self, msg: MessageRef) -> bool {
         !matches!(self.lookup(&msg), window::Lookup::Unknown)
@@ -478,7 +496,7 @@ impl DeliveryChecker {
                 }
             }
         }
-        self.counts.lost = lost;
+        self.counts.lost = lost + self.receipted_not_stored;
         self.counts.skipped_by_seek = skipped;
         if let Some(l) = first_lost {
             self.violation(now_ms, l);

@@ -51,6 +51,10 @@ struct PendingMessage {
 pub(super) struct PendingSend {
     payload: Vec<u8>,
     messages: Vec<PendingMessage>,
+    /// A chunked message's chunk payloads (`chunks.rs`; empty: one entry).
+    chunks: Vec<Vec<u8>>,
+    /// Its chunks receipted so far (removed as Pulsar's pending ops are).
+    chunks_receipted: usize,
 }
 
 /// A simulated producer (one connection, producer id 1).
@@ -432,14 +436,26 @@ impl Node<'_> {
                 let pr = &mut self.producers[p];
                 pr.ready = true;
                 // Pulsar's producer resends what had no receipt, in order.
-                let resend: Vec<(u64, Vec<u8>, usize)> = pr
+                let resend: Vec<(u64, Vec<u8>, usize, bool)> = pr
                     .pending
                     .iter()
-                    .map(|(s, e)| (*s, e.payload.clone(), e.messages.len()))
+                    .flat_map(|(s, e)| {
+                        if e.chunks.is_empty() {
+                            vec![(*s, e.payload.clone(), e.messages.len(), false)]
+                        } else {
+                            e.chunks[e.chunks_receipted..]
+                                .iter()
+                                .map(|c| (*s, c.clone(), 1, true))
+                                .collect()
+                        }
+                    })
                     .collect();
-                for (seq, payload, n) in resend {
+                for (seq, payload, n, is_chunk) in resend {
                     self.node.resent_entries += 1;
-                    self.send_entry(conn, seq, n, payload);
+                    if is_chunk {
+                        self.chunks.activity.chunks_resent += 1;
+                    }
+                    self.send_entry(conn, seq, n, payload, is_chunk);
                 }
                 if !self.producers[p].publishing {
                     self.producers[p].publishing = true;
@@ -448,6 +464,15 @@ impl Node<'_> {
             }
             ty::SEND_RECEIPT => {
                 let Some(r) = cmd.send_receipt else { return };
+                if let Some(e) = self.producers[p].pending.get_mut(&r.sequence_id) {
+                    if !e.chunks.is_empty() {
+                        self.chunks.activity.chunk_receipts += 1;
+                        e.chunks_receipted += 1;
+                        if e.chunks_receipted < e.chunks.len() {
+                            return; // not the last chunk's receipt
+                        }
+                    }
+                }
                 let Some(e) = self.producers[p].pending.remove(&r.sequence_id) else {
                     return; // a receipt of a resent entry already receipted
                 };
@@ -457,6 +482,7 @@ impl Node<'_> {
                     // receipt was lost) is the message, registered when it
                     // is delivered (its sequence id is uncertain).
                     self.node.deduplicated_messages += e.messages.len() as u64;
+                    self.stored_once.deduplicated(p, r.sequence_id);
                     self.producers[p].receipted += e.messages.len() as u64;
                     return;
                 }
@@ -491,7 +517,7 @@ impl Node<'_> {
         }
     }
 
-    fn send_entry(&mut self, conn: u64, seq: u64, n: usize, payload: Vec<u8>) {
+    fn send_entry(&mut self, conn: u64, seq: u64, n: usize, payload: Vec<u8>, is_chunk: bool) {
         let c = BrokerCommand {
             r#type: ty::SEND,
             send: Some(command::CommandSend {
@@ -501,7 +527,7 @@ impl Node<'_> {
                 txnid_least_bits: None,
                 txnid_most_bits: None,
                 highest_sequence_id: None,
-                is_chunk: None,
+                is_chunk: is_chunk.then_some(true),
             }),
             ..Default::default()
         };
@@ -563,15 +589,47 @@ impl Node<'_> {
             deliver_at_time: delayed.then_some((EPOCH_BASE_MS + deliver_at) as i64),
             ..Default::default()
         };
-        let payload = encode_entry_payload(&meta, &bodies);
-        pr.pending.insert(
-            seq,
-            PendingSend {
-                payload: payload.clone(),
-                messages,
-            },
-        );
-        self.send_entry(conn, seq, n as usize, payload);
+        // A drawn fraction of single messages goes as 2-4 chunks
+        // (`chunks.rs`; the workload refuses chunks with batches).
+        let chunks = if !delayed
+            && n == 1
+            && w.faults.chunked_ratio > 0.0
+            && self.rng.random_bool(w.faults.chunked_ratio)
+        {
+            let k = self.rng.random_range(2..=4usize);
+            super::chunks::chunk_payloads(&meta, &bodies[0].1, k)
+        } else {
+            Vec::new()
+        };
+        let pr = &mut self.producers[p];
+        if !chunks.is_empty() {
+            self.chunks.activity.messages_sent += 1;
+            self.chunks.activity.chunks_sent += chunks.len() as u64;
+            pr.pending.insert(
+                seq,
+                PendingSend {
+                    payload: Vec::new(),
+                    messages,
+                    chunks: chunks.clone(),
+                    chunks_receipted: 0,
+                },
+            );
+            for c in chunks {
+                self.send_entry(conn, seq, 1, c, true);
+            }
+        } else {
+            let payload = encode_entry_payload(&meta, &bodies);
+            pr.pending.insert(
+                seq,
+                PendingSend {
+                    payload: payload.clone(),
+                    messages,
+                    chunks: Vec::new(),
+                    chunks_receipted: 0,
+                },
+            );
+            self.send_entry(conn, seq, n as usize, payload, false);
+        }
         let next = w.publish_interval_ms.max(1);
         self.sched.after(next, Ev::Publish(p));
     }
@@ -784,6 +842,7 @@ impl Node<'_> {
                 }
             }
             ty::MESSAGE => {
+                self.chunk_frame(c, cmd.message.as_ref().map(|m| &m.message_id), payload);
                 let (damage, damaged) =
                     self.damage_message(self.consumers[c].faulty_closes, &cmd, payload);
                 let whole = damaged.as_deref().unwrap_or(whole);
@@ -1064,7 +1123,8 @@ impl Node<'_> {
                         ..Default::default()
                     },
                 };
-                ids.push(id);
+                // A chunked message: every chunk's id (`chunks.rs`).
+                ids.extend(self.chunk_ack_ids(c, id));
                 msgs.push(mref);
             }
             drop(m); // the application is done with it: its permit returns
@@ -1171,6 +1231,10 @@ impl Node<'_> {
             .as_mut()
             .and_then(|cl| cl.receive())
         {
+            // A chunk goes into its chunked message (`chunks.rs`).
+            let Some(m) = self.chunk_arrived(c, m) else {
+                continue;
+            };
             let bi = m.message_id.batch_index.unwrap_or(-1);
             let mref = MessageRef {
                 position: position_of(&m.message_id),
@@ -1405,5 +1469,24 @@ fn cumulative_ack(era: u64, upto: CumulativeUpTo) -> OutAck {
             .collect(),
         cumulative: Some(p.previous_in_ledger()),
         txn: None,
+    }
+}
+
+impl Node<'_> {
+    /// Individual acks a chunk context sends at once (duplicated chunks,
+    /// chunks of a chunked message the producer sent again): no message
+    /// of the checker's is among them.
+    pub(super) fn chunk_ack_now(&mut self, c: usize, ids: Vec<MessageIdData>) {
+        let era = self.consumers[c].era;
+        self.send_ack(
+            c,
+            OutAck {
+                era,
+                ids,
+                msgs: Vec::new(),
+                cumulative: None,
+                txn: None,
+            },
+        );
     }
 }

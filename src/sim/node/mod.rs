@@ -53,6 +53,7 @@
 //! message. Any other unknown entry is a violation.
 
 mod admission;
+pub mod chunks;
 mod client;
 mod counters;
 mod delayed;
@@ -174,6 +175,8 @@ pub struct NodeActivity {
     pub readers: reader::ReaderActivity,
     /// Unsubscribes (`faults.unsubscribes`, `unsubscribe.rs`).
     pub unsubscribes: unsubscribe::UnsubActivity,
+    /// Chunked messages (`faults.chunked_ratio`, `chunks.rs`).
+    pub chunks: chunks::ChunkActivity,
 }
 
 /// Which client a connection belongs to.
@@ -298,6 +301,8 @@ struct Node<'a> {
     readers: reader::ReaderSide,
     /// Unsubscribes in flight (`unsubscribe.rs`).
     unsubs: unsubscribe::UnsubSide,
+    /// Chunk contexts of the consumers (`chunks.rs`).
+    chunks: chunks::ChunkSide,
     /// What the store under every core fails (`store_faults.rs`).
     store_plan: store_faults::SharedPlan,
     /// The pending-ack logs are opened with auto-skip of non-recoverable
@@ -405,6 +410,7 @@ pub fn run(
         seeks: seek::SeekSide::default(),
         readers: reader::ReaderSide::default(),
         unsubs: unsubscribe::UnsubSide::default(),
+        chunks: chunks::ChunkSide::default(),
         store_plan: store_faults::SharedPlan::default(),
         auto_skip: workload.faults.pending_ack_auto_skip,
         lose_ledger_at_start: false,
@@ -461,11 +467,20 @@ pub fn run(
         workload.faults.readers > 0,
         workload.faults.unsubscribes > 0,
     );
+    n.node.chunks = std::mem::take(&mut n.chunks.activity);
+    let chunk_work = chunks::component(&n.node.chunks, workload.faults.chunked_ratio > 0.0);
     // The last core closes cleanly.
     n.retire_broker();
     counters::into_activity(&n.core_counters, &mut n.activity);
     n.delayed.add_to_activity(&mut n.activity);
     n.drain_delayed_violations();
+    // A send answered as a duplicate must have a copy in the topic.
+    for (p, seq) in n.stored_once.never_stored() {
+        let what = format!(
+            "producer p-{p} sequence id {seq} answered as a duplicate, no copy ever receipted or delivered"
+        );
+        n.checker.receipted_never_stored(&what, virtual_ms);
+    }
     let Node {
         checker,
         mut activity,
@@ -484,6 +499,7 @@ pub fn run(
     let mut components = super::report::components(&activity);
     components.push(txn_work);
     components.extend(reader_work);
+    components.extend(chunk_work);
     let wall_ms = started.elapsed().as_millis() as u64;
     let delivered = counts.delivered;
     Ok(Report {

@@ -8,7 +8,7 @@
 //! answer to a duplicate (Pulsar's `MessageDeduplication`): nothing was
 //! stored, the earlier copy is the message.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use crate::proto::wire::MessageIdData;
 use crate::Position;
@@ -17,6 +17,9 @@ use crate::Position;
 #[derive(Debug, Default)]
 pub(super) struct StoredOnce {
     at: BTreeMap<(usize, u64), Position>,
+    /// Sends the broker answered as duplicates (no position): an earlier
+    /// copy must be in the topic, so it is delivered by the end of the run.
+    deduplicated: BTreeSet<(usize, u64)>,
 }
 
 impl StoredOnce {
@@ -34,6 +37,23 @@ impl StoredOnce {
 }
 
 /// Whether a receipt's message id is the broker's answer to a duplicate.
+impl StoredOnce {
+    /// Producer `p`'s send `seq` was answered as a duplicate.
+    pub(super) fn deduplicated(&mut self, p: usize, seq: u64) {
+        self.deduplicated.insert((p, seq));
+    }
+
+    /// Sends answered as duplicates whose copy was never receipted nor
+    /// delivered: receipted to the application, never stored.
+    pub(super) fn never_stored(&self) -> Vec<(usize, u64)> {
+        self.deduplicated
+            .iter()
+            .filter(|k| !self.at.contains_key(k))
+            .copied()
+            .collect()
+    }
+}
+
 pub(super) fn is_duplicate_receipt(id: &MessageIdData) -> bool {
     id.ledger_id == u64::MAX && id.entry_id == u64::MAX
 }
@@ -60,5 +80,14 @@ mod tests {
             s.stored(0, 7, Position::new(1, 10)),
             Err(Position::new(1, 3))
         );
+    }
+
+    #[test]
+    fn a_duplicate_receipt_without_a_stored_copy_is_caught() {
+        let mut s = StoredOnce::default();
+        s.deduplicated(0, 7);
+        s.deduplicated(1, 2);
+        assert_eq!(s.stored(0, 7, Position::new(1, 3)), Ok(()));
+        assert_eq!(s.never_stored(), vec![(1, 2)]);
     }
 }
