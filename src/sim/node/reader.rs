@@ -587,3 +587,29 @@ pub(super) fn component(
         ],
     ))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::super::unsubscribe::UnsubActivity;
+    use super::*;
+
+    /// Not asked for: not listed. Asked for without work: NOT EXERCISED,
+    /// naming the zero key counters of what was asked for only.
+    #[test]
+    fn the_component_is_listed_when_asked_for_and_not_exercised_without_work() {
+        let (r, u) = (ReaderActivity::default(), UnsubActivity::default());
+        assert!(component(&r, &u, false, false).is_none());
+        let c = component(&r, &u, true, false).expect("asked for readers");
+        assert!(!c.exercised);
+        assert!(c.missing().contains(&"reader sessions opened"));
+        assert!(!c.missing().contains(&"unsubscribes applied"));
+        let r = ReaderActivity {
+            opened: 2,
+            completed: 1,
+            messages_read: 5,
+            ..ReaderActivity::default()
+        };
+        assert!(component(&r, &u, true, false).unwrap().exercised);
+        assert!(!component(&r, &u, true, true).unwrap().exercised);
+    }
+}
