@@ -127,6 +127,53 @@ impl DeliveryChecker {
         }
     }
 
+    /// Consumer `consumer` of `sub` sent REDELIVER_UNACKNOWLEDGED_MESSAGES
+    /// naming `entries` (ledger and entry ids only, as Pulsar's client
+    /// sends a negative ack of a batch's message). The broker takes each
+    /// named entry the consumer holds out of its pending acks and
+    /// dispatches it again with the batch's ack set, to any consumer
+    /// (Pulsar's `Consumer.redeliverUnacknowledgedMessages(List<MessageIdData>)`
+    /// → `subscription.redeliverUnacknowledgedMessages(consumer, positions)`):
+    /// so every message of those entries delivered to this consumer's
+    /// current incarnation and still unacknowledged, not only the ones its
+    /// application negatively acknowledged, may be redelivered once and
+    /// out of order. Messages of the entries held by another incarnation
+    /// are not released. Run after [`DeliveryChecker::nacked`], which
+    /// judges the negative acks themselves.
+    pub fn redelivery_requested(
+        &mut self,
+        sub: &str,
+        consumer: usize,
+        entries: &[Position],
+        _now_ms: u64,
+    ) {
+        let base = self.base;
+        let Some(s) = self.subs.get_mut(sub) else {
+            return;
+        };
+        let holder = s.token(consumer) + 1;
+        for position in entries {
+            // Batches of the simulator's producers hold at most 512
+            // messages (`Workload::validate`); retired ones are acknowledged.
+            for batch_index in 0..512 {
+                let m = MessageRef {
+                    position: *position,
+                    batch_index,
+                };
+                let Some(&i) = self.index.get(&m) else {
+                    continue;
+                };
+                if s.delivered[i - base] == holder && s.acked[i - base] == NOT_ACKED {
+                    s.nacked.insert(i);
+                    s.order_exempt.insert(i);
+                    // Its holder may still acknowledge it after the entry
+                    // went to another consumer.
+                    s.released_from.insert(i, holder);
+                }
+            }
+        }
+    }
+
     /// Whether `msg` is acknowledged (or skipped by a seek) on `sub`: a
     /// client's negative ack of it then changes nothing (another
     /// incarnation's ack of it landed first).

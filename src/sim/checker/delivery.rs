@@ -76,8 +76,9 @@ impl DeliveryChecker {
         let first_time = prev == 0;
         if !first_time {
             let (holder, live) = s.tokens[(prev - 1) as usize];
-            // A negative ack of its holder releases the message for one
-            // redelivery (to any consumer), nothing else does.
+            // A negative ack or a redelivery request of its holder (or an
+            // aborted transactional ack of its entry) releases the message
+            // for one redelivery (to any consumer), nothing else does.
             let nacked = s.nacked.remove(&idx);
             if live && !nacked {
                 self.counts.duplicate_violations += 1;

@@ -540,6 +540,76 @@ fn a_negative_ack_by_another_consumer_is_invalid_and_allows_nothing() {
     assert!(first.unwrap().contains("negative ack of 1:0#0"));
 }
 
+/// A redelivery request names entries, not messages: the broker gives
+/// back every message of a named entry the requesting incarnation holds
+/// unacknowledged, to any consumer, once. Here consumer 1 holds batch
+/// 1:0 (#0 acknowledged, #1 negatively acknowledged but settled by
+/// another incarnation's ack first, #2 taken under a transactional ack the
+/// broker refused); its request for 1:0 lets #2 go to consumer 0.
+/// Negative controls: with no request, with the request from a consumer
+/// that does not hold the entry, for another entry, or a second
+/// redelivery after the one the request allowed, #2 on consumer 0 while
+/// consumer 1 lives is a duplicate violation.
+#[test]
+fn a_redelivery_request_releases_every_unacknowledged_message_its_holder_has_of_the_entry() {
+    let b = |e: i64, i: u32| MessageRef {
+        position: Position::new(1, e),
+        batch_index: i,
+    };
+    // `request`: who asks for which entry (None: no request); `again`: a
+    // second redelivery follows the allowed one.
+    let run = |request: Option<(usize, i64)>, again: bool| {
+        let mut c = DeliveryChecker::new(["s".to_string()], 0, OrderCheck::None);
+        for i in 0..3 {
+            c.published(b(0, i), 0, 0);
+        }
+        c.published(b(1, 0), 0, 0);
+        for i in 0..3 {
+            c.delivered("s", 1, b(0, i), 1, 0);
+        }
+        c.delivered("s", 1, b(1, 0), 1, 0);
+        c.ack_applied("s", 1, &[b(0, 0)], 2);
+        c.acked("s", b(0, 0), 2);
+        c.acked("s", b(0, 1), 2);
+        // The client's negative ack of 1:0#1 names nothing unsettled.
+        c.nacked("s", 1, &[], 3);
+        if let Some((consumer, entry)) = request {
+            c.redelivery_requested("s", consumer, &[Position::new(1, entry)], 3);
+        }
+        c.delivered("s", 0, b(0, 2), 4, 0);
+        if again {
+            c.delivered("s", 2, b(0, 2), 5, 0);
+        }
+        c.ack_applied("s", 0, &[b(0, 2)], 6);
+        c.acked("s", b(0, 2), 6);
+        c.ack_applied("s", 1, &[b(1, 0)], 6);
+        c.acked("s", b(1, 0), 6);
+        c.finish(7)
+    };
+    let (counts, first) = run(Some((1, 0)), false);
+    assert_eq!(counts.violations(), 0, "{first:?}");
+    assert_eq!(counts.duplicates_allowed, 1);
+    for (request, again) in [
+        (None, false),
+        (Some((2, 0)), false),
+        (Some((1, 1)), false),
+        (Some((1, 0)), true),
+    ] {
+        let (counts, first) = run(request, again);
+        assert_eq!(
+            counts.duplicate_violations, 1,
+            "{request:?} {again}: {first:?}"
+        );
+        assert!(
+            first
+                .as_deref()
+                .is_some_and(|f| f.contains("1:0#2 delivered to consumer-")
+                    && f.contains("which received it, neither reconnected nor restarted")),
+            "{request:?} {again}: {first:?}"
+        );
+    }
+}
+
 /// Key_Shared exclusivity (PIP-379): a key's message delivered to a second
 /// live consumer incarnation while the first holds an unacknowledged one
 /// is an order violation; after the ack, or once the holder's incarnation

@@ -7,8 +7,11 @@
 //! (`NegativeAcksTracker` → `redeliverUnacknowledgedMessages(Set<MessageId>)`).
 //! The core puts the entry back for redelivery with the indexes still
 //! unacknowledged (a partial batch: `ack_set`, P below the batch size).
-//! The checker allows exactly one redelivery of each negatively
-//! acknowledged message to its holder.
+//! The checker allows exactly one redelivery, to any consumer, of each
+//! negatively acknowledged message and of every other message of the
+//! named entries its holder still has unacknowledged (the request names
+//! entries: an index taken under a transactional ack the core refused
+//! comes back with them).
 
 use rand::Rng;
 
@@ -50,9 +53,11 @@ impl Node<'_> {
             return;
         };
         let mut ids = Vec::new();
+        let mut entries = Vec::new();
         let mut msgs: Vec<MessageRef> = Vec::new();
         for p in done {
             if let Some((_, ms)) = co.nacks.remove(&p) {
+                entries.push(p);
                 ids.push(MessageIdData {
                     ledger_id: p.ledger_id as u64,
                     entry_id: p.entry_id as u64,
@@ -76,6 +81,12 @@ impl Node<'_> {
         msgs.retain(|m| !self.checker.is_settled(&sub, *m));
         self.activity.negative_acks += msgs.len() as u64;
         self.checker.nacked(&sub, id, &msgs, self.now());
+        // The request names entries: the core gives back every message of
+        // them this incarnation still holds unacknowledged (one whose
+        // transactional ack was refused, say), not only the negatively
+        // acknowledged ones.
+        self.checker
+            .redelivery_requested(&sub, id, &entries, self.now());
         self.send_to_broker(conn, frame(&cmd, Vec::new()));
     }
 }
