@@ -644,11 +644,16 @@ fn cli_bad_input_is_a_clear_error() {
 
     let file = dir.path().join("plain-file");
     std::fs::write(&file, b"x").unwrap();
-    // A model-engine preset: the node engine keeps its store in memory.
+    // A model-engine workload (the node engine keeps its store in memory,
+    // so only the model engine opens a data dir).
+    let model = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/workloads/shared_delayed_txn_restarts.toml"
+    );
     let out = cli(&[
         "simulate",
         "--workload",
-        "default",
+        model,
         "--quiet",
         "--messages",
         "10",
@@ -1139,7 +1144,10 @@ fn node_engine_unsupported_settings_are_typed_errors() {
     w.faults.crash_at_writes = vec![5];
     let e = w.validate().unwrap_err().to_string();
     assert!(e.contains("crash_at_writes") && e.contains("node"), "{e}");
-    let mut w = Workload::preset("default").unwrap();
+    let model = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/workloads/shared_delayed_txn_restarts.toml");
+    let mut w = Workload::from_toml_file(&model).unwrap();
+    assert_eq!(w.engine, pulsar_core::sim::Engine::Model);
     w.faults.redeliveries = 1;
     let e = w.validate().unwrap_err().to_string();
     assert!(e.contains("engine = \"node\""), "{e}");

@@ -74,12 +74,20 @@ impl DeliveryChecker {
         let p = self.published[idx - base].1;
         let prev = std::mem::replace(&mut s.delivered[idx - base], token + 1);
         let first_time = prev == 0;
+        let released_while_unheld = s.released_while_unheld.remove(&idx);
         if !first_time {
             let (holder, live) = s.tokens[(prev - 1) as usize];
             // A negative ack or a redelivery request of its holder (or an
             // aborted transactional ack of its entry) releases the message
-            // for one redelivery (to any consumer), nothing else does.
-            let nacked = s.nacked.remove(&idx);
+            // for one redelivery (to any consumer), nothing else does. A release
+            // granted after its holder was already gone is not spent on
+            // the delivery that holder's reconnect allows: it is for the
+            // copy after it.
+            let nacked = if !live && released_while_unheld {
+                false
+            } else {
+                s.nacked.remove(&idx)
+            };
             if live && !nacked {
                 self.counts.duplicate_violations += 1;
                 let what = if holder == consumer {

@@ -82,6 +82,13 @@ pub(super) struct SubState {
     /// aborted transaction gave its entry back (`txn.rs`): that holder may
     /// still acknowledge it after the entry went to another consumer.
     pub(super) released_from: BTreeMap<usize, u32>,
+    /// Publish indexes an aborted transaction gave back while no live
+    /// consumer held them (never delivered, or their holder reconnected or
+    /// restarted since): a copy may already be on its way, which the
+    /// reconnect allows by itself, so the release is kept for the abort's
+    /// own copy after it (`txn.rs`, `delivery.rs`); pruned below the
+    /// retired count.
+    pub(super) released_while_unheld: BTreeSet<usize>,
     /// Key → live token → messages of the key delivered to that consumer
     /// incarnation and not acknowledged (kept only when the checker is
     /// told keys are exclusive, see `DeliveryChecker::set_key_exclusive`).

@@ -702,3 +702,46 @@ fn an_aborted_batch_index_ack_releases_the_entrys_unacknowledged_messages() {
     let (counts, first) = c.finish(6);
     assert_eq!(counts.duplicate_violations, 1, "{first:?}");
 }
+
+/// An aborted transactional ack gives its entry back while a copy of the
+/// entry is still on its way to a consumer that reconnected (Pulsar's
+/// dispatcher sent the batch with the pending-ack indexes left out, then
+/// the abort's `redeliverUnacknowledgedMessages` dispatches it again with
+/// them): the in-flight copy is the delivery the reconnect allows, and the
+/// abort's copy comes on top of it, to the same consumer. A third copy is
+/// still a duplicate.
+#[test]
+fn an_abort_while_its_entry_is_in_flight_to_a_reconnected_consumer_allows_the_aborts_copy() {
+    let b = |i: u32| MessageRef {
+        position: Position::new(1, 0),
+        batch_index: i,
+    };
+    let run = |extra_copy: bool| {
+        let mut c = DeliveryChecker::new(["s".to_string()], 0, OrderCheck::None);
+        c.published(b(0), 7, 0);
+        c.published(b(1), 7, 0);
+        c.delivered("s", 0, b(0), 1, 0);
+        c.delivered("s", 0, b(1), 1, 0);
+        c.txn_begun(1, 1, 60_000);
+        c.txn_acked(1, "s", b(0));
+        c.consumer_reconnected("s", 0);
+        // The abort is requested while the entry (index 1 only) is in
+        // flight to the new incarnation.
+        c.txn_end_requested(1, false, 2);
+        c.delivered("s", 0, b(1), 3, 0);
+        c.txn_ended(1, TxnOutcome::Aborted, 3);
+        // The abort's redelivery: both indexes, same incarnation.
+        c.delivered("s", 0, b(0), 4, 0);
+        c.delivered("s", 0, b(1), 4, 0);
+        if extra_copy {
+            c.delivered("s", 0, b(1), 5, 0);
+        }
+        c.finish(6)
+    };
+    let (counts, first) = run(false);
+    assert_eq!(counts.duplicate_violations, 0, "{first:?}");
+    // Negative control: one copy more than the reconnect and the abort
+    // allow.
+    let (counts, first) = run(true);
+    assert_eq!(counts.duplicate_violations, 1, "{first:?}");
+}

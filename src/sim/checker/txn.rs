@@ -234,6 +234,9 @@ impl DeliveryChecker {
                 if holder != 0 {
                     s.released_from.insert(*i, holder);
                 }
+                if holder == 0 || !s.tokens[(holder - 1) as usize].1 {
+                    s.released_while_unheld.insert(*i);
+                }
             }
         }
     }

@@ -146,6 +146,7 @@ impl DeliveryChecker {
             s.order_exempt = s.order_exempt.split_off(&upto);
             s.nacked = s.nacked.split_off(&upto);
             s.released_from = s.released_from.split_off(&upto);
+            s.released_while_unheld = s.released_while_unheld.split_off(&upto);
             s.seek_scan_from = s.seek_scan_from.max(upto);
             s.cumulative_checked_to = s.cumulative_checked_to.max(upto);
             s.cumulative_acked_to = s.cumulative_acked_to.max(upto);

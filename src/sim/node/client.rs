@@ -148,6 +148,13 @@ pub(super) struct Consumer {
     /// sent in (`txn_cumulative.rs`): its later cumulative acks go into it
     /// or wait for its end.
     pub(super) cum_txn: Option<(u64, u64)>,
+    /// Entries of corrupted MESSAGEs stamped with an epoch older than the
+    /// client's (sent before the core saw this consumer's
+    /// REDELIVER_UNACKNOWLEDGED_MESSAGES, which gave them back already):
+    /// the client's validation-error ack of each is not sent as a negative
+    /// ack (`faulty.rs`), which would give the entry back a second time
+    /// while the epoch's redelivered copy is on its way.
+    pub(super) corrupt_given_back: BTreeSet<Position>,
 }
 
 /// What the next cumulative ack covers: an entry whole, or (a cumulative
@@ -161,6 +168,11 @@ struct CumulativeUpTo {
 }
 
 impl Consumer {
+    /// The client library's consumer epoch (`None`: no client).
+    pub(super) fn client_epoch(&self) -> Option<u64> {
+        self.client.as_ref().map(|cl| cl.epoch())
+    }
+
     /// Whether it is subscribed and may take messages.
     pub(super) fn ready(&self) -> bool {
         self.conn.is_some() && self.client.is_some()
@@ -254,6 +266,7 @@ impl Node<'_> {
                     hold_flows: false,
                     nacks: BTreeMap::new(),
                     cum_txn: None,
+                    corrupt_given_back: BTreeSet::new(),
                 });
                 let c = self.consumers.len() - 1;
                 let at = self.rng.random_range(0..=10);
@@ -651,6 +664,12 @@ impl Node<'_> {
         let mut stale = Vec::new();
         let mut bytes = Vec::new();
         for f in cx.take_outbox() {
+            if let ClientFrame::AckValidationError { message_id, .. } = &f {
+                let p = Position::new(message_id.ledger_id as i64, message_id.entry_id as i64);
+                if co.corrupt_given_back.remove(&p) {
+                    continue;
+                }
+            }
             // PIP-491: credit is scoped to one incarnation. A Flow of an
             // incarnation closed since (re-created on this same connection,
             // so the core cannot tell) would credit its replacement with

@@ -180,6 +180,20 @@ impl Node<'_> {
         // entries: the batch is exempt from the order rule, and the loss
         // check stays exact.
         let position = Position::new(m.message_id.ledger_id as i64, m.message_id.entry_id as i64);
+        // Pulsar's client verifies the checksum before the epoch, so a
+        // corrupted copy of an earlier epoch is answered too; but its entry
+        // was given back by the REDELIVER_UNACKNOWLEDGED_MESSAGES that
+        // bumped the epoch (the core stamped the copy before it saw that
+        // request), so no negative ack stands in for the validation-error
+        // ack: a second give-back would deliver the epoch's copy twice.
+        let epoch = self.consumers[c].client_epoch();
+        if m.consumer_epoch
+            .zip(epoch)
+            .is_some_and(|(sent, now)| sent < now)
+        {
+            self.consumers[c].corrupt_given_back.insert(position);
+            self.node.corrupted_of_earlier_epoch += 1;
+        }
         let batch = crate::broker::entry_info(payload).map_or(1, |i| i.batch_size);
         for batch_index in 0..batch {
             self.checker.exempt_from_order(

@@ -143,6 +143,10 @@ pub struct NodeActivity {
     pub ack_receipts: u64,
     /// Batch-index acks (`ack_set`) sent.
     pub batch_index_acks: u64,
+    /// Corrupted MESSAGEs of an earlier consumer epoch (their entry
+    /// already given back by the epoch's redelivery request: no negative
+    /// ack stands in for their validation-error ack, `faulty.rs`).
+    pub corrupted_of_earlier_epoch: u64,
     /// REDELIVER_UNACKNOWLEDGED_MESSAGES sent.
     pub redelivery_requests: u64,
     /// MESSAGE commands the client discarded (stale epoch or incarnation).
