@@ -7,30 +7,14 @@
 //! combinations the node engine cannot judge are typed errors.
 #![cfg(not(any(loom, feature = "shuttle")))]
 
-use pulsar_core::sim::{run, SimOptions, Watchdog, Workload, WorkloadError};
+use pulsar_core::sim::{Workload, WorkloadError};
+
+#[path = "common/sim_run.rs"]
+mod sim_run;
+use sim_run::run_seed;
 
 fn workload() -> Workload {
-    let path =
-        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/workloads/node_chunks.toml");
-    Workload::from_toml_file(&path).unwrap()
-}
-
-fn run_seed(w: &Workload, seed: u64) -> pulsar_core::sim::Report {
-    let dir = tempfile::tempdir().unwrap();
-    let opts = SimOptions {
-        seed,
-        data_dir: dir.path().join("data"),
-        faults: true,
-        sabotage: None,
-        sync: pulsar_core::ledger::SyncMode::Immediate,
-        watchdog: Watchdog {
-            exit_on_hang: Some(std::time::Duration::from_secs(60)),
-            wall_limit: Some(std::time::Duration::from_secs(180)),
-            ..Watchdog::default()
-        },
-        trace_dir: None,
-    };
-    run(w, &opts, None).unwrap()
+    sim_run::workload_file("node_chunks.toml")
 }
 
 #[test]

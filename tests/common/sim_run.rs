@@ -1,0 +1,35 @@
+//! Running one workload file of tests/workloads/ at a seed, as the
+//! simulator's feature tests do: faults on, `--sync always`, a 60 s hang
+//! bound and a 180 s wall-clock bound (a hang is a named failure).
+//!
+//! Include with `#[path = "common/sim_run.rs"] mod sim_run;`.
+#![allow(dead_code)]
+
+use pulsar_core::sim::{run, SimOptions, Watchdog, Workload};
+
+/// The workload file `tests/workloads/NAME`.
+pub fn workload_file(name: &str) -> Workload {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/workloads")
+        .join(name);
+    Workload::from_toml_file(&path).unwrap()
+}
+
+/// Runs `w` at `seed` on a fresh temporary data dir.
+pub fn run_seed(w: &Workload, seed: u64) -> pulsar_core::sim::Report {
+    let dir = tempfile::tempdir().unwrap();
+    let opts = SimOptions {
+        seed,
+        data_dir: dir.path().join("data"),
+        faults: true,
+        sabotage: None,
+        sync: pulsar_core::ledger::SyncMode::Immediate,
+        watchdog: Watchdog {
+            exit_on_hang: Some(std::time::Duration::from_secs(60)),
+            wall_limit: Some(std::time::Duration::from_secs(180)),
+            ..Watchdog::default()
+        },
+        trace_dir: None,
+    };
+    run(w, &opts, None).unwrap()
+}
