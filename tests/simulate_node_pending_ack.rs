@@ -10,28 +10,13 @@
 //! and `permits_finalised_before_admission` are the negative controls
 //! (`bash .ci/mutants NAME`).
 
-use pulsar_core::sim::{run, SimOptions, Watchdog, Workload};
+#[path = "common/sim_run.rs"]
+mod sim_run;
 
 #[test]
 fn pending_ack_faults_on_the_core_run_clean_and_reach_their_paths() {
-    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/workloads/node_pending_ack_faults.toml");
-    let w = Workload::from_toml_file(&path).unwrap();
-    let dir = tempfile::tempdir().unwrap();
-    let opts = SimOptions {
-        seed: 1,
-        data_dir: dir.path().join("data"),
-        faults: true,
-        sabotage: None,
-        sync: pulsar_core::ledger::SyncMode::Immediate,
-        watchdog: Watchdog {
-            exit_on_hang: Some(std::time::Duration::from_secs(60)),
-            wall_limit: Some(std::time::Duration::from_secs(300)),
-            ..Watchdog::default()
-        },
-        trace_dir: None,
-    };
-    let r = run(&w, &opts, None).unwrap();
+    let w = sim_run::workload_file("node_pending_ack_faults.toml");
+    let r = sim_run::run_seed_within(&w, 1, std::time::Duration::from_secs(300));
     assert!(
         r.is_clean(),
         "{:?} ({} violations)",

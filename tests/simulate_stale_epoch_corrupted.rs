@@ -11,28 +11,13 @@
 //! `Consumer::corrupt_given_back`) fails at seeds 1-3 with "delivered twice
 //! to consumer-0 with no restart or reconnect between".
 
-use pulsar_core::sim::{run, SimOptions, Watchdog, Workload};
+#[path = "common/sim_run.rs"]
+mod sim_run;
 
 #[test]
 fn corrupted_copies_of_an_earlier_epoch_are_not_given_back_twice() {
-    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/workloads/stale_epoch_corrupted.toml");
-    let w = Workload::from_toml_file(&path).unwrap();
-    let dir = tempfile::tempdir().unwrap();
-    let opts = SimOptions {
-        seed: 1,
-        data_dir: dir.path().join("data"),
-        faults: true,
-        sabotage: None,
-        sync: pulsar_core::ledger::SyncMode::Immediate,
-        watchdog: Watchdog {
-            exit_on_hang: Some(std::time::Duration::from_secs(60)),
-            wall_limit: Some(std::time::Duration::from_secs(300)),
-            ..Watchdog::default()
-        },
-        trace_dir: None,
-    };
-    let r = run(&w, &opts, None).unwrap();
+    let w = sim_run::workload_file("stale_epoch_corrupted.toml");
+    let r = sim_run::run_seed_within(&w, 1, std::time::Duration::from_secs(300));
     assert!(
         r.is_clean(),
         "{:?} ({} violations)",

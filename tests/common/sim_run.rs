@@ -1,6 +1,7 @@
 //! Running one workload file of tests/workloads/ at a seed, as the
 //! simulator's feature tests do: faults on, `--sync always`, a 60 s hang
-//! bound and a 180 s wall-clock bound (a hang is a named failure).
+//! bound and a wall-clock bound (180 s unless given; a hang is a named
+//! failure).
 //!
 //! Include with `#[path = "common/sim_run.rs"] mod sim_run;`.
 #![allow(dead_code)]
@@ -15,8 +16,19 @@ pub fn workload_file(name: &str) -> Workload {
     Workload::from_toml_file(&path).unwrap()
 }
 
-/// Runs `w` at `seed` on a fresh temporary data dir.
+/// Runs `w` at `seed` on a fresh temporary data dir (180 s wall-clock
+/// bound).
 pub fn run_seed(w: &Workload, seed: u64) -> pulsar_core::sim::Report {
+    run_seed_within(w, seed, std::time::Duration::from_secs(180))
+}
+
+/// [`run_seed`] with a wall-clock bound of `wall_limit` (a longer
+/// workload file).
+pub fn run_seed_within(
+    w: &Workload,
+    seed: u64,
+    wall_limit: std::time::Duration,
+) -> pulsar_core::sim::Report {
     let dir = tempfile::tempdir().unwrap();
     let opts = SimOptions {
         seed,
@@ -26,7 +38,7 @@ pub fn run_seed(w: &Workload, seed: u64) -> pulsar_core::sim::Report {
         sync: pulsar_core::ledger::SyncMode::Immediate,
         watchdog: Watchdog {
             exit_on_hang: Some(std::time::Duration::from_secs(60)),
-            wall_limit: Some(std::time::Duration::from_secs(180)),
+            wall_limit: Some(wall_limit),
             ..Watchdog::default()
         },
         trace_dir: None,
