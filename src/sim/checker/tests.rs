@@ -847,3 +847,29 @@ fn an_abort_while_its_entry_is_in_flight_to_a_reconnected_consumer_allows_the_ab
     let (counts, first) = run(true);
     assert_eq!(counts.duplicate_violations, 1, "{first:?}");
 }
+
+/// A transactional ack receipted after the client was told its
+/// transaction's timeout may have passed (a broker clock jump past its
+/// ttl: the coordinator may have aborted it and redelivered the entry
+/// already) is released at once: the abort's copy to another consumer is
+/// allowed while the acknowledging consumer lives. Negative control: with
+/// no timeout reachable, the same copy is a duplicate.
+#[test]
+fn a_transactional_ack_receipted_after_its_timeout_may_have_passed_is_released() {
+    let run = |timeout_reachable: bool| {
+        let mut c = DeliveryChecker::new(["s".to_string()], 0, OrderCheck::None);
+        c.published(m(0), 7, 0);
+        c.delivered("s", 0, m(0), 1, 0);
+        c.txn_begun(1, 1, 1_000);
+        if timeout_reachable {
+            c.txn_end_requested(1, false, 2);
+        }
+        c.txn_acked(1, "s", m(0));
+        c.delivered("s", 1, m(0), 3, 0);
+        c.finish(4)
+    };
+    let (counts, first) = run(true);
+    assert_eq!(counts.duplicate_violations, 0, "{first:?}");
+    let (counts, first) = run(false);
+    assert_eq!(counts.duplicate_violations, 1, "{first:?}");
+}
