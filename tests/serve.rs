@@ -25,6 +25,9 @@ use pulsar_core::proto::wire::{CommandAck, CommandFlow, CommandSubscribe, Messag
 
 const WAIT: Duration = Duration::from_secs(10);
 
+#[path = "serve/producers.rs"]
+mod producers;
+
 /// A running `serve` on a temporary data dir; killed on drop.
 struct Server {
     child: Child,
