@@ -127,3 +127,47 @@ fn a_fenced_exclusive_producer_cannot_write() {
     c.flow(1, 10);
     assert_eq!(c.messages(1, SETTLE), vec![before, after]);
 }
+
+/// `WaitForExclusive` producers are answered `producer_ready = false`
+/// while the topic is held, then get it one at a time in the order they
+/// asked, each when the one before it left.
+#[test]
+fn wait_for_exclusive_producers_get_the_topic_in_order() {
+    const WAIT_FOR_EXCLUSIVE: i32 = 2;
+    let s = server(&[]);
+    let mut a = Client::connect(&s);
+    let ok = a.open_producer("wait", 1, "a", EXCLUSIVE);
+    assert_eq!(ok.r#type, ty::PRODUCER_SUCCESS, "{ok:?}");
+    let mut w: Vec<Client> = (0..3).map(|_| Client::connect(&s)).collect();
+    for (i, c) in w.iter_mut().enumerate() {
+        let q = c.open_producer("wait", 1, &format!("w{i}"), WAIT_FOR_EXCLUSIVE);
+        let q = q.producer_success.expect("queued: PRODUCER_SUCCESS");
+        assert_eq!(q.producer_ready, Some(false), "w{i}");
+    }
+    let ready = |c: &mut Client, within: Duration| loop {
+        let deadline = Instant::now() + within;
+        match c.next(within) {
+            Some(f) => {
+                if f.producer_success.and_then(|s| s.producer_ready) == Some(true) {
+                    return true;
+                }
+            }
+            None => return false,
+        }
+        if Instant::now() >= deadline {
+            return false;
+        }
+    };
+    drop(a);
+    for i in 0..3 {
+        assert!(ready(&mut w[i], WAIT), "w{i} never got the topic");
+        for (j, later) in w.iter_mut().enumerate().skip(i + 1) {
+            assert!(
+                !ready(later, Duration::from_millis(200)),
+                "w{j} got the topic while w{i} holds it"
+            );
+        }
+        // w_i leaves (closes its connection).
+        w[i] = Client::connect(&s);
+    }
+}
