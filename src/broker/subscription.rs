@@ -207,6 +207,7 @@ impl Subscription {
         let storage = RedbSnapshotStorage::new(store.clone(), ml.name(), name).map_err(comp)?;
         let tracker = BucketDelayedDeliveryTracker::new(tracker_config, Arc::new(storage), clock)
             .map_err(comp)?;
+        crate::trace::bucket_merge::tracker_of(&tracker, ml.name(), name);
         tracker.update_mark_delete(deletion.mark_delete_position());
         tracing::info!(
             topic = ml.name(),

@@ -147,6 +147,19 @@ impl Consumer {
     pub(super) fn ready(&self) -> bool {
         self.conn.is_some() && self.client.is_some()
     }
+
+    /// Whether the application holds its consumer: subscribed on its
+    /// current connection, the subscribe answered (Pulsar's subscribe
+    /// hands the consumer over on SUCCESS, so only then can the
+    /// application close and re-create it).
+    pub(super) fn subscribed(&self) -> bool {
+        self.subscribes.is_empty()
+            && self
+                .client
+                .as_ref()
+                .zip(self.conn)
+                .is_some_and(|(cl, conn)| cl.connection().id() == conn)
+    }
 }
 
 fn payload_text(p: usize, seq: u64, index: usize, m: PendingMessage) -> Vec<u8> {

@@ -82,7 +82,11 @@ impl Node<'_> {
         // A consumer fault waits for its consumer to be connected (after a
         // restart, a crash or its own reconnect).
         if let Fault::Reconnect(c) | Fault::SameConnection(c) | Fault::Redeliver(c) = f {
-            if !self.consumers[c].ready() {
+            // An application re-creates a consumer only once it has it:
+            // Pulsar's subscribe hands the consumer over on SUCCESS.
+            let subscribing =
+                matches!(f, Fault::SameConnection(_)) && !self.consumers[c].subscribed();
+            if !self.consumers[c].ready() || subscribing {
                 self.sched.after(100, Ev::Fault(f));
                 return;
             }

@@ -57,6 +57,7 @@ mod counters;
 mod faults;
 mod faulty;
 mod stored_once;
+mod trace_run;
 pub mod txn;
 pub mod wire;
 
@@ -101,6 +102,13 @@ const RETENTION_CHECK_INTERVAL_MS: u64 = 1_000;
 fn node_broker_config(w: &Workload) -> BrokerConfig {
     let mut c = BrokerConfig::new("pulsar://sim-node:6650");
     c.ledger.max_entries_per_ledger = w.max_entries_per_ledger;
+    // The workload's bucket sizes (its defaults are Pulsar's, the core's
+    // too), with the model engine's snapshot segments: at most 100 indexes
+    // and 5 s of delivery times each (they matter only once buckets seal).
+    c.delayed.min_index_count_per_bucket = w.delayed_min_index_count_per_bucket;
+    c.delayed.max_num_buckets = w.delayed_max_num_buckets;
+    c.delayed.max_indexes_per_bucket_snapshot_segment = 100;
+    c.delayed.max_time_step_per_bucket_snapshot_segment_ms = 5_000;
     c.retention_check_interval_ms = RETENTION_CHECK_INTERVAL_MS;
     c
 }
@@ -263,9 +271,9 @@ pub fn run(
     let model_sabotage = opts
         .sabotage
         .is_some_and(|s| s != crate::sim::Sabotage::NoDeduplication);
-    if model_sabotage || opts.trace_dir.is_some() {
+    if model_sabotage {
         return Err(SimError::Component(
-            "sabotage and trace recording are the model engine's (engine = \"model\")".into(),
+            "sabotage is the model engine's (engine = \"model\")".into(),
         ));
     }
     let started = std::time::Instant::now();
@@ -324,13 +332,23 @@ pub fn run(
             workload.name, opts.seed
         ),
     );
-    n.start_broker()?;
-    n.setup_clients();
-    n.setup_txn()?;
-    if opts.faults {
-        n.plan_faults();
-    }
-    n.event_loop(progress)?;
+    trace_run::start(workload, opts)?;
+    let looped = n
+        .start_broker()
+        .and_then(|()| {
+            n.setup_clients();
+            n.setup_txn()
+        })
+        .and_then(|()| {
+            if opts.faults {
+                n.plan_faults();
+            }
+            n.event_loop(progress)
+        });
+    // The lines of the event loop only: the race stages below run real
+    // threads on components of their own.
+    trace_run::finish(workload, opts)?;
+    looped?;
     let virtual_ms = n.sched.now();
     if n.storage.armed().is_some() {
         n.node.crash_points_not_reached += 1;
