@@ -854,6 +854,78 @@ mod tests {
         lines
     }
 
+    /// PermitConservation runs: one per consumer id on one connection; a
+    /// raw client's consumer (`RawClient`: no PIP-491 client state) is not
+    /// written, and a `deletion` line's `c` (a `MarkDelete` target, with
+    /// its state's `ds`) is not a consumer.
+    #[test]
+    fn permit_runs_leave_out_raw_clients_and_deletion_lines() {
+        let lines = vec![
+            line(json!({"action": "BrokerRecv", "c": [1, 1], "f": "sub"})),
+            line(json!({"action": "RawClient", "c": [2, 1]})),
+            line(json!({"action": "BrokerRecv", "c": [2, 1], "f": "sub"})),
+            line(json!({"action": "BrokerRecv", "c": [2, 1], "f": "flow", "n": 500})),
+            line(json!({"action": "MarkDelete", "ds": 4, "c": [3, 0]})),
+            line(json!({"action": "BrokerRecv", "c": [1, 1], "f": "flow", "n": 10})),
+        ];
+        let workload = Workload {
+            receiver_queue_size: 10,
+            ..Workload::default()
+        };
+        let dir = tempfile::tempdir().unwrap();
+        let written = write(dir.path(), &workload, "topic", &lines).unwrap();
+        assert!(
+            written.contains(&(PERMITS.to_string(), 1, 3)),
+            "{written:?}"
+        );
+        assert!(written.contains(&(
+            format!("{PERMITS} (dropped: a raw client's consumer)"),
+            1,
+            0
+        )));
+        let file = read_file(dir.path(), PERMITS);
+        assert!(file
+            .iter()
+            .all(|v| v["c"] == json!([1, 1]) || v["action"] == "Init"));
+    }
+
+    /// A tracker on an epoch clock (the node engine's): times are shifted
+    /// so the earliest is 0 (TLC's integers are 32-bit), the cutoff offset
+    /// and segment size come from its `Tracker` line.
+    #[test]
+    fn bucket_merge_shifts_epoch_times_and_takes_the_trackers_tick() {
+        let e = 1_700_000_000_000i64;
+        let st = |clock: i64, index: &[i64]| {
+            json!({"clock": clock, "index": index, "counter": index.len(), "queue": [],
+                   "mheap": index, "buckets": [], "trk": 9})
+        };
+        let lines: Vec<String> = [
+            json!({"action": "Tracker", "trk": 9, "sub": "t/sub-0", "tick": 0, "maxIdx": 7}),
+            json!({"action": "Recover", "st": st(e, &[])}),
+            json!({"action": "Add", "p": 10, "at": e + 500, "due": false, "st": st(e + 100, &[10])}),
+        ]
+        .into_iter()
+        .map(line)
+        .collect();
+        let workload = Workload {
+            max_entries_per_ledger: 1,
+            delayed_tick_ms: 100,
+            ..Workload::default()
+        };
+        let dir = tempfile::tempdir().unwrap();
+        write_bucket_merge(dir.path(), &workload, &lines).unwrap();
+        let file = read_file(dir.path(), "BucketMerge@MaxCrashes=1");
+        assert_eq!(
+            file[0],
+            json!({"action": "Init", "ts": [500], "maxT": 100, "maxIdx": 7, "t": 1})
+        );
+        assert_eq!(file[1], json!({"action": "Tick", "clock": 100, "t": 1}));
+        assert_eq!(
+            (&file[2]["at"], &file[2]["st"]["clock"]),
+            (&json!(500), &json!(100))
+        );
+    }
+
     fn read_file(dir: &Path, name: &str) -> Vec<Value> {
         std::fs::read_to_string(dir.join(format!("{name}.ndjson")))
             .unwrap()
