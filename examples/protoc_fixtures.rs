@@ -517,10 +517,25 @@ fn fixtures() -> Vec<(&'static str, Fixture)> {
                 c.get_last_message_id_response = Some(CommandGetLastMessageIdResponse {
                     last_message_id: MessageIdData {
                         partition: Some(-1),
+                        batch_index: Some(4),
                         ..id(1, 2)
                     },
                     request_id: 3,
                     consumer_mark_delete_position: Some(id(1, 1)),
+                })
+            }),
+        ),
+        (
+            "serve/get_last_message_id_response_no_batch",
+            serve(30, |c| {
+                c.get_last_message_id_response = Some(CommandGetLastMessageIdResponse {
+                    last_message_id: MessageIdData {
+                        partition: Some(-1),
+                        batch_index: Some(-1),
+                        ..id(1, 0)
+                    },
+                    request_id: 4,
+                    consumer_mark_delete_position: Some(id(1, u64::MAX)),
                 })
             }),
         ),

@@ -265,7 +265,12 @@ fn inspect_and_verify_a_data_dir_kept_from_simulate() {
     let sim = run(&[
         "simulate",
         "--workload",
-        "txn-outage",
+        // A model-engine workload with transactional acks: its store is a
+        // file in the data dir (the node engine's is in memory).
+        concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/tests/workloads/shared_delayed_txn_restarts.toml"
+        ),
         "--messages",
         "200",
         "--data-dir",

@@ -3,8 +3,11 @@
 //! broker-core behaviour a client sees: a same-connection resubscribe is a
 //! new incarnation, a due delayed entry is delivered, Key_Shared holds a
 //! key on one consumer at a time, Failover's active-consumer change keeps
-//! publish order, an entry refused by admission keeps its place, and a
-//! failed MESSAGE write closes the consumer (CLOSE_CONSUMER). Every read
+//! publish order, an entry refused by admission keeps its place, a
+//! failed MESSAGE write closes the consumer (CLOSE_CONSUMER), a seek
+//! (backward across a kill -9, forward, by publish time) resets the
+//! subscription, unsubscribe deletes it, and a reader starts where it asks
+//! and keeps nothing. Every read
 //! has a timeout; the server is killed when a test ends.
 #![cfg(not(any(loom, feature = "shuttle")))]
 
@@ -613,4 +616,273 @@ fn a_cumulative_ack_inside_a_batch_keeps_the_rest_across_a_kill() {
         vec![batch],
         "the batch's indexes 2 and 3 are delivered again"
     );
+}
+
+/// An entry published at `publish_time` (one message).
+fn entry_at(seq: u64, publish_time: u64) -> Vec<u8> {
+    let md = MessageMetadata {
+        producer_name: "p".into(),
+        sequence_id: seq,
+        publish_time,
+        ..MessageMetadata::default()
+    }
+    .encode_to_vec();
+    let mut body = Vec::new();
+    body.extend_from_slice(&(md.len() as u32).to_be_bytes());
+    body.extend_from_slice(&md);
+    body.extend_from_slice(format!("m{seq}").as_bytes());
+    let mut out = vec![0x0e, 0x01];
+    out.extend_from_slice(&crc32c(&body).to_be_bytes());
+    out.extend_from_slice(&body);
+    out
+}
+
+impl Client {
+    /// Publishes entry `seq` at `publish_time`; returns its id.
+    fn publish_at(&mut self, seq: u64, publish_time: u64) -> (u64, u64) {
+        self.send_with(
+            BrokerCommand {
+                r#type: ty::SEND,
+                send: Some(proto::CommandSend {
+                    producer_id: 1,
+                    sequence_id: seq,
+                    ..Default::default()
+                }),
+                ..Default::default()
+            },
+            entry_at(seq, publish_time),
+        );
+        let r = self.expect(|f| f.r#type == ty::SEND_RECEIPT, "SEND_RECEIPT");
+        let id = r.send_receipt.unwrap().message_id.unwrap();
+        (id.ledger_id, id.entry_id)
+    }
+
+    /// SEEK of consumer `cid` to a message id or a publish time: the
+    /// consumer gets CLOSE_CONSUMER, the request SUCCESS (Pulsar's order).
+    fn seek(&mut self, cid: u64, id: Option<(u64, u64)>, time: Option<u64>) {
+        let request_id = self.request();
+        self.send(BrokerCommand {
+            r#type: ty::SEEK,
+            seek: Some(proto::CommandSeek {
+                consumer_id: cid,
+                request_id,
+                message_id: id.map(|(ledger_id, entry_id)| MessageIdData {
+                    ledger_id,
+                    entry_id,
+                    ..Default::default()
+                }),
+                message_publish_time: time,
+            }),
+            ..Default::default()
+        });
+        self.expect(
+            |f| f.r#type == ty::CLOSE_CONSUMER && f.close_consumer.as_ref().unwrap().id == cid,
+            "CLOSE_CONSUMER",
+        );
+        let r = self.expect(
+            |f| {
+                (f.r#type == ty::SUCCESS && f.success.as_ref().unwrap().request_id == request_id)
+                    || (f.r#type == ty::ERROR && f.error.as_ref().unwrap().request_id == request_id)
+            },
+            "seek answer",
+        );
+        assert_eq!(r.r#type, ty::SUCCESS, "seek refused: {r:?}");
+    }
+
+    /// UNSUBSCRIBE of `cid`; the answer (SUCCESS or ERROR).
+    fn unsubscribe(&mut self, cid: u64) -> BrokerCommand {
+        let request_id = self.request();
+        self.send(BrokerCommand {
+            r#type: ty::UNSUBSCRIBE,
+            unsubscribe: Some(proto::CommandIdRequest {
+                id: cid,
+                request_id,
+            }),
+            ..Default::default()
+        });
+        self.expect(
+            |f| {
+                (f.r#type == ty::SUCCESS && f.success.as_ref().unwrap().request_id == request_id)
+                    || (f.r#type == ty::ERROR && f.error.as_ref().unwrap().request_id == request_id)
+            },
+            "unsubscribe answer",
+        )
+    }
+
+    /// A reader: a non-durable Exclusive subscribe with `start_message_id`
+    /// (ledger id u64::MAX: earliest).
+    fn reader(&mut self, topic: &str, cid: u64, sub: &str, start: (u64, u64)) {
+        let request_id = self.request();
+        let mut s = CommandSubscribe {
+            topic: topic.into(),
+            subscription: sub.into(),
+            sub_type: 0,
+            consumer_id: cid,
+            request_id,
+            consumer_name: Some("reader".into()),
+            priority_level: None,
+            durable: Some(false),
+            initial_position: None,
+            key_shared_meta: None,
+            consumer_epoch: None,
+        }
+        .encode_to_vec();
+        let id = MessageIdData {
+            ledger_id: start.0,
+            entry_id: start.1,
+            ..Default::default()
+        };
+        prost::encoding::message::encode(9, &id, &mut s);
+        let mut base = Vec::new();
+        prost::encoding::int32::encode(1, &ty::SUBSCRIBE, &mut base);
+        prost::encoding::bytes::encode(4, &s, &mut base);
+        let bytes = OutFrame {
+            command: base,
+            payload: Vec::new(),
+        }
+        .encode();
+        self.stream.write_all(&bytes).unwrap();
+        self.expect(
+            |f| f.r#type == ty::SUCCESS && f.success.as_ref().unwrap().request_id == request_id,
+            "reader SUCCESS",
+        );
+    }
+}
+
+/// A backward seek by message id makes acknowledged entries deliverable
+/// again (the individually deleted range past the seek position is
+/// cleared), and the reset is durable: after a kill -9 the subscription
+/// reads from the seek position.
+#[test]
+fn a_backward_seek_redelivers_and_survives_a_kill() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = server_at(dir.path(), &[]);
+    let mut p = Client::connect(&s);
+    p.producer("seek-back");
+    let sent: Vec<(u64, u64)> = (0..5).map(|i| p.publish(i, None, None)).collect();
+    let mut c = Client::connect(&s);
+    c.subscribe("seek-back", 1, "s", SHARED, "c");
+    c.flow(1, 10);
+    assert_eq!(c.messages(1, SETTLE), sent);
+    // Individual acks: 0 (the mark-delete) and 2, 3 (a range past the
+    // seek position, which the reset must clear).
+    for i in [0, 2, 3] {
+        c.ack_with_receipt(ack_of(
+            1,
+            0,
+            MessageIdData {
+                ledger_id: sent[i].0,
+                entry_id: sent[i].1,
+                ..Default::default()
+            },
+        ));
+    }
+    c.seek(1, Some(sent[1]), None);
+    c.subscribe("seek-back", 1, "s", SHARED, "c");
+    c.flow(1, 10);
+    assert_eq!(c.messages(1, SETTLE), sent[1..].to_vec());
+    drop((c, p, s)); // SIGKILL: no clean close
+    let s = server_at(dir.path(), &[]);
+    let mut c = Client::connect(&s);
+    c.subscribe("seek-back", 1, "s", SHARED, "c");
+    c.flow(1, 10);
+    assert_eq!(c.messages(1, SETTLE), sent[1..].to_vec());
+}
+
+/// A forward seek acknowledges what it skips; a seek by publish time starts
+/// at the first entry published at or after the time.
+#[test]
+fn a_forward_seek_and_a_seek_by_publish_time() {
+    let s = server(&[]);
+    let mut p = Client::connect(&s);
+    p.producer("seek-fwd");
+    let sent: Vec<(u64, u64)> = (0..5).map(|i| p.publish_at(i, 1_000 + 10 * i)).collect();
+    let mut c = Client::connect(&s);
+    c.subscribe("seek-fwd", 1, "s", SHARED, "c");
+    c.seek(1, Some(sent[3]), None);
+    c.subscribe("seek-fwd", 1, "s", SHARED, "c");
+    c.flow(1, 10);
+    assert_eq!(c.messages(1, SETTLE), sent[3..].to_vec());
+    c.seek(1, None, Some(1_015));
+    c.subscribe("seek-fwd", 1, "s", SHARED, "c");
+    c.flow(1, 10);
+    assert_eq!(c.messages(1, SETTLE), sent[2..].to_vec());
+}
+
+/// Unsubscribe is refused while another consumer is attached
+/// (MetadataError), then deletes the subscription: a new subscribe with
+/// the default initial position (Latest) gets nothing of the old backlog.
+#[test]
+fn unsubscribe_deletes_the_subscription() {
+    let s = server(&[]);
+    let mut p = Client::connect(&s);
+    p.producer("unsub");
+    for i in 0..3 {
+        p.publish(i, None, None);
+    }
+    let mut c = Client::connect(&s);
+    c.subscribe("unsub", 1, "s", SHARED, "c");
+    c.subscribe("unsub", 2, "s", SHARED, "d");
+    let r = c.unsubscribe(1);
+    assert_eq!(r.error.unwrap().error, proto::server_error::METADATA_ERROR);
+    c.send(BrokerCommand {
+        r#type: ty::CLOSE_CONSUMER,
+        close_consumer: Some(proto::CommandIdRequest {
+            id: 2,
+            request_id: 999,
+        }),
+        ..Default::default()
+    });
+    let r = c.unsubscribe(1);
+    assert_eq!(r.r#type, ty::SUCCESS, "{r:?}");
+    // Subscribe again with Latest: the subscription is new.
+    let request_id = c.request();
+    c.send(BrokerCommand {
+        r#type: ty::SUBSCRIBE,
+        subscribe: Some(CommandSubscribe {
+            topic: "unsub".into(),
+            subscription: "s".into(),
+            sub_type: SHARED,
+            consumer_id: 3,
+            request_id,
+            consumer_name: Some("e".into()),
+            priority_level: None,
+            durable: None,
+            initial_position: None,
+            key_shared_meta: None,
+            consumer_epoch: None,
+        }),
+        ..Default::default()
+    });
+    c.expect(
+        |f| f.r#type == ty::SUCCESS && f.success.as_ref().unwrap().request_id == request_id,
+        "subscribe SUCCESS",
+    );
+    c.flow(3, 10);
+    assert!(c.messages(3, SETTLE).is_empty());
+}
+
+/// A reader (non-durable subscription) from earliest and from a message
+/// id; after a kill -9 nothing of it was kept (a new reader of that name
+/// starts where it asks).
+#[test]
+fn a_reader_from_earliest_and_from_a_message_id() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = server_at(dir.path(), &[]);
+    let mut p = Client::connect(&s);
+    p.producer("reader");
+    let sent: Vec<(u64, u64)> = (0..4).map(|i| p.publish(i, None, None)).collect();
+    let mut c = Client::connect(&s);
+    c.reader("reader", 1, "r1", (u64::MAX, u64::MAX));
+    c.flow(1, 10);
+    assert_eq!(c.messages(1, SETTLE), sent);
+    c.reader("reader", 2, "r2", sent[2]);
+    c.flow(2, 10);
+    assert_eq!(c.messages(2, SETTLE), sent[2..].to_vec());
+    drop((c, p, s));
+    let s = server_at(dir.path(), &[]);
+    let mut c = Client::connect(&s);
+    c.reader("reader", 1, "r2", sent[1]);
+    c.flow(1, 10);
+    assert_eq!(c.messages(1, SETTLE), sent[1..].to_vec());
 }

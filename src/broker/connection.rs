@@ -43,6 +43,21 @@ pub(crate) struct Connection {
     pub(super) client_version: String,
 }
 
+impl Connection {
+    /// (topic, subscription) of consumer `consumer_id`.
+    pub(super) fn consumer_target(&self, consumer_id: u64) -> Option<(String, String)> {
+        self.consumers
+            .get(&consumer_id)
+            .map(|r| (r.topic.clone(), r.subscription.clone()))
+    }
+
+    /// Forgets consumer `consumer_id` (already removed from its
+    /// subscription).
+    pub(super) fn forget_consumer(&mut self, consumer_id: u64) {
+        self.consumers.remove(&consumer_id);
+    }
+}
+
 /// The position of a message id; `None` when its ledger_id or entry_id is
 /// above `i64::MAX` (no entry is there: positions are signed).
 fn position_of(m: &MessageIdData) -> Option<Position> {
@@ -371,7 +386,8 @@ impl Broker {
             ty::SUBSCRIBE => {
                 require(raw, ty::SUBSCRIBE, &[1, 2, 3, 4, 5])?;
                 let s = cmd.subscribe.unwrap_or_default();
-                self.handle_subscribe(conn, s);
+                let start = super::reader::ReaderStart::of(raw)?;
+                self.handle_subscribe(conn, s, start);
             }
             ty::FLOW => {
                 require(raw, ty::FLOW, &[1, 2])?;
@@ -433,12 +449,15 @@ impl Broker {
             ty::UNSUBSCRIBE => {
                 require(raw, ty::UNSUBSCRIBE, &[1, 2])?;
                 let u = cmd.unsubscribe.unwrap_or_default();
-                self.error(
-                    conn,
-                    u.request_id,
-                    server_error::UNSUPPORTED_VERSION_ERROR,
-                    "unsubscribe is not supported by pulsar-core serve".into(),
-                );
+                // CommandUnsubscribe.force = 3 (optional bool, default false).
+                let force =
+                    command::nested_varint(raw, ty::UNSUBSCRIBE as u32, 3).is_some_and(|v| v != 0);
+                self.handle_unsubscribe(conn, u.id, u.request_id, force);
+            }
+            ty::SEEK => {
+                require(raw, ty::SEEK, &[1, 2])?;
+                let s = cmd.seek.unwrap_or_default();
+                self.handle_seek(conn, s);
             }
             ty::GET_LAST_MESSAGE_ID => {
                 require(raw, ty::GET_LAST_MESSAGE_ID, &[1, 2])?;
@@ -452,27 +471,13 @@ impl Broker {
                     );
                     return Ok(());
                 };
-                let last = ml.last_confirmed_entry();
                 let md = sub.mark_delete();
-                let id = |p: Position| MessageIdData {
-                    ledger_id: p.ledger_id.max(0) as u64,
-                    entry_id: p.entry_id as u64,
-                    partition: Some(-1),
-                    ..Default::default()
-                };
-                // (L, -1) is "no entry": Pulsar writes entryId as the
-                // unsigned form of -1.
+                let resp = super::reader::last_message_id_response(ml, md, g.request_id);
                 self.reply(
                     conn,
                     BrokerCommand {
                         r#type: ty::GET_LAST_MESSAGE_ID_RESPONSE,
-                        get_last_message_id_response: Some(
-                            command::CommandGetLastMessageIdResponse {
-                                last_message_id: id(last),
-                                request_id: g.request_id,
-                                consumer_mark_delete_position: Some(id(md)),
-                            },
-                        ),
+                        get_last_message_id_response: Some(resp),
                         ..Default::default()
                     },
                 );
@@ -610,7 +615,12 @@ impl Broker {
         self.dispatch_consumer_sub(conn, a.consumer_id);
     }
 
-    fn handle_subscribe(&mut self, conn: ConnectionId, s: crate::proto::wire::CommandSubscribe) {
+    fn handle_subscribe(
+        &mut self,
+        conn: ConnectionId,
+        s: crate::proto::wire::CommandSubscribe,
+        start: super::reader::ReaderStart,
+    ) {
         if self.conn_mut(conn).consumers.contains_key(&s.consumer_id) {
             // A re-subscribe of a live consumer id is idempotent in Pulsar.
             return self.success(conn, s.request_id);
@@ -638,14 +648,6 @@ impl Broker {
                 ),
             );
         }
-        if s.durable == Some(false) {
-            return self.error(
-                conn,
-                s.request_id,
-                server_error::NOT_ALLOWED_ERROR,
-                "non-durable subscriptions (readers) are not supported".into(),
-            );
-        }
         if !(0..=3).contains(&s.sub_type) {
             return self.error(
                 conn,
@@ -658,7 +660,7 @@ impl Broker {
             Ok(t) => t,
             Err(e) => return self.error(conn, s.request_id, e.server_error(), e.to_string()),
         };
-        match self.subscribe(conn, &topic, &s) {
+        match self.subscribe(conn, &topic, &s, &start) {
             Ok(active_before) => {
                 if let Err(e) = self.attach_txn(&topic, &s.subscription) {
                     // Transactional acks on it are refused (ServiceNotReady)
@@ -697,12 +699,29 @@ impl Broker {
         conn: ConnectionId,
         topic: &str,
         s: &crate::proto::wire::CommandSubscribe,
+        start: &super::reader::ReaderStart,
     ) -> Result<Option<ConsumerKey>, BrokerError> {
         let now = self.now();
         let clock: std::sync::Arc<dyn crate::delayed::Clock> = self.clock.clone();
+        self.check_durability(topic, s)?;
         let Some(t) = self.topics.get_mut(topic) else {
             return Err(BrokerError::Component(format!("topic {topic} not open")));
         };
+        if !t.subscriptions.contains_key(&s.subscription) && s.durable == Some(false) {
+            let sub = Subscription::open_non_durable(
+                &self.store,
+                &t.ml,
+                &s.subscription,
+                s.sub_type,
+                start.mark_delete(&t.ml, s.initial_position == Some(1)),
+                clock.clone(),
+                self.config.delayed.clone(),
+            )?;
+            t.subscriptions.insert(s.subscription.clone(), sub);
+            if let Some(secs) = start.rollback_secs.filter(|s| *s > 0) {
+                super::reader::rollback(t, &s.subscription, now, secs)?;
+            }
+        }
         if !t.subscriptions.contains_key(&s.subscription) {
             let sub = Subscription::open_with(
                 &self.store,
@@ -827,5 +846,6 @@ impl Broker {
                 sub.dispatch(&t.ml, &mut self.out);
             }
         }
+        self.drop_idle_non_durable(&r.topic, &r.subscription);
     }
 }

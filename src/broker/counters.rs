@@ -42,6 +42,19 @@ pub struct DispatchCounters {
     pub batch_index_acks: u64,
     /// Most individually deleted ranges persisted at once.
     pub peak_deleted_ranges: u64,
+    /// Cursor resets (seeks) applied; `seek.rs`.
+    pub resets: u64,
+    /// Pending-ack replays completed (handles Ready).
+    pub replays_completed: u64,
+    /// Pending-ack replay attempts that failed and were retried after
+    /// their backoff.
+    pub replay_failed_attempts: u64,
+    /// Pending-ack handles that gave up (a non-retryable replay failure:
+    /// non-recoverable data with auto-skip off).
+    pub replays_gave_up: u64,
+    /// Reads of subscriptions' entries that failed (each followed by the
+    /// read backoff, `read_backoff.rs`).
+    pub read_failures: u64,
 }
 
 impl AddAssign for DispatchCounters {
@@ -59,6 +72,11 @@ impl AddAssign for DispatchCounters {
         self.partial_batches += o.partial_batches;
         self.batch_index_acks += o.batch_index_acks;
         self.peak_deleted_ranges = self.peak_deleted_ranges.max(o.peak_deleted_ranges);
+        self.resets += o.resets;
+        self.replays_completed += o.replays_completed;
+        self.replay_failed_attempts += o.replay_failed_attempts;
+        self.replays_gave_up += o.replays_gave_up;
+        self.read_failures += o.read_failures;
     }
 }
 
@@ -87,6 +105,14 @@ impl super::Broker {
         for t in self.topics.values() {
             for s in t.subscriptions.values() {
                 c += s.counters;
+                c.read_failures += s.read_backoff.failures;
+                if let Some(h) = &s.pending_ack {
+                    let st = h.stats();
+                    c.replays_completed += u64::from(st.completed.is_some());
+                    c.replay_failed_attempts += st.retry_delays_ms.len() as u64;
+                    c.replays_gave_up +=
+                        u64::from(h.state() == crate::pending_ack::HandleState::Error);
+                }
             }
         }
         c

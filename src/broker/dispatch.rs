@@ -66,7 +66,19 @@ impl Subscription {
 
     /// Sends what the consumers have permits for: replay first, then due
     /// delayed entries, then new entries from the cursor.
+    ///
+    /// Nothing is dispatched while the subscription's pending-ack handle
+    /// has not replayed its log (Pulsar's `addConsumer` waits for
+    /// `pendingAckHandleFuture`): an entry acknowledged in a transaction
+    /// still open is not known yet and would go out again. Nothing is read
+    /// before the retry deadline of a failed read (`read_backoff.rs`).
     pub(crate) fn dispatch(&mut self, ml: &ManagedLedger, out: &mut Outbox) {
+        if self.pending_ack.is_some() && !self.pending_ack_applied {
+            return;
+        }
+        if !self.read_backoff.may_read(self.clock.now_ms()) {
+            return;
+        }
         // Markers and aborted transactions' entries met on the way:
         // acknowledged for this subscription, never dispatched.
         let mut skipped = Vec::new();
@@ -155,6 +167,7 @@ impl Subscription {
                 self.counters.hint_hits += skip.hits;
                 match read {
                     Ok(entries) if !entries.is_empty() => {
+                        self.read_backoff.succeeded();
                         let read = entries.len() as u64;
                         let entries = self.deletion.filter_read_entries(entries, |e| e.position);
                         self.counters.entries_read += read;
@@ -164,9 +177,10 @@ impl Subscription {
                             progressed = true;
                         }
                     }
-                    Ok(_) => {}
+                    Ok(_) => self.read_backoff.succeeded(),
                     Err(e) => {
-                        tracing::error!(error = %e, subscription = %self.name, "cursor read failed");
+                        let retry_at = self.read_backoff.failed(self.clock.now_ms());
+                        tracing::warn!(error = %e, subscription = %self.name, retry_at, "cursor read failed; reading again after the backoff");
                         break;
                     }
                 }
@@ -194,9 +208,13 @@ impl Subscription {
             return false;
         }
         match ml.read_positions(&live) {
-            Ok(entries) => self.deliver_entries(entries, due, out, skipped),
+            Ok(entries) => {
+                self.read_backoff.succeeded();
+                self.deliver_entries(entries, due, out, skipped)
+            }
             Err(e) => {
-                tracing::error!(error = %e, "replay read failed");
+                let retry_at = self.read_backoff.failed(self.clock.now_ms());
+                tracing::warn!(error = %e, subscription = %self.name, retry_at, "replay read failed; reading again after the backoff");
                 for p in live {
                     self.replay.insert(p, 0);
                 }

@@ -37,6 +37,10 @@ pub enum BrokerError {
     /// An exclusive producer refused or fenced out (`ProducerFenced`).
     #[error("{0}")]
     ProducerFenced(String),
+    /// A request Pulsar refuses as not allowed, e.g. a non-durable
+    /// subscribe to a durable subscription's name (`NotAllowedError`).
+    #[error("{0}")]
+    NotAllowed(String),
 }
 
 impl BrokerError {
@@ -50,6 +54,7 @@ impl BrokerError {
             BrokerError::NotReady(_) => server_error::SERVICE_NOT_READY,
             BrokerError::ProducerBusy(_) => server_error::PRODUCER_BUSY,
             BrokerError::ProducerFenced(_) => server_error::PRODUCER_FENCED,
+            BrokerError::NotAllowed(_) => server_error::NOT_ALLOWED_ERROR,
         }
     }
 }

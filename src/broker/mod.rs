@@ -103,9 +103,12 @@
 //! `admission.rs`; the per-component work counters
 //! ([`Broker::counters`]) in [`counters`].
 //!
+//! Seek (by message id and by publish time, backward and forward) is in
+//! `seek.rs`, unsubscribe in `unsubscribe.rs`, readers (non-durable
+//! subscriptions) in `reader.rs`.
+//!
 //! Not implemented (answered as Pulsar answers an unsupported request):
-//! unsubscribe, seek, readers (non-durable
-//! subscriptions), schemas, partitioned topics (every topic has 0
+//! schemas, partitioned topics (every topic has 0
 //! partitions), Key_Shared `STICKY` mode. `non-persistent://` topics are
 //! answered `NotAllowedError` (final for the official clients).
 
@@ -125,9 +128,13 @@ mod lifecycle;
 pub mod output;
 pub mod producer;
 mod publish;
+mod reader;
+mod seek;
+pub mod read_backoff;
 pub mod subscription;
 pub mod topic;
 pub mod txn;
+mod unsubscribe;
 mod write_failure;
 
 use std::collections::BTreeMap;
@@ -136,7 +143,7 @@ use std::sync::Arc;
 
 use crate::delayed::BucketTrackerConfig;
 use crate::delayed::VirtualClock;
-use crate::ledger::{LedgerConfig, ManagedLedger, RedbStore, RetentionPolicy};
+use crate::ledger::{LedgerConfig, LedgerStore, ManagedLedger, RedbStore, RetentionPolicy};
 
 pub use admission::AdmissionHook;
 pub use counters::DispatchCounters;
@@ -212,6 +219,10 @@ impl BrokerConfig {
 /// The single node: its store, topics and connections.
 pub struct Broker {
     store: RedbStore,
+    /// What the topics' and pending-ack logs' managed ledgers read and
+    /// write: the store itself, or an embedder's [`LedgerStore`] over it
+    /// ([`Broker::with_ledger_store`]).
+    ledgers: Arc<dyn LedgerStore>,
     config: BrokerConfig,
     topics: BTreeMap<String, Topic>,
     conns: BTreeMap<ConnectionId, Connection>,
@@ -231,12 +242,29 @@ impl Broker {
     /// A core on `store` at time `now_ms`. Topics and subscriptions are
     /// opened (and recovered from the store) on first use.
     pub fn new(store: RedbStore, config: BrokerConfig, now_ms: u64) -> Self {
+        let ledgers: Arc<dyn LedgerStore> = Arc::new(store.clone());
+        Self::with_ledger_store(store, ledgers, config, now_ms)
+    }
+
+    /// As [`Broker::new`], with the topics' and pending-ack logs' managed
+    /// ledgers on `ledgers` (a [`LedgerStore`] over `store`'s database,
+    /// e.g. one that adds a storage layer's failures: its typed errors are
+    /// handled as Pulsar handles BookKeeper's, see `read_backoff.rs`).
+    /// Everything else (cursor state of the delayed trackers, the
+    /// transaction coordinator's log, snapshots) stays on `store`.
+    pub fn with_ledger_store(
+        store: RedbStore,
+        ledgers: Arc<dyn LedgerStore>,
+        config: BrokerConfig,
+        now_ms: u64,
+    ) -> Self {
         let out = Outbox {
             high_watermark: config.outbound_high_watermark,
             ..Outbox::default()
         };
         let mut b = Self {
             store,
+            ledgers,
             config,
             topics: BTreeMap::new(),
             conns: BTreeMap::new(),
@@ -295,14 +323,19 @@ impl Broker {
     /// should run: the earliest delivery time of a delayed entry on a
     /// subscription with consumers, the earliest timeout of an open
     /// transaction, a pending-ack replay retry, or the coordinator's
-    /// recovery retry, consumed-ledger trimming. A deadline at or before now means "as
+    /// recovery retry, consumed-ledger trimming, a subscription's read
+    /// retry after a failed read (`read_backoff.rs`). A deadline at or before now means "as
     /// soon as you can"; `None`: no timer needed.
     pub fn poll_timeout(&self) -> Option<u64> {
         self.topics
             .values()
             .flat_map(|t| t.subscriptions.values())
             .filter(|s| !s.consumers.is_empty())
-            .filter_map(|s| s.tracker.next_delivery_time())
+            .flat_map(|s| {
+                [s.tracker.next_delivery_time(), s.read_backoff.deadline()]
+                    .into_iter()
+                    .flatten()
+            })
             .chain(self.txn_timeout())
             .chain(self.trim_deadline())
             .min()
@@ -373,7 +406,7 @@ impl Broker {
             let ml = ManagedLedger::open(
                 name.clone(),
                 self.config.ledger.clone(),
-                Arc::new(self.store.clone()),
+                Arc::clone(&self.ledgers),
             )
             .map_err(error::comp)?;
             let buffer = self.recover_buffer(&name, &ml)?;

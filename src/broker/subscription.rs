@@ -127,11 +127,15 @@ pub struct Subscription {
     pub admission_rejections: u64,
     /// The components' work on this subscription.
     pub counters: super::counters::DispatchCounters,
+    /// Reads wait after a failed one (`read_backoff.rs`).
+    pub(crate) read_backoff: super::read_backoff::ReadBackoff,
+    /// The core's clock (the read backoff's deadlines).
+    pub(crate) clock: Arc<dyn Clock>,
 }
 
 /// `ack_set` restricted to the indexes of a batch of `size` messages (set
 /// bit = index still unacknowledged; bits at or above `size` cleared).
-fn within_batch(ack_set: &[i64], size: u32) -> Vec<i64> {
+pub(super) fn within_batch(ack_set: &[i64], size: u32) -> Vec<i64> {
     let all = wire::ack_set_from_indexes(0..size);
     all.iter()
         .zip(ack_set.iter().chain(std::iter::repeat(&0)))
@@ -205,8 +209,34 @@ impl Subscription {
         // of partially acknowledged batches, as the last ack persisted them.
         let deletion = Arc::new(cursor.recover_deletion_state().map_err(comp)?);
         let storage = RedbSnapshotStorage::new(store.clone(), ml.name(), name).map_err(comp)?;
-        let tracker = BucketDelayedDeliveryTracker::new(tracker_config, Arc::new(storage), clock)
-            .map_err(comp)?;
+        Self::assemble(
+            ml,
+            name,
+            sub_type,
+            cursor,
+            deletion,
+            Arc::new(storage),
+            clock,
+            tracker_config,
+        )
+    }
+
+    /// A subscription on `cursor` with `deletion` as its deletion state and
+    /// a delayed tracker on `storage` (shared by durable and non-durable
+    /// subscriptions).
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn assemble(
+        ml: &Arc<ManagedLedger>,
+        name: &str,
+        sub_type: i32,
+        cursor: Arc<ManagedCursor>,
+        deletion: Arc<CursorDeletionState>,
+        storage: Arc<dyn crate::delayed::BucketSnapshotStorage>,
+        clock: Arc<dyn Clock>,
+        tracker_config: BucketTrackerConfig,
+    ) -> Result<Self, BrokerError> {
+        let tracker =
+            BucketDelayedDeliveryTracker::new(tracker_config, storage, clock.clone()).map_err(comp)?;
         crate::trace::bucket_merge::tracker_of(&tracker, ml.name(), name);
         tracker.update_mark_delete(deletion.mark_delete_position());
         tracing::info!(
@@ -237,6 +267,8 @@ impl Subscription {
             admission: None,
             admission_rejections: 0,
             counters: super::counters::DispatchCounters::default(),
+            read_backoff: super::read_backoff::ReadBackoff::default(),
+            clock,
         })
     }
 

@@ -736,14 +736,14 @@ fn protocol_errors_close_the_connection_and_requests_get_pulsars_codes() {
     // PING -> PONG.
     let out = feed(&mut b, 3, ping);
     assert_eq!(out[0].1.r#type, ty::PONG);
-    // An unsupported command names its request id: CommandSeek (type 28)
-    // with consumer_id 1, request_id 77.
+    // An unsupported command names its request id: CommandConsumerStats
+    // (type 25) with request_id 77 (field 1), consumer_id 1 (field 4).
     let mut raw = Vec::new();
-    prost::encoding::int32::encode(1, &28, &mut raw);
+    prost::encoding::int32::encode(1, &25, &mut raw);
     let mut inner = Vec::new();
-    prost::encoding::uint64::encode(1, &1u64, &mut inner);
-    prost::encoding::uint64::encode(2, &77u64, &mut inner);
-    prost::encoding::bytes::encode(28, &inner, &mut raw);
+    prost::encoding::uint64::encode(1, &77u64, &mut inner);
+    prost::encoding::uint64::encode(4, &1u64, &mut inner);
+    prost::encoding::bytes::encode(25, &inner, &mut raw);
     b.handle_frame(3, &raw, &[], T0).unwrap();
     let out = frames(&mut b);
     let e = out[0].1.error.clone().unwrap();
@@ -1032,6 +1032,7 @@ mod batch_cumulative;
 mod group_commit;
 mod lifecycle;
 mod producers;
+mod seek;
 mod txn;
 
 mod admission;

@@ -98,6 +98,10 @@ pub struct ManagedCursor {
     ledger: Arc<ManagedLedger>,
     name: String,
     state: Mutex<CursorState>,
+    /// `false` for a non-durable cursor (Pulsar's `NonDurableCursorImpl`,
+    /// a reader's): its positions live in memory only and no call writes
+    /// to the store.
+    durable: bool,
 }
 
 impl std::fmt::Debug for ManagedCursor {
@@ -131,7 +135,37 @@ impl ManagedCursor {
                 individually_deleted,
                 closed: false,
             }),
+            durable: true,
         }
+    }
+
+    /// A non-durable cursor of `ledger` at `mark_delete` (Pulsar's
+    /// `NonDurableCursorImpl`): nothing about it is ever written to the
+    /// store, so it holds no ledger against trimming and is gone after a
+    /// restart; called by [`ManagedLedger::open_non_durable_cursor`].
+    pub(super) fn non_durable(
+        ledger: Arc<ManagedLedger>,
+        name: String,
+        mark_delete: Position,
+    ) -> Self {
+        let read_position = ledger.next_valid_position(mark_delete);
+        Self {
+            ledger,
+            name,
+            state: Mutex::new(CursorState {
+                read_position,
+                mark_delete,
+                individually_deleted: Vec::new(),
+                closed: false,
+            }),
+            durable: false,
+        }
+    }
+
+    /// Whether the cursor persists its positions (a subscription's); `false`
+    /// for a reader's non-durable cursor.
+    pub fn is_durable(&self) -> bool {
+        self.durable
     }
 
     /// The cursor's name.
@@ -501,10 +535,39 @@ impl ManagedCursor {
         property_updates: &[(&str, Option<i64>)],
         chunk_bytes: usize,
     ) -> Result<PersistedDeletionState, LedgerError> {
+        self.persist_state(state, property_updates, chunk_bytes, false)
+    }
+
+    /// Persists `state` after a [`CursorDeletionState::reset`] (a seek):
+    /// as [`ManagedCursor::persist_deletion_state`], in ONE atomic store
+    /// write, but the mark-delete may move backward or forward, and the
+    /// read position becomes the first entry after it (Pulsar's
+    /// `internalResetCursor`: the reset mark-delete, its cleared ranges and
+    /// the reset position's ack set persisted together). A crash shows the
+    /// previous state or the reset one, never a mix.
+    ///
+    /// # Errors
+    /// As [`ManagedCursor::persist_deletion_state`] without
+    /// `MarkDeleteBackward`. On error nothing is written and the cursor is
+    /// unchanged.
+    pub fn persist_reset_deletion_state(
+        &self,
+        state: &CursorDeletionState,
+    ) -> Result<PersistedDeletionState, LedgerError> {
+        self.persist_state(state, &[], compact::DEFAULT_CHUNK_BYTES, true)
+    }
+
+    fn persist_state(
+        &self,
+        state: &CursorDeletionState,
+        property_updates: &[(&str, Option<i64>)],
+        chunk_bytes: usize,
+        reset: bool,
+    ) -> Result<PersistedDeletionState, LedgerError> {
         let snapshot = state.snapshot();
         let mut cursor = self.live()?;
         let md = snapshot.mark_delete;
-        if md < cursor.mark_delete {
+        if md < cursor.mark_delete && !reset {
             return Err(LedgerError::MarkDeleteBackward {
                 current: cursor.mark_delete,
                 requested: md,
@@ -544,17 +607,27 @@ impl ManagedCursor {
             }
         }
         let chunks = compact::encode(&snapshot, chunk_bytes);
-        self.ledger.store.save_deletion_state(
-            &self.ledger.name,
-            &self.name,
-            md,
-            &chunks,
-            property_updates,
-        )?;
+        if self.durable {
+            self.ledger.store.save_deletion_state(
+                &self.ledger.name,
+                &self.name,
+                md,
+                &chunks,
+                property_updates,
+            )?;
+        }
         crate::trace::deletion::persist(&self.ledger.name, &self.name, md, snapshot.ranges());
         cursor.mark_delete = md;
         cursor.individually_deleted.clear();
-        if cursor.read_position <= md {
+        if reset {
+            cursor.read_position = self.ledger.next_valid_position(md);
+            crate::trace::ledger_cursor::reset(
+                &self.ledger.name,
+                &self.name,
+                md,
+                cursor.read_position,
+            );
+        } else if cursor.read_position <= md {
             cursor.read_position = self.ledger.next_valid_position(md);
         }
         let (ml, cur) = (&self.ledger.name, &self.name);
@@ -674,12 +747,14 @@ impl ManagedCursor {
             state.check_mark_delete_position(position)?;
             state.check_deleted_ranges(position, &individually_deleted)?;
         }
-        self.ledger.store.save_mark_delete(
-            &self.ledger.name,
-            &self.name,
-            position,
-            &individually_deleted,
-        )?;
+        if self.durable {
+            self.ledger.store.save_mark_delete(
+                &self.ledger.name,
+                &self.name,
+                position,
+                &individually_deleted,
+            )?;
+        }
         let (ml, cur, ranges) = (&self.ledger.name, &self.name, individually_deleted.iter());
         crate::trace::deletion::persist(ml, cur, position, ranges.copied());
         cursor.mark_delete = position;
@@ -717,9 +792,11 @@ impl ManagedCursor {
             state.first_valid_at_or_after(new_read_position)
         };
         let md = read.previous_in_ledger();
-        self.ledger
-            .store
-            .save_mark_delete(&self.ledger.name, &self.name, md, &[])?;
+        if self.durable {
+            self.ledger
+                .store
+                .save_mark_delete(&self.ledger.name, &self.name, md, &[])?;
+        }
         crate::trace::deletion::persist(&self.ledger.name, &self.name, md, []);
         cursor.mark_delete = md;
         cursor.individually_deleted.clear();
@@ -733,6 +810,9 @@ impl ManagedCursor {
     /// # Errors
     /// [`LedgerError::Store`].
     pub fn properties(&self) -> Result<BTreeMap<String, i64>, LedgerError> {
+        if !self.durable {
+            return Ok(BTreeMap::new());
+        }
         Ok(self
             .ledger
             .store
@@ -747,6 +827,9 @@ impl ManagedCursor {
     /// [`LedgerError::CursorAlreadyClosed`]; [`LedgerError::Store`].
     pub fn set_property(&self, key: &str, value: i64) -> Result<(), LedgerError> {
         let _cursor = self.live()?;
+        if !self.durable {
+            return Ok(());
+        }
         self.ledger
             .store
             .set_cursor_property(&self.ledger.name, &self.name, key, Some(value))?;
@@ -759,6 +842,9 @@ impl ManagedCursor {
     /// [`LedgerError::CursorAlreadyClosed`]; [`LedgerError::Store`].
     pub fn remove_property(&self, key: &str) -> Result<(), LedgerError> {
         let _cursor = self.live()?;
+        if !self.durable {
+            return Ok(());
+        }
         self.ledger
             .store
             .set_cursor_property(&self.ledger.name, &self.name, key, None)?;

@@ -12,6 +12,17 @@ pub enum StoreError {
     /// record does not verify), found on open or on a read.
     #[error("corrupt store: {0}")]
     Corrupt(String),
+    /// The storage cannot serve the request now and may later (BookKeeper's
+    /// bookies unavailable, `BKException.BookieHandleNotAvailableException`):
+    /// transient, retrying is right. A managed-ledger read reports it as
+    /// [`LedgerError::StorageUnavailable`].
+    #[error("storage unavailable: {0}")]
+    Unavailable(String),
+    /// The storage throttles reads (BookKeeper's `TooManyRequestsException`):
+    /// transient. A managed-ledger read reports it as
+    /// [`LedgerError::TooManyRequests`].
+    #[error("storage throttled: {0}")]
+    Throttled(String),
 }
 
 impl From<redb::Error> for StoreError {
@@ -153,7 +164,21 @@ pub enum LedgerError {
     InvalidArgument(String),
     /// The storage backend failed; nothing was changed.
     #[error(transparent)]
-    Store(#[from] StoreError),
+    Store(StoreError),
+}
+
+impl From<StoreError> for LedgerError {
+    /// A transient store failure keeps its Pulsar shape (a read failing as
+    /// storage-unavailable or throttled is retried by its caller, as
+    /// Pulsar's dispatcher and pending-ack replay retry a
+    /// `ManagedLedgerException`); any other is [`LedgerError::Store`].
+    fn from(e: StoreError) -> Self {
+        match e {
+            StoreError::Unavailable(reason) => LedgerError::StorageUnavailable { reason },
+            StoreError::Throttled(_) => LedgerError::TooManyRequests,
+            other => LedgerError::Store(other),
+        }
+    }
 }
 
 impl LedgerError {

@@ -561,6 +561,30 @@ impl ManagedLedger {
         self.fenced.load(Ordering::Acquire)
     }
 
+    /// A non-durable cursor `name` whose first read is the first entry after
+    /// `mark_delete` (Pulsar's `newNonDurableCursor`, a reader's): never
+    /// written to the store, so it holds no ledger against trimming and
+    /// does not survive a restart. `mark_delete` is clamped into the
+    /// ledger: below the first ledger it is just before the first entry,
+    /// past the last confirmed entry it is the last confirmed entry.
+    pub fn open_non_durable_cursor(
+        self: &Arc<Self>,
+        name: impl Into<String>,
+        mark_delete: Position,
+    ) -> ManagedCursor {
+        let (first, last) = {
+            let state = self.state.lock();
+            let first = *state
+                .ledgers
+                .keys()
+                .next()
+                .expect("a current ledger exists");
+            (Position::new(first, -1), state.last_confirmed())
+        };
+        let md = mark_delete.clamp(first, last.max(first));
+        ManagedCursor::non_durable(Arc::clone(self), name.into(), md)
+    }
+
     /// Opens (or recovers) cursor `name`. A new cursor starts with its
     /// mark-delete at `(first ledger, -1)` (nothing acknowledged); a recovered
     /// one at its persisted mark-delete. The read position is the first entry

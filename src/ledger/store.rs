@@ -138,6 +138,17 @@ pub trait LedgerStore: Send + Sync + std::fmt::Debug {
         name: &str,
         cursor: &str,
     ) -> Result<Option<Vec<Vec<u8>>>, StoreError>;
+    /// Deletes cursor `cursor` of managed ledger `name` in ONE atomic
+    /// write: its mark-delete, individually deleted ranges, compact
+    /// deletion state and properties (Pulsar's `asyncDeleteCursor`, an
+    /// unsubscribe). Afterwards it is no longer listed, so it holds no
+    /// ledger against trimming. Unknown cursors are ignored. The default
+    /// refuses (a store that cannot delete keeps every cursor).
+    fn delete_cursor(&self, name: &str, cursor: &str) -> Result<(), StoreError> {
+        Err(StoreError::Backend(format!(
+            "this store cannot delete cursor {cursor} of {name}"
+        )))
+    }
 }
 
 // ---------------------------------------------------------------- in-memory
@@ -391,6 +402,14 @@ impl LedgerStore for MemoryStore {
             .filter(|(n, _)| n == name)
             .map(|(_, c)| c.clone())
             .collect())
+    }
+
+    fn delete_cursor(&self, name: &str, cursor: &str) -> Result<(), StoreError> {
+        let mut inner = self.inner.lock();
+        let key = (name.to_string(), cursor.to_string());
+        inner.cursors.remove(&key);
+        inner.deletion_chunks.remove(&key);
+        Ok(())
     }
 }
 
@@ -999,6 +1018,33 @@ impl LedgerStore for RedbStore {
                 out.push(c.to_string());
             }
             Ok(out)
+        })
+    }
+
+    fn delete_cursor(&self, name: &str, cursor: &str) -> Result<(), StoreError> {
+        contained("delete_cursor", || {
+            let txn = self.begin()?;
+            {
+                txn.open_table(CURSOR_MARK_DELETE)?.remove((name, cursor))?;
+                txn.open_table(CURSOR_RANGES)?.remove((name, cursor))?;
+                let mut chunks = txn.open_table(CURSOR_DELETION_CHUNKS)?;
+                remove_chunks(&mut chunks, name, cursor)?;
+                let mut props = txn.open_table(CURSOR_PROPERTIES)?;
+                let mut keys = Vec::new();
+                for row in props.range((name, cursor, "")..)? {
+                    let (k, _) = row?;
+                    let (n, c, key) = k.value();
+                    if n != name || c != cursor {
+                        break;
+                    }
+                    keys.push(key.to_string());
+                }
+                for key in keys {
+                    props.remove((name, cursor, key.as_str()))?;
+                }
+            }
+            txn.commit()?;
+            Ok(())
         })
     }
 }

@@ -50,6 +50,7 @@ pub mod ty {
     pub const PARTITIONED_METADATA_RESPONSE: i32 = 22;
     pub const LOOKUP: i32 = 23;
     pub const LOOKUP_RESPONSE: i32 = 24;
+    pub const SEEK: i32 = 28;
     pub const GET_LAST_MESSAGE_ID: i32 = 29;
     pub const GET_LAST_MESSAGE_ID_RESPONSE: i32 = 30;
     pub const ACTIVE_CONSUMER_CHANGE: i32 = 31;
@@ -76,6 +77,7 @@ pub mod ty {
 #[allow(missing_docs)]
 pub mod server_error {
     pub const UNKNOWN_ERROR: i32 = 0;
+    pub const METADATA_ERROR: i32 = 1;
     pub const PERSISTENCE_ERROR: i32 = 2;
     pub const CONSUMER_BUSY: i32 = 5;
     pub const SERVICE_NOT_READY: i32 = 6;
@@ -314,6 +316,24 @@ pub struct CommandIdRequest {
     pub request_id: u64,
 }
 
+/// `CommandSeek`: reset a consumer's subscription to a message id or a
+/// publish time (`expression = 5`, PIP-105, is not read).
+#[derive(Clone, PartialEq, Message)]
+pub struct CommandSeek {
+    /// `consumer_id = 1`, required.
+    #[prost(uint64, required, tag = "1")]
+    pub consumer_id: u64,
+    /// `request_id = 2`, required.
+    #[prost(uint64, required, tag = "2")]
+    pub request_id: u64,
+    /// `message_id = 3` (with `ack_set` for a batch index).
+    #[prost(message, optional, tag = "3")]
+    pub message_id: Option<MessageIdData>,
+    /// `message_publish_time = 4`, epoch ms.
+    #[prost(uint64, optional, tag = "4")]
+    pub message_publish_time: Option<u64>,
+}
+
 /// `CommandGetLastMessageIdResponse`.
 #[derive(Clone, PartialEq, Message)]
 pub struct CommandGetLastMessageIdResponse {
@@ -456,6 +476,9 @@ pub struct BrokerCommand {
     #[prost(message, optional, tag = "24")]
     #[allow(missing_docs)]
     pub lookup_topic_response: Option<CommandLookupTopicResponse>,
+    #[prost(message, optional, tag = "28")]
+    #[allow(missing_docs)]
+    pub seek: Option<CommandSeek>,
     #[prost(message, optional, tag = "29")]
     #[allow(missing_docs)]
     pub get_last_message_id: Option<CommandIdRequest>,

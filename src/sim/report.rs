@@ -392,7 +392,7 @@ impl fmt::Display for Report {
         };
         writeln!(f, "data dir: {} (sync: {}{what})", self.data_dir, self.sync)?;
         writeln!(f)?;
-        let rows: [(&str, String); 38] = [
+        let rows: [(&str, String); 39] = [
             ("published", c.published.to_string()),
             ("delivered", c.delivered.to_string()),
             ("acked", c.acked.to_string()),
@@ -404,6 +404,10 @@ impl fmt::Display for Report {
             ("lost", c.lost.to_string()),
             ("order violations", c.order_violations.to_string()),
             ("skipped by seek", c.skipped_by_seek.to_string()),
+            (
+                "seek resets (acknowledged messages reopened)",
+                format!("{} ({})", c.seek_resets, c.reopened_by_seek),
+            ),
             (
                 "delivered after a seek skipped them",
                 c.delivered_after_seek.to_string(),

@@ -260,7 +260,7 @@ def probes(port, ev):
     for "the server closes the connection", reason the server must log)."""
     cases = [
         ("ping-pong", [frame(field(1, 18) + field(18, b""))], 19, None),
-        ("unsupported-seek", [frame(field(1, 28) + field(28, field(1, 1) + field(2, 77)))], 14, None),
+        ("seek-unknown-consumer", [frame(field(1, 28) + field(28, field(1, 1) + field(2, 77)))], 14, None),
         ("frame-too-large", [(0x7FFFFFF0).to_bytes(4, "big")], None, "exceeds the limit"),
         ("command-size-exceeds-frame", [(8).to_bytes(4, "big") + (100).to_bytes(4, "big") + b"\0\0\0\0"], None, "exceeds total_size"),
         ("ack-missing-required-ack_type", [frame(field(1, 10) + field(10, field(1, 1)))], None, "lacks required field 2"),

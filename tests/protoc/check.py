@@ -345,8 +345,15 @@ def fixtures(ml, api, pa, dl):
           error=api.PersistenceError, message="persistence")
     serve("error", B.ERROR, "error", request_id=9, error=api.TopicNotFound, message="")
     serve("get_last_message_id_response", B.GET_LAST_MESSAGE_ID_RESPONSE,
-          "getLastMessageIdResponse", last_message_id={"ledger": 1, "entry": 2, "partition": -1},
+          "getLastMessageIdResponse",
+          last_message_id={"ledger": 1, "entry": 2, "partition": -1, "batch_index": 4},
           request_id=3, consumer_mark_delete_position={"ledger": 1, "entry": 1})
+    # The last entry not a batch (batch_index -1, still on the wire) and a
+    # mark-delete "before the first entry" (entry_id the unsigned form of -1).
+    serve("get_last_message_id_response_no_batch", B.GET_LAST_MESSAGE_ID_RESPONSE,
+          "getLastMessageIdResponse",
+          last_message_id={"ledger": 1, "entry": 0, "partition": -1, "batch_index": -1},
+          request_id=4, consumer_mark_delete_position={"ledger": 1, "entry": 2**64 - 1})
     serve("get_schema_response", B.GET_SCHEMA_RESPONSE, "getSchemaResponse", request_id=4,
           error_code=api.UnknownError, error_message="no schema")
     serve("ack_response", B.ACK_RESPONSE, "ackResponse", consumer_id=2, request_id=7)

@@ -578,3 +578,4 @@ fn cumulative_and_batch_index_transactional_acks_apply_at_commit() {
 }
 
 mod snapshot;
+mod store_faults;

@@ -242,7 +242,11 @@ impl Broker {
     /// buffer, and its pending-ack handle (opened and replayed now; the
     /// commits the replay hands back are re-applied and persisted).
     pub(crate) fn attach_txn(&mut self, topic: &str, sub: &str) -> Result<(), BrokerError> {
-        let store = self.store.clone();
+        let store = Arc::clone(&self.ledgers);
+        let pending_ack_log = crate::ledger::LedgerConfig {
+            auto_skip_non_recoverable_data: self.config.ledger.auto_skip_non_recoverable_data,
+            ..crate::ledger::LedgerConfig::default()
+        };
         let pool = Arc::clone(&self.txn.pool);
         let timer = Arc::clone(&self.txn.timer);
         let Some(t) = self.topics.get_mut(topic) else {
@@ -257,8 +261,8 @@ impl Broker {
         if s.pending_ack.is_none() {
             let pa = ManagedLedger::open(
                 format!("{topic}-{sub}__transaction_pending_ack"),
-                crate::ledger::LedgerConfig::default(),
-                Arc::new(store),
+                pending_ack_log,
+                store,
             )
             .map_err(comp)?;
             let cursor = Arc::new(pa.open_cursor(PENDING_ACK_CURSOR).map_err(comp)?);
@@ -615,16 +619,43 @@ impl Broker {
             s.persist_and_settle().map_err(TxnError::Persistence)?;
             h.subscription_persisted();
         } else {
-            // Redelivered: back to the replay set with their key hash.
+            // Redelivered (Pulsar's `redeliverUnacknowledgedMessages` of the
+            // aborted positions): each leaves the pending set of the consumer
+            // holding it (a batch-index ack leaves the entry there) and goes
+            // back to the replay set with its key hash: the one recorded at
+            // its delivery, else read from the entry; an entry that cannot be
+            // read now (a storage outage) goes back with hash 0 until the
+            // replay read delivers it (the dispatch routes a replayed entry
+            // by its own key).
             let live: Vec<Position> = individual
                 .iter()
                 .copied()
                 .filter(|p| !s.deletion.is_message_deleted(*p))
                 .collect();
-            if let Ok(entries) = ml.read_positions(&live) {
-                for e in entries {
-                    let hash = entry_info(&e.data).map_or(0, |i| i.key_hash);
-                    s.replay.insert(e.position, hash);
+            let mut unknown = Vec::new();
+            for p in live {
+                for c in &mut s.consumers {
+                    let _ = c.permits.acknowledge(p);
+                }
+                match s.inflight.remove(&p) {
+                    Some(h) => {
+                        s.replay.insert(p, h);
+                    }
+                    None => unknown.push(p),
+                }
+            }
+            match ml.read_positions(&unknown) {
+                Ok(entries) => {
+                    for e in entries {
+                        let hash = entry_info(&e.data).map_or(0, |i| i.key_hash);
+                        s.replay.insert(e.position, hash);
+                    }
+                }
+                Err(e) => {
+                    tracing::warn!(topic, subscription = sub, error = %e, "aborted acks' entries not readable now: replayed without their key hash");
+                    for p in unknown {
+                        s.replay.entry(p).or_insert(0);
+                    }
                 }
             }
         }

@@ -9,7 +9,9 @@ pub struct CheckerCounts {
     pub published: u64,
     /// Deliveries to consumers (including duplicates), summed over subscriptions.
     pub delivered: u64,
-    /// Distinct messages acknowledged, summed over subscriptions.
+    /// Distinct messages acknowledged, summed over subscriptions (a
+    /// message a backward seek reopened counts again when acknowledged
+    /// again: `reopened_by_seek`).
     pub acked: u64,
     /// Redeliveries after the consumer that received the message
     /// reconnected or was removed, or after a restart or seek (Pulsar's
@@ -34,6 +36,12 @@ pub struct CheckerCounts {
     /// broker dispatched after the seek completed (e.g. a delayed tracker
     /// that keeps delivering trimmed indexes).
     pub delivered_after_seek: u64,
+    /// Seeks (resets of a subscription, backward or forward) the checker
+    /// was told about (`checker::seek`).
+    pub seek_resets: u64,
+    /// Acknowledged messages a backward seek made deliverable again (each
+    /// must be delivered and acknowledged again).
+    pub reopened_by_seek: u64,
     /// Delayed messages delivered before their delivery time (minus the
     /// allowed tick).
     pub early_deliveries: u64,

@@ -54,6 +54,14 @@ impl DeliveryChecker {
                 return;
             }
         }
+        // A retired message reopened by a backward seek on this
+        // subscription (`seek.rs`): its redelivery is allowed.
+        if matches!(found, Lookup::Retired)
+            && s.reopened_retired_above.is_some_and(|r| msg.position > r)
+        {
+            self.counts.duplicates_allowed += 1;
+            return;
+        }
         // A retired message is acknowledged on every subscription.
         let idx = match found {
             Lookup::Live(i) if s.acked[i - base] != ACKED => i,

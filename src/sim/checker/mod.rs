@@ -37,6 +37,7 @@
 //! | `subscription.rs` | per-subscription state: delivery/ack state per message, seeks, consumer incarnations |
 //! | `delivery.rs` | [`delivered`](DeliveryChecker::delivered): seek, duplicate, delay and order rules |
 //! | `acks.rs` | individual and cumulative acks, applied and persisted |
+//! | `seek.rs` | a seek's reset, backward or forward: skipped and reopened messages |
 //! | `txn.rs` | transactions as the client sees them (read-committed visibility, transactional acks) |
 //! | `counts.rs` | [`CheckerCounts`] |
 //! | `int_map.rs` | the integer-keyed maps' hasher |
@@ -49,6 +50,7 @@ mod acks;
 mod counts;
 mod delivery;
 mod int_map;
+mod seek;
 mod subscription;
 mod txn;
 mod window;

@@ -36,8 +36,11 @@ pub(super) struct SubState {
     pub(super) acked_prefix: usize,
     pub(super) acked_count: u64,
     pub(super) skipped_count: u64,
-    /// Mark-delete after each completed seek, in seek order (forward only).
+    /// Mark-delete after each completed seek, in seek order.
     pub(super) seeks: Vec<Position>,
+    /// The lowest mark-delete of a seek that reopened retired messages
+    /// (`seek.rs`): their redelivery above it is allowed.
+    pub(super) reopened_retired_above: Option<Position>,
     /// Publish indexes below this were checked by a seek.
     pub(super) seek_scan_from: usize,
     /// Publish indexes below this were checked by an applied cumulative ack.

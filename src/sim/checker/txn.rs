@@ -120,6 +120,26 @@ impl DeliveryChecker {
             .push((sub.to_string(), msg));
     }
 
+    /// The store lost a pending-ack ledger of `sub` holding a record of
+    /// transaction `k` (a deleted BookKeeper ledger, skipped or given up
+    /// by the replay): what `k` acknowledged on `sub` until now may be
+    /// neither held while it is open nor applied at its commit, so those
+    /// entries may be delivered once more (out of order) and are judged
+    /// by neither transactional-ack rule; they must still be acknowledged.
+    pub fn txn_acks_lost(&mut self, k: u64, sub: &str, now_ms: u64) {
+        let Some(v) = self.txn.txns.get_mut(&k) else {
+            return;
+        };
+        let (lost, kept): (Vec<_>, Vec<_>) = v.acks.drain(..).partition(|(s, _)| s == sub);
+        v.acks = kept;
+        for (s, msg) in lost {
+            let key = (s, msg);
+            self.txn.committed_acks.remove(&key);
+            self.txn.aborted_acks.remove(&key);
+            self.txn_release(&key.0, msg, now_ms);
+        }
+    }
+
     /// The client requested the end of transaction `k` (or, `commit`
     /// false, its timeout may have passed): from now on its acknowledged
     /// entries may come back (abort) and its messages be visible (commit).

@@ -34,7 +34,7 @@ use crate::proto::metadata::MessageMetadata;
 
 /// The consumer id every simulated consumer uses on its connection (one
 /// consumer per connection).
-const CONSUMER_ID: u64 = 1;
+pub(super) const CONSUMER_ID: u64 = 1;
 /// The producer id on its connection.
 const PRODUCER_ID: u64 = 1;
 
@@ -159,6 +159,17 @@ impl Consumer {
                 .as_ref()
                 .zip(self.conn)
                 .is_some_and(|(cl, conn)| cl.connection().id() == conn)
+    }
+}
+
+impl Node<'_> {
+    /// The connection of consumer `c` and a new request id on it (`None`
+    /// while it is not subscribed).
+    pub(super) fn consumer_request(&mut self, c: usize) -> Option<(u64, u64)> {
+        let co = &mut self.consumers[c];
+        let conn = co.conn.filter(|_| co.client.is_some())?;
+        co.next_req += 1;
+        Some((conn, co.next_req))
     }
 }
 
@@ -912,14 +923,15 @@ impl Node<'_> {
         };
         let mut ids = Vec::new();
         let mut msgs = Vec::new();
-        // This poll's acks of non-batched entries may go inside the open
-        // transaction (`txn.rs`).
+        // This poll's acks may go inside the open transaction (`txn.rs`).
         let txn = if cumulative_every == 0 {
             self.txn_for_ack()
         } else {
             None
         };
         let (mut txn_ids, mut txn_msgs) = (Vec::new(), Vec::new());
+        let mut txn_batches: std::collections::BTreeMap<(u64, u64), (i32, Vec<u32>)> =
+            std::collections::BTreeMap::new();
         let _ = (&sub_name, id, now);
         for _ in 0..take {
             let Some((m, mref)) = self.consumers[c].app.pop_front() else {
@@ -929,14 +941,30 @@ impl Node<'_> {
             let bi = m.message_id.batch_index.unwrap_or(-1);
             let co = &mut self.consumers[c];
             let batch = m.message_id.batch_size.filter(|_| bi >= 0);
-            if txn.is_some() && batch.is_none() {
-                // A transactional ack: an abort makes the entry come back,
-                // so the client does not mark it acknowledged.
-                txn_ids.push(MessageIdData {
-                    ledger_id: m.message_id.ledger_id,
-                    entry_id: m.message_id.entry_id,
-                    ..Default::default()
-                });
+            if txn.is_some() {
+                // A transactional ack (of a batch's message: the batch-index
+                // ack of its index, Pulsar's `ack_set`): an abort makes the
+                // entry come back, so the client does not mark it
+                // acknowledged.
+                match batch {
+                    // A batch's messages taken in this poll: one id per
+                    // entry, its `ack_set` clearing every index taken (two
+                    // ids of one entry in one ack would conflict with each
+                    // other in the pending-ack state).
+                    Some(b) => {
+                        self.node.batch_index_acks += 1;
+                        txn_batches
+                            .entry((m.message_id.ledger_id, m.message_id.entry_id))
+                            .or_insert_with(|| (b, Vec::new()))
+                            .1
+                            .push(bi as u32);
+                    }
+                    None => txn_ids.push(MessageIdData {
+                        ledger_id: m.message_id.ledger_id,
+                        entry_id: m.message_id.entry_id,
+                        ..Default::default()
+                    }),
+                }
                 txn_msgs.push(mref);
                 drop(m);
                 continue;
@@ -998,6 +1026,17 @@ impl Node<'_> {
             drop(m); // the application is done with it: its permit returns
         }
         let era = self.consumers[c].era;
+        for ((ledger_id, entry_id), (b, taken)) in txn_batches {
+            txn_ids.push(MessageIdData {
+                ledger_id,
+                entry_id,
+                ack_set: wire::ack_set_from_indexes(
+                    (0..b.max(0) as u32).filter(|i| !taken.contains(i)),
+                ),
+                batch_size: Some(b),
+                ..Default::default()
+            });
+        }
         if let Some(t) = txn {
             if txn_ids.is_empty() {
                 self.txn_ack_unused(t.0);

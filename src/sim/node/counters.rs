@@ -30,6 +30,10 @@ pub(super) fn into_activity(c: &DispatchCounters, a: &mut Activity) {
     a.commands_with_permits += c.messages_sent;
     a.partial_batch_commands += c.partial_batches;
     a.batch_index_acks += c.batch_index_acks;
+    a.replays_completed += c.replays_completed;
+    a.replay_failed_attempts += c.replay_failed_attempts;
+    a.replay_retries += c.replay_failed_attempts;
+    a.replay_gave_up_non_recoverable += c.replays_gave_up;
     a.peak_individually_deleted_ranges = a
         .peak_individually_deleted_ranges
         .max(c.peak_deleted_ranges);

@@ -1,6 +1,7 @@
 //! The node engine's fault plan: clean restarts, consumer reconnects,
 //! close/resubscribe of a consumer on the same connection (a new PIP-491
-//! incarnation of the same consumer id), redelivery requests, all at
+//! incarnation of the same consumer id), redelivery requests, seeks
+//! (`seek.rs`: a real SEEK frame), all at
 //! seeded times while the producers publish. Crash points are armed on the
 //! store by `start_broker` (the k-th durable write after each start).
 //! Admission rejections (`faults.admission_reject_ratio`: the core's
@@ -28,7 +29,22 @@ pub(super) enum Fault {
     SameConnection(usize),
     /// A consumer asks for its unacknowledged messages again.
     Redeliver(usize),
+    /// A consumer seeks its subscription (`seek.rs`).
+    Seek(usize),
+    /// A storage read outage begins (`store_faults.rs`).
+    OutageStart,
+    /// The outage ends.
+    OutageEnd,
+    /// The operator turns auto-skip of non-recoverable data on for the
+    /// pending-ack logs and reloads the broker (after a replay gave up on
+    /// a lost ledger).
+    OperatorAutoSkip,
 }
+
+/// How long a restart waits for a transaction holding acks, per try, ms.
+const RESTART_WAIT_MS: u64 = 20;
+/// Tries before a restart goes ahead anyway.
+const MAX_RESTART_WAITS: u32 = 100;
 
 /// Planned and run faults.
 #[derive(Debug, Default)]
@@ -64,24 +80,113 @@ impl Node<'_> {
             (f.reconnects, Fault::Reconnect as fn(usize) -> Fault),
             (f.same_connection_reconnects, Fault::SameConnection),
             (f.redeliveries, Fault::Redeliver),
+            (f.seeks, Fault::Seek),
         ] {
             for _ in 0..n {
                 let c = self.rng.random_range(0..consumers);
                 faults.push(make(c));
             }
         }
+        let mut restarts_at = Vec::new();
         for fault in faults {
             let at = self.rng.random_range(50..=span + 50);
+            if let Fault::Restart = fault {
+                restarts_at.push(at);
+            }
             self.plan.planned += 1;
             self.sched.at(at, Ev::Fault(fault));
         }
+        let outages = u64::from(f.read_outages);
+        // The first outages begin at the restarts (`fault`), so the
+        // restarted core recovers (transaction buffer, pending-ack replay)
+        // into them; the others spread over the publish span.
+        let with_restarts = outages.min(restarts_at.len() as u64);
+        self.outages_at_restarts = with_restarts as u32;
+        // Each outage is two faults: its start and its end.
+        self.plan.planned += 2 * outages;
+        for i in with_restarts..outages {
+            let at = span * (2 * i + 1) / (2 * outages + 1);
+            self.sched.at(at, Ev::Fault(Fault::OutageStart));
+        }
+    }
+
+    /// At a (re)start of the core (before it opens): the pending-ack
+    /// replay read failures of this start (the first
+    /// `faults.replay_read_failures` starts after the first), and the lost
+    /// pending-ack ledger at the first restart.
+    pub(super) fn plan_store_faults_at_start(&mut self) {
+        let f = &self.w.faults;
+        if !self.opts.faults {
+            return;
+        }
+        if std::mem::take(&mut self.operator_reload) {
+            // The operator's reload replays what the failed start could
+            // not: the start's read failures stay armed for it.
+            return;
+        }
+        self.starts_after_first += 1;
+        let restarts = self.starts_after_first;
+        if restarts <= f.replay_read_failures {
+            let fail_from = 1;
+            let throttled = self.rng.random_bool(0.5);
+            self.store_plan
+                .lock()
+                .arm_replay_failure(fail_from, throttled);
+        } else {
+            self.store_plan.lock().disarm_replay_failure();
+        }
+        if f.lose_pending_ack_ledger && restarts == 1 {
+            self.lose_ledger_at_start = true;
+        }
+    }
+
+    /// Loses each subscription's first needed pending-ack ledger in
+    /// `store` (BookKeeper's doing, not a broker write: no crash point
+    /// falls in it); the transactions with a record there are told to the
+    /// checker. Without auto-skip the operator reloads with it later.
+    pub(super) fn lose_pending_ack_ledgers(
+        &mut self,
+        store: &crate::ledger::RedbStore,
+    ) -> Result<(), crate::sim::engine::SimError> {
+        let held = self.storage.disarm();
+        let mut lost_any = false;
+        for sub in self.subs.clone() {
+            let log = super::store_faults::pending_ack_log(super::TOPIC, &sub);
+            let lost = super::store_faults::lose_first_needed_ledger(store, &log).map_err(|e| {
+                crate::sim::engine::SimError::Component(format!("lose a pending-ack ledger: {e}"))
+            })?;
+            if let Some((_, txns)) = lost {
+                lost_any = true;
+                self.activity.pending_ack_ledgers_lost += 1;
+                self.activity.read_failures_injected += 1;
+                for id in txns {
+                    if let Some(k) = self.txn_number(id) {
+                        self.checker.txn_acks_lost(k, &sub, self.sched.now());
+                    }
+                }
+            }
+        }
+        if let Some(p) = held {
+            // Counted from the new instance's start, as armed.
+            self.storage.arm(p);
+        }
+        if lost_any && !self.auto_skip {
+            let at = self.w.faults.operator_auto_skip_after_ms;
+            self.plan.planned += 1;
+            self.sched.after(at, Ev::Fault(Fault::OperatorAutoSkip));
+        }
+        Ok(())
     }
 
     /// Runs a planned fault.
     pub(super) fn fault(&mut self, f: Fault) {
         // A consumer fault waits for its consumer to be connected (after a
         // restart, a crash or its own reconnect).
-        if let Fault::Reconnect(c) | Fault::SameConnection(c) | Fault::Redeliver(c) = f {
+        if let Fault::Reconnect(c)
+        | Fault::SameConnection(c)
+        | Fault::Redeliver(c)
+        | Fault::Seek(c) = f
+        {
             // An application re-creates a consumer only once it has it:
             // Pulsar's subscribe hands the consumer over on SUCCESS.
             let subscribing =
@@ -91,9 +196,29 @@ impl Node<'_> {
                 return;
             }
         }
+        // With transactional acks, a restart waits (a while) for a
+        // transaction holding acknowledgements, so the restarted core
+        // replays pending acks from the pending-ack logs.
+        if let Fault::Restart = f {
+            if self.w.txn_ack_ratio > 0.0
+                && self.restart_waits < MAX_RESTART_WAITS
+                && !self.txn_holds_acks()
+            {
+                self.restart_waits += 1;
+                self.sched.after(RESTART_WAIT_MS, Ev::Fault(f));
+                return;
+            }
+            self.restart_waits = 0;
+        }
         self.plan.run += 1;
         match f {
-            Fault::Restart => self.clean_restart(),
+            Fault::Restart => {
+                if self.outages_at_restarts > 0 {
+                    self.outages_at_restarts -= 1;
+                    self.fault(Fault::OutageStart);
+                }
+                self.clean_restart();
+            }
             Fault::Reconnect(c) => {
                 if let Some(conn) = self.consumers[c].conn {
                     self.close_conn(conn);
@@ -102,6 +227,19 @@ impl Node<'_> {
             }
             Fault::SameConnection(c) => self.same_connection(c),
             Fault::Redeliver(c) => self.redeliver(c),
+            Fault::Seek(c) => self.seek(c),
+            Fault::OutageStart => {
+                self.store_plan.lock().outage = true;
+                let end = self.w.faults.outage_ms;
+                self.sched.after(end, Ev::Fault(Fault::OutageEnd));
+            }
+            Fault::OutageEnd => self.store_plan.lock().outage = false,
+            Fault::OperatorAutoSkip => {
+                self.auto_skip = true;
+                self.activity.operator_reloads += 1;
+                self.operator_reload = true;
+                self.clean_restart();
+            }
         }
     }
 }

@@ -56,6 +56,8 @@ mod client;
 mod counters;
 mod faults;
 mod faulty;
+mod seek;
+mod store_faults;
 mod stored_once;
 mod trace_run;
 pub mod txn;
@@ -144,6 +146,13 @@ pub struct NodeActivity {
     /// ACTIVE_CONSUMER_CHANGE notices telling a Failover consumer it is
     /// not the active one.
     pub inactive_notices: u64,
+    /// SEEK frames sent (`faults.seeks`, `seek.rs`).
+    pub seeks_sent: u64,
+    /// Of those, resets the core applied (the checker was told).
+    pub seeks_applied: u64,
+    /// Of those, resets of a SEEK the core died on, found in the
+    /// recovered cursor.
+    pub seeks_applied_at_crash: u64,
     /// Frames the clients sent / the core sent.
     pub frames_to_broker: u64,
     /// Frames the core sent.
@@ -191,6 +200,8 @@ enum Ev {
     Fault(faults::Fault),
     /// A timed step of the transaction client (`txn.rs`).
     Txn(txn::TxnEv),
+    /// A seek's reset reaches the clients (`seek.rs`).
+    SeekApplied { sub: String, md: crate::Position },
 }
 
 impl Ev {
@@ -207,6 +218,7 @@ impl Ev {
             Ev::Connect(_) => ("client", "Connect"),
             Ev::Fault(_) => ("faults", "Fault"),
             Ev::Txn(_) => ("transaction client", "Txn"),
+            Ev::SeekApplied { .. } => ("client", "SeekApplied"),
         }
     }
 }
@@ -252,6 +264,23 @@ struct Node<'a> {
     core_counters: crate::broker::DispatchCounters,
     /// The transaction client and the second topic's reader (`txn.rs`).
     txn: txn::TxnSide,
+    /// Seeks in flight (`seek.rs`).
+    seeks: seek::SeekSide,
+    /// What the store under every core fails (`store_faults.rs`).
+    store_plan: store_faults::SharedPlan,
+    /// The pending-ack logs are opened with auto-skip of non-recoverable
+    /// data (the workload's, or the operator's after a replay gave up).
+    auto_skip: bool,
+    /// The next start loses each pending-ack log's first needed ledger.
+    lose_ledger_at_start: bool,
+    /// Tries the planned restart waited for a transaction holding acks.
+    restart_waits: u32,
+    /// Read outages still to begin at a restart.
+    outages_at_restarts: u32,
+    /// Restarts and crashes so far (operator reloads not counted).
+    starts_after_first: u32,
+    /// The next start is the operator's reload with auto-skip on.
+    operator_reload: bool,
 }
 
 /// Runs `workload` (its `engine` is `node`) with `opts`.
@@ -267,6 +296,8 @@ pub fn run(
     workload
         .validate()
         .map_err(|e| SimError::Component(e.to_string()))?;
+    let effective = txn::with_txn_ack_ratio(workload);
+    let workload = &effective;
     // NoDeduplication is the node engine's own (the stored-once rule's control).
     let model_sabotage = opts
         .sabotage
@@ -323,6 +354,14 @@ pub fn run(
         admission_rejections: Arc::new(crate::sync::AtomicU64::new(0)),
         core_counters: crate::broker::DispatchCounters::default(),
         txn: txn::TxnSide::default(),
+        seeks: seek::SeekSide::default(),
+        store_plan: store_faults::SharedPlan::default(),
+        auto_skip: workload.faults.pending_ack_auto_skip,
+        lose_ledger_at_start: false,
+        restart_waits: 0,
+        outages_at_restarts: 0,
+        starts_after_first: 0,
+        operator_reload: false,
     };
     let _hang_guard = HangGuard::start(
         Arc::clone(&n.heartbeat),
@@ -356,7 +395,16 @@ pub fn run(
     }
     n.node.durable_writes = n.storage.stats().durable_writes;
     n.activity.admission_rejections = n.admission_rejections.load(crate::sync::Ordering::Relaxed);
+    {
+        let plan = n.store_plan.lock();
+        n.activity.read_failures_injected += plan.outage_failures + plan.replay_failures;
+        n.activity.replay_read_failures_injected += plan.replay_failures;
+    }
     n.node.txn = std::mem::take(&mut n.txn.activity);
+    // The transactional acks and ends the pending-ack handles logged.
+    n.activity.txn_individual_acks += n.node.txn.acks;
+    n.activity.txn_commits += n.node.txn.committed;
+    n.activity.txn_aborts += n.node.txn.aborted;
     let txn_work = txn::component(&n.node.txn);
     // The last core closes cleanly.
     n.retire_broker();
@@ -423,10 +471,18 @@ impl Node<'_> {
         self.timer_at = None;
         self.timer_fired = None;
         let now = EPOCH_BASE_MS + self.now();
+        if std::mem::take(&mut self.lose_ledger_at_start) {
+            self.lose_pending_ack_ledgers(&store)?;
+        }
         let mut config = node_broker_config(self.w);
         config.deduplication = self.opts.sabotage != Some(crate::sim::Sabotage::NoDeduplication);
         config.admission = self.admission_hook(Arc::clone(&self.admission_rejections));
-        self.broker = Some(Broker::new(store, config, now));
+        config.ledger.auto_skip_non_recoverable_data = self.auto_skip;
+        let ledgers = Arc::new(store_faults::FaultyLedgerStore::new(
+            store.clone(),
+            Arc::clone(&self.store_plan),
+        ));
+        self.broker = Some(Broker::with_ledger_store(store, ledgers, config, now));
         if self.crashes_left > 0 {
             let base = self.storage.durable_writes_since_open();
             let k = base + self.rng.random_range(1..=self.w.faults.crash_window);
@@ -517,6 +573,7 @@ impl Node<'_> {
                 Output::Incarnation(_) => {}
             }
         }
+        self.schedule_applied_seeks();
         if let Some(d) = deadline {
             let d = d.saturating_sub(EPOCH_BASE_MS);
             // A deadline in the past that already fired waits for the next
@@ -618,15 +675,21 @@ impl Node<'_> {
             return;
         }
         self.retire_broker();
-        self.node.clean_restarts += 1;
+        if !self.operator_reload {
+            self.node.clean_restarts += 1;
+        }
         self.after_broker_gone();
     }
 
     /// Every connection is gone with the old process; a new core starts and
     /// every client reconnects after its backoff.
     fn after_broker_gone(&mut self) {
-        self.activity.restarts += 1;
+        // The operator's reload is counted as a reload, not a restart.
+        if !self.operator_reload {
+            self.activity.restarts += 1;
+        }
         self.checker.restarted();
+        self.plan_store_faults_at_start();
         if let Err(e) = self.start_broker() {
             self.checker.livelock(
                 &format!("the store does not reopen after a restart: {e}"),
@@ -671,6 +734,7 @@ impl Node<'_> {
                 break;
             }
             let (component, label) = ev.label();
+            self.store_plan.lock().now_ms = now;
             self.heartbeat.begin(now, component, label, None);
             self.handle(ev);
             self.heartbeat.end();
@@ -768,6 +832,7 @@ impl Node<'_> {
             Ev::Connect(c) => self.connect(c),
             Ev::Fault(f) => self.fault(f),
             Ev::Txn(e) => self.txn_event(e),
+            Ev::SeekApplied { sub, md } => self.seek_applied(&sub, md),
         }
     }
 
@@ -797,6 +862,8 @@ impl Node<'_> {
             match next {
                 Ok(Some(f)) => {
                     self.node.frames_to_broker += 1;
+                    let seek = self.seek_frame(conn, f.command());
+                    let resets = seek.as_ref().and_then(|(_, sub)| self.resets_of(sub));
                     let mut closed = false;
                     self.call_broker(
                         |b, now| {
@@ -804,6 +871,9 @@ impl Node<'_> {
                         },
                         false,
                     );
+                    if let Some((key, _)) = seek {
+                        self.seek_handled(key, resets, gen != self.gen);
+                    }
                     if gen != self.gen {
                         return; // the core died on this frame
                     }

@@ -18,10 +18,12 @@
 //!   reconnect (idempotent on the broker); one answered
 //!   `TransactionNotFound` to such a retry within the ttl ended as asked
 //!   (the coordinator forgets a transaction only once it ended).
-//! - **transactional acks**: a consumer sends a share of its acks of
-//!   non-batched entries with the open transaction's id (`CommandAck.txnid_*`,
-//!   with a `request_id`: the receipt). An ack refused is sent again
-//!   without the transaction (the transaction is then aborted).
+//! - **transactional acks**: a consumer sends a share of its acks with the
+//!   open transaction's id (`CommandAck.txnid_*`, with a `request_id`: the
+//!   receipt; a batch's message as the batch-index ack of its index). An
+//!   ack refused is sent again without the transaction (the transaction is
+//!   then aborted). A workload's `txn_ack_ratio` without a `[txn]` table
+//!   runs as one ([`with_txn_ack_ratio`]).
 //! - **the reader** of the second topic (its own subscription and
 //!   connection): every message it receives goes to the checker.
 //!
@@ -167,6 +169,8 @@ struct Txn {
     /// Receipted messages of the run's topic and their positions.
     receipted: Vec<(TxnMsg, Position)>,
     acks_in_flight: u32,
+    /// Its acks receipted (pending in the subscriptions' pending-ack logs).
+    acks_receipted: u32,
     /// A SEND or ACK of it lost its receipt or was refused.
     uncertain: bool,
     /// The open window passed: no new acks.
@@ -209,6 +213,14 @@ pub(super) struct TxnSide {
     reader_received: u32,
     /// Crash points still to move into an END_TXN.
     crashes_during_end: u32,
+    /// The run's `txn_ack_ratio` ([`with_txn_ack_ratio`]): transactions go
+    /// on while the consumers acknowledge, and stop once the producers are
+    /// done and every message is acknowledged.
+    until_acked: bool,
+    /// Transactions begun after the producers were done.
+    started_after_publish: u32,
+    /// No further transaction begins.
+    stopped: bool,
     pub(super) activity: TxnActivity,
 }
 
@@ -253,7 +265,61 @@ pub(super) fn component(a: &TxnActivity) -> ComponentReport {
     )
 }
 
+/// `w` with its `txn_ack_ratio` run over the wire: when it has no `[txn]`
+/// transactions, a transaction client runs one transaction after the
+/// other while the consumers acknowledge (each open `OPEN_MS`, no
+/// transactional messages) until the producers are done and
+/// every message is acknowledged, and the consumers acknowledge a
+/// `txn_ack_ratio` share of their messages inside the open one.
+pub fn with_txn_ack_ratio(w: &crate::sim::workload::Workload) -> crate::sim::workload::Workload {
+    /// How long each transaction stays open for acks, virtual ms.
+    const OPEN_MS: u64 = 500;
+    let mut w = w.clone();
+    if w.txn_ack_ratio > 0.0 && w.txn.transactions == 0 {
+        let per_producer = w.messages.div_ceil(u64::from(w.producers));
+        let entries = per_producer.div_ceil(u64::from(w.batch_size));
+        let span = (entries * w.publish_interval_ms.max(1)).max(100);
+        let cycle = OPEN_MS + w.txn.gap_ms + 50;
+        // The publish span's worth and then some: transactions stop once
+        // the producers are done and everything is acknowledged.
+        w.txn.transactions = u32::try_from(span.div_ceil(cycle) + 200)
+            .unwrap_or(u32::MAX)
+            .min(10_000);
+        // Acks only: the run's messages are the producers'.
+        w.txn.messages_per_topic = 0;
+        w.txn.ack_ratio = w.txn_ack_ratio;
+        w.txn.open_ms = OPEN_MS;
+    }
+    w
+}
+
+/// Of a `txn_ack_ratio` run's transactions, at most this many begin after
+/// the producers are done.
+const MAX_TXNS_AFTER_PUBLISH: u32 = 100;
+
 impl Node<'_> {
+    /// No further transaction begins.
+    fn txn_all_started(&self) -> bool {
+        self.txn.stopped || self.txn.started >= self.w.txn.transactions
+    }
+
+    /// Whether a transaction not ended holds receipted acks (records in
+    /// the pending-ack logs a replay must find).
+    pub(super) fn txn_holds_acks(&self) -> bool {
+        self.txn
+            .txns
+            .values()
+            .any(|x| matches!(x.step, Step::Open | Step::Ending(_)) && x.acks_receipted > 0)
+    }
+
+    /// The client's number of the transaction with id `id`, if it has one.
+    pub(super) fn txn_number(&self, id: TxnId) -> Option<u64> {
+        self.txn
+            .txns
+            .iter()
+            .find_map(|(k, x)| (x.id == Some(id)).then_some(*k))
+    }
+
     /// Sets up the transaction client and the reader (if the workload has
     /// transactions) and schedules their connects.
     pub(super) fn setup_txn(&mut self) -> Result<(), SimError> {
@@ -266,6 +332,7 @@ impl Node<'_> {
             ));
         }
         self.txn.enabled = true;
+        self.txn.until_acked = self.w.txn_ack_ratio > 0.0;
         self.txn.crashes_during_end = self.w.txn.crashes_during_end;
         let at = self.rng.random_range(20..=50);
         self.sched.at(at, Ev::Connect(ClientRef::Txn(Role::Client)));
@@ -279,7 +346,7 @@ impl Node<'_> {
     pub(super) fn txn_finished(&self) -> bool {
         let t = &self.txn;
         !t.enabled
-            || (t.started >= self.w.txn.transactions
+            || (self.txn_all_started()
                 && t.txns.values().all(|x| x.step == Step::Done)
                 && self.checker.txn_all_ended()
                 && (t.grace_passed || self.checker.txn_committed_seen(1)))
@@ -663,7 +730,20 @@ impl Node<'_> {
 
     /// Begins the next transaction (if any is left).
     fn txn_next(&mut self) {
-        if self.txn.started >= self.w.txn.transactions {
+        if !self.txn.stopped && self.txn.until_acked {
+            let published = self.producers.iter().all(|p| p.unpublished() == 0);
+            if published {
+                // While the consumers drain, transactions stay available;
+                // once everything is acknowledged (or after a bound, as a
+                // committed transaction's message is one more to
+                // acknowledge) none begins.
+                self.txn.stopped = self.checker.all_acked()
+                    || self.txn.started_after_publish >= MAX_TXNS_AFTER_PUBLISH;
+                self.txn.started_after_publish += 1;
+            }
+        }
+        if self.txn_all_started() {
+            self.txn.stopped = true;
             self.txn_check_grace();
             return;
         }
@@ -696,6 +776,7 @@ impl Node<'_> {
                 sends: BTreeMap::new(),
                 receipted: Vec::new(),
                 acks_in_flight: 0,
+                acks_receipted: 0,
                 uncertain: false,
                 closing: false,
                 end_retried: false,
@@ -997,7 +1078,7 @@ impl Node<'_> {
 
     fn txn_check_grace(&mut self) {
         if self.txn.grace_at.is_none()
-            && self.txn.started >= self.w.txn.transactions
+            && self.txn_all_started()
             && self.txn.txns.values().all(|x| x.step == Step::Done)
         {
             let at = self.now() + READER_GRACE_MS;
@@ -1057,6 +1138,8 @@ impl Node<'_> {
             x.acks_in_flight = x.acks_in_flight.saturating_sub(1);
             if lost || error.is_some() {
                 x.uncertain = true;
+            } else {
+                x.acks_receipted += 1;
             }
         }
         if !lost {
