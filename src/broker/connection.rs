@@ -723,7 +723,7 @@ impl Broker {
             }
         }
         if !t.subscriptions.contains_key(&s.subscription) {
-            let sub = Subscription::open_with(
+            let sub = self.config.open_subscription(
                 &self.store,
                 &t.ml,
                 &s.subscription,
@@ -731,7 +731,6 @@ impl Broker {
                 s.initial_position == Some(1),
                 clock,
                 now,
-                self.config.delayed.clone(),
             )?;
             t.subscriptions.insert(s.subscription.clone(), sub);
         }
@@ -741,6 +740,7 @@ impl Broker {
         };
         if sub.consumers.is_empty() {
             sub.sub_type = s.sub_type;
+            sub.rewind_for_first_consumer();
         } else if sub.sub_type != s.sub_type {
             return Err(BrokerError::ConsumerBusy(format!(
                 "subscription {} has type {}, not {}",

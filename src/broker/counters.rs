@@ -55,6 +55,10 @@ pub struct DispatchCounters {
     /// Reads of subscriptions' entries that failed (each followed by the
     /// read backoff, `read_backoff.rs`).
     pub read_failures: u64,
+    /// Consumer-set rewinds (`consumer_set.rs`).
+    pub consumer_set_rewinds: u64,
+    /// Clear-backlogs applied (`clear_backlog.rs`).
+    pub backlogs_cleared: u64,
 }
 
 impl AddAssign for DispatchCounters {
@@ -77,6 +81,8 @@ impl AddAssign for DispatchCounters {
         self.replay_failed_attempts += o.replay_failed_attempts;
         self.replays_gave_up += o.replays_gave_up;
         self.read_failures += o.read_failures;
+        self.consumer_set_rewinds += o.consumer_set_rewinds;
+        self.backlogs_cleared += o.backlogs_cleared;
     }
 }
 

@@ -137,6 +137,10 @@ impl Subscription {
             if self.total_permits(out) > 0 && self.tracker.has_message_available() {
                 match self.tracker.get_scheduled_messages(READ_BATCH) {
                     Ok(positions) if !positions.is_empty() => {
+                        super::delayed_hooks::observe_tracker!(
+                            self,
+                            super::delayed_hooks::TrackerCall::Scheduled(&positions)
+                        );
                         self.counters.delayed_scheduled += positions.len() as u64;
                         progressed |= self.deliver_positions(ml, &positions, true, out, skipped);
                     }
@@ -236,7 +240,16 @@ impl Subscription {
         else {
             return false;
         };
-        match self.tracker.add_message(p.ledger_id, p.entry_id, t) {
+        let added = self.tracker.add_message(p.ledger_id, p.entry_id, t);
+        super::delayed_hooks::observe_tracker!(
+            self,
+            super::delayed_hooks::TrackerCall::Added {
+                position: p,
+                deliver_at: u64::try_from(t).unwrap_or(0),
+                result: added.as_ref().ok().copied(),
+            }
+        );
+        match added {
             Ok(tracked) => tracked,
             Err(e) => {
                 tracing::warn!(error = %e, position = %p, "delayed tracker refused; delivering now");
@@ -341,6 +354,13 @@ impl Subscription {
             let p = entry.position;
             if !due && self.held_by_tracker(p, info.deliver_at) {
                 self.counters.delayed_added += 1;
+                continue;
+            }
+            // A read after a consumer-set rewind (`consumer_set.rs`) meets
+            // entries already out on a consumer (a due delayed entry the
+            // tracker handed out in this pass) or waiting in replay: they
+            // are delivered once, from there.
+            if !due && (self.inflight.contains_key(&p) || self.replay.contains_key(&p)) {
                 continue;
             }
             // An entry waiting in replay keeps its order: later entries of

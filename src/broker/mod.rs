@@ -114,9 +114,12 @@
 
 mod admission;
 pub mod chunking;
+mod clear_backlog;
 mod connection;
+mod consumer_set;
 pub mod counters;
 pub mod dedup;
+pub mod delayed_hooks;
 mod dispatch;
 pub mod entry;
 pub mod error;
@@ -146,7 +149,11 @@ use crate::delayed::VirtualClock;
 use crate::ledger::{LedgerConfig, LedgerStore, ManagedLedger, RedbStore, RetentionPolicy};
 
 pub use admission::AdmissionHook;
+pub use clear_backlog::BacklogCleared;
 pub use counters::DispatchCounters;
+pub use delayed_hooks::SnapshotStorageHook;
+#[cfg(feature = "sim")]
+pub use delayed_hooks::{DelayedObserver, TrackerCall};
 pub use dispatch::READ_BATCH;
 pub use entry::{entry_info, EntryInfo};
 pub use error::{BrokerError, ConnectionError};
@@ -197,6 +204,13 @@ pub struct BrokerConfig {
     pub retention_check_interval_ms: u64,
     /// Every subscription's delayed-delivery bucket tracker settings.
     pub delayed: BucketTrackerConfig,
+    /// Wraps every subscription's bucket snapshot storage
+    /// ([`SnapshotStorageHook`]); `None`: the store's, as it is.
+    pub snapshot_storage: Option<SnapshotStorageHook>,
+    /// Told of every delayed-tracker call (test instrumentation, feature
+    /// `sim`; see [`DelayedObserver`]).
+    #[cfg(feature = "sim")]
+    pub delayed_observer: Option<DelayedObserver>,
 }
 
 impl BrokerConfig {
@@ -212,6 +226,9 @@ impl BrokerConfig {
             retention: Self::DEFAULT_RETENTION,
             retention_check_interval_ms: Self::DEFAULT_RETENTION_CHECK_INTERVAL_MS,
             delayed: subscription::default_tracker_config(),
+            snapshot_storage: None,
+            #[cfg(feature = "sim")]
+            delayed_observer: None,
         }
     }
 }

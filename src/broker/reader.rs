@@ -186,6 +186,7 @@ impl Subscription {
             Arc::new(MemorySnapshotStorage::new()),
             clock,
             tracker_config,
+            super::delayed_hooks::TrackerWatch::default(),
         )
     }
 

@@ -131,6 +131,9 @@ pub struct Subscription {
     pub(crate) read_backoff: super::read_backoff::ReadBackoff,
     /// The core's clock (the read backoff's deadlines).
     pub(crate) clock: Arc<dyn Clock>,
+    /// Where its delayed tracker's calls are reported (`delayed_hooks.rs`).
+    #[cfg_attr(not(feature = "sim"), allow(dead_code))]
+    pub(crate) watch: super::delayed_hooks::TrackerWatch,
 }
 
 /// `ack_set` restricted to the indexes of a batch of `size` messages (set
@@ -193,6 +196,37 @@ impl Subscription {
         now_ms: u64,
         tracker_config: BucketTrackerConfig,
     ) -> Result<Self, BrokerError> {
+        let storage = RedbSnapshotStorage::new(store.clone(), ml.name(), name).map_err(comp)?;
+        Self::open_on_storage(
+            ml,
+            name,
+            sub_type,
+            earliest,
+            clock,
+            now_ms,
+            tracker_config,
+            Arc::new(storage),
+            super::delayed_hooks::TrackerWatch::default(),
+        )
+    }
+
+    /// As [`Subscription::open_with`], with the delayed tracker's snapshots
+    /// in `storage` and its calls reported to `watch`.
+    ///
+    /// # Errors
+    /// As [`Subscription::open_with`].
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn open_on_storage(
+        ml: &Arc<ManagedLedger>,
+        name: &str,
+        sub_type: i32,
+        earliest: bool,
+        clock: Arc<dyn Clock>,
+        now_ms: u64,
+        tracker_config: BucketTrackerConfig,
+        storage: Arc<dyn crate::delayed::BucketSnapshotStorage>,
+        watch: super::delayed_hooks::TrackerWatch,
+    ) -> Result<Self, BrokerError> {
         let cursor = Arc::new(ml.open_cursor(name).map_err(comp)?);
         let props = cursor.properties().map_err(comp)?;
         if !props.contains_key(CREATED_PROPERTY) {
@@ -208,22 +242,22 @@ impl Subscription {
         // Mark-delete, individually deleted entries and the batch ack sets
         // of partially acknowledged batches, as the last ack persisted them.
         let deletion = Arc::new(cursor.recover_deletion_state().map_err(comp)?);
-        let storage = RedbSnapshotStorage::new(store.clone(), ml.name(), name).map_err(comp)?;
         Self::assemble(
             ml,
             name,
             sub_type,
             cursor,
             deletion,
-            Arc::new(storage),
+            storage,
             clock,
             tracker_config,
+            watch,
         )
     }
 
     /// A subscription on `cursor` with `deletion` as its deletion state and
     /// a delayed tracker on `storage` (shared by durable and non-durable
-    /// subscriptions).
+    /// subscriptions), its tracker's calls reported to `watch`.
     #[allow(clippy::too_many_arguments)]
     pub(super) fn assemble(
         ml: &Arc<ManagedLedger>,
@@ -234,6 +268,7 @@ impl Subscription {
         storage: Arc<dyn crate::delayed::BucketSnapshotStorage>,
         clock: Arc<dyn Clock>,
         tracker_config: BucketTrackerConfig,
+        watch: super::delayed_hooks::TrackerWatch,
     ) -> Result<Self, BrokerError> {
         let tracker =
             BucketDelayedDeliveryTracker::new(tracker_config, storage, clock.clone()).map_err(comp)?;
@@ -247,7 +282,7 @@ impl Subscription {
             delayed = tracker.number_of_delayed_messages(),
             "subscription opened"
         );
-        Ok(Self {
+        let sub = Self {
             name: name.to_string(),
             sub_type,
             cursor,
@@ -269,7 +304,15 @@ impl Subscription {
             counters: super::counters::DispatchCounters::default(),
             read_backoff: super::read_backoff::ReadBackoff::default(),
             clock,
-        })
+            watch,
+        };
+        super::delayed_hooks::observe_tracker!(
+            &sub,
+            super::delayed_hooks::TrackerCall::Opened {
+                mark_delete: sub.deletion.mark_delete_position(),
+            }
+        );
+        Ok(sub)
     }
 
     /// The subscription name.
@@ -501,6 +544,10 @@ impl Subscription {
         let ranges = self.deletion.individually_deleted_ranges().len() as u64;
         self.counters.peak_deleted_ranges = self.counters.peak_deleted_ranges.max(ranges);
         self.tracker.update_mark_delete(md);
+        super::delayed_hooks::observe_tracker!(
+            self,
+            super::delayed_hooks::TrackerCall::MarkDelete(md)
+        );
         // Settle pending acks of every consumer for what is now deleted.
         let deleted = |p: &Position| self.deletion.is_message_deleted(*p);
         for c in &mut self.consumers {

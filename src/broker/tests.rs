@@ -1036,5 +1036,6 @@ mod seek;
 mod txn;
 
 mod admission;
+mod clear_backlog;
 mod counters;
 mod failover;

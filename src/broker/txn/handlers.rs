@@ -677,17 +677,10 @@ impl Broker {
         if t.subscriptions.contains_key(sub) {
             return Ok(false);
         }
-        let s = Subscription::open_with(
-            &self.store,
-            &t.ml,
-            sub,
-            sub_type::SHARED,
-            true,
-            clock,
-            now,
-            self.config.delayed.clone(),
-        )
-        .map_err(|e| TxnError::NotReady(e.to_string()))?;
+        let s = self
+            .config
+            .open_subscription(&self.store, &t.ml, sub, sub_type::SHARED, true, clock, now)
+            .map_err(|e| TxnError::NotReady(e.to_string()))?;
         t.subscriptions.insert(sub.to_string(), s);
         Ok(true)
     }

@@ -259,6 +259,45 @@ impl DeliveryChecker {
         s.seeks.len() as u32
     }
 
+    /// `msg`, registered as published after a seek (or clear-backlog) on
+    /// `sub` whose mark-delete `mark_delete` covers it (its entry was
+    /// appended before the seek, its receipt came after), was skipped by
+    /// it, as the messages registered before the seek were.
+    pub fn published_below_seek(&mut self, sub: &str, msg: MessageRef, mark_delete: Position) {
+        if msg.position > mark_delete {
+            return;
+        }
+        let window::Lookup::Live(i) = self.lookup(&msg) else {
+            return;
+        };
+        let base = self.base;
+        if let Some(s) = self.subs.get_mut(sub) {
+            if let Some(state) = s.acked.get_mut(i - base) {
+                if *state == NOT_ACKED {
+                    *state = SKIPPED;
+                    s.skipped_count += 1;
+                }
+            }
+        }
+    }
+
+    /// As [`Self::seek_completed`]'s skipping, over the whole window: every
+    /// message of `sub` at or below `mark_delete` not acknowledged is
+    /// skipped, wherever it sits in publish order (a driver whose messages
+    /// are registered out of position order: the node engine registers a
+    /// send at its receipt and a lost receipt's copy at its delivery).
+    pub fn skip_at_or_below(&mut self, sub: &str, mark_delete: Position) {
+        let Some(s) = self.subs.get_mut(sub) else {
+            return;
+        };
+        for (i, (msg, _)) in self.published.iter().enumerate() {
+            if msg.position <= mark_delete && s.acked[i] == NOT_ACKED {
+                s.acked[i] = SKIPPED;
+                s.skipped_count += 1;
+            }
+        }
+    }
+
     /// A consumer of `sub` with backlog and free receiver queue received
     /// nothing for `idle_ms`.
     pub fn stalled(&mut self, sub: &str, consumer: &str, idle_ms: u64, now_ms: u64) {

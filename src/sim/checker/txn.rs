@@ -265,9 +265,13 @@ impl DeliveryChecker {
     /// Every delivery on `topic` (0 or 1) at `position`, before any other
     /// rule sees it: the max-read-position rule.
     pub fn txn_delivery(&mut self, topic: u8, position: Position, now_ms: u64) {
+        // The broker's clock runs ahead of the run's by the clock jumps so
+        // far (`allow_early`): its timeout ends a transaction that much
+        // sooner.
+        let broker_now = now_ms.saturating_add(self.early_tolerance_ms);
         let blocking = self.txn.txns.iter().find_map(|(k, v)| {
             let first = v.first[usize::from(topic.min(1))]?;
-            (v.phase == Some(Phase::Open) && now_ms < v.open_until_ms && first < position)
+            (v.phase == Some(Phase::Open) && broker_now < v.open_until_ms && first < position)
                 .then_some((*k, first))
         });
         if let Some((k, first)) = blocking {

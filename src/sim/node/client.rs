@@ -22,7 +22,7 @@ use crate::proto::wire::{
     KeySharedMeta, MessageIdData,
 };
 use crate::sim::checker::MessageRef;
-use crate::sim::workload::SubscriptionType;
+use crate::sim::workload::{SubscriptionType, Workload};
 use crate::sync::Arc;
 
 use super::faulty::Damage;
@@ -441,6 +441,13 @@ impl Node<'_> {
                         m.deliver_at,
                     );
                 }
+                let msgs: Vec<MessageRef> = (0..e.messages.len())
+                    .map(|i| MessageRef {
+                        position: pos,
+                        batch_index: i as u32,
+                    })
+                    .collect();
+                self.published_after_clears(&msgs);
                 self.producers[p].receipted += e.messages.len() as u64;
             }
             ty::SEND_ERROR | ty::ERROR => {
@@ -575,29 +582,7 @@ impl Node<'_> {
                 } => {
                     co.next_req += 1;
                     co.subscribes.insert(co.next_req, incarnation);
-                    let sub_type = match w.subscription_type {
-                        SubscriptionType::KeyShared => wire::SubType::KeyShared,
-                        SubscriptionType::Shared => wire::SubType::Shared,
-                        SubscriptionType::Failover => wire::SubType::Failover,
-                    } as i32;
-                    BrokerCommand {
-                        r#type: ty::SUBSCRIBE,
-                        subscribe: Some(CommandSubscribe {
-                            topic: TOPIC.into(),
-                            subscription: self.subs[co.sub].clone(),
-                            sub_type,
-                            consumer_id,
-                            request_id: co.next_req,
-                            consumer_name: Some(co.name.clone()),
-                            priority_level: None,
-                            durable: None,
-                            initial_position: Some(1),
-                            key_shared_meta: (w.subscription_type == SubscriptionType::KeyShared)
-                                .then_some(KeySharedMeta { key_shared_mode: 0 }),
-                            consumer_epoch: co.client.as_ref().map(|c| c.epoch()),
-                        }),
-                        ..Default::default()
-                    }
+                    subscribe_command(w, &self.subs[co.sub], co, consumer_id)
                 }
                 ClientFrame::Flow { command, .. } => {
                     self.activity.flows += 1;
@@ -1113,7 +1098,10 @@ impl Node<'_> {
             if !self.checker.knows(mref) {
                 self.maybe_copy(mref, &m.payload);
             }
-            self.checker.delivered(&sub, id, mref, now, 0);
+            let clears = self
+                .delayed
+                .clears_before(self.consumers[c].sub, self.consumers[c].conn);
+            self.checker.delivered(&sub, id, mref, now, clears);
             self.consumers[c].app.push_back((m, mref));
             self.consumers[c].faulty_closes = 0;
         }
@@ -1164,6 +1152,7 @@ impl Node<'_> {
             for s in &self.subs {
                 self.checker.exempt_from_order(s, mref);
             }
+            self.published_after_clears(&[mref]);
         }
     }
 }
@@ -1235,6 +1224,48 @@ impl Node<'_> {
         self.checker.consumer_reconnected(&self.subs[sub], id);
         self.node.redelivery_requests += 1;
         self.flush_consumer(c);
+    }
+}
+
+/// The SUBSCRIBE of consumer `co` of subscription `sub` with its next
+/// request id.
+fn subscribe_command(w: &Workload, sub: &str, co: &Consumer, consumer_id: u64) -> BrokerCommand {
+    let sub_type = match w.subscription_type {
+        SubscriptionType::KeyShared => wire::SubType::KeyShared,
+        SubscriptionType::Shared => wire::SubType::Shared,
+        SubscriptionType::Failover => wire::SubType::Failover,
+    } as i32;
+    BrokerCommand {
+        r#type: ty::SUBSCRIBE,
+        subscribe: Some(CommandSubscribe {
+            topic: TOPIC.into(),
+            subscription: sub.to_string(),
+            sub_type,
+            consumer_id,
+            request_id: co.next_req,
+            consumer_name: Some(co.name.clone()),
+            priority_level: None,
+            durable: None,
+            initial_position: Some(1),
+            key_shared_meta: (w.subscription_type == SubscriptionType::KeyShared)
+                .then_some(KeySharedMeta { key_shared_mode: 0 }),
+            consumer_epoch: co.client.as_ref().map(|c| c.epoch()),
+        }),
+        ..Default::default()
+    }
+}
+
+impl Node<'_> {
+    /// Consumer `c`'s SUBSCRIBE again, as framed bytes, with a request id
+    /// of its own (a duplicate Subscribe: its Success changes nothing on
+    /// the client).
+    pub(super) fn subscribe_again_frame(&mut self, c: usize) -> Option<Vec<u8>> {
+        let w = self.w;
+        let co = &mut self.consumers[c];
+        co.client.as_ref()?;
+        co.next_req += 1;
+        let cmd = subscribe_command(w, &self.subs[co.sub], co, CONSUMER_ID);
+        Some(frame(&cmd, Vec::new()))
     }
 }
 

@@ -39,6 +39,14 @@ pub(super) enum Fault {
     /// pending-ack logs and reloads the broker (after a replay gave up on
     /// a lost ledger).
     OperatorAutoSkip,
+    /// The core's clock steps forward (`delayed.rs`).
+    ClockJump,
+    /// Every consumer of a subscription disconnects: a consumer-set rewind.
+    Rewind(usize),
+    /// An admin clear-backlog of a subscription.
+    ClearBacklog(usize),
+    /// A consumer sends its SUBSCRIBE again on the same connection.
+    DuplicateSubscribe(usize),
 }
 
 /// How long a restart waits for a transaction holding acks, per try, ms.
@@ -107,6 +115,10 @@ impl Node<'_> {
         for i in with_restarts..outages {
             let at = span * (2 * i + 1) / (2 * outages + 1);
             self.sched.at(at, Ev::Fault(Fault::OutageStart));
+        }
+        for (at, fault) in self.plan_delayed_faults(span) {
+            self.plan.planned += 1;
+            self.sched.at(at, Ev::Fault(fault));
         }
     }
 
@@ -210,8 +222,20 @@ impl Node<'_> {
             }
             self.restart_waits = 0;
         }
+        let ran = match f {
+            Fault::Rewind(s) => self.rewind(s),
+            Fault::ClearBacklog(s) => self.clear_backlog(s),
+            Fault::DuplicateSubscribe(c) => self.duplicate_subscribe(c),
+            _ => true,
+        };
+        if !ran {
+            super::delayed::retry_later(self, f);
+            return;
+        }
         self.plan.run += 1;
         match f {
+            Fault::ClockJump => self.clock_jump(),
+            Fault::Rewind(_) | Fault::ClearBacklog(_) | Fault::DuplicateSubscribe(_) => {}
             Fault::Restart => {
                 if self.outages_at_restarts > 0 {
                     self.outages_at_restarts -= 1;

@@ -54,6 +54,7 @@
 
 mod client;
 mod counters;
+mod delayed;
 mod faults;
 mod faulty;
 mod seek;
@@ -104,13 +105,6 @@ const RETENTION_CHECK_INTERVAL_MS: u64 = 1_000;
 fn node_broker_config(w: &Workload) -> BrokerConfig {
     let mut c = BrokerConfig::new("pulsar://sim-node:6650");
     c.ledger.max_entries_per_ledger = w.max_entries_per_ledger;
-    // The workload's bucket sizes (its defaults are Pulsar's, the core's
-    // too), with the model engine's snapshot segments: at most 100 indexes
-    // and 5 s of delivery times each (they matter only once buckets seal).
-    c.delayed.min_index_count_per_bucket = w.delayed_min_index_count_per_bucket;
-    c.delayed.max_num_buckets = w.delayed_max_num_buckets;
-    c.delayed.max_indexes_per_bucket_snapshot_segment = 100;
-    c.delayed.max_time_step_per_bucket_snapshot_segment_ms = 5_000;
     c.retention_check_interval_ms = RETENTION_CHECK_INTERVAL_MS;
     c
 }
@@ -281,6 +275,9 @@ struct Node<'a> {
     starts_after_first: u32,
     /// The next start is the operator's reload with auto-skip on.
     operator_reload: bool,
+    /// Delayed delivery: tracker settings, snapshot faults, the truth
+    /// (`delayed.rs`).
+    delayed: delayed::DelayedSide,
 }
 
 /// Runs `workload` (its `engine` is `node`) with `opts`.
@@ -362,6 +359,7 @@ pub fn run(
         outages_at_restarts: 0,
         starts_after_first: 0,
         operator_reload: false,
+        delayed: delayed::DelayedSide::default(),
     };
     let _hang_guard = HangGuard::start(
         Arc::clone(&n.heartbeat),
@@ -409,6 +407,8 @@ pub fn run(
     // The last core closes cleanly.
     n.retire_broker();
     counters::into_activity(&n.core_counters, &mut n.activity);
+    n.delayed.add_to_activity(&mut n.activity);
+    n.drain_delayed_violations();
     let Node {
         checker,
         mut activity,
@@ -470,11 +470,14 @@ impl Node<'_> {
         self.broker_side.clear();
         self.timer_at = None;
         self.timer_fired = None;
-        let now = EPOCH_BASE_MS + self.now();
+        let now = self.core_now();
+        self.delayed.set_core_now(now);
         if std::mem::take(&mut self.lose_ledger_at_start) {
             self.lose_pending_ack_ledgers(&store)?;
         }
         let mut config = node_broker_config(self.w);
+        self.delayed
+            .configure(self.w, self.opts.faults, &mut config);
         config.deduplication = self.opts.sabotage != Some(crate::sim::Sabotage::NoDeduplication);
         config.admission = self.admission_hook(Arc::clone(&self.admission_rejections));
         config.ledger.auto_skip_non_recoverable_data = self.auto_skip;
@@ -507,14 +510,33 @@ impl Node<'_> {
     /// (no group commit, no outputs yet: more frames of the same delivery
     /// follow), a crash of the store is still handled at once.
     fn call_broker(&mut self, f: impl FnOnce(&mut Broker, u64), end_turn: bool) {
-        let now = EPOCH_BASE_MS + self.now();
+        let now = self.core_now();
+        self.delayed.set_core_now(now);
         let Some(b) = self.broker.as_mut() else {
             return;
         };
         let armed = self.storage.armed();
-        f(b, now);
-        if end_turn {
-            b.flush();
+        // No input may panic the core (its contract): a panic ends the run
+        // as a violation, after what the observers saw before it.
+        let turn = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            f(b, now);
+            if end_turn {
+                b.flush();
+            }
+        }));
+        self.drain_delayed_violations();
+        if let Err(p) = turn {
+            let what = p
+                .downcast_ref::<&str>()
+                .map(|s| s.to_string())
+                .or_else(|| p.downcast_ref::<String>().cloned())
+                .unwrap_or_default();
+            self.checker
+                .livelock(&format!("the broker core panicked: {what}"), self.now());
+            // Its state is whatever the panic left: never touched again.
+            std::mem::forget(self.broker.take());
+            self.done = true;
+            return;
         }
         if self.storage.is_dead() {
             if armed.is_some_and(|p| p.kind == CrashKind::AfterSync) {
@@ -575,7 +597,7 @@ impl Node<'_> {
         }
         self.schedule_applied_seeks();
         if let Some(d) = deadline {
-            let d = d.saturating_sub(EPOCH_BASE_MS);
+            let d = d.saturating_sub(EPOCH_BASE_MS + self.delayed.clock_offset_ms);
             // A deadline in the past that already fired waits for the next
             // input (a Flow, an ack): firing it again changes nothing.
             let again = d <= now && self.timer_fired == Some(d);
@@ -655,6 +677,9 @@ impl Node<'_> {
     /// Drops the core, counting what it did.
     fn retire_broker(&mut self) {
         self.collect_core_counters();
+        if let Some(b) = &self.broker {
+            self.delayed.collect(b);
+        }
         if let Some(b) = self.broker.take() {
             self.node.ledgers_deleted += b.ledgers_deleted_total();
         }
@@ -738,6 +763,7 @@ impl Node<'_> {
             self.heartbeat.begin(now, component, label, None);
             self.handle(ev);
             self.heartbeat.end();
+            self.check_delayed_overdue();
             steps += 1;
             if let Some(report) = self.heartbeat.hang_report() {
                 self.checker.livelock(&report, now);

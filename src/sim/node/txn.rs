@@ -1074,6 +1074,8 @@ impl Node<'_> {
         for s in &self.subs {
             self.checker.exempt_from_order(s, m);
         }
+        // Visible after a clear-backlog that covers it: skipped by it.
+        self.published_after_clears(&[m]);
     }
 
     fn txn_check_grace(&mut self) {
