@@ -270,8 +270,8 @@ impl Subscription {
         tracker_config: BucketTrackerConfig,
         watch: super::delayed_hooks::TrackerWatch,
     ) -> Result<Self, BrokerError> {
-        let tracker =
-            BucketDelayedDeliveryTracker::new(tracker_config, storage, clock.clone()).map_err(comp)?;
+        let tracker = BucketDelayedDeliveryTracker::new(tracker_config, storage, clock.clone())
+            .map_err(comp)?;
         crate::trace::bucket_merge::tracker_of(&tracker, ml.name(), name);
         tracker.update_mark_delete(deletion.mark_delete_position());
         tracing::info!(
