@@ -267,16 +267,20 @@ impl Broker {
             .map_err(comp)?;
             let cursor = Arc::new(pa.open_cursor(PENDING_ACK_CURSOR).map_err(comp)?);
             let view = CursorSubscription::new(Arc::clone(&s.cursor), Arc::clone(&s.deletion));
+            let config = HandleConfig::default();
+            let replay = config.replay;
             let h = PendingAckHandle::new(
                 format!("{topic}-{sub}"),
-                cursor,
+                Arc::clone(&cursor),
                 Arc::new(view),
                 &pool,
                 Arc::new(InlineReads),
                 timer,
-                HandleConfig::default(),
+                config,
             )
             .map_err(comp)?;
+            let auto_skip = crate::ledger::LedgerConfig::default().auto_skip_non_recoverable_data;
+            crate::trace::pending_ack::opened(h.name(), &pa, &cursor, &replay, auto_skip);
             h.init();
             pool.run_pending();
             s.pending_ack = Some(h);
