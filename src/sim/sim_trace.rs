@@ -141,8 +141,8 @@ const PENDING_ACK: &str = "PendingAckReplay";
 struct HandleRun {
     log: Vec<Position>,
     /// The replay's read batch and queue capacity (the trace cfg's B and
-    /// Cap): the `Init` line's `b` and `cap` (the broker core's handles),
-    /// else the model engine's.
+    /// Cap): the `Init` line's `b` and `cap` (the broker core's handles
+    /// write them; a run whose `Init` has neither is dropped).
     b: u64,
     cap: u64,
     init: Value,
@@ -258,14 +258,18 @@ fn write_pending_ack(dir: &Path, lines: &[String]) -> std::io::Result<Vec<(Strin
                             .collect()
                     })
                     .unwrap_or_default();
+                let (Some(b), Some(cap)) = (v["b"].as_u64(), v["cap"].as_u64()) else {
+                    // Not a broker core handle's `Init` (trace::pending_ack::opened
+                    // writes both): the spec's B and Cap are unknown.
+                    *dropped
+                        .entry("dropped: Init without the replay's read batch and capacity")
+                        .or_default() += 1;
+                    continue;
+                };
                 let mut run = HandleRun {
                     log,
-                    b: v["b"]
-                        .as_u64()
-                        .unwrap_or(super::engine::PENDING_ACK_READ_BATCH as u64),
-                    cap: v["cap"]
-                        .as_u64()
-                        .unwrap_or(super::engine::PENDING_ACK_QUEUE_CAPACITY as u64),
+                    b,
+                    cap,
                     init: Value::Null,
                     lines: Vec::new(),
                     partial_loss: false,
@@ -647,7 +651,7 @@ fn write_bucket_merge(
     let mut by_trk: Vec<(u64, Value)> = Vec::new();
     // What the trackers' cutoff adds to their clock and their indexes per
     // segment: the broker core's `Tracker` lines say (`tick`, `maxIdx`);
-    // the model engine's tracker adds the workload's tick, 100 indexes.
+    // without them, the workload's tick and 100 indexes.
     let mut tick = workload.delayed_tick_ms as i64;
     let mut max_idx = 100;
     for l in lines {
@@ -842,7 +846,7 @@ mod tests {
     fn handle_run(h: &str, body: &[Value]) -> Vec<String> {
         let mut lines = vec![
             line(
-                json!({"action": "Init", "h": h, "log": [[7, 0], [7, 1]], "rp": [7, 0], "lost": false, "autoSkip": false}),
+                json!({"action": "Init", "h": h, "log": [[7, 0], [7, 1]], "rp": [7, 0], "lost": false, "autoSkip": false, "b": 4, "cap": 16}),
             ),
             line(json!({"action": "HTimer", "h": h})),
         ];
@@ -960,7 +964,7 @@ mod tests {
         lines.extend(partial[1..].iter().cloned());
         let mut lost_skipped = handle_run("d", &settled);
         lost_skipped[0] = line(
-            json!({"action": "Init", "h": "d", "log": [[7, 0], [7, 1]], "rp": [7, 0], "lost": true, "autoSkip": true}),
+            json!({"action": "Init", "h": "d", "log": [[7, 0], [7, 1]], "rp": [7, 0], "lost": true, "autoSkip": true, "b": 4, "cap": 16}),
         );
         lines.extend(lost_skipped);
 
@@ -1111,7 +1115,7 @@ mod tests {
     /// other specs' lines (a permits `d`) are not taken.
     #[test]
     fn deletion_lookup_runs_are_split_per_state_with_the_topics_layout() {
-        let topic = crate::sim::engine::TOPIC;
+        let topic = crate::sim::node::TOPIC;
         let append = |ml: &str, l: i64, e: i64| {
             line(json!({"action": "AppendEntry", "ml": ml, "p": [l, e]}))
         };
@@ -1164,7 +1168,7 @@ mod tests {
     /// without one; other cursors' persists (no state joined) are dropped.
     #[test]
     fn deletion_lookup_links_a_recovered_state_to_its_cursors_previous_state() {
-        let topic = crate::sim::engine::TOPIC;
+        let topic = crate::sim::node::TOPIC;
         let c = |action: &str, cur: &str, v: Value| {
             let mut v = v;
             v["action"] = action.into();
@@ -1257,7 +1261,7 @@ mod tests {
     /// unchecked, not fail.
     #[test]
     fn deletion_lookup_refuses_a_cursor_line_naming_a_state_without_a_run() {
-        let topic = crate::sim::engine::TOPIC;
+        let topic = crate::sim::node::TOPIC;
         let lines = vec![
             line(json!({"action": "Open", "ds": 1, "md": [3, -1], "ranges": []})),
             line(json!({"action": "Cursor", "ds": 7, "ml": topic, "cur": "a"})),
