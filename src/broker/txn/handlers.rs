@@ -243,8 +243,9 @@ impl Broker {
     /// commits the replay hands back are re-applied and persisted).
     pub(crate) fn attach_txn(&mut self, topic: &str, sub: &str) -> Result<(), BrokerError> {
         let store = Arc::clone(&self.ledgers);
+        let auto_skip = self.config.ledger.auto_skip_non_recoverable_data;
         let pending_ack_log = crate::ledger::LedgerConfig {
-            auto_skip_non_recoverable_data: self.config.ledger.auto_skip_non_recoverable_data,
+            auto_skip_non_recoverable_data: auto_skip,
             ..crate::ledger::LedgerConfig::default()
         };
         let pool = Arc::clone(&self.txn.pool);
@@ -279,7 +280,7 @@ impl Broker {
                 config,
             )
             .map_err(comp)?;
-            let auto_skip = crate::ledger::LedgerConfig::default().auto_skip_non_recoverable_data;
+            // The log's own auto-skip setting: the spec's `autoSkip`.
             crate::trace::pending_ack::opened(h.name(), &pa, &cursor, &replay, auto_skip);
             h.init();
             pool.run_pending();
