@@ -627,7 +627,7 @@ pub fn run(
     #[cfg(feature = "trace")]
     if let Some(dir) = &opts.trace_dir {
         let lines = crate::trace::finish();
-        super::sim_trace::write(dir, workload, &lines).map_err(|e| SimError::DataDir {
+        super::sim_trace::write(dir, workload, TOPIC, &lines).map_err(|e| SimError::DataDir {
             path: dir.display().to_string(),
             reason: e.to_string(),
         })?;

@@ -183,6 +183,19 @@ impl Consumer {
     pub(super) fn acks_unsettled(&self) -> bool {
         !self.retry.is_empty() || self.acks.values().any(|a| a.era != self.era)
     }
+
+    /// Whether the application holds its consumer: subscribed on its
+    /// current connection, the subscribe answered (Pulsar's subscribe
+    /// hands the consumer over on SUCCESS, so only then can the
+    /// application close and re-create it).
+    pub(super) fn subscribed(&self) -> bool {
+        self.subscribes.is_empty()
+            && self
+                .client
+                .as_ref()
+                .zip(self.conn)
+                .is_some_and(|(cl, conn)| cl.connection().id() == conn)
+    }
 }
 
 impl Node<'_> {

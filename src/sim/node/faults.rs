@@ -237,7 +237,11 @@ impl Node<'_> {
         | Fault::Seek(c)
         | Fault::Unsubscribe(c) = f
         {
-            if !self.consumers[c].ready() {
+            // An application re-creates a consumer only once it has it:
+            // Pulsar's subscribe hands the consumer over on SUCCESS.
+            let subscribing =
+                matches!(f, Fault::SameConnection(_)) && !self.consumers[c].subscribed();
+            if !self.consumers[c].ready() || subscribing {
                 self.sched.after(100, Ev::Fault(f));
                 return;
             }

@@ -66,6 +66,7 @@ pub mod reader;
 mod seek;
 mod store_faults;
 mod stored_once;
+mod trace_run;
 pub mod txn;
 mod txn_cumulative;
 pub mod unsubscribe;
@@ -363,9 +364,9 @@ pub fn run(
     let model_sabotage = opts
         .sabotage
         .is_some_and(|s| s != crate::sim::Sabotage::NoDeduplication);
-    if model_sabotage || opts.trace_dir.is_some() {
+    if model_sabotage {
         return Err(SimError::Component(
-            "sabotage and trace recording are the model engine's (engine = \"model\")".into(),
+            "sabotage is the model engine's (engine = \"model\")".into(),
         ));
     }
     let started = std::time::Instant::now();
@@ -444,14 +445,24 @@ pub fn run(
             workload.name, opts.seed
         ),
     );
-    n.start_broker()?;
-    n.setup_clients();
-    n.setup_readers();
-    n.setup_txn()?;
-    if opts.faults {
-        n.plan_faults();
-    }
-    n.event_loop(progress)?;
+    trace_run::start(workload, opts)?;
+    let looped = n
+        .start_broker()
+        .and_then(|()| {
+            n.setup_clients();
+            n.setup_readers();
+            n.setup_txn()
+        })
+        .and_then(|()| {
+            if opts.faults {
+                n.plan_faults();
+            }
+            n.event_loop(progress)
+        });
+    // The lines of the event loop only: the race stages below run real
+    // threads on components of their own.
+    trace_run::finish(workload, opts)?;
+    looped?;
     let virtual_ms = n.sched.now();
     if n.storage.armed().is_some() {
         n.node.crash_points_not_reached += 1;

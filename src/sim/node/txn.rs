@@ -1267,6 +1267,9 @@ impl Node<'_> {
     fn reader_command(&mut self, _conn: u64, cmd: BrokerCommand, f: &CutFrame) {
         match cmd.r#type {
             ty::CONNECTED => {
+                // Its FLOWs are fixed grants, not the PIP-491 client state's.
+                #[cfg(feature = "trace")]
+                crate::trace::permits::raw_client((_conn, 1));
                 self.txn.reader_req += 1;
                 let req = self.txn.reader_req;
                 self.reader_send(&BrokerCommand {
