@@ -185,6 +185,23 @@ impl CrashStorage {
         Self::default()
     }
 
+    /// The durable layer of the image (what a crash now would leave): the
+    /// store file a data dir keeps after a run.
+    pub fn durable_image(&self) -> Vec<u8> {
+        let s = self.state.lock();
+        let mut image = s.image.clone();
+        let durable_len = s.durable_len as usize;
+        if image.len() < durable_len {
+            image.resize(durable_len, 0);
+        }
+        for (b, saved) in &s.undo {
+            let start = (b * BLOCK) as usize;
+            image[start..start + saved.len()].copy_from_slice(saved);
+        }
+        image.truncate(durable_len);
+        image
+    }
+
     /// A backend instance for a new process over the current image: its
     /// durable-write count starts at 0 and every earlier instance is fenced
     /// (all of its I/O fails). Keeps an armed crash point armed.

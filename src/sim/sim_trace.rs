@@ -284,8 +284,8 @@ fn write_pending_ack(dir: &Path, lines: &[String]) -> std::io::Result<Vec<(Strin
             HandleRun::most_read_failures(runs.iter().filter(|r| r.init["lost"] != true), "nonrec");
         let name = format!(
             "{PENDING_ACK}@N={n},B={},Cap={},MaxTransient={transient},MaxNonrec={nonrec}",
-            super::engine::PENDING_ACK_READ_BATCH,
-            super::engine::PENDING_ACK_QUEUE_CAPACITY,
+            super::options::PENDING_ACK_READ_BATCH,
+            super::options::PENDING_ACK_QUEUE_CAPACITY,
         );
         let mut out =
             std::io::BufWriter::new(std::fs::File::create(dir.join(format!("{name}.ndjson")))?);
@@ -458,7 +458,7 @@ fn write_deletion_lookup(
         let Ok(mut v) = serde_json::from_str::<Value>(l) else {
             continue;
         };
-        if v["action"] == "AppendEntry" && v["ml"] == super::engine::TOPIC {
+        if v["action"] == "AppendEntry" && v["ml"] == super::options::TOPIC {
             if let (Some(lid), Some(e)) = (v["p"][0].as_i64(), v["p"][1].as_i64()) {
                 let last = layout.entry(lid).or_insert(-1);
                 *last = (*last).max(e);
@@ -966,7 +966,7 @@ mod tests {
     /// other specs' lines (a permits `d`) are not taken.
     #[test]
     fn deletion_lookup_runs_are_split_per_state_with_the_topics_layout() {
-        let topic = crate::sim::engine::TOPIC;
+        let topic = crate::sim::options::TOPIC;
         let append = |ml: &str, l: i64, e: i64| {
             line(json!({"action": "AppendEntry", "ml": ml, "p": [l, e]}))
         };
@@ -1019,7 +1019,7 @@ mod tests {
     /// without one; other cursors' persists (no state joined) are dropped.
     #[test]
     fn deletion_lookup_links_a_recovered_state_to_its_cursors_previous_state() {
-        let topic = crate::sim::engine::TOPIC;
+        let topic = crate::sim::options::TOPIC;
         let c = |action: &str, cur: &str, v: Value| {
             let mut v = v;
             v["action"] = action.into();
@@ -1112,7 +1112,7 @@ mod tests {
     /// unchecked, not fail.
     #[test]
     fn deletion_lookup_refuses_a_cursor_line_naming_a_state_without_a_run() {
-        let topic = crate::sim::engine::TOPIC;
+        let topic = crate::sim::options::TOPIC;
         let lines = vec![
             line(json!({"action": "Open", "ds": 1, "md": [3, -1], "ranges": []})),
             line(json!({"action": "Cursor", "ds": 7, "ml": topic, "cur": "a"})),

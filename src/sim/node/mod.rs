@@ -82,7 +82,7 @@ use crate::ledger::RedbStore;
 
 use super::checker::{DeliveryChecker, OrderCheck};
 use super::crash_storage::{CrashKind, CrashPoint, CrashStorage};
-use super::engine::{SimError, SimOptions};
+use super::options::{Sabotage, SimError, SimOptions};
 use super::report::{peak_memory_kib, Activity, Report, Timing};
 use super::scheduler::{Scheduler, VirtualMs};
 use super::watchdog::{HangGuard, Heartbeat, LoopWatch};
@@ -97,6 +97,9 @@ pub const EPOCH_BASE_MS: u64 = 1_700_000_000_000;
 /// The topic every client uses.
 pub const TOPIC: &str = "persistent://public/default/sim-node";
 /// Cache of the store, bytes.
+/// The store file a data dir keeps after a run (the name `inspect` and
+/// `verify` look for).
+const STORE_FILE: &str = "pulsar-core.redb";
 const STORE_CACHE_BYTES: usize = 4 * 1024 * 1024;
 /// A run stops at this virtual time (the rest is "unfinished").
 const VIRTUAL_LIMIT_MS: u64 = 6 * 3_600_000;
@@ -115,7 +118,7 @@ fn node_broker_config(w: &Workload) -> BrokerConfig {
     c
 }
 
-/// What the node engine did, beyond the model engine's counters.
+/// What the node engine did, beyond the counters of [`Activity`].
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
 pub struct NodeActivity {
     /// Crash points reached: the broker died at a durable write.
@@ -287,6 +290,8 @@ struct Node<'a> {
     crashes_left: u32,
     /// Whether the run's work is done (the loop only drains).
     done: bool,
+    /// Whether the self-test defect ([`Sabotage`]) was applied (each once).
+    sabotage_spent: bool,
     subs: Vec<String>,
     /// Entries the core's admission hook refused (every core of the run).
     admission_rejections: Arc<crate::sync::AtomicU64>,
@@ -353,13 +358,9 @@ pub fn run(
         .map_err(|e| SimError::Component(e.to_string()))?;
     let effective = txn::with_txn_ack_ratio(workload);
     let workload = &effective;
-    // NoDeduplication is the node engine's own (the stored-once rule's control).
-    let model_sabotage = opts
-        .sabotage
-        .is_some_and(|s| s != crate::sim::Sabotage::NoDeduplication);
-    if model_sabotage || opts.trace_dir.is_some() {
+    if opts.trace_dir.is_some() {
         return Err(SimError::Component(
-            "sabotage and trace recording are the model engine's (engine = \"model\")".into(),
+            "trace recording: simulate runs record no traces on the broker core yet".into(),
         ));
     }
     let started = std::time::Instant::now();
@@ -405,6 +406,7 @@ pub fn run(
             0
         },
         done: false,
+        sabotage_spent: false,
         subs,
         admission_rejections: Arc::new(crate::sync::AtomicU64::new(0)),
         admissions: None,
@@ -475,6 +477,17 @@ pub fn run(
     let chunk_work = chunks::component(&n.node.chunks, workload.faults.chunked_ratio > 0.0);
     // The last core closes cleanly.
     n.retire_broker();
+    // An existing data dir keeps the store file (`pulsar-core inspect`,
+    // `verify`), as the CLI's `--data-dir` / `--keep-data` promise.
+    let saved_to = opts
+        .data_dir
+        .is_dir()
+        .then(|| opts.data_dir.join(STORE_FILE));
+    if let Some(path) = &saved_to {
+        std::fs::write(path, n.storage.durable_image()).map_err(|e| {
+            SimError::Component(format!("write the store file {}: {e}", path.display()))
+        })?;
+    }
     counters::into_activity(&n.core_counters, &mut n.activity);
     n.delayed.add_to_activity(&mut n.activity);
     n.drain_delayed_violations();
@@ -519,7 +532,10 @@ pub fn run(
     Ok(Report {
         workload: workload.name.clone(),
         seed: opts.seed,
-        data_dir: "in memory (sim::crash_storage)".into(),
+        data_dir: saved_to.map_or_else(
+            || "in memory (sim::crash_storage)".into(),
+            |p| format!("in memory (sim::crash_storage), saved to {}", p.display()),
+        ),
         sync: match opts.sync {
             crate::ledger::SyncMode::Immediate => "always".into(),
             crate::ledger::SyncMode::Deferred => "deferred".into(),
@@ -572,7 +588,7 @@ impl Node<'_> {
         let mut config = node_broker_config(self.w);
         self.delayed
             .configure(self.w, self.opts.faults, &mut config);
-        config.deduplication = self.opts.sabotage != Some(crate::sim::Sabotage::NoDeduplication);
+        config.deduplication = self.opts.sabotage != Some(Sabotage::NoDeduplication);
         config.admission = self.admission_hook(Arc::clone(&self.admission_rejections));
         config.ledger.auto_skip_non_recoverable_data = self.auto_skip;
         self.store_plan.lock().new_core();
