@@ -88,15 +88,10 @@ fn the_node_txn_preset_same_seed_same_report() {
     assert_eq!(a.virtual_ms, b.virtual_ms);
 }
 
-/// `[txn]` needs the node engine and `sync = always` (a crash with deferred
+/// `[txn]` needs `sync = always` (a crash with deferred
 /// commits loses answered coordinator writes); its ranges are checked.
 #[test]
-fn txn_settings_outside_the_node_engine_are_typed_errors() {
-    let mut w = preset();
-    w.engine = Engine::Model;
-    w.faults.redeliveries = 0;
-    let e = w.validate().unwrap_err().to_string();
-    assert!(e.contains("txn.transactions") && e.contains("node"), "{e}");
+fn txn_settings_out_of_range_or_without_fsync_are_typed_errors() {
     let mut w = preset();
     w.txn.abort_ratio = 0.95;
     let e = w.validate().unwrap_err().to_string();

@@ -22,6 +22,7 @@ use crate::proto::wire::{
     KeySharedMeta, MessageIdData,
 };
 use crate::sim::checker::MessageRef;
+use crate::sim::options::Sabotage;
 use crate::sim::workload::{SubscriptionType, Workload};
 use crate::sync::Arc;
 
@@ -1316,6 +1317,11 @@ impl Node<'_> {
             let Some(m) = self.chunk_arrived(c, m) else {
                 continue;
             };
+            let sabotage = self.opts.sabotage.filter(|_| !self.sabotage_spent);
+            if sabotage == Some(Sabotage::DropOneDelivery) {
+                self.sabotage_spent = true;
+                continue;
+            }
             let bi = m.message_id.batch_index.unwrap_or(-1);
             let mref = MessageRef {
                 position: position_of(&m.message_id),
@@ -1332,6 +1338,10 @@ impl Node<'_> {
                 .delayed
                 .clears_before(self.consumers[c].sub, self.consumers[c].conn);
             self.checker.delivered(&sub, id, mref, now, clears);
+            if sabotage == Some(Sabotage::DeliverOneTwice) {
+                self.sabotage_spent = true;
+                self.checker.delivered(&sub, id, mref, now, clears);
+            }
             self.consumers[c].app.push_back((m, mref));
             self.consumers[c].faulty_closes = 0;
         }

@@ -49,7 +49,7 @@ use crate::proto::txn::{
 use crate::proto::wire::{self, CommandAck, CommandFlow, CommandSubscribe, MessageIdData};
 use crate::sim::checker::{MessageRef, TxnMsg, TxnOutcome};
 use crate::sim::crash_storage::CrashPoint;
-use crate::sim::engine::SimError;
+use crate::sim::options::SimError;
 use crate::sim::report::ComponentReport;
 
 use super::wire::frame;
