@@ -474,3 +474,41 @@ fn serve(args: ServeArgs) -> Result<(), String> {
     eprintln!("pulsar-core serve: stopped");
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::ServeArgs;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        serve: ServeArgs,
+    }
+
+    fn config(args: &[&str]) -> Result<pulsar_core::broker::BrokerConfig, clap::Error> {
+        let cli = Cli::try_parse_from(std::iter::once("serve").chain(args.iter().copied()))?;
+        Ok(cli.serve.broker_config("pulsar://localhost:6650".into()))
+    }
+
+    /// The transaction buffer snapshot settings reach the core
+    /// (`BrokerConfig::txn_snapshot`), Pulsar's defaults without them; 0 is
+    /// refused.
+    #[test]
+    fn transaction_buffer_snapshot_settings_reach_the_core() {
+        let d = config(&[]).unwrap().txn_snapshot;
+        assert_eq!(d, pulsar_core::broker::txn::SnapshotConfig::default());
+        let c = config(&[
+            "--transaction-buffer-snapshot-max-transaction-count",
+            "7",
+            "--transaction-buffer-snapshot-min-time-in-millis",
+            "250",
+        ])
+        .unwrap()
+        .txn_snapshot;
+        assert_eq!((c.max_transaction_count, c.min_time_ms), (7, 250));
+        assert!(config(&["--transaction-buffer-snapshot-min-time-in-millis", "0"]).is_err());
+        assert!(config(&["--transaction-buffer-snapshot-max-transaction-count", "0"]).is_err());
+        assert!(!config(&["--no-turn-commit"]).unwrap().turn_commit);
+    }
+}
