@@ -693,3 +693,116 @@ fn a_non_durable_cursor_completes_at_once_without_a_commit() {
     );
     assert!(store.group_commit_stats().is_none_or(|s| s.writes == 0));
 }
+
+/// Releases a held disk when the test ends, so a failed assertion while
+/// a commit is held fails the test instead of hanging the committer's join.
+struct ReleaseOnDrop<'a>(&'a Disk);
+
+impl Drop for ReleaseOnDrop<'_> {
+    fn drop(&mut self) {
+        self.0.hold(false);
+    }
+}
+
+/// Backpressure: while `max_queued_writes` writes wait behind a held
+/// commit, the next append and cursor persist are refused at once with
+/// `Throttled` and change nothing — the appends queued before them still
+/// commit at their planned positions, the next append after the queue
+/// drained takes the position right after them (no gap), and the cursor's
+/// mark-delete stays where it was.
+#[test]
+fn a_full_writer_queue_refuses_writes_at_once_and_changes_nothing() {
+    let _w = watchdog::arm("a_full_writer_queue_refuses_writes", WAIT);
+    let disk = Arc::new(Disk::default());
+    let store = Arc::new(store_on(&disk).with_group_commit(GroupCommitConfig {
+        max_queued_writes: 2,
+        ..GroupCommitConfig::default()
+    }));
+    let ml = ManagedLedger::open("t", cfg(), store.clone() as Arc<dyn LedgerStore>).unwrap();
+    let cursor = ml.open_cursor("c").unwrap();
+    disk.hold(true);
+    let _release = ReleaseOnDrop(&disk);
+    let first = ml.append_async(vec![0]);
+    while disk.held() == 0 {
+        std::thread::yield_now();
+    }
+    let queued: Vec<_> = (1..3u8).map(|i| ml.append_async(vec![i])).collect();
+    let mut refused = ml.append_async(vec![3]);
+    match refused.try_take() {
+        Some(Err(LedgerError::Store(StoreError::Throttled(msg)))) => {
+            assert!(msg.contains("max_queued_writes 2"), "{msg}");
+        }
+        other => panic!("a full queue must refuse the append at once, got {other:?}"),
+    }
+    let mut persist = cursor.mark_delete_async(Position::new(1, 0));
+    assert!(
+        matches!(
+            persist.try_take(),
+            Some(Err(LedgerError::Store(StoreError::Throttled(_))))
+        ),
+        "a full queue must refuse the cursor persist at once"
+    );
+    disk.hold(false);
+    assert_eq!(
+        first.wait_timeout(WAIT).unwrap().unwrap(),
+        Position::new(1, 0)
+    );
+    for (i, c) in queued.into_iter().enumerate() {
+        assert_eq!(
+            c.wait_timeout(WAIT).unwrap().unwrap(),
+            Position::new(1, 1 + i as i64),
+            "an append queued before the refused one commits at its planned position"
+        );
+    }
+    assert_eq!(cursor.mark_delete_position(), Position::new(1, -1));
+    let next = ml.append_async(vec![4]);
+    assert_eq!(
+        next.wait_timeout(WAIT).unwrap().unwrap(),
+        Position::new(1, 3)
+    );
+    let stats = store.group_commit_stats().unwrap();
+    assert_eq!(stats.throttled, 2);
+    assert_eq!(stats.writes, 4);
+    let read: Vec<Vec<u8>> = cursor
+        .read_entries(10)
+        .unwrap()
+        .into_iter()
+        .map(|e| e.data)
+        .collect();
+    assert_eq!(read, vec![vec![0], vec![1], vec![2], vec![4]]);
+}
+
+/// The byte bound: one large write is taken into an empty queue, the next
+/// one that would pass `max_queued_bytes` is refused.
+#[test]
+fn the_queued_bytes_bound_refuses_a_write_that_would_pass_it() {
+    let _w = watchdog::arm("the_queued_bytes_bound", WAIT);
+    let disk = Arc::new(Disk::default());
+    let store = Arc::new(store_on(&disk).with_group_commit(GroupCommitConfig {
+        max_queued_bytes: 100,
+        ..GroupCommitConfig::default()
+    }));
+    let ml = ManagedLedger::open("t", cfg(), store.clone() as Arc<dyn LedgerStore>).unwrap();
+    disk.hold(true);
+    let _release = ReleaseOnDrop(&disk);
+    let first = ml.append_async(vec![0]);
+    while disk.held() == 0 {
+        std::thread::yield_now();
+    }
+    let big = ml.append_async(vec![7; 150]);
+    let mut refused = ml.append_async(vec![8; 10]);
+    assert!(
+        matches!(
+            refused.try_take(),
+            Some(Err(LedgerError::Store(StoreError::Throttled(_))))
+        ),
+        "a write past max_queued_bytes must be refused at once"
+    );
+    disk.hold(false);
+    first.wait_timeout(WAIT).unwrap().unwrap();
+    assert_eq!(
+        big.wait_timeout(WAIT).unwrap().unwrap(),
+        Position::new(1, 1)
+    );
+    assert_eq!(store.group_commit_stats().unwrap().throttled, 1);
+}

@@ -13,7 +13,7 @@ use super::error::DelayedError;
 use super::snapshot::{
     decode_metadata, decode_segment, parse_bucket_key, SnapshotMetadata, SnapshotSegment,
 };
-use crate::ledger::{completion_pair, Completion, FnWrite, RedbStore, StoreError};
+use crate::ledger::{completion_pair, Completion, FnWrite, RedbStore, StoreError, StoreWrite};
 use crate::sync::{AtomicI64, AtomicU32, Mutex, Ordering};
 
 /// Where bucket snapshots live (Pulsar `BucketSnapshotStorage`, backed by
@@ -483,7 +483,13 @@ impl RedbSnapshotStorage {
                 completer.complete(r.map_err(|e| DelayedError::from_store(op, e)));
             },
         );
-        self.store.group_committer(|c| c.submit(Box::new(write)));
+        self.store
+            .group_committer(|c| match c.check_capacity(bytes) {
+                // Backpressure: refused before it is queued, so nothing of it
+                // is applied and the tracker keeps its state.
+                Err(e) => StoreWrite::<WriteTransaction>::finish(Box::new(write), Err(e)),
+                Ok(()) => c.submit(Box::new(write)),
+            });
         completion
     }
 

@@ -31,6 +31,17 @@
 //!   zero: a batch is whatever arrived during the previous commit). So a
 //!   write waits for at most the commit in flight, `max_delay`, and its own
 //!   commit (plus, under overload, the batches queued before it).
+//! * **Backpressure.** The queue is bounded too:
+//!   [`GroupCommitter::check_capacity`] refuses a write with
+//!   [`StoreError::Throttled`] (transient: retry later, as a Pulsar client
+//!   does on `TooManyRequests`) while
+//!   [`GroupCommitConfig::max_queued_writes`] writes or
+//!   [`GroupCommitConfig::max_queued_bytes`] bytes wait for the writer.
+//!   The store's non-blocking writes (appends, cursor persists, delayed
+//!   snapshots) call it before they plan or queue anything, so a refused
+//!   write changes nothing and never fails the writes queued before it.
+//!   The check and the push are two steps: each thread submitting at the
+//!   same instant may add one write beyond the bound, never more.
 //! * **Callbacks.** `finish` (and so every completion callback and waker)
 //!   runs on the writer thread after the commit, outside the queue lock; a
 //!   panicking callback is contained (logged), the writer goes on.
@@ -60,6 +71,14 @@ pub struct GroupCommitConfig {
     /// (default zero: no waiting; writes that arrive during a commit form
     /// the next batch).
     pub max_delay: Duration,
+    /// Most writes waiting in the queue (not yet taken into a batch) before
+    /// [`GroupCommitter::check_capacity`] refuses more (default 65,536;
+    /// ≥ 1).
+    pub max_queued_writes: usize,
+    /// Most bytes (the writes' own estimates) waiting in the queue before
+    /// [`GroupCommitter::check_capacity`] refuses more (default 256 MiB). A
+    /// write larger than this is still taken when the queue is empty.
+    pub max_queued_bytes: usize,
 }
 
 impl Default for GroupCommitConfig {
@@ -68,6 +87,8 @@ impl Default for GroupCommitConfig {
             max_batch_writes: 1024,
             max_batch_bytes: 16 << 20,
             max_delay: Duration::ZERO,
+            max_queued_writes: 1 << 16,
+            max_queued_bytes: 256 << 20,
         }
     }
 }
@@ -131,12 +152,17 @@ pub struct GroupCommitStats {
     pub refused: u64,
     /// Largest batch committed.
     pub largest_batch: u64,
+    /// Writes refused by [`GroupCommitter::check_capacity`] because the
+    /// queue was full (backpressure).
+    pub throttled: u64,
 }
 
 type Boxed<Tx> = Box<dyn StoreWrite<Tx>>;
 
 struct Queue<Tx> {
     writes: VecDeque<Boxed<Tx>>,
+    /// Sum of the queued writes' [`StoreWrite::bytes`].
+    bytes: usize,
     stopping: bool,
 }
 
@@ -148,6 +174,7 @@ struct Shared<Tx> {
     failed_commits: AtomicU64,
     refused: AtomicU64,
     largest_batch: AtomicU64,
+    throttled: AtomicU64,
 }
 
 /// The store writer: see the module docs. Cheap to share behind an `Arc`;
@@ -171,11 +198,13 @@ where
     pub fn start(backend: B, config: GroupCommitConfig) -> Self {
         let config = GroupCommitConfig {
             max_batch_writes: config.max_batch_writes.max(1),
+            max_queued_writes: config.max_queued_writes.max(1),
             ..config
         };
         let shared = Arc::new(Shared {
             queue: Mutex::new(Queue {
                 writes: VecDeque::new(),
+                bytes: 0,
                 stopping: false,
             }),
             arrived: Condvar::new(),
@@ -184,6 +213,7 @@ where
             failed_commits: AtomicU64::new(0),
             refused: AtomicU64::new(0),
             largest_batch: AtomicU64::new(0),
+            throttled: AtomicU64::new(0),
         });
         let writer = {
             let shared = Arc::clone(&shared);
@@ -211,6 +241,7 @@ where
             if q.stopping {
                 Some(write)
             } else {
+                q.bytes = q.bytes.saturating_add(write.bytes());
                 q.writes.push_back(write);
                 None
             }
@@ -219,6 +250,40 @@ where
             Some(w) => w.finish(Err(stopped())),
             None => self.shared.arrived.notify_one(),
         }
+    }
+
+    /// Whether a write of about `bytes` bytes may be queued now
+    /// (backpressure; see the module docs): `Err(StoreError::Throttled)`
+    /// while [`GroupCommitConfig::max_queued_writes`] writes or
+    /// [`GroupCommitConfig::max_queued_bytes`] bytes (counting this one;
+    /// a write into an empty queue always fits) wait for the writer.
+    /// Counted in [`GroupCommitStats::throttled`].
+    ///
+    /// # Errors
+    /// [`StoreError::Throttled`] with the queue's size and bounds; nothing
+    /// is queued or changed.
+    ///
+    /// # Blocking
+    /// Never blocks on I/O: takes the queue lock for a read.
+    pub fn check_capacity(&self, bytes: usize) -> Result<(), StoreError> {
+        let (writes, queued_bytes) = self.queued();
+        let full = writes >= self.config.max_queued_writes
+            || (writes > 0 && queued_bytes.saturating_add(bytes) > self.config.max_queued_bytes);
+        if !full {
+            return Ok(());
+        }
+        self.shared.throttled.fetch_add(1, Ordering::Relaxed);
+        Err(StoreError::Throttled(format!(
+            "the store writer's queue is full: {writes} writes / {queued_bytes} bytes wait \
+             (max_queued_writes {}, max_queued_bytes {}); the write was not queued",
+            self.config.max_queued_writes, self.config.max_queued_bytes
+        )))
+    }
+
+    /// Writes and bytes waiting in the queue now (not yet in a batch).
+    pub fn queued(&self) -> (usize, usize) {
+        let q = self.shared.queue.lock();
+        (q.writes.len(), q.bytes)
     }
 
     /// Its batch bounds.
@@ -235,6 +300,7 @@ where
             failed_commits: s.failed_commits.load(Ordering::Relaxed),
             refused: s.refused.load(Ordering::Relaxed),
             largest_batch: s.largest_batch.load(Ordering::Relaxed),
+            throttled: s.throttled.load(Ordering::Relaxed),
         }
     }
 
@@ -311,6 +377,7 @@ fn next_batch<Tx>(shared: &Shared<Tx>, config: &GroupCommitConfig) -> Option<Vec
         bytes = bytes.saturating_add(b);
         batch.extend(q.writes.pop_front());
     }
+    q.bytes = q.bytes.saturating_sub(bytes);
     Some(batch)
 }
 

@@ -18,9 +18,11 @@ pub enum StoreError {
     /// [`LedgerError::StorageUnavailable`].
     #[error("storage unavailable: {0}")]
     Unavailable(String),
-    /// The storage throttles reads (BookKeeper's `TooManyRequestsException`):
-    /// transient. A managed-ledger read reports it as
-    /// [`LedgerError::TooManyRequests`].
+    /// The storage throttles reads (BookKeeper's `TooManyRequestsException`)
+    /// or refuses to queue more writes while its writer's queue is full
+    /// ([`GroupCommitter::check_capacity`](super::GroupCommitter::check_capacity)):
+    /// transient, retrying later is right. A managed-ledger read reports it
+    /// as [`LedgerError::TooManyRequests`].
     #[error("storage throttled: {0}")]
     Throttled(String),
 }

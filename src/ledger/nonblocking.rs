@@ -120,6 +120,12 @@ impl ManagedLedger {
     ) -> Completion<Vec<Position>, LedgerError> {
         let (completion, completer) = completion_pair(writer_stopped);
         let order = self.submit_order.lock();
+        // Backpressure before any position is planned: a refused batch
+        // leaves the ledger and the appends queued before it untouched.
+        let bytes = payloads.iter().map(Vec::len).sum();
+        if let Err(e) = self.store.write_capacity(bytes) {
+            return Completion::ready(Err(LedgerError::Store(e)));
+        }
         let (plan, generation) = {
             let mut st = self.state.lock();
             let tail = match st.in_flight.tail {
@@ -233,6 +239,9 @@ impl ManagedCursor {
         reset: bool,
     ) -> Completion<PersistedDeletionState, LedgerError> {
         let order = self.submit_order.lock();
+        if let Err(e) = self.write_capacity() {
+            return Completion::ready(Err(e));
+        }
         let md = snapshot.mark_delete;
         {
             let mut cursor = match self.live() {
@@ -299,6 +308,9 @@ impl ManagedCursor {
         individually_deleted: Vec<(Position, Position)>,
     ) -> Completion<(), LedgerError> {
         let order = self.submit_order.lock();
+        if let Err(e) = self.write_capacity() {
+            return Completion::ready(Err(e));
+        }
         {
             let mut cursor = match self.live() {
                 Ok(c) => c,
@@ -344,6 +356,9 @@ impl ManagedCursor {
     /// `read` once it is durable.
     pub(super) fn reset_queued(&self, md: Position, read: Position) -> Completion<(), LedgerError> {
         let order = self.submit_order.lock();
+        if let Err(e) = self.write_capacity() {
+            return Completion::ready(Err(e));
+        }
         {
             let mut cursor = match self.live() {
                 Ok(c) => c,
@@ -365,6 +380,21 @@ impl ManagedCursor {
         });
         drop(order);
         completion
+    }
+
+    /// Backpressure for a cursor write, checked before it is counted in
+    /// `in_flight` (a refused persist changes nothing): the store's
+    /// [`LedgerStore::write_capacity`](super::LedgerStore::write_capacity);
+    /// a non-durable cursor writes nothing and is never refused.
+    fn write_capacity(&self) -> Result<(), LedgerError> {
+        if self.durable {
+            self.ledger
+                .store
+                .write_capacity(0)
+                .map_err(LedgerError::Store)
+        } else {
+            Ok(())
+        }
     }
 
     /// Submits a cursor write counted in `in_flight`; on success moves the

@@ -174,6 +174,24 @@ pub trait LedgerStore: Send + Sync + std::fmt::Debug {
     fn group_commit_stats(&self) -> Option<GroupCommitStats> {
         None
     }
+
+    /// Whether a write of about `bytes` bytes may be queued by
+    /// [`LedgerStore::submit`] now (backpressure): the store's
+    /// non-blocking writes call it before they plan or queue anything.
+    /// The default (and [`MemoryStore`]) has no queue: always `Ok`.
+    /// [`RedbStore`] asks its [`GroupCommitter`]
+    /// ([`GroupCommitter::check_capacity`]).
+    ///
+    /// # Errors
+    /// [`StoreError::Throttled`] while the writer's queue is full; nothing
+    /// changed.
+    ///
+    /// # Blocking
+    /// Never blocks on I/O.
+    fn write_capacity(&self, bytes: usize) -> Result<(), StoreError> {
+        let _ = bytes;
+        Ok(())
+    }
 }
 
 // ---------------------------------------------------------------- in-memory
@@ -1182,6 +1200,12 @@ impl LedgerStore for RedbStore {
 
     fn group_commit_stats(&self) -> Option<GroupCommitStats> {
         self.committer.with(GroupCommitter::stats)
+    }
+
+    fn write_capacity(&self, bytes: usize) -> Result<(), StoreError> {
+        self.committer
+            .with(|c| c.check_capacity(bytes))
+            .unwrap_or(Ok(()))
     }
 
     fn list_cursors(&self, name: &str) -> Result<Vec<String>, StoreError> {
