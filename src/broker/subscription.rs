@@ -586,35 +586,43 @@ impl Subscription {
         self.cursor
             .persist_deletion_state(&self.deletion, &[])
             .map_err(|e| e.to_string())?;
-        let ranges = self.deletion.individually_deleted_ranges().len() as u64;
+        let ranges = self.deletion.individually_deleted_range_count() as u64;
         self.counters.peak_deleted_ranges = self.counters.peak_deleted_ranges.max(ranges);
         self.tracker.update_mark_delete(md);
         super::delayed_hooks::observe_tracker!(
             self,
             super::delayed_hooks::TrackerCall::MarkDelete(md)
         );
-        // Settle pending acks of every consumer for what is now deleted.
-        let deleted = |p: &Position| self.deletion.is_message_deleted(*p);
-        for c in &mut self.consumers {
-            let done: Vec<Position> = c
-                .permits
-                .pending_acks()
-                .keys()
-                .copied()
-                .filter(deleted)
-                .collect();
-            for p in done {
-                let _ = c.permits.acknowledge(p);
+        // Settle pending acks of every consumer for what is now deleted,
+        // then the subscription's per-entry bookkeeping: every position
+        // checked under one read lock of the deletion state.
+        let Self {
+            deletion,
+            consumers,
+            inflight,
+            replay,
+            redelivery_count,
+            batch_sizes,
+            ..
+        } = self;
+        deletion.with_deleted_check(|deleted| {
+            for c in consumers.iter_mut() {
+                let done: Vec<Position> = c
+                    .permits
+                    .pending_acks()
+                    .keys()
+                    .copied()
+                    .filter(|p| deleted(*p))
+                    .collect();
+                for p in done {
+                    let _ = c.permits.acknowledge(p);
+                }
             }
-        }
-        let deletion = &self.deletion;
-        self.inflight
-            .retain(|p, _| !deletion.is_message_deleted(*p));
-        self.replay.retain(|p, _| !deletion.is_message_deleted(*p));
-        self.redelivery_count
-            .retain(|p, _| !deletion.is_message_deleted(*p));
-        self.batch_sizes
-            .retain(|p, _| !deletion.is_message_deleted(*p));
+            inflight.retain(|p, _| !deleted(*p));
+            replay.retain(|p, _| !deleted(*p));
+            redelivery_count.retain(|p, _| !deleted(*p));
+            batch_sizes.retain(|p, _| !deleted(*p));
+        });
         Ok(())
     }
 }

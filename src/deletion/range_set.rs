@@ -932,9 +932,18 @@ impl PositionRangeSet {
         })
     }
 
-    /// Number of maximal ranges (runs of consecutive entries per ledger).
+    /// Number of maximal ranges (runs of consecutive entries per ledger),
+    /// counted without collecting them.
     pub fn range_count(&self) -> usize {
-        self.ranges_limited(usize::MAX).len()
+        let mut n = 0;
+        for b in self.ledgers.values() {
+            let bits = b.bits.read();
+            let mut it = bits.iter();
+            while it.next_range().is_some() {
+                n += 1;
+            }
+        }
+        n
     }
 
     /// Every maximal range `(lower, upper]` in ascending order, never

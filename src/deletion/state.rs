@@ -449,6 +449,23 @@ impl CursorDeletionState {
         self.inner.read().ranges.cardinality()
     }
 
+    /// Number of individually deleted ranges (the length of
+    /// [`individually_deleted_ranges`](Self::individually_deleted_ranges)),
+    /// counted without collecting them (read lock).
+    pub fn individually_deleted_range_count(&self) -> usize {
+        self.inner.read().ranges.range_count()
+    }
+
+    /// Runs `f` with a check that answers exactly as
+    /// [`is_message_deleted`](Self::is_message_deleted), under ONE cursor
+    /// read lock held for the whole of `f` instead of one per position: for
+    /// settling many positions at once. `f` must not call a method of this
+    /// state that writes (it would wait for the read lock `f` holds).
+    pub fn with_deleted_check<R>(&self, f: impl FnOnce(&dyn Fn(Position) -> bool) -> R) -> R {
+        let g = self.inner.read();
+        f(&|p| Self::deleted_locked(&g, p))
+    }
+
     /// The reset epoch: even when no reset is in progress; `2 × resets` once
     /// they completed.
     pub fn reset_epoch(&self) -> u64 {

@@ -587,7 +587,7 @@ impl ManagedCursor {
         chunk_bytes: usize,
         reset: bool,
     ) -> Result<PersistedDeletionState, LedgerError> {
-        let snapshot = state.snapshot();
+        let mut snapshot = state.snapshot();
         let mut cursor = self.live()?;
         if cursor.in_flight.count > 0 {
             // Non-blocking persists are queued: this one goes behind them
@@ -603,7 +603,7 @@ impl ManagedCursor {
         }
         let md = snapshot.mark_delete;
         self.check_deletion_snapshot(&snapshot, cursor.mark_delete, reset)?;
-        let chunks = compact::encode(&snapshot, chunk_bytes);
+        let chunks = compact::encode_in_place(&mut snapshot, chunk_bytes);
         if self.durable {
             self.ledger.store.save_deletion_state(
                 &self.ledger.name,

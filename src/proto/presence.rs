@@ -90,12 +90,17 @@ struct Field<'a> {
     varint: Option<u64>,
 }
 
-fn walk<'a>(message: &str, bytes: &'a [u8]) -> Result<Vec<Field<'a>>, PresenceError> {
+fn walk<'a>(
+    message: &(impl std::fmt::Display + ?Sized),
+    bytes: &'a [u8],
+) -> Result<Vec<Field<'a>>, PresenceError> {
     let truncated = |at| PresenceError::Truncated {
         message: message.to_string(),
         at,
     };
-    let mut fields = Vec::new();
+    // Every field takes at least two bytes (key and value): sized once for
+    // a small message instead of growing field by field.
+    let mut fields = Vec::with_capacity((bytes.len() / 2).min(16));
     let mut at = 0usize;
     while at < bytes.len() {
         let key_at = at;
@@ -166,9 +171,41 @@ fn walk<'a>(message: &str, bytes: &'a [u8]) -> Result<Vec<Field<'a>>, PresenceEr
 /// chain of `first_chunk_message_id`).
 pub const MAX_DEPTH: u32 = 100;
 
+/// Where a nested message sits, for error messages only: rendered (as
+/// `Outer.Inner…`, or `….Inner` below depth 4) when an error needs it, so a
+/// well-formed message is checked without building a string per level.
+enum Path<'p> {
+    Root(&'p str),
+    Child {
+        parent: &'p Path<'p>,
+        /// The depth of `parent`'s check.
+        parent_depth: u32,
+        message: &'static str,
+    },
+}
+
+impl std::fmt::Display for Path<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Path::Root(m) => f.write_str(m),
+            Path::Child {
+                parent,
+                parent_depth,
+                message,
+            } => {
+                if *parent_depth < 4 {
+                    write!(f, "{parent}.{message}")
+                } else {
+                    write!(f, "….{message}")
+                }
+            }
+        }
+    }
+}
+
 fn check_parts(
     spec: &RequiredSpec,
-    path: &str,
+    path: &Path<'_>,
     parts: &[&[u8]],
     depth: u32,
 ) -> Result<(), PresenceError> {
@@ -200,10 +237,10 @@ fn check_parts(
         if occurrences.is_empty() {
             continue;
         }
-        let child = if depth < 4 {
-            format!("{path}.{}", nested.message)
-        } else {
-            format!("….{}", nested.message)
+        let child = Path::Child {
+            parent: path,
+            parent_depth: depth,
+            message: nested.message,
         };
         if *repeated {
             for o in occurrences {
@@ -223,7 +260,7 @@ fn check_parts(
 /// [`PresenceError`]: the first missing required field, or a structural
 /// defect (truncation, invalid key) found while walking.
 pub fn check_required(spec: &RequiredSpec, bytes: &[u8]) -> Result<(), PresenceError> {
-    check_parts(spec, spec.message, &[bytes], 0)
+    check_parts(spec, &Path::Root(spec.message), &[bytes], 0)
 }
 
 /// The bytes of the first occurrence of length-delimited field `tag` in

@@ -32,15 +32,17 @@
 //! Costs: the image is one `Vec<u8>`; the unsynced layer is an undo log of
 //! the durable bytes of each 4 KiB block first overwritten (or cut off by a
 //! `set_len`) since the last sync, so a write costs O(its bytes) plus one
-//! block copy per block touched for the first time, a sync O(blocks
-//! touched), a crash O(blocks touched) — never a copy of the whole image.
+//! block copy per block touched for the first time, a sync O(1), a crash
+//! O(blocks touched) — never a copy of the whole image. The undo log is one
+//! byte arena and one block index whose capacity survives a sync, so a
+//! store at steady state allocates nothing per write or per sync.
 //! Memory is the image plus the undo log (at most the durable image's
 //! size), reported by [`CrashStorage::stats`].
 //!
 //! [`SyncMode::Immediate`]: crate::ledger::SyncMode::Immediate
 //! [`SyncMode::Deferred`]: crate::ledger::SyncMode::Deferred
 
-use std::collections::BTreeMap;
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use crate::sync::Mutex;
@@ -106,9 +108,13 @@ struct State {
     image: Vec<u8>,
     /// Length of the file as of the last sync.
     durable_len: u64,
-    /// Block index → the block's durable bytes (the part below
-    /// `durable_len`), saved before its first change since the last sync.
-    undo: BTreeMap<u64, Box<[u8]>>,
+    /// Block index → where the block's durable bytes (the part below
+    /// `durable_len`), saved before its first change since the last sync,
+    /// start in `undo_arena` (they run to the block's end or `durable_len`).
+    undo: HashMap<u64, usize>,
+    /// The saved blocks' bytes, back to back; `undo_arena.len()` is the
+    /// undo log's size.
+    undo_arena: Vec<u8>,
     undo_bytes: u64,
     /// The instance allowed to do I/O; earlier ones are fenced.
     epoch: u64,
@@ -132,14 +138,14 @@ impl State {
             return;
         }
         for b in from / BLOCK..to.div_ceil(BLOCK) {
-            if self.undo.contains_key(&b) {
-                continue;
+            let at = self.undo_arena.len();
+            if let std::collections::hash_map::Entry::Vacant(v) = self.undo.entry(b) {
+                v.insert(at);
+                let start = (b * BLOCK) as usize;
+                let end = ((b + 1) * BLOCK).min(self.durable_len) as usize;
+                self.undo_arena.extend_from_slice(&self.image[start..end]);
+                self.undo_bytes += (end - start) as u64;
             }
-            let start = (b * BLOCK) as usize;
-            let end = ((b + 1) * BLOCK).min(self.durable_len) as usize;
-            let saved: Box<[u8]> = self.image[start..end].into();
-            self.undo_bytes += saved.len() as u64;
-            self.undo.insert(b, saved);
         }
         self.stats.undo_peak_bytes = self.stats.undo_peak_bytes.max(self.undo_bytes);
         self.stats.peak_bytes = self
@@ -151,6 +157,7 @@ impl State {
     /// The unsynced layer becomes durable.
     fn make_durable(&mut self) {
         self.undo.clear();
+        self.undo_arena.clear();
         self.undo_bytes = 0;
         self.durable_len = self.image.len() as u64;
         self.syncs += 1;
@@ -163,10 +170,14 @@ impl State {
         if self.image.len() < durable_len {
             self.image.resize(durable_len, 0);
         }
-        for (b, saved) in std::mem::take(&mut self.undo) {
+        // Saved blocks are disjoint: the order of the copies does not matter.
+        for (&b, &at) in &self.undo {
             let start = (b * BLOCK) as usize;
-            self.image[start..start + saved.len()].copy_from_slice(&saved);
+            let end = ((b + 1) * BLOCK).min(self.durable_len) as usize;
+            self.image[start..end].copy_from_slice(&self.undo_arena[at..at + (end - start)]);
         }
+        self.undo.clear();
+        self.undo_arena.clear();
         self.image.truncate(durable_len);
         self.undo_bytes = 0;
     }
