@@ -6,8 +6,9 @@
 //! publish order, an entry refused by admission keeps its place, a
 //! failed MESSAGE write closes the consumer (CLOSE_CONSUMER), a seek
 //! (backward across a kill -9, forward, by publish time) resets the
-//! subscription, unsubscribe deletes it, and a reader starts where it asks
-//! and keeps nothing. Every read
+//! subscription, unsubscribe deletes it, a reader starts where it asks
+//! and keeps nothing, and producer access modes and names hold
+//! (`serve/producers.rs`). Every read
 //! has a timeout; the server is killed when a test ends.
 #![cfg(not(any(loom, feature = "shuttle")))]
 
@@ -24,6 +25,9 @@ use pulsar_core::proto::metadata::MessageMetadata;
 use pulsar_core::proto::wire::{CommandAck, CommandFlow, CommandSubscribe, MessageIdData};
 
 const WAIT: Duration = Duration::from_secs(10);
+
+#[path = "serve/producers.rs"]
+mod producers;
 
 /// A running `serve` on a temporary data dir; killed on drop.
 struct Server {

@@ -392,7 +392,7 @@ impl fmt::Display for Report {
         };
         writeln!(f, "data dir: {} (sync: {}{what})", self.data_dir, self.sync)?;
         writeln!(f)?;
-        let rows: [(&str, String); 41] = [
+        let rows: [(&str, String); 42] = [
             ("published", c.published.to_string()),
             ("delivered", c.delivered.to_string()),
             ("acked", c.acked.to_string()),
@@ -436,6 +436,10 @@ impl fmt::Display for Report {
             ("transaction rule violations", c.txn_violations.to_string()),
             ("reader rule violations", c.reader_violations.to_string()),
             ("chunked messages broken", c.chunk_violations.to_string()),
+            (
+                "producer access violations",
+                c.producer_access_violations.to_string(),
+            ),
             ("livelocks (watchdog)", c.livelocks.to_string()),
             (
                 "restarts / reconnects",

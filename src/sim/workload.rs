@@ -239,6 +239,16 @@ pub struct Faults {
     /// and one `sequence_id`); the consumer client reassembles them and
     /// acknowledges every chunk (`sim::node::chunks`).
     pub chunked_ratio: f64,
+    /// Node engine: the fraction of producer opens in an exclusive access
+    /// mode (`Exclusive`, `WaitForExclusive`, `ExclusiveWithFencing`,
+    /// drawn uniformly; the rest `Shared`), every producer on the one
+    /// topic keeping its name across opens. A producer releases the topic
+    /// now and then (CLOSE_PRODUCER, or its connection dropped) and when it
+    /// has sent everything; a refused or fenced one opens again with a new
+    /// draw; an admitted one sometimes asks for a second producer of its
+    /// own name, which must be refused (`ProducerBusy`). Judged by
+    /// `sim::checker::producers` (`sim::node::producers`).
+    pub producer_access_modes: f64,
 }
 
 /// The most reader clients a workload may run (`faults.readers`).
@@ -291,6 +301,7 @@ impl Default for Faults {
             readers: 0,
             unsubscribes: 0,
             chunked_ratio: 0.0,
+            producer_access_modes: 0.0,
         }
     }
 }
@@ -336,6 +347,7 @@ impl Faults {
             readers: 0,
             unsubscribes: 0,
             chunked_ratio: 0.0,
+            producer_access_modes: 0.0,
         }
     }
 }
@@ -824,6 +836,11 @@ impl Workload {
                 "faults.chunked_ratio > 0 with unsubscribes (the chunking client's reassembly contexts do not follow a subscription deleted and created again; swarm seed 70 livelocks)",
             ),
             (
+                f.producer_access_modes > 0.0
+                    && (self.txn.transactions > 0 || self.txn_ack_ratio > 0.0),
+                "faults.producer_access_modes > 0 with transactions (the transaction client's shared producers on the topic would keep every exclusive producer out)",
+            ),
+            (
                 !f.crash_at_writes.is_empty(),
                 "faults.crash_at_writes (the node engine draws k from faults.crash_window)",
             ),
@@ -1011,6 +1028,10 @@ impl Workload {
                 self.faults.clear_delete_failure_ratio,
             ),
             ("faults.chunked_ratio", self.faults.chunked_ratio),
+            (
+                "faults.producer_access_modes",
+                self.faults.producer_access_modes,
+            ),
         ] {
             if !ratio(r) {
                 return Err(WorkloadError::Invalid(format!(
@@ -1049,6 +1070,8 @@ impl Workload {
             return unsupported("faults.redeliveries > 0 needs engine = \"node\"");
         } else if self.faults.chunked_ratio > 0.0 {
             return unsupported("faults.chunked_ratio > 0 needs engine = \"node\"");
+        } else if self.faults.producer_access_modes > 0.0 {
+            return unsupported("faults.producer_access_modes > 0 needs engine = \"node\"");
         } else if self.faults.readers > 0 || self.faults.unsubscribes > 0 {
             return unsupported("faults.readers and faults.unsubscribes need engine = \"node\"");
         } else if self.txn.transactions > 0 {

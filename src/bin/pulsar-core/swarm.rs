@@ -288,6 +288,15 @@ fn node_workload(w: &mut Workload, r: &mut ChaCha8Rng) {
             w.faults.chunked_ratio = 0.0;
         }
     }
+    // Producer access modes and names (`sim::node::producers`), drawn
+    // last so the earlier draws stay as they were; not beside
+    // transactions (`Workload::node_unsupported`).
+    if r.random_bool(0.3) {
+        w.faults.producer_access_modes = [0.2, 0.5][r.random_range(0..2)];
+        if w.validate().is_err() {
+            w.faults.producer_access_modes = 0.0;
+        }
+    }
     // The core's transaction settings, drawn after everything above so the
     // earlier draws stay as they were: with transactional messages, the
     // transaction buffer's snapshots often (`BrokerConfig::txn_snapshot`:
@@ -353,7 +362,7 @@ fn print_run(seed: u64, report: &Report, json: bool, crash_points: bool) {
         println!("{line}");
     } else {
         println!(
-            "seed {seed}: {} ({} violations) {:?} subs={} consumers={} messages={} faults: restarts={} outages={} reconnects={} seeks={} lost-ledger={} auto-skip={} replay-read-failures={} delayed={} txn={} nack={} crashes={} readers={} unsubscribes={} chunked={}",
+            "seed {seed}: {} ({} violations) {:?} subs={} consumers={} messages={} faults: restarts={} outages={} reconnects={} seeks={} lost-ledger={} auto-skip={} replay-read-failures={} delayed={} txn={} nack={} crashes={} readers={} unsubscribes={} chunked={} access-modes={}",
             if clean { "ok" } else { "FAILED" },
             report.violations,
             w.subscription_type,
@@ -374,6 +383,7 @@ fn print_run(seed: u64, report: &Report, json: bool, crash_points: bool) {
             w.faults.readers,
             w.faults.unsubscribes,
             w.faults.chunked_ratio,
+            w.faults.producer_access_modes,
         );
         if let Some(n) = &report.activity.node {
             println!(

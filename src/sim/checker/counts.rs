@@ -90,6 +90,11 @@ pub struct CheckerCounts {
     /// message their `uuid` names or not of their `total_chunk_msg_size`
     /// (`sim::node::chunks`).
     pub chunk_violations: u64,
+    /// Producer access-mode and producer-name rules broken
+    /// (`checker::producers`): two conflicting admissions live at once, a
+    /// send after a fence receipted, a queued producer promoted out of
+    /// order, two producers of one name admitted.
+    pub producer_access_violations: u64,
     /// Watchdog stops: virtual time did not advance for too many events, or
     /// the wall-clock bound was exceeded.
     pub livelocks: u64,
@@ -114,6 +119,7 @@ impl CheckerCounts {
             + self.txn_violations
             + self.reader_violations
             + self.chunk_violations
+            + self.producer_access_violations
             + self.livelocks
     }
 }

@@ -52,6 +52,7 @@ mod acks;
 mod counts;
 mod delivery;
 mod int_map;
+mod producers;
 mod reader;
 mod seek;
 mod subscription;
@@ -131,6 +132,8 @@ pub struct DeliveryChecker {
     /// Readers' sessions and the publish log they are judged against
     /// (`reader.rs`).
     reader: reader::ReaderState,
+    /// Producer admissions as the clients see them (`producers.rs`).
+    access: producers::AccessState,
 }
 
 impl DeliveryChecker {
@@ -164,6 +167,7 @@ impl DeliveryChecker {
             key_exclusive: false,
             txn: txn::TxnState::default(),
             reader: reader::ReaderState::default(),
+            access: producers::AccessState::default(),
         }
     }
 

@@ -36,7 +36,7 @@ use crate::proto::metadata::MessageMetadata;
 /// consumer per connection).
 pub(super) const CONSUMER_ID: u64 = 1;
 /// The producer id on its connection.
-const PRODUCER_ID: u64 = 1;
+pub(super) const PRODUCER_ID: u64 = 1;
 
 /// One message of an entry waiting for its receipt: its key and delivery
 /// time (virtual ms, 0 = immediate).
@@ -60,20 +60,20 @@ pub(super) struct PendingSend {
 /// A simulated producer (one connection, producer id 1).
 #[derive(Debug, Default)]
 pub(super) struct Producer {
-    conn: Option<u64>,
+    pub(super) conn: Option<u64>,
     cutter: FrameCutter,
-    ready: bool,
+    pub(super) ready: bool,
     publishing: bool,
     /// Logical messages not yet put into an entry.
-    to_create: u64,
+    pub(super) to_create: u64,
     next_seq: u64,
-    pending: BTreeMap<u64, PendingSend>,
+    pub(super) pending: BTreeMap<u64, PendingSend>,
     /// Sequence ids whose connection was lost before their receipt came:
     /// a copy of them may be in the topic.
     uncertain: BTreeSet<u64>,
     /// Logical messages receipted.
     pub(super) receipted: u64,
-    next_req: u64,
+    pub(super) next_req: u64,
 }
 
 impl Producer {
@@ -319,7 +319,14 @@ impl Node<'_> {
                 pr.conn = None;
                 pr.ready = false;
                 let seqs: Vec<u64> = pr.pending.keys().copied().collect();
-                pr.uncertain.extend(seqs);
+                let seqs: Vec<u64> = seqs
+                    .into_iter()
+                    .filter(|s| self.access_may_be_stored(p, *s))
+                    .collect();
+                self.producers[p].uncertain.extend(seqs);
+                if !self.access_conn_lost(p, conn) {
+                    return;
+                }
             }
             ClientRef::Consumer(c) => {
                 let co = &mut self.consumers[c];
@@ -427,18 +434,29 @@ impl Node<'_> {
     }
 
     fn producer_command(&mut self, p: usize, conn: u64, cmd: BrokerCommand) {
+        let receipt = cmd.r#type == ty::SEND_RECEIPT;
+        self.producer_frame(p, conn, cmd);
+        if receipt && self.conns.contains_key(&conn) {
+            // With access modes: the producer may release the topic.
+            self.access_maybe_release(p);
+        }
+    }
+
+    fn producer_frame(&mut self, p: usize, conn: u64, cmd: BrokerCommand) {
         match cmd.r#type {
             ty::CONNECTED => {
                 let pr = &mut self.producers[p];
                 pr.next_req += 1;
+                let request_id = pr.next_req;
+                let producer_access_mode = self.access_open(p, request_id);
                 let c = BrokerCommand {
                     r#type: ty::PRODUCER,
                     producer: Some(command::CommandProducer {
                         topic: TOPIC.into(),
                         producer_id: PRODUCER_ID,
-                        request_id: pr.next_req,
+                        request_id,
                         producer_name: Some(format!("p-{p}")),
-                        producer_access_mode: None,
+                        producer_access_mode,
                         topic_epoch: None,
                     }),
                     ..Default::default()
@@ -446,6 +464,13 @@ impl Node<'_> {
                 self.send_to_broker(conn, frame(&c, Vec::new()));
             }
             ty::PRODUCER_SUCCESS => {
+                let ready = match &cmd.producer_success {
+                    Some(s) => self.access_success(p, conn, s),
+                    None => true,
+                };
+                if !ready {
+                    return;
+                }
                 let pr = &mut self.producers[p];
                 pr.ready = true;
                 // Pulsar's producer resends what had no receipt, in order.
@@ -464,6 +489,7 @@ impl Node<'_> {
                     })
                     .collect();
                 for (seq, payload, n, is_chunk) in resend {
+                    self.access_sending(p, seq);
                     self.node.resent_entries += 1;
                     if is_chunk {
                         self.chunks.activity.chunks_resent += 1;
@@ -474,9 +500,13 @@ impl Node<'_> {
                     self.producers[p].publishing = true;
                     self.sched.after(0, Ev::Publish(p));
                 }
+                if self.producers[p].to_create == 0 {
+                    self.access_maybe_release(p);
+                }
             }
             ty::SEND_RECEIPT => {
                 let Some(r) = cmd.send_receipt else { return };
+                self.access_receipt(p, conn, r.sequence_id);
                 if let Some(e) = self.producers[p].pending.get_mut(&r.sequence_id) {
                     if !e.chunks.is_empty() {
                         self.chunks.activity.chunk_receipts += 1;
@@ -521,10 +551,27 @@ impl Node<'_> {
                 self.producers[p].receipted += e.messages.len() as u64;
             }
             ty::SEND_ERROR | ty::ERROR => {
+                if let Some(e) = &cmd.error {
+                    if self.access_error(p, conn, e) {
+                        return;
+                    }
+                }
                 // Pulsar's producer closes the connection on a SendError
                 // and resends after reconnecting.
                 self.close_conn(conn);
                 self.connection_lost(conn, ClientRef::Producer(p), false);
+            }
+            ty::CLOSE_PRODUCER => {
+                let id = cmd.close_producer.as_ref().map_or(0, |c| c.id);
+                if self.access_closed_by_core(id) {
+                    self.close_conn(conn);
+                    self.connection_lost(conn, ClientRef::Producer(p), false);
+                }
+            }
+            ty::SUCCESS => {
+                if let Some(s) = &cmd.success {
+                    self.access_success_answer(p, conn, s.request_id);
+                }
             }
             _ => {}
         }
@@ -627,6 +674,7 @@ impl Node<'_> {
                     chunks_receipted: 0,
                 },
             );
+            self.access_sending(p, seq);
             for c in chunks {
                 self.send_entry(conn, seq, 1, c, true);
             }
@@ -641,6 +689,7 @@ impl Node<'_> {
                     chunks_receipted: 0,
                 },
             );
+            self.access_sending(p, seq);
             self.send_entry(conn, seq, n as usize, payload, false);
         }
         let next = w.publish_interval_ms.max(1);

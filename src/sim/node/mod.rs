@@ -61,6 +61,7 @@ mod deleted_ack_probe;
 mod faults;
 mod faulty;
 mod nack;
+pub mod producers;
 pub mod reader;
 mod seek;
 mod store_faults;
@@ -187,6 +188,9 @@ pub struct NodeActivity {
     pub unsubscribes: unsubscribe::UnsubActivity,
     /// Chunked messages (`faults.chunked_ratio`, `chunks.rs`).
     pub chunks: chunks::ChunkActivity,
+    /// Producer access modes and names (`faults.producer_access_modes`,
+    /// `producers.rs`).
+    pub producer_access: producers::AccessActivity,
 }
 
 /// Which client a connection belongs to.
@@ -313,6 +317,8 @@ struct Node<'a> {
     unsubs: unsubscribe::UnsubSide,
     /// Chunk contexts of the consumers (`chunks.rs`).
     chunks: chunks::ChunkSide,
+    /// Producer access modes and names (`producers.rs`).
+    access: producers::AccessSide,
     /// What the store under every core fails (`store_faults.rs`).
     store_plan: store_faults::SharedPlan,
     /// The pending-ack logs are opened with auto-skip of non-recoverable
@@ -421,6 +427,7 @@ pub fn run(
         readers: reader::ReaderSide::default(),
         unsubs: unsubscribe::UnsubSide::default(),
         chunks: chunks::ChunkSide::default(),
+        access: producers::AccessSide::default(),
         store_plan: store_faults::SharedPlan::default(),
         auto_skip: workload.faults.pending_ack_auto_skip,
         lose_ledger_at_start: false,
@@ -479,6 +486,11 @@ pub fn run(
     );
     n.node.chunks = std::mem::take(&mut n.chunks.activity);
     let chunk_work = chunks::component(&n.node.chunks, workload.faults.chunked_ratio > 0.0);
+    n.node.producer_access = std::mem::take(&mut n.access.activity);
+    let access_work = producers::component(
+        &n.node.producer_access,
+        workload.faults.producer_access_modes > 0.0,
+    );
     // The last core closes cleanly.
     n.retire_broker();
     counters::into_activity(&n.core_counters, &mut n.activity);
@@ -520,6 +532,7 @@ pub fn run(
     components.push(txn_work);
     components.extend(reader_work);
     components.extend(chunk_work);
+    components.extend(access_work);
     let wall_ms = started.elapsed().as_millis() as u64;
     let delivered = counts.delivered;
     Ok(Report {
