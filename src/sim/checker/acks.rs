@@ -92,7 +92,11 @@ impl DeliveryChecker {
     /// invalid event, and no redelivery of it is allowed). Each may then be
     /// redelivered once, to any consumer, and is exempt from the order
     /// check (Pulsar redelivers negatively acknowledged messages after
-    /// newer ones).
+    /// newer ones). The incarnation that held a message when its entry was
+    /// given back (an aborted transactional ack or a redelivery request of
+    /// the entry: `SubState::released_from`) still holds its copy after
+    /// the entry went to another consumer, so its negative ack of it is
+    /// valid too, as its ack is.
     pub fn nacked(&mut self, sub: &str, consumer: usize, msgs: &[MessageRef], now_ms: u64) {
         let Some(s) = self.subs.get_mut(sub) else {
             self.counts.invalid_events += 1;
@@ -108,7 +112,11 @@ impl DeliveryChecker {
         let mut bad = 0;
         for msg in msgs {
             match self.index.get(msg) {
-                Some(i) if s.delivered[i - base] == token && s.acked[i - base] == NOT_ACKED => {
+                Some(i)
+                    if (s.delivered[i - base] == token
+                        || s.released_from.get(i) == Some(&token))
+                        && s.acked[i - base] == NOT_ACKED =>
+                {
                     s.nacked.insert(*i);
                     s.order_exempt.insert(*i);
                 }

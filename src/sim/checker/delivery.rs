@@ -98,6 +98,12 @@ impl DeliveryChecker {
                 self.violation(now_ms, what);
                 return;
             }
+            if live {
+                // A release let the copy go elsewhere while its holder
+                // still holds its own (the copy a reconnect allowed, then
+                // an abort's): that holder may still acknowledge it.
+                s.released_from.insert(idx, prev);
+            }
             self.counts.duplicates_allowed += 1;
         }
         if self.key_exclusive && self.order == OrderCheck::PerKey {

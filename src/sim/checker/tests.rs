@@ -703,6 +703,108 @@ fn an_aborted_batch_index_ack_releases_the_entrys_unacknowledged_messages() {
     assert_eq!(counts.duplicate_violations, 1, "{first:?}");
 }
 
+/// The consumer holding a message when an aborted transactional ack gave
+/// its entry back still holds its copy after the abort's redelivery went
+/// to another consumer (Pulsar dispatches the entry again with every
+/// unacknowledged index, `PendingAckHandleImpl.handleAbort` →
+/// `redeliverUnacknowledgedMessages`): its negative ack of that copy is
+/// valid and allows one more redelivery. Negative controls: the same
+/// negative ack from a consumer that never received the message, or from
+/// the holder after it reconnected, is an invalid event.
+#[test]
+fn a_negative_ack_by_the_holder_an_abort_released_is_valid() {
+    let b = |i: u32| MessageRef {
+        position: Position::new(1, 0),
+        batch_index: i,
+    };
+    // `nacker`: who negatively acknowledges index 1 at the end;
+    // `reconnect`: consumer 2 reconnects first.
+    let run = |nacker: usize, reconnect: bool| {
+        let mut c = DeliveryChecker::new(["s".to_string()], 0, OrderCheck::None);
+        c.published(b(0), 7, 0);
+        c.published(b(1), 7, 0);
+        c.delivered("s", 0, b(0), 1, 0);
+        c.delivered("s", 0, b(1), 1, 0);
+        // Consumer 0 negatively acknowledges index 1 (the entry goes back)
+        // while index 0 is acknowledged in an open transaction.
+        c.txn_begun(1, 1, 60_000);
+        c.txn_acked(1, "s", b(0));
+        c.nacked("s", 0, &[b(1)], 2);
+        c.redelivery_requested("s", 0, &[b(1).position], 2);
+        c.delivered("s", 2, b(1), 3, 0);
+        // The abort gives the entry back: both indexes to consumer 0,
+        // while consumer 2 still holds index 1.
+        c.txn_end_requested(1, false, 4);
+        c.txn_ended(1, TxnOutcome::Aborted, 4);
+        c.delivered("s", 0, b(0), 5, 0);
+        c.delivered("s", 0, b(1), 5, 0);
+        if reconnect {
+            c.consumer_reconnected("s", 2);
+        }
+        c.nacked("s", nacker, &[b(1)], 6);
+        c.redelivery_requested("s", nacker, &[b(1).position], 6);
+        // The negative ack's redelivery.
+        c.delivered("s", 1, b(1), 7, 0);
+        c.finish(8)
+    };
+    let (counts, first) = run(2, false);
+    assert_eq!(counts.invalid_events, 0, "{first:?}");
+    assert_eq!(counts.duplicate_violations, 0, "{first:?}");
+    for (nacker, reconnect) in [(1, false), (2, true)] {
+        let (counts, first) = run(nacker, reconnect);
+        assert_eq!(counts.invalid_events, 1, "{nacker} {reconnect}: {first:?}");
+        assert!(
+            first
+                .as_deref()
+                .is_some_and(|f| f.contains("negative ack of 1:0#1")),
+            "{first:?}"
+        );
+    }
+}
+
+/// Two copies of one message out at once, both allowed: the copy the
+/// reconnect of its holder allows (to consumer 0) and the copy of an abort
+/// granted after that holder was gone (to consumer 2; Pulsar's abort
+/// dispatches the entry again with every unacknowledged index). Consumer 0
+/// still holds its copy, so its ack of it is valid (Pulsar applies an
+/// individual ack of any consumer that received the position). Negative
+/// control: the ack of a consumer that never received the message is
+/// still an invalid event.
+#[test]
+fn the_holder_of_a_copy_an_aborts_copy_displaced_may_still_acknowledge_it() {
+    let b = |i: u32| MessageRef {
+        position: Position::new(1, 0),
+        batch_index: i,
+    };
+    let run = |acker: usize| {
+        let mut c = DeliveryChecker::new(["s".to_string()], 0, OrderCheck::None);
+        c.published(b(0), 7, 0);
+        c.published(b(1), 7, 0);
+        c.delivered("s", 1, b(0), 1, 0);
+        c.delivered("s", 1, b(1), 1, 0);
+        c.txn_begun(1, 1, 60_000);
+        c.txn_acked(1, "s", b(0));
+        c.consumer_reconnected("s", 1);
+        c.txn_end_requested(1, false, 2);
+        c.txn_ended(1, TxnOutcome::Aborted, 2);
+        // The reconnect's copy of index 1, then the abort's copy of the
+        // entry (both indexes).
+        c.delivered("s", 0, b(1), 3, 0);
+        c.delivered("s", 2, b(0), 4, 0);
+        c.delivered("s", 2, b(1), 4, 0);
+        c.ack_applied("s", acker, &[b(1)], 5);
+        c.finish(6)
+    };
+    let (counts, first) = run(0);
+    assert_eq!(counts.duplicate_violations, 0, "{first:?}");
+    assert_eq!(counts.invalid_events, 0, "{first:?}");
+    let (counts, first) = run(3);
+    assert_eq!(counts.invalid_events, 1, "{first:?}");
+    assert!(first
+        .unwrap()
+        .contains("consumer-3: ack of 1:0#1, not delivered to this consumer"));
+}
+
 /// An aborted transactional ack gives its entry back while a copy of the
 /// entry is still on its way to a consumer that reconnected (Pulsar's
 /// dispatcher sent the batch with the pending-ack indexes left out, then
@@ -743,5 +845,31 @@ fn an_abort_while_its_entry_is_in_flight_to_a_reconnected_consumer_allows_the_ab
     // Negative control: one copy more than the reconnect and the abort
     // allow.
     let (counts, first) = run(true);
+    assert_eq!(counts.duplicate_violations, 1, "{first:?}");
+}
+
+/// A transactional ack receipted after the client was told its
+/// transaction's timeout may have passed (a broker clock jump past its
+/// ttl: the coordinator may have aborted it and redelivered the entry
+/// already) is released at once: the abort's copy to another consumer is
+/// allowed while the acknowledging consumer lives. Negative control: with
+/// no timeout reachable, the same copy is a duplicate.
+#[test]
+fn a_transactional_ack_receipted_after_its_timeout_may_have_passed_is_released() {
+    let run = |timeout_reachable: bool| {
+        let mut c = DeliveryChecker::new(["s".to_string()], 0, OrderCheck::None);
+        c.published(m(0), 7, 0);
+        c.delivered("s", 0, m(0), 1, 0);
+        c.txn_begun(1, 1, 1_000);
+        if timeout_reachable {
+            c.txn_end_requested(1, false, 2);
+        }
+        c.txn_acked(1, "s", m(0));
+        c.delivered("s", 1, m(0), 3, 0);
+        c.finish(4)
+    };
+    let (counts, first) = run(true);
+    assert_eq!(counts.duplicate_violations, 0, "{first:?}");
+    let (counts, first) = run(false);
     assert_eq!(counts.duplicate_violations, 1, "{first:?}");
 }

@@ -116,14 +116,17 @@ impl DeliveryChecker {
     }
 
     /// A transactional ack of `msg` on `sub` inside transaction `k` was
-    /// receipted without an error.
+    /// receipted without an error. Receipted after its timeout may have
+    /// passed (`txn_end_requested` with `commit` false already ran), it is
+    /// released at once: the abort may have given its entry back already.
     pub fn txn_acked(&mut self, k: u64, sub: &str, msg: MessageRef) {
-        self.txn
-            .txns
-            .entry(k)
-            .or_default()
-            .acks
-            .push((sub.to_string(), msg));
+        let v = self.txn.txns.entry(k).or_default();
+        v.acks.push((sub.to_string(), msg));
+        if v.phase == Some(Phase::AbortRequested)
+            && self.txn.aborted_acks.insert((sub.to_string(), msg))
+        {
+            self.txn_release(sub, msg, 0);
+        }
     }
 
     /// A transactional ack of `msg` on `sub` inside transaction `k` lost

@@ -498,6 +498,9 @@ impl Node<'_> {
         self.delayed.clock_offset_ms += ms;
         self.checker.allow_early(ms);
         self.activity.clock_jumps += 1;
+        // Transactions whose ttl the core's clock now passes may time out.
+        let core_now = self.now() + self.delayed.clock_offset_ms;
+        self.txn_clock_jumped(core_now);
         // The core sees the new time with its next input (its timer,
         // rescheduled by the next turn, is due at once): a rewind planned
         // at the same instant disconnects the consumers first, so the

@@ -1220,6 +1220,42 @@ impl Node<'_> {
         x.id
     }
 
+    /// The core's clock stepped forward to `core_now_ms` (run time plus
+    /// the clock jumps so far, `delayed.rs`): the coordinator times a
+    /// transaction out by the broker's clock (Pulsar's
+    /// `TransactionMetadataStore` timeout tracker), so one whose ttl that
+    /// clock now passes may be aborted at the core's next input, before
+    /// the run's clock reaches its ttl, and its acknowledged entries
+    /// redelivered. The checker is told its timeout may have passed (its
+    /// acks may come back, `txn_end_requested` with `commit` false); one
+    /// still open takes no further acks and is ended with an abort (a
+    /// commit would meet `TransactionNotFound`).
+    pub(super) fn txn_clock_jumped(&mut self, core_now_ms: u64) {
+        if !self.txn.enabled {
+            return;
+        }
+        let now = self.now();
+        let mut reachable = Vec::new();
+        for (k, x) in self.txn.txns.iter_mut() {
+            if x.id.is_none() || x.sent_at.saturating_add(x.ttl_ms) > core_now_ms {
+                continue;
+            }
+            match x.step {
+                Step::Adding | Step::Open => {
+                    x.uncertain = true;
+                    reachable.push(*k);
+                }
+                // Left to its timeout (a finished one is ended in the
+                // checker already, which ignores this).
+                Step::Done => reachable.push(*k),
+                Step::New | Step::Ending(_) => {}
+            }
+        }
+        for k in reachable {
+            self.checker.txn_end_requested(k, false, now);
+        }
+    }
+
     /// Whether transaction `k`'s commit was requested and not answered
     /// (the broker may have applied its acks already).
     pub(super) fn txn_commit_in_flight(&self, k: u64) -> bool {
