@@ -423,6 +423,13 @@ pub struct Workload {
     /// partial batch: `ack_set`, P below the batch size). Not with
     /// cumulative acks (Failover's total order).
     pub negative_ack_ratio: f64,
+    /// Node engine: [`crate::broker::BrokerConfig::turn_commit`] (`serve`'s
+    /// default, on: one fsync per driver turn, so END_TXN's coordinator
+    /// records, markers and pending-ack records are one durable unit). Off
+    /// (`serve --no-turn-commit`, an embedder's `turn_commit = false`):
+    /// every store commit is durable on its own, and the crash points fall
+    /// between them too (e.g. the coordinator log ending at Committing).
+    pub turn_commit: bool,
     /// Node engine: transactions a client runs over the wire (see [`TxnWorkload`]).
     pub txn: TxnWorkload,
     /// Faults.
@@ -455,6 +462,7 @@ impl Default for Workload {
             stall_bound_ms: 30_000,
             delayed_late_bound_ms: 0,
             negative_ack_ratio: 0.0,
+            turn_commit: true,
             txn: TxnWorkload::default(),
             faults: Faults::default(),
         }
@@ -1153,6 +1161,18 @@ pub struct TxnWorkload {
     /// persist, Committed/Aborted), so the broker dies inside a commit or
     /// an abort and its recovery must finish it.
     pub crashes_during_end: u32,
+    /// The core's `transactionBufferSnapshotMaxTransactionCount`
+    /// ([`crate::broker::BrokerConfig::txn_snapshot`], `serve
+    /// --transaction-buffer-snapshot-max-transaction-count`): a topic's
+    /// transaction buffer takes a snapshot after this many transactions
+    /// ended on it.
+    pub snapshot_max_transaction_count: u64,
+    /// The core's `transactionBufferSnapshotMinTimeInMillis` (`serve
+    /// --transaction-buffer-snapshot-min-time-in-millis`), virtual ms:
+    /// small, a snapshot falls while a transaction is open (its max read
+    /// position held before the transaction's first entry) and the crash
+    /// points after it recover the buffer from that snapshot.
+    pub snapshot_min_time_ms: u64,
 }
 
 impl Default for TxnWorkload {
@@ -1168,6 +1188,8 @@ impl Default for TxnWorkload {
             ttl_ms: 600_000,
             gap_ms: 20,
             crashes_during_end: 0,
+            snapshot_max_transaction_count: 1_000,
+            snapshot_min_time_ms: 5_000,
         }
     }
 }
@@ -1197,6 +1219,9 @@ impl TxnWorkload {
         }
         if self.timeout_ms == 0 || self.timeout_ms > 600_000 {
             return bad("txn.timeout_ms must be in 1..=600,000");
+        }
+        if self.snapshot_max_transaction_count == 0 || self.snapshot_min_time_ms == 0 {
+            return bad("txn.snapshot_max_transaction_count and txn.snapshot_min_time_ms must be at least 1");
         }
         if self.ttl_ms < 60_000 || self.ttl_ms > 3_600_000 {
             return bad("txn.ttl_ms must be in 60,000..=3,600,000 (long beside a run's crashes: see TxnWorkload)");

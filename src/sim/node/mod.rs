@@ -112,11 +112,17 @@ const RETENTION_CHECK_INTERVAL_MS: u64 = 1_000;
 /// The core's settings for workload `w`: its entries per ledger (a
 /// workload with small ledgers has consumed ledgers trimmed, at crash
 /// points too), no retention, trimming every
-/// [`RETENTION_CHECK_INTERVAL_MS`].
+/// [`RETENTION_CHECK_INTERVAL_MS`], its turn commit and transaction buffer
+/// snapshot settings.
 fn node_broker_config(w: &Workload) -> BrokerConfig {
     let mut c = BrokerConfig::new("pulsar://sim-node:6650");
     c.ledger.max_entries_per_ledger = w.max_entries_per_ledger;
     c.retention_check_interval_ms = RETENTION_CHECK_INTERVAL_MS;
+    c.turn_commit = w.turn_commit;
+    c.txn_snapshot = crate::broker::txn::SnapshotConfig {
+        max_transaction_count: w.txn.snapshot_max_transaction_count,
+        min_time_ms: w.txn.snapshot_min_time_ms,
+    };
     c
 }
 
@@ -598,6 +604,7 @@ impl Node<'_> {
         let now = self.core_now();
         self.delayed.set_core_now(now);
         self.readers_check_store(&store);
+        self.txn_count_snapshots(&store);
         if std::mem::take(&mut self.lose_ledger_at_start) {
             self.lose_pending_ack_ledgers(&store)?;
         }
