@@ -662,6 +662,17 @@ impl Node<'_> {
                 }
             }
         }));
+        // Nothing deferred is left: the turn's barrier returned `Ok` (also
+        // when the process died right after its fsync), so the snapshot
+        // changes made so far survive a crash.
+        if turn.is_ok()
+            && self
+                .broker
+                .as_ref()
+                .is_some_and(|b| b.store().deferred_commits() == 0)
+        {
+            self.delayed.turn_durable();
+        }
         self.drain_delayed_violations();
         if let Err(p) = turn {
             let what = p
@@ -877,6 +888,10 @@ impl Node<'_> {
             return;
         }
         self.retire_broker();
+        // The core's drop committed its last turn's barrier.
+        if !self.storage.is_dead() {
+            self.delayed.turn_durable();
+        }
         if !self.operator_reload {
             self.node.clean_restarts += 1;
         }
