@@ -28,7 +28,12 @@ fn delayed_recovery_after_a_crash_before_the_turn_barrier_runs_clean() {
             r.first_violation,
             r.violations
         );
-        crashes += r.activity.node.as_ref().expect("node activity").crash_points;
+        crashes += r
+            .activity
+            .node
+            .as_ref()
+            .expect("node activity")
+            .crash_points;
         seals += r.activity.bucket_seals;
         recoveries += r.activity.delayed_recoveries;
     }

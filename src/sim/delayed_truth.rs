@@ -226,6 +226,16 @@ impl DelayedTruth {
         violations
     }
 
+    /// The process died: the storage changes since the last durable
+    /// barrier are gone (a later [`turn_durable`](Self::turn_durable) of the
+    /// next process does not make them durable).
+    pub fn crashed(&mut self) {
+        // Changes the crashed process logged but nobody drained yet.
+        drop(delayed_storage::drain(&self.log));
+        self.undurable.clear();
+        self.persisted = self.durable.clone();
+    }
+
     /// Applies the changes since the last durable point to `durable`.
     fn make_durable(&mut self) {
         for ev in std::mem::take(&mut self.undurable) {
@@ -258,10 +268,6 @@ impl DelayedTruth {
         cutoff_ms: u64,
         contains: impl Fn(Position) -> bool,
     ) -> Option<String> {
-        // The store as the crash (or the clean close) left it: the changes
-        // of a turn whose barrier never returned `Ok` are gone.
-        self.persisted = self.durable.clone();
-        self.undurable.clear();
         // Recovery's own cleanup (expired, enclosed, dangling snapshots).
         let merge_violations = self.apply_snapshot_events();
         debug_assert!(merge_violations.is_empty(), "recovery merges nothing");
@@ -366,6 +372,9 @@ mod tests {
         // Sealed in a turn whose barrier never returned (crash before it).
         created(&t, 1, &[a, b], vec![]);
         assert!(t.apply_snapshot_events().is_empty());
+        t.crashed();
+        // The next process's first barrier does not revive it.
+        assert!(t.turn_durable().is_empty());
         assert!(
             t.check_recovery(100, |_| false).is_none(),
             "a seal lost with its turn is not owed by recovery"
@@ -386,8 +395,12 @@ mod tests {
             .unwrap()
             .push(SnapshotEvent::Deleted { id: 3 });
         t.apply_snapshot_events();
+        t.crashed();
         let miss = t.check_recovery(100, |p| p != a.0).unwrap();
-        assert!(miss.contains("first 1:0") && miss.contains("snapshot 2"), "{miss}");
+        assert!(
+            miss.contains("first 1:0") && miss.contains("snapshot 2"),
+            "{miss}"
+        );
         assert!(t.check_recovery(100, |p| p != c.0).is_none());
         // Without deferral (a store fsyncing every commit) a change is
         // durable once its call returned.

@@ -392,6 +392,14 @@ impl DelayedSide {
         }
     }
 
+    /// The core died at a crash point: the snapshot changes since the last
+    /// durable barrier are lost with it.
+    pub(super) fn crashed(&self) {
+        for truth in lock(&self.shared).truths.values_mut() {
+            truth.crashed();
+        }
+    }
+
     /// Violations found since the last call: (subscription, what, late?).
     pub(super) fn take_violations(&self) -> Vec<(String, String, bool)> {
         std::mem::take(&mut lock(&self.shared).violations)
