@@ -900,6 +900,7 @@ impl Node<'_> {
             self.done = true;
             return;
         }
+        self.unsubs_after_crash();
         let conns: Vec<(u64, ClientRef)> = self.conns.iter().map(|(c, r)| (*c, *r)).collect();
         self.conns.clear();
         self.to_broker_last.clear();

@@ -187,6 +187,31 @@ impl Node<'_> {
         }
     }
 
+    /// After a crash, on the new core: an unsubscribe judged applied from
+    /// the core's memory is durable only with its turn's commit, and a core
+    /// that died at that commit (a crash point at the turn's write) left
+    /// the cursor in the recovered store: the subscription was never
+    /// deleted, so its next SUBSCRIBE resumes it, never a re-creation
+    /// (telling the checker a reset would reopen what the kept cursor
+    /// acknowledged).
+    pub(super) fn unsubs_after_crash(&mut self) {
+        let Some(store) = self.broker.as_ref().map(|b| b.store().clone()) else {
+            return;
+        };
+        let kept: Vec<String> = self
+            .unsubs
+            .awaiting
+            .iter()
+            .filter(|sub| matches!(store.load_cursor(TOPIC, sub), Ok(Some(_))))
+            .cloned()
+            .collect();
+        for sub in kept {
+            self.unsubs.awaiting.remove(&sub);
+            self.node.unsubscribes.applied -= 1;
+            self.node.unsubscribes.undone_by_crash += 1;
+        }
+    }
+
     /// Called by `pump` once the turn's outputs are on the outbound link:
     /// each re-creation reaches the checker with the subscribe's SUCCESS.
     pub(super) fn schedule_recreated_subscriptions(&mut self) {
@@ -249,6 +274,9 @@ pub struct UnsubActivity {
     pub applied_at_crash: u64,
     /// Unsubscribes the core refused (unforced with other consumers).
     pub refused: u64,
+    /// Unsubscribes the core applied in memory whose turn's commit a crash
+    /// cut (the recovered store still holds the cursor): not applied.
+    pub undone_by_crash: u64,
     /// Subscriptions created again after an unsubscribe (the checker's
     /// reset to the initial position).
     pub recreated: u64,
