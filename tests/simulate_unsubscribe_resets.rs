@@ -53,3 +53,19 @@ fn unsubscribe_cut_by_a_crash_at_its_commit_is_not_a_reset() {
     // The case is reached: an unsubscribe the crash undid.
     assert!(n.unsubscribes.undone_by_crash > 0, "{:?}", n.unsubscribes);
 }
+
+#[test]
+fn unsubscribe_of_a_subscription_the_core_has_not_opened_is_not_a_reset() {
+    let w = workload_file("node_unsubscribe_before_resubscribe.toml");
+    let r = run_seed(&w, 2527);
+    assert!(
+        r.is_clean(),
+        "{:?} ({} violations, {} lost)",
+        r.first_violation,
+        r.violations,
+        r.counts.lost
+    );
+    let n = r.activity.node.as_ref().expect("node activity");
+    assert!(n.unsubscribes.sent > 0, "{:?}", n.unsubscribes);
+    assert!(n.readers.opened > 0, "{:?}", n.readers);
+}

@@ -69,8 +69,9 @@ impl UnsubSide {
 
 /// What a frame the core is about to handle means for the unsubscribes.
 pub(super) enum UnsubFrame {
-    /// An UNSUBSCRIBE the node sent: its key and subscription.
-    Unsubscribe((u64, u64), String),
+    /// An UNSUBSCRIBE the node sent: its key, its subscription, and
+    /// whether that subscription was open on the core before it.
+    Unsubscribe((u64, u64), String, bool),
     /// The SUBSCRIBE that will create `sub` again, at mark-delete `md`.
     Recreate(String, Position),
 }
@@ -125,7 +126,11 @@ impl Node<'_> {
             let cmd = BrokerCommand::decode(command).ok()?;
             let key = (conn, cmd.unsubscribe?.request_id);
             let (_, sub) = self.unsubs.pending.get(&key)?;
-            return Some(UnsubFrame::Unsubscribe(key, sub.clone()));
+            return Some(UnsubFrame::Unsubscribe(
+                key,
+                sub.clone(),
+                self.sub_open(sub),
+            ));
         }
         if self.unsubs.awaiting.is_empty() || !command.starts_with(&[0x08, ty::SUBSCRIBE as u8]) {
             return None;
@@ -144,7 +149,7 @@ impl Node<'_> {
     pub(super) fn unsub_handled(&mut self, frame: UnsubFrame, died: bool) {
         let store = self.broker.as_ref().map(|b| b.store().clone());
         match frame {
-            UnsubFrame::Unsubscribe(key, sub) => {
+            UnsubFrame::Unsubscribe(key, sub, was_open) => {
                 self.unsubs.pending.remove(&key);
                 if !died {
                     self.unsubs.answered.insert(key);
@@ -152,7 +157,11 @@ impl Node<'_> {
                 let applied = if died {
                     store.is_some_and(|s| matches!(s.load_cursor(TOPIC, &sub), Ok(None)))
                 } else {
-                    !self.sub_open(&sub)
+                    // Deleted by this frame: open before, gone after. A
+                    // core that has not opened the subscription (after a
+                    // restart, before its consumer subscribed again)
+                    // answers "Consumer not found" and deletes nothing.
+                    was_open && !self.sub_open(&sub)
                 };
                 if applied {
                     self.node.unsubscribes.applied += 1;
