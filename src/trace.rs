@@ -536,6 +536,36 @@ pub mod pending_ack {
         );
     }
 
+    /// [`init`] of a handle the broker core opened (`crate::broker`'s
+    /// transaction wiring, before the handle's `init()`), from the
+    /// components themselves: the log is the entries of `ledger` after
+    /// `cursor`'s mark-delete, `rp` its read position; the line also holds
+    /// the replay's read batch and queue capacity (`b`, `cap`: the trace
+    /// cfg's B and Cap, which `crate::sim::sim_trace` names in the file).
+    /// `lost` is false: the core's store loses no ledger of a log.
+    pub fn opened(
+        h: &str,
+        ledger: &crate::ledger::ManagedLedger,
+        cursor: &ManagedCursor,
+        replay: &crate::pending_ack::ReplayConfig,
+        auto_skip: bool,
+    ) {
+        let md = cursor.mark_delete_position();
+        let log: Vec<_> = ledger
+            .ledgers()
+            .into_iter()
+            .flat_map(|(id, entries)| (0..entries).map(move |e| Position::new(id, e)))
+            .filter(|p| *p > md)
+            .map(pos)
+            .collect();
+        record(
+            "Init",
+            h,
+            json!({ "log": log, "rp": pos(cursor.read_position()), "lost": false,
+                    "autoSkip": auto_skip, "b": replay.read_batch, "cap": replay.queue_capacity }),
+        );
+    }
+
     /// Not a spec action: the log of handle `h` (after its `init` line) has
     /// some but not all ledgers lost, which the spec does not model (its
     /// `lost` is the whole log); the simulator's trace writer drops the run.
@@ -707,6 +737,13 @@ pub mod permits {
     pub fn conn_task_write(c: (u64, u64), n: u32, written: bool) {
         rec("ConnTaskWrite", c, json!({ "n": n, "written": written }));
     }
+    /// Not a spec action: consumer `c` is a raw client's (its Flows are not
+    /// the PIP-491 client state's, like the node engine's reader of its
+    /// transactions' second topic): `crate::sim::sim_trace` does not write
+    /// its run.
+    pub fn raw_client(c: (u64, u64)) {
+        rec("RawClient", c, json!({}));
+    }
     /// `Replace`: a new incarnation replaced the current one on the same
     /// connection (CloseConsumer + Subscribe written; old credit abandoned).
     pub fn replace(c: (u64, u64)) {
@@ -761,6 +798,25 @@ pub mod bucket_merge {
     /// trackers, across restarts, into one run).
     pub fn tracker(trk: u64, sub: &str) {
         record("Tracker", json!({ "trk": trk, "sub": sub }));
+    }
+
+    /// [`tracker`] for the broker core's tracker `t` of subscription `sub`
+    /// of managed ledger `ml` (the run's key `ml/sub`), with the spec's
+    /// view of its clock and segments: `tick` what its cutoff adds to the
+    /// clock (0 with `deliver_at_time_strict`), `maxIdx` its indexes per
+    /// snapshot segment.
+    pub fn tracker_of(t: &Tracker, ml: &str, sub: &str) {
+        let c = t.config();
+        let tick = if c.deliver_at_time_strict {
+            0
+        } else {
+            c.tick_time_ms
+        };
+        record(
+            "Tracker",
+            json!({ "trk": t.trace_id(), "sub": format!("{ml}/{sub}"), "tick": tick,
+                    "maxIdx": c.max_indexes_per_bucket_snapshot_segment }),
+        );
     }
 
     /// `Add` (or `ReReadAt(p)` when `p` was added before a restart):

@@ -153,6 +153,16 @@ pub(crate) mod pending_ack {
 
     /// Nothing recorded.
     #[inline(always)]
+    pub(crate) fn opened(
+        _h: &str,
+        _ledger: &crate::ledger::ManagedLedger,
+        _cursor: &ManagedCursor,
+        _replay: &crate::pending_ack::ReplayConfig,
+        _auto_skip: bool,
+    ) {
+    }
+    /// Nothing recorded.
+    #[inline(always)]
     pub(crate) fn h_start(_h: &str, _cursor: &ManagedCursor) {}
     /// Nothing recorded.
     #[inline(always)]
@@ -268,6 +278,9 @@ pub(crate) mod bucket_merge {
         Segments
     }
 
+    /// Nothing recorded.
+    #[inline(always)]
+    pub(crate) fn tracker_of(_t: &Tracker, _ml: &str, _sub: &str) {}
     /// Nothing recorded.
     #[inline(always)]
     pub(crate) fn add(_t: &Tracker, _inner: &Inner, _p: i64, _at: i64, _due: bool) {}

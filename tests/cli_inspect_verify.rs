@@ -267,8 +267,8 @@ fn inspect_and_verify_a_data_dir_kept_from_simulate() {
     let sim = run(&[
         "simulate",
         "--workload",
-        // A model-engine workload with transactional acks: its store is a
-        // file in the data dir (the node engine's is in memory).
+        // Transactional acks on the broker core: the run's in-memory store
+        // is saved to the data dir at its end.
         concat!(
             env!("CARGO_MANIFEST_DIR"),
             "/tests/workloads/shared_delayed_txn_restarts.toml"

@@ -98,9 +98,4 @@ fn bad_chunk_settings_are_typed_errors() {
     assert!(
         matches!(w.validate(), Err(WorkloadError::Unsupported(m)) if m.contains("faults.chunked_ratio") && m.contains("Key_Shared"))
     );
-    let mut w = workload();
-    w.engine = pulsar_core::sim::Engine::Model;
-    assert!(
-        matches!(w.validate(), Err(WorkloadError::Unsupported(m)) if m.contains("faults.chunked_ratio"))
-    );
 }

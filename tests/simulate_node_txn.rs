@@ -88,15 +88,10 @@ fn the_node_txn_preset_same_seed_same_report() {
     assert_eq!(a.virtual_ms, b.virtual_ms);
 }
 
-/// `[txn]` needs the node engine and `sync = always` (a crash with deferred
+/// `[txn]` needs `sync = always` (a crash with deferred
 /// commits loses answered coordinator writes); its ranges are checked.
 #[test]
-fn txn_settings_outside_the_node_engine_are_typed_errors() {
-    let mut w = preset();
-    w.engine = Engine::Model;
-    w.faults.redeliveries = 0;
-    let e = w.validate().unwrap_err().to_string();
-    assert!(e.contains("txn.transactions") && e.contains("node"), "{e}");
+fn txn_settings_out_of_range_or_without_fsync_are_typed_errors() {
     let mut w = preset();
     w.txn.abort_ratio = 0.95;
     let e = w.validate().unwrap_err().to_string();
@@ -133,4 +128,90 @@ fn the_second_topic_reader_closed_by_a_failed_write_subscribes_again() {
         r.violations
     );
     assert_eq!(r.counts.txn_violations, 0);
+}
+
+fn workload(file: &str) -> Workload {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/workloads")
+        .join(file);
+    Workload::from_toml_file(&path).unwrap()
+}
+
+/// `txn.snapshot_min_time_ms` / `txn.snapshot_max_transaction_count` (the
+/// core's `BrokerConfig::txn_snapshot`): the transaction buffer takes
+/// snapshots while transactions are open, and the crashes after them
+/// recover each topic's buffer from such a snapshot and the entries after
+/// it: clean (a snapshot whose max read position passed an open
+/// transaction's first entry, or a recovery that skips the entry after
+/// it, dispatches that transaction's messages: open-visible,
+/// aborted-visible, past-max-read-position; the mutants
+/// `txn_buffer_snapshot_*`). With Pulsar's defaults (`node_txn.toml`) a
+/// run restarts after new snapshots at most a few times.
+#[test]
+fn buffers_recovered_from_snapshots_taken_while_transactions_are_open_run_clean() {
+    let w = workload("node_txn_snapshots.toml");
+    assert_eq!(w.txn.snapshot_min_time_ms, 30);
+    let r = run_seed(&w, 1, pulsar_core::ledger::SyncMode::Immediate).unwrap();
+    assert!(
+        r.is_clean(),
+        "{:?} ({} violations)",
+        r.first_violation,
+        r.violations
+    );
+    let t = &r.activity.node.as_ref().expect("node activity").txn;
+    let d = run_seed(&preset(), 1, pulsar_core::ledger::SyncMode::Immediate).unwrap();
+    let dt = &d.activity.node.as_ref().expect("node activity").txn;
+    assert!(
+        t.restarts_after_new_snapshots >= 5
+            && t.restarts_after_new_snapshots > dt.restarts_after_new_snapshots,
+        "{t:?} vs the defaults' {dt:?}"
+    );
+    assert!(
+        t.open_across_crash > 0 && t.committed > 0 && t.aborted > 0,
+        "{t:?}"
+    );
+    assert_eq!(r.counts.txn_violations, 0);
+}
+
+/// `turn_commit = false` (`serve --no-turn-commit`, an embedder's
+/// `BrokerConfig::turn_commit = false`): every store commit is durable on
+/// its own, so the crash points moved into END_TXN fall between its
+/// coordinator records, markers and pending-ack records, and the
+/// coordinator's recovery finishes every transaction a crash left
+/// Committing or Aborting: clean (a recovery that drops a Committing
+/// transaction loses its messages: committed-lost, the mutant
+/// `txn_coordinator_recovery_drops_committing`).
+#[test]
+fn without_turn_commit_crashes_between_end_txn_writes_are_finished_by_recovery() {
+    let w = workload("node_txn_no_turn_commit.toml");
+    assert!(!w.turn_commit);
+    let r = run_seed(&w, 2, pulsar_core::ledger::SyncMode::Immediate).unwrap();
+    assert!(
+        r.is_clean(),
+        "{:?} ({} violations)",
+        r.first_violation,
+        r.violations
+    );
+    let t = &r.activity.node.as_ref().expect("node activity").txn;
+    assert!(
+        t.crash_points_in_end > 0 && t.end_in_flight_at_crash > 0 && t.committed > 0,
+        "{t:?}"
+    );
+    assert_eq!(r.counts.txn_violations, 0);
+}
+
+/// The broker settings of a workload are checked: the snapshot settings
+/// are at least 1.
+#[test]
+fn broker_settings_of_a_workload_are_typed_errors_when_out_of_range() {
+    for zero in [true, false] {
+        let mut w = workload("node_txn_snapshots.toml");
+        if zero {
+            w.txn.snapshot_min_time_ms = 0;
+        } else {
+            w.txn.snapshot_max_transaction_count = 0;
+        }
+        let e = w.validate().unwrap_err().to_string();
+        assert!(e.contains("txn.snapshot_"), "{e}");
+    }
 }

@@ -89,9 +89,4 @@ fn bad_access_mode_settings_are_typed_errors() {
     assert!(
         matches!(w.validate(), Err(WorkloadError::Unsupported(m)) if m.contains("faults.producer_access_modes") && m.contains("transactions"))
     );
-    let mut w = workload();
-    w.engine = pulsar_core::sim::Engine::Model;
-    assert!(
-        matches!(w.validate(), Err(WorkloadError::Unsupported(m)) if m.contains("faults.producer_access_modes"))
-    );
 }

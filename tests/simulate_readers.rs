@@ -102,9 +102,4 @@ fn bad_reader_and_unsubscribe_settings_are_typed_errors() {
     assert!(
         matches!(w.validate(), Err(WorkloadError::Unsupported(m)) if m.contains("faults.unsubscribes") && m.contains("transactions"))
     );
-    let mut w = workload();
-    w.engine = pulsar_core::sim::Engine::Model;
-    assert!(
-        matches!(w.validate(), Err(WorkloadError::Unsupported(m)) if m.contains("faults.readers"))
-    );
 }

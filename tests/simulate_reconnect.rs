@@ -70,30 +70,3 @@ fn failover_single_consumer_reconnects_keep_total_order() {
 fn key_shared_reconnects_keep_per_key_order() {
     assert_clean(&reconnect_heavy(SubscriptionType::KeyShared, 2));
 }
-
-/// The `failover` preset's shape really hands unacknowledged messages
-/// over: its active consumers hold entries when they reconnect (with a
-/// cumulative ack every 20 messages nothing would ever be pending at a
-/// reconnect, and the handover path would go untested). Counted by the
-/// model engine's broker (`handover_entries`); on the broker core the
-/// preset's test in tests/simulate.rs counts the core's
-/// ACTIVE_CONSUMER_CHANGE notices instead.
-#[test]
-fn failover_preset_hands_pending_entries_to_the_next_consumer() {
-    let mut w = Workload::preset("failover").unwrap();
-    w.engine = pulsar_core::sim::Engine::Model;
-    // Without the node engine's own faults (redelivery requests, crash
-    // points, transactions over the wire).
-    w.faults.redeliveries = 0;
-    w.faults.crash_points = 0;
-    w.faults.crash_recovery_window = 0;
-    w.txn = pulsar_core::sim::TxnWorkload::default();
-    w.messages = 4_000;
-    let mut handed_over = 0;
-    for seed in 1..=4 {
-        let r = run_seed(&w, seed);
-        assert!(r.is_clean(), "seed {seed}: {r}");
-        handed_over += r.activity.handover_entries;
-    }
-    assert!(handed_over > 0, "no entry was ever handed over");
-}

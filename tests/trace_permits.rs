@@ -7,7 +7,10 @@
 //! returns P - d itself; one in ten corrupted, returning all P) while its consumer has permits, processes the
 //! client's frames (Subscribe, CloseConsumer, Flow), the client settles
 //! commands and the Subscribe success (its initial grant), the application
-//! dequeues messages, the connection task writes Flow requests, and the
+//! dequeues messages, the connection task writes Flow requests, the idle
+//! application's residual credit is flushed as a Flow at once
+//! (`ClientConnection::flush_residual`, the spec's `FlushResidual`: no
+//! node-engine client calls it), and the
 //! client replaces its incarnation on the same connection (close/recreate)
 //! up to twice, each time once the current incarnation's Subscribe
 //! succeeded (see `run`). The glue is this file; every accounting step runs in the
@@ -65,7 +68,7 @@ fn run(seed: u64) -> Vec<String> {
     let mut client = ClientConsumer::subscribe(Arc::clone(&conn), 1, RQ).unwrap();
     up.extend(conn.take_outbox());
     for _ in 0..STEPS {
-        match rng.random_range(0..6) {
+        match rng.random_range(0..7) {
             0 => {
                 // BrokerSend: only to a consumer with permits (Pulsar skips
                 // consumers in debt)
@@ -151,6 +154,12 @@ fn run(seed: u64) -> Vec<String> {
                 // ConnTaskWrite
                 conn.flush_flows();
             }
+            5 => {
+                // FlushResidual: the idle application's residual credit
+                // written as a Flow at once (consumer 1 is always known to
+                // the open connection)
+                conn.flush_residual(1).unwrap();
+            }
             _ => {
                 // Replace: close/recreate on the same connection
                 // Only once the current Subscribe succeeded: the spec writes
@@ -175,7 +184,7 @@ fn record_permit_conservation_traces() {
     std::fs::create_dir_all(&dir).unwrap();
     let path = format!("{dir}/PermitConservation.ndjson");
     let mut out = std::io::BufWriter::new(std::fs::File::create(&path).unwrap());
-    let (mut steps, mut replaces) = (0, 0);
+    let (mut steps, mut replaces, mut flushes) = (0, 0, 0);
     for k in 0..RUNS {
         let init = serde_json::json!({
             "action": "Init", "rq": RQ, "maxP": MAX_P, "maxInc": MAX_INC, "t": k + 1,
@@ -184,6 +193,7 @@ fn record_permit_conservation_traces() {
         for l in run(SEED + k) {
             let mut v: Value = serde_json::from_str(&l).unwrap();
             replaces += usize::from(v["action"] == "Replace");
+            flushes += usize::from(v["action"] == "FlushResidual");
             v["t"] = Value::from(k + 1);
             writeln!(out, "{v}").unwrap();
             steps += 1;
@@ -192,5 +202,8 @@ fn record_permit_conservation_traces() {
     out.flush().unwrap();
     assert!(steps > RUNS as usize * 10, "runs recorded almost nothing");
     assert!(replaces > 0, "no run replaced its incarnation");
-    eprintln!("recorded {RUNS} traces, {steps} steps ({replaces} replacements): {path}");
+    assert!(flushes > 0, "no run flushed a residual credit");
+    eprintln!(
+        "recorded {RUNS} traces, {steps} steps ({replaces} replacements, {flushes} residual flushes): {path}"
+    );
 }

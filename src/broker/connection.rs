@@ -103,6 +103,7 @@ impl Broker {
             return;
         };
         for id in c.consumers.keys() {
+            crate::trace::permits::broker_remove((conn, *id), "connection");
             self.drop_consumer(conn, &c.consumers, *id, "disconnected");
         }
         for (id, p) in &c.producers {
@@ -397,6 +398,7 @@ impl Broker {
             ty::FLOW => {
                 require(raw, ty::FLOW, &[1, 2])?;
                 let f = cmd.flow.unwrap_or_default();
+                crate::trace::permits::broker_recv_flow((conn, f.consumer_id), f.message_permits);
                 let key = ConsumerKey {
                     connection_id: conn,
                     consumer_id: f.consumer_id,
@@ -443,6 +445,7 @@ impl Broker {
             ty::CLOSE_CONSUMER => {
                 require(raw, ty::CLOSE_CONSUMER, &[1, 2])?;
                 let c = cmd.close_consumer.unwrap_or_default();
+                crate::trace::permits::broker_recv_close((conn, c.id));
                 if let Some(r) = self.conn_mut(conn).consumers.remove(&c.id) {
                     let one = BTreeMap::from([(c.id, r)]);
                     self.drop_consumer(conn, &one, c.id, "closed");
@@ -778,6 +781,7 @@ impl Broker {
             min_available: 0,
             redeliveries: 0,
         });
+        crate::trace::permits::broker_recv_subscribe((conn, s.consumer_id));
         tracing::info!(topic = %t.name, subscription = %s.subscription, ?key, incarnation, sub_type = s.sub_type, "consumer subscribed");
         if let Some(c) = sub.consumers.iter().find(|c| c.key == key) {
             let record = c.record(&t.name, &s.subscription, "subscribed");

@@ -241,6 +241,10 @@ pub struct BrokerConfig {
     /// turns the store's deferral on ([`RedbStore::defer_to_barrier`]) for
     /// its lifetime, on every clone of the store.
     pub turn_commit: bool,
+    /// When transaction buffers take snapshots
+    /// (`transactionBufferSnapshotMaxTransactionCount`,
+    /// `transactionBufferSnapshotMinTimeInMillis`; Pulsar's defaults).
+    pub txn_snapshot: txn::SnapshotConfig,
 }
 
 impl BrokerConfig {
@@ -260,6 +264,7 @@ impl BrokerConfig {
             #[cfg(feature = "sim")]
             delayed_observer: None,
             turn_commit: Self::DEFAULT_TURN_COMMIT,
+            txn_snapshot: txn::SnapshotConfig::default(),
         }
     }
 }
@@ -312,6 +317,7 @@ impl Broker {
         config: BrokerConfig,
         now_ms: u64,
     ) -> Self {
+        let txn_snapshot = config.txn_snapshot;
         let out = Outbox {
             high_watermark: config.outbound_high_watermark,
             ..Outbox::default()
@@ -326,7 +332,7 @@ impl Broker {
             next_incarnation: 1,
             started_ms: now_ms,
             clock: Arc::new(VirtualClock::new(now_ms)),
-            txn: txn::TxnRuntime::new(now_ms),
+            txn: txn::TxnRuntime::new(now_ms, txn_snapshot),
             acks: group_commit::AckGroup::default(),
             sends: send_commit::SendBatch::default(),
             lifecycle: lifecycle::Lifecycle::default(),

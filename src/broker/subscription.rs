@@ -278,6 +278,7 @@ impl Subscription {
     ) -> Result<Self, BrokerError> {
         let tracker = BucketDelayedDeliveryTracker::new(tracker_config, storage, clock.clone())
             .map_err(comp)?;
+        crate::trace::bucket_merge::tracker_of(&tracker, ml.name(), name);
         tracker.update_mark_delete(deletion.mark_delete_position());
         tracing::info!(
             topic = ml.name(),

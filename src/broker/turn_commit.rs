@@ -113,10 +113,8 @@ impl Broker {
         }
         self.topics.clear();
         let now = self.now();
-        let snapshot_config = self.txn.snapshot_config;
         let snapshot_seq = self.txn.snapshot_seq;
-        self.txn = super::txn::TxnRuntime::new(now);
-        self.txn.snapshot_config = snapshot_config;
+        self.txn = super::txn::TxnRuntime::new(now, self.config.txn_snapshot);
         self.txn.snapshot_seq = snapshot_seq;
         self.out.durable = self.out.queue.len();
     }

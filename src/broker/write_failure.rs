@@ -65,6 +65,7 @@ impl Broker {
         );
         // After the notice: what the removal hands to other consumers is
         // queued behind it.
+        crate::trace::permits::broker_remove((conn, m.consumer.consumer_id), "write");
         self.remove_consumer_of(conn, m.consumer.consumer_id, "write failed");
     }
 }

@@ -105,7 +105,7 @@
 //! `tests/delayed_model.rs` `tracker_matches_model`; traces are
 //! `specs/TraceBucketMerge.tla` on `tests/trace_bucket_merge.rs`'s runs
 //! and on the simulator's (`.ci/trace` SIM_RUNS:
-//! `tests/trace_workloads/delayed_bucket_merge.toml`, one run per
+//! `tests/trace_workloads/node_delayed_bucket_merge.toml`, one run per
 //! subscription, seals, segment loads, three-way merges and two restarts
 //! whose re-reads interleave with deliveries)
 //! (each hook line pins the tracker's state, so every action below is

@@ -8,7 +8,8 @@
 //! (`tests/ledger_cursor_model.rs`, fixed seed) recorded by
 //! `tests/trace_ledger_cursor.rs` through the hooks of
 //! `crate::trace::ledger_cursor` (feature `trace`): `AppendEntry`, `Read`,
-//! `ReadRun` and `SkipTo` (reads with skip), `MarkDelete`, `Rewind`,
+//! `ReadRun` and `SkipTo` (reads with skip), `MarkDelete` (also of
+//! `persist_deletion_state`, the broker core's persist), `Rewind`,
 //! `Reset`, `Recover` (in `ManagedLedger::open_cursor`). Every store write
 //! of the cursor info (a new cursor's record, `mark_delete_with_ranges`,
 //! `reset`, `persist_deletion_state`) also records a `crate::trace::deletion`
@@ -627,6 +628,8 @@ impl ManagedCursor {
         } else if cursor.read_position <= md {
             cursor.read_position = self.ledger.next_valid_position(md);
         }
+        let (ml, cur) = (&self.ledger.name, &self.name);
+        crate::trace::ledger_cursor::mark_delete(ml, cur, md, cursor.read_position);
         Ok(PersistedDeletionState {
             mark_delete: md,
             deleted_entries: snapshot.deleted_entries(),

@@ -164,21 +164,29 @@ impl State {
         self.stats.durable_writes += 1;
     }
 
-    /// The image goes back to the durable layer.
-    fn roll_back(&mut self) {
+    /// Turns `image` (the running image or a copy of it) into the durable
+    /// layer: every saved block restored, the length cut to the last sync's.
+    fn restore_durable(&self, image: &mut Vec<u8>) {
         let durable_len = self.durable_len as usize;
-        if self.image.len() < durable_len {
-            self.image.resize(durable_len, 0);
+        if image.len() < durable_len {
+            image.resize(durable_len, 0);
         }
         // Saved blocks are disjoint: the order of the copies does not matter.
         for (&b, &at) in &self.undo {
             let start = (b * BLOCK) as usize;
             let end = ((b + 1) * BLOCK).min(self.durable_len) as usize;
-            self.image[start..end].copy_from_slice(&self.undo_arena[at..at + (end - start)]);
+            image[start..end].copy_from_slice(&self.undo_arena[at..at + (end - start)]);
         }
+        image.truncate(durable_len);
+    }
+
+    /// The image goes back to the durable layer.
+    fn roll_back(&mut self) {
+        let mut image = std::mem::take(&mut self.image);
+        self.restore_durable(&mut image);
+        self.image = image;
         self.undo.clear();
         self.undo_arena.clear();
-        self.image.truncate(durable_len);
         self.undo_bytes = 0;
     }
 }
@@ -194,6 +202,15 @@ impl CrashStorage {
     /// An empty image (a new store).
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// The durable layer of the image (what a crash now would leave): the
+    /// store file a data dir keeps after a run.
+    pub fn durable_image(&self) -> Vec<u8> {
+        let s = self.state.lock();
+        let mut image = s.image.clone();
+        s.restore_durable(&mut image);
+        image
     }
 
     /// A backend instance for a new process over the current image: its

@@ -4,18 +4,18 @@
 //!
 //! - [`workload`]: presets and the TOML workload format;
 //! - [`scheduler`]: the discrete-event scheduler on virtual time;
-//! - [`engine`]: the broker-in-a-box driving the real components (the
-//!   model engine);
 //! - [`node`]: the node engine, driving the shipped broker core
 //!   ([`crate::broker::Broker`]) with clients that speak real frames, and
-//!   crashes at durable writes;
+//!   crashes at durable writes (the only engine: the simulator has no
+//!   broker model of its own);
+//! - [`options`]: a run's options, the self-test defects and run errors;
 //! - `hint_race` (feature `race-hooks`): real threads on the real cursor deletion state (the
 //!   lock-free hint and the post-I/O filter against an external oracle), the
 //!   first of the two stages that are not single-threaded and deterministic;
 //! - `replay_race` (feature `race-hooks`): the real pending-ack replay on real threads and a real
 //!   managed ledger (read-ahead failures, a reload over a cached cursor, the
 //!   read-failure race) against an external oracle;
-//! - [`stages`]: runs those two stages after any engine's event loop;
+//! - [`stages`]: runs those two stages after the event loop;
 //! - [`delayed_truth`]: what the delayed tracker should hold (its count rule,
 //!   and what its merges and recoveries must keep);
 //! - [`delayed_storage`]: the snapshot storage as the checker observes it;
@@ -34,10 +34,10 @@ pub mod checker;
 pub mod crash_storage;
 pub mod delayed_storage;
 pub mod delayed_truth;
-pub mod engine;
 #[cfg(feature = "race-hooks")]
 pub mod hint_race;
 pub mod node;
+pub mod options;
 #[cfg(feature = "race-hooks")]
 pub mod replay_race;
 pub mod report;
@@ -48,24 +48,19 @@ pub mod stages;
 pub mod watchdog;
 pub mod workload;
 
-pub use engine::{Sabotage, SimError, SimOptions};
+pub use options::{Sabotage, SimError, SimOptions};
 pub use report::Report;
 pub use watchdog::Watchdog;
 pub use workload::{Engine, Faults, SubscriptionType, TxnWorkload, Workload, WorkloadError};
 
-/// Runs `workload` on the engine it names ([`Workload::engine`]): the
-/// simulator's broker model ([`engine::run`]) or the shipped broker core
-/// ([`node::run`]).
+/// Runs `workload` on the shipped broker core ([`node::run`]).
 ///
 /// # Errors
-/// As the engine's `run`.
+/// As [`node::run`].
 pub fn run(
     workload: &Workload,
     opts: &SimOptions,
     progress: Option<&dyn Fn(u64, u64)>,
 ) -> Result<Report, SimError> {
-    match workload.engine {
-        Engine::Model => engine::run(workload, opts, progress),
-        Engine::Node => node::run(workload, opts, progress),
-    }
+    node::run(workload, opts, progress)
 }

@@ -159,7 +159,7 @@ pub struct Activity {
     /// The in-memory store of a run with crash points: durable writes seen,
     /// bytes written, peak memory (`None`: the file store).
     pub crash_storage: Option<CrashStorageStats>,
-    /// What the node engine did (`None` for the model engine).
+    /// What the node engine did.
     pub node: Option<super::node::NodeActivity>,
 }
 

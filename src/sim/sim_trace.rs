@@ -60,20 +60,32 @@ const PERMITS: &str = "PermitConservation";
 pub fn write(
     dir: &Path,
     workload: &Workload,
+    topic: &str,
     lines: &[String],
 ) -> std::io::Result<Vec<(String, usize, usize)>> {
     std::fs::create_dir_all(dir)?;
     let mut permits: BTreeMap<(u64, u64), Vec<Value>> = BTreeMap::new();
     let mut order: Vec<(u64, u64)> = Vec::new();
+    // Consumers of raw clients (no PIP-491 client state): not written.
+    let mut raw: BTreeSet<(u64, u64)> = BTreeSet::new();
     for l in lines {
         let Ok(v) = serde_json::from_str::<Value>(l) else {
             continue;
         };
+        // A `deletion` line's `c` is a position (its `MarkDelete`'s target),
+        // and every `deletion` line names its state (`ds`).
+        if v.get("ds").is_some() {
+            continue;
+        }
         if let Some(c) = v.get("c").and_then(Value::as_array) {
             let key = (
                 c.first().and_then(Value::as_u64).unwrap_or(0),
                 c.get(1).and_then(Value::as_u64).unwrap_or(0),
             );
+            if v["action"] == "RawClient" {
+                raw.insert(key);
+                continue;
+            }
             let run = permits.entry(key).or_insert_with(|| {
                 order.push(key);
                 Vec::new()
@@ -81,6 +93,7 @@ pub fn write(
             run.push(v);
         }
     }
+    order.retain(|key| !raw.contains(key));
     let mut written = Vec::new();
     if !order.is_empty() {
         let max_inc = permits
@@ -103,9 +116,16 @@ pub fn write(
         out.flush()?;
         written.push((PERMITS.to_string(), order.len(), steps));
     }
+    if !raw.is_empty() {
+        written.push((
+            format!("{PERMITS} (dropped: a raw client's consumer)"),
+            raw.len(),
+            0,
+        ));
+    }
     written.extend(write_pending_ack(dir, lines)?);
     written.extend(write_ledger_cursor(dir, lines)?);
-    written.extend(write_deletion_lookup(dir, lines)?);
+    written.extend(write_deletion_lookup(dir, topic, lines)?);
     written.extend(write_bucket_merge(dir, workload, lines)?);
     let mut summary = std::io::BufWriter::new(std::fs::File::create(dir.join("summary.tsv"))?);
     for (name, runs, steps) in &written {
@@ -120,6 +140,11 @@ const PENDING_ACK: &str = "PendingAckReplay";
 /// One pending-ack handle's run: its `Init` data and its lines.
 struct HandleRun {
     log: Vec<Position>,
+    /// The replay's read batch and queue capacity (the trace cfg's B and
+    /// Cap): the `Init` line's `b` and `cap` (the broker core's handles
+    /// write them; a run whose `Init` has neither is dropped).
+    b: u64,
+    cap: u64,
     init: Value,
     lines: Vec<Value>,
     partial_loss: bool,
@@ -233,8 +258,18 @@ fn write_pending_ack(dir: &Path, lines: &[String]) -> std::io::Result<Vec<(Strin
                             .collect()
                     })
                     .unwrap_or_default();
+                let (Some(b), Some(cap)) = (v["b"].as_u64(), v["cap"].as_u64()) else {
+                    // Not a broker core handle's `Init` (trace::pending_ack::opened
+                    // writes both): the spec's B and Cap are unknown.
+                    *dropped
+                        .entry("dropped: Init without the replay's read batch and capacity")
+                        .or_default() += 1;
+                    continue;
+                };
                 let mut run = HandleRun {
                     log,
+                    b,
+                    cap,
                     init: Value::Null,
                     lines: Vec::new(),
                     partial_loss: false,
@@ -273,19 +308,19 @@ fn write_pending_ack(dir: &Path, lines: &[String]) -> std::io::Result<Vec<(Strin
     for (_, run) in std::mem::take(&mut open) {
         close(run, &mut dropped, true);
     }
-    let mut by_n: BTreeMap<usize, Vec<HandleRun>> = BTreeMap::new();
+    let mut by_n: BTreeMap<(usize, u64, u64), Vec<HandleRun>> = BTreeMap::new();
     for run in done {
-        by_n.entry(run.log.len()).or_default().push(run);
+        by_n.entry((run.log.len(), run.b, run.cap))
+            .or_default()
+            .push(run);
     }
     let mut written = Vec::new();
-    for (n, runs) in by_n {
+    for ((n, b, cap), runs) in by_n {
         let transient = HandleRun::most_read_failures(runs.iter(), "transient").max(3);
         let nonrec =
             HandleRun::most_read_failures(runs.iter().filter(|r| r.init["lost"] != true), "nonrec");
         let name = format!(
-            "{PENDING_ACK}@N={n},B={},Cap={},MaxTransient={transient},MaxNonrec={nonrec}",
-            super::engine::PENDING_ACK_READ_BATCH,
-            super::engine::PENDING_ACK_QUEUE_CAPACITY,
+            "{PENDING_ACK}@N={n},B={b},Cap={cap},MaxTransient={transient},MaxNonrec={nonrec}"
         );
         let mut out =
             std::io::BufWriter::new(std::fs::File::create(dir.join(format!("{name}.ndjson")))?);
@@ -442,6 +477,7 @@ fn deletion_ledgers(v: &Value) -> Vec<i64> {
 /// them, as `DeletionLookup (linked: recovered from a predecessor run)`.
 fn write_deletion_lookup(
     dir: &Path,
+    topic: &str,
     lines: &[String],
 ) -> std::io::Result<Vec<(String, usize, usize)>> {
     let mut layout: BTreeMap<i64, i64> = BTreeMap::new();
@@ -454,11 +490,13 @@ fn write_deletion_lookup(
     let mut pred: BTreeMap<u64, u64> = BTreeMap::new();
     // Every state a `Cursor` line joined to its cursor.
     let mut cursor_states: BTreeSet<u64> = BTreeSet::new();
+    // States of another managed ledger's cursors: not written.
+    let mut other_topic: BTreeSet<u64> = BTreeSet::new();
     for l in lines {
         let Ok(mut v) = serde_json::from_str::<Value>(l) else {
             continue;
         };
-        if v["action"] == "AppendEntry" && v["ml"] == super::engine::TOPIC {
+        if v["action"] == "AppendEntry" && v["ml"] == topic {
             if let (Some(lid), Some(e)) = (v["p"][0].as_i64(), v["p"][1].as_i64()) {
                 let last = layout.entry(lid).or_insert(-1);
                 *last = (*last).max(e);
@@ -489,6 +527,12 @@ fn write_deletion_lookup(
             }
             (Some("Cursor"), Some(c)) => {
                 let Some(ds) = v["ds"].as_u64() else { continue };
+                if c.0 != topic {
+                    // Another managed ledger's cursor (the node engine's
+                    // second topic): the layout is `topic`'s.
+                    other_topic.insert(ds);
+                    continue;
+                }
                 cursor_states.insert(ds);
                 if let Some(prev) = joined.insert(c.clone(), ds) {
                     pred.insert(ds, prev);
@@ -510,7 +554,9 @@ fn write_deletion_lookup(
     }
     let runs: Vec<(u64, Vec<Value>)> = runs
         .into_iter()
-        .filter(|(_, run)| run.first().is_some_and(|v| v["action"] == "Open"))
+        .filter(|(ds, run)| {
+            !other_topic.contains(ds) && run.first().is_some_and(|v| v["action"] == "Open")
+        })
         .collect();
     if runs.is_empty() {
         return Ok(Vec::new());
@@ -603,6 +649,11 @@ fn write_bucket_merge(
 ) -> std::io::Result<Vec<(String, usize, usize)>> {
     let mut sub_of: BTreeMap<u64, String> = BTreeMap::new();
     let mut by_trk: Vec<(u64, Value)> = Vec::new();
+    // What the trackers' cutoff adds to their clock and their indexes per
+    // segment: the broker core's `Tracker` lines say (`tick`, `maxIdx`);
+    // without them, the workload's tick and 100 indexes.
+    let mut tick = workload.delayed_tick_ms as i64;
+    let mut max_idx = 100;
     for l in lines {
         let Ok(v) = serde_json::from_str::<Value>(l) else {
             continue;
@@ -610,6 +661,12 @@ fn write_bucket_merge(
         if v["action"] == "Tracker" {
             if let (Some(t), Some(s)) = (v["trk"].as_u64(), v["sub"].as_str()) {
                 sub_of.insert(t, s.to_string());
+            }
+            if let Some(t) = v["tick"].as_i64() {
+                tick = t;
+            }
+            if let Some(m) = v["maxIdx"].as_i64() {
+                max_idx = m;
             }
             continue;
         }
@@ -631,7 +688,6 @@ fn write_bucket_merge(
             0,
         )]);
     }
-    let tick = workload.delayed_tick_ms as i64;
     // Positions: every ledger a tracker was given, with its delivery time.
     let mut at: BTreeMap<i64, i64> = BTreeMap::new();
     for (_, v) in &by_trk {
@@ -640,6 +696,24 @@ fn write_bucket_merge(
                 at.insert(p, a);
             }
         }
+    }
+    // TLC's integers are 32-bit: times on an epoch clock (the node
+    // engine's) are shifted so the earliest clock or delivery time is 0
+    // (a shift of every time keeps every comparison the spec makes).
+    let earliest = by_trk
+        .iter()
+        .filter_map(|(_, v)| v["st"]["clock"].as_i64())
+        .map(|c| c + tick)
+        .chain(at.values().copied())
+        .min()
+        .unwrap_or(0);
+    let base = if earliest > i64::from(i32::MAX) {
+        earliest
+    } else {
+        0
+    };
+    for a in at.values_mut() {
+        *a -= base;
     }
     let num: BTreeMap<i64, i64> = at
         .keys()
@@ -683,7 +757,7 @@ fn write_bucket_merge(
             })
             .collect();
         json!({
-            "clock": st["clock"].as_i64().unwrap_or(0) + tick,
+            "clock": st["clock"].as_i64().unwrap_or(0) + tick - base,
             "index": set("index"),
             "counter": st["counter"],
             "queue": set("queue"),
@@ -710,6 +784,9 @@ fn write_bucket_merge(
             *clock = c;
         }
         v["st"] = st;
+        if let Some(a) = v["at"].as_i64() {
+            v["at"] = (a - base).into();
+        }
         match v["action"].as_str().unwrap_or_default() {
             "Recover" => {
                 if *first_trk.entry(sub.clone()).or_insert(*t) == *t {
@@ -743,7 +820,7 @@ fn write_bucket_merge(
     }
     let ts: Vec<i64> = at.values().copied().collect();
     let max_crashes = crashes.values().copied().max().unwrap_or(0).max(1);
-    let init = json!({ "action": "Init", "ts": ts, "maxT": max_t, "maxIdx": 100 });
+    let init = json!({ "action": "Init", "ts": ts, "maxT": max_t, "maxIdx": max_idx });
     let name = format!("{BUCKET_MERGE}@MaxCrashes={max_crashes}");
     let mut out =
         std::io::BufWriter::new(std::fs::File::create(dir.join(format!("{name}.ndjson")))?);
@@ -769,7 +846,7 @@ mod tests {
     fn handle_run(h: &str, body: &[Value]) -> Vec<String> {
         let mut lines = vec![
             line(
-                json!({"action": "Init", "h": h, "log": [[7, 0], [7, 1]], "rp": [7, 0], "lost": false, "autoSkip": false}),
+                json!({"action": "Init", "h": h, "log": [[7, 0], [7, 1]], "rp": [7, 0], "lost": false, "autoSkip": false, "b": 4, "cap": 16}),
             ),
             line(json!({"action": "HTimer", "h": h})),
         ];
@@ -779,6 +856,78 @@ mod tests {
             line(v)
         }));
         lines
+    }
+
+    /// PermitConservation runs: one per consumer id on one connection; a
+    /// raw client's consumer (`RawClient`: no PIP-491 client state) is not
+    /// written, and a `deletion` line's `c` (a `MarkDelete` target, with
+    /// its state's `ds`) is not a consumer.
+    #[test]
+    fn permit_runs_leave_out_raw_clients_and_deletion_lines() {
+        let lines = vec![
+            line(json!({"action": "BrokerRecv", "c": [1, 1], "f": "sub"})),
+            line(json!({"action": "RawClient", "c": [2, 1]})),
+            line(json!({"action": "BrokerRecv", "c": [2, 1], "f": "sub"})),
+            line(json!({"action": "BrokerRecv", "c": [2, 1], "f": "flow", "n": 500})),
+            line(json!({"action": "MarkDelete", "ds": 4, "c": [3, 0]})),
+            line(json!({"action": "BrokerRecv", "c": [1, 1], "f": "flow", "n": 10})),
+        ];
+        let workload = Workload {
+            receiver_queue_size: 10,
+            ..Workload::default()
+        };
+        let dir = tempfile::tempdir().unwrap();
+        let written = write(dir.path(), &workload, "topic", &lines).unwrap();
+        assert!(
+            written.contains(&(PERMITS.to_string(), 1, 3)),
+            "{written:?}"
+        );
+        assert!(written.contains(&(
+            format!("{PERMITS} (dropped: a raw client's consumer)"),
+            1,
+            0
+        )));
+        let file = read_file(dir.path(), PERMITS);
+        assert!(file
+            .iter()
+            .all(|v| v["c"] == json!([1, 1]) || v["action"] == "Init"));
+    }
+
+    /// A tracker on an epoch clock (the node engine's): times are shifted
+    /// so the earliest is 0 (TLC's integers are 32-bit), the cutoff offset
+    /// and segment size come from its `Tracker` line.
+    #[test]
+    fn bucket_merge_shifts_epoch_times_and_takes_the_trackers_tick() {
+        let e = 1_700_000_000_000i64;
+        let st = |clock: i64, index: &[i64]| {
+            json!({"clock": clock, "index": index, "counter": index.len(), "queue": [],
+                   "mheap": index, "buckets": [], "trk": 9})
+        };
+        let lines: Vec<String> = [
+            json!({"action": "Tracker", "trk": 9, "sub": "t/sub-0", "tick": 0, "maxIdx": 7}),
+            json!({"action": "Recover", "st": st(e, &[])}),
+            json!({"action": "Add", "p": 10, "at": e + 500, "due": false, "st": st(e + 100, &[10])}),
+        ]
+        .into_iter()
+        .map(line)
+        .collect();
+        let workload = Workload {
+            max_entries_per_ledger: 1,
+            delayed_tick_ms: 100,
+            ..Workload::default()
+        };
+        let dir = tempfile::tempdir().unwrap();
+        write_bucket_merge(dir.path(), &workload, &lines).unwrap();
+        let file = read_file(dir.path(), "BucketMerge@MaxCrashes=1");
+        assert_eq!(
+            file[0],
+            json!({"action": "Init", "ts": [500], "maxT": 100, "maxIdx": 7, "t": 1})
+        );
+        assert_eq!(file[1], json!({"action": "Tick", "clock": 100, "t": 1}));
+        assert_eq!(
+            (&file[2]["at"], &file[2]["st"]["clock"]),
+            (&json!(500), &json!(100))
+        );
     }
 
     fn read_file(dir: &Path, name: &str) -> Vec<Value> {
@@ -815,7 +964,7 @@ mod tests {
         lines.extend(partial[1..].iter().cloned());
         let mut lost_skipped = handle_run("d", &settled);
         lost_skipped[0] = line(
-            json!({"action": "Init", "h": "d", "log": [[7, 0], [7, 1]], "rp": [7, 0], "lost": true, "autoSkip": true}),
+            json!({"action": "Init", "h": "d", "log": [[7, 0], [7, 1]], "rp": [7, 0], "lost": true, "autoSkip": true, "b": 4, "cap": 16}),
         );
         lines.extend(lost_skipped);
 
@@ -966,7 +1115,7 @@ mod tests {
     /// other specs' lines (a permits `d`) are not taken.
     #[test]
     fn deletion_lookup_runs_are_split_per_state_with_the_topics_layout() {
-        let topic = crate::sim::engine::TOPIC;
+        let topic = crate::sim::node::TOPIC;
         let append = |ml: &str, l: i64, e: i64| {
             line(json!({"action": "AppendEntry", "ml": ml, "p": [l, e]}))
         };
@@ -993,7 +1142,7 @@ mod tests {
             d(7, json!({"action": "Ack", "p": [3, 0]})),
         ];
         let dir = tempfile::tempdir().unwrap();
-        let written = write_deletion_lookup(dir.path(), &lines).unwrap();
+        let written = write_deletion_lookup(dir.path(), topic, &lines).unwrap();
         let name = "DeletionLookup@MaxEntry=1,MaxResets=1,MaxIds=4";
         assert_eq!(written, vec![(name.to_string(), 2, 2 + 4)]);
         let file = read_file(dir.path(), name);
@@ -1019,7 +1168,7 @@ mod tests {
     /// without one; other cursors' persists (no state joined) are dropped.
     #[test]
     fn deletion_lookup_links_a_recovered_state_to_its_cursors_previous_state() {
-        let topic = crate::sim::engine::TOPIC;
+        let topic = crate::sim::node::TOPIC;
         let c = |action: &str, cur: &str, v: Value| {
             let mut v = v;
             v["action"] = action.into();
@@ -1065,7 +1214,7 @@ mod tests {
             joined(3, "a"),
         ];
         let dir = tempfile::tempdir().unwrap();
-        let written = write_deletion_lookup(dir.path(), &lines).unwrap();
+        let written = write_deletion_lookup(dir.path(), topic, &lines).unwrap();
         let name = "DeletionLookup@MaxEntry=1,MaxResets=1,MaxIds=3";
         assert_eq!(
             written,
@@ -1112,13 +1261,13 @@ mod tests {
     /// unchecked, not fail.
     #[test]
     fn deletion_lookup_refuses_a_cursor_line_naming_a_state_without_a_run() {
-        let topic = crate::sim::engine::TOPIC;
+        let topic = crate::sim::node::TOPIC;
         let lines = vec![
             line(json!({"action": "Open", "ds": 1, "md": [3, -1], "ranges": []})),
             line(json!({"action": "Cursor", "ds": 7, "ml": topic, "cur": "a"})),
         ];
         let dir = tempfile::tempdir().unwrap();
-        let err = write_deletion_lookup(dir.path(), &lines).unwrap_err();
+        let err = write_deletion_lookup(dir.path(), topic, &lines).unwrap_err();
         assert_eq!(err.kind(), std::io::ErrorKind::InvalidData);
         assert!(err.to_string().contains("state 7"), "{err}");
     }

@@ -22,17 +22,17 @@ pub enum SubscriptionType {
     Failover,
 }
 
-/// Which broker a run drives.
+/// Which broker a run drives: the shipped broker core
+/// (`pulsar_core::broker::Broker`) driven by `sim::node`, whose simulated
+/// clients speak real Pulsar frames to it on the crash storage (see
+/// `sim::node` for the faults it supports). The only engine; `engine =
+/// "node"` stays accepted in workload files, and a file naming the removed
+/// model engine is refused with [`WorkloadError::ModelEngineRemoved`].
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Engine {
-    /// The simulator's own broker model (`sim::engine`): its dispatch,
-    /// acks and pending-ack replay, with every fault of [`Faults`].
+    /// The shipped broker core.
     #[default]
-    Model,
-    /// The shipped broker core (`pulsar_core::broker::Broker`) driven by
-    /// `sim::node`: simulated clients speak real Pulsar frames to it, on
-    /// the crash storage (see `sim::node` for the faults it supports).
     Node,
 }
 
@@ -423,6 +423,13 @@ pub struct Workload {
     /// partial batch: `ack_set`, P below the batch size). Not with
     /// cumulative acks (Failover's total order).
     pub negative_ack_ratio: f64,
+    /// Node engine: [`crate::broker::BrokerConfig::turn_commit`] (`serve`'s
+    /// default, on: one fsync per driver turn, so END_TXN's coordinator
+    /// records, markers and pending-ack records are one durable unit). Off
+    /// (`serve --no-turn-commit`, an embedder's `turn_commit = false`):
+    /// every store commit is durable on its own, and the crash points fall
+    /// between them too (e.g. the coordinator log ending at Committing).
+    pub turn_commit: bool,
     /// Node engine: transactions a client runs over the wire (see [`TxnWorkload`]).
     pub txn: TxnWorkload,
     /// Faults.
@@ -433,7 +440,7 @@ impl Default for Workload {
     fn default() -> Self {
         Self {
             name: "custom".into(),
-            engine: Engine::Model,
+            engine: Engine::Node,
             producers: 10,
             subscriptions: 2,
             consumers_per_subscription: 2,
@@ -455,6 +462,7 @@ impl Default for Workload {
             stall_bound_ms: 30_000,
             delayed_late_bound_ms: 0,
             negative_ack_ratio: 0.0,
+            turn_commit: true,
             txn: TxnWorkload::default(),
             faults: Faults::default(),
         }
@@ -494,6 +502,13 @@ pub enum WorkloadError {
     /// corrupted batches on Failover, cumulative acks on Shared/Key_Shared).
     #[error("unsupported workload: {0}")]
     Unsupported(String),
+    /// The workload file names the simulator's model engine (`engine =
+    /// "model"`), which was removed: every run drives the broker core.
+    #[error("workload file {path}: engine = \"model\": the simulator's model engine was removed; every run drives the shipped broker core (drop the line or write engine = \"node\")")]
+    ModelEngineRemoved {
+        /// The file.
+        path: String,
+    },
 }
 
 impl Workload {
@@ -698,9 +713,9 @@ impl Workload {
                     invalid_permits_ratio: 0.005,
                     zero_permits_on_corrupted_ratio: 0.25,
                     // No read outages, admission rejections or write
-                    // failures: the core has no path for them yet
-                    // (`tests/workloads/permit_write_failures.toml` keeps
-                    // the last two on the model engine).
+                    // failures in this shape (the core's admission and
+                    // write-failure paths run in
+                    // `tests/workloads/node_dispatch_faults.toml`).
                     read_outages: 0,
                     ..Faults::default()
                 },
@@ -749,13 +764,27 @@ impl Workload {
     /// Reads a workload from a TOML file with the fields of [`Workload`].
     ///
     /// # Errors
-    /// [`WorkloadError::Unreadable`], [`WorkloadError::Malformed`], or
-    /// [`WorkloadError::Invalid`] from [`Workload::validate`].
+    /// [`WorkloadError::Unreadable`], [`WorkloadError::Malformed`],
+    /// [`WorkloadError::ModelEngineRemoved`] for a file naming `engine =
+    /// "model"`, or [`WorkloadError::Invalid`] / [`WorkloadError::Unsupported`]
+    /// from [`Workload::validate`].
     pub fn from_toml_file(path: &std::path::Path) -> Result<Self, WorkloadError> {
         let text = std::fs::read_to_string(path).map_err(|e| WorkloadError::Unreadable {
             path: path.display().to_string(),
             reason: e.to_string(),
         })?;
+        let names_model = toml::from_str::<toml::Table>(&text)
+            .ok()
+            .and_then(|t| {
+                t.get("engine")
+                    .and_then(|e| e.as_str().map(|e| e == "model"))
+            })
+            .unwrap_or(false);
+        if names_model {
+            return Err(WorkloadError::ModelEngineRemoved {
+                path: path.display().to_string(),
+            });
+        }
         let w: Workload = toml::from_str(&text).map_err(|e| WorkloadError::Malformed {
             path: path.display().to_string(),
             reason: e.to_string(),
@@ -1052,26 +1081,8 @@ impl Workload {
         if self.faults.unsubscribes > 100 {
             return bad("faults.unsubscribes must be at most 100");
         }
-        if self.engine == Engine::Node {
-            if let Some(what) = self.node_unsupported() {
-                return Err(WorkloadError::Unsupported(format!(
-                    "{what} with engine = \"node\": the broker core has no such path yet (the model engine has)"
-                )));
-            }
-        } else if self.faults.redeliveries > 0 {
-            return unsupported("faults.redeliveries > 0 needs engine = \"node\"");
-        } else if self.faults.chunked_ratio > 0.0 {
-            return unsupported("faults.chunked_ratio > 0 needs engine = \"node\"");
-        } else if self.faults.producer_access_modes > 0.0 {
-            return unsupported("faults.producer_access_modes > 0 needs engine = \"node\"");
-        } else if self.faults.readers > 0 || self.faults.unsubscribes > 0 {
-            return unsupported("faults.readers and faults.unsubscribes need engine = \"node\"");
-        } else if self.txn.transactions > 0 {
-            return unsupported("txn.transactions > 0 needs engine = \"node\"");
-        } else if self.faults.pending_ack_entries_missing {
-            return unsupported("faults.pending_ack_entries_missing needs engine = \"node\"");
-        } else if self.faults.txn_acks_of_deleted {
-            return unsupported("faults.txn_acks_of_deleted needs engine = \"node\"");
+        if let Some(what) = self.node_unsupported() {
+            return unsupported(&format!("{what}: the broker core has no such path yet"));
         }
         if self.faults.pending_ack_entries_missing && !self.faults.pending_ack_auto_skip {
             return unsupported(
@@ -1150,6 +1161,18 @@ pub struct TxnWorkload {
     /// persist, Committed/Aborted), so the broker dies inside a commit or
     /// an abort and its recovery must finish it.
     pub crashes_during_end: u32,
+    /// The core's `transactionBufferSnapshotMaxTransactionCount`
+    /// ([`crate::broker::BrokerConfig::txn_snapshot`], `serve
+    /// --transaction-buffer-snapshot-max-transaction-count`): a topic's
+    /// transaction buffer takes a snapshot after this many transactions
+    /// ended on it.
+    pub snapshot_max_transaction_count: u64,
+    /// The core's `transactionBufferSnapshotMinTimeInMillis` (`serve
+    /// --transaction-buffer-snapshot-min-time-in-millis`), virtual ms:
+    /// small, a snapshot falls while a transaction is open (its max read
+    /// position held before the transaction's first entry) and the crash
+    /// points after it recover the buffer from that snapshot.
+    pub snapshot_min_time_ms: u64,
 }
 
 impl Default for TxnWorkload {
@@ -1165,6 +1188,8 @@ impl Default for TxnWorkload {
             ttl_ms: 600_000,
             gap_ms: 20,
             crashes_during_end: 0,
+            snapshot_max_transaction_count: 1_000,
+            snapshot_min_time_ms: 5_000,
         }
     }
 }
@@ -1194,6 +1219,9 @@ impl TxnWorkload {
         }
         if self.timeout_ms == 0 || self.timeout_ms > 600_000 {
             return bad("txn.timeout_ms must be in 1..=600,000");
+        }
+        if self.snapshot_max_transaction_count == 0 || self.snapshot_min_time_ms == 0 {
+            return bad("txn.snapshot_max_transaction_count and txn.snapshot_min_time_ms must be at least 1");
         }
         if self.ttl_ms < 60_000 || self.ttl_ms > 3_600_000 {
             return bad("txn.ttl_ms must be in 60,000..=3,600,000 (long beside a run's crashes: see TxnWorkload)");
@@ -1248,14 +1276,30 @@ mod tests {
         let err = w.validate().unwrap_err();
         assert!(matches!(err, WorkloadError::Unsupported(_)), "{err}");
         assert!(err.to_string().contains("pending_ack_auto_skip"), "{err}");
-        for missing in [false, true] {
-            let mut w = Workload::default();
-            assert_eq!(w.engine, Engine::Model);
-            w.faults.pending_ack_auto_skip = true;
-            w.faults.txn_acks_of_deleted = !missing;
-            w.faults.pending_ack_entries_missing = missing;
-            let err = w.validate().unwrap_err().to_string();
-            assert!(err.contains("needs engine = \"node\""), "{err}");
+    }
+
+    /// A workload file naming the removed model engine is a typed error
+    /// saying so; `engine = "node"` and no `engine` line both run the
+    /// broker core.
+    #[test]
+    fn a_file_naming_the_model_engine_is_a_typed_error() {
+        let dir = tempfile::tempdir().unwrap();
+        let model = dir.path().join("model.toml");
+        std::fs::write(&model, "engine = \"model\"\nmessages = 10\n").unwrap();
+        let err = Workload::from_toml_file(&model).unwrap_err();
+        assert!(
+            matches!(err, WorkloadError::ModelEngineRemoved { .. }),
+            "{err}"
+        );
+        assert!(
+            err.to_string().contains("model engine was removed"),
+            "{err}"
+        );
+        for text in ["engine = \"node\"\nmessages = 10\n", "messages = 10\n"] {
+            let f = dir.path().join("node.toml");
+            std::fs::write(&f, text).unwrap();
+            let w = Workload::from_toml_file(&f).unwrap();
+            assert_eq!(w.engine, Engine::Node, "{text}");
         }
     }
 

@@ -240,6 +240,11 @@ fn simulate(args: SimulateArgs) -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    // The run's store lives in memory and is saved here at its end.
+    if let Err(e) = std::fs::create_dir_all(data_dir.path()) {
+        eprintln!("error: data dir {}: {e}", data_dir.path().display());
+        return ExitCode::from(2);
+    }
     eprintln!("{}", data_dir.start_line());
     data_dir.exit_on_interrupt();
     let opts = SimOptions {

@@ -297,6 +297,21 @@ fn node_workload(w: &mut Workload, r: &mut ChaCha8Rng) {
             w.faults.producer_access_modes = 0.0;
         }
     }
+    // The core's transaction settings, drawn after everything above so the
+    // earlier draws stay as they were: with transactional messages, the
+    // transaction buffer's snapshots often (`BrokerConfig::txn_snapshot`:
+    // they fall while transactions are open, and crashes recover the
+    // buffers from them) in half the runs; with transactions, the turn
+    // commit off (`BrokerConfig::turn_commit`: the crash points fall
+    // between END_TXN's coordinator records, markers and pending-ack
+    // records) in a quarter.
+    if txn_messages && r.random_bool(0.5) {
+        w.txn.snapshot_min_time_ms = [30, 200][r.random_range(0..2)];
+        w.txn.snapshot_max_transaction_count = [1, 5][r.random_range(0..2)];
+    }
+    if txn && r.random_bool(0.25) {
+        w.turn_commit = false;
+    }
 }
 
 /// The outcome of one seed's run.
@@ -382,8 +397,15 @@ fn print_run(seed: u64, report: &Report, json: bool, crash_points: bool) {
             if w.txn.transactions > 0 {
                 let t = &n.txn;
                 println!(
-                    "seed {seed}: transactions: {} committed, {} aborted, {} left to their timeout, {} END_TXN in flight at a crash",
-                    t.committed, t.aborted, t.timed_out, t.end_in_flight_at_crash
+                    "seed {seed}: transactions: {} committed, {} aborted, {} left to their timeout, {} END_TXN in flight at a crash; buffer snapshots every {} ms / {} transactions ({} restarts after new ones), turn commit {}",
+                    t.committed,
+                    t.aborted,
+                    t.timed_out,
+                    t.end_in_flight_at_crash,
+                    w.txn.snapshot_min_time_ms,
+                    w.txn.snapshot_max_transaction_count,
+                    t.restarts_after_new_snapshots,
+                    if w.turn_commit { "on" } else { "off" }
                 );
             }
         }
@@ -550,6 +572,17 @@ mod tests {
             .collect();
         let in_end = txn.iter().filter(|w| w.txn.crashes_during_end > 0).count();
         assert!(txn.len() > 100 && in_end > 20, "{} {in_end}", txn.len());
+        // Some with frequent transaction buffer snapshots, some without the
+        // turn commit.
+        let snapshots = txn
+            .iter()
+            .filter(|w| w.txn.snapshot_min_time_ms < 1_000)
+            .count();
+        let no_turn_commit = txn.iter().filter(|w| !w.turn_commit).count();
+        assert!(
+            snapshots > 20 && no_turn_commit > 10,
+            "{snapshots} {no_turn_commit}"
+        );
     }
 
     #[test]

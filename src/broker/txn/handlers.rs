@@ -243,8 +243,9 @@ impl Broker {
     /// commits the replay hands back are re-applied and persisted).
     pub(crate) fn attach_txn(&mut self, topic: &str, sub: &str) -> Result<(), BrokerError> {
         let store = Arc::clone(&self.ledgers);
+        let auto_skip = self.config.ledger.auto_skip_non_recoverable_data;
         let pending_ack_log = crate::ledger::LedgerConfig {
-            auto_skip_non_recoverable_data: self.config.ledger.auto_skip_non_recoverable_data,
+            auto_skip_non_recoverable_data: auto_skip,
             ..crate::ledger::LedgerConfig::default()
         };
         let pool = Arc::clone(&self.txn.pool);
@@ -267,16 +268,20 @@ impl Broker {
             .map_err(comp)?;
             let cursor = Arc::new(pa.open_cursor(PENDING_ACK_CURSOR).map_err(comp)?);
             let view = CursorSubscription::new(Arc::clone(&s.cursor), Arc::clone(&s.deletion));
+            let config = HandleConfig::default();
+            let replay = config.replay;
             let h = PendingAckHandle::new(
                 format!("{topic}-{sub}"),
-                cursor,
+                Arc::clone(&cursor),
                 Arc::new(view),
                 &pool,
                 Arc::new(InlineReads),
                 timer,
-                HandleConfig::default(),
+                config,
             )
             .map_err(comp)?;
+            // The log's own auto-skip setting: the spec's `autoSkip`.
+            crate::trace::pending_ack::opened(h.name(), &pa, &cursor, &replay, auto_skip);
             h.init();
             pool.run_pending();
             s.pending_ack = Some(h);

@@ -180,7 +180,7 @@ pub(crate) struct TxnRuntime {
 }
 
 impl TxnRuntime {
-    pub(crate) fn new(now_ms: u64) -> Self {
+    pub(crate) fn new(now_ms: u64, snapshot_config: snapshot::SnapshotConfig) -> Self {
         let timer = Arc::new(VirtualTimer::new());
         timer.advance_to(now_ms);
         Self {
@@ -192,7 +192,7 @@ impl TxnRuntime {
                 .expect("one manual executor is a valid pool"),
             timer,
             buffer_retry: BTreeMap::new(),
-            snapshot_config: snapshot::SnapshotConfig::default(),
+            snapshot_config,
             snapshot_index: BTreeMap::new(),
             snapshot_book: BTreeMap::new(),
             snapshot_seq: 0,

@@ -51,8 +51,10 @@ pub(crate) struct SnapshotBook {
 }
 
 impl Broker {
-    /// Sets when transaction buffers take snapshots.
+    /// Sets when transaction buffers take snapshots (from now on; at start:
+    /// [`crate::broker::BrokerConfig::txn_snapshot`]).
     pub fn set_txn_snapshot_config(&mut self, config: SnapshotConfig) {
+        self.config.txn_snapshot = config;
         self.txn.snapshot_config = config;
     }
 

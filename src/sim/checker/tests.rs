@@ -647,7 +647,7 @@ fn a_key_on_two_consumers_at_once_is_a_violation_when_keys_are_exclusive() {
     c.delivered("s", 1, m(3), 5, 0);
     let (counts, first) = c.finish(6);
     assert_eq!(counts.order_violations, 0, "{first:?}");
-    // Off by default (the model engine's Key_Shared is judged without it).
+    // Off by default.
     let mut c = DeliveryChecker::new(["s".to_string()], 0, OrderCheck::PerKey);
     c.published(m(0), 7, 0);
     c.published(m(1), 7, 0);

@@ -22,6 +22,7 @@ use crate::proto::wire::{
     KeySharedMeta, MessageIdData,
 };
 use crate::sim::checker::MessageRef;
+use crate::sim::options::Sabotage;
 use crate::sim::workload::{SubscriptionType, Workload};
 use crate::sync::Arc;
 
@@ -182,6 +183,19 @@ impl Consumer {
     /// client saw: one to resend, or one of an earlier era in flight.
     pub(super) fn acks_unsettled(&self) -> bool {
         !self.retry.is_empty() || self.acks.values().any(|a| a.era != self.era)
+    }
+
+    /// Whether the application holds its consumer: subscribed on its
+    /// current connection, the subscribe answered (Pulsar's subscribe
+    /// hands the consumer over on SUCCESS, so only then can the
+    /// application close and re-create it).
+    pub(super) fn subscribed(&self) -> bool {
+        self.subscribes.is_empty()
+            && self
+                .client
+                .as_ref()
+                .zip(self.conn)
+                .is_some_and(|(cl, conn)| cl.connection().id() == conn)
     }
 }
 
@@ -1303,6 +1317,11 @@ impl Node<'_> {
             let Some(m) = self.chunk_arrived(c, m) else {
                 continue;
             };
+            let sabotage = self.opts.sabotage.filter(|_| !self.sabotage_spent);
+            if sabotage == Some(Sabotage::DropOneDelivery) {
+                self.sabotage_spent = true;
+                continue;
+            }
             let bi = m.message_id.batch_index.unwrap_or(-1);
             let mref = MessageRef {
                 position: position_of(&m.message_id),
@@ -1319,6 +1338,10 @@ impl Node<'_> {
                 .delayed
                 .clears_before(self.consumers[c].sub, self.consumers[c].conn);
             self.checker.delivered(&sub, id, mref, now, clears);
+            if sabotage == Some(Sabotage::DeliverOneTwice) {
+                self.sabotage_spent = true;
+                self.checker.delivered(&sub, id, mref, now, clears);
+            }
             self.consumers[c].app.push_back((m, mref));
             self.consumers[c].faulty_closes = 0;
         }

@@ -11,7 +11,7 @@
 //!   the truth (a failed call wrote nothing and is not logged).
 //! - **truth** ([`DelayedObserver`]): every call the core makes into a
 //!   tracker is mirrored into the subscription's [`DelayedTruth`] right
-//!   after it returns (as the model engine keeps it next to its own calls):
+//!   after it returns:
 //!   the count must match, every scheduled position must be held, merges
 //!   must persist exactly what is held, a recovery must restore every
 //!   held, sealed, not yet due index, and the structural invariants
@@ -163,7 +163,7 @@ fn lock(s: &Mutex<Shared>) -> std::sync::MutexGuard<'_, Shared> {
     s.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-/// The workload's bucket tracker settings (as the model engine's).
+/// The workload's bucket tracker settings.
 pub(super) fn tracker_config(w: &Workload) -> BucketTrackerConfig {
     BucketTrackerConfig {
         tick_time_ms: w.delayed_tick_ms,
@@ -456,7 +456,7 @@ impl Node<'_> {
     }
 
     /// Plans the clock jumps, rewinds and clear-backlogs over the publish
-    /// `window` (as the model engine: rewind `i` right after clock jump
+    /// `window` (rewind `i` right after clock jump
     /// `i`, at the same instant; clear-backlog `i` at (8i + 7) / 8n of the
     /// window) and the duplicate Subscribes at seeded times.
     pub(super) fn plan_delayed_faults(&mut self, window: u64) -> Vec<(u64, super::faults::Fault)> {

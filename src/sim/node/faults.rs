@@ -165,12 +165,12 @@ impl Node<'_> {
     pub(super) fn arm_missing_pending_acks(
         &mut self,
         store: &crate::ledger::RedbStore,
-    ) -> Result<(), crate::sim::engine::SimError> {
+    ) -> Result<(), crate::sim::options::SimError> {
         for sub in self.subs.clone() {
             let log = super::store_faults::pending_ack_log(super::TOPIC, &sub);
             let (txns, last) =
                 super::store_faults::txns_after_mark_delete(store, &log).map_err(|e| {
-                    crate::sim::engine::SimError::Component(format!("read a pending-ack log: {e}"))
+                    crate::sim::options::SimError::Component(format!("read a pending-ack log: {e}"))
                 })?;
             let (Some(last), false) = (last, txns.is_empty()) else {
                 continue;
@@ -196,13 +196,13 @@ impl Node<'_> {
     pub(super) fn lose_pending_ack_ledgers(
         &mut self,
         store: &crate::ledger::RedbStore,
-    ) -> Result<(), crate::sim::engine::SimError> {
+    ) -> Result<(), crate::sim::options::SimError> {
         let held = self.storage.disarm();
         let mut lost_any = false;
         for sub in self.subs.clone() {
             let log = super::store_faults::pending_ack_log(super::TOPIC, &sub);
             let lost = super::store_faults::lose_first_needed_ledger(store, &log).map_err(|e| {
-                crate::sim::engine::SimError::Component(format!("lose a pending-ack ledger: {e}"))
+                crate::sim::options::SimError::Component(format!("lose a pending-ack ledger: {e}"))
             })?;
             if let Some((_, txns)) = lost {
                 lost_any = true;
@@ -237,7 +237,11 @@ impl Node<'_> {
         | Fault::Seek(c)
         | Fault::Unsubscribe(c) = f
         {
-            if !self.consumers[c].ready() {
+            // An application re-creates a consumer only once it has it:
+            // Pulsar's subscribe hands the consumer over on SUCCESS.
+            let subscribing =
+                matches!(f, Fault::SameConnection(_)) && !self.consumers[c].subscribed();
+            if !self.consumers[c].ready() || subscribing {
                 self.sched.after(100, Ev::Fault(f));
                 return;
             }

@@ -66,6 +66,7 @@ pub mod reader;
 mod seek;
 mod store_faults;
 mod stored_once;
+mod trace_run;
 pub mod txn;
 mod txn_cumulative;
 pub mod unsubscribe;
@@ -83,7 +84,7 @@ use crate::ledger::RedbStore;
 
 use super::checker::{DeliveryChecker, OrderCheck};
 use super::crash_storage::{CrashKind, CrashPoint, CrashStorage};
-use super::engine::{SimError, SimOptions};
+use super::options::{Sabotage, SimError, SimOptions};
 use super::report::{peak_memory_kib, Activity, Report, Timing};
 use super::scheduler::{Scheduler, VirtualMs};
 use super::watchdog::{HangGuard, Heartbeat, LoopWatch};
@@ -98,6 +99,9 @@ pub const EPOCH_BASE_MS: u64 = 1_700_000_000_000;
 /// The topic every client uses.
 pub const TOPIC: &str = "persistent://public/default/sim-node";
 /// Cache of the store, bytes.
+/// The store file a data dir keeps after a run (the name `inspect` and
+/// `verify` look for).
+const STORE_FILE: &str = "pulsar-core.redb";
 const STORE_CACHE_BYTES: usize = 4 * 1024 * 1024;
 /// A run stops at this virtual time (the rest is "unfinished").
 const VIRTUAL_LIMIT_MS: u64 = 6 * 3_600_000;
@@ -108,15 +112,21 @@ const RETENTION_CHECK_INTERVAL_MS: u64 = 1_000;
 /// The core's settings for workload `w`: its entries per ledger (a
 /// workload with small ledgers has consumed ledgers trimmed, at crash
 /// points too), no retention, trimming every
-/// [`RETENTION_CHECK_INTERVAL_MS`].
+/// [`RETENTION_CHECK_INTERVAL_MS`], its turn commit and transaction buffer
+/// snapshot settings.
 fn node_broker_config(w: &Workload) -> BrokerConfig {
     let mut c = BrokerConfig::new("pulsar://sim-node:6650");
     c.ledger.max_entries_per_ledger = w.max_entries_per_ledger;
     c.retention_check_interval_ms = RETENTION_CHECK_INTERVAL_MS;
+    c.turn_commit = w.turn_commit;
+    c.txn_snapshot = crate::broker::txn::SnapshotConfig {
+        max_transaction_count: w.txn.snapshot_max_transaction_count,
+        min_time_ms: w.txn.snapshot_min_time_ms,
+    };
     c
 }
 
-/// What the node engine did, beyond the model engine's counters.
+/// What the node engine did, beyond the counters of [`Activity`].
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
 pub struct NodeActivity {
     /// Crash points reached: the broker died at a durable write.
@@ -291,6 +301,8 @@ struct Node<'a> {
     crashes_left: u32,
     /// Whether the run's work is done (the loop only drains).
     done: bool,
+    /// Whether the self-test defect ([`Sabotage`]) was applied (each once).
+    sabotage_spent: bool,
     subs: Vec<String>,
     /// Entries the core's admission hook refused (every core of the run).
     admission_rejections: Arc<crate::sync::AtomicU64>,
@@ -359,15 +371,6 @@ pub fn run(
         .map_err(|e| SimError::Component(e.to_string()))?;
     let effective = txn::with_txn_ack_ratio(workload);
     let workload = &effective;
-    // NoDeduplication is the node engine's own (the stored-once rule's control).
-    let model_sabotage = opts
-        .sabotage
-        .is_some_and(|s| s != crate::sim::Sabotage::NoDeduplication);
-    if model_sabotage || opts.trace_dir.is_some() {
-        return Err(SimError::Component(
-            "sabotage and trace recording are the model engine's (engine = \"model\")".into(),
-        ));
-    }
     let started = std::time::Instant::now();
     let subs: Vec<String> = (0..workload.subscriptions)
         .map(|i| format!("sub-{i}"))
@@ -411,6 +414,7 @@ pub fn run(
             0
         },
         done: false,
+        sabotage_spent: false,
         subs,
         admission_rejections: Arc::new(crate::sync::AtomicU64::new(0)),
         admissions: None,
@@ -444,14 +448,24 @@ pub fn run(
             workload.name, opts.seed
         ),
     );
-    n.start_broker()?;
-    n.setup_clients();
-    n.setup_readers();
-    n.setup_txn()?;
-    if opts.faults {
-        n.plan_faults();
-    }
-    n.event_loop(progress)?;
+    trace_run::start(workload, opts)?;
+    let looped = n
+        .start_broker()
+        .and_then(|()| {
+            n.setup_clients();
+            n.setup_readers();
+            n.setup_txn()
+        })
+        .and_then(|()| {
+            if opts.faults {
+                n.plan_faults();
+            }
+            n.event_loop(progress)
+        });
+    // The lines of the event loop only: the race stages below run real
+    // threads on components of their own.
+    trace_run::finish(workload, opts)?;
+    looped?;
     let virtual_ms = n.sched.now();
     if n.storage.armed().is_some() {
         n.node.crash_points_not_reached += 1;
@@ -487,6 +501,17 @@ pub fn run(
     );
     // The last core closes cleanly.
     n.retire_broker();
+    // An existing data dir keeps the store file (`pulsar-core inspect`,
+    // `verify`), as the CLI's `--data-dir` / `--keep-data` promise.
+    let saved_to = opts
+        .data_dir
+        .is_dir()
+        .then(|| opts.data_dir.join(STORE_FILE));
+    if let Some(path) = &saved_to {
+        std::fs::write(path, n.storage.durable_image()).map_err(|e| {
+            SimError::Component(format!("write the store file {}: {e}", path.display()))
+        })?;
+    }
     counters::into_activity(&n.core_counters, &mut n.activity);
     n.delayed.add_to_activity(&mut n.activity);
     n.drain_delayed_violations();
@@ -532,7 +557,10 @@ pub fn run(
     Ok(Report {
         workload: workload.name.clone(),
         seed: opts.seed,
-        data_dir: "in memory (sim::crash_storage)".into(),
+        data_dir: saved_to.map_or_else(
+            || "in memory (sim::crash_storage)".into(),
+            |p| format!("in memory (sim::crash_storage), saved to {}", p.display()),
+        ),
         sync: match opts.sync {
             crate::ledger::SyncMode::Immediate => "always".into(),
             crate::ledger::SyncMode::Deferred => "deferred".into(),
@@ -576,6 +604,7 @@ impl Node<'_> {
         let now = self.core_now();
         self.delayed.set_core_now(now);
         self.readers_check_store(&store);
+        self.txn_count_snapshots(&store);
         if std::mem::take(&mut self.lose_ledger_at_start) {
             self.lose_pending_ack_ledgers(&store)?;
         }
@@ -585,7 +614,7 @@ impl Node<'_> {
         let mut config = node_broker_config(self.w);
         self.delayed
             .configure(self.w, self.opts.faults, &mut config);
-        config.deduplication = self.opts.sabotage != Some(crate::sim::Sabotage::NoDeduplication);
+        config.deduplication = self.opts.sabotage != Some(Sabotage::NoDeduplication);
         config.admission = self.admission_hook(Arc::clone(&self.admission_rejections));
         config.ledger.auto_skip_non_recoverable_data = self.auto_skip;
         self.store_plan.lock().new_core();

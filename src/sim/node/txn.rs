@@ -49,7 +49,7 @@ use crate::proto::txn::{
 use crate::proto::wire::{self, CommandAck, CommandFlow, CommandSubscribe, MessageIdData};
 use crate::sim::checker::{MessageRef, TxnMsg, TxnOutcome};
 use crate::sim::crash_storage::CrashPoint;
-use crate::sim::engine::SimError;
+use crate::sim::options::SimError;
 use crate::sim::report::ComponentReport;
 
 use super::wire::frame;
@@ -131,6 +131,12 @@ pub struct TxnActivity {
     /// The broker closed the reader's consumer (CLOSE_CONSUMER after a
     /// failed MESSAGE write): the reader subscribed again.
     pub reader_closed_by_broker: u64,
+    /// Restarts (crashes included) whose store holds transaction buffer
+    /// snapshots written since the previous start: the topics' buffers are
+    /// recovered from a snapshot taken during the run and the entries
+    /// after it (`txn.snapshot_min_time_ms`,
+    /// `txn.snapshot_max_transaction_count`), not only from the first one.
+    pub restarts_after_new_snapshots: u64,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -221,6 +227,8 @@ pub(super) struct TxnSide {
     started_after_publish: u32,
     /// No further transaction begins.
     stopped: bool,
+    /// Transaction buffer snapshot messages stored at the last start.
+    snapshots_stored: i64,
     pub(super) activity: TxnActivity,
 }
 
@@ -266,6 +274,7 @@ pub(super) fn component(a: &TxnActivity, sends: bool) -> ComponentReport {
             ("END_TXN in flight at a crash or restart", a.end_in_flight_at_crash, false),
             ("second-topic deliveries", a.reader_deliveries, sends),
             ("second-topic reader closed by the broker", a.reader_closed_by_broker, false),
+            ("restarts after new transaction buffer snapshots", a.restarts_after_new_snapshots, false),
         ],
     )
 }
@@ -310,6 +319,27 @@ impl Node<'_> {
 
     /// Whether a transaction not ended holds receipted acks (records in
     /// the pending-ack logs a replay must find).
+    /// At a start: counts the transaction buffer snapshot messages the
+    /// store holds (read-only, before the core opens it), for
+    /// [`TxnActivity::restarts_after_new_snapshots`].
+    pub(super) fn txn_count_snapshots(&mut self, store: &crate::ledger::RedbStore) {
+        use crate::ledger::LedgerStore;
+        if !self.txn.enabled {
+            return;
+        }
+        let Some(st) = crate::broker::txn::snapshot::snapshot_topic(TOPIC) else {
+            return;
+        };
+        let stored = store
+            .load_ledger(&st)
+            .map(|l| l.ledgers.values().map(|i| i.entries).sum::<i64>())
+            .unwrap_or(0);
+        if self.gen > 1 && stored > self.txn.snapshots_stored {
+            self.txn.activity.restarts_after_new_snapshots += 1;
+        }
+        self.txn.snapshots_stored = stored;
+    }
+
     pub(super) fn txn_holds_acks(&self) -> bool {
         self.txn
             .txns
@@ -1267,6 +1297,9 @@ impl Node<'_> {
     fn reader_command(&mut self, _conn: u64, cmd: BrokerCommand, f: &CutFrame) {
         match cmd.r#type {
             ty::CONNECTED => {
+                // Its FLOWs are fixed grants, not the PIP-491 client state's.
+                #[cfg(feature = "trace")]
+                crate::trace::permits::raw_client((_conn, 1));
                 self.txn.reader_req += 1;
                 let req = self.txn.reader_req;
                 self.reader_send(&BrokerCommand {

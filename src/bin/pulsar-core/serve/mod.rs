@@ -291,6 +291,16 @@ pub struct ServeArgs {
     /// (`delayedDeliveryMaxNumBuckets`; -1: no limit, no merge).
     #[arg(long, default_value_t = -1, allow_hyphen_values = true, value_parser = clap::value_parser!(i64).range(-1..))]
     delayed_max_num_buckets: i64,
+    /// Transactions: a topic's transaction buffer takes a snapshot after
+    /// this many transactions ended on it since its last one
+    /// (`transactionBufferSnapshotMaxTransactionCount`).
+    #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u64).range(1..))]
+    transaction_buffer_snapshot_max_transaction_count: u64,
+    /// Transactions: every this many ms, a topic whose max read position
+    /// moved since its last transaction buffer snapshot takes one
+    /// (`transactionBufferSnapshotMinTimeInMillis`).
+    #[arg(long, default_value_t = 5000, value_parser = clap::value_parser!(u64).range(1..))]
+    transaction_buffer_snapshot_min_time_in_millis: u64,
     /// Every store commit fsyncs on its own instead of one fsync per turn
     /// of the core (`broker::turn_commit`; for measuring the difference).
     #[arg(long, hide = true)]
@@ -319,6 +329,10 @@ impl ServeArgs {
         c.delayed.max_indexes_per_bucket_snapshot_segment = self.delayed_bucket_max_indexes;
         c.delayed.max_num_buckets = self.delayed_max_num_buckets;
         c.turn_commit = !self.no_turn_commit;
+        c.txn_snapshot = pulsar_core::broker::txn::SnapshotConfig {
+            max_transaction_count: self.transaction_buffer_snapshot_max_transaction_count,
+            min_time_ms: self.transaction_buffer_snapshot_min_time_in_millis,
+        };
         c
     }
 }
@@ -459,4 +473,42 @@ fn serve(args: ServeArgs) -> Result<(), String> {
     node.snapshot_ledger("shutdown");
     eprintln!("pulsar-core serve: stopped");
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::ServeArgs;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        serve: ServeArgs,
+    }
+
+    fn config(args: &[&str]) -> Result<pulsar_core::broker::BrokerConfig, clap::Error> {
+        let cli = Cli::try_parse_from(std::iter::once("serve").chain(args.iter().copied()))?;
+        Ok(cli.serve.broker_config("pulsar://localhost:6650".into()))
+    }
+
+    /// The transaction buffer snapshot settings reach the core
+    /// (`BrokerConfig::txn_snapshot`), Pulsar's defaults without them; 0 is
+    /// refused.
+    #[test]
+    fn transaction_buffer_snapshot_settings_reach_the_core() {
+        let d = config(&[]).unwrap().txn_snapshot;
+        assert_eq!(d, pulsar_core::broker::txn::SnapshotConfig::default());
+        let c = config(&[
+            "--transaction-buffer-snapshot-max-transaction-count",
+            "7",
+            "--transaction-buffer-snapshot-min-time-in-millis",
+            "250",
+        ])
+        .unwrap()
+        .txn_snapshot;
+        assert_eq!((c.max_transaction_count, c.min_time_ms), (7, 250));
+        assert!(config(&["--transaction-buffer-snapshot-min-time-in-millis", "0"]).is_err());
+        assert!(config(&["--transaction-buffer-snapshot-max-transaction-count", "0"]).is_err());
+        assert!(!config(&["--no-turn-commit"]).unwrap().turn_commit);
+    }
 }
