@@ -187,13 +187,24 @@ impl Node<'_> {
     }
 
     /// The topic's first kept ledger on the live core (`i64::MIN` when none
-    /// runs): what consumed-ledger trimming deleted lies before it.
+    /// runs, or the topic has no ledger): what consumed-ledger trimming
+    /// deleted lies before it. A core that has not opened the topic yet
+    /// (the first SUBSCRIBE after a restart opens it) answers from its
+    /// store's ledger list, the list the open will load: trimming deleted
+    /// ledgers there too.
     pub(super) fn first_kept_ledger(&self) -> i64 {
-        self.broker
-            .as_ref()
-            .and_then(|b| b.topics().get(TOPIC))
-            .and_then(|t| t.ml.ledgers().first().map(|(l, _)| *l))
-            .unwrap_or(i64::MIN)
+        let Some(b) = self.broker.as_ref() else {
+            return i64::MIN;
+        };
+        match b.topics().get(TOPIC) {
+            Some(t) => t.ml.ledgers().first().map(|(l, _)| *l),
+            None => b
+                .store()
+                .load_ledger(TOPIC)
+                .ok()
+                .and_then(|l| l.ledgers.keys().next().copied()),
+        }
+        .unwrap_or(i64::MIN)
     }
 
     /// After a (re)start, before the core opens: the store holds no

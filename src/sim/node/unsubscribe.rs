@@ -75,8 +75,9 @@ impl UnsubSide {
 
 /// What a frame the core is about to handle means for the unsubscribes.
 pub(super) enum UnsubFrame {
-    /// An UNSUBSCRIBE the node sent: its key and subscription.
-    Unsubscribe((u64, u64), String),
+    /// An UNSUBSCRIBE the node sent: its key, its subscription, and
+    /// whether that subscription was open on the core before it.
+    Unsubscribe((u64, u64), String, bool),
     /// The SUBSCRIBE that will create `sub` again, at mark-delete `md`.
     Recreate(String, Position),
 }
@@ -131,7 +132,11 @@ impl Node<'_> {
             let cmd = BrokerCommand::decode(command).ok()?;
             let key = (conn, cmd.unsubscribe?.request_id);
             let (_, sub) = self.unsubs.pending.get(&key)?;
-            return Some(UnsubFrame::Unsubscribe(key, sub.clone()));
+            return Some(UnsubFrame::Unsubscribe(
+                key,
+                sub.clone(),
+                self.sub_open(sub),
+            ));
         }
         if self.unsubs.awaiting.is_empty() || !command.starts_with(&[0x08, ty::SUBSCRIBE as u8]) {
             return None;
@@ -150,7 +155,7 @@ impl Node<'_> {
     pub(super) fn unsub_handled(&mut self, frame: UnsubFrame, died: bool) {
         let store = self.broker.as_ref().map(|b| b.store().clone());
         match frame {
-            UnsubFrame::Unsubscribe(key, sub) => {
+            UnsubFrame::Unsubscribe(key, sub, was_open) => {
                 self.unsubs.pending.remove(&key);
                 if !died {
                     self.unsubs.answered.insert(key);
@@ -158,7 +163,11 @@ impl Node<'_> {
                 let applied = if died {
                     store.is_some_and(|s| matches!(s.load_cursor(TOPIC, &sub), Ok(None)))
                 } else {
-                    !self.sub_open(&sub)
+                    // Deleted by this frame: open before, gone after. A
+                    // core that has not opened the subscription (after a
+                    // restart, before its consumer subscribed again)
+                    // answers "Consumer not found" and deletes nothing.
+                    was_open && !self.sub_open(&sub)
                 };
                 if applied {
                     self.node.unsubscribes.applied += 1;
@@ -233,6 +242,8 @@ impl Node<'_> {
         for sub in std::mem::take(&mut self.unsubs.deleted_in_turn) {
             if matches!(store.load_cursor(TOPIC, &sub), Ok(Some(_))) {
                 self.unsubs.awaiting.remove(&sub);
+                self.node.unsubscribes.applied -= 1;
+                self.node.unsubscribes.undone_by_crash += 1;
             }
         }
     }
@@ -300,6 +311,9 @@ pub struct UnsubActivity {
     pub applied_at_crash: u64,
     /// Unsubscribes the core refused (unforced with other consumers).
     pub refused: u64,
+    /// Unsubscribes the core applied in memory whose turn's commit a crash
+    /// cut (the recovered store still holds the cursor): not applied.
+    pub undone_by_crash: u64,
     /// Subscriptions created again after an unsubscribe (the checker's
     /// reset to the initial position).
     pub recreated: u64,
