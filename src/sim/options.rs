@@ -8,16 +8,6 @@ use crate::ledger::SyncMode;
 
 use super::watchdog::Watchdog;
 
-/// The topic the pending-ack trace runs name (`sim_trace`, feature `trace`).
-#[cfg_attr(not(feature = "trace"), allow(dead_code))]
-pub(crate) const TOPIC: &str = "persistent://public/default/sim";
-/// The pending-ack replay's queue capacity and read batch the trace cfg's
-/// Cap and B are written with (`sim_trace`, feature `trace`).
-#[cfg_attr(not(feature = "trace"), allow(dead_code))]
-pub(crate) const PENDING_ACK_QUEUE_CAPACITY: usize = 16;
-#[cfg_attr(not(feature = "trace"), allow(dead_code))]
-pub(crate) const PENDING_ACK_READ_BATCH: usize = 4;
-
 /// A deliberate defect for checking that the checker catches it (used by the
 /// self-tests; never enabled by the CLI). Each is a defect of the simulated
 /// client or of the core's configuration, never an edit of the shipped
@@ -81,6 +71,14 @@ impl SimOptions {
 /// the report).
 #[derive(Debug, thiserror::Error)]
 pub enum SimError {
+    /// The data directory or a trace file cannot be created or written.
+    #[error("data dir {path}: {reason}")]
+    DataDir {
+        /// The directory.
+        path: String,
+        /// What failed.
+        reason: String,
+    },
     /// The store or a component failed in a way the run cannot continue from.
     #[error("simulation aborted: {0}")]
     Component(String),
