@@ -30,6 +30,19 @@
 //! - a recovery must restore every index the crashed tracker held that is
 //!   sealed in a live snapshot, above the recovered mark-delete and not yet
 //!   due (recovery restores them into the runtime index).
+//!
+//! A snapshot is live for a recovery only once its create is **durable**:
+//! the core commits a turn's store writes (snapshot creates and deletes
+//! among them) with one fsynced barrier at the end of the turn
+//! (`broker::turn_commit`), so a crash before that barrier loses the
+//! turn's seals, merges and deletes although `create` returned `Ok`. As in
+//! Pulsar (a bucket is committed only once its snapshot and cursor property
+//! are written; `recoverBucketSnapshot` reads only the committed bucket
+//! keys), recovery cannot restore a bucket whose create never became
+//! durable: its indexes lie above the recovered mark-delete and are re-read
+//! by the dispatcher. The driver calls [`DelayedTruth::turn_durable`] after
+//! every barrier that returned `Ok`; recovery is judged against the
+//! snapshots durable at the last one.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -51,8 +64,20 @@ pub struct DelayedTruth {
     pub checked_stats: Option<crate::delayed::TrackerStats>,
     /// An overdue message was reported (reported once).
     pub overdue_reported: bool,
-    /// Live snapshot id → the positions it persists (with delivery times).
+    /// Live snapshot id → the positions it persists (with delivery times),
+    /// as the running tracker's storage holds it (durable or not yet).
     persisted: BTreeMap<i64, BTreeSet<(Position, u64)>>,
+    /// The live snapshots as of the last durable barrier: what a crash
+    /// now leaves in the store.
+    durable: BTreeMap<i64, BTreeSet<(Position, u64)>>,
+    /// The storage changes applied to `persisted` since the last durable
+    /// barrier (lost by a crash before the next one).
+    undurable: Vec<SnapshotEvent>,
+    /// Storage changes become durable only at
+    /// [`turn_durable`](Self::turn_durable) (a core committing its turns with one barrier);
+    /// otherwise each is durable once its call returned `Ok` (a store that
+    /// fsyncs every commit).
+    deferred: bool,
     /// Where the subscription's observed snapshot storage logs.
     log: SnapshotLog,
 }
@@ -132,6 +157,7 @@ impl DelayedTruth {
     pub fn apply_snapshot_events(&mut self) -> Vec<String> {
         let mut violations = Vec::new();
         for ev in delayed_storage::drain(&self.log) {
+            self.undurable.push(ev.clone());
             match ev {
                 SnapshotEvent::Created {
                     id,
@@ -177,7 +203,58 @@ impl DelayedTruth {
                 }
             }
         }
+        if !self.deferred {
+            self.make_durable();
+        }
         violations
+    }
+
+    /// From now on, storage changes are durable only once the driver calls
+    /// [`turn_durable`](Self::turn_durable) (the node engine: the core
+    /// commits each turn with one barrier).
+    pub fn defer_durability_to_barriers(&mut self) {
+        self.deferred = true;
+    }
+
+    /// The core's turn barrier returned `Ok`: every storage change so far
+    /// is durable (a later crash keeps it). Applies the changes logged
+    /// since the last tracker call first; returns the merge violations
+    /// among them, as [`apply_snapshot_events`](Self::apply_snapshot_events).
+    pub fn turn_durable(&mut self) -> Vec<String> {
+        let violations = self.apply_snapshot_events();
+        self.make_durable();
+        violations
+    }
+
+    /// The process died: the storage changes since the last durable
+    /// barrier are gone (a later [`turn_durable`](Self::turn_durable) of the
+    /// next process does not make them durable).
+    pub fn crashed(&mut self) {
+        // Changes the crashed process logged but nobody drained yet.
+        drop(delayed_storage::drain(&self.log));
+        self.undurable.clear();
+        self.persisted = self.durable.clone();
+    }
+
+    /// Applies the changes since the last durable point to `durable`.
+    fn make_durable(&mut self) {
+        for ev in std::mem::take(&mut self.undurable) {
+            match ev {
+                SnapshotEvent::Created {
+                    id,
+                    positions,
+                    replaces,
+                } => {
+                    for r in &replaces {
+                        self.durable.remove(r);
+                    }
+                    self.durable.insert(id, positions);
+                }
+                SnapshotEvent::Deleted { id } => {
+                    self.durable.remove(&id);
+                }
+            }
+        }
     }
 
     /// A new tracker recovered from the snapshots: every position the
@@ -276,5 +353,61 @@ mod tests {
         // ...but not b (held, in no live snapshot) nor what is due already.
         assert!(t.check_recovery(150, |p| p == c.0).is_none());
         assert!(t.check_recovery(300, |_| false).is_none());
+    }
+
+    /// With turn commits, a seal is durable only at its turn's barrier: a
+    /// crash before the barrier takes the snapshot with it (Pulsar's
+    /// recovery reads only committed bucket keys), so recovery owes none of
+    /// its indexes; once the barrier returned, it owes all of them, and a
+    /// merge or delete of a later, lost turn does not change that.
+    #[test]
+    fn recovery_owes_only_snapshots_durable_at_the_last_barrier() {
+        let (a, b) = ((Position::new(1, 0), 500), (Position::new(1, 1), 600));
+        let c = (Position::new(2, 0), 700);
+        let mut t = DelayedTruth::default();
+        t.defer_durability_to_barriers();
+        for (p, d) in [a, b, c] {
+            t.accepted(p, d);
+        }
+        // Sealed in a turn whose barrier never returned (crash before it).
+        created(&t, 1, &[a, b], vec![]);
+        assert!(t.apply_snapshot_events().is_empty());
+        t.crashed();
+        // The next process's first barrier does not revive it.
+        assert!(t.turn_durable().is_empty());
+        assert!(
+            t.check_recovery(100, |_| false).is_none(),
+            "a seal lost with its turn is not owed by recovery"
+        );
+        // The same seal, its barrier returned: owed (negative control).
+        created(&t, 2, &[a, b], vec![]);
+        assert!(t.turn_durable().is_empty());
+        let miss = t.check_recovery(100, |_| false).unwrap();
+        assert!(miss.starts_with("recovery lost held indexes: 2 "), "{miss}");
+        assert!(t.check_recovery(100, |_| true).is_none());
+        // A merge and a delete in a turn lost to a crash: the durable seal
+        // (2) is still what the store holds; c (only in the lost merge) is
+        // not owed.
+        created(&t, 3, &[a, b, c], vec![2]);
+        t.apply_snapshot_events();
+        t.snapshot_log()
+            .lock()
+            .unwrap()
+            .push(SnapshotEvent::Deleted { id: 3 });
+        t.apply_snapshot_events();
+        t.crashed();
+        let miss = t.check_recovery(100, |p| p != a.0).unwrap();
+        assert!(
+            miss.contains("first 1:0") && miss.contains("snapshot 2"),
+            "{miss}"
+        );
+        assert!(t.check_recovery(100, |p| p != c.0).is_none());
+        // Without deferral (a store fsyncing every commit) a change is
+        // durable once its call returned.
+        let mut t = DelayedTruth::default();
+        t.accepted(a.0, a.1);
+        created(&t, 1, &[a], vec![]);
+        assert!(t.apply_snapshot_events().is_empty());
+        assert!(t.check_recovery(100, |_| false).is_some());
     }
 }

@@ -140,6 +140,25 @@ struct Shared {
     clear_failures: u64,
     /// The core's clock at the current call (set by the driver).
     core_now: u64,
+    /// The core commits each turn with one barrier
+    /// ([`BrokerConfig::turn_commit`]): a snapshot change is durable only
+    /// once the driver reports the turn's barrier
+    /// ([`DelayedSide::turn_durable`]).
+    turn_commit: bool,
+}
+
+impl Shared {
+    /// The truth of subscription `sub` (made on first use).
+    fn truth(&mut self, sub: &str) -> &mut DelayedTruth {
+        let deferred = self.turn_commit;
+        self.truths.entry(sub.to_string()).or_insert_with(|| {
+            let mut t = DelayedTruth::default();
+            if deferred {
+                t.defer_durability_to_barriers();
+            }
+            t
+        })
+    }
 }
 
 /// The node engine's delayed-delivery side.
@@ -184,6 +203,7 @@ fn observe(
     t: &BucketDelayedDeliveryTracker,
     tick_ms: u64,
 ) {
+    sh.truth(sub);
     let Shared {
         truths,
         violations,
@@ -193,7 +213,7 @@ fn observe(
         core_now,
         ..
     } = sh;
-    let truth = truths.entry(sub.to_string()).or_default();
+    let truth = truths.get_mut(sub).expect("made above");
     let mut report = |what: String| violations.push((sub.to_string(), what, false));
     match call {
         TrackerCall::Opened { mark_delete } => {
@@ -305,6 +325,7 @@ impl DelayedSide {
     /// observed and faulty snapshot storage, the truth's observer.
     pub(super) fn configure(&mut self, w: &Workload, faults_on: bool, config: &mut BrokerConfig) {
         config.delayed = tracker_config(w);
+        lock(&self.shared).turn_commit = config.turn_commit;
         let topic = crate::broker::normalize_topic(TOPIC).unwrap_or_else(|_| TOPIC.to_string());
         let (create_ratio, delete_ratio) = if faults_on {
             (
@@ -323,7 +344,7 @@ impl DelayedSide {
                 return Arc::new(redb) as Arc<dyn BucketSnapshotStorage>;
             }
             let mut sh = lock(&shared);
-            let log = sh.truths.entry(sub.to_string()).or_default().snapshot_log();
+            let log = sh.truth(sub).snapshot_log();
             let faults = Arc::clone(sh.faults.entry(sub.to_string()).or_insert_with(|| {
                 let mut s = 0u64;
                 for b in sub.bytes() {
@@ -355,6 +376,28 @@ impl DelayedSide {
     /// Records the core's clock (epoch ms) before a call into the core.
     pub(super) fn set_core_now(&self, now_ms: u64) {
         lock(&self.shared).core_now = now_ms;
+    }
+
+    /// The core's turn barrier returned `Ok` (or the core closed cleanly):
+    /// every snapshot change so far is durable, a later crash keeps it.
+    pub(super) fn turn_durable(&self) {
+        let mut sh = lock(&self.shared);
+        let Shared {
+            truths, violations, ..
+        } = &mut *sh;
+        for (sub, truth) in truths.iter_mut() {
+            for what in truth.turn_durable() {
+                violations.push((sub.clone(), what, false));
+            }
+        }
+    }
+
+    /// The core died at a crash point: the snapshot changes since the last
+    /// durable barrier are lost with it.
+    pub(super) fn crashed(&self) {
+        for truth in lock(&self.shared).truths.values_mut() {
+            truth.crashed();
+        }
     }
 
     /// Violations found since the last call: (subscription, what, late?).

@@ -668,6 +668,7 @@ impl Node<'_> {
     /// [`Self::call_broker`] on a `dyn` input (it calls itself for the
     /// reads completed in the turn).
     fn call_broker_dyn(&mut self, f: &mut dyn FnMut(&mut Broker, u64), end_turn: bool) {
+        self.note_durable();
         let now = self.core_now();
         self.delayed.set_core_now(now);
         let Some(b) = self.broker.as_mut() else {
@@ -691,6 +692,9 @@ impl Node<'_> {
                 }
             }
         }));
+        if turn.is_ok() {
+            self.note_durable();
+        }
         self.drain_delayed_violations();
         if let Err(p) = turn {
             let what = p
@@ -744,6 +748,9 @@ impl Node<'_> {
         let mut out = Vec::new();
         while let Some(o) = b.poll_output() {
             out.push(o);
+        }
+        if b.store().deferred_commits() == 0 {
+            self.delayed.turn_durable();
         }
         let deadline = b.poll_timeout();
         for o in out {
@@ -889,6 +896,11 @@ impl Node<'_> {
 
     /// The broker process died at a crash point: nothing more of it runs.
     fn crash(&mut self) {
+        // A barrier that returned `Ok` before the process died (at its
+        // fsync, `CrashKind::AfterSync`) made its turn durable; what was
+        // committed after the last such barrier is lost.
+        self.note_durable();
+        self.delayed.crashed();
         self.crashed = true;
         if std::mem::take(&mut self.recovery_armed) {
             self.node.crashes_in_recovery += 1;
@@ -900,12 +912,29 @@ impl Node<'_> {
         self.after_broker_gone();
     }
 
+    /// Every store commit of the core so far is durable (no commit waits
+    /// for a turn barrier): its bucket snapshot changes survive a crash
+    /// (`sim::delayed_truth`).
+    fn note_durable(&mut self) {
+        if self
+            .broker
+            .as_ref()
+            .is_some_and(|b| b.store().deferred_commits() == 0)
+        {
+            self.delayed.turn_durable();
+        }
+    }
+
     /// A clean restart: the core is dropped (the store closes cleanly).
     fn clean_restart(&mut self) {
         if self.broker.is_none() {
             return;
         }
         self.retire_broker();
+        // The core's drop committed its last turn's barrier.
+        if !self.storage.is_dead() {
+            self.delayed.turn_durable();
+        }
         if !self.operator_reload {
             self.node.clean_restarts += 1;
         }
