@@ -71,3 +71,26 @@ fn retried_sends_are_stored_once_and_a_core_without_deduplication_is_caught() {
         "no run without deduplication was caught storing a send twice"
     );
 }
+
+#[path = "common/sim_run.rs"]
+mod sim_run;
+
+/// Swarm seed 1223 (tests/workloads/node_dedup_delayed_copy.toml): a send
+/// answered as a duplicate after a reconnect lost its receipt; its stored
+/// copy is a delayed message (PIP-26) due after everything else was
+/// acknowledged. The run waits until it is due and it is delivered: clean
+/// (a run that ended first judged the copy lost).
+#[test]
+fn a_duplicate_answered_delayed_send_is_delivered_once_due() {
+    let w = sim_run::workload_file("node_dedup_delayed_copy.toml");
+    let r = sim_run::run_seed(&w, 1223);
+    assert!(
+        r.is_clean(),
+        "{:?} ({} violations)",
+        r.first_violation,
+        r.violations
+    );
+    assert_eq!(r.counts.lost, 0);
+    let n = r.activity.node.as_ref().expect("node activity");
+    assert!(n.deduplicated_messages > 0, "{n:?}");
+}

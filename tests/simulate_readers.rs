@@ -103,3 +103,29 @@ fn bad_reader_and_unsubscribe_settings_are_typed_errors() {
         matches!(w.validate(), Err(WorkloadError::Unsupported(m)) if m.contains("faults.unsubscribes") && m.contains("transactions"))
     );
 }
+
+/// Swarm seed 395 (tests/workloads/node_unsubscribe_recreate_lost_turn.toml):
+/// the core re-creates an unsubscribed subscription and dies at that turn's
+/// barrier, so no client saw the SUBSCRIBE's SUCCESS and the recovered
+/// store has no cursor; the next SUBSCRIBE creates the subscription at the
+/// first ledger kept then. The node engine judges the re-creation from the
+/// store: the run is clean (a reset told from the lost turn expected the
+/// trimmed ledgers again: 80 messages lost, then a livelock).
+#[test]
+fn a_recreation_lost_with_its_turn_is_judged_from_the_store() {
+    let w = sim_run::workload_file("node_unsubscribe_recreate_lost_turn.toml");
+    let r = run_seed(&w, 395);
+    assert!(
+        r.is_clean(),
+        "{:?} ({} violations)",
+        r.first_violation,
+        r.violations
+    );
+    assert_eq!(r.counts.lost, 0);
+    let n = r.activity.node.as_ref().expect("node activity");
+    assert!(
+        n.unsubscribes.recreations_in_lost_turn > 0 && n.unsubscribes.recreated > 0,
+        "{:?}",
+        n.unsubscribes
+    );
+}

@@ -539,7 +539,8 @@ impl Node<'_> {
                     // receipt was lost) is the message, registered when it
                     // is delivered (its sequence id is uncertain).
                     self.node.deduplicated_messages += e.messages.len() as u64;
-                    self.stored_once.deduplicated(p, r.sequence_id);
+                    let due = e.messages.iter().map(|m| m.deliver_at).max().unwrap_or(0);
+                    self.stored_once.deduplicated(p, r.sequence_id, due);
                     self.producers[p].receipted += e.messages.len() as u64;
                     return;
                 }

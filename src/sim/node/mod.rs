@@ -527,8 +527,9 @@ pub fn run(
         .into_iter()
         .filter(|_| !copies_may_be_skipped)
     {
+        let due = n.stored_once.due_ms(p, seq);
         let what = format!(
-            "producer p-{p} sequence id {seq} answered as a duplicate, no copy ever receipted or delivered"
+            "producer p-{p} sequence id {seq} answered as a duplicate, no copy ever receipted or delivered (due at t={due}ms)"
         );
         n.checker.receipted_never_stored(&what, virtual_ms);
     }
@@ -604,6 +605,7 @@ impl Node<'_> {
         let now = self.core_now();
         self.delayed.set_core_now(now);
         self.readers_check_store(&store);
+        self.unsubs_check_store(&store);
         self.txn_count_snapshots(&store);
         if std::mem::take(&mut self.lose_ledger_at_start) {
             self.lose_pending_ack_ledgers(&store)?;
@@ -1063,6 +1065,7 @@ impl Node<'_> {
             && self.checker.all_acked()
             && self.txn_finished()
             && self.unsubs.settled()
+            && self.stored_once.copies_settled(self.now())
     }
 
     fn handle(&mut self, ev: Ev) {

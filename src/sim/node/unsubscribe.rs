@@ -26,7 +26,10 @@
 //! A core that died on the UNSUBSCRIBE's write is judged from the
 //! recovered store (the cursor gone: applied); one that died on the
 //! re-SUBSCRIBE's cursor creation likewise (the new cursor there: created
-//! at its stored mark-delete).
+//! at its stored mark-delete). So is a core that died later in the turn,
+//! before the turn's barrier made it durable: no client saw the turn's
+//! outputs, and what the recovered store holds is what happened
+//! (`Node::unsubs_check_store`).
 //!
 //! [`DeliveryChecker::seek_reset`]: crate::sim::checker::DeliveryChecker::seek_reset
 
@@ -58,6 +61,9 @@ pub(super) struct UnsubSide {
     applied: Vec<(String, Position)>,
     /// Resets scheduled and not yet told to the checker.
     in_flight: u32,
+    /// Subscriptions the core deleted in the current turn (its outputs not
+    /// yet on the link).
+    deleted_in_turn: Vec<String>,
 }
 
 impl UnsubSide {
@@ -159,6 +165,9 @@ impl Node<'_> {
                     if died {
                         self.node.unsubscribes.applied_at_crash += 1;
                     }
+                    if !died {
+                        self.unsubs.deleted_in_turn.push(sub.clone());
+                    }
                     self.unsubs.awaiting.insert(sub);
                 } else {
                     self.node.unsubscribes.refused += 1;
@@ -187,9 +196,51 @@ impl Node<'_> {
         }
     }
 
+    /// After a (re)start, before the core opens, on the store the new core
+    /// opens: what the previous core's last turn did to a subscription is
+    /// what its store holds. A turn lost whole (a crash before its barrier
+    /// made it durable, at the SUBSCRIBE or at a later frame of the turn)
+    /// sent none of its outputs, so no client saw its SUCCESS: a
+    /// re-creation it applied is judged from the recovered cursor (there:
+    /// created at its stored mark-delete; absent: the subscription still
+    /// awaits its creation), and an UNSUBSCRIBE it applied whose deletion
+    /// did not survive left the old subscription in place (nothing to
+    /// reset).
+    pub(super) fn unsubs_check_store(&mut self, store: &crate::ledger::RedbStore) {
+        let applied = std::mem::take(&mut self.unsubs.applied);
+        let now = self.now();
+        for (sub, _) in applied {
+            self.node.unsubscribes.recreations_in_lost_turn += 1;
+            match store.load_cursor(TOPIC, &sub) {
+                Ok(Some(c)) => {
+                    self.unsubs.in_flight += 1;
+                    self.sched.at(
+                        now,
+                        Ev::Unsubscribed {
+                            sub,
+                            md: c.mark_delete,
+                        },
+                    );
+                }
+                _ => {
+                    self.unsubs.awaiting.insert(sub);
+                }
+            }
+        }
+        // Only a deletion of the lost turn may be undone: one whose SUCCESS
+        // left with an earlier turn was durable, and its cursor coming back
+        // is the core's loss, for the reset to catch.
+        for sub in std::mem::take(&mut self.unsubs.deleted_in_turn) {
+            if matches!(store.load_cursor(TOPIC, &sub), Ok(Some(_))) {
+                self.unsubs.awaiting.remove(&sub);
+            }
+        }
+    }
+
     /// Called by `pump` once the turn's outputs are on the outbound link:
     /// each re-creation reaches the checker with the subscribe's SUCCESS.
     pub(super) fn schedule_recreated_subscriptions(&mut self) {
+        self.unsubs.deleted_in_turn.clear();
         if self.unsubs.applied.is_empty() {
             return;
         }
@@ -252,4 +303,7 @@ pub struct UnsubActivity {
     /// Subscriptions created again after an unsubscribe (the checker's
     /// reset to the initial position).
     pub recreated: u64,
+    /// Re-creations the core applied in a turn a crash lost before its
+    /// outputs left (judged from the recovered store).
+    pub recreations_in_lost_turn: u64,
 }
