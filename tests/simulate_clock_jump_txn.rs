@@ -12,7 +12,7 @@
 
 #[path = "common/sim_run.rs"]
 mod sim_run;
-use sim_run::run_seed;
+use sim_run::{assert_clean, run_seed};
 
 #[test]
 fn transactions_a_clock_jump_times_out_run_clean() {
@@ -20,12 +20,7 @@ fn transactions_a_clock_jump_times_out_run_clean() {
     let (mut jumps, mut timed_out, mut acks) = (0, 0, 0);
     for seed in 1..=3 {
         let r = run_seed(&w, seed);
-        assert!(
-            r.is_clean(),
-            "seed {seed}: {:?} ({} violations)",
-            r.first_violation,
-            r.violations
-        );
+        assert_clean(&r, &format!("seed {seed}"));
         jumps += r.activity.clock_jumps;
         let t = &r.activity.node.as_ref().expect("node activity").txn;
         timed_out += t.timed_out;

@@ -7,19 +7,14 @@
 
 #[path = "common/sim_run.rs"]
 mod sim_run;
-use sim_run::run_seed;
+use sim_run::{assert_clean, run_seed};
 
 #[test]
 fn delayed_expired_readd_workload_runs_clean_at_the_mutant_lines_seeds() {
     let w = sim_run::workload_file("node_delayed_expired_readd.toml");
     for seed in [1, 4, 5] {
         let r = run_seed(&w, seed);
-        assert!(
-            r.is_clean(),
-            "seed {seed}: {:?} ({} violations)",
-            r.first_violation,
-            r.violations
-        );
+        assert_clean(&r, &format!("seed {seed}"));
         assert_eq!(r.counts.tracker_violations, 0, "seed {seed}");
         assert!(
             r.activity.rewinds >= 2 && r.activity.clock_jumps >= 2,

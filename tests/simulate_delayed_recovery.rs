@@ -14,7 +14,7 @@
 
 #[path = "common/sim_run.rs"]
 mod sim_run;
-use sim_run::run_seed;
+use sim_run::{assert_clean, run_seed};
 
 #[test]
 fn delayed_recovery_after_a_crash_before_the_turn_barrier_runs_clean() {
@@ -22,12 +22,7 @@ fn delayed_recovery_after_a_crash_before_the_turn_barrier_runs_clean() {
     for seed in [1551u64, 2365, 2623] {
         let w = sim_run::workload_file(&format!("delayed_seal_lost_before_barrier_{seed}.toml"));
         let r = run_seed(&w, seed);
-        assert!(
-            r.is_clean(),
-            "seed {seed}: {:?} ({} violations)",
-            r.first_violation,
-            r.violations
-        );
+        assert_clean(&r, &format!("seed {seed}"));
         crashes += r
             .activity
             .node

@@ -18,19 +18,13 @@
 
 #[path = "common/sim_run.rs"]
 mod sim_run;
-use sim_run::{run_seed, workload_file};
+use sim_run::{assert_clean, run_seed, workload_file};
 
 #[test]
 fn subscription_recreated_on_a_restarted_core_starts_at_the_first_kept_ledger() {
     let w = workload_file("node_unsubscribe_restart_trimmed.toml");
     let r = run_seed(&w, 2027);
-    assert!(
-        r.is_clean(),
-        "{:?} ({} violations, {} lost)",
-        r.first_violation,
-        r.violations,
-        r.counts.lost
-    );
+    assert_clean(&r, "seed 2027");
     let n = r.activity.node.as_ref().expect("node activity");
     // The case is reached: a re-creation, after ledgers were trimmed.
     assert!(n.unsubscribes.recreated > 0, "{:?}", n.unsubscribes);
@@ -42,13 +36,7 @@ fn subscription_recreated_on_a_restarted_core_starts_at_the_first_kept_ledger() 
 fn unsubscribe_cut_by_a_crash_at_its_commit_is_not_a_reset() {
     let w = workload_file("node_unsubscribe_crash_at_commit.toml");
     let r = run_seed(&w, 1617);
-    assert!(
-        r.is_clean(),
-        "{:?} ({} violations, {} lost)",
-        r.first_violation,
-        r.violations,
-        r.counts.lost
-    );
+    assert_clean(&r, "seed 1617");
     let n = r.activity.node.as_ref().expect("node activity");
     // The case is reached: an unsubscribe the crash undid.
     assert!(n.unsubscribes.undone_by_crash > 0, "{:?}", n.unsubscribes);
@@ -58,13 +46,7 @@ fn unsubscribe_cut_by_a_crash_at_its_commit_is_not_a_reset() {
 fn unsubscribe_of_a_subscription_the_core_has_not_opened_is_not_a_reset() {
     let w = workload_file("node_unsubscribe_before_resubscribe.toml");
     let r = run_seed(&w, 2527);
-    assert!(
-        r.is_clean(),
-        "{:?} ({} violations, {} lost)",
-        r.first_violation,
-        r.violations,
-        r.counts.lost
-    );
+    assert_clean(&r, "seed 2527");
     let n = r.activity.node.as_ref().expect("node activity");
     assert!(n.unsubscribes.sent > 0, "{:?}", n.unsubscribes);
     assert!(n.readers.opened > 0, "{:?}", n.readers);

@@ -6,7 +6,7 @@
 //! Include with `#[path = "common/sim_run.rs"] mod sim_run;`.
 #![allow(dead_code)]
 
-use pulsar_core::sim::{run, SimOptions, Watchdog, Workload};
+use pulsar_core::sim::{run, Report, SimOptions, Watchdog, Workload};
 
 /// The workload file `tests/workloads/NAME`.
 pub fn workload_file(name: &str) -> Workload {
@@ -44,4 +44,16 @@ pub fn run_seed_within(
         trace_dir: None,
     };
     run(w, &opts, None).unwrap()
+}
+
+/// Asserts the run `r` (named `what`, e.g. the seed) found no violation;
+/// the failure names the first violation, the count and the messages lost.
+pub fn assert_clean(r: &Report, what: &str) {
+    assert!(
+        r.is_clean(),
+        "{what}: {:?} ({} violations, {} lost)",
+        r.first_violation,
+        r.violations,
+        r.counts.lost
+    );
 }
