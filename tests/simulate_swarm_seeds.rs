@@ -38,6 +38,13 @@
 //!   answered as a duplicate whose copy the application never saw kept the
 //!   run waiting for that copy with nothing scheduled (a stall). Settled by
 //!   the copy the store holds, as above.
+//! - tests/workloads/node_txn_buffer_snapshot_ledger_trimmed.toml, seed
+//!   649: consumed-ledger trimming must keep the ledger of
+//!   `__transaction_buffer_snapshot` that holds a topic's latest
+//!   transaction buffer snapshot (here 1:19; `broker/lifecycle.rs` holds
+//!   the smallest indexed snapshot); deleted, the next recovery of that
+//!   topic fails with non-recoverable data at 1:19 forever and one
+//!   transactional send is never published.
 #![cfg(not(any(loom, feature = "shuttle")))]
 
 #[path = "common/sim_run.rs"]
@@ -103,4 +110,12 @@ fn a_duplicate_answer_whose_copy_the_store_holds_settles_the_run() {
     // restarts, their copies found in the store.
     assert!(n.dup_copies_in_store > 0, "{n:?}");
     assert!(n.clean_restarts > 0, "{n:?}");
+}
+
+#[test]
+fn a_transaction_buffer_snapshot_survives_consumed_ledger_trimming() {
+    let w = workload_file("node_txn_buffer_snapshot_ledger_trimmed.toml");
+    let r = run_seed(&w, 649);
+    assert_clean(&r, "seed 649");
+    assert!(r.activity.txn_commits > 0, "{r}");
 }
