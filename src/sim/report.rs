@@ -420,7 +420,10 @@ impl fmt::Display for Report {
                 c.permit_mismatches.to_string(),
             ),
             ("unfinished (time limit)", c.unfinished.to_string()),
-            ("late delayed messages", c.late_deliveries.to_string()),
+            (
+                "late delayed messages (late behind the re-read backlog, allowed)",
+                format!("{} ({})", c.late_deliveries, c.late_behind_backlog),
+            ),
             (
                 "delayed tracker violations",
                 c.tracker_violations.to_string(),

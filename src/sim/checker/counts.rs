@@ -63,6 +63,13 @@ pub struct CheckerCounts {
     /// the late bound, or still waiting in the tracker past it (a tracker
     /// that lost or delayed an index, even if a later re-read repairs it).
     pub late_deliveries: u64,
+    /// Delayed messages first delivered later than their delivery time plus
+    /// the late bound while the subscription's dispatch had not passed them
+    /// (no ordinary message after them first delivered since they were
+    /// overdue): they waited behind older unacknowledged messages re-read
+    /// in position order after a consumer-set rewind, as Pulsar's
+    /// dispatcher does. Not a violation.
+    pub late_behind_backlog: u64,
     /// Delayed tracker steps after which its reported count differs from the
     /// truth (messages it accepted and has not yet scheduled), or in which
     /// it scheduled a position it did not hold (twice, or never added).

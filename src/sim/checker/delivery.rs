@@ -130,18 +130,42 @@ impl DeliveryChecker {
                 return;
             }
         }
+        if p.deliver_at_ms == 0 && first_time {
+            s.first_delivered_ordinary(now_ms, msg.position);
+        }
         if p.deliver_at_ms > 0 {
-            if first_time && self.late_bound_ms > 0 && now_ms > p.deliver_at_ms + self.late_bound_ms
-            {
-                self.counts.late_deliveries += 1;
-                let bound = self.late_bound_ms;
-                self.violation(
-                    now_ms,
-                    format!(
-                        "{sub}: late delayed message: {msg} first delivered at {now_ms}ms, due at {}ms (bound {bound}ms)",
-                        p.deliver_at_ms
-                    ),
-                );
+            // Late: first delivered more than the bound after it was due,
+            // and more than the bound after the subscription's dispatch
+            // went past it (an ordinary message at a later position first
+            // delivered once it was overdue): the tracker lost or held it
+            // while reads passed it. One the dispatch had not reached
+            // waited behind older unacknowledged messages: after a
+            // consumer-set change Pulsar's dispatcher rewinds to the
+            // mark-delete and re-reads in position order
+            // (`PersistentDispatcherMultipleConsumers.addConsumer`), and a
+            // due delayed message the tracker already dispatched is one of
+            // them. One passed less than the bound ago was replayed after
+            // later entries (a delivery that failed in transit, an
+            // admission rejection) and waits behind the next re-read.
+            let bound = self.late_bound_ms;
+            let overdue_at = p.deliver_at_ms + bound;
+            if first_time && bound > 0 && now_ms > overdue_at {
+                let passed = s
+                    .passed_between(overdue_at, now_ms - bound)
+                    .filter(|(_, p)| *p > msg.position);
+                match passed {
+                    Some((at, passed)) => {
+                        self.counts.late_deliveries += 1;
+                        self.violation(
+                            now_ms,
+                            format!(
+                                "{sub}: late delayed message: {msg} first delivered at {now_ms}ms, due at {}ms (bound {bound}ms); dispatch passed it at {at}ms ({passed} first delivered)",
+                                p.deliver_at_ms
+                            ),
+                        );
+                    }
+                    None => self.counts.late_behind_backlog += 1,
+                }
             }
             if now_ms + self.early_tolerance_ms < p.deliver_at_ms {
                 self.counts.early_deliveries += 1;

@@ -86,6 +86,39 @@ impl DeliveryChecker {
         s.seeks.len() as u32
     }
 
+    /// Subscription `sub` came into existence (its first creation became
+    /// durable and reached its client) at mark-delete `mark_delete`: its
+    /// initial position, earliest, is `(first ledger the topic kept, -1)`.
+    /// A subscription that does not exist retains nothing (Pulsar trims a
+    /// ledger no durable cursor holds), so what was published before it in
+    /// a ledger deleted meanwhile (at or below `mark_delete`) is not owed
+    /// to it: such a message is skipped, as a reset skips it, and one
+    /// registered later at or below `mark_delete` (a late receipt) too.
+    /// Nothing else changes: no consumer incarnation had anything of the
+    /// subscription, and the seek count deliveries carry is untouched.
+    /// Everything above `mark_delete` stays owed (a core that creates the
+    /// subscription further on loses it). Returns how many were skipped.
+    pub fn subscription_created(&mut self, sub: &str, mark_delete: Position, now_ms: u64) -> u64 {
+        let Some(s) = self.subs.get_mut(sub) else {
+            self.counts.invalid_events += 1;
+            self.violation(now_ms, format!("creation of unknown subscription {sub}"));
+            return 0;
+        };
+        let mut skipped = 0;
+        for (i, (m, _)) in self.published.iter().enumerate() {
+            if m.position <= mark_delete && s.acked[i] == NOT_ACKED {
+                s.acked[i] = SKIPPED;
+                s.skipped_count += 1;
+                skipped += 1;
+            }
+        }
+        s.reset_mark_delete = Some(
+            s.reset_mark_delete
+                .map_or(mark_delete, |r| r.max(mark_delete)),
+        );
+        skipped
+    }
+
     /// The position of the window message at `fraction` (0..=1) of the
     /// window, in publish order: a seek target the checker still tracks.
     /// `None` when the window is empty.

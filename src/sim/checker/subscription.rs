@@ -36,6 +36,11 @@ pub(super) struct SubState {
     pub(super) acked_prefix: usize,
     pub(super) acked_count: u64,
     pub(super) skipped_count: u64,
+    /// First deliveries of ordinary (not delayed) messages as (virtual ms,
+    /// position), kept as suffix maxima: positions strictly decrease
+    /// along it, so the first record after a time holds the highest
+    /// position first delivered after that time ([`SubState::passed_after`]).
+    pub(super) dispatch_front: Vec<(u64, Position)>,
     /// Mark-delete after each completed seek, in seek order.
     pub(super) seeks: Vec<Position>,
     /// The mark-delete of the latest seek reset (`seek.rs`): a message
@@ -122,6 +127,30 @@ impl SubState {
     }
 
     /// Ends every consumer's incarnation (restart, seek).
+    /// An ordinary message at `position` was first delivered at `now_ms`.
+    pub(super) fn first_delivered_ordinary(&mut self, now_ms: u64, position: Position) {
+        while self
+            .dispatch_front
+            .last()
+            .is_some_and(|(_, p)| *p <= position)
+        {
+            self.dispatch_front.pop();
+        }
+        self.dispatch_front.push((now_ms, position));
+    }
+
+    /// The highest position of an ordinary message first delivered after
+    /// `after_ms` (and at or before `until_ms`), with when: how far the
+    /// subscription's dispatch went then. A record a later, higher one
+    /// superseded is not seen (the answer may be lower, never higher).
+    pub(super) fn passed_between(&self, after_ms: u64, until_ms: u64) -> Option<(u64, Position)> {
+        let i = self.dispatch_front.partition_point(|(t, _)| *t <= after_ms);
+        self.dispatch_front
+            .get(i)
+            .copied()
+            .filter(|(t, _)| *t <= until_ms)
+    }
+
     pub(super) fn end_all_incarnations(&mut self) {
         let consumers: Vec<usize> = self.consumer_token.keys().copied().collect();
         for c in consumers {

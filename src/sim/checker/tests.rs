@@ -873,3 +873,92 @@ fn a_transactional_ack_receipted_after_its_timeout_may_have_passed_is_released()
     let (counts, first) = run(false);
     assert_eq!(counts.duplicate_violations, 1, "{first:?}");
 }
+
+/// The late rule: a due delayed message first delivered more than the
+/// bound late after the dispatch passed it (an ordinary message after it
+/// first delivered more than the bound before) is late — a tracker that
+/// lost its index while reads went on. The same lateness while the
+/// dispatch never passed it (it waited behind the backlog a rewind
+/// re-reads in position order) is counted, not a violation; so is one
+/// passed less than the bound before (replayed after later entries).
+#[test]
+fn a_late_delayed_message_is_a_violation_only_once_the_dispatch_passed_it() {
+    let mk = || {
+        let mut c = DeliveryChecker::new(["s".to_string()], 0, OrderCheck::None);
+        c.set_late_bound(1_000);
+        c.published(m(0), 0, 100); // delayed, due at 100 ms
+        c.published(m(1), 0, 0);
+        c
+    };
+    // Passed at 1,200 ms (overdue since 1,100), delivered at 2,300 ms.
+    let mut c = mk();
+    c.delivered("s", 0, m(1), 1_200, 0);
+    c.acked("s", m(1), 1_201);
+    c.delivered("s", 0, m(0), 2_300, 0);
+    c.acked("s", m(0), 2_301);
+    let (counts, first) = c.finish(2_400);
+    assert_eq!(counts.late_deliveries, 1, "{first:?}");
+    assert!(first.unwrap().contains("late delayed message: 1:0#0"));
+    // Never passed: the backlog in front of it.
+    let mut c = mk();
+    c.delivered("s", 0, m(0), 2_300, 0);
+    c.delivered("s", 0, m(1), 2_300, 0);
+    c.acked("s", m(0), 2_301);
+    c.acked("s", m(1), 2_301);
+    let (counts, first) = c.finish(2_400);
+    assert_eq!(counts.violations(), 0, "{first:?}");
+    assert_eq!(counts.late_behind_backlog, 1);
+    // Passed before it was overdue, or less than the bound before.
+    for passed_at in [900, 1_500] {
+        let mut c = mk();
+        c.delivered("s", 0, m(1), passed_at, 0);
+        c.acked("s", m(1), passed_at + 1);
+        c.delivered("s", 0, m(0), 2_300, 0);
+        c.acked("s", m(0), 2_301);
+        let (counts, first) = c.finish(2_400);
+        assert_eq!(counts.violations(), 0, "passed at {passed_at}: {first:?}");
+        assert_eq!(counts.late_behind_backlog, 1);
+    }
+}
+
+/// A subscription created after consumed-ledger trimming deleted a ledger
+/// (its first creation lost in a crash, so nothing retained it) is owed
+/// only what follows its initial position: ledger 1 is skipped, ledger 2
+/// must still be delivered and acknowledged (else lost), and without the
+/// creation the ledger-1 messages are lost.
+#[test]
+fn a_subscription_created_late_is_owed_only_what_follows_its_initial_position() {
+    let at = |l: i64, e: i64| MessageRef {
+        position: Position::new(l, e),
+        batch_index: 0,
+    };
+    let mk = || {
+        let mut c = DeliveryChecker::new(["s".to_string()], 0, OrderCheck::Total);
+        for e in 0..3 {
+            c.published(at(1, e), 0, 0);
+        }
+        c.published(at(2, 0), 0, 0);
+        c
+    };
+    let mut c = mk();
+    assert_eq!(c.subscription_created("s", Position::new(2, -1), 1), 3);
+    // A late receipt of ledger 1, registered after the creation.
+    c.published(at(1, 3), 0, 0);
+    c.delivered("s", 0, at(2, 0), 2, 0);
+    c.acked("s", at(2, 0), 3);
+    assert!(c.all_acked());
+    let (counts, first) = c.finish(4);
+    assert_eq!(counts.violations(), 0, "{first:?}");
+    // Ledger 2 never delivered: lost.
+    let mut c = mk();
+    c.subscription_created("s", Position::new(2, -1), 1);
+    let (counts, first) = c.finish(4);
+    assert_eq!(counts.lost, 1, "{first:?}");
+    assert!(first.unwrap().contains("2:0#0 never acknowledged"));
+    // No creation told: ledger 1 is owed and lost.
+    let mut c = mk();
+    c.delivered("s", 0, at(2, 0), 2, 0);
+    c.acked("s", at(2, 0), 3);
+    let (counts, _) = c.finish(4);
+    assert_eq!(counts.lost, 3);
+}

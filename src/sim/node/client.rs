@@ -135,8 +135,9 @@ pub(super) struct Consumer {
     /// The entry whose batch the application is inside and the next index
     /// it expects: indexes 0..next were all taken in this era.
     batch_seen: Option<(Position, i32)>,
-    /// Connections closed on an injected invalid P in a row, with nothing
-    /// received in between (`faults.faulty_closes_without_progress`).
+    /// Connections closed on an injected invalid P in a row, with no
+    /// message taken by the application in between
+    /// (`faults.faulty_closes_without_progress`).
     pub(super) faulty_closes: u32,
     /// While set, Flows the client library decides stay queued on its
     /// connection (a re-creation right after a poll: `same_connection`).
@@ -1107,6 +1108,10 @@ impl Node<'_> {
             let Some((m, mref)) = self.consumers[c].app.pop_front() else {
                 break;
             };
+            // The application took a message (its ack goes out on this
+            // connection): progress for the faulty broker's fairness bound.
+            // A hand-off the same instant's close takes back is none.
+            self.consumers[c].faulty_closes = 0;
             let pos = mref.position;
             let bi = m.message_id.batch_index.unwrap_or(-1);
             let batch = m.message_id.batch_size.filter(|_| bi >= 0);
@@ -1344,7 +1349,6 @@ impl Node<'_> {
                 self.checker.delivered(&sub, id, mref, now, clears);
             }
             self.consumers[c].app.push_back((m, mref));
-            self.consumers[c].faulty_closes = 0;
         }
         // PIP-491: an incarnation is sent entries while it has permits left
         // (its receiver queue, then what it returned), a batch costing its

@@ -56,6 +56,7 @@ mod admission;
 pub mod chunks;
 mod client;
 mod counters;
+pub mod creation;
 mod delayed;
 mod deleted_ack_probe;
 mod faults;
@@ -169,9 +170,12 @@ pub struct NodeActivity {
     pub seeks_sent: u64,
     /// Of those, resets the core applied (the checker was told).
     pub seeks_applied: u64,
-    /// Of those, resets of a SEEK the core died on, found in the
-    /// recovered cursor.
+    /// Of those, resets of a SEEK the core died on, or applied in a turn
+    /// a crash lost before its outputs left, found in the recovered cursor.
     pub seeks_applied_at_crash: u64,
+    /// Resets the core applied in a turn a crash lost before its outputs
+    /// left, not in the recovered cursor: no reset happened.
+    pub seeks_lost_in_crash: u64,
     /// Frames the clients sent / the core sent.
     pub frames_to_broker: u64,
     /// Frames the core sent.
@@ -190,6 +194,8 @@ pub struct NodeActivity {
     pub readers: reader::ReaderActivity,
     /// Unsubscribes (`faults.unsubscribes`, `unsubscribe.rs`).
     pub unsubscribes: unsubscribe::UnsubActivity,
+    /// Subscriptions' first creations (`creation.rs`).
+    pub creations: creation::CreationActivity,
     /// Chunked messages (`faults.chunked_ratio`, `chunks.rs`).
     pub chunks: chunks::ChunkActivity,
     /// Producer access modes and names (`faults.producer_access_modes`,
@@ -243,6 +249,9 @@ enum Ev {
     /// A subscription created again after an unsubscribe reaches the
     /// clients (`unsubscribe.rs`).
     Unsubscribed { sub: String, md: crate::Position },
+    /// A subscription's first creation reached its client (`creation.rs`):
+    /// its initial position's mark-delete `md`.
+    Created { sub: String, md: crate::Position },
 }
 
 impl Ev {
@@ -263,6 +272,7 @@ impl Ev {
             Ev::ReadDone { .. } => ("broker core", "ReadDone"),
             Ev::Reader(_) => ("reader", "Reader"),
             Ev::Unsubscribed { .. } => ("client", "Unsubscribed"),
+            Ev::Created { .. } => ("client", "Created"),
         }
     }
 }
@@ -321,6 +331,8 @@ struct Node<'a> {
     readers: reader::ReaderSide,
     /// Unsubscribes in flight (`unsubscribe.rs`).
     unsubs: unsubscribe::UnsubSide,
+    /// Subscriptions' first creations (`creation.rs`).
+    creations: creation::CreationSide,
     /// Chunk contexts of the consumers (`chunks.rs`).
     chunks: chunks::ChunkSide,
     /// Producer access modes and names (`producers.rs`).
@@ -385,6 +397,7 @@ pub fn run(
     let mut checker = DeliveryChecker::new(subs.clone(), 0, order);
     checker.set_late_bound(workload.delayed_late_bound());
     checker.set_key_exclusive(true);
+    let creations = creation::CreationSide::new(&subs);
     let mut n = Node {
         w: workload,
         opts,
@@ -424,6 +437,7 @@ pub fn run(
         seeks: seek::SeekSide::default(),
         readers: reader::ReaderSide::default(),
         unsubs: unsubscribe::UnsubSide::default(),
+        creations,
         chunks: chunks::ChunkSide::default(),
         access: producers::AccessSide::default(),
         store_plan: store_faults::SharedPlan::default(),
@@ -606,6 +620,8 @@ impl Node<'_> {
         self.delayed.set_core_now(now);
         self.readers_check_store(&store);
         self.unsubs_check_store(&store);
+        self.creations_check_store(&store);
+        self.seeks_check_store(&store);
         self.txn_count_snapshots(&store);
         if std::mem::take(&mut self.lose_ledger_at_start) {
             self.lose_pending_ack_ledgers(&store)?;
@@ -793,6 +809,7 @@ impl Node<'_> {
         }
         self.schedule_applied_seeks();
         self.schedule_recreated_subscriptions();
+        self.schedule_created_subscriptions();
         if let Some(d) = deadline {
             let d = d.saturating_sub(EPOCH_BASE_MS + self.delayed.clock_offset_ms);
             // A deadline in the past that already fired waits for the next
@@ -1065,6 +1082,7 @@ impl Node<'_> {
             && self.checker.all_acked()
             && self.txn_finished()
             && self.unsubs.settled()
+            && self.creations.settled()
             && self.stored_once.copies_settled(self.now())
     }
 
@@ -1120,6 +1138,7 @@ impl Node<'_> {
             }
             Ev::Reader(e) => self.reader_event(e),
             Ev::Unsubscribed { sub, md } => self.subscription_recreated(&sub, md),
+            Ev::Created { sub, md } => self.subscription_created(&sub, md),
         }
     }
 

@@ -14,7 +14,11 @@
 //! the clients over the FIFO outbound link. A core that died on the SEEK's
 //! durable write is judged from the recovered cursor: the reset counts
 //! when the store holds its mark-delete with no individually deleted entry
-//! (the reset's one write), else it was lost with the process.
+//! (the reset's one write), else it was lost with the process. So is a
+//! SEEK the core applied in a turn a crash cut before its barrier made it
+//! durable (`Node::seeks_check_store`): none of the turn's outputs left, so
+//! no client saw the reset, and only the recovered store says whether it
+//! happened.
 //!
 //! [`DeliveryChecker::window_position`]: crate::sim::checker::DeliveryChecker::window_position
 
@@ -165,22 +169,45 @@ impl Node<'_> {
         let Some(store) = self.broker.as_ref().map(|b| b.store().clone()) else {
             return;
         };
-        let Ok(Some(cursor)) = store.load_cursor(TOPIC, &sub) else {
-            return;
-        };
         let md = md.max(self.first_position_before());
-        if cursor.mark_delete != md || !cursor.individually_deleted.is_empty() {
-            return;
-        }
-        let clean = match store.load_deletion_state(TOPIC, &sub) {
-            Ok(None) => true,
-            Ok(Some(chunks)) => crate::deletion::compact::decode(&chunks)
-                .is_ok_and(|s| s.deleted_entries() == 0 && s.batch_ack_sets.is_empty()),
-            Err(_) => false,
-        };
-        if clean {
+        if reset_is_stored(&store, &sub, md) {
             self.node.seeks_applied_at_crash += 1;
             self.apply_seek(&sub, md);
         }
+    }
+
+    /// After a (re)start, before the core opens, on the store the new core
+    /// opens: a SEEK the previous core applied in a turn a crash lost before
+    /// its barrier made it durable sent none of its outputs (no
+    /// CLOSE_CONSUMER, no SUCCESS), so what happened is what the recovered
+    /// store holds: the reset's cursor there, it counts (told to the
+    /// checker now); else the old cursor stands and no reset happened.
+    pub(super) fn seeks_check_store(&mut self, store: &crate::ledger::RedbStore) {
+        for (sub, md) in std::mem::take(&mut self.seeks.applied) {
+            if reset_is_stored(store, &sub, md) {
+                self.node.seeks_applied_at_crash += 1;
+                self.apply_seek(&sub, md);
+            } else {
+                self.node.seeks_lost_in_crash += 1;
+            }
+        }
+    }
+}
+
+/// Whether `store` holds the cursor a reset of `sub` to `md` writes (its
+/// one write): mark-delete `md`, no individually deleted entry, no batch
+/// ack set.
+fn reset_is_stored(store: &crate::ledger::RedbStore, sub: &str, md: Position) -> bool {
+    let Ok(Some(cursor)) = store.load_cursor(TOPIC, sub) else {
+        return false;
+    };
+    if cursor.mark_delete != md || !cursor.individually_deleted.is_empty() {
+        return false;
+    }
+    match store.load_deletion_state(TOPIC, sub) {
+        Ok(None) => true,
+        Ok(Some(chunks)) => crate::deletion::compact::decode(&chunks)
+            .is_ok_and(|s| s.deleted_entries() == 0 && s.batch_ack_sets.is_empty()),
+        Err(_) => false,
     }
 }

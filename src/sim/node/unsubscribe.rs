@@ -117,7 +117,7 @@ impl Node<'_> {
     }
 
     /// Whether subscription `sub` is open on the live core.
-    fn sub_open(&self, sub: &str) -> bool {
+    pub(super) fn sub_open(&self, sub: &str) -> bool {
         self.broker
             .as_ref()
             .and_then(|b| b.topics().get(TOPIC))
@@ -177,6 +177,9 @@ impl Node<'_> {
                     if !died {
                         self.unsubs.deleted_in_turn.push(sub.clone());
                     }
+                    // Deleted before its creation was told: the
+                    // re-creation's reset places it.
+                    self.creation_superseded(&sub);
                     self.unsubs.awaiting.insert(sub);
                 } else {
                     self.node.unsubscribes.refused += 1;

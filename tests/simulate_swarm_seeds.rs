@@ -1,0 +1,67 @@
+//! Swarm seeds whose runs the node engine misjudged, each a workload file
+//! with the seed it runs with.
+//!
+//! - tests/workloads/node_first_subscribe_lost_in_crash.toml, seed 2446:
+//!   the crashes fall on the first SUBSCRIBEs, so for ~150 ms no
+//!   subscription exists and consumed-ledger trimming deletes ledger 1
+//!   (Pulsar trims a ledger no durable cursor holds). Each subscription's
+//!   first creation is judged as a re-creation after an unsubscribe is:
+//!   at its initial position (the first kept ledger) when it reaches its
+//!   client, or from the recovered store when a crash lost its turn; what
+//!   was published before it existed is not owed to it. Judged as existing
+//!   from the start, the checker counted ledger 1's 200 messages on each
+//!   subscription as never acknowledged (400 lost, a livelock).
+//! - tests/workloads/node_delayed_late_behind_rewind_backlog.toml, seed
+//!   1629: the one consumer's connection closes on the faulty broker's
+//!   invalid P every few hundred deliveries; each close empties the
+//!   consumer set, the core rewinds to the mark-delete and re-reads in
+//!   position order, and due delayed messages the tracker already
+//!   dispatched wait behind that backlog for longer than the late bound.
+//!   The late rule charges a delayed message only once the dispatch passed
+//!   it (its negative control: the checker unit test
+//!   `a_late_delayed_message_is_a_violation_only_once_the_dispatch_passed_it`).
+//! - tests/workloads/node_seek_crash_lost_turn.toml, seed 10: a SEEK the
+//!   core applied dies with its turn (cut before its barrier made it
+//!   durable); it is judged from the recovered store, as a SEEK the core
+//!   died on is, and here it did not happen.
+#![cfg(not(any(loom, feature = "shuttle")))]
+
+#[path = "common/sim_run.rs"]
+mod sim_run;
+use sim_run::{assert_clean, run_seed, workload_file};
+
+#[test]
+fn a_subscription_whose_first_creation_a_crash_lost_is_owed_only_what_follows_its_creation() {
+    let w = workload_file("node_first_subscribe_lost_in_crash.toml");
+    let r = run_seed(&w, 2446);
+    assert_clean(&r, "seed 2446");
+    let n = r.activity.node.as_ref().expect("node activity");
+    // The case is reached: both subscriptions created after ledger 1 was
+    // trimmed, its messages not owed to them; the rest delivered.
+    assert_eq!(n.creations.created, 2, "{:?}", n.creations);
+    assert!(n.creations.skipped_before_creation > 0, "{:?}", n.creations);
+    assert!(n.crash_points > 0);
+    assert!(r.counts.acked > 0);
+}
+
+#[test]
+fn due_delayed_messages_behind_a_rewind_backlog_are_not_late() {
+    let w = workload_file("node_delayed_late_behind_rewind_backlog.toml");
+    let r = run_seed(&w, 1629);
+    assert_clean(&r, "seed 1629");
+    // The case is reached: delayed messages first delivered more than the
+    // late bound after they were due (a violation by the clock alone).
+    assert!(r.counts.late_behind_backlog > 0, "{r}");
+    assert!(r.activity.invalid_permit_closes > 0, "{r}");
+}
+
+#[test]
+fn a_seek_applied_in_a_turn_a_crash_cut_is_judged_from_the_recovered_store() {
+    let w = workload_file("node_seek_crash_lost_turn.toml");
+    let r = run_seed(&w, 10);
+    assert_clean(&r, "seed 10");
+    let n = r.activity.node.as_ref().expect("node activity");
+    // The case is reached: a reset applied in memory, not in the store.
+    assert!(n.seeks_lost_in_crash > 0, "{n:?}");
+    assert!(n.seeks_applied > 0, "{n:?}");
+}
