@@ -4,6 +4,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use super::*;
 use crate::broker::AdmissionHook;
+use crate::permits::broker::ConsumerKey;
 
 /// A core whose admission refuses the first `n` entries offered.
 fn core_rejecting_first(dir: &tempfile::TempDir, n: u64) -> Broker {
@@ -42,7 +43,7 @@ fn an_entry_refused_by_admission_is_replayed_before_later_entries_on_failover() 
     let s = sub(&b, "f");
     assert_eq!(s.admission_rejections, 1);
     assert_eq!(s.consumers[0].debited, 3);
-    assert_eq!(s.consumers[0].permits.available_permits(), 7);
+    assert_eq!(s.available(s.consumers[0].key), 7);
 }
 
 #[test]
@@ -90,6 +91,16 @@ fn a_failed_message_write_removes_the_consumer_and_its_entries_go_to_another() {
     let s = sub(&b, "s");
     assert_eq!(s.consumers.len(), 1);
     assert_eq!(s.consumers[0].key.consumer_id, 8);
+    // The removal is the dispatcher's: consumer 7 is gone from the permit
+    // bookkeeping too, its balance (1 - 1) with it, and its write dropped.
+    assert!(s
+        .permits(ConsumerKey {
+            connection_id: 2,
+            consumer_id: 7
+        })
+        .is_none());
+    assert_eq!(s.dispatcher.total_available_permits(), 5 - 1);
+    assert_eq!(s.dispatcher.writes_in_flight(), 1, "consumer 8's MESSAGE");
 }
 
 #[test]
@@ -102,9 +113,12 @@ fn a_written_frame_is_not_failed_afterwards() {
     b.handle_written(2, 0, T0);
     let out = flow(&mut b, 2, 7, 1);
     assert_eq!(positions_to(&out, 2), vec![p0]);
+    assert_eq!(sub(&b, "s").dispatcher.writes_in_flight(), 1);
     // Everything queued so far was written; a later failure covers nothing.
     written += 1 << 20;
     b.handle_written(2, written, T0);
+    // The written MESSAGE settled its write id in the dispatcher.
+    assert_eq!(sub(&b, "s").dispatcher.writes_in_flight(), 0);
     b.handle_write_failed(2, 100, T0);
     assert!(frames(&mut b).is_empty());
     assert_eq!(sub(&b, "s").consumers.len(), 1);
