@@ -19,7 +19,7 @@ use crate::proto::wire::MessageIdData;
 use crate::Position;
 
 use super::error::{BrokerError, ConnectionError};
-use super::output::Output;
+use super::output::{Output, SentMessage};
 use super::subscription::{sub_type, Leave, SubConsumer, Subscription};
 use super::topic::{name_for_error, MAX_NAME_BYTES};
 use super::{Broker, ConnectionId, MAX_MESSAGE_SIZE, PROTOCOL_VERSION};
@@ -198,6 +198,25 @@ impl Broker {
         let t = self.topics.get_mut(&r.topic)?;
         let s = t.subscriptions.get_mut(&r.subscription)?;
         Some((&t.ml, s))
+    }
+
+    /// The subscription the incarnation that `m` was sent to is attached
+    /// to; `None` when that incarnation left.
+    pub(super) fn subscription_of(&mut self, m: &SentMessage) -> Option<&mut Subscription> {
+        let r = self
+            .conns
+            .get(&m.consumer.connection_id)?
+            .consumers
+            .get(&m.consumer.consumer_id)?;
+        let s = self
+            .topics
+            .get_mut(&r.topic)?
+            .subscriptions
+            .get_mut(&r.subscription)?;
+        s.consumers
+            .iter()
+            .any(|c| c.key == m.consumer && c.incarnation == m.incarnation)
+            .then_some(s)
     }
 
     /// Dispatches the subscription of consumer `consumer_id` of `conn`.

@@ -44,27 +44,9 @@ impl Broker {
         m: SentMessage,
         outcome: Result<(), String>,
     ) {
-        let Some((topic, subscription)) = self
-            .conns
-            .get(&conn)
-            .and_then(|c| c.consumer_target(m.consumer.consumer_id))
-        else {
+        let Some(sub) = self.subscription_of(&m) else {
             return;
         };
-        let Some(sub) = self
-            .topics
-            .get_mut(&topic)
-            .and_then(|t| t.subscriptions.get_mut(&subscription))
-        else {
-            return;
-        };
-        if !sub
-            .consumers
-            .iter()
-            .any(|c| c.key == m.consumer && c.incarnation == m.incarnation)
-        {
-            return;
-        }
         let active_before = sub.active_consumer();
         let removed = match sub.dispatcher.on_write_complete(m.write_id, outcome) {
             Ok(Some(removed)) => removed,
@@ -75,6 +57,13 @@ impl Broker {
             }
         };
         tracing::warn!(conn, consumer = ?m.consumer, position = %m.position, "MESSAGE write failed: consumer removed");
+        let Some((topic, subscription)) = self
+            .conns
+            .get(&conn)
+            .and_then(|c| c.consumer_target(m.consumer.consumer_id))
+        else {
+            return;
+        };
         // Pulsar's broker-initiated CloseConsumer (no request of the client:
         // request_id 0), queued before what the removal hands to the other
         // consumers (`cnx.closeConsumer`); the client subscribes again.
