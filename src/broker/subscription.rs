@@ -1,8 +1,9 @@
 //! One subscription (Pulsar's `PersistentSubscription` with its
 //! dispatcher's state): the durable cursor, the deletion state, the delayed
-//! tracker, the replay set and the consumers; Flow, acks (individual,
-//! cumulative, batch-index `ack_set`), redelivery and consumer removal. The
-//! dispatch pipeline itself is in `dispatch.rs`.
+//! tracker, the replay set and the consumers (their PIP-491 permits in the
+//! subscription's `permits::broker::SharedDispatcher`); Flow, acks
+//! (individual, cumulative, batch-index `ack_set`), redelivery and consumer
+//! removal. The dispatch pipeline itself is in `dispatch.rs`.
 
 use std::collections::{BTreeMap, BTreeSet};
 // Ownership handles use std's Arc in every build (see `ledger::managed_ledger`).

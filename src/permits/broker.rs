@@ -24,6 +24,10 @@
 //! Corresponds to Pulsar's `Consumer.sendMessages`, `SendMessagesResult` and
 //! the persistent Shared dispatcher's permit bookkeeping (PIP-491).
 //!
+//! The broker core ([`crate::broker`]) keeps one [`SharedDispatcher`] per
+//! subscription, of every subscription type: its Flow, MESSAGE debit, write
+//! completion and consumer removal are these methods.
+//!
 //! Concurrency: these types are plain state machines (`&mut self`); the
 //! broker serialises access per subscription (Pulsar's dispatcher is
 //! `synchronized`). Wrap a [`SharedDispatcher`] in a

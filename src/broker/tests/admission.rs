@@ -123,3 +123,70 @@ fn a_written_frame_is_not_failed_afterwards() {
     assert!(frames(&mut b).is_empty());
     assert_eq!(sub(&b, "s").consumers.len(), 1);
 }
+
+/// The subscription's consumers and its dispatcher's permit entries are
+/// one set: after a CLOSE_CONSUMER, a failed MESSAGE write and a closed
+/// connection (two consumers of it at once), the dispatcher holds exactly
+/// the attached consumers, its total is the sum of their balances, no
+/// write of a removed consumer is pending, and what they left reaches the
+/// next consumer, in order.
+#[test]
+fn every_way_of_leaving_removes_the_consumer_from_the_dispatcher() {
+    fn in_sync(s: &Subscription) {
+        let mut attached: Vec<ConsumerKey> = s.consumers.iter().map(|c| c.key).collect();
+        attached.sort();
+        let registered: Vec<ConsumerKey> = s.dispatcher.consumers().map(|c| c.key()).collect();
+        assert_eq!(attached, registered);
+        assert_eq!(
+            s.dispatcher.total_available_permits(),
+            s.dispatcher.sum_consumer_permits()
+        );
+    }
+    let (_d, mut b) = with_producer();
+    let ps: Vec<Position> = (0..6)
+        .map(|i| send(&mut b, 1, 1, i, &entry(None, None, None)))
+        .collect();
+    connect(&mut b, 2);
+    connect(&mut b, 3);
+    subscribe(&mut b, 1, 6, "s", sub_type::SHARED, "d");
+    subscribe(&mut b, 2, 7, "s", sub_type::SHARED, "a");
+    subscribe(&mut b, 2, 9, "s", sub_type::SHARED, "c");
+    subscribe(&mut b, 3, 8, "s", sub_type::SHARED, "b");
+    for (conn, cid) in [(1, 6), (2, 7), (2, 9), (3, 8)] {
+        assert_eq!(positions_to(&flow(&mut b, conn, cid, 1), conn).len(), 1);
+    }
+    in_sync(sub(&b, "s"));
+    assert_eq!(sub(&b, "s").dispatcher.writes_in_flight(), 4);
+    feed(
+        &mut b,
+        1,
+        BrokerCommand {
+            r#type: ty::CLOSE_CONSUMER,
+            close_consumer: Some(command::CommandIdRequest {
+                id: 6,
+                request_id: 5,
+            }),
+            ..Default::default()
+        },
+    );
+    in_sync(sub(&b, "s"));
+    b.handle_write_failed(3, 1 << 20, T0);
+    let out = frames(&mut b);
+    assert!(
+        out.iter()
+            .any(|(c, f, _)| *c == 3 && f.r#type == ty::CLOSE_CONSUMER),
+        "{out:?}"
+    );
+    in_sync(sub(&b, "s"));
+    b.handle_close(2, T0);
+    frames(&mut b);
+    let s = sub(&b, "s");
+    in_sync(s);
+    assert!(s.consumers.is_empty());
+    assert_eq!(s.dispatcher.total_available_permits(), 0);
+    assert_eq!(s.dispatcher.writes_in_flight(), 0);
+    subscribe(&mut b, 1, 5, "s", sub_type::SHARED, "e");
+    let out = flow(&mut b, 1, 5, 10);
+    assert_eq!(positions_to(&out, 1), ps);
+    in_sync(sub(&b, "s"));
+}
