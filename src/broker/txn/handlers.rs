@@ -637,9 +637,7 @@ impl Broker {
                 .collect();
             let mut unknown = Vec::new();
             for p in live {
-                for c in &mut s.consumers {
-                    let _ = c.permits.acknowledge(p);
-                }
+                s.settle_pending(p);
                 match s.inflight.remove(&p) {
                     Some(h) => {
                         s.replay.insert(p, h);
@@ -807,9 +805,7 @@ impl Broker {
         for p in whole {
             s.txn_pending.insert(p);
             s.inflight.remove(&p);
-            for c in &mut s.consumers {
-                let _ = c.permits.acknowledge(p);
-            }
+            s.settle_pending(p);
         }
         let _ = conn;
         Ok(())
