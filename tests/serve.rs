@@ -471,6 +471,21 @@ fn entries_refused_by_admission_keep_publish_order() {
     assert_eq!(c.messages(1, SETTLE), ids);
 }
 
+/// Admission refusing every third entry on Key_Shared, every entry of one
+/// key: a refused entry waits in replay and holds back the later entries of
+/// its key (Pulsar's Key_Shared dispatcher), so the key's order is kept.
+#[test]
+fn entries_refused_by_admission_keep_key_order_on_key_shared() {
+    let s = server(&["--reject-admission-every", "3"]);
+    let mut p = Client::connect(&s);
+    p.producer("adm-ks");
+    let ids: Vec<(u64, u64)> = (0..12).map(|i| p.publish(i, Some("k"), None)).collect();
+    let mut c = Client::connect(&s);
+    c.subscribe("adm-ks", 1, "s", KEY_SHARED, "c");
+    c.flow(1, 100);
+    assert_eq!(c.messages(1, SETTLE), ids);
+}
+
 /// A failed MESSAGE write removes the consumer incarnation it was for
 /// (PIP-491: never re-credited): the client is told CLOSE_CONSUMER, and
 /// after subscribing again it gets every entry, in order.

@@ -690,6 +690,16 @@ fn a_faulty_broker_closing_every_window_is_bounded_and_its_livelock_is_named() {
 /// sent, nothing new to read, no ack or Flow to come) is still replayed
 /// (Key_Shared and Failover). Each run must stay clean and must actually
 /// exercise its fault (admission rejections, transactional acks).
+///
+/// `shared_delayed_txn_restarts.toml` (seed 135) protects a clean run of
+/// that shape on the broker core only: with the core's hold of entries
+/// acknowledged in an open transaction removed (`txn_pending` not checked
+/// in `broker::Subscription::deliver_entries`) it still runs clean (seeds
+/// 135 and 3): the checker allows a copy delivered across a restart or a
+/// reconnect of its holder and has no rule for the delivery of an entry
+/// acknowledged in a transaction still open. The unit layer catches
+/// that edit: `broker::tests::txn::an_open_transaction_survives_a_crash_and_commits_after_it`
+/// and `broker::tests::txn::store_faults::a_pending_ack_replay_that_fails_holds_dispatch_and_refuses_transactional_acks_until_a_retry_completes`.
 #[test]
 fn swarm_found_dispatch_regressions_stay_clean() {
     for (file, seed) in [
@@ -710,14 +720,16 @@ fn swarm_found_dispatch_regressions_stay_clean() {
 }
 
 /// Key_Shared per-key order across a reconnect while a cursor read is in
-/// flight: the reconnecting consumer's unacknowledged and routed-but-unsent
-/// entries are replayed before the completed read's newer entries of the
-/// same key (Pulsar's Key_Shared dispatcher serves its replay set first and
-/// holds back a normal read's entries of a key hash waiting for replay).
-/// Found by the fanout preset at 2 M messages; the small workload below
-/// reproduced it (350 order violations) before the read completion served
-/// the replay set first. The run must stay clean and must actually reconnect
-/// with reads in flight.
+/// flight, and after admission refusals: an entry of a key waiting in
+/// replay (a reconnecting consumer's unacknowledged entries, an entry
+/// admission refused) goes out before a completed read's newer entries of
+/// the same key (Pulsar's Key_Shared dispatcher serves its replay set first
+/// and holds back a normal read's entries of a key hash waiting for
+/// replay). The run must stay clean and must actually reconnect with reads
+/// in flight and refuse entries. With the hold-back removed
+/// (`tests/mutants/broker_key_shared_replay_not_held_back.patch`) seed 6
+/// fails through the admission refusals; with the replay step also moved
+/// after the completed read, through the reconnects alone.
 #[test]
 fn key_shared_replay_is_not_overtaken_by_a_read_in_flight() {
     let file = "key_shared_reconnect_during_read.toml";
@@ -726,6 +738,10 @@ fn key_shared_replay_is_not_overtaken_by_a_read_in_flight() {
     assert!(
         r.activity.reads_with_latency > 0,
         "{file}: no read in flight"
+    );
+    assert!(
+        r.activity.admission_rejections > 0,
+        "{file}: no admission refusal"
     );
 }
 
