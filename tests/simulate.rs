@@ -436,7 +436,10 @@ fn same_seed_same_report() {
 /// pending-ack logs' reads fail after a restart (failed replay attempts
 /// retried after their backoff), and a pending-ack ledger is lost with
 /// auto-skip off (the replay gives up; the operator reloads with auto-skip
-/// on). About 20-40 s in a debug build.
+/// on). After the second restart the replay waits out the read failures
+/// while a commit is ending, and once Ready hands back committed acks the
+/// subscription had not persisted, which the core re-applies (the report's
+/// `commits_reapplied`). About 20-40 s in a debug build.
 #[test]
 fn txn_outage_runs_clean_on_the_broker_core_at_seed_1() {
     let w = Workload::preset("txn-outage").unwrap();
@@ -449,6 +452,7 @@ fn txn_outage_runs_clean_on_the_broker_core_at_seed_1() {
     assert!(a.pending_ack_ledgers_lost > 0, "{r}");
     assert_eq!(a.operator_reloads, 1, "{r}");
     assert!(a.txn_individual_acks > 0 && a.txn_commits > 0, "{r}");
+    assert!(a.commits_reapplied > 0, "{r}");
     assert_eq!(r.counts.published, w.messages, "{r}");
 }
 

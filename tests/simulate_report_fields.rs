@@ -3,16 +3,15 @@
 //! their reads, replays a completing failure ended, crash points taken and
 //! unreached): each is non-zero in a run where the core must do that work
 //! and zero in a run where it cannot, so none of them says "0 happened"
-//! about work that did happen.
+//! about work that did happen. The runs that must fail replay attempts,
+//! end replays by a completing failure and re-apply commits are asserted
+//! where they already run: `tests/simulate_node_pending_ack.rs` and
+//! `tests/simulate.rs` (`txn_outage_runs_clean_on_the_broker_core_at_seed_1`).
 
 #[path = "common/sim_run.rs"]
 mod sim_run;
 
-use pulsar_core::sim::{Report, Workload};
-
-fn preset(name: &str) -> Workload {
-    Workload::preset(name).unwrap()
-}
+use pulsar_core::sim::Report;
 
 /// Failover (`node_failover.toml`, seed 1): consumers that sort first
 /// rejoin and the active one leaves, so the active consumer changes and the
@@ -34,42 +33,6 @@ fn failover_counts_active_consumer_changes_and_handed_over_entries() {
     assert_crashes_listed(&r);
     assert_eq!(a.crashes.len(), 3, "every crash point is taken: {r}");
     assert_eq!(a.crash_points_unreached, 0, "{r}");
-}
-
-/// Shared with the pending-ack faults (`node_pending_ack_faults.toml`,
-/// seed 1): the replays' reads fail for a window after each restart (each
-/// failed attempt issued one read: the retry waits for its backoff, no
-/// spin), and the entries whose data is gone end replays by a completing
-/// failure (non-recoverable data with auto-skip on). Shared has no active
-/// consumer to change.
-#[test]
-fn pending_ack_faults_count_failed_attempts_their_reads_and_completing_failures() {
-    let w = sim_run::workload_file("node_pending_ack_faults.toml");
-    let r = sim_run::run_seed_within(&w, 1, std::time::Duration::from_secs(300));
-    sim_run::assert_clean(&r, "node_pending_ack_faults.toml seed 1");
-    let a = &r.activity;
-    assert!(a.replay_failed_attempts > 0, "{r}");
-    assert!(a.replay_reads_in_failed_attempts > 0, "{r}");
-    assert!(
-        a.replay_reads_in_failed_attempts <= 2 * a.replay_failed_attempts,
-        "a failed attempt reads at most its failing read and one read-ahead: {r}"
-    );
-    assert!(a.replays_ended_by_completing_failure > 0, "{r}");
-    assert_eq!(a.active_consumer_changes, 0, "{r}");
-    assert_eq!(a.handover_entries, 0, "{r}");
-    assert_eq!(a.crash_points_unreached, 0, "no crash points: {r}");
-    assert!(a.crashes.is_empty(), "{r}");
-}
-
-/// `txn-outage` at seed 1: after the second restart the pending-ack replay
-/// waits out the read failures while a commit is ending, and once Ready it
-/// hands back committed acks the subscription had not persisted; the core
-/// re-applies and persists them.
-#[test]
-fn a_replay_after_a_restart_counts_the_commits_it_reapplied() {
-    let r = sim_run::run_seed(&preset("txn-outage"), 1);
-    sim_run::assert_clean(&r, "txn-outage seed 1");
-    assert!(r.activity.commits_reapplied > 0, "{r}");
 }
 
 /// A crash point whose k lies beyond the run's durable writes is drawn and
