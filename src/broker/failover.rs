@@ -57,6 +57,12 @@ impl Subscription {
             }
             return;
         }
+        if before.is_some() {
+            self.counters.active_consumer_changes += 1;
+            let held = self.inflight.keys().chain(self.replay.keys());
+            self.counters.failover_handover_entries +=
+                held.collect::<std::collections::BTreeSet<_>>().len() as u64;
+        }
         self.rewind_to_mark_delete();
         for c in &self.consumers {
             notify(out, c.conn, c.key.consumer_id, c.key == active);

@@ -327,6 +327,7 @@ impl Broker {
                 return;
             }
             h.subscription_persisted();
+            s.counters.commits_reapplied += acks.len() as u64;
             tracing::info!(
                 topic,
                 subscription = sub,
