@@ -457,18 +457,32 @@ fn failover_switch_keeps_publish_order() {
     assert_eq!(a.messages(2, SETTLE), expected);
 }
 
+/// Admission refusing every third of twelve entries of `key` on a
+/// subscription of `sub_type`: every entry arrives, in publish order.
+fn admission_refusals_keep_order(sub_type: i32, key: Option<&str>) {
+    let s = server(&["--reject-admission-every", "3"]);
+    let mut p = Client::connect(&s);
+    p.producer("adm");
+    let ids: Vec<(u64, u64)> = (0..12).map(|i| p.publish(i, key, None)).collect();
+    let mut c = Client::connect(&s);
+    c.subscribe("adm", 1, "s", sub_type, "c");
+    c.flow(1, 100);
+    assert_eq!(c.messages(1, SETTLE), ids);
+}
+
 /// Admission refusing every third entry: a refused entry keeps its place
 /// (Failover's publish order), nothing is lost.
 #[test]
 fn entries_refused_by_admission_keep_publish_order() {
-    let s = server(&["--reject-admission-every", "3"]);
-    let mut p = Client::connect(&s);
-    p.producer("adm");
-    let ids: Vec<(u64, u64)> = (0..12).map(|i| p.publish(i, None, None)).collect();
-    let mut c = Client::connect(&s);
-    c.subscribe("adm", 1, "s", FAILOVER, "c");
-    c.flow(1, 100);
-    assert_eq!(c.messages(1, SETTLE), ids);
+    admission_refusals_keep_order(FAILOVER, None);
+}
+
+/// Admission refusing every third entry on Key_Shared, every entry of one
+/// key: a refused entry waits in replay and holds back the later entries of
+/// its key (Pulsar's Key_Shared dispatcher), so the key's order is kept.
+#[test]
+fn entries_refused_by_admission_keep_key_order_on_key_shared() {
+    admission_refusals_keep_order(KEY_SHARED, Some("k"));
 }
 
 /// A failed MESSAGE write removes the consumer incarnation it was for

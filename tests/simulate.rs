@@ -436,7 +436,10 @@ fn same_seed_same_report() {
 /// pending-ack logs' reads fail after a restart (failed replay attempts
 /// retried after their backoff), and a pending-ack ledger is lost with
 /// auto-skip off (the replay gives up; the operator reloads with auto-skip
-/// on). About 20-40 s in a debug build.
+/// on). After the second restart the replay waits out the read failures
+/// while a commit is ending, and once Ready hands back committed acks the
+/// subscription had not persisted, which the core re-applies (the report's
+/// `commits_reapplied`). About 20-40 s in a debug build.
 #[test]
 fn txn_outage_runs_clean_on_the_broker_core_at_seed_1() {
     let w = Workload::preset("txn-outage").unwrap();
@@ -449,6 +452,7 @@ fn txn_outage_runs_clean_on_the_broker_core_at_seed_1() {
     assert!(a.pending_ack_ledgers_lost > 0, "{r}");
     assert_eq!(a.operator_reloads, 1, "{r}");
     assert!(a.txn_individual_acks > 0 && a.txn_commits > 0, "{r}");
+    assert!(a.commits_reapplied > 0, "{r}");
     assert_eq!(r.counts.published, w.messages, "{r}");
 }
 
@@ -703,6 +707,16 @@ fn a_faulty_broker_closing_every_window_is_bounded_and_its_livelock_is_named() {
 /// sent, nothing new to read, no ack or Flow to come) is still replayed
 /// (Key_Shared and Failover). Each run must stay clean and must actually
 /// exercise its fault (admission rejections, transactional acks).
+///
+/// `shared_delayed_txn_restarts.toml` (seed 135) protects a clean run of
+/// that shape on the broker core only: with the core's hold of entries
+/// acknowledged in an open transaction removed (`txn_pending` not checked
+/// in `broker::Subscription::deliver_entries`) it still runs clean (seeds
+/// 135 and 3): the checker allows a copy delivered across a restart or a
+/// reconnect of its holder and has no rule for the delivery of an entry
+/// acknowledged in a transaction still open. The unit layer catches
+/// that edit: `broker::tests::txn::an_open_transaction_survives_a_crash_and_commits_after_it`
+/// and `broker::tests::txn::store_faults::a_pending_ack_replay_that_fails_holds_dispatch_and_refuses_transactional_acks_until_a_retry_completes`.
 #[test]
 fn swarm_found_dispatch_regressions_stay_clean() {
     for (file, seed) in [
@@ -723,14 +737,16 @@ fn swarm_found_dispatch_regressions_stay_clean() {
 }
 
 /// Key_Shared per-key order across a reconnect while a cursor read is in
-/// flight: the reconnecting consumer's unacknowledged and routed-but-unsent
-/// entries are replayed before the completed read's newer entries of the
-/// same key (Pulsar's Key_Shared dispatcher serves its replay set first and
-/// holds back a normal read's entries of a key hash waiting for replay).
-/// Found by the fanout preset at 2 M messages; the small workload below
-/// reproduced it (350 order violations) before the read completion served
-/// the replay set first. The run must stay clean and must actually reconnect
-/// with reads in flight.
+/// flight, and after admission refusals: an entry of a key waiting in
+/// replay (a reconnecting consumer's unacknowledged entries, an entry
+/// admission refused) goes out before a completed read's newer entries of
+/// the same key (Pulsar's Key_Shared dispatcher serves its replay set first
+/// and holds back a normal read's entries of a key hash waiting for
+/// replay). The run must stay clean and must actually reconnect with reads
+/// in flight and refuse entries. With the hold-back removed
+/// (`tests/mutants/broker_key_shared_replay_not_held_back.patch`) seed 6
+/// fails through the admission refusals; with the replay step also moved
+/// after the completed read, through the reconnects alone.
 #[test]
 fn key_shared_replay_is_not_overtaken_by_a_read_in_flight() {
     let file = "key_shared_reconnect_during_read.toml";
@@ -739,6 +755,10 @@ fn key_shared_replay_is_not_overtaken_by_a_read_in_flight() {
     assert!(
         r.activity.reads_with_latency > 0,
         "{file}: no read in flight"
+    );
+    assert!(
+        r.activity.admission_rejections > 0,
+        "{file}: no admission refusal"
     );
 }
 

@@ -23,12 +23,7 @@ fn chunked_messages_run_clean_and_are_exercised() {
     let (mut resent, mut crashes) = (0, 0);
     for seed in 1..=3 {
         let r = run_seed(&w, seed);
-        assert!(
-            r.is_clean(),
-            "seed {seed}: {:?} ({} violations)",
-            r.first_violation,
-            r.violations
-        );
+        sim_run::assert_clean(&r, &format!("seed {seed}"));
         assert_eq!(r.counts.chunk_violations, 0);
         assert_eq!(r.counts.lost, 0);
         let n = r.activity.node.as_ref().expect("node activity");
@@ -41,11 +36,7 @@ fn chunked_messages_run_clean_and_are_exercised() {
         assert!(n.chunks.chunks_sent >= 2 * n.chunks.messages_sent);
         resent += n.chunks.chunks_resent;
         crashes += n.crash_points;
-        let c = r
-            .components
-            .iter()
-            .find(|c| c.component.starts_with("chunked messages"))
-            .expect("the chunked messages component");
+        let c = sim_run::component(&r, "chunked messages").expect("the chunked messages component");
         assert!(c.exercised, "seed {seed}: {:?}", c.missing());
     }
     assert!(resent > 0, "no chunk resent after a reconnect");
@@ -58,20 +49,13 @@ fn without_chunks_the_component_is_not_exercised() {
     w.faults.chunked_ratio = 0.0;
     w.messages = 200;
     let r = run_seed(&w, 1);
-    assert!(r.is_clean(), "{:?}", r.first_violation);
-    assert!(!r
-        .components
-        .iter()
-        .any(|c| c.component.starts_with("chunked messages")));
+    sim_run::assert_clean(&r, "without chunks");
+    assert!(sim_run::component(&r, "chunked messages").is_none());
     // Asked for, but no message drawn as chunks: NOT EXERCISED.
     w.faults.chunked_ratio = 1e-12;
     let r = run_seed(&w, 1);
-    assert!(r.is_clean(), "{:?}", r.first_violation);
-    let c = r
-        .components
-        .iter()
-        .find(|c| c.component.starts_with("chunked messages"))
-        .expect("the chunked messages component");
+    sim_run::assert_clean(&r, "no message drawn as chunks");
+    let c = sim_run::component(&r, "chunked messages").expect("the chunked messages component");
     assert!(!c.exercised);
     assert!(r.to_string().contains("NOT EXERCISED"));
 }

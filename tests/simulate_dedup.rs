@@ -2,32 +2,22 @@
 //! reconnects (the same producer name and sequence id) are stored once by
 //! the broker core's deduplication, and the rule catches a core without it.
 
-use pulsar_core::sim::{run, Report, Sabotage, SimOptions, Watchdog, Workload};
+use pulsar_core::sim::{Report, Sabotage, Workload};
+
+#[path = "common/sim_run.rs"]
+mod sim_run;
 
 fn run_node(w: &Workload, seed: u64, sabotage: Option<Sabotage>) -> Report {
-    let dir = tempfile::tempdir().unwrap();
-    let opts = SimOptions {
-        seed,
-        data_dir: dir.path().join("data"),
-        faults: true,
-        sabotage,
-        sync: pulsar_core::ledger::SyncMode::Immediate,
-        watchdog: Watchdog {
-            exit_on_hang: Some(std::time::Duration::from_secs(30)),
-            wall_limit: Some(std::time::Duration::from_secs(120)),
-            ..Watchdog::default()
-        },
-        trace_dir: None,
-    };
-    run(w, &opts, None).unwrap()
+    sim_run::run_with(w, seed, std::time::Duration::from_secs(120), |o| {
+        o.sabotage = sabotage;
+    })
+    .unwrap()
 }
 
 /// A node workload with crashes at durable writes and reconnects: sends
 /// whose receipts die with the connection are resent.
 fn crashing() -> Workload {
-    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/workloads/node_shared_batches.toml");
-    let mut w = Workload::from_toml_file(&path).unwrap();
+    let mut w = sim_run::workload_file("node_shared_batches.toml");
     w.messages = 1500;
     w.faults.crash_points = 6;
     w.faults.crash_window = 40;
@@ -41,12 +31,7 @@ fn retried_sends_are_stored_once_and_a_core_without_deduplication_is_caught() {
     let mut caught = 0;
     for seed in 1..=3 {
         let r = run_node(&w, seed, None);
-        assert!(
-            r.is_clean(),
-            "seed {seed}: {:?} ({} violations)",
-            r.first_violation,
-            r.violations
-        );
+        sim_run::assert_clean(&r, &format!("seed {seed}"));
         let n = r.activity.node.clone().expect("node activity");
         resent += n.resent_entries;
         // Negative control: the same run without deduplication.
@@ -72,9 +57,6 @@ fn retried_sends_are_stored_once_and_a_core_without_deduplication_is_caught() {
     );
 }
 
-#[path = "common/sim_run.rs"]
-mod sim_run;
-
 /// Swarm seed 1223 (tests/workloads/node_dedup_delayed_copy.toml): a send
 /// answered as a duplicate after a reconnect lost its receipt; its stored
 /// copy is a delayed message (PIP-26) due after everything else was
@@ -84,12 +66,7 @@ mod sim_run;
 fn a_duplicate_answered_delayed_send_is_delivered_once_due() {
     let w = sim_run::workload_file("node_dedup_delayed_copy.toml");
     let r = sim_run::run_seed(&w, 1223);
-    assert!(
-        r.is_clean(),
-        "{:?} ({} violations)",
-        r.first_violation,
-        r.violations
-    );
+    sim_run::assert_clean(&r, "seed 1223");
     assert_eq!(r.counts.lost, 0);
     let n = r.activity.node.as_ref().expect("node activity");
     assert!(n.deduplicated_messages > 0, "{n:?}");

@@ -5,41 +5,17 @@
 //! ledgers.
 #![cfg(not(any(loom, feature = "shuttle")))]
 
-use pulsar_core::sim::{run, SimOptions, Watchdog, Workload};
-
-fn run_seed(w: &Workload, seed: u64) -> pulsar_core::sim::Report {
-    let dir = tempfile::tempdir().unwrap();
-    let opts = SimOptions {
-        seed,
-        data_dir: dir.path().join("data"),
-        faults: true,
-        sabotage: None,
-        sync: pulsar_core::ledger::SyncMode::Immediate,
-        watchdog: Watchdog {
-            exit_on_hang: Some(std::time::Duration::from_secs(30)),
-            wall_limit: Some(std::time::Duration::from_secs(120)),
-            ..Watchdog::default()
-        },
-        trace_dir: None,
-    };
-    run(w, &opts, None).unwrap()
-}
+#[path = "common/sim_run.rs"]
+mod sim_run;
 
 #[test]
 fn node_engine_trims_consumed_ledgers_across_crashes_and_restarts() {
-    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/workloads/node_ledger_trim.toml");
-    let w = Workload::from_toml_file(&path).unwrap();
+    let w = sim_run::workload_file("node_ledger_trim.toml");
     let mut deleted = 0;
     let mut crashes = 0;
     for seed in 1..=3 {
-        let r = run_seed(&w, seed);
-        assert!(
-            r.is_clean(),
-            "seed {seed}: {:?} ({} violations)",
-            r.first_violation,
-            r.violations
-        );
+        let r = sim_run::run_seed_within(&w, seed, std::time::Duration::from_secs(120));
+        sim_run::assert_clean(&r, &format!("seed {seed}"));
         assert_eq!(r.counts.lost, 0, "seed {seed}");
         assert!(r.counts.published >= w.messages, "seed {seed}");
         let n = r.activity.node.as_ref().expect("node activity");

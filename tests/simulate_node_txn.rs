@@ -4,20 +4,14 @@
 //! frames, with crashes inside END_TXN, and runs clean; the settings it
 //! needs are typed errors elsewhere.
 
-use pulsar_core::sim::{run, Engine, Report, SimError, SimOptions, Watchdog, Workload};
+use pulsar_core::sim::{Engine, Report, SimError, Workload};
 
-fn watchdog() -> Watchdog {
-    Watchdog {
-        exit_on_hang: Some(std::time::Duration::from_secs(60)),
-        wall_limit: Some(std::time::Duration::from_secs(240)),
-        ..Watchdog::default()
-    }
-}
+#[path = "common/sim_run.rs"]
+mod sim_run;
+use sim_run::workload_file as workload;
 
 fn preset() -> Workload {
-    let path =
-        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/workloads/node_txn.toml");
-    Workload::from_toml_file(&path).unwrap()
+    workload("node_txn.toml")
 }
 
 fn run_seed(
@@ -25,17 +19,9 @@ fn run_seed(
     seed: u64,
     sync: pulsar_core::ledger::SyncMode,
 ) -> Result<Report, SimError> {
-    let dir = tempfile::tempdir().unwrap();
-    let opts = SimOptions {
-        seed,
-        data_dir: dir.path().join("data"),
-        faults: true,
-        sabotage: None,
-        sync,
-        watchdog: watchdog(),
-        trace_dir: None,
-    };
-    run(w, &opts, None)
+    sim_run::run_with(w, seed, std::time::Duration::from_secs(240), |o| {
+        o.sync = sync;
+    })
 }
 
 /// Commits, aborts and a timeout, transactional sends to both topics and
@@ -47,12 +33,7 @@ fn the_node_txn_preset_runs_clean_with_crashes_inside_commits_and_aborts() {
     let w = preset();
     assert_eq!(w.engine, Engine::Node);
     let r = run_seed(&w, 1, pulsar_core::ledger::SyncMode::Immediate).unwrap();
-    assert!(
-        r.is_clean(),
-        "{:?} ({} violations)",
-        r.first_violation,
-        r.violations
-    );
+    sim_run::assert_clean(&r, "node_txn.toml seed 1");
     let n = r.activity.node.as_ref().expect("node activity");
     let t = &n.txn;
     assert!(t.committed > 0 && t.aborted > 0 && t.timed_out > 0, "{t:?}");
@@ -66,11 +47,7 @@ fn the_node_txn_preset_runs_clean_with_crashes_inside_commits_and_aborts() {
         "{t:?}"
     );
     assert!(n.crash_points >= 1, "{n:?}");
-    let c = r
-        .components
-        .iter()
-        .find(|c| c.component.starts_with("txn:"))
-        .expect("a txn component line");
+    let c = sim_run::component(&r, "txn:").expect("a txn component line");
     assert!(c.exercised, "{c:?}");
     assert_eq!(r.counts.txn_violations, 0);
 }
@@ -121,20 +98,8 @@ fn the_second_topic_reader_closed_by_a_failed_write_subscribes_again() {
     let r = run_seed(&w, 2, pulsar_core::ledger::SyncMode::Immediate).unwrap();
     let t = &r.activity.node.as_ref().expect("node activity").txn;
     assert!(t.reader_closed_by_broker > 0 && t.committed > 0, "{t:?}");
-    assert!(
-        r.is_clean(),
-        "{:?} ({} violations)",
-        r.first_violation,
-        r.violations
-    );
+    sim_run::assert_clean(&r, "node_txn.toml with write failures, seed 2");
     assert_eq!(r.counts.txn_violations, 0);
-}
-
-fn workload(file: &str) -> Workload {
-    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/workloads")
-        .join(file);
-    Workload::from_toml_file(&path).unwrap()
 }
 
 /// `txn.snapshot_min_time_ms` / `txn.snapshot_max_transaction_count` (the
@@ -152,12 +117,7 @@ fn buffers_recovered_from_snapshots_taken_while_transactions_are_open_run_clean(
     let w = workload("node_txn_snapshots.toml");
     assert_eq!(w.txn.snapshot_min_time_ms, 30);
     let r = run_seed(&w, 1, pulsar_core::ledger::SyncMode::Immediate).unwrap();
-    assert!(
-        r.is_clean(),
-        "{:?} ({} violations)",
-        r.first_violation,
-        r.violations
-    );
+    sim_run::assert_clean(&r, "node_txn_snapshots.toml seed 1");
     let t = &r.activity.node.as_ref().expect("node activity").txn;
     let d = run_seed(&preset(), 1, pulsar_core::ledger::SyncMode::Immediate).unwrap();
     let dt = &d.activity.node.as_ref().expect("node activity").txn;
@@ -186,12 +146,7 @@ fn without_turn_commit_crashes_between_end_txn_writes_are_finished_by_recovery()
     let w = workload("node_txn_no_turn_commit.toml");
     assert!(!w.turn_commit);
     let r = run_seed(&w, 2, pulsar_core::ledger::SyncMode::Immediate).unwrap();
-    assert!(
-        r.is_clean(),
-        "{:?} ({} violations)",
-        r.first_violation,
-        r.violations
-    );
+    sim_run::assert_clean(&r, "node_txn_no_turn_commit.toml seed 2");
     let t = &r.activity.node.as_ref().expect("node activity").txn;
     assert!(
         t.crash_points_in_end > 0 && t.end_in_flight_at_crash > 0 && t.committed > 0,

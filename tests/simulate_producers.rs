@@ -25,12 +25,7 @@ fn producer_access_modes_run_clean_and_every_rule_is_exercised() {
     let mut crashes = 0;
     for seed in 1..=3 {
         let r = run_seed(&w, seed);
-        assert!(
-            r.is_clean(),
-            "seed {seed}: {:?} ({} violations)",
-            r.first_violation,
-            r.violations
-        );
+        sim_run::assert_clean(&r, &format!("seed {seed}"));
         assert_eq!(r.counts.producer_access_violations, 0);
         assert_eq!(r.counts.lost, 0);
         let n = r.activity.node.as_ref().expect("node activity");
@@ -43,10 +38,7 @@ fn producer_access_modes_run_clean_and_every_rule_is_exercised() {
         total.fenced_out += a.fenced_out;
         total.waited_then_promoted += a.waited_then_promoted;
         crashes += n.crash_points;
-        let c = r
-            .components
-            .iter()
-            .find(|c| c.component.starts_with("producer access modes"))
+        let c = sim_run::component(&r, "producer access modes")
             .expect("the producer access modes component");
         assert!(c.exercised, "seed {seed}: {:?}", c.missing());
     }
@@ -70,11 +62,8 @@ fn without_access_modes_the_component_is_absent() {
     w.faults.producer_access_modes = 0.0;
     w.messages = 200;
     let r = run_seed(&w, 1);
-    assert!(r.is_clean(), "{:?}", r.first_violation);
-    assert!(!r
-        .components
-        .iter()
-        .any(|c| c.component.starts_with("producer access modes")));
+    sim_run::assert_clean(&r, "without access modes");
+    assert!(sim_run::component(&r, "producer access modes").is_none());
 }
 
 #[test]

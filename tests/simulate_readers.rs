@@ -25,12 +25,7 @@ fn readers_and_unsubscribes_run_clean_and_are_exercised() {
     let (mut completed, mut read, mut store_checks, mut recreated, mut crashes) = (0, 0, 0, 0, 0);
     for seed in 1..=3 {
         let r = run_seed(&w, seed);
-        assert!(
-            r.is_clean(),
-            "seed {seed}: {:?} ({} violations)",
-            r.first_violation,
-            r.violations
-        );
+        sim_run::assert_clean(&r, &format!("seed {seed}"));
         assert_eq!(r.counts.reader_violations, 0);
         assert_eq!(r.counts.lost, 0);
         let n = r.activity.node.as_ref().expect("node activity");
@@ -48,11 +43,7 @@ fn readers_and_unsubscribes_run_clean_and_are_exercised() {
         store_checks += n.readers.store_checks;
         recreated += n.unsubscribes.recreated;
         crashes += n.crash_points;
-        let c = r
-            .components
-            .iter()
-            .find(|c| c.component.starts_with("readers"))
-            .expect("the readers component");
+        let c = sim_run::component(&r, "readers").expect("the readers component");
         assert!(c.exercised, "seed {seed}: {:?}", c.missing());
     }
     assert!(
@@ -73,11 +64,9 @@ fn the_component_is_listed_only_when_asked_for() {
     w.faults.unsubscribes = 0;
     w.messages = 200;
     let r = run_seed(&w, 1);
-    assert!(r.is_clean(), "{:?}", r.first_violation);
+    sim_run::assert_clean(&r, "without readers and unsubscribes");
     assert!(
-        !r.components
-            .iter()
-            .any(|c| c.component.starts_with("readers")),
+        sim_run::component(&r, "readers").is_none(),
         "not asked for, not listed: {r}"
     );
 }
@@ -115,12 +104,7 @@ fn bad_reader_and_unsubscribe_settings_are_typed_errors() {
 fn a_recreation_lost_with_its_turn_is_judged_from_the_store() {
     let w = sim_run::workload_file("node_unsubscribe_recreate_lost_turn.toml");
     let r = run_seed(&w, 395);
-    assert!(
-        r.is_clean(),
-        "{:?} ({} violations)",
-        r.first_violation,
-        r.violations
-    );
+    sim_run::assert_clean(&r, "seed 395");
     assert_eq!(r.counts.lost, 0);
     let n = r.activity.node.as_ref().expect("node activity");
     assert!(

@@ -6,7 +6,10 @@
 //! (seeds 1, 2, 4 and 1, 3, 4 of these workloads).
 #![cfg(not(any(loom, feature = "shuttle")))]
 
-use pulsar_core::sim::{run, Faults, Report, SimOptions, SubscriptionType, Workload};
+use pulsar_core::sim::{Faults, SubscriptionType, Workload};
+
+#[path = "common/sim_run.rs"]
+mod sim_run;
 
 fn reconnect_heavy(subscription_type: SubscriptionType, consumers: u32) -> Workload {
     Workload {
@@ -28,28 +31,9 @@ fn reconnect_heavy(subscription_type: SubscriptionType, consumers: u32) -> Workl
     }
 }
 
-/// One run with faults on, on a fresh redb store in a temporary directory.
-fn run_seed(w: &Workload, seed: u64) -> Report {
-    let dir = tempfile::tempdir().unwrap();
-    let opts = SimOptions {
-        seed,
-        data_dir: dir.path().join("data"),
-        faults: true,
-        sabotage: None,
-        sync: pulsar_core::ledger::SyncMode::Immediate,
-        watchdog: pulsar_core::sim::Watchdog {
-            exit_on_hang: Some(std::time::Duration::from_secs(30)),
-            wall_limit: Some(std::time::Duration::from_secs(120)),
-            ..Default::default()
-        },
-        trace_dir: None,
-    };
-    run(w, &opts, None).unwrap()
-}
-
 fn assert_clean(w: &Workload) {
     for seed in 1..=4 {
-        let r = run_seed(w, seed);
+        let r = sim_run::run_seed_within(w, seed, std::time::Duration::from_secs(120));
         assert!(r.is_clean(), "{:?} seed {seed}: {r}", w.subscription_type);
         assert!(r.activity.reconnects > 0, "{r}");
     }

@@ -18,12 +18,7 @@ mod sim_run;
 fn corrupted_copies_of_an_earlier_epoch_are_not_given_back_twice() {
     let w = sim_run::workload_file("stale_epoch_corrupted.toml");
     let r = sim_run::run_seed_within(&w, 1, std::time::Duration::from_secs(300));
-    assert!(
-        r.is_clean(),
-        "{:?} ({} violations)",
-        r.first_violation,
-        r.violations
-    );
+    sim_run::assert_clean(&r, "stale_epoch_corrupted.toml seed 1");
     let n = r.activity.node.as_ref().expect("node activity");
     assert!(
         n.corrupted_of_earlier_epoch > 0,

@@ -14,13 +14,13 @@ use std::collections::BTreeMap;
 
 use prost::Message;
 
-use crate::permits::broker::{Consumer, ConsumerKey};
+use crate::permits::broker::{ConsumerKey, RemovedConsumer};
 use crate::proto::wire::MessageIdData;
 use crate::Position;
 
 use super::error::{BrokerError, ConnectionError};
-use super::output::Output;
-use super::subscription::{sub_type, SubConsumer, Subscription};
+use super::output::{Output, SentMessage};
+use super::subscription::{sub_type, Leave, SubConsumer, Subscription};
 use super::topic::{name_for_error, MAX_NAME_BYTES};
 use super::{Broker, ConnectionId, MAX_MESSAGE_SIZE, PROTOCOL_VERSION};
 use crate::proto::command::{self, server_error, ty, BrokerCommand};
@@ -103,8 +103,7 @@ impl Broker {
             return;
         };
         for id in c.consumers.keys() {
-            crate::trace::permits::broker_remove((conn, *id), "connection");
-            self.drop_consumer(conn, &c.consumers, *id, "disconnected");
+            self.drop_consumer(conn, &c.consumers, *id, "disconnected", Leave::Connection);
         }
         for (id, p) in &c.producers {
             self.remove_producer(conn, *id, p);
@@ -199,6 +198,25 @@ impl Broker {
         let t = self.topics.get_mut(&r.topic)?;
         let s = t.subscriptions.get_mut(&r.subscription)?;
         Some((&t.ml, s))
+    }
+
+    /// The subscription the incarnation that `m` was sent to is attached
+    /// to; `None` when that incarnation left.
+    pub(super) fn subscription_of(&mut self, m: &SentMessage) -> Option<&mut Subscription> {
+        let r = self
+            .conns
+            .get(&m.consumer.connection_id)?
+            .consumers
+            .get(&m.consumer.consumer_id)?;
+        let s = self
+            .topics
+            .get_mut(&r.topic)?
+            .subscriptions
+            .get_mut(&r.subscription)?;
+        s.consumers
+            .iter()
+            .any(|c| c.key == m.consumer && c.incarnation == m.incarnation)
+            .then_some(s)
     }
 
     /// Dispatches the subscription of consumer `consumer_id` of `conn`.
@@ -398,12 +416,17 @@ impl Broker {
             ty::FLOW => {
                 require(raw, ty::FLOW, &[1, 2])?;
                 let f = cmd.flow.unwrap_or_default();
-                crate::trace::permits::broker_recv_flow((conn, f.consumer_id), f.message_permits);
                 let key = ConsumerKey {
                     connection_id: conn,
                     consumer_id: f.consumer_id,
                 };
                 let Some((_, sub)) = self.consumer_sub(conn, f.consumer_id) else {
+                    // Received, credited to no one (the dispatcher records
+                    // the Flows of its consumers).
+                    crate::trace::permits::broker_recv_flow(
+                        (conn, f.consumer_id),
+                        f.message_permits,
+                    );
                     tracing::warn!(
                         conn,
                         consumer_id = f.consumer_id,
@@ -445,10 +468,14 @@ impl Broker {
             ty::CLOSE_CONSUMER => {
                 require(raw, ty::CLOSE_CONSUMER, &[1, 2])?;
                 let c = cmd.close_consumer.unwrap_or_default();
-                crate::trace::permits::broker_recv_close((conn, c.id));
-                if let Some(r) = self.conn_mut(conn).consumers.remove(&c.id) {
-                    let one = BTreeMap::from([(c.id, r)]);
-                    self.drop_consumer(conn, &one, c.id, "closed");
+                match self.conn_mut(conn).consumers.remove(&c.id) {
+                    Some(r) => {
+                        let one = BTreeMap::from([(c.id, r)]);
+                        self.drop_consumer(conn, &one, c.id, "closed", Leave::Close);
+                    }
+                    // Received, removing no one (the dispatcher records the
+                    // closes of its consumers).
+                    None => crate::trace::permits::broker_recv_close((conn, c.id)),
                 }
                 self.success(conn, c.request_id);
             }
@@ -766,7 +793,6 @@ impl Broker {
         let active_before = sub.active_consumer();
         let epoch = s.consumer_epoch.unwrap_or(0);
         let incarnation = self.next_incarnation;
-        self.next_incarnation += 1;
         sub.add_consumer(SubConsumer {
             key,
             incarnation,
@@ -774,17 +800,17 @@ impl Broker {
             name: s.consumer_name.clone().unwrap_or_default(),
             priority: s.priority_level.unwrap_or(0),
             conn,
-            permits: Consumer::new(key, epoch),
             granted: 0,
             debited: 0,
             commands: 0,
             min_available: 0,
             redeliveries: 0,
-        });
-        crate::trace::permits::broker_recv_subscribe((conn, s.consumer_id));
+        })
+        .map_err(BrokerError::ConsumerBusy)?;
+        self.next_incarnation += 1;
         tracing::info!(topic = %t.name, subscription = %s.subscription, ?key, incarnation, sub_type = s.sub_type, "consumer subscribed");
         if let Some(c) = sub.consumers.iter().find(|c| c.key == key) {
-            let record = c.record(&t.name, &s.subscription, "subscribed");
+            let record = c.record(&t.name, &s.subscription, "subscribed", sub.balance(key));
             self.out.queue.push_back(Output::Incarnation(record));
         }
         Ok(active_before)
@@ -806,19 +832,21 @@ impl Broker {
             return false;
         };
         let one = BTreeMap::from([(consumer_id, r)]);
-        self.drop_consumer(conn, &one, consumer_id, end);
+        self.drop_consumer(conn, &one, consumer_id, end, Leave::Disconnect);
         true
     }
 
     /// Removes consumer `consumer_id` of `conn` (found in `refs`) from its
-    /// subscription, records its permit ledger and dispatches what it
-    /// left to the others.
+    /// subscription's dispatcher (`how`: with every consumer of `conn` on
+    /// it when the connection closed), records its permit ledger and
+    /// dispatches what it left to the others.
     fn drop_consumer(
         &mut self,
         conn: ConnectionId,
         refs: &BTreeMap<u64, ConsumerRef>,
         consumer_id: u64,
         end: &str,
+        how: Leave,
     ) {
         let Some(r) = refs.get(&consumer_id) else {
             return;
@@ -827,31 +855,69 @@ impl Broker {
             connection_id: conn,
             consumer_id,
         };
-        let Some(t) = self.topics.get_mut(&r.topic) else {
-            return;
-        };
-        let Some(sub) = t.subscriptions.get_mut(&r.subscription) else {
+        let Some(sub) = self
+            .topics
+            .get_mut(&r.topic)
+            .and_then(|t| t.subscriptions.get_mut(&r.subscription))
+        else {
+            // No dispatcher holds it: the frame or the connection's close
+            // is received and removes no one.
+            match how {
+                Leave::Close => crate::trace::permits::broker_recv_close((conn, consumer_id)),
+                Leave::Connection => {
+                    crate::trace::permits::broker_remove((conn, consumer_id), "connection");
+                }
+                Leave::Disconnect => {}
+            }
             return;
         };
         let active_before = sub.active_consumer();
-        if let Some(removed) = sub.remove_consumer(key) {
+        let removed = sub.leave(key, how);
+        self.end_incarnations(&r.topic, &r.subscription, active_before, removed, end);
+    }
+
+    /// Ends the incarnations `removed` (already out of the dispatcher of
+    /// `subscription` of `topic`, whose active consumer was
+    /// `active_before`): detached, their permit ledgers recorded (end
+    /// `end`), and what they left dispatched to the others.
+    pub(super) fn end_incarnations(
+        &mut self,
+        topic: &str,
+        subscription: &str,
+        active_before: Option<ConsumerKey>,
+        removed: Vec<RemovedConsumer>,
+        end: &str,
+    ) {
+        let Some(t) = self.topics.get_mut(topic) else {
+            return;
+        };
+        let Some(sub) = t.subscriptions.get_mut(subscription) else {
+            return;
+        };
+        let detached: Vec<(SubConsumer, RemovedConsumer)> = removed
+            .into_iter()
+            .filter_map(|r| Some((sub.detach(&r)?, r)))
+            .collect();
+        if !detached.is_empty() {
             sub.after_consumers_changed(active_before, None, &mut self.out);
-            tracing::info!(
-                conn,
-                ?key,
-                incarnation = removed.incarnation,
-                granted = removed.granted,
-                debited = removed.debited,
-                available = removed.permits.available_permits(),
-                end,
-                "consumer removed"
-            );
-            let record = removed.record(&t.name, &r.subscription, end);
-            self.out.queue.push_back(Output::Incarnation(record));
+            for (c, r) in &detached {
+                tracing::info!(
+                    conn = c.conn,
+                    key = ?c.key,
+                    incarnation = c.incarnation,
+                    granted = c.granted,
+                    debited = c.debited,
+                    available = r.permits,
+                    end,
+                    "consumer removed"
+                );
+                let record = c.record(&t.name, subscription, end, (r.permits, r.unacked));
+                self.out.queue.push_back(Output::Incarnation(record));
+            }
             if !sub.consumers.is_empty() {
                 sub.dispatch(&t.ml, &mut self.out);
             }
         }
-        self.drop_idle_non_durable(&r.topic, &r.subscription);
+        self.drop_idle_non_durable(topic, subscription);
     }
 }

@@ -52,6 +52,27 @@ pub struct DispatchCounters {
     /// Pending-ack handles that gave up (a non-retryable replay failure:
     /// non-recoverable data with auto-skip off).
     pub replays_gave_up: u64,
+    /// Pending-ack replay attempts that failed (retried or given up on).
+    pub replay_attempts_failed: u64,
+    /// Reads of the pending-ack logs issued by those failed attempts.
+    pub replay_reads_in_failed_attempts: u64,
+    /// Pending-ack replays that a completing read failure ended (Ready
+    /// with what was read before it: non-recoverable data with auto-skip
+    /// on, a fenced ledger, a closed cursor).
+    pub replays_ended_by_completing_failure: u64,
+    /// Committed transactional acks a Ready pending-ack handle handed back
+    /// that the subscription's persisted state lacked, re-applied and
+    /// persisted (`txn::handlers`, after a crash between the commit's
+    /// pending-ack record and the subscription's persist).
+    pub commits_reapplied: u64,
+    /// Failover: changes of a subscription's active consumer from one
+    /// consumer to another (`failover.rs`; the first consumer's arrival
+    /// is not a change).
+    pub active_consumer_changes: u64,
+    /// Failover: entries sent and unacknowledged, or waiting for
+    /// redelivery, when the active consumer changed: the rewind to the
+    /// mark-delete hands them to the new active consumer.
+    pub failover_handover_entries: u64,
     /// Reads of subscriptions' entries that failed (each followed by the
     /// read backoff, `read_backoff.rs`).
     pub read_failures: u64,
@@ -84,6 +105,12 @@ impl AddAssign for DispatchCounters {
         self.replays_completed += o.replays_completed;
         self.replay_failed_attempts += o.replay_failed_attempts;
         self.replays_gave_up += o.replays_gave_up;
+        self.replay_attempts_failed += o.replay_attempts_failed;
+        self.replay_reads_in_failed_attempts += o.replay_reads_in_failed_attempts;
+        self.replays_ended_by_completing_failure += o.replays_ended_by_completing_failure;
+        self.commits_reapplied += o.commits_reapplied;
+        self.active_consumer_changes += o.active_consumer_changes;
+        self.failover_handover_entries += o.failover_handover_entries;
         self.read_failures += o.read_failures;
         self.consumer_set_rewinds += o.consumer_set_rewinds;
         self.backlogs_cleared += o.backlogs_cleared;
@@ -124,6 +151,17 @@ impl super::Broker {
                     let st = h.stats();
                     c.replays_completed += u64::from(st.completed.is_some());
                     c.replay_failed_attempts += st.retry_delays_ms.len() as u64;
+                    // Every attempt but the one that completed failed (the
+                    // core's replays read inline: an attempt ends inside the
+                    // input that started it, none is half-way here).
+                    let done = st.completed.as_ref();
+                    c.replay_attempts_failed +=
+                        st.attempts.saturating_sub(u64::from(done.is_some()));
+                    c.replay_reads_in_failed_attempts += st
+                        .reads_issued
+                        .saturating_sub(done.map_or(0, |r| r.reads_issued as u64));
+                    c.replays_ended_by_completing_failure +=
+                        u64::from(done.is_some_and(|r| r.completing_failure.is_some()));
                     c.replays_gave_up +=
                         u64::from(h.state() == crate::pending_ack::HandleState::Error);
                 }

@@ -17,8 +17,10 @@
 //!    one it declines is due and goes on), **routing** (Shared round-robin,
 //!    Failover/Exclusive the first consumer, Key_Shared the consistent-hashing
 //!    ring of `key_shared.rs`, a key held by one consumer at a time), and the
-//!    **PIP-491 send** through `permits::broker::Consumer::send_messages`
-//!    (P debited, `message_permits` on the MESSAGE), queued as a frame.
+//!    **PIP-491 send** through the subscription's
+//!    `permits::broker::SharedDispatcher::send_to_consumer` (P debited,
+//!    `message_permits` on the MESSAGE, a write id whose completion the
+//!    driver reports: `write_failure.rs`), queued as a frame.
 //!
 //! An entry that cannot go now (no consumer with permits, its key held
 //! elsewhere, or waiting behind a replayed entry of its key) goes to replay.
@@ -33,7 +35,7 @@ use crate::Position;
 use super::counters::CountingSkip;
 use super::entry::{entry_info, EntryInfo};
 use super::output::Outbox;
-use super::subscription::{sub_type, SubConsumer, Subscription};
+use super::subscription::{sub_type, Subscription};
 use super::txn::{entry_txn, EntryTxn};
 use crate::proto::command::{ty, BrokerCommand};
 
@@ -42,13 +44,14 @@ pub const READ_BATCH: usize = 100;
 /// Rounds per dispatch call at most (each round sends or stops).
 const MAX_ROUNDS: usize = 1000;
 
-/// Whether dispatch may send consumer `c` a MESSAGE now: permits left and
-/// its connection below the high watermark.
-fn can_receive(c: &SubConsumer, out: &Outbox) -> bool {
-    c.permits.available_permits() > 0 && out.is_writable(c.conn)
-}
-
 impl Subscription {
+    /// Whether dispatch may send consumer `idx` a MESSAGE now: permits
+    /// left and its connection below the high watermark.
+    fn can_receive(&self, idx: usize, out: &Outbox) -> bool {
+        let c = &self.consumers[idx];
+        self.available(c.key) > 0 && out.is_writable(c.conn)
+    }
+
     /// Σ available permits of the consumers dispatch may send to now.
     fn total_permits(&self, out: &Outbox) -> i64 {
         // Exclusive / Failover: only the active consumer is sent entries.
@@ -57,7 +60,7 @@ impl Subscription {
             .iter()
             .filter(|c| active.is_none_or(|k| c.key == k))
             .filter(|c| out.is_writable(c.conn))
-            .map(|c| c.permits.available_permits().max(0))
+            .map(|c| self.available(c.key).max(0))
             .sum()
     }
 
@@ -126,7 +129,7 @@ impl Subscription {
                         !key_shared
                             || self
                                 .key_owner(**h)
-                                .is_some_and(|i| can_receive(&self.consumers[i], out))
+                                .is_some_and(|i| self.can_receive(i, out))
                     })
                     .map(|(p, _)| *p)
                     .take(READ_BATCH)
@@ -271,7 +274,7 @@ impl Subscription {
             sub_type::SHARED => {
                 for i in 0..n {
                     let idx = (self.round_robin + i) % n;
-                    if can_receive(&self.consumers[idx], out) {
+                    if self.can_receive(idx, out) {
                         self.round_robin = (idx + 1) % n;
                         return Some(idx);
                     }
@@ -280,8 +283,8 @@ impl Subscription {
             }
             sub_type::KEY_SHARED => self
                 .key_owner(key_hash)
-                .filter(|&idx| can_receive(&self.consumers[idx], out)),
-            _ => can_receive(&self.consumers[0], out).then_some(0),
+                .filter(|&idx| self.can_receive(idx, out)),
+            _ => self.can_receive(0, out).then_some(0),
         }
     }
 
@@ -290,11 +293,12 @@ impl Subscription {
     fn key_held_elsewhere(&self, key_hash: u32, idx: usize) -> bool {
         self.inflight.iter().any(|(p, h)| {
             *h == key_hash
-                && self
-                    .consumers
-                    .iter()
-                    .enumerate()
-                    .any(|(j, c)| j != idx && c.permits.pending_acks().contains_key(p))
+                && self.consumers.iter().enumerate().any(|(j, c)| {
+                    j != idx
+                        && self
+                            .permits(c.key)
+                            .is_some_and(|c| c.pending_acks().contains_key(p))
+                })
         })
     }
 
@@ -394,19 +398,35 @@ impl Subscription {
             };
             let redelivery = self.redelivery_count.get(&p).copied().unwrap_or(0);
             let hook = self.admission.clone();
-            let c = &mut self.consumers[idx];
+            let key = self.consumers[idx].key;
             let entries = vec![BrokerEntry {
                 position: p,
                 batch_size: info.batch_size,
                 ack_set,
             }];
-            let dispatch = match &hook {
-                Some(h) => c.permits.send_messages(
-                    entries,
-                    &mut |k, e: &BrokerEntry| h.admit(k, e.position),
-                    0,
-                ),
-                None => c.permits.send_messages(entries, &mut AdmitAll, 0),
+            let sent = match &hook {
+                Some(h) => {
+                    self.dispatcher
+                        .send_to_consumer(key, entries, &mut |k, e: &BrokerEntry| {
+                            h.admit(k, e.position)
+                        })
+                }
+                None => self
+                    .dispatcher
+                    .send_to_consumer(key, entries, &mut AdmitAll),
+            };
+            // What the dispatcher put back for replay is this entry, when
+            // admission refused it (handled below); an entry with nothing
+            // deliverable is not dispatched again.
+            self.dispatcher.take_replay();
+            let dispatch = match sent {
+                Ok(d) => d,
+                Err(e) => {
+                    // Not reached: `key` is an attached consumer.
+                    tracing::warn!(error = %e, position = %p, "send to a consumer the dispatcher does not know");
+                    self.replay.insert(p, info.key_hash);
+                    continue;
+                }
             };
             let Some(mut cmd) = dispatch.commands.into_iter().next() else {
                 tracing::debug!(position = %p, not_sent = ?dispatch.not_sent, "entry not sent");
@@ -424,6 +444,9 @@ impl Subscription {
                 continue;
             };
             let permits = u64::from(dispatch.result.total_permits());
+            let write_id = dispatch.write_id.unwrap_or_default();
+            let available = self.available(key);
+            let c = &mut self.consumers[idx];
             cmd.consumer_epoch = Some(c.epoch);
             // The count sent is the number of earlier deliveries.
             cmd.redelivery_count = Some(redelivery);
@@ -441,7 +464,7 @@ impl Subscription {
             let c = &mut self.consumers[idx];
             c.debited += permits;
             c.commands += 1;
-            c.min_available = c.min_available.min(c.permits.available_permits());
+            c.min_available = c.min_available.min(available);
             out.message_frame(
                 c.conn,
                 &base,
@@ -450,6 +473,7 @@ impl Subscription {
                     consumer: c.key,
                     incarnation: c.incarnation,
                     position: p,
+                    write_id,
                 },
             );
             self.inflight.insert(p, info.key_hash);

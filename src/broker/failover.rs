@@ -13,6 +13,7 @@
 //! protocol version 12 or later (`Commands.peerSupportsActiveConsumerListener`).
 
 use crate::permits::broker::ConsumerKey;
+use crate::Position;
 
 use super::output::Outbox;
 use super::subscription::{sub_type, Subscription};
@@ -56,6 +57,12 @@ impl Subscription {
             }
             return;
         }
+        if before.is_some() {
+            self.counters.active_consumer_changes += 1;
+            let held = self.inflight.keys().chain(self.replay.keys());
+            self.counters.failover_handover_entries +=
+                held.collect::<std::collections::BTreeSet<_>>().len() as u64;
+        }
         self.rewind_to_mark_delete();
         for c in &self.consumers {
             notify(out, c.conn, c.key.consumer_id, c.key == active);
@@ -68,11 +75,13 @@ impl Subscription {
     /// a credit, as a redelivery does) and read again from the cursor, in
     /// position order; the replay set is emptied, as the cursor covers it.
     pub(crate) fn rewind_to_mark_delete(&mut self) {
-        for c in &mut self.consumers {
-            let pending: Vec<_> = c.permits.pending_acks().keys().copied().collect();
-            for p in pending {
-                let _ = c.permits.acknowledge(p);
-            }
+        let pending: Vec<(ConsumerKey, Position)> = self
+            .dispatcher
+            .consumers()
+            .flat_map(|c| c.pending_acks().keys().map(move |p| (c.key(), *p)))
+            .collect();
+        for (key, p) in pending {
+            let _ = self.dispatcher.acknowledge(key, p);
         }
         self.inflight.clear();
         self.replay.clear();

@@ -16,7 +16,8 @@
 //! | [`topic::Topic`] | `PersistentTopic` (one `ManagedLedger`) |
 //! | [`subscription::Subscription`] | `PersistentSubscription` + the dispatcher's state (cursor, replay set = `redeliveryMessages`, delayed tracker) |
 //! | `dispatch.rs` | `PersistentDispatcherMultipleConsumers` (Shared), `PersistentDispatcherSingleActiveConsumer` (Exclusive, Failover), `PersistentStickyKeyDispatcherMultipleConsumers` (Key_Shared) |
-//! | [`subscription::SubConsumer`] | `Consumer` (with PIP-491 permits: `permits::broker::Consumer`) |
+//! | [`subscription::SubConsumer`] | `Consumer` (its PIP-491 permits are its entry in the subscription's `permits::broker::SharedDispatcher`) |
+//! | `permits::broker::SharedDispatcher` (one per subscription) | the dispatcher's consumer permits: `consumerFlow`, the `sendMessages` debit, the write listener's removal on a failed MESSAGE write, `removeConsumer` |
 //! | [`key_shared`] | `ConsistentHashingStickyKeyConsumerSelector`, `Murmur3_32Hash`, `Commands.peekStickyKey` |
 //! | [`crate::proto::command`] | the `PulsarApi.proto` messages the core reads and writes |
 //! | [`producer`] | `AbstractTopic.addProducer` / `incrementTopicEpochIfNeeded` (access modes, names, topic epoch) |
@@ -437,7 +438,9 @@ impl Broker {
         let was = *b < self.out.high_watermark;
         *b = b.saturating_sub(bytes);
         let below = *b < self.out.high_watermark;
-        self.out.completed(conn, bytes);
+        for m in self.out.completed(conn, bytes) {
+            self.write_completed(conn, m, Ok(()));
+        }
         if !was && below {
             self.dispatch_connection(conn);
         }
@@ -461,7 +464,7 @@ impl Broker {
         for t in self.topics.values() {
             for (name, s) in &t.subscriptions {
                 for c in &s.consumers {
-                    v.push(c.record(&t.name, name, end));
+                    v.push(c.record(&t.name, name, end, s.balance(c.key)));
                 }
             }
         }

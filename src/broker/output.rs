@@ -152,6 +152,9 @@ pub(crate) struct SentMessage {
     pub(crate) consumer: crate::permits::broker::ConsumerKey,
     pub(crate) incarnation: u64,
     pub(crate) position: crate::Position,
+    /// The id its subscription's dispatcher issued for the write
+    /// (`SharedDispatcher::on_write_complete`).
+    pub(crate) write_id: u64,
 }
 
 impl Outbox {

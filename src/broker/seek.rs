@@ -47,7 +47,7 @@ use crate::proto::wire::MessageIdData;
 use crate::Position;
 
 use super::output::Output;
-use super::subscription::{within_batch, Subscription};
+use super::subscription::{within_batch, Leave, Subscription};
 use super::{Broker, ConnectionId};
 
 /// Where a seek's message id points: the entry the next read starts at.
@@ -295,9 +295,12 @@ impl Broker {
                 },
                 Vec::new(),
             );
-            if let Some(removed) = sub.remove_consumer(*key) {
-                let record = removed.record(&t.name, subscription, end);
-                self.out.queue.push_back(Output::Incarnation(record));
+            for removed in sub.leave(*key, Leave::Disconnect) {
+                if let Some(c) = sub.detach(&removed) {
+                    let balance = (removed.permits, removed.unacked);
+                    let record = c.record(&t.name, subscription, end, balance);
+                    self.out.queue.push_back(Output::Incarnation(record));
+                }
             }
         }
         sub.after_consumers_changed(active_before, None, &mut self.out);

@@ -1,8 +1,9 @@
 //! One subscription (Pulsar's `PersistentSubscription` with its
 //! dispatcher's state): the durable cursor, the deletion state, the delayed
-//! tracker, the replay set and the consumers; Flow, acks (individual,
-//! cumulative, batch-index `ack_set`), redelivery and consumer removal. The
-//! dispatch pipeline itself is in `dispatch.rs`.
+//! tracker, the replay set and the consumers (their PIP-491 permits in the
+//! subscription's `permits::broker::SharedDispatcher`); Flow, acks
+//! (individual, cumulative, batch-index `ack_set`), redelivery and consumer
+//! removal. The dispatch pipeline itself is in `dispatch.rs`.
 
 use std::collections::{BTreeMap, BTreeSet};
 // Ownership handles use std's Arc in every build (see `ledger::managed_ledger`).
@@ -14,7 +15,7 @@ use crate::delayed::{
 use crate::deletion::CursorDeletionState;
 use crate::ledger::{ManagedCursor, ManagedLedger, RedbStore};
 use crate::pending_ack::PendingAckHandle;
-use crate::permits::broker::{Consumer, ConsumerKey};
+use crate::permits::broker::{Consumer, ConsumerKey, RemovedConsumer, SharedDispatcher};
 use crate::proto::wire::{self, MessageIdData};
 use crate::sync::Mutex;
 use crate::Position;
@@ -42,7 +43,9 @@ pub mod sub_type {
     pub const KEY_SHARED: i32 = 3;
 }
 
-/// A consumer incarnation attached to a subscription (Pulsar's `Consumer`).
+/// A consumer incarnation attached to a subscription (Pulsar's `Consumer`):
+/// what the broker keeps besides its PIP-491 permit state, which is the
+/// subscription's [`SharedDispatcher`]'s entry under the same key.
 #[derive(Debug)]
 pub struct SubConsumer {
     /// (connection, consumer id).
@@ -55,8 +58,6 @@ pub struct SubConsumer {
     pub(crate) priority: i32,
     /// Its connection.
     pub conn: ConnectionId,
-    /// The library's permit state of this incarnation.
-    pub permits: Consumer,
     /// Σ Flow permits received.
     pub granted: u64,
     /// Σ `message_permits` of the MESSAGE commands sent.
@@ -70,8 +71,15 @@ pub struct SubConsumer {
 }
 
 impl SubConsumer {
-    /// Its permit-ledger record.
-    pub fn record(&self, topic: &str, subscription: &str, end: &str) -> IncarnationRecord {
+    /// Its permit-ledger record, with the `available` permits and the
+    /// `unacked` messages of its dispatcher entry.
+    pub fn record(
+        &self,
+        topic: &str,
+        subscription: &str,
+        end: &str,
+        (available, unacked): (i64, i64),
+    ) -> IncarnationRecord {
         IncarnationRecord {
             incarnation: self.incarnation,
             connection_id: self.key.connection_id,
@@ -80,13 +88,24 @@ impl SubConsumer {
             subscription: subscription.to_string(),
             granted: self.granted,
             debited: self.debited,
-            available: self.permits.available_permits(),
+            available,
             min_available: self.min_available,
             commands: self.commands,
-            unacked: self.permits.unacked_messages(),
+            unacked,
             end: end.to_string(),
         }
     }
+}
+
+/// How a consumer leaves its subscription ([`Subscription::leave`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Leave {
+    /// Its client's CLOSE_CONSUMER.
+    Close,
+    /// The broker disconnects it (a seek, an unsubscribe).
+    Disconnect,
+    /// Its connection closed: every consumer of the connection leaves.
+    Connection,
 }
 
 /// One subscription: durable cursor, deletion state, delayed tracker,
@@ -108,6 +127,11 @@ pub struct Subscription {
     pub(crate) batch_sizes: BTreeMap<Position, u32>,
     /// Attached consumers (Failover: in priority, then name order).
     pub consumers: Vec<SubConsumer>,
+    /// The consumers' PIP-491 permit state (Pulsar's Shared dispatcher
+    /// bookkeeping, for every subscription type): one entry per attached
+    /// consumer, Flow, the send debit with its write id, write completion,
+    /// removal with its pending entries handed to replay.
+    pub(crate) dispatcher: SharedDispatcher,
     pub(crate) round_robin: usize,
     /// Key_Shared: the consistent-hashing ring of the consumers.
     pub(crate) selector: ConsistentHashingSelector<ConsumerKey>,
@@ -299,6 +323,7 @@ impl Subscription {
             redelivery_count: BTreeMap::new(),
             batch_sizes: BTreeMap::new(),
             consumers: Vec::new(),
+            dispatcher: SharedDispatcher::new(),
             round_robin: 0,
             selector: ConsistentHashingSelector::new(DEFAULT_REPLICA_POINTS),
             buffer: Arc::new(Mutex::new(TxnBuffer::default())),
@@ -391,8 +416,33 @@ impl Subscription {
         self.consumers.iter_mut().find(|c| c.key == key)
     }
 
-    /// Attaches a consumer (the caller checked the subscription's type).
-    pub(crate) fn add_consumer(&mut self, c: SubConsumer) {
+    /// The permit state of consumer `key` (its dispatcher entry).
+    pub fn permits(&self, key: ConsumerKey) -> Option<&Consumer> {
+        self.dispatcher.consumer(key)
+    }
+
+    /// Available permits of consumer `key` (0 when not registered).
+    pub(crate) fn available(&self, key: ConsumerKey) -> i64 {
+        self.permits(key).map_or(0, Consumer::available_permits)
+    }
+
+    /// (available permits, unacked messages) of consumer `key`, for its
+    /// permit-ledger record.
+    pub(crate) fn balance(&self, key: ConsumerKey) -> (i64, i64) {
+        self.permits(key)
+            .map_or((0, 0), |c| (c.available_permits(), c.unacked_messages()))
+    }
+
+    /// Attaches a consumer (the caller checked the subscription's type)
+    /// and registers it in the dispatcher with 0 permits.
+    ///
+    /// # Errors
+    /// The dispatcher's refusal of a key already registered (nothing
+    /// attached).
+    pub(crate) fn add_consumer(&mut self, c: SubConsumer) -> Result<(), String> {
+        self.dispatcher
+            .add_consumer(c.key, c.epoch)
+            .map_err(|e| e.to_string())?;
         if self.sub_type == sub_type::KEY_SHARED {
             self.selector.add_consumer(c.key, &c.name);
         }
@@ -401,29 +451,62 @@ impl Subscription {
             self.consumers
                 .sort_by(|a, b| (a.priority, &a.name).cmp(&(b.priority, &b.name)));
         }
+        Ok(())
     }
 
     /// Applies a Flow (the caller dispatches afterwards).
     pub(crate) fn flow(&mut self, key: ConsumerKey, permits: u32) -> Result<(), String> {
-        let c = self
-            .consumer_mut(key)
-            .ok_or_else(|| format!("Flow for unknown consumer {key:?}"))?;
-        c.permits.flow_permits(permits).map_err(|e| e.to_string())?;
-        c.granted += u64::from(permits);
+        self.dispatcher
+            .consumer_flow(key, permits)
+            .map_err(|e| e.to_string())?;
+        if let Some(c) = self.consumer_mut(key) {
+            c.granted += u64::from(permits);
+        }
         Ok(())
     }
 
-    /// Removes consumer `key`; its unacknowledged entries go to replay (the
-    /// caller dispatches afterwards).
-    pub(crate) fn remove_consumer(&mut self, key: ConsumerKey) -> Option<SubConsumer> {
-        let idx = self.consumers.iter().position(|c| c.key == key)?;
-        let c = self.consumers.remove(idx);
-        self.selector.remove_consumer(&key);
-        for (p, _) in c.permits.pending_acks().iter() {
-            let h = self.inflight.remove(p).unwrap_or(0);
-            self.replay.insert(*p, h);
+    /// Removes consumer `key` (`how`: [`Leave::Connection`] removes every
+    /// consumer of its connection) from the dispatcher; the caller
+    /// [`detach`](Self::detach)es each removed one.
+    pub(crate) fn leave(&mut self, key: ConsumerKey, how: Leave) -> Vec<RemovedConsumer> {
+        match how {
+            Leave::Close => self
+                .dispatcher
+                .remove_consumer(key)
+                .ok()
+                .into_iter()
+                .collect(),
+            Leave::Disconnect => self
+                .dispatcher
+                .disconnect_consumer(key)
+                .ok()
+                .into_iter()
+                .collect(),
+            Leave::Connection => self.dispatcher.remove_connection(key.connection_id),
         }
-        Some(c)
+    }
+
+    /// Detaches a consumer the dispatcher removed: out of the consumer
+    /// order and the Key_Shared ring; the dispatcher's replay set (its
+    /// unacknowledged entries) moves to the subscription's replay with
+    /// their key hashes (the caller dispatches afterwards).
+    pub(crate) fn detach(&mut self, removed: &RemovedConsumer) -> Option<SubConsumer> {
+        for p in self.dispatcher.take_replay() {
+            let h = self.inflight.remove(&p).unwrap_or(0);
+            self.replay.insert(p, h);
+        }
+        let idx = self.consumers.iter().position(|c| c.key == removed.key)?;
+        self.selector.remove_consumer(&removed.key);
+        Some(self.consumers.remove(idx))
+    }
+
+    /// Settles `p` on every consumer that has it pending (acknowledged,
+    /// released for redelivery or rewound): its unacked count drops, no
+    /// permit is credited.
+    pub(crate) fn settle_pending(&mut self, p: Position) {
+        for c in &self.consumers {
+            let _ = self.dispatcher.acknowledge(c.key, p);
+        }
     }
 
     /// Moves `positions` of consumer `key` (all its pending when empty) to
@@ -442,13 +525,15 @@ impl Subscription {
         }
         c.redeliveries += 1;
         let targets: Vec<Position> = if positions.is_empty() {
-            c.permits.pending_acks().keys().copied().collect()
+            self.permits(key)
+                .map(|c| c.pending_acks().keys().copied().collect())
+                .unwrap_or_default()
         } else {
             positions.to_vec()
         };
         let mut moved = Vec::new();
         for p in targets {
-            if c.permits.acknowledge(p).is_ok() {
+            if self.dispatcher.acknowledge(key, p).is_ok() {
                 moved.push(p);
             }
         }
@@ -599,7 +684,7 @@ impl Subscription {
         // checked under one read lock of the deletion state.
         let Self {
             deletion,
-            consumers,
+            dispatcher,
             inflight,
             replay,
             redelivery_count,
@@ -607,17 +692,17 @@ impl Subscription {
             ..
         } = self;
         deletion.with_deleted_check(|deleted| {
-            for c in consumers.iter_mut() {
-                let done: Vec<Position> = c
-                    .permits
-                    .pending_acks()
-                    .keys()
-                    .copied()
-                    .filter(|p| deleted(*p))
-                    .collect();
-                for p in done {
-                    let _ = c.permits.acknowledge(p);
-                }
+            let done: Vec<(ConsumerKey, Position)> = dispatcher
+                .consumers()
+                .flat_map(|c| {
+                    c.pending_acks()
+                        .keys()
+                        .filter(|p| deleted(**p))
+                        .map(move |p| (c.key(), *p))
+                })
+                .collect();
+            for (key, p) in done {
+                let _ = dispatcher.acknowledge(key, p);
             }
             inflight.retain(|p, _| !deleted(*p));
             replay.retain(|p, _| !deleted(*p));

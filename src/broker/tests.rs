@@ -331,7 +331,7 @@ fn subscribe_then_flow_sends_messages_with_message_permits() {
     assert_eq!(out[0].2, entry(None, None, None).len());
     let c = &sub(&b, "s").consumers[0];
     assert_eq!((c.granted, c.debited, c.commands), (10, 4, 2));
-    assert_eq!(c.permits.available_permits(), 6);
+    assert_eq!(sub(&b, "s").available(c.key), 6);
 }
 
 #[test]
@@ -375,7 +375,8 @@ fn individual_cumulative_and_batch_index_acks() {
     ack(&mut b, 1, 7, false, vec![mid(ps[2], vec![0])], None);
     ack(&mut b, 1, 7, true, vec![mid(ps[3], vec![])], None);
     assert_eq!(sub(&b, "s").mark_delete(), ps[3]);
-    assert_eq!(sub(&b, "s").consumers[0].permits.unacked_messages(), 0);
+    let s = sub(&b, "s");
+    assert_eq!(s.balance(s.consumers[0].key).1, 0);
     // An ack for an unknown consumer gets an error response, not a close.
     let out = ack(&mut b, 1, 99, false, vec![mid(ps[0], vec![])], Some(10));
     let r = out[0].1.ack_response.as_ref().unwrap();
@@ -490,7 +491,8 @@ fn a_same_connection_resubscribe_is_a_new_incarnation() {
             message(7, ps[1], 1, vec![], 1)
         ]
     );
-    assert_eq!(sub(&b, "s").consumers[0].permits.available_permits(), 0);
+    let s = sub(&b, "s");
+    assert_eq!(s.available(s.consumers[0].key), 0);
     // Acks of the new incarnation settle what it was delivered.
     ack(&mut b, 1, 7, false, vec![mid(ps[0], vec![])], None);
     let out: Vec<BrokerCommand> = flow(&mut b, 1, 7, 1).into_iter().map(|f| f.1).collect();

@@ -24,6 +24,10 @@
 //! Corresponds to Pulsar's `Consumer.sendMessages`, `SendMessagesResult` and
 //! the persistent Shared dispatcher's permit bookkeeping (PIP-491).
 //!
+//! The broker core ([`crate::broker`]) keeps one [`SharedDispatcher`] per
+//! subscription, of every subscription type: its Flow, MESSAGE debit, write
+//! completion and consumer removal are these methods.
+//!
 //! Concurrency: these types are plain state machines (`&mut self`); the
 //! broker serialises access per subscription (Pulsar's dispatcher is
 //! `synchronized`). Wrap a [`SharedDispatcher`] in a
@@ -496,6 +500,8 @@ pub struct RemovedConsumer {
     pub key: ConsumerKey,
     /// Its balance at removal (subtracted from the dispatcher total).
     pub permits: i64,
+    /// Its unacked messages at removal (Σ P of the pending acks replayed).
+    pub unacked: i64,
     /// Its pending acks, moved to replay.
     pub replayed: Vec<Position>,
 }
@@ -547,6 +553,12 @@ impl SharedDispatcher {
     /// Dispatcher-wide available permits (may be negative).
     pub fn total_available_permits(&self) -> i64 {
         self.total_available_permits
+    }
+
+    /// Writes issued by [`send_to_consumer`](Self::send_to_consumer) whose
+    /// outcome was not reported yet (a removed consumer's are dropped).
+    pub fn writes_in_flight(&self) -> usize {
+        self.writes.len()
     }
 
     /// Applies a Flow to a consumer and the dispatcher total
@@ -662,8 +674,24 @@ impl SharedDispatcher {
         self.remove(key)
     }
 
-    /// Removes `key`'s consumer (the CloseConsumer frame, a failed write
-    /// or a closed connection).
+    /// Removes a consumer the broker disconnects on its own (Pulsar's
+    /// `disconnectActiveConsumers` on a seek or a forced unsubscribe; the
+    /// client is sent CLOSE_CONSUMER): as [`remove_consumer`], with no
+    /// client frame received and no trace line.
+    ///
+    /// [`remove_consumer`]: Self::remove_consumer
+    ///
+    /// # Errors
+    /// [`BrokerPermitError::UnknownConsumer`].
+    pub fn disconnect_consumer(
+        &mut self,
+        key: ConsumerKey,
+    ) -> Result<RemovedConsumer, BrokerPermitError> {
+        self.remove(key)
+    }
+
+    /// Removes `key`'s consumer (the CloseConsumer frame, a failed write,
+    /// a closed connection or a broker-initiated disconnect).
     fn remove(&mut self, key: ConsumerKey) -> Result<RemovedConsumer, BrokerPermitError> {
         let c = self
             .consumers
@@ -676,6 +704,7 @@ impl SharedDispatcher {
         Ok(RemovedConsumer {
             key,
             permits: c.permits,
+            unacked: c.unacked,
             replayed,
         })
     }

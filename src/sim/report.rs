@@ -20,11 +20,13 @@ pub struct Activity {
     pub reconnects: u64,
     /// Admin seeks (cursor reset forward) performed.
     pub seeks: u64,
-    /// Failover: changes of a subscription's active consumer.
+    /// Failover: changes of a subscription's active consumer from one
+    /// consumer to another (the core's `ACTIVE_CONSUMER_CHANGE` rewinds;
+    /// the first consumer's arrival is not a change).
     pub active_consumer_changes: u64,
-    /// Failover: entries the old active consumer held (sent and
-    /// unacknowledged, or read for it and not yet sent) that were handed
-    /// to the new active consumer for redelivery.
+    /// Failover: entries sent and unacknowledged, or waiting for
+    /// redelivery, when the active consumer changed, which the core's
+    /// rewind to the mark-delete handed to the new active consumer.
     pub handover_entries: u64,
     /// Cumulative acks the broker applied (plain and transactional).
     pub cumulative_acks: u64,
@@ -38,8 +40,9 @@ pub struct Activity {
     /// (already deleted) refused as a transaction conflict, as Pulsar's
     /// handle does after checking the subscription cursor.
     pub txn_acks_of_deleted_refused: u64,
-    /// Committed transactional acks a replay handed back after a restart
-    /// (the subscription had not persisted them) and the broker re-applied.
+    /// Committed transactional acks a pending-ack replay handed back after
+    /// a restart or crash (the subscription had not persisted them) and the
+    /// core re-applied and persisted.
     pub commits_reapplied: u64,
     /// Read failures injected into the topic and pending-ack ledgers.
     pub read_failures_injected: u64,
@@ -64,11 +67,13 @@ pub struct Activity {
     pub delayed_clear_failures: u64,
     /// Snapshot create/delete failures injected.
     pub snapshot_failures_injected: u64,
-    /// Pending-ack replay attempts that failed.
+    /// Pending-ack replay attempts that failed (retried or given up on),
+    /// over every handle of every core of the run.
     pub replay_failed_attempts: u64,
-    /// Reads issued by failed replay attempts (all handles); divided by
-    /// `replay_failed_attempts` it is the reads per failed attempt (Pulsar's
-    /// bug spun at ~1,000 per second; the fix makes it 1).
+    /// Reads of the pending-ack logs issued by those failed attempts;
+    /// divided by `replay_failed_attempts` it is the reads per failed
+    /// attempt (Pulsar's bug spun at ~1,000 per second; the fix makes it 1
+    /// or 2: the failing read, and the read-ahead issued before it failed).
     pub replay_reads_in_failed_attempts: u64,
     /// Pending-ack replays that completed (handle Ready).
     pub replays_completed: u64,
@@ -84,17 +89,15 @@ pub struct Activity {
     /// Read failures injected into pending-ack replays after an earlier
     /// read of the attempt succeeded (every class).
     pub replay_read_failures_injected: u64,
-    /// Replays ended by a completing failure (fenced, closed cursor,
-    /// non-recoverable data with auto-skip on).
+    /// Pending-ack replays a completing read failure ended (fenced, closed
+    /// cursor, non-recoverable data with auto-skip on): Ready with what was
+    /// read before it.
     pub replays_ended_by_completing_failure: u64,
     /// Replays that gave up on non-recoverable data with auto-skip off
     /// (Pulsar's default: the subscription fails to load).
     pub replay_gave_up_non_recoverable: u64,
     /// Operator reloads with auto-skip turned on after such a give-up.
     pub operator_reloads: u64,
-    /// Topic reloads after a replay a completing failure ended (nothing is
-    /// served from its partial state; the next owner replays the whole log).
-    pub topic_reloads: u64,
     /// Pending-ack ledgers lost.
     pub pending_ack_ledgers_lost: u64,
     /// Entries pending-ack admission rejected (neither sent nor debited).
@@ -154,10 +157,11 @@ pub struct Activity {
     /// since its last (re)start (`faults.crash_points`,
     /// `faults.crash_at_writes`), in order.
     pub crashes: Vec<CrashRecord>,
-    /// Crash points armed but not reached before the run ended.
+    /// Crash points drawn but not reached before the run ended (the last
+    /// one drawn, when the run had fewer durable writes left than its k).
     pub crash_points_unreached: u64,
-    /// The in-memory store of a run with crash points: durable writes seen,
-    /// bytes written, peak memory (`None`: the file store).
+    /// The in-memory store of the run (`sim::crash_storage`): durable writes
+    /// seen, bytes written, peak memory.
     pub crash_storage: Option<CrashStorageStats>,
     /// What the node engine did.
     pub node: Option<super::node::NodeActivity>,
@@ -505,14 +509,13 @@ impl fmt::Display for Report {
                 format!("{} / {}", a.clear_backlogs, a.delayed_clear_failures),
             ),
             (
-                "replay read failures after read-ahead / completing / gave up, reloads (operator / after a completing failure)",
+                "replay read failures after read-ahead / completing / gave up, operator reloads",
                 format!(
-                    "{} / {} / {}, {} / {}",
+                    "{} / {} / {}, {}",
                     a.replay_read_failures_injected,
                     a.replays_ended_by_completing_failure,
                     a.replay_gave_up_non_recoverable,
-                    a.operator_reloads,
-                    a.topic_reloads
+                    a.operator_reloads
                 ),
             ),
             ("corrupted batches", a.corrupted_batches.to_string()),
@@ -619,13 +622,12 @@ impl fmt::Display for Report {
         });
         let node = a.node.as_ref().map(|n| {
             (
-                "node: crash points (after fsync; during a recovery; not reached) / clean restarts / resent entries (copies delivered) / ack receipts (retries) / batch-index acks / redelivery requests / stale commands / ledgers deleted",
+                "node: crash points (after fsync; during a recovery) / clean restarts / resent entries (copies delivered) / ack receipts (retries) / batch-index acks / redelivery requests / stale commands / ledgers deleted",
                 format!(
-                    "{} ({}; {}; {}) / {} / {} ({}) / {} ({}) / {} / {} / {} / {}",
+                    "{} ({}; {}) / {} / {} ({}) / {} ({}) / {} / {} / {} / {}",
                     n.crash_points,
                     n.crashes_after_sync,
                     n.crashes_in_recovery,
-                    n.crash_points_not_reached,
                     n.clean_restarts,
                     n.resent_entries,
                     n.lost_receipt_copies,

@@ -6,7 +6,8 @@
 //! Include with `#[path = "common/sim_run.rs"] mod sim_run;`.
 #![allow(dead_code)]
 
-use pulsar_core::sim::{run, Report, SimOptions, Watchdog, Workload};
+use pulsar_core::sim::report::ComponentReport;
+use pulsar_core::sim::{run, Report, SimError, SimOptions, Watchdog, Workload};
 
 /// The workload file `tests/workloads/NAME`.
 pub fn workload_file(name: &str) -> Workload {
@@ -29,8 +30,20 @@ pub fn run_seed_within(
     seed: u64,
     wall_limit: std::time::Duration,
 ) -> pulsar_core::sim::Report {
+    run_with(w, seed, wall_limit, |_| {}).unwrap()
+}
+
+/// [`run_seed_within`] with the options changed by `adjust` (a
+/// self-test defect, another sync mode), returning the run's error (a
+/// workload the run refuses).
+pub fn run_with(
+    w: &Workload,
+    seed: u64,
+    wall_limit: std::time::Duration,
+    adjust: impl FnOnce(&mut SimOptions),
+) -> Result<Report, SimError> {
     let dir = tempfile::tempdir().unwrap();
-    let opts = SimOptions {
+    let mut opts = SimOptions {
         seed,
         data_dir: dir.path().join("data"),
         faults: true,
@@ -43,7 +56,16 @@ pub fn run_seed_within(
         },
         trace_dir: None,
     };
-    run(w, &opts, None).unwrap()
+    adjust(&mut opts);
+    run(w, &opts, None)
+}
+
+/// The component of the report `r` whose name starts with `prefix`, if
+/// the report lists it.
+pub fn component<'a>(r: &'a Report, prefix: &str) -> Option<&'a ComponentReport> {
+    r.components
+        .iter()
+        .find(|c| c.component.starts_with(prefix))
 }
 
 /// Asserts the run `r` (named `what`, e.g. the seed) found no violation;

@@ -5,6 +5,7 @@
 //! stdout; a result that cannot be written to stdout (closed pipe, full disk)
 //! is exit code 2, not a panic.
 
+mod allocator;
 mod data_dir;
 mod progress;
 

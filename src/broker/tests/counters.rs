@@ -18,6 +18,11 @@ fn counters_count_reads_hint_hits_messages_and_permits() {
     assert!(c.cursor_reads >= 1 && c.entries_read == 3, "{c:?}");
     assert_eq!(c.hint_hits, 0);
     assert_eq!(c.peak_deleted_ranges, 1);
+    // The first consumer's arrival is not a change of the active consumer.
+    assert_eq!(
+        (c.active_consumer_changes, c.failover_handover_entries),
+        (0, 0)
+    );
     // "a" takes over: the rewind re-reads from the mark-delete and the
     // hint skips the acknowledged entry without reading it.
     feed(&mut b, 2, subscribe_cmd(8, "f", sub_type::FAILOVER, "a", 0));
@@ -27,4 +32,9 @@ fn counters_count_reads_hint_hits_messages_and_permits() {
     assert!(c.hint_hits >= 1, "{c:?}");
     assert!(c.hint_lookups >= 3, "{c:?}");
     assert_eq!(c.entries_read, 5);
+    // One change, handing over the two entries "b" held unacknowledged.
+    assert_eq!(
+        (c.active_consumer_changes, c.failover_handover_entries),
+        (1, 2)
+    );
 }

@@ -327,6 +327,7 @@ impl Broker {
                 return;
             }
             h.subscription_persisted();
+            s.counters.commits_reapplied += acks.len() as u64;
             tracing::info!(
                 topic,
                 subscription = sub,
@@ -637,9 +638,7 @@ impl Broker {
                 .collect();
             let mut unknown = Vec::new();
             for p in live {
-                for c in &mut s.consumers {
-                    let _ = c.permits.acknowledge(p);
-                }
+                s.settle_pending(p);
                 match s.inflight.remove(&p) {
                     Some(h) => {
                         s.replay.insert(p, h);
@@ -807,9 +806,7 @@ impl Broker {
         for p in whole {
             s.txn_pending.insert(p);
             s.inflight.remove(&p);
-            for c in &mut s.consumers {
-                let _ = c.permits.acknowledge(p);
-            }
+            s.settle_pending(p);
         }
         let _ = conn;
         Ok(())

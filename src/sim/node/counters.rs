@@ -31,9 +31,14 @@ pub(super) fn into_activity(c: &DispatchCounters, a: &mut Activity) {
     a.partial_batch_commands += c.partial_batches;
     a.batch_index_acks += c.batch_index_acks;
     a.replays_completed += c.replays_completed;
-    a.replay_failed_attempts += c.replay_failed_attempts;
+    a.replay_failed_attempts += c.replay_attempts_failed;
+    a.replay_reads_in_failed_attempts += c.replay_reads_in_failed_attempts;
     a.replay_retries += c.replay_failed_attempts;
     a.replay_gave_up_non_recoverable += c.replays_gave_up;
+    a.replays_ended_by_completing_failure += c.replays_ended_by_completing_failure;
+    a.commits_reapplied += c.commits_reapplied;
+    a.active_consumer_changes += c.active_consumer_changes;
+    a.handover_entries += c.failover_handover_entries;
     a.peak_individually_deleted_ranges = a
         .peak_individually_deleted_ranges
         .max(c.peak_deleted_ranges);

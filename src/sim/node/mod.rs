@@ -85,7 +85,7 @@ use crate::broker::{Broker, BrokerConfig, Output, ReadId};
 use crate::ledger::RedbStore;
 
 use super::checker::{DeliveryChecker, OrderCheck};
-use super::crash_storage::{CrashKind, CrashPoint, CrashStorage};
+use super::crash_storage::{CrashKind, CrashPoint, CrashRecord, CrashStorage};
 use super::options::{Sabotage, SimError, SimOptions};
 use super::report::{peak_memory_kib, Activity, Report, Timing};
 use super::scheduler::{Scheduler, VirtualMs};
@@ -135,8 +135,6 @@ pub struct NodeActivity {
     pub crash_points: u64,
     /// Of those, crashes after the fsync (the write durable, no answer sent).
     pub crashes_after_sync: u64,
-    /// Crash points armed and never reached (the run ended first).
-    pub crash_points_not_reached: u64,
     /// Of the crash points reached, those drawn within
     /// `faults.crash_recovery_window` durable writes of the start after a
     /// crash (the store died again while the broker reopened).
@@ -485,9 +483,8 @@ pub fn run(
     trace_run::finish(workload, opts)?;
     looped?;
     let virtual_ms = n.sched.now();
-    if n.storage.armed().is_some() {
-        n.node.crash_points_not_reached += 1;
-        n.storage.disarm();
+    if n.storage.disarm().is_some() {
+        n.activity.crash_points_unreached += 1;
     }
     n.node.durable_writes = n.storage.stats().durable_writes;
     n.activity.admission_rejections = n.admission_rejections.load(crate::sync::Ordering::Relaxed);
@@ -530,6 +527,7 @@ pub fn run(
             SimError::Component(format!("write the store file {}: {e}", path.display()))
         })?;
     }
+    n.activity.crash_storage = Some(n.storage.stats());
     counters::into_activity(&n.core_counters, &mut n.activity);
     n.delayed.add_to_activity(&mut n.activity);
     n.drain_delayed_violations();
@@ -929,7 +927,13 @@ impl Node<'_> {
             self.node.crashes_in_recovery += 1;
         }
         self.retire_broker();
-        self.storage.recover();
+        if let Some(p) = self.storage.recover() {
+            self.activity.crashes.push(CrashRecord {
+                k: p.k,
+                kind: p.kind,
+                at_ms: self.now(),
+            });
+        }
         self.crashes_left = self.crashes_left.saturating_sub(1);
         self.node.crash_points += 1;
         self.after_broker_gone();
