@@ -12,7 +12,7 @@
 //!   from the start, the checker counted ledger 1's 200 messages on each
 //!   subscription as never acknowledged (400 lost, a livelock).
 //! - tests/workloads/node_delayed_late_behind_rewind_backlog.toml, seed
-//!   1629: the one consumer's connection closes on the faulty broker's
+//!   1641 (the shape of swarm seed 1629): the one consumer's connection closes on the faulty broker's
 //!   invalid P every few hundred deliveries; each close empties the
 //!   consumer set, the core rewinds to the mark-delete and re-reads in
 //!   position order, and due delayed messages the tracker already
@@ -24,6 +24,27 @@
 //!   core applied dies with its turn (cut before its barrier made it
 //!   durable); it is judged from the recovered store, as a SEEK the core
 //!   died on is, and here it did not happen.
+//! - tests/workloads/node_dup_copy_trimmed_after_unsubscribe.toml, seed
+//!   3525: a crash after the fsync loses the receipt of a durably appended
+//!   send; its retry is answered as a duplicate, then the subscription is
+//!   unsubscribed, the ledger holding the copy trimmed and the re-created
+//!   subscription starts after it, so no one delivers the copy. The answer
+//!   is judged against the store (`sim/node/dup_copy.rs`: the copy is
+//!   published at its stored position when the answer arrives); judged by
+//!   deliveries alone it read "answered as a duplicate, no copy ever
+//!   receipted or delivered".
+//! - tests/workloads/node_dup_copy_delayed_key_shared.toml, seed 3754:
+//!   Key_Shared with delayed messages and two clean restarts; a send
+//!   answered as a duplicate whose copy the application never saw kept the
+//!   run waiting for that copy with nothing scheduled (a stall). Settled by
+//!   the copy the store holds, as above.
+//! - tests/workloads/node_txn_buffer_snapshot_ledger_trimmed.toml, seed
+//!   649: consumed-ledger trimming must keep the ledger of
+//!   `__transaction_buffer_snapshot` that holds a topic's latest
+//!   transaction buffer snapshot (here 1:19; `broker/lifecycle.rs` holds
+//!   the smallest indexed snapshot); deleted, the next recovery of that
+//!   topic fails with non-recoverable data at 1:19 forever and one
+//!   transactional send is never published.
 #![cfg(not(any(loom, feature = "shuttle")))]
 
 #[path = "common/sim_run.rs"]
@@ -47,8 +68,8 @@ fn a_subscription_whose_first_creation_a_crash_lost_is_owed_only_what_follows_it
 #[test]
 fn due_delayed_messages_behind_a_rewind_backlog_are_not_late() {
     let w = workload_file("node_delayed_late_behind_rewind_backlog.toml");
-    let r = run_seed(&w, 1629);
-    assert_clean(&r, "seed 1629");
+    let r = run_seed(&w, 1641);
+    assert_clean(&r, "seed 1641");
     // The case is reached: delayed messages first delivered more than the
     // late bound after they were due (a violation by the clock alone).
     assert!(r.counts.late_behind_backlog > 0, "{r}");
@@ -64,4 +85,37 @@ fn a_seek_applied_in_a_turn_a_crash_cut_is_judged_from_the_recovered_store() {
     // The case is reached: a reset applied in memory, not in the store.
     assert!(n.seeks_lost_in_crash > 0, "{n:?}");
     assert!(n.seeks_applied > 0, "{n:?}");
+}
+
+#[test]
+fn a_duplicate_answer_is_judged_by_the_copy_the_store_holds() {
+    let w = workload_file("node_dup_copy_trimmed_after_unsubscribe.toml");
+    let r = run_seed(&w, 3525);
+    assert_clean(&r, "seed 3525");
+    let n = r.activity.node.as_ref().expect("node activity");
+    // The case is reached: duplicates answered, their copies found in the
+    // store, a ledger trimmed after an unsubscribe.
+    assert!(n.dup_copies_in_store > 0, "{n:?}");
+    assert!(n.ledgers_deleted > 0, "{n:?}");
+    assert!(n.crashes_after_sync > 0, "{n:?}");
+}
+
+#[test]
+fn a_duplicate_answer_whose_copy_the_store_holds_settles_the_run() {
+    let w = workload_file("node_dup_copy_delayed_key_shared.toml");
+    let r = run_seed(&w, 3754);
+    assert_clean(&r, "seed 3754");
+    let n = r.activity.node.as_ref().expect("node activity");
+    // The case is reached: sends answered as duplicates after clean
+    // restarts, their copies found in the store.
+    assert!(n.dup_copies_in_store > 0, "{n:?}");
+    assert!(n.clean_restarts > 0, "{n:?}");
+}
+
+#[test]
+fn a_transaction_buffer_snapshot_survives_consumed_ledger_trimming() {
+    let w = workload_file("node_txn_buffer_snapshot_ledger_trimmed.toml");
+    let r = run_seed(&w, 649);
+    assert_clean(&r, "seed 649");
+    assert!(r.activity.txn_commits > 0, "{r}");
 }

@@ -98,7 +98,21 @@ impl Broker {
                     tracing::warn!(topic = %t.name, error = %e, "deduplication snapshot before trimming failed");
                 }
             }
-            let held = held_by(t);
+            let mut held = held_by(t);
+            // A transaction buffer snapshot system topic keeps each topic's
+            // latest snapshot, the one its buffer recovers from (Pulsar's
+            // system topic is compacted to the latest message per key):
+            // the smallest indexed position is held, and a topic open
+            // without its index holds everything.
+            if super::txn::snapshot::is_snapshot_topic(&t.name) {
+                let latest = match self.txn.snapshot_index.get(&t.name) {
+                    Some(index) => index.values().min().copied(),
+                    None => Some(Position::new(i64::MIN, -1)),
+                };
+                if let Some(p) = latest {
+                    held = Some(held.map_or(p, |h| h.min(p)));
+                }
+            }
             match t.ml.trim_consumed_ledgers(now_ms, retention, held) {
                 Ok(out) if !out.deleted_ledgers.is_empty() => done.push((t.name.clone(), out)),
                 Ok(_) => {}

@@ -543,6 +543,31 @@ impl Node<'_> {
                     let due = e.messages.iter().map(|m| m.deliver_at).max().unwrap_or(0);
                     self.stored_once.deduplicated(p, r.sequence_id, due);
                     self.producers[p].receipted += e.messages.len() as u64;
+                    // The copy the answer stands for, if the store holds
+                    // it, is published at its position (`dup_copy.rs`).
+                    if let Some(pos) = self.stored_copy(p, r.sequence_id) {
+                        self.check_stored_once(p, r.sequence_id, pos);
+                        let copies: Vec<MessageRef> = e
+                            .messages
+                            .iter()
+                            .enumerate()
+                            .map(|(i, m)| {
+                                let mref = MessageRef {
+                                    position: pos,
+                                    batch_index: i as u32,
+                                };
+                                if !self.checker.knows(mref) {
+                                    self.node.dup_copies_in_store += 1;
+                                    self.checker.published(mref, m.key, m.deliver_at);
+                                    for s in &self.subs {
+                                        self.checker.exempt_from_order(s, mref);
+                                    }
+                                }
+                                mref
+                            })
+                            .collect();
+                        self.published_after_clears(&copies);
+                    }
                     return;
                 }
                 let pos = position_of(&id);

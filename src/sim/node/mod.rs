@@ -59,6 +59,7 @@ mod counters;
 pub mod creation;
 mod delayed;
 mod deleted_ack_probe;
+mod dup_copy;
 mod faults;
 mod faulty;
 mod nack;
@@ -147,6 +148,9 @@ pub struct NodeActivity {
     /// Messages of resent entries the broker answered as duplicates
     /// (receipt `(-1, -1)`, not stored again: deduplication).
     pub deduplicated_messages: u64,
+    /// Of those, messages whose earlier copy the store held when the
+    /// answer arrived, published to the checker then (`dup_copy.rs`).
+    pub dup_copies_in_store: u64,
     /// Acks sent again after a lost connection (no receipt).
     pub ack_retries: u64,
     /// ACK_RESPONSEs received.
