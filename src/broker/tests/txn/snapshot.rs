@@ -172,3 +172,105 @@ fn a_corrupt_snapshot_falls_back_to_a_full_read() {
     assert_eq!(topic_buffer(&b), reference);
     assert_eq!(delivered(&flow(&mut b, 2, 8, 10), 8), vec![input]);
 }
+
+/// Consumed-ledger trimming of `__transaction_buffer_snapshot` keeps the
+/// ledger holding each topic's latest snapshot, the one its transaction
+/// buffer recovers from (Pulsar compacts that system topic to the latest
+/// message per key, it never deletes it), and still deletes the ledgers
+/// holding only superseded snapshots. No subscription holds the system
+/// topic, and after a restart its deduplication cursor has replayed (and
+/// snapshotted before trimming) every entry, so only the snapshot index
+/// holds it. The topic's buffer then recovers from that snapshot, after the
+/// trim and across a second restart: its aborted transaction stays aborted
+/// and its committed message is delivered.
+#[test]
+fn trimming_the_snapshot_topic_keeps_each_topics_latest_snapshot() {
+    const OTHER: &str = "persistent://public/default/u";
+    let dir = tempfile::tempdir().unwrap();
+    let config = || {
+        let mut c = BrokerConfig::new("pulsar://node:6650");
+        c.ledger.max_entries_per_ledger = 2;
+        c.retention_check_interval_ms = 1_000;
+        c
+    };
+    let mut b = Broker::new(open_store(&dir), config(), T0);
+    connect(&mut b, 1);
+    producer(&mut b, 1, 1);
+    let tc = tc_connect(&mut b, 1)[0]
+        .1
+        .tc_client_connect_response
+        .clone();
+    assert_eq!(tc.unwrap().error, None);
+    // The observer holds every entry of the topic itself.
+    subscribe(&mut b, 1, 8, "obs", sub_type::SHARED, "o");
+    let input = send(&mut b, 1, 1, 0, &entry(None, None, None));
+    b.set_txn_snapshot_config(SnapshotConfig {
+        max_transaction_count: 1,
+        min_time_ms: 1_000_000,
+    });
+    // The topic's snapshots: its first one, after the abort, after the
+    // commit (the latest).
+    let aborted = new_txn(&mut b, 1, 60_000);
+    add_partition(&mut b, 1, aborted);
+    let a = receipt_pos(&txn_send(&mut b, 1, 1, 1, aborted));
+    assert_eq!(end_txn(&mut b, 1, aborted, false).error, None);
+    let committed = new_txn(&mut b, 1, 60_000);
+    add_partition(&mut b, 1, committed);
+    let c = receipt_pos(&txn_send(&mut b, 1, 1, 2, committed));
+    assert_eq!(end_txn(&mut b, 1, committed, true).error, None);
+    let latest = b.txn_buffer_snapshot(TOPIC).unwrap().expect("latest");
+    assert_eq!(latest.aborts.as_ref().map(Vec::len), Some(1));
+    // Another topic's snapshots fill the ledgers after it.
+    b.topic(OTHER).unwrap();
+    for _ in 0..4 {
+        b.take_txn_buffer_snapshot(OTHER).unwrap();
+    }
+    drop(b);
+    let snap_ledgers = |b: &Broker| -> Vec<i64> {
+        let ml = &b.topics()[SNAP_TOPIC].ml;
+        ml.ledgers().into_iter().map(|(id, _)| id).collect()
+    };
+    // Restarted: the snapshot topic is open (its index read), the topic
+    // is not yet.
+    let mut b = Broker::new(open_store(&dir), config(), T0);
+    connect(&mut b, 2);
+    assert_eq!(b.txn_buffer_snapshot(TOPIC).unwrap(), Some(latest.clone()));
+    assert!(!b.topics().contains_key(TOPIC));
+    let before = snap_ledgers(&b);
+    let at = b.txn.snapshot_index[SNAP_TOPIC][TOPIC];
+    assert!(
+        before.first().is_some_and(|l| *l < at.ledger_id),
+        "a ledger of superseded snapshots precedes the latest one {at}: {before:?}"
+    );
+    assert!(
+        before.last().is_some_and(|l| *l > at.ledger_id + 1),
+        "closed ledgers of another topic's snapshots follow {at}: {before:?}"
+    );
+    b.trim_ledgers(T0 + 1_000);
+    let after = snap_ledgers(&b);
+    assert_eq!(
+        after.first(),
+        Some(&at.ledger_id),
+        "only the ledgers before the latest snapshot {at} are deleted: {before:?} -> {after:?}"
+    );
+    assert_eq!(b.txn_buffer_snapshot(TOPIC).unwrap(), Some(latest.clone()));
+    let check = |b: &mut Broker, conn: u64| {
+        subscribe(b, conn, 8, "obs", sub_type::SHARED, "o");
+        assert!(topic_buffer(b).is_aborted(aborted));
+        assert!(topic_buffer(b).ongoing().is_empty());
+        assert_eq!(topic_buffer(b), full_replay(b));
+        assert_eq!(
+            delivered(&flow(b, conn, 8, 10), 8),
+            vec![input, c],
+            "the committed message, not the aborted {a}"
+        );
+    };
+    // The topic opens after the trim: its buffer recovers from the kept
+    // snapshot.
+    check(&mut b, 2);
+    drop(b);
+    let mut b = Broker::new(open_store(&dir), config(), T0);
+    connect(&mut b, 3);
+    assert_eq!(b.txn_buffer_snapshot(TOPIC).unwrap(), Some(latest));
+    check(&mut b, 3);
+}
