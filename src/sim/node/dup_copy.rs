@@ -19,7 +19,8 @@ use super::{Node, TOPIC};
 
 impl Node<'_> {
     /// Where the live core's store holds producer `p`'s entry with sequence
-    /// id `seq` (the newest such entry), if it does.
+    /// id `seq` (the newest such entry; for a chunked message, its last
+    /// chunk), if it does.
     pub(super) fn stored_copy(&self, p: usize, seq: u64) -> Option<Position> {
         let store = self.broker.as_ref()?.store();
         let ledger = store.load_ledger(TOPIC).ok()?;
@@ -36,6 +37,14 @@ impl Node<'_> {
                     continue;
                 };
                 let md = parsed.metadata;
+                // A chunked message is stored where its last chunk is (its
+                // receipt's position); an earlier chunk, or a chunk of an
+                // attempt a crash cut, is not a copy of the message.
+                if let (Some(n), Some(id)) = (md.num_chunks_from_msg, md.chunk_id) {
+                    if n > 1 && id + 1 != n {
+                        continue;
+                    }
+                }
                 let highest = md.highest_sequence_id.unwrap_or(md.sequence_id);
                 if md.producer_name == name
                     && md.sequence_id <= seq
