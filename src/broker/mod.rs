@@ -401,9 +401,19 @@ impl Broker {
             .flat_map(|t| t.subscriptions.values())
             .filter(|s| !s.consumers.is_empty())
             .flat_map(|s| {
-                [s.tracker.next_delivery_time(), s.read_backoff.deadline()]
-                    .into_iter()
-                    .flatten()
+                // Due delayed entries wait for what holds the dispatch: a
+                // pending-ack replay not yet applied (its retry is on the
+                // transaction timer, its completion asks for "now") and a
+                // read backoff (its deadline). A due time reported while the
+                // dispatch is held would stay in the past after the timer
+                // fired and hide every later deadline (the replay's retry).
+                let replay_held = s.pending_ack.is_some() && !s.pending_ack_applied;
+                let due = s
+                    .tracker
+                    .next_delivery_time()
+                    .filter(|_| !replay_held)
+                    .map(|t| s.read_backoff.deadline().map_or(t, |r| t.max(r)));
+                [due, s.read_backoff.deadline()].into_iter().flatten()
             })
             .chain(self.txn_timeout())
             .chain(self.trim_deadline())

@@ -59,6 +59,42 @@ fn a_failed_read_is_retried_at_the_backoff_deadline_and_delivers_after_the_outag
     );
 }
 
+/// A due delayed entry of a subscription whose reads wait for the read
+/// backoff does not make the core's timer ask for a time already past (a
+/// driver that fired it once waits for input, so every later deadline would
+/// be hidden): the timer asks for the backoff's retry, and the read at the
+/// retry delivers both the immediate entry and the due delayed one.
+#[test]
+fn a_due_delayed_entry_held_by_the_read_backoff_asks_the_timer_for_the_retry() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut b, down) = core_with_outage(&dir, "public/default/t");
+    connect(&mut b, 1);
+    producer(&mut b, 1, 1);
+    subscribe(&mut b, 1, 7, "s", sub_type::SHARED, "c");
+    assert!(flow(&mut b, 1, 7, 10).is_empty());
+    let due_at = T0 + 1_000;
+    let delayed = send(&mut b, 1, 1, 0, &entry(None, None, Some(due_at as i64)));
+    assert_eq!(
+        b.poll_timeout(),
+        Some(due_at),
+        "the delayed entry is tracked"
+    );
+    down.store(true, Ordering::SeqCst);
+    let immediate = send(&mut b, 1, 1, 1, &entry(None, None, None));
+    let retry = T0 + read_backoff::READ_FAILURE_BACKOFF_INITIAL_MS;
+    assert_eq!(delivered(&timeout(&mut b, due_at), 7), vec![]);
+    assert_eq!(
+        b.poll_timeout(),
+        Some(retry),
+        "the due entry waits for the read retry, which the timer asks for"
+    );
+    down.store(false, Ordering::SeqCst);
+    let mut got = delivered(&timeout(&mut b, retry), 7);
+    got.sort();
+    assert_eq!(got, vec![delayed, immediate]);
+    assert_eq!(b.poll_timeout(), None, "nothing left to wait for");
+}
+
 /// A pending-ack log whose replay fails is retried with backoff (the
 /// handle stays not Ready meanwhile): the subscription dispatches nothing
 /// (an entry acknowledged in the open transaction must not go out again),
